@@ -1,0 +1,61 @@
+# Sill: `make run` serves the app with a worker and beat; `make test` runs the whole suite.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+MANAGE := $(BIN)/python manage.py
+LOCALSTRIPE_VENV := .localstripe-venv
+
+.PHONY: run test lint format bench install install-dev localstripe
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+# localstripe (a third-party fake Stripe server) runs as its own process from its own venv.
+$(LOCALSTRIPE_VENV)/bin/localstripe:
+	$(PYTHON) -m venv $(LOCALSTRIPE_VENV)
+	$(LOCALSTRIPE_VENV)/bin/pip install --quiet --upgrade pip
+	$(LOCALSTRIPE_VENV)/bin/pip install --quiet 'localstripe>=1.15,<2'
+
+localstripe: $(LOCALSTRIPE_VENV)/bin/localstripe
+
+# Development server + a real Celery worker with beat, on SQLite and the embedded broker.
+# Ctrl-C stops the server; the trap stops the worker it started.
+run: export DEBUG ?= 1
+run: $(VENV)/.installed
+	$(MANAGE) migrate --noinput
+	$(MANAGE) demo
+	@set -m; \
+	$(BIN)/celery -A sill worker -B -S django --loglevel INFO --concurrency 2 & worker=$$!; \
+	trap 'kill -TERM -$$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
+	echo "Sill: http://127.0.0.1:$(PORT)/  (Ctrl-C stops the server and the worker)"; \
+	$(MANAGE) runserver 127.0.0.1:$(PORT)
+
+# The whole suite. pytest's exit code 5 ("no tests collected") is not a failure.
+test: $(VENV)/.installed-dev localstripe
+	$(BIN)/python -m playwright --version >/dev/null
+	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(VENV)/.installed-dev
+	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AuditConfig(AppConfig):
+    name = "audit"
+    default_auto_field = "django.db.models.BigAutoField"

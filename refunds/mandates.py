@@ -1,0 +1,695 @@
+"""Signed agent mandates: parse, verify and validate a ``POST /api/v1/mandates`` body.
+
+Pure logic: no Django, no ORM. The caller supplies the key store (``key_lookup``) and the
+clock (``now``); everything here is a function of ``raw`` and those two.
+
+Order of checks (the first failure wins), so that nothing in ``signed`` is interpreted
+before the signature holds, except what is needed to find the key:
+
+1. ``too_large`` (413): ``len(raw) > MAX_BODY_BYTES``, before any parsing.
+2. ``malformed`` (400): not UTF-8, not JSON, duplicate keys, ``NaN``/``Infinity``, a number
+   JCS cannot write (an integer beyond 2**53 - 1, an overflowing float), lone surrogates;
+   the top level not exactly ``{"signed": {...}, "envelope": {...}}``; envelope
+   ``algorithm``/``key_id``/``signature`` missing or not strings (an empty one is not
+   malformed: it earns ``unsupported_algorithm``, ``unknown_key`` or ``bad_signature``);
+   ``signed.mandate_id``, ``site_id``, ``agent_id`` missing or not non-empty strings (these
+   name the key, so they are shape; their finer rules are schema). An extra envelope key is
+   ``unknown_field`` (422), raised at this stage because the envelope is not signed.
+3. ``unsupported_algorithm`` (400): ``envelope.algorithm != "ed25519"`` (case-sensitive).
+4. ``unknown_key`` (401): no key for (site, agent, key_id); the key is revoked
+   (``revoked_at <= now``: a revoked key refuses every mandate verified after revocation,
+   even one issued before it; an identical resend is answered from storage by the caller via
+   :func:`document_sha256` without calling :func:`verify_mandate`); or ``issued_at`` outside
+   ``[valid_from, valid_until)``. ``issued_at`` is read leniently here: if it does not parse,
+   the validity window is skipped and the schema step later refuses it as ``invalid_field``
+   (so a forged body can only ever earn ``bad_signature``).
+5. ``bad_signature`` (401): not exactly 86 base64url characters without padding, not the
+   canonical encoding of 64 bytes (the spare low bits of the last character must be zero),
+   or ed25519 verification of ``DOMAIN_TAG + JCS(signed)`` fails.
+6. Schema, in three passes over ``signed``: ``forbidden_field`` (a refund intent carrying
+   ``sku``/``line_items``/``quoted_total``/``buyer``), then ``unknown_field`` (any key not in
+   the schema, at any depth), then ``invalid_field`` / ``window_too_long`` field by field.
+   Window rules: ``replay_window_seconds`` not an integer, or below 1, is ``invalid_field``;
+   above ``MAX_REPLAY_WINDOW`` is ``window_too_long``; ``expires_at <= issued_at`` is
+   ``invalid_field``; ``expires_at - issued_at > replay_window_seconds`` is
+   ``window_too_long``. These do not depend on ``now``, so they run even when
+   ``check_time=False``.
+7. Time (only when ``check_time``): ``expired`` if ``now > expires_at``; ``not_yet_valid`` if
+   ``issued_at > now + SKEW``.
+
+Numbers: the body is read with ``parse_float=Decimal`` so amounts are exact, and signed as a
+standard JSON parser reads it: every ``Decimal`` becomes ``float(d)`` before JCS (exactly what
+``json.loads`` would have produced, so ``89.00`` is signed as ``89``). Because the signature
+then covers a double, an amount is refused (``invalid_field``) unless it is the shortest
+decimal for that double; otherwise two different amounts could share one signature.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, NoReturn
+
+import nacl.exceptions
+import nacl.signing
+import rfc8785
+
+from sill.errors import SillError
+from sill.money import Money, MoneyError, normalize_currency, parse_major
+
+MAX_BODY_BYTES = 64 * 1024
+SKEW = timedelta(seconds=30)
+MAX_REPLAY_WINDOW = 300
+DOMAIN_TAG = b"sill-mandate-v1:"
+ALGORITHM = "ed25519"
+MAX_LINE_ITEMS = 100
+MAX_TEXT = 255
+
+MANDATE_ID_RE = re.compile(r"\Amnd_[0-9A-HJKMNP-TV-Z]{26}\Z")
+NONCE_RE = re.compile(r"\A[A-Za-z0-9_-]{16,128}\Z")
+SIGNATURE_RE = re.compile(r"\A[A-Za-z0-9_-]{86}\Z")
+_TIMESTAMP_RE = re.compile(
+    r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\Z"
+)
+
+ACTIONS = ("request_refund", "purchase")
+REASON_CODES = ("requested_by_customer", "defective", "not_received", "wrong_item", "other")
+REFUND_FORBIDDEN_FIELDS = ("sku", "line_items", "quoted_total", "buyer")
+PAYMENT_RAILS = ("mock", "stripe", "shopify", "woocommerce", "paypal")
+
+ERROR_CODES: dict[str, int] = {
+    "malformed": 400,
+    "too_large": 413,
+    "unsupported_algorithm": 400,
+    "unknown_key": 401,
+    "bad_signature": 401,
+    "expired": 400,
+    "not_yet_valid": 400,
+    "window_too_long": 400,
+    # Raised by the service that stores mandates, not here; listed so it can use MandateError.
+    "replay": 409,
+    "mandate_conflict": 409,
+    "forbidden_field": 422,
+    "unknown_field": 422,
+    "invalid_field": 422,
+}
+
+_ENVELOPE_KEYS = ("algorithm", "key_id", "signature")
+_IDENTITY_KEYS = ("mandate_id", "site_id", "agent_id")
+_SIGNED_KEYS = (
+    "mandate_id",
+    "site_id",
+    "agent_id",
+    "issued_at",
+    "expires_at",
+    "nonce",
+    "replay_window_seconds",
+    "intent",
+)
+_SIGNED_OPTIONAL_KEYS = ("principal", "protocol_context")
+_PRINCIPAL_KEYS = ("type", "verification")
+_PROTOCOL_KEYS = ("protocol", "version")
+_INTENT_KEYS = {
+    "request_refund": (
+        "action",
+        "merchant",
+        "original_mandate_id",
+        "reason_code",
+        "scope",
+        "max_amount",
+        "currency",
+    ),
+    "purchase": (
+        "action",
+        "merchant",
+        "line_items",
+        "quoted_total",
+        "currency",
+        "buyer",
+        "payment",
+    ),
+}
+_SCOPE_ITEM_KEYS = ("sku", "quantity")
+_LINE_ITEM_KEYS = ("sku", "name", "quantity", "unit_price")
+_BUYER_KEYS = ("name", "email")
+_PAYMENT_KEYS = ("rail", "payment_method")
+
+
+class MandateError(SillError):
+    """A refused mandate; ``status`` follows ``ERROR_CODES[code]``."""
+
+    def __init__(self, code: str, message: str, *, field: str | None = None) -> None:
+        super().__init__(message, code=code, field=field, status=ERROR_CODES[code])
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    public_key: bytes  # 32 raw ed25519 bytes
+    valid_from: datetime  # aware
+    valid_until: datetime | None
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RefundIntent:
+    merchant: str
+    original_mandate_id: str
+    reason_code: str
+    scope: str | list[dict]  # "full" or [{"sku": str, "quantity": int > 0}, ...]
+    max_amount: Money
+    currency: str
+
+
+@dataclass(frozen=True)
+class PurchaseLine:
+    sku: str
+    name: str
+    quantity: int
+    unit_price: Money
+
+
+@dataclass(frozen=True)
+class PurchaseIntent:
+    merchant: str
+    line_items: tuple[PurchaseLine, ...]
+    quoted_total: Money
+    currency: str
+    buyer_name: str
+    buyer_email: str
+    payment_rail: str
+    payment_method: str
+
+
+@dataclass(frozen=True)
+class VerifiedMandate:
+    mandate_id: str
+    site_id: str
+    agent_id: str
+    key_id: str
+    nonce: str
+    issued_at: datetime
+    expires_at: datetime
+    replay_window_seconds: int
+    action: str  # "request_refund" | "purchase"
+    intent: RefundIntent | PurchaseIntent
+    signed: dict  # as parsed (Decimal amounts)
+    raw: bytes  # the exact request body
+    body_sha256: str  # hex sha256 of JCS({"signed", "envelope"}); whitespace-insensitive
+
+
+KeyLookup = Callable[[str, str, str], KeyRecord | None]
+
+
+# --- canonical form and signing ----------------------------------------------------------
+
+
+def canonicalisable(value: Any) -> Any:
+    """``value`` as a standard JSON parser would hold it: every ``Decimal`` becomes a float."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {key: canonicalisable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonicalisable(item) for item in value]
+    return value
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 (JCS) bytes of ``value``; also a valid JSON body for tests and the CLI."""
+    return rfc8785.dumps(canonicalisable(value))
+
+
+def signing_input(signed: Mapping[str, Any]) -> bytes:
+    return DOMAIN_TAG + canonical_json(signed)
+
+
+def document_sha256(doc: Mapping[str, Any]) -> str:
+    """Digest telling an identical resend from a conflicting one (whitespace-insensitive)."""
+    return hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def sign_mandate(
+    signed: dict, signing_key: nacl.signing.SigningKey, key_id: str
+) -> dict[str, dict]:
+    """Wrap ``signed`` in an ed25519 envelope (for ``manage.py agents sign``, tests, bench)."""
+    signature = signing_key.sign(signing_input(signed)).signature
+    return {
+        "signed": signed,
+        "envelope": {"algorithm": ALGORITHM, "key_id": key_id, "signature": _b64url(signature)},
+    }
+
+
+# --- parsing and shape -------------------------------------------------------------------
+
+
+def _fail(code: str, message: str, field: str | None = None) -> NoReturn:
+    raise MandateError(code, message, field=field)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _load(raw: bytes) -> tuple[dict[str, Any], bytes]:
+    """Parse and shape-check ``raw``; return the document and its canonical bytes."""
+    if len(raw) > MAX_BODY_BYTES:
+        _fail("too_large", f"The body is larger than {MAX_BODY_BYTES} bytes.")
+    try:
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        _fail("malformed", "The body is not UTF-8.")
+    try:
+        doc = json.loads(
+            text,
+            parse_float=Decimal,
+            parse_constant=_refuse_constant,
+            object_pairs_hook=_unique_object,
+        )
+    except _DuplicateKey as exc:
+        _fail("malformed", f"The key {exc.args[0]!r} appears twice in one object.")
+    except (ValueError, RecursionError):
+        _fail("malformed", "The body is not valid JSON.")
+    _check_shape(doc)
+    try:
+        canonical = canonical_json(doc)
+    except (rfc8785.CanonicalizationError, RecursionError, ValueError):
+        _fail("malformed", "The body holds a value JSON canonicalisation (RFC 8785) refuses.")
+    return doc, canonical
+
+
+def _check_shape(doc: Any) -> tuple[str, str, str, str]:
+    if not isinstance(doc, dict):
+        _fail("malformed", "The body must be a JSON object.")
+    for name in ("signed", "envelope"):
+        if not isinstance(doc.get(name), dict):
+            _fail("malformed", f'"{name}" must be an object.', name)
+    for name in doc:
+        if name not in ("signed", "envelope"):
+            _fail("malformed", 'Only "signed" and "envelope" are allowed at the top level.', name)
+    envelope, signed = doc["envelope"], doc["signed"]
+    for name in _ENVELOPE_KEYS:
+        # Only the type is shape: an empty or odd value earns its own code further on.
+        if not isinstance(envelope.get(name), str):
+            _fail("malformed", f"envelope.{name} must be a string.", f"envelope.{name}")
+    for name in envelope:
+        if name not in _ENVELOPE_KEYS:
+            _fail("unknown_field", f"envelope.{name} is not a known field.", f"envelope.{name}")
+    for name in _IDENTITY_KEYS:
+        if not isinstance(signed.get(name), str) or not signed[name]:
+            _fail("malformed", f"signed.{name} must be a non-empty string.", f"signed.{name}")
+    return signed["mandate_id"], signed["site_id"], signed["agent_id"], envelope["key_id"]
+
+
+def parse_document(raw: bytes) -> dict[str, Any]:
+    """Size, JSON and top-level shape checks only; numbers with a fraction come back Decimal."""
+    return _load(raw)[0]
+
+
+def peek_identity(doc: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """``(mandate_id, site_id, agent_id, key_id)`` so the caller can find an earlier copy."""
+    return _check_shape(doc)
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp (``Z`` or an offset) as aware UTC, or ``None``."""
+    if not isinstance(value, str):
+        return None
+    match = _TIMESTAMP_RE.match(value)
+    if match is None:
+        return None
+    fraction = match.group(1) or ""
+    # fromisoformat takes at most microseconds on every supported Python: trim, never round.
+    text = value.replace(fraction, fraction[:7], 1) if fraction else value
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+# --- key and signature -------------------------------------------------------------------
+
+
+def _check_key(key: KeyRecord | None, *, issued_at: datetime | None, now: datetime) -> KeyRecord:
+    field = "envelope.key_id"
+    if key is None:
+        _fail("unknown_key", "No such key for this agent on this site.", field)
+    if key.revoked_at is not None and key.revoked_at <= now:
+        _fail("unknown_key", "This key has been revoked.", field)
+    if issued_at is not None and (
+        issued_at < key.valid_from or (key.valid_until is not None and issued_at >= key.valid_until)
+    ):
+        _fail("unknown_key", "This key was not valid at issued_at.", field)
+    return key
+
+
+def _decode_signature(text: str) -> bytes:
+    field = "envelope.signature"
+    if not SIGNATURE_RE.match(text):
+        _fail("bad_signature", "The signature must be 86 base64url characters, unpadded.", field)
+    signature = base64.urlsafe_b64decode(text + "==")
+    # 86 characters carry 516 bits; the 4 spare bits must be zero or one signature would
+    # have 16 spellings (and a resend with another spelling would look like a conflict).
+    if _b64url(signature) != text:
+        _fail("bad_signature", "The signature is not canonical base64url.", field)
+    return signature
+
+
+def _check_signature(key: KeyRecord, signed: Mapping[str, Any], signature: bytes) -> None:
+    try:
+        nacl.signing.VerifyKey(key.public_key).verify(signing_input(signed), signature)
+    except nacl.exceptions.BadSignatureError:
+        _fail("bad_signature", "The signature does not match.", "envelope.signature")
+
+
+# --- schema ------------------------------------------------------------------------------
+
+
+def _check_forbidden(signed: Mapping[str, Any]) -> None:
+    intent = signed.get("intent")
+    if isinstance(intent, dict) and intent.get("action") == "request_refund":
+        for name in REFUND_FORBIDDEN_FIELDS:
+            if name in intent:
+                _fail(
+                    "forbidden_field",
+                    f"A refund may not carry {name}: order details come from Sill's record.",
+                    f"signed.intent.{name}",
+                )
+
+
+def _only(obj: Any, allowed: tuple[str, ...], path: str) -> None:
+    if isinstance(obj, dict):
+        for name in obj:
+            if name not in allowed:
+                _fail("unknown_field", f"{path}.{name} is not a known field.", f"{path}.{name}")
+
+
+def _items(value: Any) -> list[tuple[int, Any]]:
+    return list(enumerate(value)) if isinstance(value, list) else []
+
+
+def _check_unknown(signed: Mapping[str, Any]) -> None:
+    _only(signed, _SIGNED_KEYS + _SIGNED_OPTIONAL_KEYS, "signed")
+    _only(signed.get("principal"), _PRINCIPAL_KEYS, "signed.principal")
+    _only(signed.get("protocol_context"), _PROTOCOL_KEYS, "signed.protocol_context")
+    intent = signed.get("intent")
+    if not isinstance(intent, dict):
+        return
+    action = intent.get("action")
+    if not isinstance(action, str) or action not in _INTENT_KEYS:
+        return
+    _only(intent, _INTENT_KEYS[action], "signed.intent")
+    if action == "request_refund":
+        for i, item in _items(intent.get("scope")):
+            _only(item, _SCOPE_ITEM_KEYS, f"signed.intent.scope.{i}")
+    else:
+        for i, item in _items(intent.get("line_items")):
+            _only(item, _LINE_ITEM_KEYS, f"signed.intent.line_items.{i}")
+        _only(intent.get("buyer"), _BUYER_KEYS, "signed.intent.buyer")
+        _only(intent.get("payment"), _PAYMENT_KEYS, "signed.intent.payment")
+
+
+def _invalid(path: str, message: str) -> NoReturn:
+    _fail("invalid_field", f"{path} {message}.", path)
+
+
+def _get(obj: Mapping[str, Any], name: str, path: str) -> Any:
+    if name not in obj:
+        _invalid(f"{path}.{name}", "is required")
+    return obj[name]
+
+
+def _object(obj: Mapping[str, Any], name: str, path: str) -> dict[str, Any]:
+    value = _get(obj, name, path)
+    if not isinstance(value, dict):
+        _invalid(f"{path}.{name}", "must be an object")
+    return value
+
+
+def _text(obj: Mapping[str, Any], name: str, path: str) -> str:
+    value = _get(obj, name, path)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT:
+        _invalid(f"{path}.{name}", f"must be a non-blank string of at most {MAX_TEXT} characters")
+    return value
+
+
+def _choice(obj: Mapping[str, Any], name: str, path: str, choices: tuple[str, ...]) -> str:
+    value = _get(obj, name, path)
+    if not isinstance(value, str) or value not in choices:
+        _invalid(f"{path}.{name}", f"must be one of {', '.join(choices)}")
+    return value
+
+
+def _positive_int(obj: Mapping[str, Any], name: str, path: str) -> int:
+    value = _get(obj, name, path)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _invalid(f"{path}.{name}", "must be a positive integer")
+    return value
+
+
+def _timestamp(obj: Mapping[str, Any], name: str, path: str) -> datetime:
+    value = parse_timestamp(_get(obj, name, path))
+    if value is None:
+        _invalid(f"{path}.{name}", "must be an RFC 3339 timestamp with Z or an offset")
+    return value
+
+
+def _currency(obj: Mapping[str, Any], name: str, path: str) -> str:
+    value = _get(obj, name, path)
+    try:
+        code = normalize_currency(value)
+    except MoneyError as exc:
+        _invalid(f"{path}.{name}", f"is not usable ({exc})")
+    if code != value:
+        _invalid(f"{path}.{name}", "must be an upper-case ISO 4217 code")
+    return code
+
+
+def _amount(obj: Mapping[str, Any], name: str, path: str, currency: str) -> Money:
+    field = f"{path}.{name}"
+    value = _get(obj, name, path)
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        _invalid(field, "must be a JSON number in major units (89.00), not a string")
+    try:
+        money = parse_major(value, currency)
+    except MoneyError as exc:
+        _invalid(field, f"is not a valid {currency} amount ({exc})")
+    if money.amount_minor <= 0:
+        _invalid(field, "must be greater than zero")
+    # The signature covers float(value); only the shortest decimal of that double is accepted,
+    # so no other amount can ride on the same signature.
+    if isinstance(value, Decimal) and Decimal(repr(float(value))) != value:
+        _invalid(field, "has more significant digits than a JSON number carries exactly")
+    return money
+
+
+def _refund_intent(intent: Mapping[str, Any], path: str) -> RefundIntent:
+    merchant = _text(intent, "merchant", path)
+    original = _get(intent, "original_mandate_id", path)
+    if not isinstance(original, str) or not MANDATE_ID_RE.match(original):
+        _invalid(f"{path}.original_mandate_id", "must be a mandate id (mnd_ + 26-char ULID)")
+    reason_code = _choice(intent, "reason_code", path, REASON_CODES)
+    scope_value = _get(intent, "scope", path)
+    scope: str | list[dict]
+    if scope_value == "full":
+        scope = "full"
+    elif isinstance(scope_value, list) and 0 < len(scope_value) <= MAX_LINE_ITEMS:
+        scope = []
+        for i, item in enumerate(scope_value):
+            item_path = f"{path}.scope.{i}"
+            if not isinstance(item, dict):
+                _invalid(item_path, "must be an object with sku and quantity")
+            scope.append(
+                {
+                    "sku": _text(item, "sku", item_path),
+                    "quantity": _positive_int(item, "quantity", item_path),
+                }
+            )
+    else:
+        _invalid(
+            f"{path}.scope",
+            f'must be "full" or a list of 1 to {MAX_LINE_ITEMS} {{sku, quantity}} objects',
+        )
+    currency = _currency(intent, "currency", path)
+    max_amount = _amount(intent, "max_amount", path, currency)
+    return RefundIntent(
+        merchant=merchant,
+        original_mandate_id=original,
+        reason_code=reason_code,
+        scope=scope,
+        max_amount=max_amount,
+        currency=currency,
+    )
+
+
+def _purchase_intent(intent: Mapping[str, Any], path: str) -> PurchaseIntent:
+    merchant = _text(intent, "merchant", path)
+    currency = _currency(intent, "currency", path)
+    items_value = _get(intent, "line_items", path)
+    if not isinstance(items_value, list) or not 0 < len(items_value) <= MAX_LINE_ITEMS:
+        _invalid(f"{path}.line_items", f"must be a list of 1 to {MAX_LINE_ITEMS} items")
+    lines = []
+    total = Money.zero(currency)
+    for i, item in enumerate(items_value):
+        item_path = f"{path}.line_items.{i}"
+        if not isinstance(item, dict):
+            _invalid(item_path, "must be an object")
+        line = PurchaseLine(
+            sku=_text(item, "sku", item_path),
+            name=_text(item, "name", item_path),
+            quantity=_positive_int(item, "quantity", item_path),
+            unit_price=_amount(item, "unit_price", item_path, currency),
+        )
+        lines.append(line)
+        total += Money(line.unit_price.amount_minor * line.quantity, currency)
+    quoted_total = _amount(intent, "quoted_total", path, currency)
+    if quoted_total != total:
+        _invalid(
+            f"{path}.quoted_total",
+            f"must equal the sum of quantity x unit_price ({total.major_str()})",
+        )
+    buyer = _object(intent, "buyer", path)
+    buyer_name = _text(buyer, "name", f"{path}.buyer")
+    buyer_email = _text(buyer, "email", f"{path}.buyer")
+    local, _, domain = buyer_email.partition("@")
+    if not local or not domain or "@" in domain or any(c.isspace() for c in buyer_email):
+        _invalid(f"{path}.buyer.email", "must be an email address")
+    payment = _object(intent, "payment", path)
+    return PurchaseIntent(
+        merchant=merchant,
+        line_items=tuple(lines),
+        quoted_total=quoted_total,
+        currency=currency,
+        buyer_name=buyer_name,
+        buyer_email=buyer_email,
+        payment_rail=_choice(payment, "rail", f"{path}.payment", PAYMENT_RAILS),
+        payment_method=_text(payment, "payment_method", f"{path}.payment"),
+    )
+
+
+@dataclass(frozen=True)
+class _Checked:
+    nonce: str
+    issued_at: datetime
+    expires_at: datetime
+    replay_window_seconds: int
+    action: str
+    intent: RefundIntent | PurchaseIntent
+
+
+def _check_schema(signed: Mapping[str, Any]) -> _Checked:
+    _check_forbidden(signed)
+    _check_unknown(signed)
+    path = "signed"
+    if not MANDATE_ID_RE.match(signed["mandate_id"]):
+        _invalid("signed.mandate_id", "must be mnd_ followed by a 26-character ULID")
+    for name in ("site_id", "agent_id"):
+        _text(signed, name, path)
+    issued_at = _timestamp(signed, "issued_at", path)
+    expires_at = _timestamp(signed, "expires_at", path)
+    nonce = _get(signed, "nonce", path)
+    if not isinstance(nonce, str) or not NONCE_RE.match(nonce):
+        _invalid("signed.nonce", "must be 16 to 128 characters of A-Z a-z 0-9 _ -")
+    window = _get(signed, "replay_window_seconds", path)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        _invalid("signed.replay_window_seconds", "must be a positive integer of seconds")
+    if window > MAX_REPLAY_WINDOW:
+        _fail(
+            "window_too_long",
+            f"replay_window_seconds may be at most {MAX_REPLAY_WINDOW}.",
+            "signed.replay_window_seconds",
+        )
+    if expires_at <= issued_at:
+        _invalid("signed.expires_at", "must be later than issued_at")
+    if expires_at - issued_at > timedelta(seconds=window):
+        _fail(
+            "window_too_long",
+            "expires_at - issued_at is longer than replay_window_seconds.",
+            "signed.expires_at",
+        )
+    for name, keys in (("principal", _PRINCIPAL_KEYS), ("protocol_context", _PROTOCOL_KEYS)):
+        if name in signed:
+            obj = _object(signed, name, path)
+            for key in keys:
+                _text(obj, key, f"signed.{name}")
+    intent_value = _object(signed, "intent", path)
+    action = _choice(intent_value, "action", "signed.intent", ACTIONS)
+    intent: RefundIntent | PurchaseIntent
+    if action == "request_refund":
+        intent = _refund_intent(intent_value, "signed.intent")
+    else:
+        intent = _purchase_intent(intent_value, "signed.intent")
+    return _Checked(nonce, issued_at, expires_at, window, action, intent)
+
+
+# --- entry point -------------------------------------------------------------------------
+
+
+def verify_mandate(
+    raw: bytes, *, key_lookup: KeyLookup, now: datetime, check_time: bool = True
+) -> VerifiedMandate:
+    """Verify ``raw`` end to end or raise :class:`MandateError` (order in the module doc).
+
+    ``key_lookup(site_id, agent_id, key_id)`` returns the agent's key or ``None``. With
+    ``check_time=False`` only ``expired``/``not_yet_valid`` are skipped.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now must be timezone-aware")
+    doc, canonical = _load(raw)
+    mandate_id, site_id, agent_id, key_id = _check_shape(doc)
+    signed, envelope = doc["signed"], doc["envelope"]
+    if envelope["algorithm"] != ALGORITHM:
+        _fail(
+            "unsupported_algorithm",
+            f"Only {ALGORITHM} signatures are accepted.",
+            "envelope.algorithm",
+        )
+    key = _check_key(
+        key_lookup(site_id, agent_id, key_id),
+        issued_at=parse_timestamp(signed.get("issued_at")),
+        now=now,
+    )
+    _check_signature(key, signed, _decode_signature(envelope["signature"]))
+    checked = _check_schema(signed)
+    if check_time:
+        if now > checked.expires_at:
+            _fail("expired", "The mandate has expired.", "signed.expires_at")
+        if checked.issued_at > now + SKEW:
+            _fail("not_yet_valid", "issued_at is in the future.", "signed.issued_at")
+    return VerifiedMandate(
+        mandate_id=mandate_id,
+        site_id=site_id,
+        agent_id=agent_id,
+        key_id=key_id,
+        nonce=checked.nonce,
+        issued_at=checked.issued_at,
+        expires_at=checked.expires_at,
+        replay_window_seconds=checked.replay_window_seconds,
+        action=checked.action,
+        intent=checked.intent,
+        signed=signed,
+        raw=bytes(raw),
+        body_sha256=hashlib.sha256(canonical).hexdigest(),
+    )

@@ -1,0 +1,171 @@
+"""Mandates as received, and refunds as Sill decided and executed them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from sill.accounts.models import Agent, Site
+from sill.ids import new_id
+from sill.money import Money
+from sill.orders.models import CURRENCY_RE, Charge, Order
+
+
+def _refund_id() -> str:
+    return new_id("rf")
+
+
+class MandateAction(models.TextChoices):
+    REQUEST_REFUND = "request_refund", "Refund request"
+    PURCHASE = "purchase", "Purchase"
+
+
+class Mandate(models.Model):
+    """A verified mandate, stored verbatim with the answer Sill gave to it.
+
+    The unique (agent, nonce) constraint is the replay guard; the unique (site, mandate_id)
+    constraint makes an identical resend find its earlier answer instead of acting again.
+    """
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="mandates")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="mandates")
+    mandate_id = models.CharField(max_length=64)
+    key_id = models.CharField(max_length=100)
+    nonce = models.CharField(max_length=128)
+    action = models.CharField(max_length=20, choices=MandateAction.choices)
+    raw = models.BinaryField()
+    body_sha256 = models.CharField(max_length=64)
+    issued_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["site", "mandate_id"], name="mandate_id_unique"),
+            models.UniqueConstraint(fields=["agent", "nonce"], name="mandate_nonce_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.mandate_id
+
+
+class RefundOrigin(models.TextChoices):
+    AGENT = "agent", "Agent"
+    STAFF = "staff", "Staff"
+
+
+class RefundStatus(models.TextChoices):
+    HELD = "held", "Held"
+    PROCESSING = "processing", "Processing"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+
+
+class Decision(models.TextChoices):
+    APPROVED = "approved", "Approved"
+    ESCALATED = "escalated", "Escalated"
+    REJECTED = "rejected", "Rejected"
+
+
+# Refunds that count against the one-agent-refund-per-order rule and hold or move money.
+LIVE_STATUSES = (RefundStatus.HELD, RefundStatus.PROCESSING, RefundStatus.SUCCEEDED)
+
+
+class Refund(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=_refund_id, editable=False)
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="refunds")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="refunds")
+    charge = models.ForeignKey(
+        Charge, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
+    )
+    origin = models.CharField(max_length=10, choices=RefundOrigin.choices)
+    mandate = models.OneToOneField(
+        Mandate, on_delete=models.PROTECT, null=True, blank=True, related_name="refund"
+    )
+    agent = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="requested_refunds",
+    )
+    amount_minor = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    rail = models.CharField(max_length=20, blank=True)
+    decision = models.CharField(max_length=12, choices=Decision.choices)
+    status = models.CharField(max_length=12, choices=RefundStatus.choices)
+    # Stable rejection/failure code (DESIGN.md "The refund pipeline"); blank when none.
+    reason = models.CharField(max_length=40, blank=True)
+    reason_code = models.CharField(max_length=40, blank=True)  # the agent's stated reason
+    note = models.TextField(blank=True)
+    rules = models.JSONField(default=list, blank=True)
+    facts = models.JSONField(null=True, blank=True)
+    provider_refund_id = models.CharField(max_length=255, blank=True)
+    failure_message = models.CharField(max_length=500, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="decided_refunds",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_minor__gte=0), name="refund_amount_gte_0"),
+            models.CheckConstraint(
+                condition=Q(currency__regex=CURRENCY_RE), name="refund_currency_iso"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in RefundStatus]),
+                name="refund_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(decision__in=[d.value for d in Decision]),
+                name="refund_decision_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(origin__in=[o.value for o in RefundOrigin]),
+                name="refund_origin_valid",
+            ),
+            # Money moves only for a positive amount.
+            models.CheckConstraint(
+                condition=~Q(status__in=["processing", "succeeded"]) | Q(amount_minor__gt=0),
+                name="refund_moving_amount_gt_0",
+            ),
+            # One agent refund per order (DESIGN.md: already_executed), backed by the database.
+            models.UniqueConstraint(
+                fields=["order"],
+                condition=Q(origin="agent", status__in=[s.value for s in LIVE_STATUSES]),
+                name="refund_one_live_agent_refund_per_order",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["site", "status"]),
+            models.Index(fields=["site", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def amount(self) -> Money:
+        return Money(self.amount_minor, self.currency)
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key every rail call for this refund carries, on every attempt."""
+        return f"sill-refund-{self.id}"

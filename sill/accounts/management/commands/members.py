@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from sill.accounts.models import Role, Site
+from sill.accounts.services import add_member
+from sill.errors import SillError
+
+
+class Command(BaseCommand):
+    help = "Manage site members: `members add --site S --email E --role R [--can-refund]`."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        add = sub.add_parser("add", help="add a member (password from --password or stdin)")
+        add.add_argument("--site", required=True)
+        add.add_argument("--email", required=True)
+        add.add_argument("--role", required=True, choices=Role.values)
+        add.add_argument("--can-refund", action="store_true")
+        add.add_argument("--password")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        site = Site.objects.filter(pk=opts["site"]).first()
+        if site is None:
+            raise CommandError(f"no site {opts['site']}")
+        password = opts["password"]
+        if password is None and not sys.stdin.isatty():
+            password = sys.stdin.readline().rstrip("\n") or None
+        try:
+            membership = add_member(
+                site=site,
+                email=opts["email"],
+                role=opts["role"],
+                can_refund=opts["can_refund"],
+                password=password,
+            )
+        except SillError as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(f"{membership.user.username} is {membership.role} on {site.id}")

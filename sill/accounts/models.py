@@ -1,0 +1,125 @@
+"""Sites (merchants), who may act on them, and the agents that sign mandates for them."""
+
+from __future__ import annotations
+
+import zoneinfo
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from sill.ids import new_ulid
+
+
+def _timezone_choices() -> list[tuple[str, str]]:
+    return [(name, name) for name in sorted(zoneinfo.available_timezones())]
+
+
+class Site(models.Model):
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    name = models.CharField(max_length=200)
+    merchant_domain = models.CharField(max_length=253, unique=True)
+    default_currency = models.CharField(max_length=3, default="USD")
+    timezone = models.CharField(max_length=64, default="UTC")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(default_currency__regex=r"^[A-Z]{3}$"), name="site_currency_iso"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    REVIEWER = "reviewer", "Reviewer"
+    STAFF = "staff", "Staff"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    # Only meaningful for staff: owners and admins may always refund, reviewers never.
+    can_refund = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["site__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "site"], name="membership_one_per_site"),
+            models.CheckConstraint(
+                condition=Q(role__in=[r.value for r in Role]), name="membership_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.site_id} ({self.role})"
+
+
+class Agent(models.Model):
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="agents")
+    agent_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["agent_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["site", "agent_id"], name="agent_unique_per_site"),
+        ]
+
+    def __str__(self) -> str:
+        return self.agent_id
+
+
+class AgentKey(models.Model):
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="keys")
+    key_id = models.CharField(max_length=100)
+    # Raw 32-byte ed25519 public key.
+    public_key = models.BinaryField(max_length=32)
+    valid_from = models.DateTimeField()
+    valid_until = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "key_id"], name="agentkey_unique_per_agent"),
+            models.CheckConstraint(
+                condition=Q(valid_until__isnull=True) | Q(valid_until__gt=models.F("valid_from")),
+                name="agentkey_valid_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}/{self.key_id}"
+
+
+class AgentToken(models.Model):
+    """A bearer token an agent uses to read its refunds. Only the SHA-256 is stored."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tokens")
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+
+class WorkerHeartbeat(models.Model):
+    """Last time a Celery worker ran the heartbeat task (beat schedules it every minute).
+
+    The dashboard shows it so an on-call engineer sees at once whether refunds can execute.
+    """
+
+    hostname = models.CharField(max_length=255, unique=True)
+    seen_at = models.DateTimeField()

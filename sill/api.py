@@ -1,0 +1,50 @@
+"""The DRF exception handler: every API error is ``{"error": {"code", "message", "field"}}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from sill.errors import SillError
+
+_DRF_CODES = {
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "not_authenticated",
+    exceptions.PermissionDenied: "forbidden",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.ParseError: "malformed",
+    exceptions.Throttled: "throttled",
+    exceptions.ValidationError: "invalid_field",
+}
+
+
+def error_response(error: SillError) -> Response:
+    return Response(error.as_dict(), status=error.status)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, SillError):
+        return error_response(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    field = None
+    message = "Request refused."
+    detail = getattr(exc, "detail", None)
+    if isinstance(detail, dict) and detail:
+        field, first = next(iter(detail.items()))
+        message = str(first[0] if isinstance(first, list) and first else first)
+        if field == "non_field_errors":
+            field = None
+    elif isinstance(detail, list) and detail:
+        message = str(detail[0])
+    elif detail is not None:
+        message = str(detail)
+    response.data = {"error": {"code": code, "message": message, "field": field}}
+    return response

@@ -1,0 +1,59 @@
+"""Typed readers for configuration from the environment.
+
+Each helper fails loudly (``ImproperlyConfigured``) on a value it cannot read, so a typo in a
+deployment surfaces at start-up rather than as a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None, *, required: bool = False) -> str | None:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        if required:
+            raise ImproperlyConfigured(f"{name} must be set")
+        return default
+    return value
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {value!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from exc
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_path(name: str, default: Path) -> Path:
+    value = os.environ.get(name)
+    path = Path(value) if value else default
+    return path.expanduser().resolve()

@@ -1,0 +1,187 @@
+"""Demo data for `manage.py demo`: idempotent, on the mock rail, printed logins.
+
+Running it twice changes nothing the second time: every object is found by a stable key
+(site id, email, agent id, order number) before anything is created.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from nacl.signing import SigningKey
+
+from sill.accounts.models import Agent, AgentKey, Role, Site
+from sill.accounts.services import add_agent_key, add_member, b64url_decode, b64url_encode
+from sill.money import parse_major
+from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus, Rail
+from sill.orders.services import NewLine, create_order
+
+DEMO_SITE_ID = "01JDEMOSITE00000000000MAIN"
+DEMO_TEA_SITE_ID = "01JDEMOSITE000000000000TEA"
+DEMO_DOMAIN = "northwind-coffee.example"
+DEMO_PASSWORD = "sill-demo-2026"
+DEMO_AGENT_ID = "agent_acme_shopper"
+DEMO_KEY_ID = "acme-2026-10"
+DEMO_ORDER_MANDATE = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"
+
+DEMO_USERS: tuple[tuple[str, str, bool], ...] = (
+    ("owner@northwind-coffee.example", Role.OWNER, True),
+    ("admin@northwind-coffee.example", Role.ADMIN, True),
+    ("reviewer@northwind-coffee.example", Role.REVIEWER, False),
+    ("staff@northwind-coffee.example", Role.STAFF, True),
+)
+
+# number, mandate, buyer, email, currency, status, [(sku, name, qty, unit price)], days ago
+_ORDERS: tuple[tuple[str, str, str, str, str, str, list[tuple[str, str, int, str]], int], ...] = (
+    ("1001", DEMO_ORDER_MANDATE, "Ada Lovelace", "ada@example.com", "USD", OrderStatus.PAID,
+     [("NW-HB-1KG", "House Blend Coffee, 1 kg", 2, "24.00"),
+      ("NW-DRIP-01", "Ceramic Pour-Over Dripper", 1, "29.00"),
+      ("NW-FILT-100", "Paper Filters (100)", 2, "6.00")], 3),
+    ("1002", "", "Grace Hopper", "grace@example.com", "USD", OrderStatus.SHIPPED,
+     [("NW-ESP-500", "Espresso Roast, 500 g", 1, "16.50"),
+      ("NW-MUG-BLK", "Stoneware Mug, black", 2, "12.00")], 6),
+    ("1003", "", "Émilie du Châtelet", "emilie@example.fr", "EUR", OrderStatus.DELIVERED,
+     [("NW-HB-1KG", "House Blend Coffee, 1 kg", 1, "22.90"),
+      ("NW-GRIND-M", "Manual Burr Grinder", 1, "64.00")], 12),
+    ("1004", "", "Katsuko Saruhashi", "katsuko@example.jp", "JPY", OrderStatus.PAID,
+     [("NW-SENCHA", "Sencha Blend, 200 g", 2, "1800"),
+      ("NW-KETTLE", "Gooseneck Kettle", 1, "6400")], 2),
+    ("1005", "", "Alan Turing", "alan@example.com", "USD", OrderStatus.PENDING,
+     [("NW-SUB-3M", "Coffee subscription, 3 months", 1, "57.00")], 0),
+    ("1006", "", "Hedy Lamarr", "hedy@example.com", "USD", OrderStatus.CANCELLED,
+     [("NW-DECAF", "Swiss Water Decaf, 500 g", 1, "18.00")], 20),
+    ("1007", "", "Ada Lovelace", "ada@example.com", "EUR", OrderStatus.PAID,
+     [("NW-CHEMEX", "Glass Brewer, 6 cup", 1, "49.50")], 40),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    site: Site
+    logins: tuple[tuple[str, str], ...]
+    key_file: Path
+
+
+def demo_key_file() -> Path:
+    return Path(settings.SILL_DATA_DIR) / "demo-agent-key.json"
+
+
+def _demo_signing_key() -> SigningKey:
+    """The demo agent's private key, generated once and kept under the data dir."""
+    path = demo_key_file()
+    if path.exists():
+        data = json.loads(path.read_text())
+        return SigningKey(b64url_decode(data["private_key"]))
+    key = SigningKey.generate()
+    path.write_text(
+        json.dumps(
+            {
+                "site_id": DEMO_SITE_ID,
+                "agent_id": DEMO_AGENT_ID,
+                "key_id": DEMO_KEY_ID,
+                "private_key": b64url_encode(bytes(key)),
+                "public_key": b64url_encode(bytes(key.verify_key)),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    path.chmod(0o600)
+    return key
+
+
+def _ensure_agent(site: Site) -> Agent:
+    key = _demo_signing_key()
+    public = bytes(key.verify_key)
+    agent, _ = Agent.objects.get_or_create(
+        site=site, agent_id=DEMO_AGENT_ID, defaults={"name": "Acme Shopper (demo agent)"}
+    )
+    existing = AgentKey.objects.filter(agent=agent, key_id=DEMO_KEY_ID).first()
+    if existing is not None and bytes(existing.public_key) != public:
+        # The key file under the data dir was replaced: follow it, it is the dev key.
+        existing.public_key = public
+        existing.save(update_fields=["public_key"])
+    elif existing is None:
+        add_agent_key(
+            site=site,
+            agent_id=DEMO_AGENT_ID,
+            key_id=DEMO_KEY_ID,
+            public_key=public,
+            valid_from=datetime(2026, 1, 1, tzinfo=UTC),
+        )
+    return agent
+
+
+@transaction.atomic
+def load_demo() -> DemoResult:
+    site, _ = Site.objects.get_or_create(
+        id=DEMO_SITE_ID,
+        defaults={
+            "name": "Northwind Coffee",
+            "merchant_domain": DEMO_DOMAIN,
+            "default_currency": "USD",
+            "timezone": "America/New_York",
+        },
+    )
+    tea, _ = Site.objects.get_or_create(
+        id=DEMO_TEA_SITE_ID,
+        defaults={
+            "name": "Northwind Tea House",
+            "merchant_domain": "northwind-tea.example",
+            "default_currency": "EUR",
+            "timezone": "Europe/Berlin",
+        },
+    )
+    for email, role, can_refund in DEMO_USERS:
+        add_member(site=site, email=email, role=role, can_refund=can_refund, password=DEMO_PASSWORD)
+    add_member(site=tea, email=DEMO_USERS[0][0], role=Role.OWNER, password=DEMO_PASSWORD)
+    agent = _ensure_agent(site)
+
+    now = timezone.now()
+    for number, mandate, buyer, email, currency, status, lines, days_ago in _ORDERS:
+        if Order.objects.filter(site=site, number=number).exists():
+            continue
+        customer, _ = Customer.objects.get_or_create(
+            site=site,
+            rail_customer_id=f"cus_demo_{email.split('@')[0]}",
+            defaults={
+                "email": email,
+                "name": buyer,
+                "provider_created_at": now - timedelta(days=400),
+            },
+        )
+        order = create_order(
+            site=site,
+            number=number,
+            source_mandate_id=mandate,
+            placed_by_agent=agent if mandate else None,
+            customer=customer,
+            buyer_name=buyer,
+            buyer_email=email,
+            currency=currency,
+            lines=[
+                NewLine(sku=s, name=n, quantity=q, unit_price=parse_major(p, currency))
+                for s, n, q, p in lines
+            ],
+        )
+        placed = now - timedelta(days=days_ago, hours=2)
+        Order.objects.filter(pk=order.pk).update(created_at=placed, status=status)
+        if status not in (OrderStatus.PENDING, OrderStatus.CANCELLED):
+            Charge.objects.create(
+                order=order,
+                rail=Rail.MOCK,
+                provider_payment_id=f"mock_pi_{number}",
+                provider_charge_id=f"mock_ch_{number}",
+                amount_minor=order.total_minor,
+                currency=order.currency,
+                captured_at=placed + timedelta(minutes=1),
+                status=ChargeStatus.SUCCEEDED,
+            )
+    logins = tuple((email, DEMO_PASSWORD) for email, _, _ in DEMO_USERS)
+    return DemoResult(site=site, logins=logins, key_file=demo_key_file())

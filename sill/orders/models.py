@@ -1,0 +1,263 @@
+"""The orders Sill refunds against, as Sill recorded them (never as a caller describes them)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+
+from sill.accounts.models import Agent, Site
+from sill.ids import new_id
+from sill.money import Money
+
+CURRENCY_RE = r"^[A-Z]{3}$"
+
+
+def _order_id() -> str:
+    return new_id("ord")
+
+
+def _charge_id() -> str:
+    return new_id("ch")
+
+
+class Customer(models.Model):
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="customers")
+    rail_customer_id = models.CharField(max_length=255, blank=True)
+    email = models.EmailField()
+    name = models.CharField(max_length=200, blank=True)
+    provider_created_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "rail_customer_id"],
+                condition=~Q(rail_customer_id=""),
+                name="customer_rail_id_unique_per_site",
+            ),
+        ]
+        indexes = [models.Index(fields=["site", "email"])]
+
+    def __str__(self) -> str:
+        return self.name or self.email
+
+
+class OrderStatus(models.TextChoices):
+    PENDING = "PENDING", "Pending"
+    PAID = "PAID", "Paid"
+    SHIPPED = "SHIPPED", "Shipped"
+    DELIVERED = "DELIVERED", "Delivered"
+    PARTIALLY_REFUNDED = "PARTIALLY_REFUNDED", "Partially refunded"
+    REFUNDED = "REFUNDED", "Refunded"
+    CANCELLED = "CANCELLED", "Cancelled"
+
+
+REFUNDABLE_STATUSES = frozenset(
+    {
+        OrderStatus.PAID,
+        OrderStatus.SHIPPED,
+        OrderStatus.DELIVERED,
+        OrderStatus.PARTIALLY_REFUNDED,
+    }
+)
+
+
+class Order(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=_order_id, editable=False)
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="orders")
+    number = models.CharField(max_length=40)
+    # The purchase mandate that created the order, when an agent placed it.
+    source_mandate_id = models.CharField(max_length=64, blank=True)
+    placed_by_agent = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="orders"
+    )
+    customer = models.ForeignKey(
+        Customer, on_delete=models.PROTECT, null=True, blank=True, related_name="orders"
+    )
+    buyer_name = models.CharField(max_length=200, blank=True)
+    buyer_email = models.EmailField(blank=True)
+    status = models.CharField(
+        max_length=20, choices=OrderStatus.choices, default=OrderStatus.PENDING
+    )
+    currency = models.CharField(max_length=3)
+    total_minor = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["site", "number"], name="order_number_unique"),
+            models.UniqueConstraint(
+                fields=["site", "source_mandate_id"],
+                condition=~Q(source_mandate_id=""),
+                name="order_source_mandate_unique",
+            ),
+            models.CheckConstraint(condition=Q(total_minor__gte=0), name="order_total_gte_0"),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in OrderStatus]), name="order_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=CURRENCY_RE), name="order_currency_iso"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["site", "-created_at"]),
+            models.Index(fields=["site", "status"]),
+            models.Index(fields=["site", "buyer_email"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"Order {self.number}"
+
+    @property
+    def total(self) -> Money:
+        return Money(self.total_minor, self.currency)
+
+
+class LineItem(models.Model):
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
+    sku = models.CharField(max_length=100)
+    name = models.CharField(max_length=300)
+    quantity = models.PositiveIntegerField()
+    unit_price_minor = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(quantity__gte=1), name="lineitem_quantity_gte_1"),
+            models.CheckConstraint(
+                condition=Q(unit_price_minor__gte=0), name="lineitem_price_gte_0"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=CURRENCY_RE), name="lineitem_currency_iso"
+            ),
+        ]
+
+    @property
+    def unit_price(self) -> Money:
+        return Money(self.unit_price_minor, self.currency)
+
+    @property
+    def subtotal(self) -> Money:
+        return Money(self.unit_price_minor * self.quantity, self.currency)
+
+
+class Rail(models.TextChoices):
+    MOCK = "mock", "Mock"
+    STRIPE = "stripe", "Stripe"
+    SHOPIFY = "shopify", "Shopify"
+    WOOCOMMERCE = "woocommerce", "WooCommerce"
+    PAYPAL = "paypal", "PayPal"
+
+
+class ChargeStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class Charge(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=_charge_id, editable=False)
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="charges")
+    rail = models.CharField(max_length=20, choices=Rail.choices)
+    # e.g. Stripe PaymentIntent id and charge id; Shopify order + transaction id.
+    provider_payment_id = models.CharField(max_length=255, blank=True)
+    provider_charge_id = models.CharField(max_length=255, blank=True)
+    amount_minor = models.BigIntegerField()
+    amount_refunded_minor = models.BigIntegerField(default=0)
+    # Held by refunds that are executing on the rail and not yet settled (see refunds.services).
+    amount_reserved_minor = models.BigIntegerField(default=0)
+    currency = models.CharField(max_length=3)
+    captured_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(
+        max_length=20, choices=ChargeStatus.choices, default=ChargeStatus.PENDING
+    )
+    failure_message = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_minor__gte=0), name="charge_amount_gte_0"),
+            models.CheckConstraint(
+                condition=Q(amount_refunded_minor__gte=0), name="charge_refunded_gte_0"
+            ),
+            models.CheckConstraint(
+                condition=Q(amount_reserved_minor__gte=0), name="charge_reserved_gte_0"
+            ),
+            # Refunded plus in-flight never exceeds what was charged.
+            models.CheckConstraint(
+                condition=Q(
+                    amount_refunded_minor__lte=F("amount_minor") - F("amount_reserved_minor")
+                ),
+                name="charge_refunded_lte_amount",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in ChargeStatus]),
+                name="charge_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(rail__in=[r.value for r in Rail]), name="charge_rail_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=CURRENCY_RE), name="charge_currency_iso"
+            ),
+            models.UniqueConstraint(
+                fields=["rail", "provider_charge_id"],
+                condition=~Q(provider_charge_id=""),
+                name="charge_provider_id_unique",
+            ),
+        ]
+
+    @property
+    def amount(self) -> Money:
+        return Money(self.amount_minor, self.currency)
+
+    @property
+    def amount_refunded(self) -> Money:
+        return Money(self.amount_refunded_minor, self.currency)
+
+    @property
+    def remaining(self) -> Money:
+        return Money(
+            self.amount_minor - self.amount_refunded_minor - self.amount_reserved_minor,
+            self.currency,
+        )
+
+
+class DisputeStatus(models.TextChoices):
+    NEEDS_RESPONSE = "needs_response", "Needs response"
+    UNDER_REVIEW = "under_review", "Under review"
+    WON = "won", "Won"
+    LOST = "lost", "Lost"
+
+
+OPEN_DISPUTE_STATUSES = frozenset({DisputeStatus.NEEDS_RESPONSE, DisputeStatus.UNDER_REVIEW})
+
+
+class Dispute(models.Model):
+    charge = models.ForeignKey(Charge, on_delete=models.CASCADE, related_name="disputes")
+    provider_dispute_id = models.CharField(max_length=255, blank=True)
+    reason = models.CharField(max_length=100)
+    amount_minor = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=20, choices=DisputeStatus.choices)
+    opened_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_minor__gte=0), name="dispute_amount_gte_0"),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in DisputeStatus]),
+                name="dispute_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=CURRENCY_RE), name="dispute_currency_iso"
+            ),
+        ]
+
+    @property
+    def amount(self) -> Money:
+        return Money(self.amount_minor, self.currency)

@@ -1,0 +1,129 @@
+"""Reads of orders, always scoped to a site."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
+from django.http import Http404
+
+from sill.accounts.models import Site
+from sill.money import Money
+from sill.orders.models import Charge, Order, OrderStatus
+
+
+def orders_for(site: Site, *, q: str = "", status: str = "") -> QuerySet[Order]:
+    """The site's orders, newest first, searchable by number, email or mandate id."""
+    first_rail = Charge.objects.filter(order=OuterRef("pk")).order_by("created_at").values("rail")
+    qs = (
+        Order.objects.filter(site=site)
+        .select_related("customer", "placed_by_agent")
+        .annotate(rail=Subquery(first_rail[:1]), item_count=Count("items"))
+    )
+    q = q.strip()
+    if q:
+        qs = qs.filter(
+            Q(number__iexact=q.lstrip("#"))
+            | Q(number__icontains=q)
+            | Q(buyer_email__icontains=q)
+            | Q(customer__email__icontains=q)
+            | Q(source_mandate_id=q)
+            | Q(id=q)
+        )
+    if status in OrderStatus.values:
+        qs = qs.filter(status=status)
+    return qs.order_by("-created_at", "-id")
+
+
+def order_for(site: Site, order_id: str) -> Order:
+    """One order of ``site`` by its id or the purchase mandate that created it; else 404."""
+    order = (
+        Order.objects.filter(site=site)
+        .filter(Q(id=order_id) | Q(source_mandate_id=order_id))
+        .select_related("customer", "placed_by_agent", "site")
+        .first()
+    )
+    if order is None:
+        raise Http404("No such order on this site.")
+    return order
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One line of an order's Transactions tab: the charge, or a refund."""
+
+    kind: str  # "charge" | "refund"
+    at: datetime
+    amount: Money
+    status: str
+    rail: str
+    provider_id: str
+    who: str
+    detail: str
+    obj: object
+
+
+def transactions_for(order: Order) -> list[Transaction]:
+    """The order's charges and refunds together, newest first (two queries)."""
+    rows: list[Transaction] = []
+    for charge in order.charges.all():
+        rows.append(
+            Transaction(
+                kind="charge",
+                at=charge.captured_at or charge.created_at,
+                amount=charge.amount,
+                status=charge.status,
+                rail=charge.rail,
+                provider_id=charge.provider_charge_id or charge.provider_payment_id,
+                who=order.buyer_name or order.buyer_email,
+                detail=charge.failure_message,
+                obj=charge,
+            )
+        )
+    for refund in order.refunds.select_related("agent", "requested_by", "decided_by"):
+        if refund.agent is not None:
+            who = refund.agent.agent_id
+        elif refund.requested_by is not None:
+            who = refund.requested_by.get_username()
+        else:
+            who = "outside Sill"
+        rows.append(
+            Transaction(
+                kind="refund",
+                at=refund.settled_at or refund.created_at,
+                amount=refund.amount,
+                status=refund.status,
+                rail=refund.rail,
+                provider_id=refund.provider_refund_id,
+                who=who,
+                detail=refund.reason or refund.reason_code,
+                obj=refund,
+            )
+        )
+    rows.sort(key=lambda t: t.at, reverse=True)
+    return rows
+
+
+def dashboard_figures(site: Site) -> dict[str, object]:
+    """Headline numbers for the dashboard, in one aggregate query per table."""
+    from refunds.models import Refund, RefundStatus
+
+    orders = Order.objects.filter(site=site).aggregate(
+        total=Count("id"),
+        paid=Count("id", filter=Q(status__in=["PAID", "SHIPPED", "DELIVERED"])),
+        refunded=Count("id", filter=Q(status__in=["PARTIALLY_REFUNDED", "REFUNDED"])),
+    )
+    refunds = Refund.objects.filter(site=site).aggregate(
+        held=Count("id", filter=Q(status=RefundStatus.HELD)),
+        processing=Count("id", filter=Q(status=RefundStatus.PROCESSING)),
+        succeeded=Count("id", filter=Q(status=RefundStatus.SUCCEEDED)),
+    )
+    by_currency = (
+        Refund.objects.filter(site=site, status=RefundStatus.SUCCEEDED)
+        .values("currency")
+        .annotate(total=Sum("amount_minor"))
+        .order_by("currency")
+    )
+    refunded = [Money(row["total"], row["currency"]) for row in by_currency]
+    return {"orders": orders, "refunds": refunds, "refunded": refunded}

@@ -1,0 +1,144 @@
+"""Writes to orders: creating them, and the state transitions of orders and charges."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+
+from sill.accounts.models import Agent, Site
+from sill.errors import SillError
+from sill.money import Money
+from sill.orders.models import (
+    Charge,
+    ChargeStatus,
+    Customer,
+    LineItem,
+    Order,
+    OrderStatus,
+)
+
+# Allowed order status transitions; set_order_status() refuses anything else.
+ORDER_TRANSITIONS: dict[str, frozenset[str]] = {
+    OrderStatus.PENDING: frozenset({OrderStatus.PAID, OrderStatus.CANCELLED}),
+    OrderStatus.PAID: frozenset(
+        {
+            OrderStatus.SHIPPED,
+            OrderStatus.DELIVERED,
+            OrderStatus.PARTIALLY_REFUNDED,
+            OrderStatus.REFUNDED,
+            OrderStatus.CANCELLED,
+        }
+    ),
+    OrderStatus.SHIPPED: frozenset(
+        {OrderStatus.DELIVERED, OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED}
+    ),
+    OrderStatus.DELIVERED: frozenset({OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED}),
+    OrderStatus.PARTIALLY_REFUNDED: frozenset({OrderStatus.REFUNDED}),
+    OrderStatus.REFUNDED: frozenset(),
+    OrderStatus.CANCELLED: frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class NewLine:
+    sku: str
+    name: str
+    quantity: int
+    unit_price: Money
+
+
+def next_order_number(site: Site) -> str:
+    """The next sequential number; the (site, number) constraint catches a racing writer."""
+    numbers = Order.objects.filter(site=site, number__regex=r"^[0-9]+$").values_list(
+        "number", flat=True
+    )
+    highest = max((int(n) for n in numbers), default=1000)
+    return str(highest + 1)
+
+
+@transaction.atomic
+def create_order(
+    *,
+    site: Site,
+    lines: Sequence[NewLine],
+    currency: str,
+    buyer_name: str,
+    buyer_email: str,
+    number: str | None = None,
+    source_mandate_id: str = "",
+    placed_by_agent: Agent | None = None,
+    customer: Customer | None = None,
+) -> Order:
+    if not lines:
+        raise SillError("an order needs at least one line item", code="invalid_field")
+    total = Money.zero(currency)
+    for line in lines:
+        total = total + Money(line.unit_price.amount_minor * line.quantity, currency)
+    order = Order.objects.create(
+        site=site,
+        number=number or next_order_number(site),
+        source_mandate_id=source_mandate_id,
+        placed_by_agent=placed_by_agent,
+        customer=customer,
+        buyer_name=buyer_name,
+        buyer_email=buyer_email,
+        currency=total.currency,
+        total_minor=total.amount_minor,
+        status=OrderStatus.PENDING,
+    )
+    LineItem.objects.bulk_create(
+        LineItem(
+            order=order,
+            sku=line.sku,
+            name=line.name,
+            quantity=line.quantity,
+            unit_price_minor=line.unit_price.amount_minor,
+            currency=total.currency,
+        )
+        for line in lines
+    )
+    return order
+
+
+def set_order_status(*, order: Order, status: str) -> Order:
+    """The one function that changes ``Order.status``; refuses transitions not in the table."""
+    if status == order.status:
+        return order
+    if status not in ORDER_TRANSITIONS.get(order.status, frozenset()):
+        raise SillError(
+            f"an order cannot go from {order.status} to {status}", code="invalid_transition"
+        )
+    order.status = status
+    order.save(update_fields=["status", "updated_at"])
+    return order
+
+
+@transaction.atomic
+def record_charge_result(
+    *,
+    charge: Charge,
+    succeeded: bool,
+    provider_payment_id: str = "",
+    provider_charge_id: str = "",
+    captured_at: datetime | None = None,
+    failure_message: str = "",
+) -> Charge:
+    """Settle a pending charge once; the order becomes PAID when it succeeded."""
+    charge = Charge.objects.select_for_update().get(pk=charge.pk)
+    if charge.status != ChargeStatus.PENDING:
+        return charge
+    charge.provider_payment_id = provider_payment_id
+    charge.provider_charge_id = provider_charge_id
+    if succeeded:
+        charge.status = ChargeStatus.SUCCEEDED
+        charge.captured_at = captured_at
+    else:
+        charge.status = ChargeStatus.FAILED
+        charge.failure_message = failure_message[:500]
+    charge.save()
+    if succeeded:
+        set_order_status(order=charge.order, status=OrderStatus.PAID)
+    return charge

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from sill.accounts.access import Cap, site_view
+from sill.orders import selectors
+from sill.orders.models import OrderStatus
+
+PAGE_SIZE = 25
+
+
+@site_view(Cap.VIEW_ORDERS)
+def dashboard(request: HttpRequest) -> HttpResponse:
+    site = request.site_ctx.site
+    recent = selectors.orders_for(site)[:8]
+    figures = selectors.dashboard_figures(site)
+    return render(request, "orders/dashboard.html", {"recent": recent, **figures})
+
+
+@site_view(Cap.VIEW_ORDERS)
+def order_list(request: HttpRequest) -> HttpResponse:
+    q = request.GET.get("q", "")[:200]
+    status = request.GET.get("status", "")
+    orders = selectors.orders_for(request.site_ctx.site, q=q, status=status)
+    page = Paginator(orders, PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "q": q,
+        "status": status if status in OrderStatus.values else "",
+        "statuses": OrderStatus.choices,
+    }
+    template = "orders/list.html#results" if request.htmx else "orders/list.html"
+    return render(request, template, context)
+
+
+@site_view(Cap.VIEW_ORDERS)
+def order_detail(request: HttpRequest, order_id: str) -> HttpResponse:
+    order = selectors.order_for(request.site_ctx.site, order_id)
+    tab = "transactions" if request.GET.get("tab") == "transactions" else "overview"
+    context = {
+        "order": order,
+        "items": list(order.items.all()),
+        "charges": list(order.charges.prefetch_related("disputes")),
+        "transactions": selectors.transactions_for(order),
+        "tab": tab,
+    }
+    if request.htmx and request.htmx.target == "order-tab":
+        return render(request, f"orders/detail.html#{tab}", context)
+    return render(request, "orders/detail.html", context)

@@ -1,0 +1,235 @@
+"""Sill's one settings module, read from the environment (see README "Configuration")."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from sill.env import env_bool, env_int, env_list, env_path, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+TESTING = "pytest" in sys.modules or env_bool("SILL_TESTING")
+
+DEBUG = env_bool("DEBUG", default=False)
+SILL_DATA_DIR = env_path("SILL_DATA_DIR", BASE_DIR / "var")
+SILL_DATA_DIR.mkdir(parents=True, exist_ok=True)
+PORT = env_int("PORT", 8000)
+
+_secret = env_str("SILL_SECRET_KEY")
+if _secret is None:
+    if not (DEBUG or TESTING):
+        raise ImproperlyConfigured("SILL_SECRET_KEY must be set when DEBUG is off")
+    _secret = "django-insecure-development-only-" + "x" * 40
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = env_list("SILL_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("SILL_CSRF_TRUSTED_ORIGINS", [])
+
+# Whether any rail may move real money (live Stripe keys). Off unless explicitly set.
+SILL_ALLOW_LIVE = env_bool("SILL_ALLOW_LIVE", default=False)
+# Ed25519 seed (base64url, 32 bytes) that signs audit records; generated under the data dir
+# in development when unset (see audit.keys).
+SILL_AUDIT_SIGNING_KEY = env_str("SILL_AUDIT_SIGNING_KEY")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "template_partials",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "treebeard",
+    "sill.accounts",
+    "sill.orders",
+    "sill.rails",
+    "refunds",
+    "policies",
+    "audit",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "sill.urls"
+WSGI_APPLICATION = "sill.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "sill.accounts.context_processors.site_context_processor",
+            ],
+            "builtins": ["sill.templatetags.sill"],
+        },
+    }
+]
+
+# --- Database -------------------------------------------------------------------------------
+_database_url = env_str("DATABASE_URL")
+if _database_url:
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": SILL_DATA_DIR / "sill.sqlite3",
+            # IMMEDIATE transactions + WAL: a web process and a worker can both write without
+            # "database is locked" (writers queue on the busy timeout instead of failing at
+            # the lock upgrade of a DEFERRED transaction).
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            # A file, not :memory:, so a worker process in the integration tests sees it.
+            "TEST": {"NAME": str(SILL_DATA_DIR / "test.sqlite3")},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Cache ----------------------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Celery ---------------------------------------------------------------------------------
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+else:
+    # Embedded broker: kombu's filesystem transport under the data dir; no server needed.
+    _broker = SILL_DATA_DIR / "broker"
+    _broker.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker),
+        "data_folder_out": str(_broker),
+        "data_folder_processed": str(SILL_DATA_DIR / "broker-done"),
+        "store_processed": False,
+    }
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TASK_ALWAYS_EAGER = env_bool("SILL_CELERY_EAGER", default=False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Auth, sessions, security ---------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+if TESTING:
+    # Hashing cost is not what the tests are about.
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+LOGIN_URL = "accounts:login"
+LOGIN_REDIRECT_URL = "orders:dashboard"
+LOGOUT_REDIRECT_URL = "accounts:login"
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie; CSRF goes in hx-headers from the page.
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+if not DEBUG and not TESTING:
+    SESSION_COOKIE_SECURE = env_bool("SILL_SECURE_COOKIES", default=True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+    SECURE_SSL_REDIRECT = env_bool("SILL_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = env_int("SILL_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = SILL_DATA_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG or TESTING
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+
+EMAIL_BACKEND = env_str(
+    "SILL_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+DEFAULT_FROM_EMAIL = env_str("SILL_FROM_EMAIL", "Sill <refunds@sill.example>")
+EMAIL_HOST = env_str("SILL_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("SILL_EMAIL_PORT", 25)
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "sill.api.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Sill API",
+    "DESCRIPTION": "Signed refund mandates for AI agents, and staff refunds.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("SILL_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

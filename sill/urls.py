@@ -1,0 +1,10 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+urlpatterns = [
+    path("", include("sill.accounts.urls")),
+    path("", include("sill.orders.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("django-admin/", admin.site.urls),
+]

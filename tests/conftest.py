@@ -1,0 +1,130 @@
+"""Shared fixtures: sites, personas (owner, admin, reviewer, staff, outsider) and orders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from sill.accounts.models import Agent, Membership, Role, Site
+from sill.accounts.services import add_member
+from sill.money import parse_major
+from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus, Rail
+from sill.orders.services import NewLine, create_order
+
+PASSWORD = "correct-horse-battery-staple"
+ROLES = ("owner", "admin", "reviewer", "staff")
+
+
+@pytest.fixture(autouse=True)
+def _eager_celery(settings):
+    """Tasks run in-process unless a test starts a real worker (tests/worker.py)."""
+    from sill.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def site(db) -> Site:
+    return Site.objects.create(
+        id="01TESTSITE0000000000000001", name="Test Roasters", merchant_domain="roasters.example"
+    )
+
+
+@pytest.fixture
+def other_site(db) -> Site:
+    return Site.objects.create(
+        id="01TESTSITE0000000000000002", name="Other Shop", merchant_domain="other.example"
+    )
+
+
+@pytest.fixture
+def members(site: Site, other_site: Site) -> dict[str, Membership]:
+    """One member per role on ``site``, plus ``outsider``: an owner of ``other_site``."""
+    result = {
+        role: add_member(
+            site=site,
+            email=f"{role}@roasters.example",
+            role=role,
+            can_refund=role == Role.STAFF,
+            password=PASSWORD,
+        )
+        for role in ROLES
+    }
+    result["outsider"] = add_member(
+        site=other_site, email="owner@other.example", role=Role.OWNER, password=PASSWORD
+    )
+    return result
+
+
+@pytest.fixture
+def client_for(members: dict[str, Membership]) -> Callable[[str], Client]:
+    """``client_for("admin")`` → a logged-in client; ``client_for("anonymous")`` → none."""
+
+    def make(persona: str) -> Client:
+        client = Client()
+        if persona != "anonymous":
+            client.force_login(members[persona].user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def agent(site: Site) -> Agent:
+    return Agent.objects.create(site=site, agent_id="agent_test_shopper", name="Test shopper")
+
+
+@pytest.fixture
+def make_order(site: Site) -> Callable[..., Order]:
+    counter = {"n": 0}
+
+    def make(
+        *,
+        total: str = "89.00",
+        currency: str = "USD",
+        status: str = OrderStatus.PAID,
+        on_site: Site | None = None,
+        email: str = "buyer@example.com",
+        charged: bool = True,
+        rail: str = Rail.MOCK,
+        placed_by_agent: Agent | None = None,
+        source_mandate_id: str = "",
+        days_ago: int = 1,
+    ) -> Order:
+        counter["n"] += 1
+        target = on_site or site
+        order = create_order(
+            site=target,
+            lines=[
+                NewLine(
+                    sku="SKU-1", name="Item", quantity=1, unit_price=parse_major(total, currency)
+                )
+            ],
+            currency=currency,
+            buyer_name="Buyer",
+            buyer_email=email,
+            placed_by_agent=placed_by_agent,
+            source_mandate_id=source_mandate_id,
+        )
+        when = timezone.now() - timedelta(days=days_ago)
+        Order.objects.filter(pk=order.pk).update(status=status, created_at=when)
+        if charged:
+            Charge.objects.create(
+                order=order,
+                rail=rail,
+                provider_charge_id=f"ch_test_{order.pk}",
+                amount_minor=order.total_minor,
+                currency=currency,
+                captured_at=when,
+                status=ChargeStatus.SUCCEEDED,
+            )
+        order.refresh_from_db()
+        return order
+
+    return make
