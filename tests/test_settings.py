@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SILL_", "DEBUG"))}
+    skip = ("SILL_", "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
     base.update({"SILL_DATA_DIR": str(tmp_path), **env})
     return subprocess.run(
         [sys.executable, "manage.py", *args],
