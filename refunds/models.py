@@ -77,7 +77,10 @@ LIVE_STATUSES = (RefundStatus.HELD, RefundStatus.PROCESSING, RefundStatus.SUCCEE
 class Refund(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=_refund_id, editable=False)
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="refunds")
-    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="refunds")
+    # Null only for a rejected request whose original order Sill could not find.
+    order = models.ForeignKey(
+        Order, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
+    )
     charge = models.ForeignKey(
         Charge, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
     )
@@ -109,6 +112,10 @@ class Refund(models.Model):
     provider_refund_id = models.CharField(max_length=255, blank=True)
     failure_message = models.CharField(max_length=500, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # While set and in the future, one execution holds this refund (see refunds.execution).
+    lease_until = models.DateTimeField(null=True, blank=True)
+    # Hash of the audit decision record this refund executes under (settlement links to it).
+    decision_hash = models.CharField(max_length=64, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

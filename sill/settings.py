@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -107,8 +108,9 @@ else:
                 "timeout": 20,
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
-            # A file, not :memory:, so a worker process in the integration tests sees it.
-            "TEST": {"NAME": str(SILL_DATA_DIR / "test.sqlite3")},
+            # A file, not :memory:, so a worker process in the integration tests sees it; one
+            # per test run, so two suites on one machine never share (or delete) it.
+            "TEST": {"NAME": str(SILL_DATA_DIR / f"test-{os.getpid()}.sqlite3")},
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -128,7 +130,11 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
 else:
     # Embedded broker: kombu's filesystem transport under the data dir; no server needed.
-    _broker = SILL_DATA_DIR / "broker"
+    # Tests get a broker folder of their own run (passed on to their worker processes).
+    _broker = env_path(
+        "SILL_BROKER_DIR",
+        SILL_DATA_DIR / (f"broker-test-{os.getpid()}" if TESTING else "broker"),
+    )
     _broker.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -150,6 +156,10 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ALWAYS_EAGER = env_bool("SILL_CELERY_EAGER", default=False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# How long one execution holds a refund before recovery may try again (same idempotency key),
+# and how old an unheld processing refund must be before the beat sweep re-enqueues it.
+SILL_EXECUTION_LEASE_SECONDS = env_int("SILL_EXECUTION_LEASE_SECONDS", 120)
+SILL_RECOVER_AFTER_SECONDS = env_int("SILL_RECOVER_AFTER_SECONDS", 60)
 
 # --- Auth, sessions, security ---------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 urlpatterns = [
     path("", include("sill.accounts.urls")),
     path("", include("sill.orders.urls")),
+    path("", include("refunds.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("django-admin/", admin.site.urls),
 ]

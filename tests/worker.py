@@ -43,6 +43,8 @@ def worker_env(**extra: str) -> dict[str, str]:
     )
     if settings.REDIS_URL:
         env["REDIS_URL"] = settings.REDIS_URL
+    else:
+        env["SILL_BROKER_DIR"] = settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]
     env.update(extra)
     return env
 

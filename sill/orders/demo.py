@@ -21,6 +21,7 @@ from sill.accounts.services import add_agent_key, add_member, b64url_decode, b64
 from sill.money import parse_major
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus, Rail
 from sill.orders.services import NewLine, create_order
+from sill.rails.registry import ensure_mock_rail
 
 DEMO_SITE_ID = "01JDEMOSITE00000000000MAIN"
 DEMO_TEA_SITE_ID = "01JDEMOSITE000000000000TEA"
@@ -142,6 +143,8 @@ def load_demo() -> DemoResult:
         add_member(site=site, email=email, role=role, can_refund=can_refund, password=DEMO_PASSWORD)
     add_member(site=tea, email=DEMO_USERS[0][0], role=Role.OWNER, password=DEMO_PASSWORD)
     agent = _ensure_agent(site)
+    ensure_mock_rail(site)
+    ensure_mock_rail(tea)
 
     now = timezone.now()
     for number, mandate, buyer, email, currency, status, lines, days_ago in _ORDERS:

@@ -1,0 +1,231 @@
+"""The audit hash chain: canonical payloads, hashes, signatures and verification.
+
+Pure logic: no Django, no ORM. A record, as :func:`verify_chain` reads it, is a mapping with
+``site_id``, ``seq``, ``kind``, ``payload`` (the canonical JSON text that was hashed),
+``prev_hash``, ``hash``, ``signature`` and ``key_id``.
+
+- ``payload`` is the RFC 8785 (JCS) text of
+  ``{"site_id", "seq", "kind", "recorded_at", "body"}``, so the columns that order and
+  classify a record are covered by its hash: swapping two records cannot pass.
+- ``hash = sha256(prev_hash.encode("ascii") + payload_bytes).hexdigest()``; the first record
+  of a site chains to :data:`GENESIS_HASH`.
+- ``signature`` is ed25519 over the 32 raw bytes of ``hash``, base64url without padding
+  (86 characters), made with the key named by ``key_id``.
+
+``audit/verify_export.py`` repeats these checks without Sill; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import nacl.exceptions
+import nacl.signing
+import rfc8785
+
+GENESIS_HASH = "0" * 64
+# JCS writes integers exactly only up to 2**53 - 1 (an IEEE double); amounts are minor units.
+MAX_SAFE_INTEGER = 2**53 - 1
+PAYLOAD_KEYS = frozenset({"site_id", "seq", "kind", "recorded_at", "body"})
+
+_HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+_SIGNATURE_RE = re.compile(r"\A[A-Za-z0-9_-]{86}\Z")
+
+
+def canonical(obj: Any) -> bytes:
+    """RFC 8785 bytes of ``obj``, which may hold only dict (str keys), list, str, int, bool
+    and None.
+
+    Raises ``TypeError`` for anything else, floats and ``Decimal`` included: amounts go in as
+    integer minor units (or strings) so the log never rounds them. Raises ``ValueError`` for an
+    integer JCS cannot write exactly (beyond ±(2**53 - 1)).
+    """
+    _check_value(obj, "$")
+    return rfc8785.dumps(obj)
+
+
+def _check_value(value: Any, path: str) -> None:
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise ValueError(f"{path}: integer {value} is beyond 2**53 - 1; pass it as a string")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_value(item, f"{path}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path}: object keys must be strings, not {type(key).__name__}")
+            _check_value(item, f"{path}.{key}")
+        return
+    raise TypeError(
+        f"{path}: {type(value).__name__} is not allowed in an audit payload "
+        "(use int minor units or str; floats are never exact)"
+    )
+
+
+def record_hash(prev_hash: str, payload_bytes: bytes) -> str:
+    return hashlib.sha256(prev_hash.encode("ascii") + payload_bytes).hexdigest()
+
+
+def b64url_encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    """Strict base64url: the alphabet only, padding optional, spare bits zero."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]*={0,2}", text):
+        raise ValueError("not base64url")
+    stripped = text.rstrip("=")
+    raw = base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
+    if b64url_encode(raw) != stripped:
+        raise ValueError("not the canonical base64url encoding")
+    return raw
+
+
+def sign_hash(hash_hex: str, signing_key: nacl.signing.SigningKey) -> str:
+    """The record signature: ed25519 over ``bytes.fromhex(hash_hex)``, base64url, 86 chars."""
+    return b64url_encode(signing_key.sign(bytes.fromhex(hash_hex)).signature)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    count: int  # records that passed every check before the first failure (all, when ok)
+    first_bad_seq: int | None
+    problem: str  # "" when ok
+
+
+class _Bad(Exception):
+    def __init__(self, seq: int, problem: str) -> None:
+        super().__init__(problem)
+        self.seq = seq
+        self.problem = problem
+
+
+def verify_chain(
+    records: Iterable[Mapping[str, Any]],
+    public_keys: Mapping[str, bytes],
+    *,
+    expected_head: tuple[int, str] | None = None,
+) -> VerifyResult:
+    """Check one site's records, in ``seq`` order, and stop at the first that fails.
+
+    Checks for each record, in this order: ``seq`` is the previous seq + 1 (the first is 1);
+    ``payload`` parses and re-canonicalises to the identical text; the payload's
+    ``site_id``/``seq``/``kind`` equal the columns (and ``site_id`` is the chain's);
+    ``prev_hash`` is the previous record's ``hash``; ``hash`` recomputes; ``signature``
+    verifies with ``public_keys[key_id]`` (raw 32-byte ed25519 keys).
+
+    ``first_bad_seq`` names the first record that fails. For a deleted record that is the
+    record *after* the gap (the problem text names the missing seq); for two swapped records
+    it is the lower of the two. A chain that merely ends early cannot be told from a shorter
+    one: pass ``expected_head`` (the trusted last ``(seq, hash)``) to catch a truncated tail;
+    its failure names the first missing seq.
+    """
+    count = 0
+    prev_seq = 0
+    prev_hash = GENESIS_HASH
+    site_id: str | None = None
+    try:
+        for record in records:
+            seq = record.get("seq")
+            if not isinstance(seq, int) or isinstance(seq, bool):
+                raise _Bad(prev_seq + 1, f"record after seq {prev_seq} has no integer seq")
+            if seq != prev_seq + 1:
+                if seq > prev_seq + 1:
+                    missing = (
+                        f"seq {prev_seq + 1}"
+                        if seq == prev_seq + 2
+                        else f"seqs {prev_seq + 1}..{seq - 1}"
+                    )
+                    raise _Bad(seq, f"expected seq {prev_seq + 1}, found {seq}: {missing} missing")
+                raise _Bad(seq, f"expected seq {prev_seq + 1}, found {seq}: out of order")
+            if site_id is None:
+                site_id = record.get("site_id")
+            _verify_record(record, seq=seq, site_id=site_id, prev_hash=prev_hash, keys=public_keys)
+            prev_seq, prev_hash = seq, record["hash"]
+            count += 1
+        if expected_head is not None:
+            head_seq, head_hash = expected_head
+            if head_seq > prev_seq:
+                raise _Bad(prev_seq + 1, f"chain ends at seq {prev_seq} but its head is {head_seq}")
+            if head_seq < prev_seq:
+                raise _Bad(head_seq + 1, f"records beyond the chain head (seq {head_seq})")
+            if head_hash != prev_hash:
+                raise _Bad(prev_seq, "last hash differs from the chain head")
+    except _Bad as bad:
+        return VerifyResult(ok=False, count=count, first_bad_seq=bad.seq, problem=bad.problem)
+    return VerifyResult(ok=True, count=count, first_bad_seq=None, problem="")
+
+
+def _verify_record(
+    record: Mapping[str, Any],
+    *,
+    seq: int,
+    site_id: Any,
+    prev_hash: str,
+    keys: Mapping[str, bytes],
+) -> None:
+    text = record.get("payload")
+    if not isinstance(text, str):
+        raise _Bad(seq, "payload is not text")
+    try:
+        payload = parse_strict(text)
+        payload_bytes = text.encode("utf-8")
+        if canonical(payload) != payload_bytes:
+            raise _Bad(seq, "payload is not in canonical form")
+    except (ValueError, TypeError) as exc:
+        raise _Bad(seq, f"payload is not canonical JSON: {exc}") from None
+    if not isinstance(payload, dict) or set(payload) != PAYLOAD_KEYS:
+        raise _Bad(seq, "payload keys are not site_id, seq, kind, recorded_at, body")
+    if record.get("site_id") != site_id:
+        raise _Bad(seq, f"record belongs to site {record.get('site_id')}, not {site_id}")
+    for field in ("site_id", "seq", "kind"):
+        if payload[field] != record.get(field) or type(payload[field]) is not type(
+            record.get(field)
+        ):
+            raise _Bad(seq, f"payload {field} {payload[field]!r} != record {record.get(field)!r}")
+    if record.get("prev_hash") != prev_hash:
+        raise _Bad(seq, "prev_hash is not the previous record's hash")
+    digest = record.get("hash")
+    if not isinstance(digest, str) or not _HASH_RE.match(digest):
+        raise _Bad(seq, "hash is not 64 lowercase hex digits")
+    if record_hash(prev_hash, payload_bytes) != digest:
+        raise _Bad(seq, "hash does not match the payload")
+    key = keys.get(record.get("key_id"))  # type: ignore[arg-type]
+    if key is None:
+        raise _Bad(seq, f"unknown key_id {record.get('key_id')!r}")
+    signature = record.get("signature")
+    if not isinstance(signature, str) or not _SIGNATURE_RE.match(signature):
+        raise _Bad(seq, "signature is not 86 base64url characters")
+    try:
+        nacl.signing.VerifyKey(key).verify(bytes.fromhex(digest), b64url_decode(signature))
+    except (ValueError, nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError):
+        raise _Bad(seq, "signature does not verify") from None
+
+
+def parse_strict(text: str) -> Any:
+    """``json.loads`` that refuses duplicate keys, NaN/Infinity and floats (never written)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in items:
+            if key in result:
+                raise ValueError(f"duplicate key {key!r}")
+            result[key] = value
+        return result
+
+    def refuse(token: str) -> Any:
+        raise ValueError(f"number {token} is not an integer")
+
+    return json.loads(text, object_pairs_hook=pairs, parse_float=refuse, parse_constant=refuse)

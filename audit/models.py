@@ -1,0 +1,124 @@
+"""The append-only, hash-chained, signed audit log (one chain per site).
+
+Records are written only by :func:`audit.services.append_record`. The model refuses updates
+and deletes (``save()`` of an existing row, ``delete()``, ``QuerySet.update/delete``) and is
+deliberately not registered in the Django admin. That guards against accidents; tampering
+with the database directly is what the hash chain and signatures detect
+(``manage.py audit verify``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from django.db import models
+from django.db.models import Q
+
+from sill.accounts.models import Site
+
+
+class AuditKind(models.TextChoices):
+    """Stable kind strings; they are hashed into every payload, so never rename one."""
+
+    # Decisions (the payload body carries "decision" too).
+    APPROVED = "approved", "Approved"
+    ESCALATED = "escalated", "Escalated (held for review)"
+    ESCALATED_APPROVED = "escalated_approved", "Escalated, then approved"
+    ESCALATED_REJECTED = "escalated_rejected", "Escalated, then rejected"
+    REJECTED = "rejected", "Rejected"
+    # Everything else that changes money or the rules that move it.
+    SETTLEMENT = "settlement", "Settlement"
+    REVIEW = "review", "Review"
+    POLICY_CHANGE = "policy_change", "Policy change"
+    KEY_CHANGE = "key_change", "Key change"
+    REASON_CHANGE = "reason_change", "Reason change"
+    EXTERNAL_REFUND = "external_refund", "External refund"
+    DISPUTE = "dispute", "Dispute"
+
+
+DECISION_KINDS = frozenset(
+    {
+        AuditKind.APPROVED,
+        AuditKind.ESCALATED,
+        AuditKind.ESCALATED_APPROVED,
+        AuditKind.ESCALATED_REJECTED,
+        AuditKind.REJECTED,
+    }
+)
+
+
+class AuditLogImmutable(Exception):
+    """Raised on any attempt to change or remove an audit record through the ORM."""
+
+
+class AuditRecordQuerySet(models.QuerySet["AuditRecord"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise AuditLogImmutable("audit records are append-only")
+
+    def delete(self) -> NoReturn:
+        raise AuditLogImmutable("audit records are append-only")
+
+
+class AuditRecord(models.Model):
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="audit_records")
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=32, choices=AuditKind.choices)
+    # The exact RFC 8785 text that was hashed (a JSONField would re-serialise it).
+    payload = models.TextField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+    # ed25519, base64url without padding: 86 characters.
+    signature = models.CharField(max_length=88)
+    key_id = models.CharField(max_length=64)
+    # The payload's recorded_at (millisecond precision); a column so it can be indexed/shown.
+    created_at = models.DateTimeField()
+
+    objects = AuditRecordQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["site_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["site", "seq"], name="auditrecord_unique_seq"),
+            models.UniqueConstraint(fields=["site", "hash"], name="auditrecord_unique_hash"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="auditrecord_seq_positive"),
+            models.CheckConstraint(
+                condition=Q(kind__in=[k.value for k in AuditKind]), name="auditrecord_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.site_id}#{self.seq} {self.kind}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AuditLogImmutable("audit records are append-only")
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise AuditLogImmutable("audit records are append-only")
+
+
+class AuditChainHead(models.Model):
+    """The last ``(seq, hash)`` of a site's chain.
+
+    Appends lock this row (``select_for_update``) inside the caller's transaction, so on
+    PostgreSQL they serialise per site and the sequence has no gaps or duplicates; it also lets
+    ``audit verify`` notice records deleted from the end of a chain.
+    """
+
+    site = models.OneToOneField(
+        Site, on_delete=models.PROTECT, primary_key=True, related_name="audit_chain_head"
+    )
+    last_seq = models.BigIntegerField(default=0)
+    last_hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(last_seq__gte=0), name="auditchainhead_seq_nonnegative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.site_id} @ {self.last_seq}"

@@ -1,0 +1,187 @@
+"""The agent API: ``POST /api/v1/mandates`` and ``GET /api/v1/refunds/{mandate_id}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from refunds.intake import answer_for, submit_mandate
+from refunds.mandates import MAX_BODY_BYTES, MandateError
+from refunds.models import Mandate
+from sill.accounts.models import AgentToken
+from sill.accounts.services import token_sha256
+from sill.api import error_response
+from sill.errors import NotFound
+
+_RESULT = inline_serializer(
+    "MandateResult",
+    {
+        "mandate_id": serializers.CharField(),
+        "refund_id": serializers.CharField(required=False),
+        "order_id": serializers.CharField(required=False),
+        "decision": serializers.ChoiceField(["approved", "escalated", "rejected"]),
+        "status": serializers.ChoiceField(
+            ["held", "processing", "succeeded", "failed", "rejected", "expired"]
+        ),
+        "reason": serializers.CharField(allow_null=True),
+        "amount": serializers.CharField(),
+        "currency": serializers.CharField(),
+        "rail": serializers.CharField(allow_null=True),
+        "rules": serializers.ListField(child=serializers.DictField()),
+        "expires_at": serializers.DateTimeField(allow_null=True),
+    },
+)
+_ERROR = inline_serializer(
+    "Error",
+    {
+        "error": inline_serializer(
+            "ErrorBody",
+            {
+                "code": serializers.CharField(),
+                "message": serializers.CharField(),
+                "field": serializers.CharField(allow_null=True),
+            },
+        )
+    },
+)
+_EXAMPLE_REQUEST = {
+    "signed": {
+        "mandate_id": "mnd_01K6HBK7MK753DH3YBX4NVCYTT",
+        "site_id": "01JDEMOSITE00000000000MAIN",
+        "agent_id": "agent_acme_shopper",
+        "issued_at": "2026-09-30T15:38:00.000Z",
+        "expires_at": "2026-09-30T15:38:30.000Z",
+        "nonce": "Q8sLm2Vx7Tb4Nc1Rp9Kd3w",
+        "replay_window_seconds": 30,
+        "principal": {"type": "human", "verification": "delegated"},
+        "intent": {
+            "action": "request_refund",
+            "merchant": "northwind-coffee.example",
+            "original_mandate_id": "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN",
+            "reason_code": "wrong_item",
+            "scope": "full",
+            "max_amount": 89.00,
+            "currency": "USD",
+        },
+        "protocol_context": {"protocol": "a2a", "version": "1.2"},
+    },
+    "envelope": {"algorithm": "ed25519", "key_id": "acme-2026-10", "signature": "<86 chars>"},
+}
+_EXAMPLE_RESULT = {
+    "mandate_id": "mnd_01K6HBK7MK753DH3YBX4NVCYTT",
+    "refund_id": "rf_01K6HBK8P0W9S3ZC2J1YF5TQ0V",
+    "decision": "approved",
+    "status": "processing",
+    "reason": None,
+    "amount": "89.00",
+    "currency": "USD",
+    "rail": "stripe",
+    "rules": [],
+    "expires_at": None,
+}
+
+
+class RawBodyParser:
+    """Leaves the body alone: the mandate is verified over the exact bytes received."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> None:
+        return None
+
+
+class MandateCreateApi(APIView):
+    authentication_classes: list[type[BaseAuthentication]] = []
+    permission_classes = [AllowAny]
+    parser_classes = [RawBodyParser]
+
+    @extend_schema(
+        operation_id="mandates_create",
+        summary="Submit a signed refund or purchase mandate",
+        request={"application/json": dict},
+        responses={
+            200: _RESULT,
+            201: _RESULT,
+            400: _ERROR,
+            401: _ERROR,
+            409: _ERROR,
+            413: _ERROR,
+            422: _ERROR,
+        },
+        examples=[
+            OpenApiExample("Refund request", value=_EXAMPLE_REQUEST, request_only=True),
+            OpenApiExample("Approved", value=_EXAMPLE_RESULT, response_only=True),
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            return error_response(
+                MandateError("too_large", f"a mandate is at most {MAX_BODY_BYTES} bytes")
+            )
+        raw = request._request.body  # the exact bytes: never re-serialised before verifying
+        answer = submit_mandate(raw=raw)
+        return Response(answer.body, status=answer.status)
+
+
+class AgentTokenAuthentication(BaseAuthentication):
+    """``Authorization: Bearer <token>`` from ``manage.py agents token``; only hashes stored."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header.startswith("Bearer "):
+            return None
+        token = header.removeprefix("Bearer ").strip()
+        found = (
+            AgentToken.objects.select_related("agent", "agent__site")
+            .filter(token_sha256=token_sha256(token), revoked_at__isnull=True, agent__active=True)
+            .first()
+        )
+        if found is None:
+            raise AuthenticationFailed("unknown or revoked token")
+        return (None, found.agent)
+
+    def authenticate_header(self, request: Request) -> str:
+        return "Bearer"
+
+
+class HasAgent(BasePermission):
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return request.auth is not None
+
+
+class RefundDetailApi(APIView):
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [HasAgent]
+
+    @extend_schema(
+        operation_id="refunds_retrieve",
+        summary="A mandate's refund (or purchase) as it stands now",
+        responses={200: _RESULT, 401: _ERROR, 404: _ERROR},
+        examples=[OpenApiExample("Succeeded", value={**_EXAMPLE_RESULT, "status": "succeeded"})],
+    )
+    def get(self, request: Request, mandate_id: str) -> Response:
+        agent = request.auth
+        mandate = Mandate.objects.filter(
+            site_id=agent.site_id, agent=agent, mandate_id=mandate_id
+        ).first()
+        if mandate is None:
+            raise NotFound(f"no mandate {mandate_id} from this agent")
+        return Response(answer_for(mandate))
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "refunds.api.AgentTokenAuthentication"
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "description": "`manage.py agents token`"}

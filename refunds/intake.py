@@ -1,0 +1,230 @@
+"""Agent mandates in: verify, replay/idempotency, then a refund request or a purchase.
+
+``submit_mandate`` is the one entry point of ``POST /api/v1/mandates``. The order of the
+steps matters:
+
+1. Shape checks only (size, JSON), then look for an earlier mandate with the same id: an
+   identical resend answers what Sill answered before (200), even after expiry; another body
+   under that id is ``mandate_conflict``.
+2. Full verification (key, signature, schema, time).
+3. In one transaction: store the mandate verbatim (the (agent, nonce) constraint is the replay
+   guard), quote from Sill's own records, decide, reserve, write the decision record. The rail
+   call happens later, in a Celery task enqueued on commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from policies.decide import decide_refund
+from refunds import mandates
+from refunds.mandates import MandateError, VerifiedMandate
+from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
+from refunds.representation import purchase_payload, refund_payload
+from refunds.services import HOLD_FOR, charged_charge, new_refund, record_decision, reserve
+from sill.accounts.models import Agent, AgentKey, Site
+from sill.money import min_money
+from sill.orders.models import REFUNDABLE_STATUSES, Order
+from sill.rails.registry import RailDisabled, rail_account_for
+
+_LIVE = (RefundStatus.HELD, RefundStatus.PROCESSING, RefundStatus.SUCCEEDED)
+
+
+@dataclass(frozen=True)
+class MandateAnswer:
+    status: int
+    body: dict[str, Any]
+
+
+def _key_lookup(site_id: str, agent_id: str, key_id: str) -> mandates.KeyRecord | None:
+    key = (
+        AgentKey.objects.filter(
+            agent__site_id=site_id, agent__agent_id=agent_id, agent__active=True, key_id=key_id
+        )
+        .only("public_key", "valid_from", "valid_until", "revoked_at")
+        .first()
+    )
+    if key is None:
+        return None
+    return mandates.KeyRecord(
+        public_key=bytes(key.public_key),
+        valid_from=key.valid_from,
+        valid_until=key.valid_until,
+        revoked_at=key.revoked_at,
+    )
+
+
+def answer_for(mandate: Mandate) -> dict[str, Any]:
+    """The API object for a stored mandate, as it stands now."""
+    if mandate.action == "purchase":
+        order = Order.objects.filter(site_id=mandate.site_id, source_mandate_id=mandate.mandate_id)
+        return purchase_payload(mandate, order.prefetch_related("charges").first())
+    return refund_payload(mandate, Refund.objects.filter(mandate=mandate).first())
+
+
+def _earlier(site_id: str, mandate_id: str, body_sha256: str) -> MandateAnswer | None:
+    earlier = Mandate.objects.filter(site_id=site_id, mandate_id=mandate_id).first()
+    if earlier is None:
+        return None
+    if earlier.body_sha256 != body_sha256:
+        raise MandateError(
+            "mandate_conflict",
+            f"mandate {mandate_id} was already received with a different body",
+            field="signed.mandate_id",
+        )
+    return MandateAnswer(200, answer_for(earlier))
+
+
+def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
+    now = now or timezone.now()
+    doc = mandates.parse_document(raw)
+    mandate_id, site_id, _agent_id, _key_id = mandates.peek_identity(doc)
+    body_sha256 = mandates.document_sha256(doc)
+    if (answer := _earlier(site_id, mandate_id, body_sha256)) is not None:
+        return answer
+    verified = mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now)
+    try:
+        with transaction.atomic():
+            mandate = _store(verified)
+            if verified.action == "request_refund":
+                refund = _request_refund(mandate=mandate, verified=verified, now=now)
+                body = refund_payload(mandate, refund)
+            else:
+                from refunds.purchases import place_order
+
+                order = place_order(mandate=mandate, verified=verified)
+                body = purchase_payload(mandate, order)
+    except IntegrityError:
+        # A concurrent identical send won the insert: answer what it stored. Otherwise the
+        # nonce was used by another mandate of this agent.
+        if (answer := _earlier(site_id, mandate_id, body_sha256)) is not None:
+            return answer
+        raise MandateError(
+            "replay", "this nonce was already used by another mandate", field="signed.nonce"
+        ) from None
+    return MandateAnswer(201, body)
+
+
+def _store(verified: VerifiedMandate) -> Mandate:
+    site = Site.objects.get(pk=verified.site_id)
+    agent = Agent.objects.get(site=site, agent_id=verified.agent_id)
+    if verified.intent.merchant != site.merchant_domain:
+        raise MandateError(
+            "invalid_field",
+            f"merchant {verified.intent.merchant!r} is not this site's merchant",
+            field="signed.intent.merchant",
+        )
+    if Mandate.objects.filter(agent=agent, nonce=verified.nonce).exists():
+        raise MandateError(
+            "replay", "this nonce was already used by another mandate", field="signed.nonce"
+        )
+    return Mandate.objects.create(
+        site=site,
+        agent=agent,
+        mandate_id=verified.mandate_id,
+        key_id=verified.key_id,
+        nonce=verified.nonce,
+        action=verified.action,
+        raw=verified.raw,
+        body_sha256=verified.body_sha256,
+        issued_at=verified.issued_at,
+        expires_at=verified.expires_at,
+    )
+
+
+def _request_refund(*, mandate: Mandate, verified: VerifiedMandate, now: datetime) -> Refund:
+    intent = verified.intent
+    assert isinstance(intent, mandates.RefundIntent)
+    site = mandate.site
+    base = {
+        "site": site,
+        "origin": RefundOrigin.AGENT,
+        "mandate": mandate,
+        "agent": mandate.agent,
+        "reason_code": intent.reason_code,
+        "currency": intent.currency,
+        "amount_minor": 0,
+    }
+
+    def rejected(reason: str, **extra: Any) -> Refund:
+        refund = new_refund(
+            **{**base, **extra},
+            decision=Decision.REJECTED,
+            status=RefundStatus.REJECTED,
+            reason=reason,
+        )
+        return record_decision(refund=refund, outcome=None, now=now)
+
+    # The row lock on the order serialises every refund of this order (DESIGN: reserve).
+    order = (
+        Order.objects.select_for_update()
+        .filter(site=site, source_mandate_id=intent.original_mandate_id)
+        .first()
+    )
+    charge = charged_charge(order, lock=True) if order is not None else None
+    if order is None or charge is None or order.status not in REFUNDABLE_STATUSES:
+        if order is not None and charge is not None and order.status == "REFUNDED":
+            return rejected("already_executed", order=order, charge=charge, rail=charge.rail)
+        return rejected("original_not_charged", order=order)
+    if intent.currency != order.currency:
+        raise MandateError(
+            "invalid_field",
+            f"the original order is in {order.currency}, not {intent.currency}",
+            field="signed.intent.currency",
+        )
+    context = {"order": order, "charge": charge, "rail": charge.rail}
+    if Refund.objects.filter(order=order, origin=RefundOrigin.AGENT, status__in=_LIVE).exists():
+        return rejected("already_executed", **context)
+    if not isinstance(intent.scope, str):
+        return rejected("scope_unsupported", **context)
+    try:
+        rail_account_for(site_id=site.id, rail=charge.rail)
+    except RailDisabled:
+        return rejected("rail_disabled", **context)
+    remaining = charge.remaining
+    if remaining.amount_minor <= 0:
+        return rejected("already_executed", **context)
+    amount = min_money(remaining, intent.max_amount)
+
+    facts = {
+        "refundAmount": amount.amount_minor,
+        "currency": amount.currency,
+        "rail": charge.rail,
+        "refundOrigin": RefundOrigin.AGENT,
+        "refundReason": intent.reason_code or "none",
+        "agentPlacedOriginal": order.placed_by_agent_id == mandate.agent_id,
+    }
+    outcome = decide_refund(site_id=site.id, facts=facts)
+    fields = {
+        **base,
+        **context,
+        "amount_minor": amount.amount_minor,
+        "facts": outcome.facts,
+        "rules": [r.as_dict() for r in outcome.rules],
+    }
+    if outcome.action == "deny":
+        refund = new_refund(
+            **fields,
+            decision=Decision.REJECTED,
+            status=RefundStatus.REJECTED,
+            reason="policy_denied",
+        )
+    elif outcome.action == "require_approval":
+        refund = new_refund(
+            **fields,
+            decision=Decision.ESCALATED,
+            status=RefundStatus.HELD,
+            expires_at=now + HOLD_FOR,
+        )
+    else:
+        refund = new_refund(**fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING)
+        reserve(refund=refund, charge=charge)
+        from refunds.tasks import execute_refund_task
+
+        execute_refund_task.delay_on_commit(refund.id)
+    return record_decision(refund=refund, outcome=outcome, now=now)

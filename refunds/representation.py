@@ -1,0 +1,59 @@
+"""The JSON objects the agent API answers with (DESIGN.md "Agent API contract")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refunds.models import Mandate, Refund
+from sill.money import Money
+from sill.orders.models import ChargeStatus, Order
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def refund_payload(mandate: Mandate, refund: Refund | None) -> dict[str, Any]:
+    if refund is None:  # pragma: no cover - every refund mandate stores a refund row
+        return {"mandate_id": mandate.mandate_id, "refund_id": None, "status": "processing"}
+    return {
+        "mandate_id": mandate.mandate_id,
+        "refund_id": refund.id,
+        "decision": refund.decision,
+        "status": refund.status,
+        "reason": refund.reason or None,
+        "amount": Money(refund.amount_minor, refund.currency).major_str(),
+        "currency": refund.currency,
+        "rail": refund.rail or None,
+        "rules": list(refund.rules or []),
+        "expires_at": _iso(refund.expires_at),
+    }
+
+
+def purchase_payload(mandate: Mandate, order: Order | None) -> dict[str, Any]:
+    charge = order.charges.all()[0] if order is not None and order.charges.all() else None
+    if order is None:
+        status, decision, reason = "rejected", "rejected", "original_not_charged"
+    elif charge is None:
+        status, decision, reason = "rejected", "rejected", "rail_disabled"
+    else:
+        status = {
+            ChargeStatus.PENDING: "processing",
+            ChargeStatus.SUCCEEDED: "succeeded",
+            ChargeStatus.FAILED: "failed",
+        }[charge.status]
+        decision, reason = "approved", (charge.failure_message and "charge_failed") or None
+    return {
+        "mandate_id": mandate.mandate_id,
+        "order_id": order.id if order is not None else None,
+        "decision": decision,
+        "status": status,
+        "reason": reason,
+        "amount": order.total.major_str() if order is not None else None,
+        "currency": order.currency if order is not None else None,
+        "rail": charge.rail if charge is not None else None,
+        "rules": [],
+        "expires_at": None,
+    }

@@ -1,0 +1,201 @@
+"""Refund state transitions: decide, reserve, settle, fail. One function per transition.
+
+Every transition runs inside ``transaction.atomic()`` with the money rows locked
+(``select_for_update`` on the order and its charge) and writes its audit record in the same
+transaction, so a decision and its record commit or vanish together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from audit.services import append_record
+from policies.decide import PolicyOutcome
+from refunds.models import Decision, Refund, RefundOrigin, RefundStatus
+from sill.errors import SillError
+from sill.money import Money
+from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
+from sill.orders.services import set_order_status
+
+HOLD_FOR = timedelta(hours=24)
+
+REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
+    RefundStatus.HELD: frozenset(
+        {RefundStatus.PROCESSING, RefundStatus.REJECTED, RefundStatus.EXPIRED}
+    ),
+    RefundStatus.PROCESSING: frozenset({RefundStatus.SUCCEEDED, RefundStatus.FAILED}),
+    RefundStatus.SUCCEEDED: frozenset(),
+    RefundStatus.FAILED: frozenset(),
+    RefundStatus.REJECTED: frozenset(),
+    RefundStatus.EXPIRED: frozenset(),
+}
+
+
+def _move(refund: Refund, status: str) -> None:
+    if status not in REFUND_TRANSITIONS[refund.status]:
+        raise SillError(
+            f"refund {refund.id} cannot go from {refund.status} to {status}",
+            code="invalid_transition",
+        )
+    refund.status = status
+
+
+@dataclass(frozen=True)
+class Quote:
+    """What can be refunded, from Sill's own records of the original."""
+
+    order: Order
+    charge: Charge
+    remaining: Money
+
+
+def charged_charge(order: Order, *, lock: bool = False) -> Charge | None:
+    qs = Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED).order_by("created_at")
+    if lock:
+        qs = qs.select_for_update()
+    return qs.first()
+
+
+def refund_body(refund: Refund, **extra: Any) -> dict[str, Any]:
+    """The audit body describing ``refund``: integers and strings only (exact amounts)."""
+    body: dict[str, Any] = {
+        "refund_id": refund.id,
+        "order_id": refund.order_id,
+        "origin": refund.origin,
+        "agent_id": refund.agent.agent_id if refund.agent_id else None,
+        "requested_by": refund.requested_by.get_username() if refund.requested_by_id else None,
+        "mandate_id": refund.mandate.mandate_id if refund.mandate_id else None,
+        "amount_minor": refund.amount_minor,
+        "currency": refund.currency,
+        "rail": refund.rail,
+        "reason": refund.reason or None,
+        "reason_code": refund.reason_code or None,
+    }
+    body.update(extra)
+    return body
+
+
+def record_decision(
+    *,
+    refund: Refund,
+    outcome: PolicyOutcome | None,
+    now: datetime,
+) -> Refund:
+    """Write the decision record for a freshly created refund and remember its hash."""
+    kind = {
+        RefundStatus.PROCESSING: "approved",
+        RefundStatus.HELD: "escalated",
+        RefundStatus.REJECTED: "rejected",
+    }[refund.status]
+    record = append_record(
+        site=refund.site,
+        kind=kind,
+        body=refund_body(
+            refund,
+            decision=kind,
+            policy_version=outcome.policy_version if outcome else None,
+            rules=[r.as_dict() for r in outcome.rules] if outcome else [],
+            facts=refund.facts or {},
+            auto_refund=bool(outcome and outcome.auto_refund),
+            reviewer=None,
+            decided_at=now.isoformat(),
+            expires_at=refund.expires_at.isoformat() if refund.expires_at else None,
+        ),
+    )
+    refund.decision_hash = record.hash
+    refund.save(update_fields=["decision_hash", "updated_at"])
+    return refund
+
+
+def reserve(*, refund: Refund, charge: Charge) -> None:
+    """Hold ``refund.amount`` on the (locked) charge; the database refuses an over-reservation."""
+    if refund.amount_minor > charge.remaining.amount_minor:
+        raise SillError(
+            f"only {charge.remaining} is refundable", code="exceeds_refundable", field="amount"
+        )
+    Charge.objects.filter(pk=charge.pk).update(
+        amount_reserved_minor=F("amount_reserved_minor") + refund.amount_minor
+    )
+    charge.refresh_from_db(fields=["amount_reserved_minor"])
+
+
+def _order_status_after_refund(order: Order) -> str:
+    charges = list(Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED))
+    charged = sum(c.amount_minor for c in charges)
+    refunded = sum(c.amount_refunded_minor for c in charges)
+    if charged and refunded >= charged:
+        return OrderStatus.REFUNDED
+    return OrderStatus.PARTIALLY_REFUNDED if refunded else order.status
+
+
+@transaction.atomic
+def settle_refund(*, refund_id: str, provider_refund_id: str, now: datetime | None = None) -> bool:
+    """Record a refund the rail confirmed. Idempotent: False when it was already settled."""
+    from refunds.tasks import send_refund_confirmation_task
+
+    now = now or timezone.now()
+    refund = Refund.objects.select_for_update(of=("self",)).select_related("site", "order").get(pk=refund_id)
+    if refund.status != RefundStatus.PROCESSING:
+        return False
+    order = Order.objects.select_for_update().get(pk=refund.order_id)
+    charge = Charge.objects.select_for_update().get(pk=refund.charge_id)
+    Charge.objects.filter(pk=charge.pk).update(
+        amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor,
+        amount_refunded_minor=F("amount_refunded_minor") + refund.amount_minor,
+    )
+    _move(refund, RefundStatus.SUCCEEDED)
+    refund.provider_refund_id = provider_refund_id
+    refund.settled_at = now
+    refund.lease_until = None
+    refund.failure_message = ""
+    refund.save()
+    set_order_status(order=order, status=_order_status_after_refund(order))
+    append_record(
+        site=refund.site,
+        kind="settlement",
+        body=refund_body(
+            refund,
+            decision_hash=refund.decision_hash,
+            provider_refund_id=provider_refund_id,
+            settled_at=now.isoformat(),
+        ),
+    )
+    send_refund_confirmation_task.delay_on_commit(refund.id)
+    return True
+
+
+@transaction.atomic
+def fail_refund(*, refund_id: str, code: str, message: str) -> bool:
+    """The rail refused for good: release the reservation; nothing moved."""
+    refund = Refund.objects.select_for_update(of=("self",)).select_related("site").get(pk=refund_id)
+    if refund.status != RefundStatus.PROCESSING:
+        return False
+    Charge.objects.select_for_update().filter(pk=refund.charge_id).update(
+        amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor
+    )
+    _move(refund, RefundStatus.FAILED)
+    refund.reason = code
+    refund.failure_message = message[:500]
+    refund.lease_until = None
+    refund.save()
+    append_record(
+        site=refund.site,
+        kind="settlement",
+        body=refund_body(refund, decision_hash=refund.decision_hash, outcome="failed"),
+    )
+    return True
+
+
+def new_refund(**fields: Any) -> Refund:
+    """Create a refund row; origin, decision and status must be consistent."""
+    refund = Refund(**fields)
+    if refund.origin not in RefundOrigin.values or refund.decision not in Decision.values:
+        raise SillError("invalid refund", code="invalid_field")
+    refund.save(force_insert=True)
+    return refund

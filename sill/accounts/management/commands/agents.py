@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+from nacl.signing import SigningKey
+
+from sill.accounts.models import Agent, Site
+from sill.accounts.services import add_agent_key, b64url_decode, issue_agent_token
+from sill.errors import SillError
+from sill.ids import new_ulid
+
+
+class Command(BaseCommand):
+    help = "Agents: `add-key`, `token` (prints a bearer token once), `sign` (builds a mandate)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        add = sub.add_parser("add-key", help="register an ed25519 public key for an agent")
+        add.add_argument("--site", required=True)
+        add.add_argument("--agent", required=True)
+        add.add_argument("--key-id", required=True)
+        add.add_argument("--public-key", required=True, help="32 bytes, base64url")
+        add.add_argument("--valid-from", help="ISO 8601; default now")
+        add.add_argument("--valid-until", help="ISO 8601; default none")
+        token = sub.add_parser("token", help="issue a bearer token for GET /api/v1/refunds/…")
+        token.add_argument("--site", required=True)
+        token.add_argument("--agent", required=True)
+        sign = sub.add_parser("sign", help="build and sign a mandate; prints the JSON body")
+        sign.add_argument(
+            "--key-file", required=True, help="JSON with site_id, agent_id, key_id, private_key"
+        )
+        sign.add_argument("--intent", required=True, help="the intent object as JSON")
+        sign.add_argument("--mandate-id", help="default: a new mnd_<ULID>")
+        sign.add_argument("--window", type=int, default=120, help="seconds the mandate is valid")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            getattr(self, "_" + opts["action"].replace("-", "_"))(opts)
+        except SillError as exc:
+            raise CommandError(exc.message) from exc
+
+    def _site(self, site_id: str) -> Site:
+        site = Site.objects.filter(pk=site_id).first()
+        if site is None:
+            raise CommandError(f"no site {site_id}")
+        return site
+
+    def _add_key(self, opts: dict[str, Any]) -> None:
+        site = self._site(opts["site"])
+        try:
+            public_key = b64url_decode(opts["public_key"])
+        except ValueError as exc:
+            raise CommandError("--public-key must be base64url") from exc
+        valid_from = _when(opts["valid_from"]) or timezone.now()
+        key = add_agent_key(
+            site=site,
+            agent_id=opts["agent"],
+            key_id=opts["key_id"],
+            public_key=public_key,
+            valid_from=valid_from,
+            valid_until=_when(opts["valid_until"]),
+        )
+        self.stdout.write(
+            f"key {key.key_id} of {opts['agent']} on {site.id} "
+            f"is valid from {valid_from:%Y-%m-%dT%H:%M:%SZ}"
+        )
+
+    def _token(self, opts: dict[str, Any]) -> None:
+        site = self._site(opts["site"])
+        agent = Agent.objects.filter(site=site, agent_id=opts["agent"]).first()
+        if agent is None:
+            raise CommandError(f"no agent {opts['agent']} on {site.id}")
+        self.stdout.write(issue_agent_token(agent=agent))
+
+    def _sign(self, opts: dict[str, Any]) -> None:
+        from refunds.mandates import canonical_json, sign_mandate
+
+        try:
+            key = json.loads(Path(opts["key_file"]).read_text())
+            signing_key = SigningKey(b64url_decode(key["private_key"]))
+        except (OSError, ValueError, KeyError) as exc:
+            raise CommandError(f"cannot read key file: {exc}") from exc
+        try:
+            intent = json.loads(opts["intent"], parse_float=__import__("decimal").Decimal)
+        except ValueError as exc:
+            raise CommandError(f"--intent is not JSON: {exc}") from exc
+        now = datetime.now(UTC).replace(microsecond=0)
+        signed = {
+            "mandate_id": opts["mandate_id"] or f"mnd_{new_ulid()}",
+            "site_id": key["site_id"],
+            "agent_id": key["agent_id"],
+            "issued_at": now.isoformat().replace("+00:00", "Z"),
+            "expires_at": (now + timedelta(seconds=opts["window"]))
+            .isoformat()
+            .replace("+00:00", "Z"),
+            "nonce": secrets.token_urlsafe(16),
+            "replay_window_seconds": opts["window"],
+            "principal": {"type": "human", "verification": "delegated"},
+            "intent": intent,
+        }
+        document = sign_mandate(signed, signing_key, key["key_id"])
+        self.stdout.write(canonical_json(document).decode("utf-8"))
+
+
+def _when(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise CommandError("timestamps need a timezone (e.g. 2026-10-01T00:00:00Z)")
+    return value

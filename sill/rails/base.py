@@ -1,0 +1,109 @@
+"""The contract between Sill and a payment rail.
+
+Rails are the only code that talks to a payment provider. They take and return the frozen
+dataclasses below, never models; credentials are per instance; every failure is a
+``RailError`` that says whether it is permanent, retryable, or *ambiguous* (the provider may
+or may not have acted: recover by looking the refund up and retrying with the same key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+
+from sill.money import Money
+
+RefundState = Literal["succeeded", "pending", "failed"]
+
+
+@dataclass(frozen=True)
+class ChargeRequest:
+    order_id: str
+    amount: Money
+    payment_method: str  # e.g. "pm_card_visa" on Stripe, anything on the mock rail
+    idempotency_key: str  # "sill-charge-<order id>"
+    customer_email: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ChargeResult:
+    provider_payment_id: str
+    provider_charge_id: str
+    captured_at: datetime
+    provider_customer_id: str = ""
+
+
+@dataclass(frozen=True)
+class RefundRequest:
+    refund_id: str  # Sill's refund id, also sent as metadata so a lookup can find it
+    idempotency_key: str  # "sill-refund-<refund id>", identical on every attempt
+    amount: Money
+    provider_charge_id: str
+    provider_payment_id: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RefundResult:
+    provider_refund_id: str
+    state: RefundState
+    amount: Money
+    failure_message: str = ""
+
+
+class RailError(Exception):
+    """A rail call that did not succeed. ``retryable``: the same call may be tried again.
+
+    ``ambiguous``: the provider may have acted (a timeout, a dropped connection); the caller
+    must look the refund up and, if it is not there, retry with the *same* idempotency key.
+    """
+
+    retryable = False
+    ambiguous = False
+    code = "rail_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+
+
+class PermanentRailError(RailError):
+    """Declined, invalid, not permitted: trying again will not help."""
+
+    code = "rail_declined"
+
+
+class RetryableRailError(RailError):
+    """Nothing happened (rate limit, 5xx before processing): retry later, same key."""
+
+    retryable = True
+    code = "rail_unavailable"
+
+
+class AmbiguousRailError(RailError):
+    """The outcome is unknown (timeout): look up, then retry with the same key."""
+
+    retryable = True
+    ambiguous = True
+    code = "rail_timeout"
+
+
+@runtime_checkable
+class Rail(Protocol):
+    name: str
+
+    def charge(self, request: ChargeRequest) -> ChargeResult:
+        """Charge a purchase once per idempotency key."""
+        ...
+
+    def refund(self, request: RefundRequest) -> RefundResult:
+        """Refund part or all of a charge, once per idempotency key."""
+        ...
+
+    def find_refund(self, request: RefundRequest) -> RefundResult | None:
+        """The refund made earlier for ``request`` (by idempotency key or metadata), if any."""
+        ...

@@ -1,0 +1,130 @@
+"""Per-site rail credentials, and the mock rail's own "provider database"."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from sill.accounts.models import Site
+from sill.orders.models import Rail
+from sill.rails.secrets import decrypt_secret, encrypt_secret
+
+
+class RailMode(models.TextChoices):
+    TEST = "test", "Test"
+    LIVE = "live", "Live"
+
+
+class RailAccount(models.Model):
+    """One site's configuration of one rail. The API key is stored encrypted (secrets.py)."""
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="rail_accounts")
+    rail = models.CharField(max_length=20, choices=Rail.choices)
+    enabled = models.BooleanField(default=True)
+    mode = models.CharField(max_length=4, choices=RailMode.choices, default=RailMode.TEST)
+    secret_encrypted = models.BinaryField(blank=True, default=b"")
+    # Stripe Connect: sent as the Stripe-Account header when set.
+    connected_account = models.CharField(max_length=255, blank=True)
+    # Overrides the provider's API address, e.g. http://127.0.0.1:8420 for localstripe.
+    api_base = models.URLField(max_length=255, blank=True)
+    # Mock rail scripting (see sill.rails.mock); ignored by the other rails.
+    config = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["site_id", "rail"]
+        constraints = [
+            models.UniqueConstraint(fields=["site", "rail"], name="railaccount_one_per_site"),
+            models.CheckConstraint(
+                condition=Q(mode__in=[m.value for m in RailMode]), name="railaccount_mode_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(rail__in=[r.value for r in Rail]), name="railaccount_rail_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        # Never the secret: this also serves as the model's repr.
+        state = "enabled" if self.enabled else "disabled"
+        return f"{self.rail} rail of {self.site_id} ({self.mode}, {state})"
+
+    @property
+    def has_secret(self) -> bool:
+        return bool(self.secret_encrypted)
+
+    def set_secret(self, plain: str) -> None:
+        """Encrypt ``plain`` into ``secret_encrypted`` (the caller saves)."""
+        self.secret_encrypted = encrypt_secret(plain)
+
+    def get_secret(self) -> str:
+        """The plain secret, ``""`` if none; raises ``RailSecretUnreadable`` after a rotation."""
+        return decrypt_secret(self.secret_encrypted)
+
+
+class MockEntryKind(models.TextChoices):
+    CHARGE = "charge", "Charge"
+    REFUND = "refund", "Refund"
+
+
+class MockLedgerEntry(models.Model):
+    """The mock provider's own record of what it did (never Sill's view of it).
+
+    It lives in Sill's database only because the mock has no server of its own; Sill's refund
+    code must still treat it as the provider's state and reach it only through ``MockRail``,
+    so that recovery after a crashed worker is exercised the way it would be on Stripe.
+    """
+
+    site_id = models.CharField(max_length=26, db_index=True)
+    kind = models.CharField(max_length=10, choices=MockEntryKind.choices)
+    idempotency_key = models.CharField(max_length=255)
+    # mock_pi_… for a charge, mock_re_… for a refund.
+    provider_id = models.CharField(max_length=64, unique=True)
+    amount_minor = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    # A charge: its own mock_ch_… id. A refund: the charge it refunded.
+    provider_charge_id = models.CharField(max_length=64, db_index=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name_plural = "mock ledger entries"
+        constraints = [
+            # Idempotency keys are scoped per merchant account, as on real providers.
+            models.UniqueConstraint(
+                fields=["site_id", "idempotency_key"], name="mockledger_key_unique_per_site"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=[k.value for k in MockEntryKind]),
+                name="mockledger_kind_valid",
+            ),
+            models.CheckConstraint(condition=Q(amount_minor__gt=0), name="mockledger_amount_gt_0"),
+            models.CheckConstraint(
+                condition=Q(currency__regex=r"^[A-Z]{3}$"), name="mockledger_currency_iso"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.provider_id} {self.amount_minor} {self.currency}"
+
+
+class MockCallCount(models.Model):
+    """How many times the mock rail was called with one idempotency key.
+
+    Scripted failures with ``fail_times`` need the count across processes (tasks retry in
+    other workers), and a call that "times out" leaves no ledger entry to count on.
+    """
+
+    site_id = models.CharField(max_length=26)
+    operation = models.CharField(max_length=10, choices=MockEntryKind.choices)
+    idempotency_key = models.CharField(max_length=255)
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site_id", "operation", "idempotency_key"],
+                name="mockcallcount_unique",
+            ),
+        ]

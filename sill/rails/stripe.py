@@ -1,0 +1,211 @@
+"""Stripe: PaymentIntents for charges, Refunds for refunds, through the official SDK.
+
+Every POST carries Sill's own idempotency key (stripe-python would otherwise invent a random
+one per call, which makes a retry a second refund). Refunds also carry ``sill_refund_id`` in
+metadata because Stripe cannot be queried by idempotency key: that is how ``find_refund``
+recovers a refund whose response was lost.
+
+The API key never leaves this object: it is not in ``repr``, and every error message is
+scrubbed of it (and of anything shaped like a Stripe key) before it is raised.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+import stripe
+
+from sill.money import Money
+from sill.rails.base import (
+    AmbiguousRailError,
+    ChargeRequest,
+    ChargeResult,
+    PermanentRailError,
+    RailError,
+    RefundRequest,
+    RefundResult,
+    RefundState,
+    RetryableRailError,
+)
+
+_KEY_RE = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9]+")
+
+_REFUND_STATES: dict[str, RefundState] = {
+    "succeeded": "succeeded",
+    "pending": "pending",
+    "requires_action": "pending",
+    "failed": "failed",
+    "canceled": "failed",
+}
+
+
+class StripeRail:
+    name = "stripe"
+
+    def __init__(
+        self,
+        *,
+        secret_key: str,
+        connected_account: str = "",
+        api_base: str = "",
+        mode: str = "test",
+        timeout: float = 20.0,
+    ) -> None:
+        self.connected_account = connected_account
+        self.api_base = api_base
+        self.mode = mode
+        self._secret_key = secret_key
+        self._client = stripe.StripeClient(
+            secret_key,
+            stripe_account=connected_account or None,
+            base_addresses={"api": api_base} if api_base else None,
+            # Sill retries itself, always with the same key, after looking the refund up.
+            max_network_retries=0,
+            http_client=stripe.RequestsClient(timeout=timeout),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"StripeRail(mode={self.mode!r}, connected_account={self.connected_account!r}, "
+            f"api_base={self.api_base!r})"
+        )
+
+    # --- the protocol -------------------------------------------------------------------
+
+    def charge(self, request: ChargeRequest) -> ChargeResult:
+        params: dict[str, Any] = {
+            "amount": request.amount.amount_minor,
+            "currency": request.amount.currency.lower(),
+            "payment_method": request.payment_method,
+            "payment_method_types": ["card"],
+            "confirm": True,
+            "metadata": {"sill_order_id": request.order_id},
+        }
+        try:
+            intent = self._client.v1.payment_intents.create(
+                params=params,  # type: ignore[arg-type]
+                options={"idempotency_key": request.idempotency_key},
+            )
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="charge")
+        if intent.status != "succeeded":
+            raise PermanentRailError(
+                f"Stripe did not complete the payment {intent.id} (status {intent.status})"
+            )
+        charge = intent.latest_charge  # an id, or the Charge itself when expanded
+        charge_id = charge if isinstance(charge, str) else getattr(charge, "id", "")
+        created = getattr(charge, "created", None) or intent.created
+        customer = intent.customer
+        return ChargeResult(
+            provider_payment_id=intent.id,
+            provider_charge_id=charge_id or "",
+            captured_at=datetime.fromtimestamp(created, tz=UTC),
+            provider_customer_id=(customer if isinstance(customer, str) else "") or "",
+        )
+
+    def refund(self, request: RefundRequest) -> RefundResult:
+        params: dict[str, Any] = {
+            "amount": request.amount.amount_minor,
+            "metadata": {
+                **request.metadata,
+                "sill_refund_id": request.refund_id,
+                "sill_idempotency_key": request.idempotency_key,
+            },
+            **self._target(request),
+        }
+        # No reason=: Sill keeps its own reasons (and localstripe rejects the parameter).
+        try:
+            refund = self._client.v1.refunds.create(
+                params=params,  # type: ignore[arg-type]
+                options={"idempotency_key": request.idempotency_key},
+            )
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="refund")
+        return _refund_result(refund)
+
+    def find_refund(self, request: RefundRequest) -> RefundResult | None:
+        try:
+            page = self._client.v1.refunds.list(
+                params={**self._target(request), "limit": 100}  # type: ignore[arg-type]
+            )
+            for refund in page.auto_paging_iter():
+                if _metadata(refund).get("sill_refund_id") == request.refund_id:
+                    return _refund_result(refund)
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="refund lookup", read=True)
+        return None
+
+    # --- facts for Sill and its tests ---------------------------------------------------
+
+    def charge_amount_refunded(self, provider_charge_id: str) -> Money:
+        """What Stripe says has been refunded on a charge, by anyone."""
+        try:
+            charge = self._client.v1.charges.retrieve(provider_charge_id)
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="charge lookup", read=True)
+        return Money(int(charge.amount_refunded), charge.currency.upper())
+
+    # --- helpers ------------------------------------------------------------------------
+
+    @staticmethod
+    def _target(request: RefundRequest) -> dict[str, str]:
+        if request.provider_charge_id:
+            return {"charge": request.provider_charge_id}
+        if request.provider_payment_id:
+            return {"payment_intent": request.provider_payment_id}
+        raise PermanentRailError("the refund names no Stripe charge or payment intent")
+
+    def _scrub(self, text: str) -> str:
+        if self._secret_key:
+            text = text.replace(self._secret_key, "[redacted]")
+        return _KEY_RE.sub("[redacted]", text)
+
+    def _raise(self, exc: stripe.StripeError, *, doing: str, read: bool = False) -> NoReturn:
+        """Translate a Stripe error into a ``RailError`` whose message holds no secret.
+
+        ``read``: the call changed nothing, so a lost connection is merely retryable.
+        """
+        detail = self._scrub(exc.user_message or type(exc).__name__)
+        code = getattr(exc, "code", None)
+        if code:
+            detail = f"{detail} ({code})"
+        message = f"Stripe {doing} failed: {detail}"
+        error: RailError
+        if isinstance(exc, stripe.RateLimitError):
+            error = RetryableRailError(message)
+        elif isinstance(
+            exc,
+            stripe.CardError
+            | stripe.InvalidRequestError
+            | stripe.IdempotencyError
+            | stripe.PermissionError
+            | stripe.AuthenticationError,
+        ):
+            error = PermanentRailError(message)
+        elif isinstance(exc, stripe.APIConnectionError):
+            # The request may have reached Stripe before the connection dropped.
+            error = (RetryableRailError if read else AmbiguousRailError)(
+                f"Stripe {doing}: no answer from Stripe"
+            )
+        else:
+            # APIError (5xx, 409 key in use) and anything newer: Stripe may have acted.
+            error = (RetryableRailError if read else AmbiguousRailError)(message)
+        # "from None": the SDK's exception carries the raw request context; keep it out of
+        # tracebacks and logs. The type and code above are what callers need.
+        raise error from None
+
+
+def _metadata(obj: Any) -> dict[str, Any]:
+    metadata = getattr(obj, "metadata", None)
+    return metadata.to_dict() if metadata is not None else {}
+
+
+def _refund_result(refund: Any) -> RefundResult:
+    return RefundResult(
+        provider_refund_id=refund.id,
+        state=_REFUND_STATES.get(refund.status or "", "pending"),
+        amount=Money(int(refund.amount), refund.currency.upper()),
+        failure_message=getattr(refund, "failure_reason", None) or "",
+    )
