@@ -9,7 +9,13 @@ without touching the pipeline.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from sill.accounts.models import Agent, Site
+    from sill.money import Money
+    from sill.orders.models import Charge, Order
 
 Action = Literal["allow", "require_approval", "deny"]
 BASELINE_VERSION = "v1-default"
@@ -34,6 +40,34 @@ class PolicyOutcome:
     auto_refund: bool = False
 
 
-def decide_refund(*, site_id: str, facts: dict[str, Any]) -> PolicyOutcome:
+@dataclass(frozen=True)
+class RefundContext:
+    """Everything the decision may look at, all from Sill's records (never the caller's claims).
+
+    ``charge`` and ``order`` are locked by the caller; ``amount`` is the quoted amount.
+    """
+
+    site: Site
+    order: Order
+    charge: Charge
+    amount: Money
+    origin: Literal["agent", "staff"]
+    agent: Agent | None
+    user: Any | None
+    reason: str | None  # the agent's reason code or the staff reason's code; None if none
+    now: datetime
+
+
+def decide_refund(context: RefundContext) -> PolicyOutcome:
     """Baseline ``v1-default``: allow, with the facts recorded for the decision record."""
-    return PolicyOutcome(action="allow", policy_version=BASELINE_VERSION, facts=dict(facts))
+    facts = {
+        "refundAmount": context.amount.amount_minor,
+        "currency": context.amount.currency,
+        "rail": context.charge.rail,
+        "refundOrigin": context.origin,
+        "refundReason": context.reason or "none",
+        "agentPlacedOriginal": bool(
+            context.agent is not None and context.order.placed_by_agent_id == context.agent.pk
+        ),
+    }
+    return PolicyOutcome(action="allow", policy_version=BASELINE_VERSION, facts=facts)

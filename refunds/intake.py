@@ -21,12 +21,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from policies.decide import decide_refund
+from policies.decide import RefundContext
 from refunds import mandates
 from refunds.mandates import MandateError, VerifiedMandate
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
 from refunds.representation import purchase_payload, refund_payload
-from refunds.services import HOLD_FOR, charged_charge, new_refund, record_decision, reserve
+from refunds.services import charged_charge, decide_and_open, new_refund, record_decision
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.money import min_money
 from sill.orders.models import REFUNDABLE_STATUSES, Order
@@ -177,54 +177,28 @@ def _request_refund(*, mandate: Mandate, verified: VerifiedMandate, now: datetim
             f"the original order is in {order.currency}, not {intent.currency}",
             field="signed.intent.currency",
         )
-    context = {"order": order, "charge": charge, "rail": charge.rail}
+    found = {"order": order, "charge": charge, "rail": charge.rail}
     if Refund.objects.filter(order=order, origin=RefundOrigin.AGENT, status__in=_LIVE).exists():
-        return rejected("already_executed", **context)
+        return rejected("already_executed", **found)
     if not isinstance(intent.scope, str):
-        return rejected("scope_unsupported", **context)
+        return rejected("scope_unsupported", **found)
     try:
         rail_account_for(site_id=site.id, rail=charge.rail)
     except RailDisabled:
-        return rejected("rail_disabled", **context)
+        return rejected("rail_disabled", **found)
     remaining = charge.remaining
     if remaining.amount_minor <= 0:
-        return rejected("already_executed", **context)
+        return rejected("already_executed", **found)
     amount = min_money(remaining, intent.max_amount)
-
-    facts = {
-        "refundAmount": amount.amount_minor,
-        "currency": amount.currency,
-        "rail": charge.rail,
-        "refundOrigin": RefundOrigin.AGENT,
-        "refundReason": intent.reason_code or "none",
-        "agentPlacedOriginal": order.placed_by_agent_id == mandate.agent_id,
-    }
-    outcome = decide_refund(site_id=site.id, facts=facts)
-    fields = {
-        **base,
-        **context,
-        "amount_minor": amount.amount_minor,
-        "facts": outcome.facts,
-        "rules": [r.as_dict() for r in outcome.rules],
-    }
-    if outcome.action == "deny":
-        refund = new_refund(
-            **fields,
-            decision=Decision.REJECTED,
-            status=RefundStatus.REJECTED,
-            reason="policy_denied",
-        )
-    elif outcome.action == "require_approval":
-        refund = new_refund(
-            **fields,
-            decision=Decision.ESCALATED,
-            status=RefundStatus.HELD,
-            expires_at=now + HOLD_FOR,
-        )
-    else:
-        refund = new_refund(**fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING)
-        reserve(refund=refund, charge=charge)
-        from refunds.tasks import execute_refund_task
-
-        execute_refund_task.delay_on_commit(refund.id)
-    return record_decision(refund=refund, outcome=outcome, now=now)
+    context = RefundContext(
+        site=site,
+        order=order,
+        charge=charge,
+        amount=amount,
+        origin=RefundOrigin.AGENT,
+        agent=mandate.agent,
+        user=None,
+        reason=intent.reason_code,
+        now=now,
+    )
+    return decide_and_open(context=context, fields=base)

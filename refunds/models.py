@@ -5,11 +5,37 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from treebeard.mp_tree import MP_Node
 
 from sill.accounts.models import Agent, Site
 from sill.ids import new_id
 from sill.money import Money
 from sill.orders.models import CURRENCY_RE, Charge, Order
+
+
+class RefundReason(MP_Node):
+    """A node of the merchant's refund-reason tree; refunds pick an active leaf.
+
+    Deleting a reason a refund used is refused by the database (``on_delete=PROTECT`` on
+    ``Refund.refund_reason``); deactivate it instead.
+    """
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="refund_reasons")
+    name = models.CharField(max_length=120)
+    code = models.CharField(max_length=40, blank=True)
+    active = models.BooleanField(default=True)
+
+    node_order_by = ["name"]
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "code"], condition=~Q(code=""), name="refundreason_code_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 def _refund_id() -> str:
@@ -106,6 +132,13 @@ class Refund(models.Model):
     # Stable rejection/failure code (DESIGN.md "The refund pipeline"); blank when none.
     reason = models.CharField(max_length=40, blank=True)
     reason_code = models.CharField(max_length=40, blank=True)  # the agent's stated reason
+    # The merchant's reason (staff refunds), and its path and label as they were at the time.
+    refund_reason = models.ForeignKey(
+        RefundReason, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
+    )
+    reason_path = models.CharField(max_length=500, blank=True)
+    reason_label = models.CharField(max_length=120, blank=True)
+    review_note = models.TextField(blank=True)
     note = models.TextField(blank=True)
     rules = models.JSONField(default=list, blank=True)
     facts = models.JSONField(null=True, blank=True)

@@ -16,7 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from audit.services import append_record
-from policies.decide import PolicyOutcome
+from policies.decide import PolicyOutcome, RefundContext, decide_refund
 from refunds.models import Decision, Refund, RefundOrigin, RefundStatus
 from sill.errors import SillError
 from sill.money import Money
@@ -140,7 +140,11 @@ def settle_refund(*, refund_id: str, provider_refund_id: str, now: datetime | No
     from refunds.tasks import send_refund_confirmation_task
 
     now = now or timezone.now()
-    refund = Refund.objects.select_for_update(of=("self",)).select_related("site", "order").get(pk=refund_id)
+    refund = (
+        Refund.objects.select_for_update(of=("self",))
+        .select_related("site", "order")
+        .get(pk=refund_id)
+    )
     if refund.status != RefundStatus.PROCESSING:
         return False
     order = Order.objects.select_for_update().get(pk=refund.order_id)
@@ -199,3 +203,46 @@ def new_refund(**fields: Any) -> Refund:
         raise SillError("invalid refund", code="invalid_field")
     refund.save(force_insert=True)
     return refund
+
+
+def decide_and_open(*, context: RefundContext, fields: dict[str, Any]) -> Refund:
+    """Decide a quoted refund and open it: held, rejected, or approved and reserved.
+
+    The caller holds the row locks on ``context.order`` and ``context.charge`` inside its
+    transaction. An approved refund is reserved here and its execution enqueued on commit;
+    the decision record is written in the same transaction either way.
+    """
+    outcome = decide_refund(context)
+    fields = {
+        **fields,
+        "site": context.site,
+        "order": context.order,
+        "charge": context.charge,
+        "rail": context.charge.rail,
+        "amount_minor": context.amount.amount_minor,
+        "currency": context.amount.currency,
+        "facts": outcome.facts,
+        "rules": [r.as_dict() for r in outcome.rules],
+    }
+    if outcome.action == "deny":
+        refund = new_refund(
+            **fields, decision=Decision.REJECTED, status=RefundStatus.REJECTED,
+            reason="policy_denied",
+        )  # fmt: skip
+    elif outcome.action == "require_approval":
+        refund = new_refund(
+            **fields, decision=Decision.ESCALATED, status=RefundStatus.HELD,
+            expires_at=context.now + HOLD_FOR,
+        )  # fmt: skip
+    else:
+        refund = new_refund(**fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING)
+        reserve(refund=refund, charge=context.charge)
+        enqueue_execution(refund)
+    return record_decision(refund=refund, outcome=outcome, now=context.now)
+
+
+def enqueue_execution(refund: Refund) -> None:
+    """Execute on the rail once the current transaction commits (never before)."""
+    from refunds.tasks import execute_refund_task
+
+    execute_refund_task.delay_on_commit(refund.id)

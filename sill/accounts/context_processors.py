@@ -32,4 +32,9 @@ def site_context_processor(request: HttpRequest) -> dict[str, Any]:
             continue
         active = request.path == url if url == "/" else request.path.startswith(url)
         nav.append({"label": label, "url": url, "key": name, "active": active})
-    return {"site_ctx": ctx, "nav": nav}
+    held_count = 0
+    if any(item["key"] == "refunds:held" for item in nav):
+        from refunds.selectors import held_count_for
+
+        held_count = held_count_for(ctx.site)
+    return {"site_ctx": ctx, "nav": nav, "held_count": held_count}

@@ -21,6 +21,8 @@ class Site(models.Model):
     merchant_domain = models.CharField(max_length=253, unique=True)
     default_currency = models.CharField(max_length=3, default="USD")
     timezone = models.CharField(max_length=64, default="UTC")
+    # Optional Slack incoming webhook for held-refund notifications.
+    slack_webhook_url = models.URLField(blank=True, max_length=500)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
