@@ -14,7 +14,7 @@ NAV: tuple[tuple[str, str, Cap], ...] = (
     ("Held", "refunds:held", Cap.VIEW_HELD),
     ("Rules", "policies:rules", Cap.VIEW_RULES),
     ("Activity", "audit:activity", Cap.VIEW_ACTIVITY),
-    ("Settings", "accounts:settings", Cap.MANAGE_SETTINGS),
+    ("Reasons", "refunds:reasons", Cap.MANAGE_SETTINGS),
 )
 
 
