@@ -35,6 +35,10 @@ from sill.rails.registry import RailDisabled, rail_account_for
 _LIVE = (RefundStatus.HELD, RefundStatus.PROCESSING, RefundStatus.SUCCEEDED)
 
 
+class _Raced(Exception):
+    """Another request stored this mandate id after our first look."""
+
+
 @dataclass(frozen=True)
 class MandateAnswer:
     status: int
@@ -99,7 +103,7 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
 
                 order = place_order(mandate=mandate, verified=verified)
                 body = purchase_payload(mandate, order)
-    except IntegrityError:
+    except (IntegrityError, _Raced):
         # A concurrent identical send won the insert: answer what it stored. Otherwise the
         # nonce was used by another mandate of this agent.
         if (answer := _earlier(site_id, mandate_id, body_sha256)) is not None:
@@ -119,6 +123,8 @@ def _store(verified: VerifiedMandate) -> Mandate:
             f"merchant {verified.intent.merchant!r} is not this site's merchant",
             field="signed.intent.merchant",
         )
+    if Mandate.objects.filter(site=site, mandate_id=verified.mandate_id).exists():
+        raise _Raced
     if Mandate.objects.filter(agent=agent, nonce=verified.nonce).exists():
         raise MandateError(
             "replay", "this nonce was already used by another mandate", field="signed.nonce"

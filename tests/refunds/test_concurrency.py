@@ -1,0 +1,80 @@
+"""Money moves at most once under concurrency (row locks + constraints; proven on PostgreSQL).
+
+Each thread has its own database connection, so these run real concurrent transactions. On
+SQLite they still pass (IMMEDIATE transactions serialise writers); the row-lock guarantee is
+what PostgreSQL proves in CI.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from refunds.models import Refund
+from sill.orders.models import Charge
+from sill.rails.models import MockLedgerEntry
+from tests.refunds.conftest import post, refund_intent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ORIGINAL = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"
+
+
+def _concurrently(n: int, work: Callable[[int], object]) -> list[object]:
+    barrier = threading.Barrier(n)
+    results: list[object] = [None] * n
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[i] = work(i)
+        except Exception as exc:  # surfaced by the assertions below
+            results[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return results
+
+
+@pytest.fixture
+def original(make_order, agent, mock_rail):
+    return make_order(total="89.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
+
+
+def test_twenty_concurrent_refund_mandates_make_exactly_one_refund(sign, original):
+    bodies = [sign(refund_intent(ORIGINAL)) for _ in range(20)]
+    responses = _concurrently(20, lambda i: post(Client(), bodies[i]))
+    assert all(not isinstance(r, Exception) for r in responses), responses
+    answers = [r.json() for r in responses]
+    assert all(r.status_code == 201 for r in responses), answers
+    approved = [a for a in answers if a["decision"] == "approved"]
+    rejected = [a for a in answers if a["decision"] == "rejected"]
+    assert len(approved) == 1
+    assert len(rejected) == 19 and {a["reason"] for a in rejected} == {"already_executed"}
+    # Execution is enqueued on commit; eager mode runs it in the committing thread.
+    refund = Refund.objects.get(pk=approved[0]["refund_id"])
+    assert refund.status == "succeeded"
+    charge = Charge.objects.get(order=original)
+    assert charge.amount_refunded_minor == 8900 and charge.amount_reserved_minor == 0
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+
+
+def test_concurrent_identical_sends_make_one_refund(sign, original):
+    body = sign(refund_intent(ORIGINAL, max_amount=Decimal("10.00")))
+    responses = _concurrently(8, lambda i: post(Client(), body))
+    assert all(not isinstance(r, Exception) for r in responses), responses
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200] * 7 + [201], [r.content for r in responses]
+    assert len({r.json()["refund_id"] for r in responses}) == 1
+    assert Refund.objects.count() == 1
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+    assert Charge.objects.get(order=original).amount_refunded_minor == 1000
