@@ -159,6 +159,32 @@ class HasAgent(BasePermission):
         return request.auth is not None
 
 
+class AgentMeApi(APIView):
+    """The agent a bearer token belongs to: lets an agent author check a token."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [HasAgent]
+
+    @extend_schema(
+        operation_id="agent_me",
+        summary="The agent this token belongs to",
+        responses={
+            200: inline_serializer(
+                "AgentMe",
+                {
+                    "agent_id": serializers.CharField(),
+                    "site_id": serializers.CharField(),
+                    "name": serializers.CharField(),
+                },
+            ),
+            401: _ERROR,
+        },
+    )
+    def get(self, request: Request) -> Response:
+        agent = request.auth
+        return Response({"agent_id": agent.agent_id, "site_id": agent.site_id, "name": agent.name})
+
+
 class RefundDetailApi(APIView):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [HasAgent]

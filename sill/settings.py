@@ -136,7 +136,7 @@ else:
         SILL_DATA_DIR / (f"broker-test-{os.getpid()}" if TESTING else "broker"),
     )
     _broker.mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "filesystem://localhost//"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker),
         "data_folder_out": str(_broker),

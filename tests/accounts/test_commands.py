@@ -1,0 +1,98 @@
+"""The management commands of DESIGN.md: members, agents (add-key, token, sign), demo."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client
+from nacl.signing import SigningKey
+
+from sill.accounts.models import AgentKey, AgentToken, Membership
+from sill.accounts.services import b64url_encode, token_sha256
+
+pytestmark = pytest.mark.django_db
+
+
+def _run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_it_adds_a_member_with_a_password(site):
+    _run("members", "add", "--site", site.id, "--email", "New@Example.com", "--role", "staff",
+         "--can-refund", "--password", "a-long-password-1")  # fmt: skip
+    membership = Membership.objects.get(user__username="new@example.com")
+    assert (membership.role, membership.can_refund) == ("staff", True)
+    assert Client().login(username="new@example.com", password="a-long-password-1")
+
+
+def test_it_refuses_an_unknown_site_or_role(site):
+    with pytest.raises(CommandError):
+        _run("members", "add", "--site", "nope", "--email", "a@b.c", "--role", "owner")
+    with pytest.raises(CommandError):
+        _run("members", "add", "--site", site.id, "--email", "a@b.c", "--role", "god")
+
+
+def test_it_adds_an_agent_key_and_refuses_a_different_key_under_the_same_id(site):
+    public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
+    out = _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
+               "--public-key", public, "--valid-from", "2026-01-01T00:00:00Z")  # fmt: skip
+    assert "valid from 2026-01-01" in out
+    key = AgentKey.objects.get(key_id="k1")
+    assert key.valid_from == datetime(2026, 1, 1, tzinfo=UTC)
+    other = b64url_encode(bytes(SigningKey(bytes(range(32))).verify_key))
+    with pytest.raises(CommandError, match="another public key"):
+        _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
+             "--public-key", other)  # fmt: skip
+    with pytest.raises(CommandError):
+        _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k2",
+             "--public-key", "c2hvcnQ")  # fmt: skip
+
+
+def test_it_issues_a_token_shown_once_and_stored_hashed(site, agent):
+    token = _run("agents", "token", "--site", site.id, "--agent", agent.agent_id).strip()
+    stored = AgentToken.objects.get(agent=agent)
+    assert stored.token_sha256 == token_sha256(token) and token not in stored.token_sha256
+    response = Client().get("/api/v1/agent", headers={"Authorization": f"Bearer {token}"})
+    assert response.json() == {"agent_id": agent.agent_id, "site_id": site.id, "name": agent.name}
+
+
+def test_the_demo_key_signs_a_mandate_that_the_api_accepts(settings, django_capture_on_commit_callbacks):
+    from sill.orders.demo import DEMO_ORDER_MANDATE, load_demo
+
+    result = load_demo()
+    intent = {
+        "action": "request_refund",
+        "merchant": "northwind-coffee.example",
+        "original_mandate_id": DEMO_ORDER_MANDATE,
+        "reason_code": "wrong_item",
+        "scope": "full",
+        "max_amount": 89.00,
+        "currency": "USD",
+    }
+    body = _run("agents", "sign", "--key-file", str(result.key_file), "--intent", json.dumps(intent))
+    with django_capture_on_commit_callbacks(execute=True):
+        response = Client().post("/api/v1/mandates", data=body.strip(), content_type="application/json")
+    assert response.status_code == 201, response.content
+    assert response.json()["decision"] == "approved" and response.json()["amount"] == "89.00"
+
+
+def test_the_demo_is_idempotent():
+    from sill.orders.demo import load_demo
+    from sill.orders.models import Order
+
+    load_demo()
+    counts = (Order.objects.count(), Membership.objects.count(), AgentKey.objects.count())
+    out = _run("demo")
+    assert "owner@northwind-coffee.example" in out
+    assert counts == (Order.objects.count(), Membership.objects.count(), AgentKey.objects.count())
+    order = Order.objects.get(source_mandate_id="mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN")
+    assert (order.total_minor, order.currency, order.items.count()) == (8900, "USD", 3)
+    assert order.placed_by_agent.agent_id == "agent_acme_shopper"
+    assert set(Order.objects.values_list("currency", flat=True)) == {"USD", "EUR", "JPY"}
+    assert len(set(Order.objects.values_list("status", flat=True))) >= 4
