@@ -58,4 +58,4 @@ format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .
 
 bench: $(VENV)/.installed-dev
-	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+	@for script in bench/[!_]*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
