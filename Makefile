@@ -33,14 +33,14 @@ $(LOCALSTRIPE_VENV)/bin/localstripe:
 localstripe: $(LOCALSTRIPE_VENV)/bin/localstripe
 
 # Development server + a real Celery worker with beat, on SQLite and the embedded broker.
-# Ctrl-C stops the server; the trap stops the worker it started.
+# Ctrl-C reaches the server and the worker (one process group); the trap also stops the
+# worker when the server exits on its own.
 run: export DEBUG ?= 1
 run: $(VENV)/.installed
 	$(MANAGE) migrate --noinput
 	$(MANAGE) demo
-	@set -m; \
-	$(BIN)/celery -A sill worker -B -S django --loglevel INFO --concurrency 2 & worker=$$!; \
-	trap 'kill -TERM -$$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
+	@$(BIN)/celery -A sill worker -B -S django --loglevel INFO --concurrency 2 & worker=$$!; \
+	trap 'kill -TERM $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	echo "Sill: http://127.0.0.1:$(PORT)/  (Ctrl-C stops the server and the worker)"; \
 	$(MANAGE) runserver 127.0.0.1:$(PORT)
 
