@@ -238,3 +238,33 @@ def test_the_openapi_schema_describes_the_mandate_endpoint():
     response = Client().get("/api/schema/", headers={"Accept": "application/json"})
     assert response.status_code == 200
     assert b"/api/v1/mandates" in response.content and b"request_refund" in response.content
+
+
+@pytest.mark.parametrize("script", ["timeout_after_effect", "timeout", "rate_limited"])
+def test_an_ambiguous_or_retryable_rail_answer_is_retried_with_the_same_key(
+    sign, original, mock_rail, script, django_capture_on_commit_callbacks
+):
+    """The first call fails (after the rail acted, for timeout_after_effect); one refund results.
+
+    The task's retry is Celery's; here each attempt is run as the worker would run it.
+    """
+    from refunds.execution import execute_refund
+    from sill.rails.base import RailError
+
+    mock_rail.config = {"refund": script, "fail_times": 1}
+    mock_rail.save()
+    with django_capture_on_commit_callbacks(execute=False):
+        body = post(Client(), sign(refund_intent(ORIGINAL))).json()
+    with pytest.raises(RailError) as first:
+        execute_refund(body["refund_id"])
+    assert first.value.retryable
+    refund = Refund.objects.get(pk=body["refund_id"])
+    assert refund.status == "processing" and refund.lease_until is None
+    assert execute_refund(body["refund_id"]) == "succeeded"
+    refund.refresh_from_db()
+    assert refund.status == "succeeded" and refund.attempts == 2
+    entries = MockLedgerEntry.objects.filter(kind="refund")
+    assert entries.count() == 1
+    assert entries.get().idempotency_key == f"sill-refund-{refund.id}"
+    assert refund.provider_refund_id == entries.get().provider_id
+    assert Charge.objects.get(order=original).amount_refunded_minor == 8900
