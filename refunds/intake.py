@@ -71,11 +71,19 @@ def answer_for(mandate: Mandate) -> dict[str, Any]:
     return refund_payload(mandate, Refund.objects.filter(mandate=mandate).first())
 
 
-def _earlier(site_id: str, mandate_id: str, body_sha256: str) -> MandateAnswer | None:
+def _earlier(
+    site_id: str, mandate_id: str, body_sha256: str, *, raw: bytes, now: datetime
+) -> MandateAnswer | None:
+    """The stored answer for an identical resend; ``mandate_conflict`` for another body.
+
+    A different body must pass verification before it hears "conflict", so an unsigned
+    request learns nothing about which mandate ids exist.
+    """
     earlier = Mandate.objects.filter(site_id=site_id, mandate_id=mandate_id).first()
     if earlier is None:
         return None
     if earlier.body_sha256 != body_sha256:
+        mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now)
         raise MandateError(
             "mandate_conflict",
             f"mandate {mandate_id} was already received with a different body",
@@ -89,7 +97,7 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     doc = mandates.parse_document(raw)
     mandate_id, site_id, _agent_id, _key_id = mandates.peek_identity(doc)
     body_sha256 = mandates.document_sha256(doc)
-    if (answer := _earlier(site_id, mandate_id, body_sha256)) is not None:
+    if (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)) is not None:
         return answer
     verified = mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now)
     try:
@@ -106,7 +114,7 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     except (IntegrityError, _Raced):
         # A concurrent identical send won the insert: answer what it stored. Otherwise the
         # nonce was used by another mandate of this agent.
-        if (answer := _earlier(site_id, mandate_id, body_sha256)) is not None:
+        if (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)) is not None:
             return answer
         raise MandateError(
             "replay", "this nonce was already used by another mandate", field="signed.nonce"

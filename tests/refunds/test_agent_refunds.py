@@ -268,3 +268,19 @@ def test_an_ambiguous_or_retryable_rail_answer_is_retried_with_the_same_key(
     assert entries.get().idempotency_key == f"sill-refund-{refund.id}"
     assert refund.provider_refund_id == entries.get().provider_id
     assert Charge.objects.get(order=original).amount_refunded_minor == 8900
+
+
+def test_an_unsigned_body_under_a_known_mandate_id_is_a_bad_signature_not_a_conflict(
+    api, sign, original
+):
+    from nacl.signing import SigningKey
+
+    mandate_id = "mnd_01K6HBK7MK753DH3YBX4NVCYTT"
+    assert api(sign(refund_intent(ORIGINAL), mandate_id=mandate_id)).status_code == 201
+    forged = sign(
+        refund_intent(ORIGINAL, reason_code="other"),
+        mandate_id=mandate_id,
+        key=SigningKey(bytes(32)),
+    )
+    response = api(forged)
+    assert response.status_code == 401 and response.json()["error"]["code"] == "bad_signature"
