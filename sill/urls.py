@@ -7,6 +7,7 @@ urlpatterns = [
     path("", include("sill.orders.urls")),
     path("", include("refunds.urls")),
     path("", include("policies.urls")),
+    path("", include("audit.views")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("django-admin/", admin.site.urls),
 ]

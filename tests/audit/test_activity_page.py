@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from audit.services import append_record
+
+pytestmark = pytest.mark.django_db
+
+
+def _record(site, n: int = 1) -> None:
+    with transaction.atomic():
+        for i in range(n):
+            append_record(
+                site=site,
+                kind="approved",
+                body={
+                    "refund_id": f"rf_{i}",
+                    "amount_minor": 8900,
+                    "currency": "USD",
+                    "order_id": None,
+                },
+            )
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [
+        ("owner", 200),
+        ("admin", 200),
+        ("reviewer", 200),
+        ("staff", 403),
+        ("outsider", 200),
+        ("anonymous", 302),
+    ],
+)
+def test_it_gates_the_activity_page_by_role(client_for, persona, status):
+    assert client_for(persona).get("/activity/").status_code == status
+
+
+def test_it_lists_only_this_sites_records_with_money_formatted(client_for, site, other_site):
+    _record(site)
+    with transaction.atomic():
+        append_record(site=other_site, kind="rejected", body={"refund_id": "rf_theirs"})
+    body = client_for("reviewer").get("/activity/").content.decode()
+    assert "rf_0" in body and "$89.00" in body
+    assert "rf_theirs" not in body
+
+
+def test_it_verifies_the_chain_on_demand(client_for, site):
+    _record(site, 3)
+    body = client_for("owner").get("/activity/", {"verify": 1}).content.decode()
+    assert "Chain verified: 3 records" in body
+
+
+def test_it_shows_an_empty_state(client_for):
+    assert "No activity yet" in client_for("owner").get("/activity/").content.decode()
+
+
+def test_it_runs_the_same_number_of_queries_for_2_and_20_records(client_for, site):
+    client = client_for("owner")
+    _record(site, 2)
+    with CaptureQueriesContext(connection) as few:
+        client.get("/activity/")
+    _record(site, 18)
+    with CaptureQueriesContext(connection) as many:
+        client.get("/activity/")
+    assert len(few.captured_queries) == len(many.captured_queries)
