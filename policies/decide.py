@@ -1,9 +1,12 @@
-"""The decision step of the refund pipeline.
+"""The decision step of the refund pipeline: facts → the site's active rules → an outcome.
 
-For now the only policy is the baseline ``v1-default``, which never holds or denies a refund.
-The seam is deliberate: ``decide_refund`` takes the facts Sill read (never the caller's) and
-answers an action plus the rules that fired, so the policy engine can replace the body
-without touching the pipeline.
+``decide_refund`` reads the facts Sill computes (never the caller's claims), evaluates the
+site's active policy version (compiled once per version), applies AUTO-REFUND, and answers
+the action with every rule that fired (observe-mode rules included, marked ``observe``) and
+the fact snapshot the refund and its audit decision record store.
+
+A site without a policy version of its own runs the baseline ``v1-default``: no rules, so
+nothing is held or denied, and auto-refund off.
 """
 
 from __future__ import annotations
@@ -12,23 +15,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from policies.engine import Action, FiredRule, apply_auto_refund, evaluate, prepare_facts
+
 if TYPE_CHECKING:
     from sill.accounts.models import Agent, Site
     from sill.money import Money
     from sill.orders.models import Charge, Order
 
-Action = Literal["allow", "require_approval", "deny"]
+__all__ = [
+    "BASELINE_VERSION",
+    "Action",
+    "FiredRule",
+    "PolicyOutcome",
+    "RefundContext",
+    "decide_refund",
+]
+
 BASELINE_VERSION = "v1-default"
-
-
-@dataclass(frozen=True)
-class FiredRule:
-    id: str
-    action: Action
-    mode: Literal["enforced", "observe"] = "enforced"
-
-    def as_dict(self) -> dict[str, str]:
-        return {"id": self.id, "action": self.action, "mode": self.mode}
 
 
 @dataclass(frozen=True)
@@ -59,15 +62,25 @@ class RefundContext:
 
 
 def decide_refund(context: RefundContext) -> PolicyOutcome:
-    """Baseline ``v1-default``: allow, with the facts recorded for the decision record."""
-    facts = {
-        "refundAmount": context.amount.amount_minor,
-        "currency": context.amount.currency,
-        "rail": context.charge.rail,
-        "refundOrigin": context.origin,
-        "refundReason": context.reason or "none",
-        "agentPlacedOriginal": bool(
-            context.agent is not None and context.order.placed_by_agent_id == context.agent.pk
-        ),
-    }
-    return PolicyOutcome(action="allow", policy_version=BASELINE_VERSION, facts=facts)
+    """Decide ``context`` with the site's active policy version.
+
+    ``deny`` beats ``require_approval`` beats ``allow``; unknown facts take a rule's
+    restrictive branch; observe rules are reported but change nothing. AUTO-REFUND turns a
+    ``require_approval`` into ``allow`` (``auto_refund=True``) for an agent refund at or
+    under the cap whose agent placed the original order; it never overrides ``deny``.
+    """
+    # Imported here: these read the database, and refunds.services imports this module.
+    from policies.facts import read_refund_facts
+    from policies.selectors import active_policy_for
+
+    policy = active_policy_for(context.site)
+    snapshot = read_refund_facts(context)
+    evaluation = evaluate(policy.compiled, prepare_facts(snapshot))
+    action, auto = apply_auto_refund(evaluation.action, policy.auto_refund, snapshot)
+    return PolicyOutcome(
+        action=action,
+        policy_version=policy.label,
+        rules=evaluation.fired,
+        facts=snapshot,
+        auto_refund=auto,
+    )

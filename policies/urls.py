@@ -1,4 +1,20 @@
-from django.urls import URLPattern
+from django.urls import path
+
+from policies import api, views
 
 app_name = "policies"
-urlpatterns: list[URLPattern] = []
+urlpatterns = [
+    path("rules/", views.rules, name="rules"),
+    path("rules/auto-refund/", views.auto_refund, name="auto-refund"),
+    path("rules/templates/", views.templates, name="templates"),
+    path("rules/templates/<str:item_id>/", views.template_preview, name="template-preview"),
+    path("rules/templates/<str:item_id>/apply/", views.template_apply, name="template-apply"),
+    path("rules/<str:rule_id>/mode/", views.rule_mode, name="rule-mode"),
+    path("rules/<str:rule_id>/delete/", views.rule_delete, name="rule-delete"),
+    path("api/v1/policy-templates", api.PolicyTemplateListApi.as_view(), name="api-templates"),
+    path(
+        "api/v1/sites/<str:site_id>/rules/from-template",
+        api.RulesFromTemplateApi.as_view(),
+        name="api-from-template",
+    ),
+]

@@ -107,3 +107,52 @@ class Rail(Protocol):
     def find_refund(self, request: RefundRequest) -> RefundResult | None:
         """The refund made earlier for ``request`` (by idempotency key or metadata), if any."""
         ...
+
+
+# --- facts for the policy engine (optional: a rail without them gives unknown facts) -----------
+
+
+@dataclass(frozen=True)
+class RefundFactsRequest:
+    """What the policy engine asks the rail about a refund's original charge and customer.
+
+    Provider ids are what a real provider is asked with. ``sill_charge_id`` and
+    ``sill_customer_id`` let the mock rail, whose "provider database" is Sill's own records,
+    find the same rows. The history covers charges created at or after ``history_since`` and
+    reads one page of ``history_limit``: a longer history is reported as truncated.
+    """
+
+    provider_charge_id: str
+    currency: str
+    history_since: datetime
+    provider_customer_id: str = ""
+    sill_charge_id: str = ""
+    sill_customer_id: int | None = None
+    history_limit: int = 100
+
+
+@dataclass(frozen=True)
+class CustomerHistory:
+    """The customer's charges in the request's currency that carry a refund (one page)."""
+
+    refunded_charges: int  # a charge refunded twice counts once
+    refunded_minor: int  # what was refunded on them, in the request's currency
+    truncated: bool  # the page was full and more charges exist: both figures are lower bounds
+
+
+@dataclass(frozen=True)
+class RefundFacts:
+    """What the rail could read; ``None`` is unknown (not sent, or a read that failed)."""
+
+    charge_created_at: datetime | None = None
+    charge_disputed: bool | None = None
+    customer_created_at: datetime | None = None
+    history: CustomerHistory | None = None
+
+
+@runtime_checkable
+class RefundFactsReader(Protocol):
+    """A rail that can read refund facts. Reads never move money; each part that cannot be
+    read comes back ``None`` instead of raising, and a ``RailError`` means nothing was read."""
+
+    def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts: ...

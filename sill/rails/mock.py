@@ -13,7 +13,9 @@ Scripting, from ``RailAccount.config``::
 
 ``decline`` → ``PermanentRailError``; ``timeout`` → ``AmbiguousRailError`` and nothing
 recorded; ``timeout_after_effect`` → the refund is recorded, then ``AmbiguousRailError`` (the
-response was lost); ``rate_limited`` → ``RetryableRailError``. A payment method containing
+response was lost); ``rate_limited`` → ``RetryableRailError``. ``{"facts": "fail"}`` makes
+``read_refund_facts`` fail (``RetryableRailError``), ``{"facts": "no_customers"}`` answers
+like a key that cannot read customers (no customer age, no history). A payment method containing
 ``chargeDeclined`` (e.g. ``pm_card_visa_chargeDeclined``) is declined, as on Stripe.
 
 Ledger writes are committed with the caller's connection: call rails outside
@@ -35,7 +37,10 @@ from sill.rails.base import (
     AmbiguousRailError,
     ChargeRequest,
     ChargeResult,
+    CustomerHistory,
     PermanentRailError,
+    RefundFacts,
+    RefundFactsRequest,
     RefundRequest,
     RefundResult,
     RetryableRailError,
@@ -170,6 +175,83 @@ class MockRail:
                     "sill_idempotency_key": request.idempotency_key,
                 },
             )
+
+    # --- facts for the policy engine ---------------------------------------------------
+
+    def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
+        """The facts a provider would report, read from Sill's own records of this site.
+
+        The mock has no customer or charge database of its own: Sill's ``Charge``,
+        ``Customer`` and ``Dispute`` rows play that part. The history is read the way Stripe
+        pages it (newest first, one page of ``history_limit`` whatever the currency), so
+        truncation behaves the same on both rails.
+        """
+        from django.db.models.functions import Coalesce
+
+        from sill.orders.models import (
+            OPEN_DISPUTE_STATUSES,
+            Charge,
+            ChargeStatus,
+            Customer,
+            Dispute,
+        )
+
+        script = str(self.config.get("facts", "succeed"))
+        if script == "fail":
+            self._answer()
+            raise RetryableRailError("mock rail: facts unavailable (scripted)")
+        charges = Charge.objects.filter(order__site_id=self.site_id)
+        charge = (
+            charges.filter(pk=request.sill_charge_id).first()
+            if request.sill_charge_id
+            else charges.filter(provider_charge_id=request.provider_charge_id).first()
+        )
+        facts = RefundFacts()
+        if charge is not None:
+            facts = RefundFacts(
+                charge_created_at=charge.captured_at or charge.created_at,
+                charge_disputed=Dispute.objects.filter(
+                    charge=charge, status__in=OPEN_DISPUTE_STATUSES
+                ).exists(),
+            )
+        if script == "no_customers":
+            return facts
+        customers = Customer.objects.filter(site_id=self.site_id)
+        if request.sill_customer_id is not None:
+            customer = customers.filter(pk=request.sill_customer_id).first()
+        elif request.provider_customer_id:
+            customer = customers.filter(rail_customer_id=request.provider_customer_id).first()
+        else:
+            customer = None
+        if customer is None:
+            return facts
+        page = list(
+            Charge.objects.filter(
+                order__site_id=self.site_id,
+                order__customer=customer,
+                status=ChargeStatus.SUCCEEDED,
+            )
+            .annotate(made_at=Coalesce("captured_at", "created_at"))
+            .filter(made_at__gte=request.history_since)
+            .order_by("-made_at", "-pk")
+            .values_list("currency", "amount_refunded_minor")[: request.history_limit + 1]
+        )
+        truncated = len(page) > request.history_limit
+        refunded = [
+            minor
+            for currency, minor in page[: request.history_limit]
+            if currency == request.currency and minor > 0
+        ]
+        return RefundFacts(
+            charge_created_at=facts.charge_created_at,
+            charge_disputed=facts.charge_disputed,
+            customer_created_at=customer.provider_created_at or customer.created_at,
+            history=CustomerHistory(
+                refunded_charges=len(refunded),
+                refunded_minor=sum(refunded),
+                truncated=truncated,
+            ),
+        )
 
     # --- the ledger ---------------------------------------------------------------------
 

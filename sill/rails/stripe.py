@@ -11,6 +11,7 @@ scrubbed of it (and of anything shaped like a Stripe key) before it is raised.
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -22,13 +23,18 @@ from sill.rails.base import (
     AmbiguousRailError,
     ChargeRequest,
     ChargeResult,
+    CustomerHistory,
     PermanentRailError,
     RailError,
+    RefundFacts,
+    RefundFactsRequest,
     RefundRequest,
     RefundResult,
     RefundState,
     RetryableRailError,
 )
+
+logger = logging.getLogger(__name__)
 
 _KEY_RE = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9]+")
 
@@ -146,6 +152,79 @@ class StripeRail:
         except stripe.StripeError as exc:
             self._raise(exc, doing="charge lookup", read=True)
         return Money(int(charge.amount_refunded), charge.currency.upper())
+
+    def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
+        """The charge, its customer and the customer's 90-day history, as Stripe reports them.
+
+        Three independent reads; one that fails (a restricted key that cannot read customers,
+        a deleted customer, a timeout) leaves its facts unknown instead of failing the rest.
+        The history is one page of ``history_limit`` charges: ``has_more`` means truncated.
+        """
+        charge_created_at: datetime | None = None
+        disputed: bool | None = None
+        customer_id = request.provider_customer_id
+        try:
+            charge = self._client.v1.charges.retrieve(request.provider_charge_id)
+            charge_created_at = datetime.fromtimestamp(int(charge.created), tz=UTC)
+            flag = getattr(charge, "disputed", None)
+            disputed = flag if isinstance(flag, bool) else None
+            if not customer_id:
+                owner = getattr(charge, "customer", None)
+                customer_id = owner if isinstance(owner, str) else getattr(owner, "id", "") or ""
+        except stripe.StripeError as exc:
+            self._note_unreadable("charge", exc)
+        if not customer_id:
+            # A guest checkout: no customer, so no age and no history.
+            return RefundFacts(charge_created_at=charge_created_at, charge_disputed=disputed)
+        return RefundFacts(
+            charge_created_at=charge_created_at,
+            charge_disputed=disputed,
+            customer_created_at=self._customer_created_at(customer_id),
+            history=self._customer_history(customer_id, request),
+        )
+
+    def _customer_created_at(self, customer_id: str) -> datetime | None:
+        try:
+            customer = self._client.v1.customers.retrieve(customer_id)
+        except stripe.StripeError as exc:
+            self._note_unreadable("customer", exc)
+            return None
+        created = getattr(customer, "created", None)
+        if getattr(customer, "deleted", False) or created is None:
+            return None
+        return datetime.fromtimestamp(int(created), tz=UTC)
+
+    def _customer_history(
+        self, customer_id: str, request: RefundFactsRequest
+    ) -> CustomerHistory | None:
+        # created[gt] = since - 1 s is created >= since (and all localstripe supports).
+        since = int(request.history_since.timestamp()) - 1
+        try:
+            page = self._client.v1.charges.list(
+                params={  # type: ignore[arg-type]
+                    "customer": customer_id,
+                    "created": {"gt": since},
+                    "limit": request.history_limit,
+                }
+            )
+        except stripe.StripeError as exc:
+            self._note_unreadable("customer history", exc)
+            return None
+        refunded = [
+            int(c.amount_refunded)
+            for c in page.data[: request.history_limit]
+            if str(c.currency).upper() == request.currency and int(c.amount_refunded or 0) > 0
+        ]
+        return CustomerHistory(
+            refunded_charges=len(refunded),
+            refunded_minor=sum(refunded),
+            truncated=bool(page.has_more),
+        )
+
+    def _note_unreadable(self, what: str, exc: stripe.StripeError) -> None:
+        # The facts become unknown (rules take their restrictive branch); say why, scrubbed.
+        detail = self._scrub(exc.user_message or type(exc).__name__)
+        logger.warning("Stripe %s could not be read for refund facts: %s", what, detail)
 
     # --- helpers ------------------------------------------------------------------------
 

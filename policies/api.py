@@ -1,0 +1,126 @@
+"""The policy API behind the gallery (session auth with CSRF, like the pages).
+
+``GET /api/v1/policy-templates``: the catalog, for any signed-in member.
+``POST /api/v1/sites/{site}/rules/from-template``: apply (or, with ``dryRun``, preview) a
+template or pack on a site the user belongs to, as an owner or admin. Another site answers
+404, never 403, so site ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from policies import catalog as cat
+from policies.rules import MODES
+from policies.services import ApplyResult, apply_catalog_item
+from sill.accounts.access import Cap, can
+from sill.accounts.models import Membership, Site
+from sill.errors import NotFound, PermissionDenied, SillError
+
+_ERROR = inline_serializer(
+    "PolicyError",
+    {
+        "error": inline_serializer(
+            "PolicyErrorBody",
+            {
+                "code": serializers.CharField(),
+                "message": serializers.CharField(),
+                "field": serializers.CharField(allow_null=True),
+            },
+        )
+    },
+)
+
+
+class FromTemplateInput(serializers.Serializer):
+    templateId = serializers.CharField(required=False, max_length=64)
+    packId = serializers.CharField(required=False, max_length=64)
+    params = serializers.DictField(required=False, default=dict)
+    mode = serializers.ChoiceField(choices=list(MODES), required=False, default="enforced")
+    dryRun = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise SillError(
+                f"Unknown field {unknown[0]!r}: send templateId or packId, params, mode, dryRun.",
+                code="invalid_field",
+                field=unknown[0],
+            )
+        return attrs
+
+
+class PolicyTemplateListApi(APIView):
+    @extend_schema(
+        operation_id="policy_templates_list",
+        summary="The catalog of policy templates and packs",
+        responses={200: dict, 403: _ERROR},
+    )
+    def get(self, request: Request) -> Response:
+        if not Membership.objects.filter(user=request.user).exists():
+            raise PermissionDenied("You are not a member of any site.")
+        return Response(cat.catalog())
+
+
+class RulesFromTemplateApi(APIView):
+    @extend_schema(
+        operation_id="rules_from_template",
+        summary="Apply a policy template or pack to a site (or preview it with dryRun)",
+        request=FromTemplateInput,
+        responses={200: dict, 201: dict, 400: _ERROR, 403: _ERROR, 404: _ERROR, 409: _ERROR},
+    )
+    def post(self, request: Request, site_id: str) -> Response:
+        site = _member_site(request, site_id, Cap.EDIT_RULES)
+        if not isinstance(request.data, dict):
+            raise SillError("The body must be a JSON object.", code="malformed")
+        data = FromTemplateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        body = data.validated_data
+        item = cat.find_item(template_id=body.get("templateId"), pack_id=body.get("packId"))
+        result = apply_catalog_item(
+            site=site,
+            actor=request.user,
+            item=item,
+            params=body["params"],
+            mode=body["mode"],
+            dry_run=body["dryRun"],
+        )
+        return Response(_result(result), status=201 if result.status == "applied" else 200)
+
+
+def _member_site(request: Request, site_id: str, cap: Cap) -> Site:
+    membership = (
+        Membership.objects.filter(user=request.user, site_id=site_id).select_related("site").first()
+    )
+    if membership is None:
+        raise NotFound("No such site.")
+    if not can(membership, cap):
+        raise PermissionDenied("Changing rules needs an owner or an admin.")
+    return membership.site
+
+
+def _result(result: ApplyResult) -> dict[str, Any]:
+    key = "packId" if result.item.kind == "pack" else "templateId"
+    if result.status == "already_applied":
+        ids = ", ".join(r["id"] for r in result.already)
+        message = f"Already applied: {ids}."
+    elif result.status == "preview":
+        message = "Preview only: nothing was written."
+    else:
+        message = f"Applied: {', '.join(r['id'] for r in result.rules)}."
+    return {
+        "status": result.status,
+        key: result.item.id,
+        "mode": result.mode,
+        "version": result.version_label,
+        "message": message,
+        "rules": result.rules,
+        "alreadyApplied": result.already,
+        "preview": result.preview.as_dict() if result.preview else None,
+    }

@@ -1,0 +1,179 @@
+"""Computing a refund's facts at decision time: Sill's records, the rail, Sill's clock.
+
+Nothing here comes from the caller: the agent or staff member named an order and maybe an
+amount and a reason; the amount was quoted from Sill's records, and everything else is read
+here. Charge and customer facts come from the rail that took the payment, through its
+``read_refund_facts`` with the site's own credentials (the mock rail answers from Sill's
+records). A read that fails, a rail that cannot read facts, or a guest checkout make those
+facts unknown (``None``), never a default that would let money out.
+
+See ``policies.vocabulary`` for the snapshot format.
+"""
+
+from __future__ import annotations
+
+import logging
+import zoneinfo
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection, transaction
+from django.db.models import Sum
+
+from policies.rates import usd_minor
+from policies.vocabulary import FACTS_VERSION, ratio, truncated
+from refunds.models import LIVE_STATUSES, Refund, RefundOrigin
+from sill.orders.models import OPEN_DISPUTE_STATUSES, Customer, Dispute
+from sill.rails.base import RefundFacts, RefundFactsReader, RefundFactsRequest
+
+if TYPE_CHECKING:
+    from policies.decide import RefundContext
+
+logger = logging.getLogger(__name__)
+
+HISTORY_DAYS = 90
+CUSTOMER_REFUNDS_DAYS = 30
+HISTORY_PAGE = 100
+_DAY = 86400
+
+# (site, rail, what) already logged by this process: say it once, at the first refund.
+_logged: set[tuple[str, str, str]] = set()
+
+
+def read_refund_facts(context: RefundContext) -> dict[str, Any]:
+    """The JSON-safe fact snapshot of the refund ``context`` describes."""
+    order, charge, amount, now = context.order, context.charge, context.amount, context.now
+    customer = _customer(order.customer_id)
+    rail = _rail_facts(context, customer)
+
+    refund_usd = usd_minor(amount.amount_minor, amount.currency)
+    prior = charge.amount_refunded_minor + charge.amount_reserved_minor
+    agent_placed = bool(context.agent is not None and order.placed_by_agent_id == context.agent.pk)
+
+    history_count: Any = None
+    history_usd: Any = None
+    if rail.history is not None:
+        history = rail.history
+        usd = usd_minor(history.refunded_minor, amount.currency)
+        count = history.refunded_charges
+        history_count = truncated(count) if history.truncated else count
+        if usd is not None:
+            history_usd = truncated(usd) if history.truncated else usd
+
+    disputed = rail.charge_disputed
+    if disputed is not True and _open_dispute_in_sill(charge.pk):
+        # Sill recorded a dispute (a webhook) the rail's answer does not show: disputed.
+        disputed = True
+
+    return {
+        "factsVersion": FACTS_VERSION,
+        "refundAmount": amount.amount_minor,
+        "refundAmountUsd": refund_usd,
+        "refundFraction": ratio(prior + amount.amount_minor, charge.amount_minor),
+        "refundChargeAgeDays": _age_days(rail.charge_created_at, now),
+        "refundCustomerAgeDays": _age_days(rail.customer_created_at, now),
+        "refundCustomerCount90d": history_count,
+        "refundCustomerAmount90dUsd": history_usd,
+        "refundCustomerRefunds30d": _customer_refunds(context, customer),
+        "refundAgentTotalTodayUsd": _agent_total_today_usd(context, refund_usd),
+        "refundDisputed": disputed,
+        "refundReason": context.reason or "none",
+        "refundOrigin": str(context.origin),
+        "agentPlacedOriginal": agent_placed,
+        "rail": charge.rail,
+        "currency": amount.currency,
+    }
+
+
+def _customer(customer_id: int | None) -> Customer | None:
+    if customer_id is None:
+        return None
+    return Customer.objects.filter(pk=customer_id).first()
+
+
+def _rail_facts(context: RefundContext, customer: Customer | None) -> RefundFacts:
+    from sill.rails.registry import rail_for
+
+    site_id, rail_name = context.site.pk, context.charge.rail
+    try:
+        rail = rail_for(site_id=site_id, rail=rail_name)
+        if not isinstance(rail, RefundFactsReader):
+            _log_once(site_id, rail_name, "reader", "the rail cannot read refund facts")
+            return RefundFacts()
+        request = RefundFactsRequest(
+            provider_charge_id=context.charge.provider_charge_id,
+            currency=context.amount.currency,
+            history_since=context.now - timedelta(days=HISTORY_DAYS),
+            provider_customer_id=customer.rail_customer_id if customer else "",
+            sill_charge_id=context.charge.pk,
+            sill_customer_id=customer.pk if customer else None,
+            history_limit=HISTORY_PAGE,
+        )
+        if not connection.in_atomic_block:
+            return rail.read_refund_facts(request)
+        # A savepoint: a failed read inside the caller's transaction must not poison it.
+        with transaction.atomic():
+            return rail.read_refund_facts(request)
+    except Exception as exc:
+        # Any failure to read is an unknown fact, which rules treat restrictively; a refund
+        # must not fail (or pass) because the provider could not be asked.
+        _log_once(site_id, rail_name, "read", f"refund facts could not be read: {exc}")
+        return RefundFacts()
+
+
+def _open_dispute_in_sill(charge_id: str) -> bool:
+    return Dispute.objects.filter(charge_id=charge_id, status__in=OPEN_DISPUTE_STATUSES).exists()
+
+
+def _age_days(then: datetime | None, now: datetime) -> int | None:
+    if then is None:
+        return None
+    return max(0, int((now - then).total_seconds()) // _DAY)
+
+
+def _customer_refunds(context: RefundContext, customer: Customer | None) -> int | None:
+    if customer is None:
+        return None
+    return Refund.objects.filter(
+        site=context.site,
+        order__customer=customer,
+        status__in=LIVE_STATUSES,
+        created_at__gte=context.now - timedelta(days=CUSTOMER_REFUNDS_DAYS),
+    ).count()
+
+
+def _agent_total_today_usd(context: RefundContext, refund_usd: int | None) -> int | None:
+    """This agent's refunds since local midnight, this one included, in US cents."""
+    if context.origin != RefundOrigin.AGENT or context.agent is None or refund_usd is None:
+        return None
+    try:
+        tz = zoneinfo.ZoneInfo(context.site.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        tz = zoneinfo.ZoneInfo("UTC")
+    midnight = context.now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
+    totals = (
+        Refund.objects.filter(
+            site=context.site,
+            agent=context.agent,
+            status__in=LIVE_STATUSES,
+            created_at__gte=midnight,
+        )
+        .order_by()  # no default ordering in the GROUP BY
+        .values_list("currency")
+        .annotate(total=Sum("amount_minor"))
+    )
+    total = refund_usd
+    for currency, minor in totals:
+        usd = usd_minor(minor or 0, currency)
+        if usd is None:
+            return None
+        total += usd
+    return total
+
+
+def _log_once(site_id: str, rail: str, what: str, message: str) -> None:
+    key = (site_id, rail, what)
+    if key in _logged:
+        return
+    _logged.add(key)
+    logger.warning("site %s, %s rail: %s", site_id, rail, message)

@@ -1,0 +1,153 @@
+"""Reads of policies, always scoped to a site: the active version, history, previews."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import rfc8785
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from policies.decide import BASELINE_VERSION
+from policies.engine import BASELINE_POLICY, AutoRefund, CompiledPolicy, compile_policy
+from policies.models import PolicyVersion
+from policies.simulation import Preview, SimulatedRefund, simulate
+from refunds.models import Refund
+from sill.accounts.models import Site
+
+PREVIEW_DAYS = 30
+
+
+@dataclass(frozen=True)
+class ActivePolicy:
+    """What decisions on a site use right now."""
+
+    label: str  # "v1-default" or "v<number>"
+    number: int
+    rules: tuple[dict[str, Any], ...]
+    compiled: CompiledPolicy
+    auto_refund: AutoRefund
+    version: PolicyVersion | None  # None for the baseline
+
+    def rule(self, rule_id: str) -> dict[str, Any] | None:
+        return next((r for r in self.rules if r["id"] == rule_id), None)
+
+
+def baseline_for(site: Site) -> ActivePolicy:
+    return ActivePolicy(
+        label=BASELINE_VERSION,
+        number=1,
+        rules=(),
+        compiled=BASELINE_POLICY,
+        auto_refund=AutoRefund(enabled=False, cap_minor=0, currency=site.default_currency),
+        version=None,
+    )
+
+
+def active_policy_for(site: Site) -> ActivePolicy:
+    """The site's active policy, compiled (once per version, then from the cache)."""
+    version = PolicyVersion.objects.filter(site=site, active=True).defer("rules").first()
+    if version is None:
+        return baseline_for(site)
+    compiled = _compiled(version)
+    return ActivePolicy(
+        label=version.label,
+        number=version.number,
+        rules=compiled.source,
+        compiled=compiled,
+        auto_refund=AutoRefund(
+            enabled=version.auto_refund_enabled,
+            cap_minor=version.auto_refund_cap_minor,
+            currency=version.auto_refund_currency,
+        ),
+        version=version,
+    )
+
+
+def rules_digest(rules: list[dict[str, Any]]) -> str:
+    """sha256 of the rules' canonical JSON (RFC 8785: key order and numbers normalised)."""
+    return hashlib.sha256(rfc8785.dumps(rules)).hexdigest()
+
+
+def versions_for(site: Site, *, limit: int = 10) -> QuerySet[PolicyVersion]:
+    return (
+        PolicyVersion.objects.filter(site=site)
+        .select_related("created_by")
+        .defer("rules")
+        .order_by("-number")[:limit]
+    )
+
+
+def preview_for(
+    *,
+    site: Site,
+    rules: list[dict[str, Any]],
+    auto_refund: AutoRefund | None = None,
+    now: datetime | None = None,
+    days: int = PREVIEW_DAYS,
+) -> Preview:
+    """What validated ``rules`` would have done to the site's refund requests of ``days``.
+
+    Compared with the active version on the same stored fact snapshots. ``auto_refund``
+    defaults to the active version's settings.
+    """
+    now = now or timezone.now()
+    active = active_policy_for(site)
+    draft = compile_policy(rules)
+    return simulate(
+        draft=draft,
+        active=active.compiled,
+        auto_refund=auto_refund or active.auto_refund,
+        refunds=refund_requests_for(site, since=now - timedelta(days=days)),
+        days=days,
+    )
+
+
+def refund_requests_for(site: Site, *, since: datetime) -> list[SimulatedRefund]:
+    """The site's refund requests since ``since`` that reached (or should have reached) a
+    decision: those with a fact snapshot, and older ones with an amount but no snapshot.
+    Requests refused before the policy step (no amount, no snapshot) are not policy matters.
+    """
+    rows = (
+        Refund.objects.filter(site=site, created_at__gte=since)
+        .filter(Q(facts__isnull=False) | Q(amount_minor__gt=0))
+        .order_by()
+        .values_list("id", "facts", "amount_minor", "currency")
+    )
+    return [SimulatedRefund(id=r[0], facts=r[1], amount_minor=r[2], currency=r[3]) for r in rows]
+
+
+# --- the compile cache ------------------------------------------------------------------------
+
+_CACHE_SIZE = 512
+_cache: OrderedDict[str, CompiledPolicy] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _compiled(version: PolicyVersion) -> CompiledPolicy:
+    """Compiled rules of ``version``, compiled once per distinct rule set.
+
+    Keyed by the digest of the rules (not the row id, which a rolled-back test transaction or
+    a restored database can hand out again), so a hit always holds these very rules.
+    """
+    key = version.rules_digest
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    rules = PolicyVersion.objects.values_list("rules", flat=True).get(pk=version.pk)
+    if rules_digest(rules or []) != key:
+        # Never trust a digest that does not match its rules: compile without caching.
+        return compile_policy(rules or [])
+    compiled = compile_policy(rules or [])
+    with _cache_lock:
+        _cache[key] = compiled
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return compiled

@@ -1,0 +1,280 @@
+"""Changing a site's policy. Every change writes a new version and its audit record, atomically.
+
+The active version is read under the site's row lock, the edit is applied to what is there *now*
+(so two admins toggling different rules at once both keep their change), and the old
+version is switched off before the new one is switched on (the one-active constraint is
+checked row by row on PostgreSQL). The ``policy_change`` audit record is appended in the same
+transaction: the version and its record commit together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from audit.services import append_record
+from policies.catalog import CatalogItem, build_rules
+from policies.engine import AutoRefund
+from policies.models import BASELINE_NUMBER, PolicyVersion
+from policies.rules import MAX_RULES, MODES, RuleError, json_safe_rules
+from policies.selectors import (
+    ActivePolicy,
+    active_policy_for,
+    baseline_for,
+    preview_for,
+    rules_digest,
+)
+from policies.simulation import Preview
+from sill.accounts.models import Site
+from sill.errors import NotFound, SillError
+from sill.money import Money
+
+MAX_CAP_MINOR = 10**12
+
+
+class PolicyConflict(SillError):
+    code = "policy_conflict"
+    status = 409
+
+
+@dataclass(frozen=True)
+class Edit:
+    rules: list[dict[str, Any]]
+    auto_refund: AutoRefund
+    summary: str
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """The answer to applying a template or pack (or previewing it, with ``dry_run``)."""
+
+    status: str  # "applied" | "already_applied" | "preview"
+    item: CatalogItem
+    mode: str
+    rules: list[dict[str, Any]]  # the rules written (or that would be written)
+    already: list[dict[str, Any]]  # the item's rules that were already there
+    version_label: str
+    preview: Preview | None = None
+
+
+def apply_catalog_item(
+    *,
+    site: Site,
+    actor: Any,
+    item: CatalogItem,
+    params: Any = None,
+    mode: Any = "enforced",
+    dry_run: bool = False,
+) -> ApplyResult:
+    """Write the rules of a template or pack in one new version, all or nothing.
+
+    A template applies once: rules it would write under ids already present are left as
+    they are and reported in ``already``; when none is left to write the answer is
+    ``already_applied`` and nothing changes. ``dry_run`` writes nothing and returns the
+    preview of the resulting rule set against the last 30 days.
+    """
+    wanted = build_rules(item, params=params, mode=mode)
+    mode = mode or "enforced"
+    if dry_run:
+        active = active_policy_for(site)
+        new, already = _split(active, wanted)
+        _check_room(active, new)
+        preview = preview_for(site=site, rules=[*active.rules, *new])
+        status = "preview" if new else "already_applied"
+        return ApplyResult(status, item, mode, new, already, active.label, preview)
+
+    outcome: dict[str, Any] = {}
+
+    def edit(active: ActivePolicy) -> Edit | None:
+        new, already = _split(active, wanted)
+        outcome.update(new=new, already=already)
+        if not new:
+            return None
+        _check_room(active, new)
+        return Edit(
+            rules=[*active.rules, *new],
+            auto_refund=active.auto_refund,
+            summary=f"Applied {item.kind} {item.id} ({mode})",
+            detail={
+                "change": "apply_template",
+                "catalog_kind": item.kind,
+                "catalog_id": item.id,
+                "mode": mode,
+                "added": [r["id"] for r in new],
+                "already_applied": [r["id"] for r in already],
+            },
+        )
+
+    label = _change(site=site, actor=actor, edit=edit)
+    status = "applied" if outcome["new"] else "already_applied"
+    return ApplyResult(status, item, mode, outcome["new"], outcome["already"], label)
+
+
+def set_rule_mode(*, site: Site, actor: Any, rule_id: str, mode: str) -> str:
+    """Switch one rule between enforced and observe; the active version's label after."""
+    if mode not in MODES:
+        raise RuleError(f"Unknown mode {mode!r}: use enforced or observe.", field="mode")
+
+    def edit(active: ActivePolicy) -> Edit | None:
+        rule = _existing_rule(active, rule_id)
+        if rule.get("mode", "enforced") == mode:
+            return None
+        return Edit(
+            rules=[{**r, "mode": mode} if r["id"] == rule_id else r for r in active.rules],
+            auto_refund=active.auto_refund,
+            summary=f"Rule {rule_id} set to {mode}",
+            detail={"change": "set_rule_mode", "rule_id": rule_id, "mode": mode},
+        )
+
+    return _change(site=site, actor=actor, edit=edit)
+
+
+def delete_rule(*, site: Site, actor: Any, rule_id: str) -> str:
+    def edit(active: ActivePolicy) -> Edit:
+        _existing_rule(active, rule_id)
+        return Edit(
+            rules=[r for r in active.rules if r["id"] != rule_id],
+            auto_refund=active.auto_refund,
+            summary=f"Rule {rule_id} deleted",
+            detail={"change": "delete_rule", "rule_id": rule_id},
+        )
+
+    return _change(site=site, actor=actor, edit=edit)
+
+
+def set_auto_refund(*, site: Site, actor: Any, enabled: bool, cap: Money) -> str:
+    """AUTO-REFUND: approve held refunds up to ``cap`` from the agent that placed the order."""
+    if cap.amount_minor < 0 or cap.amount_minor > MAX_CAP_MINOR:
+        raise SillError("The cap must be between 0 and 10,000,000,000.", code="invalid_field",
+                        field="cap")  # fmt: skip
+    if enabled and cap.amount_minor == 0:
+        raise SillError(
+            "Set a maximum auto-approve amount above zero to switch auto-refund on.",
+            code="invalid_field",
+            field="cap",
+        )
+    wanted = AutoRefund(enabled=enabled, cap_minor=cap.amount_minor, currency=cap.currency)
+
+    def edit(active: ActivePolicy) -> Edit | None:
+        if active.auto_refund == wanted:
+            return None
+        state = "on" if enabled else "off"
+        return Edit(
+            rules=list(active.rules),
+            auto_refund=wanted,
+            summary=f"Auto-refund {state}, cap {cap}",
+            detail={
+                "change": "set_auto_refund",
+                "enabled": enabled,
+                "cap_minor": cap.amount_minor,
+                "currency": cap.currency,
+            },
+        )
+
+    return _change(site=site, actor=actor, edit=edit)
+
+
+# --- the one writer -----------------------------------------------------------------------------
+
+
+def _change(*, site: Site, actor: Any, edit: Callable[[ActivePolicy], Edit | None]) -> str:
+    """Apply ``edit`` to the locked active version and write the result as the next one.
+
+    Returns the label of the version active afterwards (unchanged when ``edit`` has nothing
+    to do).
+    """
+    try:
+        with transaction.atomic():
+            # One lock per site serialises policy changes. The site row, not the active
+            # version: a version switched off while we waited would drop out of a locked read
+            # of "the active one". NO KEY UPDATE leaves inserts that reference the site alone.
+            Site.objects.select_for_update(no_key=True).filter(pk=site.pk).first()
+            current = PolicyVersion.objects.filter(site=site, active=True).first()
+            active = active_policy_for(site) if current is not None else baseline_for(site)
+            change = edit(active)
+            if change is None:
+                return active.label
+            return _write(site=site, actor=actor, current=current, active=active, change=change)
+    except IntegrityError:
+        # Two first versions of a site written at once: the unique number refused one.
+        raise PolicyConflict(
+            "The rules were changed by someone else at the same moment; reload and try again."
+        ) from None
+
+
+def _write(
+    *,
+    site: Site,
+    actor: Any,
+    current: PolicyVersion | None,
+    active: ActivePolicy,
+    change: Edit,
+) -> str:
+    last = PolicyVersion.objects.filter(site=site).aggregate(n=Max("number"))["n"]
+    number = max(last or BASELINE_NUMBER, BASELINE_NUMBER) + 1
+    if current is not None:
+        PolicyVersion.objects.filter(pk=current.pk).update(active=False)
+    digest = rules_digest(change.rules)
+    version = PolicyVersion.objects.create(
+        site=site,
+        number=number,
+        rules=change.rules,
+        rules_digest=digest,
+        auto_refund_enabled=change.auto_refund.enabled,
+        auto_refund_cap_minor=change.auto_refund.cap_minor,
+        auto_refund_currency=change.auto_refund.currency,
+        active=True,
+        summary=change.summary[:300],
+        created_by=actor if getattr(actor, "pk", None) else None,
+    )
+    append_record(
+        site=site,
+        kind="policy_change",
+        body={
+            **change.detail,
+            "version": version.label,
+            "previous_version": active.label,
+            "actor": actor.get_username() if getattr(actor, "pk", None) else None,
+            "summary": version.summary,
+            "rules": json_safe_rules(change.rules),
+            "rules_digest": digest,
+            "auto_refund": {
+                "enabled": change.auto_refund.enabled,
+                "cap_minor": change.auto_refund.cap_minor,
+                "currency": change.auto_refund.currency,
+            },
+        },
+    )
+    return version.label
+
+
+def _split(
+    active: ActivePolicy, wanted: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    there = {r["id"]: r for r in active.rules}
+    new = [r for r in wanted if r["id"] not in there]
+    already = [there[r["id"]] for r in wanted if r["id"] in there]
+    return new, already
+
+
+def _check_room(active: ActivePolicy, new: list[dict[str, Any]]) -> None:
+    missing = len(active.rules) + len(new) - MAX_RULES
+    if missing > 0:
+        raise SillError(
+            f"A policy holds at most {MAX_RULES} rules: delete {missing} rule(s) first. "
+            "Nothing was written.",
+            code="too_many_rules",
+            status=409,
+        )
+
+
+def _existing_rule(active: ActivePolicy, rule_id: str) -> dict[str, Any]:
+    rule = active.rule(rule_id)
+    if rule is None:
+        raise NotFound(f"No rule {rule_id!r} in the active policy.")
+    return rule

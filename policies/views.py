@@ -1,0 +1,296 @@
+"""Rules pages: the rules list with enforced/observe toggles, AUTO-REFUND, the template gallery.
+
+Everyone on the site with ``VIEW_RULES`` (every role) reads them; only ``EDIT_RULES``
+(owners, admins) gets the forms, and every POST checks it again here. Each state change is
+a POST with CSRF that works without JavaScript (redirect after success, 422 page on an
+error); with htmx the view answers the partial the form targets.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from policies import catalog as cat
+from policies.forms import AutoRefundForm
+from policies.selectors import active_policy_for, versions_for
+from policies.services import (
+    ApplyResult,
+    apply_catalog_item,
+    delete_rule,
+    set_auto_refund,
+    set_rule_mode,
+)
+from policies.vocabulary import FACTS, describe_condition
+from sill.accounts.access import Cap, site_view
+from sill.errors import NotFound, SillError
+from sill.money import Money
+
+# --- the rules page ---------------------------------------------------------------------------
+
+
+@require_GET
+@site_view(Cap.VIEW_RULES)
+def rules(request: HttpRequest) -> HttpResponse:
+    return render(request, "policies/rules.html", _rules_context(request))
+
+
+@require_POST
+@site_view(Cap.EDIT_RULES)
+def rule_mode(request: HttpRequest, rule_id: str) -> HttpResponse:
+    mode = request.POST.get("mode", "")
+    return _rule_change(
+        request,
+        lambda site, actor: set_rule_mode(site=site, actor=actor, rule_id=rule_id, mode=mode),
+        done=f"Rule {rule_id} is now {mode}.",
+    )
+
+
+@require_POST
+@site_view(Cap.EDIT_RULES)
+def rule_delete(request: HttpRequest, rule_id: str) -> HttpResponse:
+    return _rule_change(
+        request,
+        lambda site, actor: delete_rule(site=site, actor=actor, rule_id=rule_id),
+        done=f"Rule {rule_id} deleted.",
+    )
+
+
+@require_POST
+@site_view(Cap.EDIT_RULES)
+def auto_refund(request: HttpRequest) -> HttpResponse:
+    form = AutoRefundForm(request.POST)
+    error: SillError | None = None
+    if form.is_valid():
+        cap: Money = form.cap_money
+        try:
+            label = set_auto_refund(
+                site=request.site_ctx.site,
+                actor=request.user,
+                enabled=form.cleaned_data["enabled"],
+                cap=cap,
+            )
+        except SillError as exc:
+            error = exc
+        else:
+            state = "on" if form.cleaned_data["enabled"] else "off"
+            notice = f"Auto-refund is {state}, cap {cap} (policy {label})."
+            if request.htmx:
+                context = _rules_context(request, auto_notice=notice, oob=True)
+                return render(request, "policies/rules.html#auto-refund", context)
+            messages.success(request, notice)
+            return redirect("policies:rules")
+    context = _rules_context(request, auto_form=form, auto_error=error)
+    template = "policies/rules.html#auto-refund" if request.htmx else "policies/rules.html"
+    return render(request, template, context, status=422)
+
+
+def _rule_change(request: HttpRequest, change: Any, *, done: str) -> HttpResponse:
+    try:
+        label = change(request.site_ctx.site, request.user)
+    except NotFound as exc:
+        raise Http404(exc.message) from None
+    except SillError as exc:
+        template = "policies/rules.html#rules-section" if request.htmx else "policies/rules.html"
+        return render(request, template, _rules_context(request, error=exc), status=422)
+    notice = f"{done} Active policy: {label}."
+    if request.htmx:
+        context = _rules_context(request, notice=notice, oob=True)
+        return render(request, "policies/rules.html#rules-section", context)
+    messages.success(request, notice)
+    return redirect("policies:rules")
+
+
+def _rules_context(
+    request: HttpRequest,
+    *,
+    auto_form: AutoRefundForm | None = None,
+    notice: str = "",
+    error: SillError | None = None,
+    auto_notice: str = "",
+    auto_error: SillError | None = None,
+    oob: bool = False,
+) -> dict[str, Any]:
+    site = request.site_ctx.site
+    active = active_policy_for(site)
+    auto = active.auto_refund
+    if auto_form is None:
+        auto_form = AutoRefundForm(
+            initial={
+                "enabled": auto.enabled,
+                "cap": Money(auto.cap_minor, auto.currency).major_str(),
+                "currency": auto.currency,
+            }
+        )
+    return {
+        "active": active,
+        "rows": _rule_rows(active.rules),
+        "can_edit": request.site_ctx.can(Cap.EDIT_RULES),
+        "versions": list(versions_for(site)),
+        "auto": auto,
+        "auto_cap": Money(auto.cap_minor, auto.currency),
+        "auto_form": auto_form,
+        "notice": notice,
+        "error": error,
+        "auto_notice": auto_notice,
+        "auto_error": auto_error,
+        "facts": list(FACTS.values()),
+        # htmx answers also refresh the history out of band: every change adds a version.
+        "oob": oob,
+    }
+
+
+def _rule_rows(rules: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": rule["id"],
+            "conditions": [describe_condition(f, c) for f, c in rule["when"].items()],
+            "action": rule["then"]["action"],
+            "mode": rule.get("mode", "enforced"),
+            "from_catalog": rule["id"].startswith("tpl-") or rule["id"] == "r07",
+            "json": json.dumps(rule, indent=2),
+        }
+        for rule in rules
+    ]
+
+
+# --- the template gallery -----------------------------------------------------------------------
+
+
+@require_GET
+@site_view(Cap.VIEW_RULES)
+def templates(request: HttpRequest) -> HttpResponse:
+    active = active_policy_for(request.site_ctx.site)
+    present = {r["id"] for r in active.rules}
+    cards = [
+        {
+            "item": item,
+            "applied": [i for i in item.rule_ids if i in present],
+            "fully_applied": all(i in present for i in item.rule_ids),
+            "params": [_param_field(p, None) for p in item.params],
+        }
+        for item in [*cat.PACKS.values(), *cat.TEMPLATES.values()]
+    ]
+    context = {"cards": cards, "can_edit": request.site_ctx.can(Cap.EDIT_RULES)}
+    return render(request, "policies/templates.html", context)
+
+
+@require_GET
+@site_view(Cap.EDIT_RULES)
+def template_preview(request: HttpRequest, item_id: str) -> HttpResponse:
+    """Preview (a dry run): the rules it writes and what they would have done. No write."""
+    item = _catalog_item(item_id)
+    return _preview_page(request, item, request.GET)
+
+
+@require_POST
+@site_view(Cap.EDIT_RULES)
+def template_apply(request: HttpRequest, item_id: str) -> HttpResponse:
+    item = _catalog_item(item_id)
+    params = _params_from(item, request.POST)
+    try:
+        result = apply_catalog_item(
+            site=request.site_ctx.site,
+            actor=request.user,
+            item=item,
+            params=params,
+            mode=request.POST.get("mode") or "enforced",
+        )
+    except SillError as exc:
+        return _preview_page(request, item, request.POST, error=exc, status=422)
+    if result.status == "already_applied":
+        ids = ", ".join(r["id"] for r in result.already)
+        messages.info(request, f"Already applied: {ids} {_are(result.already)} there.")
+    else:
+        written = ", ".join(r["id"] for r in result.rules)
+        text = f"Applied {item.title}: {written} ({result.mode}), policy {result.version_label}."
+        messages.success(request, text)
+    url = reverse("policies:rules")
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
+def _preview_page(
+    request: HttpRequest,
+    item: cat.CatalogItem,
+    data: QueryDict,
+    *,
+    error: SillError | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    params = _params_from(item, data)
+    mode = data.get("mode") or "enforced"
+    result: ApplyResult | None = None
+    if error is None:
+        try:
+            result = apply_catalog_item(
+                site=request.site_ctx.site,
+                actor=request.user,
+                item=item,
+                params=params,
+                mode=mode,
+                dry_run=True,
+            )
+        except SillError as exc:
+            error, status = exc, 422
+    context = {
+        "item": item,
+        "mode": mode,
+        "params": [_param_field(p, params.get(p.name)) for p in item.params],
+        "result": result,
+        "preview": result.preview if result else None,
+        "rows": _preview_rows(result),
+        "written": _rule_rows(result.rules) if result else [],
+        "written_json": json.dumps(result.rules, indent=2) if result else "",
+        "error": error,
+    }
+    template = "policies/template_preview.html"
+    if request.htmx and request.htmx.target == "preview":
+        template += "#preview"
+    return render(request, template, context, status=status)
+
+
+def _preview_rows(result: ApplyResult | None) -> list[dict[str, Any]]:
+    if result is None or result.preview is None:
+        return []
+    new = {r["id"] for r in result.rules}
+    return [
+        {
+            "impact": impact,
+            "new": impact.id in new,
+            "amounts": [Money(m, c) for c, m in sorted(impact.amounts.items())],
+        }
+        for impact in result.preview.rules
+    ]
+
+
+def _catalog_item(item_id: str) -> cat.CatalogItem:
+    item = cat.item_by_id(item_id)
+    if item is None:
+        raise Http404("No such template or pack.")
+    return item
+
+
+def _params_from(item: cat.CatalogItem, data: QueryDict) -> dict[str, str]:
+    # Unknown names are simply not read: a form only ever posts the item's own parameters.
+    return {p.name: data[p.name] for p in item.params if data.get(p.name, "") != ""}
+
+
+def _param_field(param: cat.Param, value: Any) -> dict[str, Any]:
+    return {
+        "param": param,
+        "value": value if value not in (None, "") else param.display(param.default),
+    }
+
+
+def _are(rules: list[dict[str, Any]]) -> str:
+    return "is" if len(rules) == 1 else "are"
