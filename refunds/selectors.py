@@ -2,9 +2,376 @@
 
 from __future__ import annotations
 
-from refunds.models import Refund, RefundStatus
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.http import Http404, QueryDict
+from django.utils import timezone
+
+from audit.models import AuditRecord
+from refunds.models import Refund, RefundOrigin, RefundStatus
+from refunds.review import deadline
 from sill.accounts.models import Site
+from sill.money import Money, MoneyError, exponent, format_money
+from sill.orders.models import Charge, Rail
+from sill.rails.models import RailAccount, RailMode
+
+# The agent's reason codes (the seed's refund request), as a merchant reads them.
+REASON_LABELS = {
+    "requested_by_customer": "Requested by customer",
+    "defective": "Defective",
+    "not_received": "Not received",
+    "wrong_item": "Wrong item",
+    "other": "Other",
+}
+STAFF_FILTER = "staff"
 
 
 def held_count_for(site: Site) -> int:
     return Refund.objects.filter(site=site, status=RefundStatus.HELD).count()
+
+
+# --- the held list ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldFilters:
+    """The held list's filters, parsed from the query string (bad input is ignored)."""
+
+    reason: str = ""
+    agent: str = ""  # an agent id, or STAFF_FILTER for refunds staff members asked for
+    amount_min: Decimal | None = None
+    amount_max: Decimal | None = None
+
+    @classmethod
+    def from_query(cls, query: QueryDict) -> HeldFilters:
+        return cls(
+            reason=query.get("reason", "").strip()[:120],
+            agent=query.get("agent", "").strip()[:100],
+            amount_min=_decimal(query.get("amount_min", "")),
+            amount_max=_decimal(query.get("amount_max", "")),
+        )
+
+    @property
+    def active(self) -> bool:
+        return bool(
+            self.reason or self.agent or self.amount_min is not None or self.amount_max is not None
+        )
+
+
+def _decimal(text: str) -> Decimal | None:
+    try:
+        value = Decimal(text.strip()[:30])
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() and value >= 0 else None
+
+
+def held_refunds_for(site: Site, filters: HeldFilters | None = None) -> QuerySet[Refund]:
+    """The site's held refunds, oldest first (the one that expires soonest on top)."""
+    filters = filters or HeldFilters()
+    qs = Refund.objects.filter(site=site, status=RefundStatus.HELD).select_related(
+        "order", "agent", "requested_by"
+    )
+    if filters.reason:
+        qs = qs.filter(Q(reason_code=filters.reason) | Q(reason_label=filters.reason))
+    if filters.agent == STAFF_FILTER:
+        qs = qs.filter(origin=RefundOrigin.STAFF)
+    elif filters.agent:
+        qs = qs.filter(agent__agent_id=filters.agent)
+    if filters.amount_min is not None or filters.amount_max is not None:
+        qs = qs.filter(_amount_between(site, filters.amount_min, filters.amount_max))
+    return qs.order_by("created_at", "id")
+
+
+def _amount_between(site: Site, low: Decimal | None, high: Decimal | None) -> Q:
+    """Amounts are typed in major units; compare in each held currency's minor units."""
+    currencies = (
+        Refund.objects.filter(site=site, status=RefundStatus.HELD)
+        .order_by()
+        .values_list("currency", flat=True)
+        .distinct()
+    )
+    match = Q(pk__in=[])
+    for currency in currencies:
+        try:
+            scale = Decimal(10) ** exponent(currency)
+        except MoneyError:
+            continue
+        clause = Q(currency=currency)
+        if low is not None:
+            clause &= Q(amount_minor__gte=int((low * scale).to_integral_value(ROUND_CEILING)))
+        if high is not None:
+            clause &= Q(amount_minor__lte=int((high * scale).to_integral_value(ROUND_FLOOR)))
+        match |= clause
+    return match
+
+
+@dataclass(frozen=True)
+class FilterOptions:
+    reasons: list[tuple[str, str]]
+    agents: list[tuple[str, str]]
+
+
+def held_filter_options(site: Site) -> FilterOptions:
+    """The reasons and requesters that occur among the site's held refunds (one query)."""
+    rows = (
+        Refund.objects.filter(site=site, status=RefundStatus.HELD)
+        .order_by()
+        .values_list("reason_code", "reason_label", "agent__agent_id", "origin")
+        .distinct()
+    )
+    reasons: dict[str, str] = {}
+    agents: dict[str, str] = {}
+    for code, label, agent_id, origin in rows:
+        value = code or label
+        if value:
+            reasons[value] = label or REASON_LABELS.get(code, _humanize(code))
+        if agent_id:
+            agents[agent_id] = agent_id
+        elif origin == RefundOrigin.STAFF:
+            agents[STAFF_FILTER] = "Staff members"
+    return FilterOptions(
+        reasons=sorted(reasons.items(), key=lambda item: item[1]),
+        agents=sorted(agents.items(), key=lambda item: (item[0] == STAFF_FILTER, item[1])),
+    )
+
+
+@dataclass(frozen=True)
+class HeldRow:
+    """One held refund as the review pages show it."""
+
+    refund: Refund
+    headline: str
+    reason: str
+    requester: str
+    requester_kind: str  # "agent" | "staff"
+    deadline: datetime | None
+    rail: str  # the rail's name as merchants know it ("Stripe", "Mock")
+    overdue: bool = False
+    just_held: bool = False  # less than a minute ago
+    rules: list[dict[str, Any]] = field(default_factory=list)
+
+
+def held_row(refund: Refund) -> HeldRow:
+    held = refund.status == RefundStatus.HELD
+    due = deadline(refund) if held else refund.expires_at
+    now = timezone.now()
+    return HeldRow(
+        refund=refund,
+        headline=refund_headline(refund),
+        reason=reason_label(refund),
+        requester=requester_label(refund),
+        requester_kind="agent" if refund.agent_id else "staff",
+        deadline=due,
+        rail=rail_label(refund.rail),
+        overdue=held and due is not None and due <= now,
+        just_held=now - refund.created_at < timedelta(minutes=1),
+        rules=holding_rules(refund),
+    )
+
+
+def rail_label(rail: str) -> str:
+    try:
+        return str(Rail(rail).label)
+    except ValueError:
+        return rail or "—"
+
+
+def reason_label(refund: Refund) -> str:
+    if refund.reason_label:
+        return refund.reason_label
+    if refund.reason_code:
+        return REASON_LABELS.get(refund.reason_code, _humanize(refund.reason_code))
+    return "No reason given"
+
+
+def refund_headline(refund: Refund) -> str:
+    """``Refund request · Wrong item · up to $89.00`` (the seed's Held orders headline)."""
+    kind = "Refund request" if refund.origin == RefundOrigin.AGENT else "Staff refund"
+    return f"{kind} · {reason_label(refund)} · up to {format_money(refund.amount)}"
+
+
+def requester_label(refund: Refund) -> str:
+    if refund.agent_id:
+        return refund.agent.agent_id
+    if refund.requested_by_id:
+        return refund.requested_by.get_username()
+    return "—"
+
+
+def holding_rules(refund: Refund) -> list[dict[str, Any]]:
+    """The rules that held the refund (those that asked for approval; else every one that fired)."""
+    rules = [r for r in (refund.rules or []) if isinstance(r, dict) and r.get("id")]
+    holding = [r for r in rules if r.get("action") == "require_approval"]
+    return holding or rules
+
+
+def _humanize(code: str) -> str:
+    return code.replace("_", " ").strip().capitalize()
+
+
+# --- one held refund --------------------------------------------------------------------
+
+
+def held_refund_for(site: Site, refund_id: str) -> Refund:
+    """A refund of ``site`` that was held for review (now or before); else 404."""
+    refund = (
+        Refund.objects.filter(site=site, pk=refund_id, expires_at__isnull=False)
+        .select_related("site", "order", "order__customer", "charge", "agent", "requested_by")
+        .select_related("decided_by", "mandate")
+        .first()
+    )
+    if refund is None:
+        raise Http404("No such held refund on this site.")
+    return refund
+
+
+def prior_refunds_for(refund: Refund) -> list[Refund]:
+    """The order's other refunds (Sill's and those reported from outside), oldest first."""
+    if refund.order_id is None:
+        return []
+    return list(
+        Refund.objects.filter(site_id=refund.site_id, order_id=refund.order_id)
+        .exclude(pk=refund.pk)
+        .select_related("agent", "requested_by")
+        .order_by("created_at", "id")
+    )
+
+
+_KIND_TONES = {
+    "escalated": "warn",
+    "approved": "ok",
+    "escalated_approved": "ok",
+    "rejected": "bad",
+    "escalated_rejected": "bad",
+    "settlement": "ok",
+}
+
+
+@dataclass(frozen=True)
+class DecisionEntry:
+    seq: int
+    kind: str
+    label: str
+    at: datetime
+    hash: str
+    body: dict[str, Any]
+
+    @property
+    def tone(self) -> str:
+        if self.kind == "settlement" and self.body.get("outcome") == "failed":
+            return "bad"
+        return _KIND_TONES.get(self.kind, "muted")
+
+
+def decision_records_for(refund: Refund) -> list[DecisionEntry]:
+    """The audit records about ``refund``, in chain order (escalated, decision, settlement)."""
+    # Payloads are RFC 8785 JSON: no whitespace, so this substring is exact.
+    marker = f'"refund_id":{json.dumps(refund.pk)}'
+    records = AuditRecord.objects.filter(site_id=refund.site_id, payload__contains=marker)
+    entries = []
+    for record in records.order_by("seq"):
+        body = json.loads(record.payload).get("body", {})
+        entries.append(
+            DecisionEntry(
+                seq=record.seq,
+                kind=record.kind,
+                label=record.get_kind_display(),
+                at=record.created_at,
+                hash=record.hash,
+                body=body,
+            )
+        )
+    return entries
+
+
+@dataclass(frozen=True)
+class ExternalLink:
+    url: str
+    label: str
+
+
+def charge_link(charge: Charge | None) -> ExternalLink | None:
+    """Where the merchant sees ``charge`` at its provider (test or live dashboard)."""
+    if charge is None:
+        return None
+    account = RailAccount.objects.filter(site_id=charge.order.site_id, rail=charge.rail).first()
+    live = account is not None and account.mode == RailMode.LIVE
+    if charge.rail in (Rail.STRIPE, Rail.WOOCOMMERCE):
+        # WooCommerce stores are paid on Stripe (see the seed), so the charge lives there.
+        payment = charge.provider_payment_id or charge.provider_charge_id
+        if not payment:
+            return None
+        base = "https://dashboard.stripe.com/" + ("" if live else "test/")
+        return ExternalLink(f"{base}payments/{payment}", "View in the Stripe dashboard")
+    if charge.rail == Rail.SHOPIFY:
+        shop = _shopify_domain(account)
+        if not shop or not charge.provider_payment_id:
+            return None
+        return ExternalLink(
+            f"https://{shop}/admin/orders/{charge.provider_payment_id}", "View in Shopify admin"
+        )
+    if charge.rail == Rail.PAYPAL and charge.provider_charge_id:
+        host = "www.paypal.com" if live else "www.sandbox.paypal.com"
+        return ExternalLink(
+            f"https://{host}/activity/payment/{charge.provider_charge_id}", "View in PayPal"
+        )
+    return None
+
+
+def _shopify_domain(account: RailAccount | None) -> str:
+    if account is None:
+        return ""
+    for candidate in (account.connected_account, account.api_base):
+        found = re.search(r"([a-z0-9][a-z0-9-]*\.myshopify\.com)", candidate or "")
+        if found:
+            return found.group(1)
+    return ""
+
+
+@dataclass(frozen=True)
+class Fact:
+    label: str
+    value: str
+
+
+def fact_rows(refund: Refund) -> list[Fact]:
+    """The facts the policy read when it held the refund, as a merchant reads them."""
+    facts = refund.facts if isinstance(refund.facts, dict) else {}
+    currency = facts.get("currency") if isinstance(facts.get("currency"), str) else None
+    return [
+        Fact(_fact_label(key), _fact_value(key, value, currency))
+        for key, value in facts.items()
+        if key != "currency"
+    ]
+
+
+def _fact_label(key: str) -> str:
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[a-z])(?=[0-9])", " ", key)
+    words = words.replace("_", " ").lower()
+    words = re.sub(r"\busd\b", "USD", words)
+    return words[:1].upper() + words[1:]
+
+
+def _fact_value(key: str, value: Any, currency: str | None) -> str:
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
+    if value is None:
+        return "unknown"
+    lowered = key.lower()
+    if isinstance(value, int) and ("amount" in lowered or "total" in lowered):
+        money_currency = "USD" if "usd" in lowered else currency
+        if money_currency:
+            try:
+                return format_money(Money(value, money_currency))
+            except MoneyError:
+                pass
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)

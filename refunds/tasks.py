@@ -61,3 +61,33 @@ def send_refund_confirmation_task(refund_id: str) -> None:
         from_email=settings.DEFAULT_FROM_EMAIL,
         recipient_list=[order.buyer_email],
     )
+
+
+@shared_task(name="refunds.expire_held")
+def expire_held_refunds_task() -> int:
+    """Expire held refunds nobody decided within 24 hours. Beat: every minute."""
+    from refunds.review import expire_held_refunds
+
+    return expire_held_refunds()
+
+
+@shared_task(
+    name="refunds.notify_held",
+    ignore_result=True,
+    autoretry_for=(OSError,),  # SMTP errors are OSErrors; the marker was given back
+    max_retries=5,
+    retry_backoff=30,
+)
+def notify_held_refund_task(refund_id: str) -> None:
+    """Email the site's owners and admins (and Slack) about one held refund, once."""
+    from refunds.notifications import notify_held_refund
+
+    notify_held_refund(refund_id=refund_id)
+
+
+@shared_task(name="refunds.notify_pending_held")
+def notify_pending_held_refunds_task() -> int:
+    """Notify held refunds the on-commit notification missed. Beat: every minute."""
+    from refunds.notifications import notify_pending_held_refunds
+
+    return notify_pending_held_refunds()

@@ -1,5 +1,168 @@
-"""URL patterns are filled in by the feature that owns this module."""
+"""Held refunds: the review queue, one refund's page, and the approve / reject forms.
 
-from django.urls import URLPattern
+Owners and admins decide; reviewers see the same pages without decision controls (and a POST
+from them is 403); other sites' refunds are 404. Each form posts with or without JavaScript:
+htmx gets the updated row or decision panel plus the nav counter (``hx-swap-oob``), a JSON
+client gets the refund's state or ``{"error": ...}``, a plain form is redirected back with a
+flash message.
+"""
 
-urlpatterns: list[URLPattern] = []
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import URLPattern, path, reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from refunds import selectors
+from refunds.models import Refund, RefundStatus
+from refunds.review import approve_refund, reject_refund
+from sill.accounts.access import Cap, site_view
+from sill.errors import SillError
+
+Decide = Callable[..., Refund]
+
+
+@site_view(Cap.VIEW_HELD)
+def held(request: HttpRequest) -> HttpResponse:
+    site = request.site_ctx.site
+    filters = selectors.HeldFilters.from_query(request.GET)
+    rows = [selectors.held_row(r) for r in selectors.held_refunds_for(site, filters)]
+    context = {
+        "rows": rows,
+        "filters": filters,
+        "options": selectors.held_filter_options(site),
+        "can_decide": request.site_ctx.can(Cap.DECIDE_HELD),
+    }
+    if request.htmx and request.htmx.target == "held-results":
+        return render(request, "refunds/held.html#results", context)
+    return render(request, "refunds/held.html", context)
+
+
+@site_view(Cap.VIEW_HELD)
+def held_detail(request: HttpRequest, refund_id: str) -> HttpResponse:
+    refund = selectors.held_refund_for(request.site_ctx.site, refund_id)
+    if request.htmx and request.htmx.target == "decision-panel":
+        # The panel polls while an approved refund executes on its rail.
+        return render(
+            request, "refunds/held_detail.html#panel-swap", _detail_context(request, refund)
+        )
+    return render(request, "refunds/held_detail.html", _detail_context(request, refund))
+
+
+@require_POST
+@site_view(Cap.DECIDE_HELD)
+def approve(request: HttpRequest, refund_id: str) -> HttpResponse:
+    return _decide(request, refund_id, approve_refund, done="Approved")
+
+
+@require_POST
+@site_view(Cap.DECIDE_HELD)
+def reject(request: HttpRequest, refund_id: str) -> HttpResponse:
+    return _decide(request, refund_id, reject_refund, done="Rejected")
+
+
+def _decide(request: HttpRequest, refund_id: str, decide: Decide, *, done: str) -> HttpResponse:
+    ctx = request.site_ctx
+    refund = selectors.held_refund_for(ctx.site, refund_id)
+    error: SillError | None = None
+    try:
+        decide(refund=refund, actor=ctx.user, note=request.POST.get("note", ""))
+    except SillError as exc:
+        error = exc
+    refund = selectors.held_refund_for(ctx.site, refund_id)  # as it stands now
+    message = error.message if error else _done_message(refund, done)
+    status = error.status if error else 200
+
+    if _wants_json(request):
+        if error:
+            return JsonResponse(error.as_dict(), status=status)
+        return JsonResponse(_refund_state(refund))
+    if request.htmx:
+        if str(request.htmx.target or "").startswith("held-row-"):
+            context = {**_panel_context(request, refund), "message": message, "error": error}
+            return render(request, "refunds/held.html#decided-row", context, status=status)
+        context = {**_detail_context(request, refund), "message": message, "error": error}
+        return render(request, "refunds/held_detail.html#panel-swap", context, status=status)
+    if error is not None and error.status == 403:
+        # Nothing changed: show the refund again with the reason, as a 403.
+        context = {**_detail_context(request, refund), "message": message, "error": error}
+        return render(request, "refunds/held_detail.html", context, status=403)
+    (messages.error if error else messages.success)(request, message)
+    return redirect(_next_url(request, refund))
+
+
+def _done_message(refund: Refund, done: str) -> str:
+    rail = selectors.rail_label(refund.rail)
+    if refund.status == RefundStatus.SUCCEEDED:
+        return f"{done}: {refund.amount} was refunded on {rail}."
+    if refund.status == RefundStatus.PROCESSING:
+        return f"{done}: {refund.amount} is being refunded on {rail}."
+    if refund.status == RefundStatus.FAILED:
+        return (
+            f"{done}, but the rail refused the refund: {refund.failure_message or refund.reason}."
+        )
+    return f"{done}: nothing was refunded."
+
+
+def _refund_state(refund: Refund) -> dict[str, Any]:
+    return {
+        "refund_id": refund.id,
+        "status": refund.status,
+        "decision": refund.decision,
+        "reason": refund.reason or None,
+        "decided_by": refund.decided_by.get_username() if refund.decided_by_id else None,
+    }
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return not request.htmx and "application/json" in request.headers.get("Accept", "")
+
+
+def _next_url(request: HttpRequest, refund: Refund) -> str:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return reverse("refunds:held-detail", args=[refund.id])
+
+
+def _panel_context(request: HttpRequest, refund: Refund) -> dict[str, Any]:
+    ctx = request.site_ctx
+    return {
+        "refund": refund,
+        "row": selectors.held_row(refund),
+        "can_decide": ctx.can(Cap.DECIDE_HELD) and refund.status == RefundStatus.HELD,
+        "is_requester": refund.requested_by_id is not None
+        and refund.requested_by_id == ctx.user.pk,
+    }
+
+
+def _detail_context(request: HttpRequest, refund: Refund) -> dict[str, Any]:
+    order = refund.order
+    charge = refund.charge
+    return {
+        **_panel_context(request, refund),
+        "order": order,
+        "items": list(order.items.all()) if order else [],
+        "charge": charge,
+        "disputes": list(charge.disputes.order_by("-opened_at")) if charge else [],
+        "charge_link": selectors.charge_link(charge),
+        "prior_refunds": selectors.prior_refunds_for(refund),
+        "facts": selectors.fact_rows(refund),
+        "records": selectors.decision_records_for(refund),
+    }
+
+
+urlpatterns: list[URLPattern] = [
+    path("held/", held, name="held"),
+    path("held/<str:refund_id>/", held_detail, name="held-detail"),
+    path("held/<str:refund_id>/approve/", approve, name="held-approve"),
+    path("held/<str:refund_id>/reject/", reject, name="held-reject"),
+]

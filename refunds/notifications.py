@@ -1,0 +1,163 @@
+"""Telling a site's owners and admins that a refund waits for them: email, and Slack if set.
+
+Once per held refund. Two paths lead here: :func:`refunds.review.notify_hold` on the commit
+that held the refund, and the every-minute sweep (:func:`notify_pending_held_refunds`) that
+catches any the first path missed. Both end in :func:`notify_held_refund`, which claims a
+marker with ``cache.add`` (atomic on Redis, the production cache) before sending and gives it
+back if the email fails, so a retry sends it and a second path sends nothing.
+
+Slack is best effort: an incoming webhook that is down or slow (5 s timeout) is logged, never
+raised, so it can neither block nor repeat the email.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.mail import send_mail
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from refunds.models import Refund, RefundStatus
+from refunds.review import deadline
+from refunds.selectors import refund_headline, requester_label
+from refunds.services import HOLD_FOR
+from sill.accounts.models import Membership, Role
+
+logger = logging.getLogger(__name__)
+
+SLACK_TIMEOUT_SECONDS = 5
+# Longer than any refund stays held, so a marker outlives the hold it guards.
+MARKER_TTL = HOLD_FOR + timedelta(days=2)
+SWEEP_LIMIT = 500
+
+
+def marker_key(refund_id: str) -> str:
+    return f"sill:held-notified:{refund_id}"
+
+
+def notify_held_refund(*, refund_id: str) -> bool:
+    """Email the owners and admins (and post to Slack) about a held refund, once.
+
+    Returns False when there is nothing to send: already notified, or no longer held.
+    """
+    refund = (
+        Refund.objects.select_related("site", "order", "agent", "requested_by")
+        .filter(pk=refund_id, status=RefundStatus.HELD)
+        .first()
+    )
+    if refund is None:
+        return False
+    key = marker_key(refund.id)
+    if not cache.add(key, timezone.now().isoformat(), timeout=int(MARKER_TTL.total_seconds())):
+        return False
+    try:
+        _email_deciders(refund)
+    except Exception:
+        cache.delete(key)  # not sent: let the retry (or the next sweep) send it
+        raise
+    if refund.site.slack_webhook_url:
+        post_to_slack(url=refund.site.slack_webhook_url, text=_slack_text(refund))
+    return True
+
+
+def pending_held_refund_ids(*, now: datetime | None = None) -> list[str]:
+    """Held, unexpired refunds nobody was told about yet (no marker in the cache)."""
+    now = now or timezone.now()
+    ids = list(
+        Refund.objects.filter(status=RefundStatus.HELD)
+        .filter(Q(expires_at__gt=now) | Q(expires_at__isnull=True, created_at__gt=now - HOLD_FOR))
+        .order_by("created_at", "id")
+        .values_list("pk", flat=True)[:SWEEP_LIMIT]
+    )
+    seen = cache.get_many([marker_key(refund_id) for refund_id in ids])
+    return [refund_id for refund_id in ids if marker_key(refund_id) not in seen]
+
+
+def notify_pending_held_refunds(*, now: datetime | None = None) -> int:
+    """The sweep: notify every held refund that was missed; returns how many were sent."""
+    return sum(
+        notify_held_refund(refund_id=refund_id) for refund_id in pending_held_refund_ids(now=now)
+    )
+
+
+def review_url(refund: Refund) -> str:
+    base = (getattr(settings, "SILL_BASE_URL", "") or f"http://localhost:{settings.PORT}").rstrip(
+        "/"
+    )
+    return base + reverse("refunds:held-detail", args=[refund.id])
+
+
+def decider_emails(refund: Refund) -> list[str]:
+    members = Membership.objects.filter(
+        site_id=refund.site_id, role__in=[Role.OWNER, Role.ADMIN]
+    ).select_related("user")
+    emails = {(m.user.email or m.user.get_username()).strip().lower() for m in members}
+    return sorted(e for e in emails if "@" in e)
+
+
+def _email_deciders(refund: Refund) -> None:
+    recipients = decider_emails(refund)
+    if not recipients:
+        logger.warning(
+            "held refund %s: site %s has no owner or admin to tell", refund.id, refund.site_id
+        )
+        return
+    order = refund.order
+    at = deadline(refund)
+    lines = [
+        f"A refund on {refund.site.name} is waiting for an owner or admin.",
+        "",
+        refund_headline(refund),
+        f"Order: #{order.number} ({order.buyer_name or order.buyer_email})" if order else "",
+        f"Requested by: {requester_label(refund)}",
+        f"Held by: {', '.join(r['id'] for r in refund.rules or [] if 'id' in r) or 'policy'}",
+        "",
+        f"Decide before {at:%b} {at.day}, {at:%H:%M} UTC. If nobody approves it by then, it "
+        "expires and nothing is refunded.",
+        "",
+        f"Review it: {review_url(refund)}",
+    ]
+    send_mail(
+        subject=f"[Sill] Held for review: {refund_headline(refund)}",
+        message="\n".join(line for line in lines if line is not None) + "\n",
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=recipients,
+    )
+
+
+def _slack_text(refund: Refund) -> str:
+    order = f" for order #{refund.order.number}" if refund.order else ""
+    at = deadline(refund)
+    return (
+        f"Refund held for review on {refund.site.name}: {refund_headline(refund)}{order}. "
+        f"Decide before {at:%b} {at.day}, {at:%H:%M} UTC: <{review_url(refund)}|review it>"
+    )
+
+
+def post_to_slack(*, url: str, text: str) -> bool:
+    """POST ``{"text": text}`` to a Slack incoming webhook; False (logged) on any failure."""
+    if not url.startswith(("https://", "http://")):
+        logger.warning("Slack webhook URL is not http(s); not posting")
+        return False
+    request = urllib.request.Request(  # noqa: S310 - scheme checked above
+        url,
+        data=json.dumps({"text": text}).encode("utf-8"),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=SLACK_TIMEOUT_SECONDS) as response:  # noqa: S310
+            response.read()
+            return True
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
+        # HTTPError (4xx/5xx) is a URLError too. The webhook holds a secret: never log it.
+        logger.warning("Slack webhook post failed: %s", exc)
+        return False

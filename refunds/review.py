@@ -1,0 +1,318 @@
+"""Deciding held refunds: approve, reject, and the 24-hour expiry.
+
+A held refund (status ``held``, decision ``escalated``) leaves that state exactly once. Every
+way out — an approval, a rejection, the expiry — first locks the refund row
+(``select_for_update``) and reads its status again, so when two admins decide at the same
+moment the second one waits for the first, finds the refund decided and gets
+:class:`AlreadyDecided` instead of a second outcome.
+
+An approval then locks the order and its charge (in the order refund → order → charge that
+settlement uses too, so the two never deadlock) and checks the facts again: a refund held
+yesterday is never paid on today's stale approval if the charge has since been disputed, or
+refunded elsewhere so that less than the held amount remains. Such an approval is refused
+and the refund closed with the reason (``disputed``, ``exceeds_refundable``); an approval
+after ``expires_at`` expires the refund on the spot. Nothing is sent to the rail then.
+
+Each outcome writes its decision record in the same transaction, linking the ``escalated``
+record it resolves (``escalated_hash``): ``escalated_approved`` names the reviewer and
+becomes the refund's ``decision_hash`` (the settlement links to it); ``escalated_rejected``
+carries the reason (``rejected_by_reviewer``, ``expired``, ``disputed``,
+``exceeds_refundable``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from audit.services import append_record
+from refunds.models import Decision, Refund, RefundStatus
+from refunds.services import HOLD_FOR, _move, enqueue_execution, refund_body, reserve
+from sill.errors import SillError
+from sill.money import Money
+from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, ChargeStatus, Dispute, Order
+
+NOTE_MAX_LENGTH = 2000
+
+
+class AlreadyDecided(SillError):
+    """Someone (or the expiry) decided this refund first."""
+
+    code = "already_decided"
+    status = 409
+
+
+class RequesterCannotApprove(SillError):
+    """Four eyes: whoever asked for a refund never approves it."""
+
+    code = "requester_cannot_approve"
+    status = 403
+
+
+class DecisionRefused(SillError):
+    """The decision was refused and the refund closed without refunding.
+
+    ``code`` is the reason the refund now carries: ``expired``, ``disputed`` or
+    ``exceeds_refundable``. The closing is committed before this is raised.
+    """
+
+    status = 409
+
+
+def deadline(refund: Refund) -> datetime:
+    """When ``refund`` stops waiting for a decision."""
+    return refund.expires_at or refund.created_at + HOLD_FOR
+
+
+def approve_refund(
+    *, refund: Refund, actor: Any, note: str = "", now: datetime | None = None
+) -> Refund:
+    """Approve a held refund and execute it on its rail (once this transaction commits).
+
+    Raises :class:`AlreadyDecided` (409) when it is no longer held,
+    :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
+    :class:`DecisionRefused` (409) — after committing the refund's closing — when it expired
+    or the charge changed since it was held (open dispute, less left to refund).
+    """
+    now = now or timezone.now()
+    note = note.strip()[:NOTE_MAX_LENGTH]
+    with transaction.atomic():
+        locked = _lock_held(refund)
+        if locked.requested_by_id is not None and locked.requested_by_id == actor.pk:
+            raise RequesterCannotApprove(
+                "You requested this refund, so another owner or admin has to approve it."
+            )
+        if now >= deadline(locked):
+            _close(locked, status=RefundStatus.EXPIRED, reason="expired", now=now, actor=actor)
+            refusal = ("expired", _expired_message(locked))
+        else:
+            charge = _lock_money_rows(locked)
+            refusal = _changed_facts(locked, charge)
+            if refusal is None:
+                return _approve(locked, charge=charge, actor=actor, note=note, now=now)
+            _close(
+                locked,
+                status=RefundStatus.REJECTED,
+                reason=refusal[0],
+                now=now,
+                actor=actor,
+                reviewer=actor,
+                note=note,
+            )
+    raise DecisionRefused(refusal[1], code=refusal[0])
+
+
+def reject_refund(
+    *, refund: Refund, actor: Any, note: str = "", now: datetime | None = None
+) -> Refund:
+    """Reject a held refund: nothing is sent to the rail.
+
+    The requester may reject (withdraw) their own request. Raises :class:`AlreadyDecided`
+    when it is no longer held, and :class:`DecisionRefused` (code ``expired``) — after
+    recording the expiry — when its 24 hours had already run out.
+    """
+    now = now or timezone.now()
+    note = note.strip()[:NOTE_MAX_LENGTH]
+    with transaction.atomic():
+        locked = _lock_held(refund)
+        if now < deadline(locked):
+            return _close(
+                locked,
+                status=RefundStatus.REJECTED,
+                reason="rejected_by_reviewer",
+                now=now,
+                actor=actor,
+                reviewer=actor,
+                note=note,
+            )
+        _close(locked, status=RefundStatus.EXPIRED, reason="expired", now=now, actor=actor)
+    raise DecisionRefused(_expired_message(locked), code="expired")
+
+
+def expire_held_refunds(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Expire every held refund whose 24 hours have run out; returns how many expired.
+
+    One transaction per refund, so a refund being decided right now (its row locked) only
+    delays this one; if the decision wins, the refund is no longer held and is skipped.
+    """
+    now = now or timezone.now()
+    overdue = Q(expires_at__lte=now) | Q(expires_at__isnull=True, created_at__lte=now - HOLD_FOR)
+    ids = list(
+        Refund.objects.filter(overdue, status=RefundStatus.HELD)
+        .order_by("expires_at", "id")
+        .values_list("pk", flat=True)[:limit]
+    )
+    expired = 0
+    for refund_id in ids:
+        with transaction.atomic():
+            locked = _locked(refund_id)
+            if locked is None or locked.status != RefundStatus.HELD or now < deadline(locked):
+                continue
+            _close(locked, status=RefundStatus.EXPIRED, reason="expired", now=now)
+            expired += 1
+    return expired
+
+
+def notify_hold(refund: Refund) -> None:
+    """Tell the site's owners and admins that ``refund`` is held, once this transaction commits.
+
+    Meant to be called where a refund is held (``refunds.services.decide_and_open``); the
+    notification itself is idempotent, and the every-minute sweep sends any that were missed.
+    """
+    from refunds.tasks import notify_held_refund_task
+
+    notify_held_refund_task.delay_on_commit(refund.id)
+
+
+# --- internals ------------------------------------------------------------------------------
+
+
+def _locked(refund_id: str) -> Refund | None:
+    """The refund, row-locked until the transaction ends, with its relations read after.
+
+    Lock first, join after: a locking SELECT that waited for a concurrent decision returns
+    the refund row as that decision left it, but rows joined into the same statement as
+    they were before (PostgreSQL re-checks only the locked row), e.g. no ``decided_by``.
+    """
+    if not Refund.objects.select_for_update().filter(pk=refund_id).exists():
+        return None
+    return Refund.objects.select_related(
+        "site", "agent", "requested_by", "mandate", "decided_by"
+    ).get(pk=refund_id)
+
+
+def _lock_held(refund: Refund) -> Refund:
+    locked = _locked(refund.pk)
+    if locked is None:  # pragma: no cover - refunds are never deleted
+        raise AlreadyDecided("This refund no longer exists.")
+    if locked.status != RefundStatus.HELD:
+        raise AlreadyDecided(already_decided_message(locked))
+    return locked
+
+
+def already_decided_message(refund: Refund) -> str:
+    who = refund.decided_by.get_username() if refund.decided_by_id else None
+    if refund.status == RefundStatus.EXPIRED:
+        return "This refund was already decided: it expired after 24 hours; nothing was refunded."
+    by = f" by {who}" if who else ""
+    if refund.decision == Decision.APPROVED:
+        return f"This refund was already decided: approved{by}."
+    return f"This refund was already decided: rejected{by} ({refund.reason or 'rejected'})."
+
+
+def _expired_message(refund: Refund) -> str:
+    at = deadline(refund)
+    when = f"{at:%b} {at.day}, {at:%H:%M} UTC"
+    return f"This refund expired at {when}, 24 hours after it was held. Nothing was refunded."
+
+
+def _lock_money_rows(refund: Refund) -> Charge | None:
+    # The same rows, in the same order, that intake and settlement lock.
+    Order.objects.select_for_update().filter(pk=refund.order_id).first()
+    return Charge.objects.select_for_update().filter(pk=refund.charge_id).first()
+
+
+def _changed_facts(refund: Refund, charge: Charge | None) -> tuple[str, str] | None:
+    """Why the held refund may no longer be paid, read under the charge's row lock."""
+    if charge is None or charge.status != ChargeStatus.SUCCEEDED:
+        return ("exceeds_refundable", "The original charge is no longer refundable.")
+    dispute = (
+        Dispute.objects.filter(charge=charge, status__in=OPEN_DISPUTE_STATUSES)
+        .order_by("-opened_at")
+        .first()
+    )
+    if dispute is not None:
+        return (
+            "disputed",
+            f"The buyer opened a dispute on this charge ({dispute.reason}, {dispute.amount}). "
+            "Refunding now could pay the buyer twice; respond to the dispute instead. "
+            "Nothing was refunded.",
+        )
+    if refund.amount_minor > charge.remaining.amount_minor:
+        return (
+            "exceeds_refundable",
+            f"Only {charge.remaining} of this charge is still refundable (it was refunded "
+            f"since the request was held), less than the {refund.amount} held. "
+            "Nothing was refunded.",
+        )
+    return None
+
+
+def _approve(
+    refund: Refund, *, charge: Charge | None, actor: Any, note: str, now: datetime
+) -> Refund:
+    assert charge is not None
+    escalated_hash = refund.decision_hash
+    remaining_before = charge.remaining
+    _move(refund, RefundStatus.PROCESSING)
+    refund.decision = Decision.APPROVED
+    refund.decided_by = actor
+    refund.decided_at = now
+    refund.review_note = note
+    refund.reason = ""
+    reserve(refund=refund, charge=charge)
+    record = append_record(
+        site=refund.site,
+        kind="escalated_approved",
+        body=refund_body(
+            refund,
+            decision="escalated_approved",
+            reviewer=actor.get_username(),
+            note=note or None,
+            escalated_hash=escalated_hash or None,
+            rules=list(refund.rules or []),
+            recheck=_recheck_facts(remaining_before),
+            decided_at=now.isoformat(),
+        ),
+    )
+    refund.decision_hash = record.hash
+    refund.save()
+    enqueue_execution(refund)
+    return refund
+
+
+def _recheck_facts(remaining: Money) -> dict[str, Any]:
+    return {"remaining_minor": remaining.amount_minor, "open_dispute": False}
+
+
+def _close(
+    refund: Refund,
+    *,
+    status: str,
+    reason: str,
+    now: datetime,
+    actor: Any | None = None,
+    reviewer: Any | None = None,
+    note: str = "",
+) -> Refund:
+    """Close a held refund without refunding: ``escalated_rejected`` with ``reason``."""
+    escalated_hash = refund.decision_hash
+    _move(refund, status)
+    refund.decision = Decision.REJECTED
+    refund.reason = reason
+    refund.decided_by = reviewer
+    refund.decided_at = now
+    refund.review_note = note
+    record = append_record(
+        site=refund.site,
+        kind="escalated_rejected",
+        body=refund_body(
+            refund,
+            decision="escalated_rejected",
+            reviewer=reviewer.get_username() if reviewer is not None else None,
+            # Who pressed the button; differs from reviewer when Sill refused their decision.
+            acted_by=actor.get_username() if actor is not None else None,
+            note=note or None,
+            escalated_hash=escalated_hash or None,
+            rules=list(refund.rules or []),
+            expires_at=deadline(refund).isoformat(),
+            decided_at=now.isoformat(),
+        ),
+    )
+    refund.decision_hash = record.hash
+    refund.save()
+    return refund

@@ -1,0 +1,152 @@
+"""Owners and admins hear about a held refund once: email with a link, and Slack if set."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from django.core import mail
+from django.db import transaction
+
+from refunds.notifications import notify_held_refund, notify_pending_held_refunds
+from refunds.review import notify_hold, reject_refund
+from refunds.tasks import notify_pending_held_refunds_task
+from tests.refunds import test_held_fixtures
+from tests.refunds.test_held_fixtures import hold_refund
+
+pytestmark = pytest.mark.django_db
+
+# Shared fixtures, bound here so pytest finds them.
+held = test_held_fixtures.held
+original = test_held_fixtures.original
+
+
+@pytest.fixture(autouse=True)
+def _team(members):
+    """Every role on the site, so the tests see who is (and is not) emailed."""
+    return members
+
+
+@dataclass
+class Webhook:
+    url: str
+    status: int = 200
+    posts: list[tuple[str, dict]] = field(default_factory=list)
+
+
+@pytest.fixture
+def slack() -> Iterator[Webhook]:
+    """A loopback stand-in for a Slack incoming webhook: records what it is sent."""
+    hook = Webhook(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            hook.posts.append(
+                (self.headers.get("Content-Type", ""), json.loads(self.rfile.read(length)))
+            )
+            self.send_response(hook.status)
+            self.end_headers()
+            self.wfile.write(b"ok" if hook.status == 200 else b"no_service")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    hook.url = f"http://127.0.0.1:{server.server_port}/services/T000/B000/XXXX"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield hook
+    server.shutdown()
+    server.server_close()
+
+
+def test_it_emails_owners_and_admins_once_when_the_hold_commits(
+    held, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        notify_hold(held)
+    assert len(mail.outbox) == 1
+    message = mail.outbox[0]
+    assert sorted(message.to) == ["admin@roasters.example", "owner@roasters.example"]
+    assert "Refund request · Wrong item · up to $89.00" in message.subject
+    assert f"/held/{held.id}/" in message.body
+    assert "agent_test_shopper" in message.body and "r07" in message.body
+    # The sweep, a repeated hook and a direct call all find it already sent.
+    assert notify_pending_held_refunds_task.apply().get() == 0
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        notify_hold(held)
+    assert notify_held_refund(refund_id=held.id) is False
+    assert len(mail.outbox) == 1
+
+
+def test_the_sweep_sends_what_the_hook_missed_once(original, agent, make_order):
+    first = hold_refund(order=original, agent=agent)
+    second = hold_refund(order=make_order(), agent=agent)
+    assert notify_pending_held_refunds_task.apply().get() == 2
+    assert notify_pending_held_refunds_task.apply().get() == 0
+    bodies = [m.body for m in mail.outbox]
+    assert len(bodies) == 2
+    for refund in (first, second):
+        assert sum(f"/held/{refund.id}/" in body for body in bodies) == 1
+
+
+def test_it_tells_nobody_about_a_refund_that_is_no_longer_held(held, members):
+    reject_refund(refund=held, actor=members["owner"].user)
+    assert notify_pending_held_refunds() == 0
+    assert notify_held_refund(refund_id=held.id) is False
+    assert mail.outbox == []
+
+
+def test_it_posts_to_the_sites_slack_webhook(held, slack):
+    held.site.slack_webhook_url = slack.url
+    held.site.save()
+    assert notify_held_refund(refund_id=held.id) is True
+    [(content_type, payload)] = slack.posts
+    assert content_type == "application/json"
+    assert set(payload) == {"text"}
+    assert "Refund request · Wrong item · up to $89.00" in payload["text"]
+    assert f"/held/{held.id}/" in payload["text"]
+    assert len(mail.outbox) == 1
+
+
+def test_a_failing_slack_webhook_is_logged_and_the_email_still_goes(held, slack, caplog):
+    slack.status = 500
+    held.site.slack_webhook_url = slack.url
+    held.site.save()
+    with caplog.at_level(logging.WARNING, logger="refunds.notifications"):
+        assert notify_held_refund(refund_id=held.id) is True
+    assert len(slack.posts) == 1 and len(mail.outbox) == 1
+    assert "Slack webhook post failed" in caplog.text
+    assert slack.url not in caplog.text  # the webhook URL is a secret
+
+
+def test_an_unreachable_slack_webhook_does_not_raise(held, caplog):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    held.site.slack_webhook_url = f"http://127.0.0.1:{port}/hook"
+    held.site.save()
+    with caplog.at_level(logging.WARNING, logger="refunds.notifications"):
+        assert notify_held_refund(refund_id=held.id) is True
+    assert "Slack webhook post failed" in caplog.text
+    assert len(mail.outbox) == 1
+
+
+def test_an_email_that_fails_is_sent_by_the_next_attempt(held, settings):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+    with pytest.raises(OSError):
+        notify_held_refund(refund_id=held.id)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    assert notify_pending_held_refunds() == 1
+    assert len(mail.outbox) == 1

@@ -1,0 +1,447 @@
+"""The held pages and decision forms: who may do what, what they show, htmx and no-JS paths."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from audit.models import AuditRecord
+from refunds.models import Refund
+from refunds.review import approve_refund
+from sill.orders.models import Charge, Dispute
+from sill.rails.models import MockLedgerEntry, RailAccount
+from tests.refunds import test_held_fixtures
+from tests.refunds.test_held_fixtures import hold_refund
+
+pytestmark = pytest.mark.django_db
+
+# Shared fixtures, bound here so pytest finds them.
+held = test_held_fixtures.held
+original = test_held_fixtures.original
+
+HEADLINE = "Refund request · Wrong item · up to $89.00"
+
+
+def status_of(refund: Refund) -> str:
+    return Refund.objects.get(pk=refund.pk).status
+
+
+# --- who may do what ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("persona", "expected"),
+    [
+        ("owner", 200),
+        ("admin", 200),
+        ("reviewer", 200),
+        ("staff", 403),
+        ("outsider", 200),  # their own site's queue, which is empty
+        ("anonymous", 302),
+    ],
+)
+def test_it_gates_the_held_list(client_for, held, persona, expected):
+    response = client_for(persona).get("/held/")
+    assert response.status_code == expected
+    if expected == 302:
+        assert response["Location"].startswith("/login/?next=/held/")
+    if persona == "outsider":
+        assert held.id not in response.content.decode()
+        assert "Nothing is waiting for review" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("persona", "expected"),
+    [
+        ("owner", 200),
+        ("admin", 200),
+        ("reviewer", 200),
+        ("staff", 403),
+        ("outsider", 404),
+        ("anonymous", 302),
+    ],
+)
+def test_it_gates_the_held_detail(client_for, held, persona, expected):
+    response = client_for(persona).get(f"/held/{held.id}/")
+    assert response.status_code == expected
+    if expected == 302:
+        assert response["Location"].startswith("/login/")
+
+
+@pytest.mark.parametrize("action", ["approve", "reject"])
+@pytest.mark.parametrize(
+    ("persona", "expected", "outcome"),
+    [
+        ("owner", 302, None),
+        ("admin", 302, None),
+        ("reviewer", 403, "held"),
+        ("staff", 403, "held"),
+        ("outsider", 404, "held"),
+        ("anonymous", 302, "held"),
+    ],
+)
+def test_it_gates_the_decisions(
+    client_for, held, persona, expected, outcome, action, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(persona).post(f"/held/{held.id}/{action}/", {"note": "x"})
+    assert response.status_code == expected
+    if persona == "anonymous":
+        assert response["Location"].startswith("/login/")
+    want = outcome or {"approve": "succeeded", "reject": "rejected"}[action]
+    assert status_of(held) == want
+    decisions = AuditRecord.objects.filter(kind__in=["escalated_approved", "escalated_rejected"])
+    assert decisions.count() == (0 if outcome else 1)
+
+
+def test_the_requester_gets_403_on_approve_and_may_reject(client_for, members, original):
+    refund = hold_refund(order=original, requested_by=members["admin"].user)
+    client = client_for("admin")
+    response = client.post(f"/held/{refund.id}/approve/")
+    assert response.status_code == 403
+    assert "another owner or admin has to approve it" in response.content.decode()
+    assert status_of(refund) == "held"
+    # The page shows the requester no Approve button, only Reject (withdraw).
+    page = client.get(f"/held/{refund.id}/").content.decode()
+    assert f"/held/{refund.id}/approve/" not in page and f"/held/{refund.id}/reject/" in page
+    assert client.post(f"/held/{refund.id}/reject/").status_code == 302
+    assert status_of(refund) == "rejected"
+
+
+def test_the_requester_gets_403_over_htmx_and_json(client_for, members, original):
+    refund = hold_refund(order=original, requested_by=members["admin"].user)
+    client = client_for("admin")
+    response = client.post(
+        f"/held/{refund.id}/approve/",
+        headers={"HX-Request": "true", "HX-Target": "decision-panel"},
+    )
+    assert response.status_code == 403
+    assert "another owner or admin" in response.content.decode()
+    response = client.post(f"/held/{refund.id}/approve/", headers={"Accept": "application/json"})
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "requester_cannot_approve"
+
+
+def test_a_get_to_a_decision_url_is_not_allowed(client_for, held):
+    assert client_for("owner").get(f"/held/{held.id}/approve/").status_code == 405
+    assert status_of(held) == "held"
+
+
+def test_a_refund_that_was_never_held_has_no_held_page(client_for, original, agent):
+    held_one = hold_refund(order=original, agent=agent)
+    Refund.objects.filter(pk=held_one.pk).update(expires_at=None)
+    assert client_for("owner").get(f"/held/{held_one.id}/").status_code == 404
+
+
+# --- the list -----------------------------------------------------------------------------
+
+
+def test_the_list_shows_what_a_reviewer_needs(client_for, held):
+    body = client_for("reviewer").get("/held/").content.decode()
+    assert HEADLINE in body
+    assert "agent_test_shopper" in body and "$89.00" in body
+    assert f'data-countdown="{held.expires_at.isoformat()}"' in body
+    assert "hours" in body and "left" in body  # the countdown without JavaScript
+    assert ">r07<" in body
+    assert 'id="held-count">1<' in body
+    # Reviewers inspect; they get no decision controls.
+    assert "/approve/" not in body and "/reject/" not in body
+    assert "an owner or admin decides" in body
+
+
+def test_deciders_get_approve_and_reject_on_each_row(client_for, held):
+    body = client_for("admin").get("/held/").content.decode()
+    assert f'action="/held/{held.id}/approve/"' in body
+    assert f'action="/held/{held.id}/reject/"' in body
+    assert "data-confirm=" in body
+
+
+def test_the_list_is_oldest_first(client_for, make_order, agent, members):
+    now = timezone.now()
+    newer = hold_refund(order=make_order(), agent=agent, held_at=now - timedelta(hours=1))
+    older = hold_refund(
+        order=make_order(),
+        requested_by=members["staff"].user,
+        reason_code="",
+        reason_label="Damaged in transit",
+        held_at=now - timedelta(hours=5),
+    )
+    body = client_for("owner").get("/held/").content.decode()
+    assert body.index(older.id) < body.index(newer.id)
+    assert "Staff refund · Damaged in transit · up to $89.00" in body
+    assert "staff@roasters.example" in body
+
+
+def test_the_filters(client_for, make_order, agent, members, site):
+    from sill.accounts.models import Agent
+
+    other_agent = Agent.objects.create(site=site, agent_id="agent_other", name="Other")
+    wrong = hold_refund(order=make_order(total="89.00"), agent=agent)
+    defective = hold_refund(
+        order=make_order(total="20.00"), agent=other_agent, reason_code="defective"
+    )
+    staff = hold_refund(
+        order=make_order(total="150.00"),
+        requested_by=members["staff"].user,
+        reason_code="",
+        reason_label="Damaged in transit",
+    )
+    client = client_for("owner")
+
+    def ids(**query):
+        body = client.get("/held/", query).content.decode()
+        return {r.id for r in (wrong, defective, staff) if r.id in body}
+
+    assert ids() == {wrong.id, defective.id, staff.id}
+    assert ids(reason="defective") == {defective.id}
+    assert ids(reason="Damaged in transit") == {staff.id}
+    assert ids(agent="agent_test_shopper") == {wrong.id}
+    assert ids(agent="staff") == {staff.id}
+    assert ids(amount_min="50") == {wrong.id, staff.id}
+    assert ids(amount_max="89.00") == {wrong.id, defective.id}
+    assert ids(amount_min="21", amount_max="100") == {wrong.id}
+    assert ids(amount_min="nonsense") == {wrong.id, defective.id, staff.id}
+    body = client.get("/held/").content.decode()
+    assert '<option value="defective"' in body and '<option value="staff"' in body
+    empty = client.get("/held/", {"amount_min": "1000"}).content.decode()
+    assert "No held refunds match these filters." in empty
+
+
+def test_the_filters_answer_the_results_partial_for_htmx(client_for, held):
+    response = client_for("owner").get(
+        "/held/",
+        {"reason": "wrong_item"},
+        headers={"HX-Request": "true", "HX-Target": "held-results"},
+    )
+    body = response.content.decode()
+    assert 'id="held-results"' in body and HEADLINE in body and "<html" not in body
+
+
+def test_the_empty_state_and_a_hidden_counter(client_for, members):
+    body = client_for("owner").get("/held/").content.decode()
+    assert "Nothing is waiting for review." in body
+    assert 'id="held-count" hidden>0<' in body
+
+
+def _list_queries(client) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get("/held/").status_code == 200
+    return len(ctx.captured_queries)
+
+
+def test_it_runs_the_same_number_of_queries_for_2_and_20_held(
+    client_for, make_order, agent, members
+):
+    client = client_for("admin")
+
+    def add(n: int) -> None:
+        for i in range(n):
+            if i % 2:
+                hold_refund(order=make_order(), agent=agent)
+            else:
+                hold_refund(order=make_order(), requested_by=members["staff"].user)
+
+    add(2)
+    two = _list_queries(client)
+    add(18)
+    twenty = _list_queries(client)
+    assert two == twenty
+    assert Refund.objects.filter(status="held").count() == 20
+
+
+# --- deciding from the pages --------------------------------------------------------------
+
+
+def test_a_plain_post_redirects_back_with_a_flash(
+    client_for, held, django_capture_on_commit_callbacks
+):
+    client = client_for("admin")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            f"/held/{held.id}/approve/", {"note": "Photos check out", "next": "/held/"}
+        )
+    assert response.status_code == 302 and response["Location"] == "/held/"
+    body = client.get("/held/").content.decode()
+    # Rendered before the execution task ran (it is enqueued on commit).
+    assert "Approved: $89.00 is being refunded on Mock." in body
+    assert status_of(held) == "succeeded"
+    assert Refund.objects.get(pk=held.pk).review_note == "Photos check out"
+    # An unsafe next falls back to the refund's page.
+    other = client.post(f"/held/{held.id}/reject/", {"next": "https://evil.example/"})
+    assert other["Location"] == f"/held/{held.id}/"
+
+
+def test_a_second_plain_post_is_told_it_was_already_decided(client_for, held):
+    assert client_for("owner").post(f"/held/{held.id}/reject/").status_code == 302
+    client = client_for("admin")
+    response = client.post(f"/held/{held.id}/approve/", follow=True)
+    body = response.content.decode()
+    assert "This refund was already decided: rejected by owner@roasters.example" in body
+    assert status_of(held) == "rejected"
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
+
+
+def test_htmx_swaps_the_row_and_the_counter(
+    client_for, held, make_order, agent, django_capture_on_commit_callbacks
+):
+    hold_refund(order=make_order(), agent=agent)  # another one keeps the counter at 1
+    client = client_for("admin")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            f"/held/{held.id}/approve/",
+            headers={"HX-Request": "true", "HX-Target": f"held-row-{held.id}"},
+        )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert f'<tr id="held-row-{held.id}" class="decided">' in body
+    assert "Approved: $89.00 is being refunded on Mock." in body
+    assert 'id="held-count" hx-swap-oob="true">1<' in body
+    assert "<html" not in body
+    assert status_of(held) == "succeeded"
+
+
+def test_htmx_hides_the_counter_at_zero_and_a_second_decision_is_409(client_for, held):
+    headers = {"HX-Request": "true", "HX-Target": f"held-row-{held.id}"}
+    response = client_for("owner").post(f"/held/{held.id}/reject/", headers=headers)
+    assert response.status_code == 200
+    assert 'id="held-count" hx-swap-oob="true" hidden>0<' in response.content.decode()
+    again = client_for("admin").post(f"/held/{held.id}/approve/", headers=headers)
+    assert again.status_code == 409
+    assert "already decided" in again.content.decode()
+    assert status_of(held) == "rejected"
+
+
+def test_json_clients_get_the_state_or_409(client_for, held):
+    accept = {"Accept": "application/json"}
+    first = client_for("owner").post(f"/held/{held.id}/reject/", headers=accept)
+    assert first.status_code == 200
+    assert first.json() == {
+        "refund_id": held.id,
+        "status": "rejected",
+        "decision": "rejected",
+        "reason": "rejected_by_reviewer",
+        "decided_by": "owner@roasters.example",
+    }
+    second = client_for("admin").post(f"/held/{held.id}/approve/", headers=accept)
+    assert second.status_code == 409
+    assert second.json()["error"]["code"] == "already_decided"
+
+
+def test_the_panel_explains_a_refused_approval(client_for, held, original):
+    Dispute.objects.create(
+        charge=Charge.objects.get(order=original),
+        reason="product_not_received",
+        amount_minor=8900,
+        currency="USD",
+        status="needs_response",
+        opened_at=timezone.now(),
+    )
+    response = client_for("admin").post(
+        f"/held/{held.id}/approve/", headers={"HX-Request": "true", "HX-Target": "decision-panel"}
+    )
+    assert response.status_code == 409
+    body = response.content.decode()
+    assert "The buyer opened a dispute on this charge" in body
+    assert "Refused on approval: the charge is disputed" in body
+    assert 'id="held-count" hx-swap-oob="true" hidden>0<' in body
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
+
+
+def test_an_expired_approval_is_explained_without_javascript(client_for, held, time_machine):
+    time_machine.move_to(held.expires_at + timedelta(minutes=2), tick=False)
+    response = client_for("admin").post(f"/held/{held.id}/approve/", follow=True)
+    body = response.content.decode()
+    assert "This refund expired at" in body and "Nothing was refunded." in body
+    assert status_of(held) == "expired"
+
+
+# --- the detail page ----------------------------------------------------------------------
+
+
+def test_the_detail_shows_the_original_order_and_the_record(client_for, held, original):
+    body = client_for("reviewer").get(f"/held/{held.id}/").content.decode()
+    assert HEADLINE in body
+    assert f"Original order #{original.number}" in body
+    assert "Settled total" in body and "$89.00" in body
+    assert "Buyer" in body and "buyer@example.com" in body
+    assert "Customer order count" in body and "Customer refund count 30d" in body
+    assert "None: this is the first refund asked for on this order." in body
+    assert "Escalated (held for review)" in body
+    assert held.decision_hash[:16] in body
+    assert f'data-countdown="{held.expires_at.isoformat()}"' in body
+    # The reviewer's page has no decision controls.
+    assert "/approve/" not in body and "/reject/" not in body and "<textarea" not in body
+    assert "an owner or admin approves or rejects them" in body
+
+
+def test_the_detail_gives_deciders_the_forms(client_for, held):
+    body = client_for("owner").get(f"/held/{held.id}/").content.decode()
+    assert "Approve and refund $89.00" in body
+    assert f'formaction="/held/{held.id}/reject/"' in body and "hx-confirm=" in body
+    assert 'name="note"' in body
+
+
+def test_the_detail_after_approval_shows_the_reviewer_and_settlement(
+    client_for, held, members, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        approve_refund(refund=held, actor=members["admin"].user, note="ok")
+    body = client_for("reviewer").get(f"/held/{held.id}/").content.decode()
+    assert "Escalated, then approved" in body and "by <strong>admin@roasters.example" in body
+    assert "Settlement" in body and "Refunded" in body
+    assert "Approved by" in body and "Approve and refund" not in body
+
+
+def test_the_detail_lists_prior_refunds_of_the_order(client_for, original, agent, members):
+    earlier = hold_refund(order=original, requested_by=members["staff"].user, amount_minor=1000)
+    Refund.objects.filter(pk=earlier.pk).update(status="rejected", reason="rejected_by_reviewer")
+    current = hold_refund(order=original, agent=agent, amount_minor=7900)
+    body = client_for("owner").get(f"/held/{current.id}/").content.decode()
+    assert "Prior refunds of this order" in body
+    assert "staff@roasters.example" in body and "$10.00" in body and "rejected_by_reviewer" in body
+
+
+@pytest.mark.parametrize(
+    ("mode", "url"),
+    [
+        ("test", "https://dashboard.stripe.com/test/payments/pi_3Test"),
+        ("live", "https://dashboard.stripe.com/payments/pi_3Test"),
+    ],
+)
+def test_it_links_the_charge_in_the_stripe_dashboard(
+    client_for, make_order, agent, site, mode, url
+):
+    RailAccount.objects.create(site=site, rail="stripe", mode=mode)
+    order = make_order(rail="stripe")
+    Charge.objects.filter(order=order).update(provider_payment_id="pi_3Test")
+    refund = hold_refund(order=order, agent=agent)
+    body = client_for("owner").get(f"/held/{refund.id}/").content.decode()
+    assert f'href="{url}"' in body and "View in the Stripe dashboard" in body
+
+
+def test_it_links_the_charge_in_the_shopify_admin(client_for, make_order, agent, site):
+    RailAccount.objects.create(
+        site=site, rail="shopify", connected_account="roasters.myshopify.com"
+    )
+    order = make_order(rail="shopify")
+    Charge.objects.filter(order=order).update(provider_payment_id="450789469")
+    refund = hold_refund(order=order, agent=agent)
+    body = client_for("owner").get(f"/held/{refund.id}/").content.decode()
+    assert 'href="https://roasters.myshopify.com/admin/orders/450789469"' in body
+
+
+def test_the_panel_polls_while_the_approved_refund_executes(client_for, held, members):
+    # Approved, with execution not run yet (no on-commit callbacks here): processing.
+    approve_refund(refund=held, actor=members["admin"].user)
+    client = client_for("owner")
+    body = client.get(f"/held/{held.id}/").content.decode()
+    assert 'hx-trigger="every 2s"' in body and "Refunding" in body
+    panel = client.get(
+        f"/held/{held.id}/", headers={"HX-Request": "true", "HX-Target": "decision-panel"}
+    ).content.decode()
+    assert 'id="decision-panel"' in panel and "<html" not in panel
+    assert 'id="refund-status" hx-swap-oob="true"' in panel
