@@ -5,48 +5,69 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0004_site_slack_webhook'),
-        ('refunds', '0003_recovery_schedule'),
+        ("accounts", "0004_site_slack_webhook"),
+        ("refunds", "0003_recovery_schedule"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='refund',
-            name='reason_label',
+            model_name="refund",
+            name="reason_label",
             field=models.CharField(blank=True, max_length=120),
         ),
         migrations.AddField(
-            model_name='refund',
-            name='reason_path',
+            model_name="refund",
+            name="reason_path",
             field=models.CharField(blank=True, max_length=500),
         ),
         migrations.AddField(
-            model_name='refund',
-            name='review_note',
+            model_name="refund",
+            name="review_note",
             field=models.TextField(blank=True),
         ),
         migrations.CreateModel(
-            name='RefundReason',
+            name="RefundReason",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('path', models.CharField(max_length=255, unique=True)),
-                ('depth', models.PositiveIntegerField()),
-                ('numchild', models.PositiveIntegerField(default=0)),
-                ('name', models.CharField(max_length=120)),
-                ('code', models.CharField(blank=True, max_length=40)),
-                ('active', models.BooleanField(default=True)),
-                ('site', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='refund_reasons', to='accounts.site')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("path", models.CharField(max_length=255, unique=True)),
+                ("depth", models.PositiveIntegerField()),
+                ("numchild", models.PositiveIntegerField(default=0)),
+                ("name", models.CharField(max_length=120)),
+                ("code", models.CharField(blank=True, max_length=40)),
+                ("active", models.BooleanField(default=True)),
+                (
+                    "site",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="refund_reasons",
+                        to="accounts.site",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='refund',
-            name='refund_reason',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='refunds', to='refunds.refundreason'),
+            model_name="refund",
+            name="refund_reason",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="refunds",
+                to="refunds.refundreason",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='refundreason',
-            constraint=models.UniqueConstraint(condition=models.Q(('code', ''), _negated=True), fields=('site', 'code'), name='refundreason_code_unique'),
+            model_name="refundreason",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("code", ""), _negated=True),
+                fields=("site", "code"),
+                name="refundreason_code_unique",
+            ),
         ),
     ]

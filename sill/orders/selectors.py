@@ -62,6 +62,24 @@ class Transaction:
     who: str
     detail: str
     obj: object
+    # As the Transactions tab shows it: COMPLETED / FAILED / pending / held / rejected / expired.
+    status_label: str = ""
+    reason: str = ""  # the merchant reason's path as it was (staff), or the agent's code
+    note: str = ""
+    decided_by: str = ""  # who approved or rejected a held refund
+    requested_at: datetime | None = None
+
+
+# Transactions-tab wording (the seed's COMPLETED / FAILED, lower case while undecided).
+TX_STATUS_LABELS = {
+    "succeeded": "COMPLETED",
+    "failed": "FAILED",
+    "processing": "pending",
+    "pending": "pending",
+    "held": "held",
+    "rejected": "rejected",
+    "expired": "expired",
+}
 
 
 def transactions_for(order: Order) -> list[Transaction]:
@@ -79,6 +97,7 @@ def transactions_for(order: Order) -> list[Transaction]:
                 who=order.buyer_name or order.buyer_email,
                 detail=charge.failure_message,
                 obj=charge,
+                status_label=TX_STATUS_LABELS.get(charge.status, charge.status),
             )
         )
     for refund in order.refunds.select_related("agent", "requested_by", "decided_by"):
@@ -97,8 +116,13 @@ def transactions_for(order: Order) -> list[Transaction]:
                 rail=refund.rail,
                 provider_id=refund.provider_refund_id,
                 who=who,
-                detail=refund.reason or refund.reason_code,
+                detail=refund.failure_message or refund.reason,
                 obj=refund,
+                status_label=TX_STATUS_LABELS.get(refund.status, refund.status),
+                reason=refund.reason_path or refund.reason_code,
+                note=refund.note,
+                decided_by=refund.decided_by.get_username() if refund.decided_by else "",
+                requested_at=refund.created_at,
             )
         )
     rows.sort(key=lambda t: t.at, reverse=True)

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from sill.accounts.access import Cap, site_view
 from sill.orders import selectors
-from sill.orders.models import OrderStatus
+from sill.orders.models import Order, OrderStatus
 
 PAGE_SIZE = 25
 
@@ -35,17 +37,31 @@ def order_list(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+def order_detail_context(
+    request: HttpRequest, order: Order, *, tab: str = "overview", refund_form: Any = None
+) -> dict[str, Any]:
+    """What the order page shows; the refund POST view re-renders the page with it (422)."""
+    from refunds.views_staff import refund_panel_context
+
+    charges = list(order.charges.prefetch_related("disputes"))
+    transactions = selectors.transactions_for(order)
+    return {
+        "order": order,
+        "items": list(order.items.all()),
+        "charges": charges,
+        "transactions": transactions,
+        "tab": tab,
+        "refund_panel": refund_panel_context(
+            request, order=order, charges=charges, transactions=transactions, form=refund_form
+        ),
+    }
+
+
 @site_view(Cap.VIEW_ORDERS)
 def order_detail(request: HttpRequest, order_id: str) -> HttpResponse:
     order = selectors.order_for(request.site_ctx.site, order_id)
     tab = "transactions" if request.GET.get("tab") == "transactions" else "overview"
-    context = {
-        "order": order,
-        "items": list(order.items.all()),
-        "charges": list(order.charges.prefetch_related("disputes")),
-        "transactions": selectors.transactions_for(order),
-        "tab": tab,
-    }
+    context = order_detail_context(request, order, tab=tab)
     if request.htmx and request.htmx.target == "order-tab":
         return render(request, f"orders/detail.html#{tab}", context)
     return render(request, "orders/detail.html", context)

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0003_heartbeat_schedule'),
+        ("accounts", "0003_heartbeat_schedule"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='site',
-            name='slack_webhook_url',
+            model_name="site",
+            name="slack_webhook_url",
             field=models.URLField(blank=True, max_length=500),
         ),
     ]

@@ -1,0 +1,257 @@
+"""The staff refund API: ``POST /api/order/{order_id}/refund``.
+
+Body: exactly one of ``{"amount": 15.00}``, ``{"percentage": 25}`` or ``{"full": true}``, plus
+``reasonId`` (an active leaf of the site's reason tree) and an optional ``reason`` text (kept
+as the refund's note). Optional ``expectedRemaining``: the refundable amount the caller last
+saw; if it changed, nothing is refunded (409 ``order_changed``), which makes a retried
+request safe.
+
+Authentication is the browser session with CSRF (DRF's ``SessionAuthentication``) or a
+member's bearer token from ``manage.py members token`` (pinned to that token's site). Access
+is the same check as the order page: ``Cap.REFUND`` on the caller's site; another site's order
+is a 404.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from decimal import Decimal
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.utils import (
+    OpenApiExample,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
+from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from refunds.models import Refund, RefundStatus
+from refunds.reason_selectors import pickable_reason
+from refunds.services import charged_charge
+from refunds.staff import OrderSnapshot, create_staff_refund, parse_percentage
+from sill.accounts.access import Cap, can, site_context
+from sill.accounts.api_auth import MemberTokenAuthentication
+from sill.errors import NotFound, PermissionDenied, SillError
+from sill.money import MoneyError, parse_major
+from sill.orders.selectors import order_for
+
+
+class DecimalJSONParser(JSONParser):
+    """JSON with numbers read as ``Decimal``: ``15.00`` is never a float on its way to money."""
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        encoding = (parser_context or {}).get("encoding", "utf-8")
+        try:
+            return json.load(codecs.getreader(encoding)(stream), parse_float=Decimal)
+        except ValueError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from exc
+
+
+@extend_schema_field(
+    {"oneOf": [{"type": "number"}, {"type": "string", "pattern": r"^-?\d+(\.\d+)?$"}]}
+)
+class DecimalTextField(serializers.Field):
+    """A number or a decimal string, kept as exact text (``"15.00"``); floats are refused."""
+
+    default_error_messages = {"invalid": 'Send a decimal number, e.g. 15.00 or "15.00".'}
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, bool | float):
+            self.fail("invalid")
+        if isinstance(data, Decimal):
+            return format(data, "f")
+        if isinstance(data, int | str):
+            return str(data).strip()
+        self.fail("invalid")
+        return ""  # pragma: no cover - fail() raises
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
+class StaffRefundInput(serializers.Serializer):
+    amount = DecimalTextField(required=False, help_text="Major units of the order's currency.")
+    percentage = DecimalTextField(
+        required=False, help_text="Of the order total; up to 2 decimals; rounded half up."
+    )
+    full = serializers.BooleanField(required=False, help_text="Everything left to refund.")
+    reasonId = serializers.CharField(max_length=20, help_text="An active leaf reason.")
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=1000, help_text="Free text, kept as a note."
+    )
+    expectedRemaining = DecimalTextField(
+        required=False, help_text="Refuse (409) unless this much is still refundable."
+    )
+
+
+_REFUND = inline_serializer(
+    "StaffRefund",
+    {
+        "refund_id": serializers.CharField(),
+        "order_id": serializers.CharField(),
+        "origin": serializers.CharField(),
+        "decision": serializers.ChoiceField(["approved", "escalated", "rejected"]),
+        "status": serializers.ChoiceField([s.value for s in RefundStatus]),
+        "reason": serializers.CharField(allow_null=True, help_text="Rejection/failure code."),
+        "amount": serializers.CharField(),
+        "currency": serializers.CharField(),
+        "rail": serializers.CharField(),
+        "refund_reason": serializers.DictField(),
+        "note": serializers.CharField(),
+        "requested_by": serializers.CharField(),
+        "rules": serializers.ListField(child=serializers.DictField()),
+        "provider_refund_id": serializers.CharField(allow_null=True),
+        "remaining": serializers.CharField(),
+        "order_status": serializers.CharField(),
+        "message": serializers.CharField(),
+        "created_at": serializers.DateTimeField(),
+    },
+)
+_ERROR = inline_serializer(
+    "StaffRefundError",
+    {
+        "error": inline_serializer(
+            "StaffRefundErrorBody",
+            {
+                "code": serializers.CharField(),
+                "message": serializers.CharField(),
+                "field": serializers.CharField(allow_null=True),
+            },
+        )
+    },
+)
+
+_MESSAGES = {
+    RefundStatus.PROCESSING: "Sent to the rail; pending until the rail confirms it.",
+    RefundStatus.SUCCEEDED: "Refunded on the rail.",
+    RefundStatus.HELD: "Held for review by an owner or admin; nothing moves until approved.",
+    RefundStatus.REJECTED: "Refused by the site's policy; nothing moved.",
+    RefundStatus.FAILED: "The rail refused the refund; nothing moved.",
+}
+
+
+def refund_output(refund: Refund) -> dict[str, Any]:
+    order = refund.order
+    assert order is not None
+    charge = charged_charge(order)
+    return {
+        "refund_id": refund.id,
+        "order_id": order.id,
+        "origin": refund.origin,
+        "decision": refund.decision,
+        "status": refund.status,
+        "reason": refund.reason or None,
+        "amount": refund.amount.major_str(),
+        "currency": refund.currency,
+        "rail": refund.rail,
+        "refund_reason": {
+            "id": refund.refund_reason_id,
+            "path": refund.reason_path,
+            "label": refund.reason_label,
+            "code": refund.reason_code or None,
+        },
+        "note": refund.note,
+        "requested_by": refund.requested_by.get_username() if refund.requested_by else None,
+        "rules": refund.rules,
+        "provider_refund_id": refund.provider_refund_id or None,
+        "remaining": charge.remaining.major_str() if charge else "0",
+        "order_status": order.status,
+        "message": _MESSAGES.get(refund.status, ""),
+        "created_at": refund.created_at.isoformat(),
+    }
+
+
+def _money_or_error(text: str, currency: str, field: str) -> Any:
+    try:
+        return parse_major(text, currency)
+    except MoneyError as exc:
+        raise SillError(str(exc), code="invalid_field", field=field) from None
+
+
+class StaffRefundCreateApi(APIView):
+    authentication_classes = [MemberTokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    parser_classes = [DecimalJSONParser]
+
+    @extend_schema(
+        operation_id="staff_order_refund_create",
+        summary="Refund an order as staff (full, fixed amount or percentage)",
+        request=StaffRefundInput,
+        responses={201: _REFUND, 400: _ERROR, 403: _ERROR, 404: _ERROR, 409: _ERROR},
+        examples=[
+            OpenApiExample(
+                "Partial refund",
+                value={"amount": 15.00, "reasonId": "12", "reason": "Scratched mug"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Too much",
+                value={
+                    "error": {
+                        "code": "exceeds_refundable",
+                        "message": "At most $39.00 can be refunded on this order; "
+                        "$50.00 is too much.",
+                        "field": "amount",
+                    }
+                },
+                response_only=True,
+                status_codes=["400"],
+            ),
+        ],
+    )
+    def post(self, request: Request, order_id: str) -> Response:
+        ctx = site_context(request)  # type: ignore[arg-type]
+        if ctx is None or not can(ctx.membership, Cap.REFUND):
+            raise PermissionDenied("You don't have permission to refund orders on this site.")
+        try:
+            order = order_for(ctx.site, order_id)
+        except Http404:
+            raise NotFound("No such order on this site.") from None
+        data = StaffRefundInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        given = {k: v for k, v in data.validated_data.items() if k in ("amount", "percentage")}
+        if data.validated_data.get("full"):
+            given["full"] = True
+        if len(given) != 1:
+            raise SillError(
+                'Send exactly one of "amount", "percentage" or "full": true.',
+                code="invalid_field",
+            )
+        kind = next(iter(given))
+        amount = percentage = None
+        if kind == "amount":
+            amount = _money_or_error(given["amount"], order.currency, "amount")
+        elif kind == "percentage":
+            percentage = parse_percentage(given["percentage"])
+        expected = None
+        if "expectedRemaining" in data.validated_data:
+            seen = _money_or_error(
+                data.validated_data["expectedRemaining"], order.currency, "expectedRemaining"
+            )
+            expected = OrderSnapshot(remaining_minor=seen.amount_minor)
+        # Checked here too so that a bad reason names the API's field; the service checks again
+        # inside its transaction.
+        pickable_reason(ctx.site, data.validated_data["reasonId"], field="reasonId")
+        refund = create_staff_refund(
+            site=ctx.site,
+            order=order,
+            actor=request.user,
+            kind=kind,  # type: ignore[arg-type]
+            amount=amount,
+            percentage=percentage,
+            reason=data.validated_data["reasonId"],
+            note=data.validated_data.get("reason", ""),
+            expected=expected,
+        )
+        refund = Refund.objects.select_related("order", "requested_by").get(pk=refund.pk)
+        return Response(refund_output(refund), status=201)

@@ -1,0 +1,310 @@
+"""Staff refunds from the order page and the staff API: full, fixed amount or percentage.
+
+A staff refund goes through the same pipeline as an agent's: quote from Sill's own records,
+decide with the policies (``refundOrigin = staff``), then held, rejected, or reserved and
+executed on the original rail by Celery (``refunds.services.decide_and_open``).
+
+Concurrency: the order row and its charge are locked (``select_for_update``) before the
+remaining amount is read, so two refunds of one order run one after the other and the second
+sees what the first reserved; the charge's check constraint backs it in the database.
+
+Double submits: the form carries the :class:`OrderSnapshot` the user saw (remaining amount and
+number of refunds on the order). Under the locks, a snapshot that no longer matches refuses the
+request with ``order_changed`` (409), so a resubmission after the first refund went through
+(held, rejected or processing: every outcome adds a refund row) makes nothing. It needs no
+storage of used tokens, and it also stops two people refunding the same order at once from
+both acting on a stale view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any, Literal
+
+from django.db import transaction
+from django.utils import timezone
+
+from policies.decide import RefundContext
+from refunds.models import Refund, RefundOrigin, RefundReason
+from refunds.reason_selectors import pickable_reason
+from refunds.services import charged_charge, decide_and_open
+from sill.accounts.models import Site
+from sill.errors import SillError
+from sill.money import Money, format_money
+from sill.orders.models import REFUNDABLE_STATUSES, Charge, Order, OrderStatus
+from sill.rails.registry import rail_account_for
+
+RefundKind = Literal["full", "amount", "percentage"]
+KINDS: tuple[str, ...] = ("full", "amount", "percentage")
+PERCENT_DECIMALS = 2
+
+ROUNDING_RULE = (
+    "A percentage is of the order total, rounded half up to the currency's smallest unit "
+    "(the cent for USD, the whole yen for JPY, the fils for KWD), and never more than what "
+    "is left to refund."
+)
+
+
+class OrderChanged(SillError):
+    code = "order_changed"
+    status = 409
+
+
+class NotRefundable(SillError):
+    code = "order_not_refundable"
+    status = 409
+
+
+@dataclass(frozen=True)
+class OrderSnapshot:
+    """What the user saw when the form was rendered; ``None`` fields are not checked."""
+
+    remaining_minor: int | None = None
+    refund_count: int | None = None
+
+
+def parse_percentage(value: Any, *, field: str = "percentage") -> Decimal:
+    """``"25"``, ``"12.5"``, ``Decimal("33.33")`` → a percentage in (0, 100], ≤ 2 decimals."""
+    if isinstance(value, bool | float) or value is None:
+        raise SillError("Enter a percentage, e.g. 25.", code="invalid_field", field=field)
+    try:
+        pct = Decimal(str(value).strip().rstrip("%").strip())
+    except InvalidOperation:
+        raise SillError(
+            f"{value!r} is not a percentage.", code="invalid_field", field=field
+        ) from None
+    if not pct.is_finite() or pct <= 0 or pct > 100:
+        raise SillError(
+            "A percentage is more than 0 and at most 100.", code="invalid_field", field=field
+        )
+    if pct != pct.quantize(Decimal(1).scaleb(-PERCENT_DECIMALS)):
+        raise SillError(
+            f"A percentage has at most {PERCENT_DECIMALS} decimals.",
+            code="invalid_field",
+            field=field,
+        )
+    return pct
+
+
+@dataclass(frozen=True)
+class PercentageAmount:
+    amount: Money  # what will be refunded
+    exact: Money  # the rounded percentage before the cap
+    capped: bool  # True when less remained than the percentage asked for
+
+
+def percentage_of_total(*, total: Money, percentage: Decimal, remaining: Money) -> PercentageAmount:
+    """``percentage`` % of ``total``, rounded half up to the minor unit, capped at ``remaining``.
+
+    Pure arithmetic on integers and Decimal: 50 % of USD 10.01 = 5.005 → 5.01; 50 % of
+    JPY 1,001 = 500.5 → 501; 50 % of KWD 1.001 = 0.5005 → 0.501. The cap means 100 % after a
+    partial refund refunds what is left, and rounding up never refunds more than was charged.
+    """
+    minor = (Decimal(total.amount_minor) * percentage / 100).quantize(
+        Decimal(1), rounding=ROUND_HALF_UP
+    )
+    exact = Money(int(minor), total.currency)
+    capped = exact > remaining
+    return PercentageAmount(amount=remaining if capped else exact, exact=exact, capped=capped)
+
+
+def refusal_for(order: Order, charge: Charge | None) -> str | None:
+    """Why ``order`` can't be refunded at all right now, in words for staff; None if it can."""
+    if order.status == OrderStatus.PENDING:
+        return (
+            f"Order #{order.number} is PENDING: it hasn't been paid, so there is nothing to refund."
+        )
+    if order.status == OrderStatus.REFUNDED:
+        return f"Order #{order.number} is already REFUNDED in full; nothing is left to refund."
+    if order.status == OrderStatus.CANCELLED:
+        return f"Order #{order.number} was CANCELLED; cancelled orders can't be refunded."
+    if order.status not in REFUNDABLE_STATUSES:  # pragma: no cover - every status is above
+        return f"Order #{order.number} is {order.status} and can't be refunded."
+    if charge is None:
+        return f"Order #{order.number} has no successful charge, so there is nothing to refund."
+    if charge.remaining.amount_minor <= 0:
+        return (
+            f"Nothing is left to refund on order #{order.number}: "
+            f"{format_money(charge.amount)} was charged and all of it is refunded or being "
+            "refunded."
+        )
+    return None
+
+
+def _amount_for(
+    *,
+    kind: str,
+    order: Order,
+    remaining: Money,
+    amount: Money | None,
+    percentage: Decimal | None,
+) -> Money:
+    if kind == "full":
+        return remaining
+    if kind == "amount":
+        if amount is None:
+            raise SillError("Enter the amount to refund.", code="invalid_field", field="amount")
+        if amount.currency != order.currency:
+            raise SillError(
+                f"This order is in {order.currency}.", code="invalid_field", field="amount"
+            )
+        if amount.amount_minor <= 0:
+            raise SillError(
+                "The amount must be more than zero.", code="invalid_field", field="amount"
+            )
+        if amount > remaining:
+            raise SillError(
+                f"At most {format_money(remaining)} can be refunded on this order; "
+                f"{format_money(amount)} is too much.",
+                code="exceeds_refundable",
+                field="amount",
+            )
+        return amount
+    if kind == "percentage":
+        if percentage is None:
+            raise SillError(
+                "Enter the percentage to refund.", code="invalid_field", field="percentage"
+            )
+        result = percentage_of_total(total=order.total, percentage=percentage, remaining=remaining)
+        if result.amount.amount_minor <= 0:
+            raise SillError(
+                f"{percentage} % of {format_money(order.total)} rounds to "
+                f"{format_money(result.exact)}; nothing to refund.",
+                code="invalid_field",
+                field="percentage",
+            )
+        return result.amount
+    raise SillError(
+        "Choose a full, fixed-amount or percentage refund.", code="invalid_field", field="kind"
+    )
+
+
+def _check_snapshot(*, order: Order, remaining: Money, expected: OrderSnapshot | None) -> None:
+    if expected is None:
+        return
+    changed = (
+        expected.remaining_minor is not None and expected.remaining_minor != remaining.amount_minor
+    )
+    if not changed and expected.refund_count is not None:
+        changed = Refund.objects.filter(order=order).count() != expected.refund_count
+    if changed:
+        raise OrderChanged(
+            f"Order #{order.number} changed since you opened it (a refund was made, or the "
+            f"refundable amount is now {format_money(remaining)}). Nothing was refunded by "
+            "this request: review the order and submit again if another refund is still due."
+        )
+
+
+def create_staff_refund(
+    *,
+    site: Site,
+    order: Order,
+    actor: Any,
+    kind: RefundKind,
+    amount: Money | None = None,
+    percentage: Decimal | None = None,
+    reason: RefundReason | int | str,
+    note: str = "",
+    expected: OrderSnapshot | None = None,
+    now: datetime | None = None,
+) -> Refund:
+    """Refund ``order`` on behalf of ``actor`` (access already checked by the caller).
+
+    ``kind`` is ``"full"`` (everything still refundable), ``"amount"`` (``amount``: more than
+    zero, at most what remains, else ``exceeds_refundable`` naming the maximum) or
+    ``"percentage"`` (``percentage`` of the order total; see :data:`ROUNDING_RULE`).
+    ``reason`` must be an active leaf of ``site``'s reason tree. Raises ``SillError``:
+    ``order_not_refundable`` (409) for PENDING, REFUNDED, CANCELLED or uncharged orders,
+    ``order_changed`` (409) when ``expected`` no longer holds, ``rail_disabled`` (409),
+    ``invalid_field`` / ``reason_not_leaf`` / ``reason_inactive`` / ``exceeds_refundable``
+    (400). Returns the refund as decided: processing (execution enqueued on commit), held for
+    review, or rejected by policy.
+    """
+    if kind not in KINDS:
+        raise SillError(
+            "Choose a full, fixed-amount or percentage refund.", code="invalid_field", field="kind"
+        )
+    now = now or timezone.now()
+    note = (note or "").strip()
+    with transaction.atomic():
+        # Lock order then charge (the order every refund path uses) before reading amounts.
+        locked = Order.objects.select_for_update().filter(site=site, pk=order.pk).first()
+        if locked is None:
+            raise SillError("No such order on this site.", code="not_found", status=404)
+        charge = charged_charge(locked, lock=True)
+        if (refusal := refusal_for(locked, charge)) is not None:
+            raise NotRefundable(refusal)
+        assert charge is not None  # refusal_for covers it
+        remaining = charge.remaining
+        _check_snapshot(order=locked, remaining=remaining, expected=expected)
+        picked = pickable_reason(site, reason.pk if isinstance(reason, RefundReason) else reason)
+        refund_amount = _amount_for(
+            kind=kind, order=locked, remaining=remaining, amount=amount, percentage=percentage
+        )
+        rail_account_for(site_id=site.pk, rail=charge.rail)  # RailDisabled (409) if off
+        context = RefundContext(
+            site=site,
+            order=locked,
+            charge=charge,
+            amount=refund_amount,
+            origin=RefundOrigin.STAFF,
+            agent=None,
+            user=actor,
+            reason=picked.code or None,
+            now=now,
+        )
+        fields = {
+            "origin": RefundOrigin.STAFF,
+            "requested_by": actor,
+            "refund_reason": picked.reason,
+            "reason_path": picked.path[:500],
+            "reason_label": picked.reason.name,
+            "reason_code": picked.code,
+            "note": note,
+        }
+        refund = decide_and_open(context=context, fields=fields)
+    return refund
+
+
+@dataclass(frozen=True)
+class StaffQuote:
+    """What a staff refund would be, as the form shows it before submitting."""
+
+    amount: Money
+    remaining: Money
+    explanation: str
+
+
+def quote_staff_refund(
+    *,
+    order: Order,
+    charge: Charge | None,
+    kind: str,
+    amount: Money | None = None,
+    percentage: Decimal | None = None,
+) -> StaffQuote:
+    """The concrete amount of a refund, without locks (for the preview; the real refund
+    recomputes it under the row locks). Raises the same ``SillError``s as the refund would."""
+    if (refusal := refusal_for(order, charge)) is not None:
+        raise NotRefundable(refusal)
+    assert charge is not None
+    remaining = charge.remaining
+    value = _amount_for(
+        kind=kind, order=order, remaining=remaining, amount=amount, percentage=percentage
+    )
+    if kind == "percentage" and percentage is not None:
+        result = percentage_of_total(total=order.total, percentage=percentage, remaining=remaining)
+        explanation = (
+            f"{percentage.normalize():f} % of the {format_money(order.total)} order total is "
+            f"{format_money(result.exact)}, rounded half up to "
+            f"{format_money(Money(1, order.currency))}"
+        )
+        if result.capped:
+            explanation += f"; capped at the {format_money(remaining)} left to refund"
+    elif kind == "full":
+        explanation = f"everything left to refund on this order ({format_money(remaining)})"
+    else:
+        explanation = f"{format_money(remaining)} is left to refund on this order"
+    return StaffQuote(amount=value, remaining=remaining, explanation=explanation)

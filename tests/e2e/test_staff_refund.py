@@ -1,0 +1,119 @@
+"""A staff member issues a 25 % refund with a leaf reason from the order page (Chromium)."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from refunds.models import Refund, RefundReason
+from refunds.reason_selectors import PATH_SEPARATOR
+from refunds.reasons import add_reason
+from sill.accounts.models import Site
+from sill.orders.demo import DEMO_ORDER_MANDATE, DEMO_PASSWORD, DEMO_SITE_ID, load_demo
+from sill.orders.models import Order
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def _log_in(page: Page, url: str, email: str) -> None:
+    page.goto(f"{url}/login/")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(DEMO_PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Northwind Coffee")).to_be_visible()
+
+
+def test_staff_issue_a_25_percent_refund_with_a_leaf_reason(
+    page: Page, live_server, screenshot_dir
+):
+    load_demo()
+    site = Site.objects.get(pk=DEMO_SITE_ID)
+    product = add_reason(site=site, actor=None, name="Product problem")
+    leaf = add_reason(site=site, actor=None, name="Arrived broken", parent=product)
+    add_reason(site=site, actor=None, name="Wrong grind", parent=product)
+    order = Order.objects.get(site=site, source_mandate_id=DEMO_ORDER_MANDATE)
+
+    _log_in(page, live_server.url, "staff@northwind-coffee.example")
+    page.goto(f"{live_server.url}/orders/{order.id}/")
+    panel = page.locator("#refund-panel")
+    expect(panel.get_by_role("heading", name="Refund")).to_be_visible()
+    expect(panel.locator("#refund-remaining")).to_have_text("$89.00")
+
+    # Typing the percentage selects the type and shows the concrete amount before submitting.
+    panel.get_by_role("textbox", name="Percent of the order total").fill("25")
+    expect(panel.get_by_role("radio", name="Percentage of the order total")).to_be_checked()
+    expect(panel.locator("#refund-preview")).to_contain_text("You are refunding $22.25")
+    expect(panel.locator("#refund-preview")).to_contain_text("rounded half up to $0.01")
+
+    # The picker offers leaves; the category is only a heading.
+    picker = panel.get_by_label("Reason")
+    expect(picker.locator('optgroup[label="Product problem"] option')).to_have_count(2)
+    picker.select_option(label="Arrived broken")
+    expect(picker).to_have_value(str(leaf.pk))
+    panel.get_by_label("Note (optional)").fill("Mug arrived chipped")
+    page.screenshot(path=screenshot_dir / "staff-refund-form.png", full_page=True)
+
+    panel.get_by_role("button", name="Refund").click()
+    expect(page).to_have_url(f"{live_server.url}/orders/{order.id}/?tab=transactions")
+    expect(page.get_by_role("heading", name="Order #1001")).to_contain_text("Partially refunded")
+    expect(page.get_by_role("status").first).to_contain_text("$22.25")
+    row = page.locator("#transactions tr.tx-refund")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("COMPLETED")
+    expect(row).to_contain_text("\u2212$22.25")  # a minus sign
+    expect(row).to_contain_text(f"Product problem{PATH_SEPARATOR}Arrived broken")
+    expect(row).to_contain_text("staff@northwind-coffee.example")
+    expect(row).to_contain_text("mock_re_")
+    page.screenshot(path=screenshot_dir / "staff-refund-transactions.png", full_page=True)
+
+    refund = Refund.objects.get(order=order)
+    assert (refund.amount_minor, refund.status, refund.origin) == (2225, "succeeded", "staff")
+    assert refund.reason_label == "Arrived broken" and refund.note == "Mug arrived chipped"
+    order.refresh_from_db()
+    assert order.status == "PARTIALLY_REFUNDED"
+
+    # Back on the overview, the form offers what is left.
+    page.get_by_role("tab", name="Overview").click()
+    expect(page.locator("#refund-remaining")).to_have_text("$66.75")
+    expect(page.get_by_role("tab", name="Overview")).to_have_attribute("aria-selected", "true")
+    expect(page.get_by_role("tab", name="Transactions")).not_to_have_attribute(
+        "aria-selected", "true"
+    )
+    page.screenshot(path=screenshot_dir / "staff-refund-after.png", full_page=True)
+
+
+def test_an_owner_manages_refund_reasons(page: Page, live_server, screenshot_dir):
+    load_demo()
+    _log_in(page, live_server.url, "owner@northwind-coffee.example")
+    page.get_by_role("link", name="Reasons").click()
+    expect(page.get_by_role("heading", name="Refund reasons")).to_be_visible()
+    form = page.locator("form.reason-add-form")
+    form.get_by_label("Name").fill("Product problem")
+    form.get_by_role("button", name="Add reason").click()
+    expect(page.get_by_role("status").first).to_contain_text("Added “Product problem”")
+
+    site = Site.objects.get(pk=DEMO_SITE_ID)
+    product = RefundReason.objects.get(site=site, name="Product problem")
+    row = page.locator(f"#reason-{product.pk}")
+    row.get_by_text("Edit").click()
+    row.get_by_label("Add a sub-reason").fill("Arrived broken")
+    row.get_by_role("button", name="Add", exact=True).click()
+    broken = RefundReason.objects.get(site=site, name="Arrived broken")
+    expect(page.locator(f"#reason-{broken.pk}")).to_contain_text("In picker")
+    expect(page.locator(f"#reason-{product.pk}")).to_contain_text("Category")
+
+    other = RefundReason.objects.get(site=site, code="other")
+    page.locator(f"#reason-{other.pk}").get_by_role("button", name="Deactivate").click()
+    expect(page.locator(f"#reason-{other.pk}")).to_contain_text("Inactive")
+    page.screenshot(path=screenshot_dir / "refund-reasons.png", full_page=True)
+
+    # Move "Arrived broken" to the top level from its Edit panel.
+    row = page.locator(f"#reason-{broken.pk}")
+    row.get_by_text("Edit").click()
+    expect(row.get_by_label("Move under")).to_be_visible()
+    page.screenshot(path=screenshot_dir / "refund-reasons-edit.png", full_page=True)
+    row.get_by_label("Move under").select_option(label="— Top level —")
+    row.get_by_role("button", name="Move").click()
+    expect(page.get_by_role("status").first).to_contain_text("to the top level")
+    broken.refresh_from_db()
+    assert broken.depth == 1

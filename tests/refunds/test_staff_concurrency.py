@@ -1,0 +1,163 @@
+"""Concurrent staff refunds on one order never exceed what remains (PostgreSQL row locks).
+
+Each thread has its own database connection and its own transaction, so these are real
+concurrent requests: the order and charge row locks make them queue, and each one reads the
+remaining amount only once it holds the locks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from refunds.models import Refund
+from refunds.reasons import add_reason, ensure_default_reasons
+from refunds.staff import OrderSnapshot, create_staff_refund
+from sill.errors import SillError
+from sill.money import parse_major
+from sill.orders.models import Charge, Order
+from sill.rails.models import MockLedgerEntry
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _needs_postgres():
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL row locks (set DATABASE_URL)")
+
+
+def _concurrently(n: int, work: Callable[[int], object]) -> list[object]:
+    barrier = threading.Barrier(n)
+    results: list[object] = [None] * n
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[i] = work(i)
+        except Exception as exc:  # examined by the test
+            results[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return results
+
+
+@pytest.fixture
+def leaf(site):
+    ensure_default_reasons(site)
+    return add_reason(
+        site=site,
+        actor=None,
+        name="Arrived broken",
+        parent=add_reason(site=site, actor=None, name="Product"),
+    )
+
+
+@pytest.fixture
+def order(make_order, mock_rail) -> Order:
+    return make_order(total="89.00")
+
+
+def _settled(order: Order) -> tuple[int, int, str]:
+    order.refresh_from_db()
+    charge = Charge.objects.get(order=order)
+    return charge.amount_refunded_minor, charge.amount_reserved_minor, order.status
+
+
+def test_twelve_concurrent_20_dollar_refunds_of_89_make_exactly_four(site, order, leaf, members):
+    actor = members["staff"].user
+
+    def work(i: int):
+        return create_staff_refund(
+            site=site,
+            order=order,
+            actor=actor,
+            kind="amount",
+            amount=parse_major("20.00", "USD"),
+            reason=leaf,
+            note=f"thread {i}",
+        )
+
+    results = _concurrently(12, work)
+    made = [r for r in results if isinstance(r, Refund)]
+    refused = [r for r in results if isinstance(r, SillError)]
+    assert len(made) == 4 and len(refused) == 8, results
+    assert {e.code for e in refused} == {"exceeds_refundable"}
+    assert all("At most $9.00 can be refunded" in e.message for e in refused)
+    # Eager tasks ran each execution on its thread's commit.
+    assert _settled(order) == (8000, 0, "PARTIALLY_REFUNDED")
+    assert Refund.objects.filter(order=order, status="succeeded").count() == 4
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 4
+
+
+def test_concurrent_full_and_percentage_refunds_never_exceed_the_total(site, order, leaf, members):
+    actor = members["owner"].user
+    kinds = [("full", None), ("percentage", "40"), ("percentage", "75"), ("full", None)] * 3
+
+    def work(i: int):
+        kind, pct = kinds[i]
+        return create_staff_refund(
+            site=site,
+            order=order,
+            actor=actor,
+            kind=kind,
+            percentage=Decimal(pct) if pct else None,
+            reason=leaf,
+            note="",
+        )
+
+    results = _concurrently(len(kinds), work)
+    made = [r for r in results if isinstance(r, Refund)]
+    assert all(isinstance(r, Refund | SillError) for r in results), results
+    assert sum(r.amount_minor for r in made) == 8900
+    assert _settled(order) == (8900, 0, "REFUNDED")
+
+
+def test_a_form_submitted_many_times_at_once_makes_one_refund(site, order, leaf, members):
+    seen = OrderSnapshot(remaining_minor=8900, refund_count=0)
+
+    def work(i: int):
+        return create_staff_refund(
+            site=site,
+            order=order,
+            actor=members["staff"].user,
+            kind="amount",
+            amount=parse_major("10.00", "USD"),
+            reason=leaf,
+            note="",
+            expected=seen,
+        )
+
+    results = _concurrently(8, work)
+    assert sum(isinstance(r, Refund) for r in results) == 1, results
+    assert {r.code for r in results if isinstance(r, SillError)} == {"order_changed"}
+    assert _settled(order) == (1000, 0, "PARTIALLY_REFUNDED")
+
+
+def test_concurrent_api_requests_never_exceed_the_remaining_amount(order, leaf, members):
+    user = members["admin"].user
+
+    def work(i: int):
+        client = Client()
+        client.force_login(user)
+        return client.post(
+            f"/api/order/{order.id}/refund",
+            data={"amount": "30.00", "reasonId": leaf.pk},
+            content_type="application/json",
+        )
+
+    responses = _concurrently(6, work)
+    codes = sorted(r.status_code for r in responses)  # type: ignore[union-attr]
+    assert codes == [201, 201, 400, 400, 400, 400], [r.content for r in responses]
+    assert _settled(order) == (6000, 0, "PARTIALLY_REFUNDED")
