@@ -76,6 +76,8 @@ def refund_body(refund: Refund, **extra: Any) -> dict[str, Any]:
         "rail": refund.rail,
         "reason": refund.reason or None,
         "reason_code": refund.reason_code or None,
+        "reason_path": refund.reason_path or None,
+        "note": refund.note or None,
     }
     body.update(extra)
     return body
@@ -234,6 +236,9 @@ def decide_and_open(*, context: RefundContext, fields: dict[str, Any]) -> Refund
             **fields, decision=Decision.ESCALATED, status=RefundStatus.HELD,
             expires_at=context.now + HOLD_FOR,
         )  # fmt: skip
+        from refunds.review import notify_hold  # review builds on this module
+
+        notify_hold(refund)
     else:
         refund = new_refund(**fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING)
         reserve(refund=refund, charge=context.charge)

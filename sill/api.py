@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -33,7 +34,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    if isinstance(exc, Http404):
+        code = "not_found"
+    else:
+        code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
     field = None
     message = "Request refused."
     detail = getattr(exc, "detail", None)

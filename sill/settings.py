@@ -18,6 +18,8 @@ DEBUG = env_bool("DEBUG", default=False)
 SILL_DATA_DIR = env_path("SILL_DATA_DIR", BASE_DIR / "var")
 SILL_DATA_DIR.mkdir(parents=True, exist_ok=True)
 PORT = env_int("PORT", 8000)
+# Where people reach Sill: used for links in emails and Slack messages.
+SILL_BASE_URL = env_str("SILL_BASE_URL", f"http://127.0.0.1:{PORT}")
 
 _secret = env_str("SILL_SECRET_KEY")
 if _secret is None:

@@ -125,3 +125,16 @@ class WorkerHeartbeat(models.Model):
 
     hostname = models.CharField(max_length=255, unique=True)
     seen_at = models.DateTimeField()
+
+
+class MemberToken(models.Model):
+    """A bearer token for a member's API calls on one site (e.g. the staff refund API).
+
+    Only the SHA-256 is stored; the token acts with the membership's role at the time of use.
+    """
+
+    membership = models.ForeignKey(Membership, on_delete=models.CASCADE, related_name="tokens")
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)

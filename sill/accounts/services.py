@@ -10,7 +10,15 @@ from datetime import datetime
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, Role, Site
+from sill.accounts.models import (
+    Agent,
+    AgentKey,
+    AgentToken,
+    Membership,
+    MemberToken,
+    Role,
+    Site,
+)
 from sill.errors import SillError
 
 
@@ -85,4 +93,13 @@ def issue_agent_token(*, agent: Agent) -> str:
     """Create a bearer token for ``agent``; only its hash is stored, so it is shown once."""
     token = "sill_at_" + secrets.token_urlsafe(32)
     AgentToken.objects.create(agent=agent, token_sha256=token_sha256(token), prefix=token[:12])
+    return token
+
+
+def issue_member_token(*, membership: Membership) -> str:
+    """Create a bearer token acting as ``membership``; only its hash is stored."""
+    token = "sill_mt_" + secrets.token_urlsafe(32)
+    MemberToken.objects.create(
+        membership=membership, token_sha256=token_sha256(token), prefix=token[:12]
+    )
     return token

@@ -186,5 +186,43 @@ def load_demo() -> DemoResult:
                 captured_at=placed + timedelta(minutes=1),
                 status=ChargeStatus.SUCCEEDED,
             )
+    _demo_reasons_and_refunds(site)
     logins = tuple((email, DEMO_PASSWORD) for email, _, _ in DEMO_USERS)
     return DemoResult(site=site, logins=logins, key_file=demo_key_file())
+
+
+def _demo_reasons_and_refunds(site: Site) -> None:
+    """A small reason tree and two staff refunds through the real pipeline (once).
+
+    The refunds are decided and reserved here; their execution is enqueued on commit, so the
+    worker `make run` starts settles them on the mock rail a moment later.
+    """
+    from django.contrib.auth import get_user_model
+
+    from refunds.models import Refund, RefundReason
+    from refunds.reasons import add_reason, ensure_default_reasons
+    from refunds.staff import create_staff_refund
+
+    ensure_default_reasons(site)
+    defective = RefundReason.objects.get(site=site, code="defective")
+    if defective.get_children_count() == 0:
+        for name in ("Damaged in transit", "Stopped working"):
+            add_reason(site=site, actor=None, name=name, parent=defective.get_root())
+            defective.refresh_from_db()
+    users = get_user_model().objects
+    staff = users.get(username="staff@northwind-coffee.example")
+    admin = users.get(username="admin@northwind-coffee.example")
+    broken = RefundReason.objects.get(site=site, name="Damaged in transit")
+    asked = RefundReason.objects.get(site=site, code="requested_by_customer")
+    plans = (
+        ("1002", staff, "amount", parse_major("12.00", "USD"), broken, "Mug chipped in transit"),
+        ("1003", admin, "full", None, asked, "Changed their mind within 14 days"),
+    )
+    for number, actor, kind, amount, reason, note in plans:
+        order = Order.objects.get(site=site, number=number)
+        if Refund.objects.filter(order=order).exists():
+            continue
+        create_staff_refund(
+            site=site, order=order, actor=actor, kind=kind, amount=amount, reason=reason,
+            note=note,
+        )  # fmt: skip

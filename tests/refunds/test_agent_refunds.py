@@ -284,3 +284,26 @@ def test_an_unsigned_body_under_a_known_mandate_id_is_a_bad_signature_not_a_conf
     )
     response = api(forged)
     assert response.status_code == 401 and response.json()["error"]["code"] == "bad_signature"
+
+
+def test_a_dispute_opened_before_execution_stops_the_refund(
+    sign, original, django_capture_on_commit_callbacks
+):
+    from django.utils import timezone
+
+    from refunds.execution import execute_refund
+    from sill.orders.models import Dispute
+
+    with django_capture_on_commit_callbacks(execute=False):
+        body = post(Client(), sign(refund_intent(ORIGINAL))).json()
+    charge = Charge.objects.get(order=original)
+    Dispute.objects.create(
+        charge=charge, reason="fraudulent", amount_minor=8900, currency="USD",
+        status="needs_response", opened_at=timezone.now(),
+    )  # fmt: skip
+    assert execute_refund(body["refund_id"]) == "failed"
+    refund = Refund.objects.get(pk=body["refund_id"])
+    assert (refund.status, refund.reason) == ("failed", "disputed")
+    charge.refresh_from_db()
+    assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (0, 0)
+    assert MockLedgerEntry.objects.count() == 0

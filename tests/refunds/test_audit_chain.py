@@ -15,7 +15,9 @@ from tests.refunds.conftest import post, refund_intent
 pytestmark = pytest.mark.django_db
 
 
-def test_it_verifies_the_chain_the_pipeline_wrote(make_order, agent, sign, mock_rail, django_capture_on_commit_callbacks):
+def test_it_verifies_the_chain_the_pipeline_wrote(
+    make_order, agent, sign, mock_rail, django_capture_on_commit_callbacks
+):
     for i in range(3):
         original = f"mnd_01K6HXAVBQ8G8PYZKN9JXJEP{i:02d}"
         make_order(placed_by_agent=agent, source_mandate_id=original)

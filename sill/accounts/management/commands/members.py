@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sill.accounts.models import Role, Site
-from sill.accounts.services import add_member
+from sill.accounts.models import Membership, Role, Site
+from sill.accounts.services import add_member, issue_member_token
 from sill.errors import SillError
 
 
@@ -21,11 +21,22 @@ class Command(BaseCommand):
         add.add_argument("--role", required=True, choices=Role.values)
         add.add_argument("--can-refund", action="store_true")
         add.add_argument("--password")
+        token = sub.add_parser("token", help="issue an API bearer token for a member (shown once)")
+        token.add_argument("--site", required=True)
+        token.add_argument("--email", required=True)
 
     def handle(self, *args: Any, **opts: Any) -> None:
         site = Site.objects.filter(pk=opts["site"]).first()
         if site is None:
             raise CommandError(f"no site {opts['site']}")
+        if opts["action"] == "token":
+            membership = Membership.objects.filter(
+                site=site, user__username=opts["email"].strip().lower()
+            ).first()
+            if membership is None:
+                raise CommandError(f"{opts['email']} is not a member of {site.id}")
+            self.stdout.write(issue_member_token(membership=membership))
+            return
         password = opts["password"]
         if password is None and not sys.stdin.isatty():
             password = sys.stdin.readline().rstrip("\n") or None
