@@ -7,11 +7,8 @@ proves the lock; SQLite's IMMEDIATE transactions serialise the writers anyway.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable
 
 import pytest
-from django.db import connection
 
 from audit.models import AuditRecord
 from audit.selectors import chain_verification
@@ -19,29 +16,9 @@ from policies.catalog import TEMPLATES
 from policies.models import PolicyVersion
 from policies.selectors import active_policy_for
 from policies.services import apply_catalog_item, set_rule_mode
+from tests.threads import run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _concurrently(n: int, work: Callable[[int], object]) -> list[object]:
-    barrier = threading.Barrier(n)
-    results: list[object] = [None] * n
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = work(i)
-        except Exception as exc:  # surfaced by the assertions below
-            results[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
 
 
 def test_concurrent_toggles_of_different_rules_all_stick(site, owner):
@@ -50,7 +27,7 @@ def test_concurrent_toggles_of_different_rules_all_stick(site, owner):
     for template in ids:
         apply_catalog_item(site=site, actor=owner, item=TEMPLATES[template])
     rule_ids = [f"tpl-{t}" for t in ids]
-    results = _concurrently(
+    results = run_concurrently(
         len(rule_ids),
         lambda i: set_rule_mode(site=site, actor=owner, rule_id=rule_ids[i], mode="observe"),
     )
@@ -67,7 +44,7 @@ def test_concurrent_toggles_of_different_rules_all_stick(site, owner):
 
 
 def test_concurrent_applies_of_one_template_write_it_once(site, owner):
-    results = _concurrently(
+    results = run_concurrently(
         6, lambda i: apply_catalog_item(site=site, actor=owner, item=TEMPLATES["conservative"])
     )
     statuses = sorted(getattr(r, "status", repr(r)) for r in results)

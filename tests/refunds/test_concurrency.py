@@ -7,42 +7,19 @@ what PostgreSQL proves in CI.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 from django.test import Client
 
 from refunds.models import Refund
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
 from tests.refunds.conftest import post, refund_intent
+from tests.threads import run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ORIGINAL = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"
-
-
-def _concurrently(n: int, work: Callable[[int], object]) -> list[object]:
-    barrier = threading.Barrier(n)
-    results: list[object] = [None] * n
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = work(i)
-        except Exception as exc:  # surfaced by the assertions below
-            results[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
 
 
 @pytest.fixture
@@ -52,7 +29,7 @@ def original(make_order, agent, mock_rail):
 
 def test_twenty_concurrent_refund_mandates_make_exactly_one_refund(sign, original):
     bodies = [sign(refund_intent(ORIGINAL)) for _ in range(20)]
-    responses = _concurrently(20, lambda i: post(Client(), bodies[i]))
+    responses = run_concurrently(20, lambda i: post(Client(), bodies[i]))
     assert all(not isinstance(r, Exception) for r in responses), responses
     answers = [r.json() for r in responses]
     assert all(r.status_code == 201 for r in responses), answers
@@ -70,7 +47,7 @@ def test_twenty_concurrent_refund_mandates_make_exactly_one_refund(sign, origina
 
 def test_concurrent_identical_sends_make_one_refund(sign, original):
     body = sign(refund_intent(ORIGINAL, max_amount=Decimal("10.00")))
-    responses = _concurrently(8, lambda i: post(Client(), body))
+    responses = run_concurrently(8, lambda i: post(Client(), body))
     assert all(not isinstance(r, Exception) for r in responses), responses
     codes = sorted(r.status_code for r in responses)
     assert codes == [200] * 7 + [201], [r.content for r in responses]

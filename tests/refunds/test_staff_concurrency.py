@@ -7,8 +7,6 @@ remaining amount only once it holds the locks.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
@@ -22,6 +20,7 @@ from sill.errors import SillError
 from sill.money import parse_major
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry
+from tests.threads import run_concurrently
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -30,27 +29,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def _needs_postgres():
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL row locks (set DATABASE_URL)")
-
-
-def _concurrently(n: int, work: Callable[[int], object]) -> list[object]:
-    barrier = threading.Barrier(n)
-    results: list[object] = [None] * n
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = work(i)
-        except Exception as exc:  # examined by the test
-            results[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
 
 
 @pytest.fixture
@@ -89,7 +67,7 @@ def test_twelve_concurrent_20_dollar_refunds_of_89_make_exactly_four(site, order
             note=f"thread {i}",
         )
 
-    results = _concurrently(12, work)
+    results = run_concurrently(12, work)
     made = [r for r in results if isinstance(r, Refund)]
     refused = [r for r in results if isinstance(r, SillError)]
     assert len(made) == 4 and len(refused) == 8, results
@@ -117,7 +95,7 @@ def test_concurrent_full_and_percentage_refunds_never_exceed_the_total(site, ord
             note="",
         )
 
-    results = _concurrently(len(kinds), work)
+    results = run_concurrently(len(kinds), work)
     made = [r for r in results if isinstance(r, Refund)]
     assert all(isinstance(r, Refund | SillError) for r in results), results
     assert sum(r.amount_minor for r in made) == 8900
@@ -139,7 +117,7 @@ def test_a_form_submitted_many_times_at_once_makes_one_refund(site, order, leaf,
             expected=seen,
         )
 
-    results = _concurrently(8, work)
+    results = run_concurrently(8, work)
     assert sum(isinstance(r, Refund) for r in results) == 1, results
     assert {r.code for r in results if isinstance(r, SillError)} == {"order_changed"}
     assert _settled(order) == (1000, 0, "PARTIALLY_REFUNDED")
@@ -157,7 +135,7 @@ def test_concurrent_api_requests_never_exceed_the_remaining_amount(order, leaf, 
             content_type="application/json",
         )
 
-    responses = _concurrently(6, work)
+    responses = run_concurrently(6, work)
     codes = sorted(r.status_code for r in responses)  # type: ignore[union-attr]
     assert codes == [201, 201, 400, 400, 400, 400], [r.content for r in responses]
     assert _settled(order) == (6000, 0, "PARTIALLY_REFUNDED")
