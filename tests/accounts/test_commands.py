@@ -62,7 +62,9 @@ def test_it_issues_a_token_shown_once_and_stored_hashed(site, agent):
     assert response.json() == {"agent_id": agent.agent_id, "site_id": site.id, "name": agent.name}
 
 
-def test_the_demo_key_signs_a_mandate_that_the_api_accepts(settings, django_capture_on_commit_callbacks):
+def test_the_demo_key_signs_a_mandate_that_the_api_accepts(
+    settings, django_capture_on_commit_callbacks
+):
     from sill.orders.demo import DEMO_ORDER_MANDATE, load_demo
 
     result = load_demo()
@@ -75,9 +77,13 @@ def test_the_demo_key_signs_a_mandate_that_the_api_accepts(settings, django_capt
         "max_amount": 89.00,
         "currency": "USD",
     }
-    body = _run("agents", "sign", "--key-file", str(result.key_file), "--intent", json.dumps(intent))
+    body = _run(
+        "agents", "sign", "--key-file", str(result.key_file), "--intent", json.dumps(intent)
+    )
     with django_capture_on_commit_callbacks(execute=True):
-        response = Client().post("/api/v1/mandates", data=body.strip(), content_type="application/json")
+        response = Client().post(
+            "/api/v1/mandates", data=body.strip(), content_type="application/json"
+        )
     assert response.status_code == 201, response.content
     assert response.json()["decision"] == "approved" and response.json()["amount"] == "89.00"
 
