@@ -204,11 +204,11 @@ def _demo_reasons_and_refunds(site: Site) -> None:
     from refunds.staff import create_staff_refund
 
     ensure_default_reasons(site)
-    defective = RefundReason.objects.get(site=site, code="defective")
-    if defective.get_children_count() == 0:
-        for name in ("Damaged in transit", "Stopped working"):
-            add_reason(site=site, actor=None, name=name, parent=defective.get_root())
-            defective.refresh_from_db()
+    for name in ("Damaged in transit", "Stopped working"):
+        if not RefundReason.objects.filter(site=site, name=name).exists():
+            # Fetched afresh: adding a child rewrites the parent's tree bookkeeping.
+            defective = RefundReason.objects.get(site=site, code="defective")
+            add_reason(site=site, actor=None, name=name, parent=defective)
     users = get_user_model().objects
     staff = users.get(username="staff@northwind-coffee.example")
     admin = users.get(username="admin@northwind-coffee.example")
