@@ -139,6 +139,8 @@ class Refund(models.Model):
     reason_path = models.CharField(max_length=500, blank=True)
     reason_label = models.CharField(max_length=120, blank=True)
     review_note = models.TextField(blank=True)
+    # Set when the owners and admins were told about this hold (claimed by conditional UPDATE).
+    held_notified_at = models.DateTimeField(null=True, blank=True)
     note = models.TextField(blank=True)
     rules = models.JSONField(default=list, blank=True)
     facts = models.JSONField(null=True, blank=True)

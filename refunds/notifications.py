@@ -2,9 +2,10 @@
 
 Once per held refund. Two paths lead here: :func:`refunds.review.notify_hold` on the commit
 that held the refund, and the every-minute sweep (:func:`notify_pending_held_refunds`) that
-catches any the first path missed. Both end in :func:`notify_held_refund`, which claims a
-marker with ``cache.add`` (atomic on Redis, the production cache) before sending and gives it
-back if the email fails, so a retry sends it and a second path sends nothing.
+catches any the first path missed. Both end in :func:`notify_held_refund`, which claims the
+refund's ``held_notified_at`` with a conditional UPDATE before sending (only one caller can
+win it, in any process) and gives it back if the email fails, so a retry sends it and a
+second path sends nothing.
 
 Slack is best effort: an incoming webhook that is down or slow (5 s timeout) is logged, never
 raised, so it can neither block nor repeat the email.
@@ -16,10 +17,9 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
-from django.core.cache import cache
 from django.core.mail import send_mail
 from django.db.models import Q
 from django.urls import reverse
@@ -34,13 +34,7 @@ from sill.accounts.models import Membership, Role
 logger = logging.getLogger(__name__)
 
 SLACK_TIMEOUT_SECONDS = 5
-# Longer than any refund stays held, so a marker outlives the hold it guards.
-MARKER_TTL = HOLD_FOR + timedelta(days=2)
 SWEEP_LIMIT = 500
-
-
-def marker_key(refund_id: str) -> str:
-    return f"sill:held-notified:{refund_id}"
 
 
 def notify_held_refund(*, refund_id: str) -> bool:
@@ -55,13 +49,16 @@ def notify_held_refund(*, refund_id: str) -> bool:
     )
     if refund is None:
         return False
-    key = marker_key(refund.id)
-    if not cache.add(key, timezone.now().isoformat(), timeout=int(MARKER_TTL.total_seconds())):
+    claimed = Refund.objects.filter(
+        pk=refund.pk, status=RefundStatus.HELD, held_notified_at__isnull=True
+    ).update(held_notified_at=timezone.now())
+    if claimed != 1:
         return False
     try:
         _email_deciders(refund)
     except Exception:
-        cache.delete(key)  # not sent: let the retry (or the next sweep) send it
+        # Not sent: give the claim back so the retry (or the next sweep) sends it.
+        Refund.objects.filter(pk=refund.pk).update(held_notified_at=None)
         raise
     if refund.site.slack_webhook_url:
         post_to_slack(url=refund.site.slack_webhook_url, text=_slack_text(refund))
@@ -69,16 +66,14 @@ def notify_held_refund(*, refund_id: str) -> bool:
 
 
 def pending_held_refund_ids(*, now: datetime | None = None) -> list[str]:
-    """Held, unexpired refunds nobody was told about yet (no marker in the cache)."""
+    """Held, unexpired refunds nobody was told about yet."""
     now = now or timezone.now()
-    ids = list(
-        Refund.objects.filter(status=RefundStatus.HELD)
+    return list(
+        Refund.objects.filter(status=RefundStatus.HELD, held_notified_at__isnull=True)
         .filter(Q(expires_at__gt=now) | Q(expires_at__isnull=True, created_at__gt=now - HOLD_FOR))
         .order_by("created_at", "id")
         .values_list("pk", flat=True)[:SWEEP_LIMIT]
     )
-    seen = cache.get_many([marker_key(refund_id) for refund_id in ids])
-    return [refund_id for refund_id in ids if marker_key(refund_id) not in seen]
 
 
 def notify_pending_held_refunds(*, now: datetime | None = None) -> int:
