@@ -82,7 +82,28 @@ def add_agent_key(
             "use a new key id to rotate",
             code="key_conflict",
         )
+    if created:
+        record_key_change(key=key, action="add")
     return key
+
+
+def record_key_change(*, key: AgentKey, action: str) -> None:
+    """Write the signed ``key_change`` record for an agent key (inside the caller's transaction)."""
+    from audit.services import append_record
+
+    append_record(
+        site=key.agent.site,
+        kind="key_change",
+        body={
+            "action": action,
+            "agent_id": key.agent.agent_id,
+            "key_id": key.key_id,
+            "public_key": b64url_encode(bytes(key.public_key)),
+            "valid_from": key.valid_from.isoformat(),
+            "valid_until": key.valid_until.isoformat() if key.valid_until else None,
+            "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+        },
+    )
 
 
 def token_sha256(token: str) -> str:

@@ -17,7 +17,13 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 
 from sill.accounts.models import Agent, AgentKey, Role, Site
-from sill.accounts.services import add_agent_key, add_member, b64url_decode, b64url_encode
+from sill.accounts.services import (
+    add_agent_key,
+    add_member,
+    b64url_decode,
+    b64url_encode,
+    record_key_change,
+)
 from sill.money import parse_major
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus, Rail
 from sill.orders.services import NewLine, create_order
@@ -108,6 +114,7 @@ def _ensure_agent(site: Site) -> Agent:
         # The key file under the data dir was replaced: follow it, it is the dev key.
         existing.public_key = public
         existing.save(update_fields=["public_key"])
+        record_key_change(key=existing, action="replace")
     elif existing is None:
         add_agent_key(
             site=site,

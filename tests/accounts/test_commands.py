@@ -45,6 +45,10 @@ def test_it_adds_an_agent_key_and_refuses_a_different_key_under_the_same_id(site
     assert "valid from 2026-01-01" in out
     key = AgentKey.objects.get(key_id="k1")
     assert key.valid_from == datetime(2026, 1, 1, tzinfo=UTC)
+    from audit.models import AuditRecord
+
+    record = AuditRecord.objects.get(site=site, kind="key_change")
+    assert public in record.payload and '"action":"add"' in record.payload
     other = b64url_encode(bytes(SigningKey(bytes(range(32))).verify_key))
     with pytest.raises(CommandError, match="another public key"):
         _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
