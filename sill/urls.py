@@ -8,6 +8,7 @@ urlpatterns = [
     path("", include("refunds.urls")),
     path("", include("policies.urls")),
     path("", include("audit.views")),
+    path("", include("sill.accounts.settings_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("django-admin/", admin.site.urls),
 ]

@@ -1,0 +1,5 @@
+"""URL patterns are filled in by the feature that owns this module."""
+
+from django.urls import URLPattern
+
+urlpatterns: list[URLPattern] = []
