@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from refunds.models import Refund, RefundStatus
 from refunds.services import fail_refund, settle_refund
-from sill.orders.models import OPEN_DISPUTE_STATUSES, Dispute
+from sill.orders.selectors import has_open_dispute
 from sill.rails.base import RailError, RefundRequest, RefundResult
 from sill.rails.registry import RailDisabled, rail_for
 
@@ -79,7 +79,7 @@ def execute_refund(refund_id: str) -> str:
         result: RefundResult | None = None
         if refund.attempts > 1:
             result = rail.find_refund(request)
-        if result is None and _disputed(refund):
+        if result is None and has_open_dispute(refund.charge):
             # A dispute opened after the decision: the bank is already moving this money.
             fail_refund(
                 refund_id=refund.id,
@@ -106,12 +106,6 @@ def execute_refund(refund_id: str) -> str:
         raise RefundPending(result.provider_refund_id)
     settle_refund(refund_id=refund.id, provider_refund_id=result.provider_refund_id)
     return "succeeded"
-
-
-def _disputed(refund: Refund) -> bool:
-    return Dispute.objects.filter(
-        charge_id=refund.charge_id, status__in=OPEN_DISPUTE_STATUSES
-    ).exists()
 
 
 def stuck_refund_ids(*, older_than: timedelta) -> list[str]:

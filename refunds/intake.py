@@ -30,6 +30,7 @@ from refunds.services import charged_charge, decide_and_open, new_refund, record
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.money import min_money
 from sill.orders.models import REFUNDABLE_STATUSES, Order
+from sill.orders.selectors import has_open_dispute
 from sill.rails.registry import RailDisabled, rail_account_for
 
 _LIVE = (RefundStatus.HELD, RefundStatus.PROCESSING, RefundStatus.SUCCEEDED)
@@ -200,6 +201,8 @@ def _request_refund(*, mandate: Mandate, verified: VerifiedMandate, now: datetim
         rail_account_for(site_id=site.id, rail=charge.rail)
     except RailDisabled:
         return rejected("rail_disabled", **found)
+    if has_open_dispute(charge):
+        return rejected("disputed", **found)
     remaining = charge.remaining
     if remaining.amount_minor <= 0:
         return rejected("already_executed", **found)

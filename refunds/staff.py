@@ -34,6 +34,7 @@ from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.money import Money, format_money
 from sill.orders.models import REFUNDABLE_STATUSES, Charge, Order, OrderStatus
+from sill.orders.selectors import has_open_dispute
 from sill.rails.registry import rail_account_for
 
 RefundKind = Literal["full", "amount", "percentage"]
@@ -129,6 +130,11 @@ def refusal_for(order: Order, charge: Charge | None) -> str | None:
             f"Nothing is left to refund on order #{order.number}: "
             f"{format_money(charge.amount)} was charged and all of it is refunded or being "
             "refunded."
+        )
+    if has_open_dispute(charge):
+        return (
+            f"The charge of order #{order.number} is disputed: the bank is already reversing "
+            "it, so a refund would pay the buyer twice. Respond to the dispute instead."
         )
     return None
 

@@ -10,7 +10,7 @@ from django.http import Http404
 
 from sill.accounts.models import Site
 from sill.money import Money
-from sill.orders.models import Charge, Order, OrderStatus
+from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Dispute, Order, OrderStatus
 
 
 def orders_for(site: Site, *, q: str = "", status: str = "") -> QuerySet[Order]:
@@ -151,3 +151,8 @@ def dashboard_figures(site: Site) -> dict[str, object]:
     )
     refunded = [Money(row["total"], row["currency"]) for row in by_currency]
     return {"orders": orders, "refunds": refunds, "refunded": refunded}
+
+
+def has_open_dispute(charge: Charge) -> bool:
+    """Whether the buyer's bank is disputing ``charge``: refunding it too would pay twice."""
+    return Dispute.objects.filter(charge=charge, status__in=OPEN_DISPUTE_STATUSES).exists()

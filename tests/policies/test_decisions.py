@@ -119,21 +119,9 @@ def test_auto_refund_holds_a_refund_over_the_cap(
 def test_auto_refund_never_overrides_a_deny(
     agent_api, sign, order_for, apply_template, auto_refund
 ):
-    apply_template("disputed-deny")
+    apply_template("agent-daily-cap", params={"dailyCapUsd": "5.00"})
     auto_refund("25.00")
-    original = order_for()
-    from sill.orders.models import Charge
-
-    charge = Charge.objects.get(order__source_mandate_id=original)
-    Dispute.objects.create(
-        charge=charge,
-        reason="fraudulent",
-        amount_minor=8900,
-        currency="USD",
-        status="needs_response",
-        opened_at=charge.created_at,
-    )
-    body = refund(agent_api, sign, original, "10.00")
+    body = refund(agent_api, sign, order_for(), "10.00")
     assert (body["decision"], body["reason"]) == ("rejected", "policy_denied")
     assert record_of(body["refund_id"])["auto_refund"] is False
 
@@ -141,28 +129,35 @@ def test_auto_refund_never_overrides_a_deny(
 def test_an_observe_mode_deny_leaves_the_refund_allowed_and_is_recorded(
     agent_api, sign, order_for, apply_template
 ):
-    apply_template("disputed-deny", mode="observe")
+    # A daily cap of $5.00 per agent: a $10.00 refund takes the agent over it.
+    apply_template("agent-daily-cap", params={"dailyCapUsd": "5.00"}, mode="observe")
     apply_template("needs-reason", mode="observe")
+    original = order_for()
+    body = refund(agent_api, sign, original, "10.00")
+    assert body["decision"] == "approved"
+    observed = {"id": "tpl-agent-daily-cap", "action": "deny", "mode": "observe"}
+    assert body["rules"] == [observed]
+    record = record_of(body["refund_id"])
+    assert record["kind"] == "approved" and record["rules"] == [observed]
+    assert record["facts"]["refundAgentTotalTodayUsd"] == 1000
+    assert Refund.objects.get(pk=body["refund_id"]).rules == [observed]
+
+
+def test_a_disputed_charge_is_refused_whatever_the_rules_say(
+    agent_api, sign, order_for, apply_template
+):
+    """An open dispute stops the refund before the rules matter (it would pay twice)."""
+    apply_template("disputed-deny", mode="observe")
     original = order_for()
     from sill.orders.models import Charge
 
     charge = Charge.objects.get(order__source_mandate_id=original)
     Dispute.objects.create(
-        charge=charge,
-        reason="fraudulent",
-        amount_minor=8900,
-        currency="USD",
-        status="under_review",
-        opened_at=charge.created_at,
-    )
+        charge=charge, reason="fraudulent", amount_minor=8900, currency="USD",
+        status="under_review", opened_at=charge.created_at,
+    )  # fmt: skip
     body = refund(agent_api, sign, original, "10.00")
-    assert body["decision"] == "approved"
-    observed = {"id": "tpl-disputed-deny", "action": "deny", "mode": "observe"}
-    assert body["rules"] == [observed]
-    record = record_of(body["refund_id"])
-    assert record["kind"] == "approved" and record["rules"] == [observed]
-    assert record["facts"]["refundDisputed"] is True
-    assert Refund.objects.get(pk=body["refund_id"]).rules == [observed]
+    assert (body["decision"], body["reason"]) == ("rejected", "disputed")
 
 
 def test_switching_the_rule_to_enforced_denies(

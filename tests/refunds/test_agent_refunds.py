@@ -307,3 +307,18 @@ def test_a_dispute_opened_before_execution_stops_the_refund(
     charge.refresh_from_db()
     assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (0, 0)
     assert MockLedgerEntry.objects.count() == 0
+
+
+def test_a_disputed_charge_is_refused_before_anything_moves(api, sign, original):
+    from django.utils import timezone
+
+    from sill.orders.models import Dispute
+
+    Dispute.objects.create(
+        charge=Charge.objects.get(order=original), reason="product_not_received",
+        amount_minor=8900, currency="USD", status="needs_response", opened_at=timezone.now(),
+    )  # fmt: skip
+    body = api(sign(refund_intent(ORIGINAL))).json()
+    assert (body["decision"], body["reason"]) == ("rejected", "disputed")
+    assert MockLedgerEntry.objects.count() == 0
+    assert Charge.objects.get(order=original).amount_reserved_minor == 0
