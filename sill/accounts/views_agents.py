@@ -1,5 +1,181 @@
-"""URL patterns are filled in by the feature that owns this module."""
+"""Settings → Agents: agents, their ed25519 keys, and bearer tokens.
 
-from django.urls import URLPattern
+Every key added or revoked writes a signed ``key_change`` audit record (in the services).
+A bearer token is shown once, on the response to the POST that issued it (``no-store``);
+only its SHA-256 is kept.
+"""
 
-urlpatterns: list[URLPattern] = []
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import Count, Prefetch, Q
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import path, reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from sill.accounts import services
+from sill.accounts.access import Cap, site_view
+from sill.accounts.agent_forms import AddKeyForm
+from sill.accounts.models import Agent, AgentKey, Site
+from sill.errors import SillError
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    key: AgentKey
+    public_key: str
+    status: str
+    badge: str
+
+
+def _key_row(key: AgentKey, now: datetime) -> KeyRow:
+    if key.revoked_at is not None:
+        status, badge = "Revoked", "bad"
+    elif key.valid_until is not None and key.valid_until <= now:
+        status, badge = "Expired", "muted"
+    elif key.valid_from > now:
+        status, badge = "Not yet valid", "info"
+    else:
+        status, badge = "Valid", "ok"
+    return KeyRow(key, services.b64url_encode(bytes(key.public_key)), status, badge)
+
+
+def _agents(site: Site) -> list[dict[str, Any]]:
+    now = timezone.now()
+    agents = (
+        Agent.objects.filter(site=site)
+        .annotate(active_tokens=Count("tokens", filter=Q(tokens__revoked_at__isnull=True)))
+        .prefetch_related(Prefetch("keys", queryset=AgentKey.objects.order_by("valid_from", "pk")))
+    )
+    return [{"agent": a, "keys": [_key_row(k, now) for k in a.keys.all()]} for a in agents]
+
+
+def _blank_form() -> AddKeyForm:
+    now = timezone.now().astimezone(timezone.get_current_timezone())
+    return AddKeyForm(initial={"valid_from": now.strftime("%Y-%m-%dT%H:%M")})
+
+
+def _page(
+    request: HttpRequest,
+    *,
+    form: AddKeyForm | None = None,
+    error: SillError | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    site = request.site_ctx.site  # type: ignore[attr-defined]
+    context = {"form": form or _blank_form(), "error": error}
+    if request.htmx and status == 422:
+        return render(request, "accounts/agents.html#add-key", context, status=status)
+    return render(
+        request, "accounts/agents.html", {**context, "agents": _agents(site)}, status=status
+    )
+
+
+def _back(request: HttpRequest, message: str) -> HttpResponse:
+    messages.success(request, message)
+    url = reverse("settings:agents")
+    if request.htmx:
+        return HttpResponseClientRedirect(url)
+    return HttpResponseRedirect(url, status=303)
+
+
+def _agent_for(request: HttpRequest, agent_pk: int) -> Agent:
+    # Scoped to the current site: another site's agent is a 404, never a 403.
+    return get_object_or_404(Agent, pk=agent_pk, site=request.site_ctx.site)  # type: ignore[attr-defined]
+
+
+@require_GET
+@site_view(Cap.MANAGE_SETTINGS)
+def agents_page(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def agent_key_add(request: HttpRequest) -> HttpResponse:
+    form = AddKeyForm(request.POST)
+    try:
+        if not form.is_valid():
+            name, errors = next(iter(form.errors.items()))
+            label = form.fields[name].label if name in form.fields else name
+            raise SillError(f"{label}: {errors[0]}", code="invalid_field", field=name)
+        data = form.cleaned_data
+        key = services.register_agent_key(
+            site=request.site_ctx.site,  # type: ignore[attr-defined]
+            actor=request.user,
+            agent_id=data["agent_id"],
+            key_id=data["key_id"],
+            public_key_b64url=data["public_key"],
+            valid_from=data["valid_from"],
+            valid_until=data["valid_until"],
+        )
+    except SillError as error:
+        return _page(request, form=form, error=error, status=422)
+    return _back(request, f"Added key {key.key_id} to {key.agent.agent_id}.")
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def agent_key_revoke(request: HttpRequest, key_pk: int) -> HttpResponse:
+    key = get_object_or_404(
+        AgentKey.objects.select_related("agent"),
+        pk=key_pk,
+        agent__site=request.site_ctx.site,  # type: ignore[attr-defined]
+    )
+    services.revoke_agent_key(key=key, actor=request.user)
+    return _back(
+        request,
+        f"Revoked key {key.key_id} of {key.agent.agent_id}: mandates signed with it are refused.",
+    )
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def agent_deactivate(request: HttpRequest, agent_pk: int) -> HttpResponse:
+    agent = services.set_agent_active(
+        agent=_agent_for(request, agent_pk), actor=request.user, active=False
+    )
+    return _back(
+        request,
+        f"Deactivated {agent.agent_id}: its mandates and tokens are refused until reactivated.",
+    )
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def agent_reactivate(request: HttpRequest, agent_pk: int) -> HttpResponse:
+    agent = services.set_agent_active(
+        agent=_agent_for(request, agent_pk), actor=request.user, active=True
+    )
+    return _back(request, f"Reactivated {agent.agent_id}.")
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def agent_token_issue(request: HttpRequest, agent_pk: int) -> HttpResponse:
+    agent = _agent_for(request, agent_pk)
+    if not agent.active:
+        messages.error(request, f"{agent.agent_id} is deactivated: reactivate it first.")
+        return HttpResponseRedirect(reverse("settings:agents"), status=303)
+    token = services.issue_agent_token(agent=agent)
+    response = render(request, "accounts/agents_token.html", {"agent": agent, "token": token})
+    # The token exists nowhere else: keep it out of every cache (back button, proxies).
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+urlpatterns = [
+    path("settings/agents/", agents_page, name="agents"),
+    path("settings/agents/keys/add/", agent_key_add, name="agent-key-add"),
+    path("settings/agents/keys/<int:key_pk>/revoke/", agent_key_revoke, name="agent-key-revoke"),
+    path("settings/agents/<int:agent_pk>/deactivate/", agent_deactivate, name="agent-deactivate"),
+    path("settings/agents/<int:agent_pk>/reactivate/", agent_reactivate, name="agent-reactivate"),
+    path("settings/agents/<int:agent_pk>/token/", agent_token_issue, name="agent-token"),
+]

@@ -1,0 +1,177 @@
+"""Writes to a site's rail accounts (Settings → Rails).
+
+Nothing here calls a provider: rails are called from Celery tasks only, so saving a key does
+not prove it works; the first refund on the rail does. The secret key is write-only: it is
+encrypted into ``RailAccount.secret_encrypted`` and never logged or returned; pages show
+:func:`key_hint` at most.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+
+from sill.accounts.models import Site
+from sill.errors import SillError
+from sill.orders.models import Rail
+from sill.rails.models import RailAccount, RailMode
+
+logger = logging.getLogger(__name__)
+
+# Rails that Sill can configure and call today; the others are listed as "not available yet".
+CONFIGURABLE_RAILS: tuple[str, ...] = (Rail.MOCK, Rail.STRIPE)
+STRIPE_KEY_PREFIXES = ("sk_test_", "sk_live_", "rk_test_", "rk_live_")
+_STRIPE_KEY_RE = re.compile(r"^(?:sk|rk)_(?:test|live)_[A-Za-z0-9]{8,250}$")
+_CONNECTED_ACCOUNT_RE = re.compile(r"^acct_[A-Za-z0-9]{1,250}$")
+
+
+class RailSettingsError(SillError):
+    code = "invalid_field"
+    status = 422
+
+
+def key_hint(secret: str) -> str:
+    """``sk_test_…abcd``: the prefix and last four characters, never more."""
+    if len(secret) < 16:
+        return secret[:3] + "…"
+    return f"{secret[:8]}…{secret[-4:]}"
+
+
+def set_rail_enabled(*, site: Site, actor: Any, rail: str, enabled: bool) -> RailAccount:
+    """Switch ``rail`` on or off for ``site``; Stripe needs a saved key before it is switched on."""
+    if rail not in CONFIGURABLE_RAILS:
+        raise RailSettingsError(
+            f"The {_label(rail)} rail is not available yet.", code="rail_unavailable", field="rail"
+        )
+    with transaction.atomic():
+        account = RailAccount.objects.select_for_update().filter(site=site, rail=rail).first()
+        if account is None:
+            account = RailAccount(site=site, rail=rail, enabled=False)
+        if enabled and rail == Rail.STRIPE and not account.has_secret:
+            raise RailSettingsError(
+                "Save a Stripe secret key before switching the Stripe rail on.",
+                field="secret_key",
+            )
+        account.enabled = enabled
+        account.save()
+    logger.info(
+        "rail %s %s on site %s by %s",
+        rail,
+        "enabled" if enabled else "disabled",
+        site.pk,
+        _who(actor),
+    )
+    return account
+
+
+def configure_stripe(
+    *,
+    site: Site,
+    actor: Any,
+    secret_key: str,
+    connected_account: str,
+    mode: str,
+    api_base: str | None = None,
+) -> RailAccount:
+    """Save the site's Stripe credentials; an empty ``secret_key`` keeps the stored one.
+
+    ``api_base`` is only accepted when ``settings.DEBUG`` is on (it exists for localstripe);
+    ``None`` leaves the stored value alone. A new Stripe account starts switched off.
+    """
+    secret_key = secret_key.strip()
+    connected_account = connected_account.strip()
+    if mode not in RailMode.values:
+        raise RailSettingsError("Choose test or live mode.", field="mode")
+    if mode == RailMode.LIVE and not settings.SILL_ALLOW_LIVE:
+        raise RailSettingsError(
+            "Live mode is switched off on this deployment: Sill moves no real money unless "
+            "it runs with SILL_ALLOW_LIVE=1. Use test mode with a test key.",
+            code="live_not_allowed",
+            field="mode",
+        )
+    if secret_key:
+        _check_key(secret_key)
+    if connected_account and not _CONNECTED_ACCOUNT_RE.match(connected_account):
+        raise RailSettingsError(
+            "A connected account id looks like acct_1A2b3C…; leave it empty if you don't use "
+            "Stripe Connect.",
+            field="connected_account",
+        )
+    if api_base is not None:
+        api_base = _check_api_base(api_base.strip())
+
+    with transaction.atomic():
+        account = (
+            RailAccount.objects.select_for_update().filter(site=site, rail=Rail.STRIPE).first()
+        )
+        if account is None:
+            account = RailAccount(site=site, rail=Rail.STRIPE, enabled=False)
+        if not secret_key and not account.has_secret:
+            raise RailSettingsError("Enter the Stripe secret key.", field="secret_key")
+        # Checked against the stored key too, so switching mode alone can't mismatch it.
+        effective = secret_key or account.get_secret()
+        if ("_live_" in effective[:8]) != (mode == RailMode.LIVE):
+            kind = "live" if "_live_" in effective[:8] else "test"
+            raise RailSettingsError(
+                f"The key is a {kind} key ({effective[:8]}…) but the mode is {mode}: a live "
+                "key needs live mode and a test key needs test mode.",
+                field="secret_key" if secret_key else "mode",
+            )
+        if secret_key:
+            account.set_secret(secret_key)
+        account.mode = mode
+        account.connected_account = connected_account
+        if api_base is not None:
+            account.api_base = api_base
+        account.save()
+    # Never the key itself: only which account changed, by whom, and whether the key did.
+    logger.info(
+        "stripe rail configured on site %s by %s (mode %s, new key %s)",
+        site.pk,
+        _who(actor),
+        mode,
+        "yes" if secret_key else "no",
+    )
+    return account
+
+
+def _check_key(secret_key: str) -> None:
+    if not secret_key.startswith(STRIPE_KEY_PREFIXES):
+        raise RailSettingsError(
+            "That is not a Stripe secret key: it starts with sk_test_, sk_live_, rk_test_ or "
+            "rk_live_ (publishable pk_ keys can't refund).",
+            field="secret_key",
+        )
+    if not _STRIPE_KEY_RE.match(secret_key):
+        raise RailSettingsError(
+            "The secret key has unexpected characters; paste it again from the Stripe dashboard.",
+            field="secret_key",
+        )
+
+
+def _check_api_base(api_base: str) -> str:
+    if not api_base:
+        return ""
+    if not settings.DEBUG:
+        raise RailSettingsError(
+            "The API address can only be overridden when DEBUG is on.", field="api_base"
+        )
+    parts = urlsplit(api_base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise RailSettingsError(
+            "Enter an http(s) address, e.g. http://127.0.0.1:8420.", field="api_base"
+        )
+    return api_base.rstrip("/")
+
+
+def _who(actor: Any) -> str:
+    return actor.get_username() if actor is not None else "system"
+
+
+def _label(rail: str) -> str:
+    return str(Rail(rail).label) if rail in Rail.values else rail
