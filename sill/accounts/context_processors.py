@@ -14,7 +14,7 @@ NAV: tuple[tuple[str, str, Cap], ...] = (
     ("Held", "refunds:held", Cap.VIEW_HELD),
     ("Rules", "policies:rules", Cap.VIEW_RULES),
     ("Activity", "audit:activity", Cap.VIEW_ACTIVITY),
-    ("Reasons", "refunds:reasons", Cap.MANAGE_SETTINGS),
+    ("Settings", "settings:index", Cap.MANAGE_SETTINGS),
 )
 
 
@@ -30,6 +30,8 @@ def site_context_processor(request: HttpRequest) -> dict[str, Any]:
             url = reverse(name)
         except NoReverseMatch:
             continue
+        # "/" is only the dashboard; every other entry owns the paths under it, so Settings
+        # stays highlighted on /settings/reasons/, /settings/members/ and the rest.
         active = request.path == url if url == "/" else request.path.startswith(url)
         nav.append({"label": label, "url": url, "key": name, "active": active})
     held_count = 0

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
+import re
 import secrets
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from sill.accounts.models import (
     Agent,
@@ -20,6 +24,8 @@ from sill.accounts.models import (
     Site,
 )
 from sill.errors import SillError
+
+logger = logging.getLogger(__name__)
 
 
 def b64url_decode(text: str) -> bytes:
@@ -124,3 +130,220 @@ def issue_member_token(*, membership: Membership) -> str:
         membership=membership, token_sha256=token_sha256(token), prefix=token[:12]
     )
     return token
+
+
+# --- Settings → Members: the rules for who may change whom -----------------------------------
+#
+# ``actor`` is the acting user's membership on the same site. Only an owner may grant, change
+# or remove the owner role; an admin manages admins, reviewers and staff. A site never loses
+# its last owner, and nobody changes or removes their own membership (another owner or admin
+# must). Each function refuses with a SillError before writing anything.
+
+
+def _lock_for_member_change(*memberships: Membership) -> None:
+    """Serialise member changes on a site and re-read the roles the rules depend on.
+
+    Locking the site row means two owners demoting each other at the same moment run one
+    after the other, so the second sees the first's change and the site keeps an owner.
+    """
+    site_ids = {m.site_id for m in memberships}
+    Site.objects.select_for_update().filter(pk__in=site_ids).order_by("pk").exists()
+    for membership in memberships:
+        try:
+            membership.refresh_from_db(fields=["role", "can_refund"])
+        except Membership.DoesNotExist:
+            raise SillError("That member was removed meanwhile.", code="not_found") from None
+
+
+def _check_may_manage(*, actor: Membership, role: str, action: str) -> None:
+    if actor.role not in (Role.OWNER, Role.ADMIN):
+        raise SillError("Only owners and admins manage members.", code="forbidden", status=403)
+    if role == Role.OWNER and actor.role != Role.OWNER:
+        raise SillError(f"Only an owner can {action} an owner.", code="forbidden", status=403)
+
+
+def _check_not_last_owner(*, membership: Membership, action: str) -> None:
+    if membership.role != Role.OWNER:
+        return
+    owners = Membership.objects.filter(site_id=membership.site_id, role=Role.OWNER).count()
+    if owners <= 1:
+        raise SillError(
+            f"You can't {action} the last owner of {membership.site.name}. "
+            "Make someone else an owner first.",
+            code="last_owner",
+        )
+
+
+def _check_not_self(*, membership: Membership, actor: Membership, message: str) -> None:
+    if membership.pk == actor.pk:
+        raise SillError(message, code="forbidden", status=403)
+
+
+@transaction.atomic
+def invite_member(
+    *, site: Site, actor: Membership, email: str, role: str, can_refund: bool = False
+) -> Membership:
+    """Add ``email`` to ``site`` as ``role``; refuses someone who is already a member.
+
+    A user who did not exist gets an unusable password (``user.has_usable_password()`` is
+    False): an operator sets one with ``manage.py members add --password``.
+    """
+    if role not in Role.values:
+        raise SillError(
+            f"Role must be one of {', '.join(Role.values)}.", code="invalid_field", field="role"
+        )
+    _lock_for_member_change(actor)
+    _check_may_manage(actor=actor, role=role, action="add")
+    email = email.strip().lower()
+    if Membership.objects.filter(site=site, user__username=email).exists():
+        raise SillError(
+            f"{email} is already a member of {site.name}; change their role in the list below.",
+            code="already_member",
+            field="email",
+        )
+    return add_member(
+        site=site, email=email, role=role, can_refund=role == Role.STAFF and can_refund
+    )
+
+
+@transaction.atomic
+def change_member_role(
+    *, membership: Membership, actor: Membership, role: str, can_refund: bool = False
+) -> Membership:
+    """Give ``membership`` a new ``role``; ``can_refund`` is kept only for staff."""
+    if role not in Role.values:
+        raise SillError(
+            f"Role must be one of {', '.join(Role.values)}.", code="invalid_field", field="role"
+        )
+    _lock_for_member_change(membership, actor)
+    _check_may_manage(actor=actor, role=membership.role, action="change")
+    _check_may_manage(actor=actor, role=role, action="make someone")
+    if role != Role.OWNER:
+        _check_not_last_owner(membership=membership, action="demote")
+    _check_not_self(
+        membership=membership,
+        actor=actor,
+        message="You can't change your own role; ask another owner or admin.",
+    )
+    membership.role = role
+    membership.can_refund = role == Role.STAFF and can_refund
+    membership.save(update_fields=["role", "can_refund"])
+    return membership
+
+
+@transaction.atomic
+def remove_member(*, membership: Membership, actor: Membership) -> None:
+    """Take ``membership`` off its site; the user account and its other sites stay."""
+    _lock_for_member_change(membership, actor)
+    _check_may_manage(actor=actor, role=membership.role, action="remove")
+    _check_not_last_owner(membership=membership, action="remove")
+    _check_not_self(
+        membership=membership,
+        actor=actor,
+        message="You can't remove yourself; ask another owner or admin.",
+    )
+    membership.delete()
+
+
+# --- Settings → Agents (the page's services; the command-line ones are above) ---------------
+
+_AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+_PUBLIC_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{43}=?$")
+
+
+def register_agent_key(
+    *,
+    site: Site,
+    actor: Any,
+    agent_id: str,
+    key_id: str,
+    public_key_b64url: str,
+    valid_from: datetime,
+    valid_until: datetime | None = None,
+) -> AgentKey:
+    """Add a new key from the settings page; unlike :func:`add_agent_key`, an existing key id
+    (revoked or not) is refused, so re-adding can never look like it revived a revoked key."""
+    agent_id, key_id, public_key_b64url = (
+        agent_id.strip(),
+        key_id.strip(),
+        public_key_b64url.strip(),
+    )
+    if not _AGENT_ID_RE.match(agent_id):
+        raise SillError(
+            "An agent id is 1 to 100 letters, digits or _ . : - (e.g. agent_acme_shopper).",
+            code="invalid_field",
+            field="agent_id",
+        )
+    if not _AGENT_ID_RE.match(key_id):
+        raise SillError(
+            "A key id is 1 to 100 letters, digits or _ . : - (e.g. key-2026-01).",
+            code="invalid_field",
+            field="key_id",
+        )
+    if not _PUBLIC_KEY_RE.match(public_key_b64url):
+        raise SillError(
+            "The public key must be 32 bytes in base64url: 43 letters, digits, - or _.",
+            code="invalid_field",
+            field="public_key",
+        )
+    if valid_until is not None and valid_until <= valid_from:
+        raise SillError(
+            "“Valid until” must be after “valid from”.", code="invalid_field", field="valid_until"
+        )
+    with transaction.atomic():
+        if AgentKey.objects.filter(
+            agent__site=site, agent__agent_id=agent_id, key_id=key_id
+        ).exists():
+            raise SillError(
+                f"{agent_id} already has a key {key_id}; use a new key id to add or rotate a key.",
+                code="key_conflict",
+                field="key_id",
+            )
+        key = add_agent_key(
+            site=site,
+            agent_id=agent_id,
+            key_id=key_id,
+            public_key=b64url_decode(public_key_b64url.rstrip("=")),
+            valid_from=valid_from,
+            valid_until=valid_until,
+        )
+    logger.info("agent key %s/%s added on site %s by %s", agent_id, key_id, site.pk, _who(actor))
+    return key
+
+
+def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
+    """Revoke ``key`` now and write its ``key_change`` record; revoking twice changes nothing."""
+    with transaction.atomic():
+        key = AgentKey.objects.select_for_update().select_related("agent__site").get(pk=key.pk)
+        if key.revoked_at is not None:
+            return key
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+        record_key_change(key=key, action="revoke")
+    logger.info(
+        "agent key %s/%s revoked on site %s by %s",
+        key.agent.agent_id,
+        key.key_id,
+        key.agent.site_id,
+        _who(actor),
+    )
+    return key
+
+
+def set_agent_active(*, agent: Agent, actor: Any, active: bool) -> Agent:
+    """Switch an agent on or off: an inactive agent's mandates and tokens are refused."""
+    updated = Agent.objects.filter(pk=agent.pk).update(active=active)
+    if updated:
+        agent.active = active
+    logger.info(
+        "agent %s %s on site %s by %s",
+        agent.agent_id,
+        "reactivated" if active else "deactivated",
+        agent.site_id,
+        _who(actor),
+    )
+    return agent
+
+
+def _who(actor: Any) -> str:
+    return actor.get_username() if actor is not None else "system"

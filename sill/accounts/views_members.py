@@ -1,5 +1,254 @@
-"""URL patterns are filled in by the feature that owns this module."""
+"""Settings (owners and admins): the index page and Settings → Members.
 
-from django.urls import URLPattern
+Views parse input, check access, call one service and render. Member actions answer htmx
+with the ``#members`` partial (200 on success, 422 with the refusal) and plain form posts
+with a 303 back to the page (success) or the whole page with 422 (refusal).
+"""
 
-urlpatterns: list[URLPattern] = []
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import NoReverseMatch, path, reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from sill.accounts import services
+from sill.accounts.access import Cap, site_view
+from sill.accounts.member_forms import ROLE_HELP, AddMemberForm, ChangeMemberForm
+from sill.accounts.models import Membership, Role, Site
+from sill.errors import SillError
+
+# (title, url name, what it is for). Pages that are not built yet are left out.
+SETTINGS_PAGES: tuple[tuple[str, str, str], ...] = (
+    (
+        "Refund reasons",
+        "refunds:reasons",
+        "The reasons staff and agents pick from when they refund.",
+    ),
+    (
+        "Members",
+        "settings:members",
+        "Who can sign in to this site, and what each role may do.",
+    ),
+    (
+        "Agents & keys",
+        "settings:agents",
+        "AI agents that sign refund mandates, their public keys and tokens.",
+    ),
+    ("Rails", "settings:rails", "The payment providers refunds go back through."),
+)
+
+
+def _settings_links() -> list[dict[str, str]]:
+    links = []
+    for title, name, blurb in SETTINGS_PAGES:
+        try:
+            url = reverse(name)
+        except NoReverseMatch:
+            continue
+        links.append({"title": title, "url": url, "blurb": blurb, "name": name})
+    return links
+
+
+@require_GET
+@site_view(Cap.MANAGE_SETTINGS)
+def settings_index(request: HttpRequest) -> HttpResponse:
+    site: Site = request.site_ctx.site  # type: ignore[attr-defined]
+    return render(
+        request,
+        "accounts/settings_index.html",
+        {"site": site, "links": _settings_links()},
+    )
+
+
+# --- Settings → Members ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    membership: Membership
+    is_you: bool
+    # Why the acting user may not change this member ("" when they may).
+    locked_because: str
+    roles: list[tuple[str, str]]
+    password_command: str
+
+    @property
+    def email(self) -> str:
+        return self.membership.user.get_username()
+
+
+def _password_command(site: Site, membership: Membership) -> str:
+    refund = " --can-refund" if membership.can_refund else ""
+    return (
+        f"manage.py members add --site {site.pk} --email {membership.user.get_username()} "
+        f"--role {membership.role}{refund} --password …"
+    )
+
+
+def _roles_for(actor: Membership) -> list[tuple[str, str]]:
+    """The roles ``actor`` may give (the services refuse the rest anyway)."""
+    return [
+        (value, label)
+        for value, label in Role.choices
+        if value != Role.OWNER or actor.role == Role.OWNER
+    ]
+
+
+def _member_rows(site: Site, actor: Membership) -> list[MemberRow]:
+    rank = {role: i for i, role in enumerate(Role.values)}
+    memberships = sorted(
+        Membership.objects.filter(site=site).select_related("user"),
+        key=lambda m: (rank.get(m.role, len(rank)), m.user.get_username()),
+    )
+    owners = sum(1 for m in memberships if m.role == Role.OWNER)
+    actor_roles = _roles_for(actor)
+    rows = []
+    for m in memberships:
+        if m.pk == actor.pk:
+            locked = "This is you: another owner or admin changes your role."
+        elif m.role == Role.OWNER and actor.role != Role.OWNER:
+            locked = "Only an owner can change or remove an owner."
+        elif m.role == Role.OWNER and owners <= 1:
+            locked = "The last owner can't be demoted or removed."
+        else:
+            locked = ""
+        rows.append(
+            MemberRow(
+                membership=m,
+                is_you=m.pk == actor.pk,
+                locked_because=locked,
+                roles=actor_roles,
+                password_command="" if m.user.has_usable_password() else _password_command(site, m),
+            )
+        )
+    return rows
+
+
+def _members_page(
+    request: HttpRequest,
+    *,
+    add_form: AddMemberForm | None = None,
+    error: str = "",
+    notice: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    ctx = request.site_ctx  # type: ignore[attr-defined]
+    template = "accounts/members.html#members" if request.htmx else "accounts/members.html"
+    return render(
+        request,
+        template,
+        {
+            "site": ctx.site,
+            "rows": _member_rows(ctx.site, ctx.membership),
+            "roles": _roles_for(ctx.membership),
+            "add_form": add_form or AddMemberForm(initial={"role": Role.STAFF}),
+            "role_help": [(Role(value).label, text) for value, text in ROLE_HELP.items()],
+            "error": error,
+            "notice": notice,
+        },
+        status=status,
+    )
+
+
+def _done(request: HttpRequest, message: str) -> HttpResponse:
+    if request.htmx:
+        return _members_page(request, notice=message)
+    messages.success(request, message)
+    return HttpResponseRedirect(reverse("settings:members"), status=303)
+
+
+def _membership_for(request: HttpRequest, membership_id: int) -> Membership:
+    # Scoped to the current site: another site's membership id is a 404, never a 403.
+    site = request.site_ctx.site  # type: ignore[attr-defined]
+    return get_object_or_404(
+        Membership.objects.select_related("user", "site"), pk=membership_id, site=site
+    )
+
+
+def _form_error(form: ChangeMemberForm) -> str:
+    return " ".join(str(message) for errors in form.errors.values() for message in errors)
+
+
+@require_GET
+@site_view(Cap.MANAGE_SETTINGS)
+def members(request: HttpRequest) -> HttpResponse:
+    return _members_page(request)
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def member_add(request: HttpRequest) -> HttpResponse:
+    ctx = request.site_ctx  # type: ignore[attr-defined]
+    form = AddMemberForm(request.POST)
+    if not form.is_valid():
+        return _members_page(request, add_form=form, status=422)
+    try:
+        membership = services.invite_member(
+            site=ctx.site,
+            actor=ctx.membership,
+            email=form.cleaned_data["email"],
+            role=form.cleaned_data["role"],
+            can_refund=form.cleaned_data["can_refund"],
+        )
+    except SillError as error:
+        form.add_refusal(error)
+        return _members_page(request, add_form=form, status=422)
+    email = membership.user.get_username()
+    message = f"Added {email} as {membership.get_role_display().lower()}."
+    if not membership.user.has_usable_password():
+        # The row shows the full `manage.py members add … --password` command to run.
+        message += (
+            " They can't sign in until a password is set on the server with "
+            "manage.py members add --password: see their row below."
+        )
+    return _done(request, message)
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def member_change(request: HttpRequest, membership_id: int) -> HttpResponse:
+    ctx = request.site_ctx  # type: ignore[attr-defined]
+    membership = _membership_for(request, membership_id)
+    form = ChangeMemberForm(request.POST)
+    if not form.is_valid():
+        return _members_page(request, error=_form_error(form), status=422)
+    try:
+        services.change_member_role(
+            membership=membership,
+            actor=ctx.membership,
+            role=form.cleaned_data["role"],
+            can_refund=form.cleaned_data["can_refund"],
+        )
+    except SillError as error:
+        return _members_page(request, error=error.message, status=422)
+    what = membership.get_role_display().lower()
+    if membership.role == Role.STAFF:
+        what += " who can refund" if membership.can_refund else " who can't refund"
+    return _done(request, f"{membership.user.get_username()} is now {what}.")
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def member_remove(request: HttpRequest, membership_id: int) -> HttpResponse:
+    ctx = request.site_ctx  # type: ignore[attr-defined]
+    membership = _membership_for(request, membership_id)
+    email = membership.user.get_username()
+    try:
+        services.remove_member(membership=membership, actor=ctx.membership)
+    except SillError as error:
+        return _members_page(request, error=error.message, status=422)
+    return _done(request, f"Removed {email} from {ctx.site.name}.")
+
+
+urlpatterns: list[Any] = [
+    path("settings/", settings_index, name="index"),
+    path("settings/members/", members, name="members"),
+    path("settings/members/add/", member_add, name="member-add"),
+    path("settings/members/<int:membership_id>/change/", member_change, name="member-change"),
+    path("settings/members/<int:membership_id>/remove/", member_remove, name="member-remove"),
+]

@@ -85,7 +85,8 @@ def test_staff_issue_a_25_percent_refund_with_a_leaf_reason(
 def test_an_owner_manages_refund_reasons(page: Page, live_server, screenshot_dir):
     load_demo()
     _log_in(page, live_server.url, "owner@northwind-coffee.example")
-    page.get_by_role("link", name="Reasons").click()
+    page.get_by_role("link", name="Settings", exact=True).click()
+    page.get_by_role("link", name="Refund reasons").click()
     expect(page.get_by_role("heading", name="Refund reasons")).to_be_visible()
     form = page.locator("form.reason-add-form")
     form.get_by_label("Name").fill("Product problem")
