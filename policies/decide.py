@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sill.accounts.models import Agent, Site
     from sill.money import Money
     from sill.orders.models import Charge, Order
+    from sill.rails.base import RefundFacts
 
 __all__ = [
     "BASELINE_VERSION",
@@ -48,6 +49,9 @@ class RefundContext:
     """Everything the decision may look at, all from Sill's records (never the caller's claims).
 
     ``charge`` and ``order`` are locked by the caller; ``amount`` is the quoted amount.
+    ``rail_facts``: what the rail reported, read by the caller *before* it took any lock or
+    opened its transaction (``policies.facts.prefetch_rail_facts``): a provider's network
+    calls must never hold row locks (or SQLite's write lock). When None, they are read here.
     """
 
     site: Site
@@ -59,6 +63,7 @@ class RefundContext:
     user: Any | None
     reason: str | None  # the agent's reason code or the staff reason's code; None if none
     now: datetime
+    rail_facts: RefundFacts | None = None
 
 
 def decide_refund(context: RefundContext) -> PolicyOutcome:

@@ -23,7 +23,7 @@ from django.db.models import Sum
 from policies.rates import usd_minor
 from policies.vocabulary import FACTS_VERSION, ratio, truncated
 from refunds.models import LIVE_STATUSES, Refund, RefundOrigin
-from sill.orders.models import OPEN_DISPUTE_STATUSES, Customer, Dispute
+from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
 from sill.rails.base import RefundFacts, RefundFactsReader, RefundFactsRequest
 
 if TYPE_CHECKING:
@@ -44,7 +44,12 @@ def read_refund_facts(context: RefundContext) -> dict[str, Any]:
     """The JSON-safe fact snapshot of the refund ``context`` describes."""
     order, charge, amount, now = context.order, context.charge, context.amount, context.now
     customer = _customer(order.customer_id)
-    rail = _rail_facts(context, customer)
+    rail = context.rail_facts
+    if rail is None:
+        rail = _read_rail(
+            site_id=context.site.pk, charge=charge, customer=customer,
+            currency=amount.currency, now=now,
+        )  # fmt: skip
 
     refund_usd = usd_minor(amount.amount_minor, amount.currency)
     prior = charge.amount_refunded_minor + charge.amount_reserved_minor
@@ -91,21 +96,37 @@ def _customer(customer_id: int | None) -> Customer | None:
     return Customer.objects.filter(pk=customer_id).first()
 
 
-def _rail_facts(context: RefundContext, customer: Customer | None) -> RefundFacts:
+def prefetch_rail_facts(
+    *, site_id: str, order: Order, charge: Charge, now: datetime
+) -> RefundFacts:
+    """The rail's facts for refunding ``charge``, read before the caller locks anything.
+
+    Call it outside any transaction: the rail may make network calls (Stripe: up to three),
+    which must not hold the order's row lock, or SQLite's write lock, while they wait.
+    """
+    return _read_rail(
+        site_id=site_id, charge=charge, customer=_customer(order.customer_id),
+        currency=order.currency, now=now,
+    )  # fmt: skip
+
+
+def _read_rail(
+    *, site_id: str, charge: Charge, customer: Customer | None, currency: str, now: datetime
+) -> RefundFacts:
     from sill.rails.registry import rail_for
 
-    site_id, rail_name = context.site.pk, context.charge.rail
+    rail_name = charge.rail
     try:
         rail = rail_for(site_id=site_id, rail=rail_name)
         if not isinstance(rail, RefundFactsReader):
             _log_once(site_id, rail_name, "reader", "the rail cannot read refund facts")
             return RefundFacts()
         request = RefundFactsRequest(
-            provider_charge_id=context.charge.provider_charge_id,
-            currency=context.amount.currency,
-            history_since=context.now - timedelta(days=HISTORY_DAYS),
+            provider_charge_id=charge.provider_charge_id,
+            currency=currency,
+            history_since=now - timedelta(days=HISTORY_DAYS),
             provider_customer_id=customer.rail_customer_id if customer else "",
-            sill_charge_id=context.charge.pk,
+            sill_charge_id=charge.pk,
             sill_customer_id=customer.pk if customer else None,
             history_limit=HISTORY_PAGE,
         )

@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from policies.decide import RefundContext
+from policies.facts import prefetch_rail_facts
 from refunds import mandates
 from refunds.mandates import MandateError, VerifiedMandate
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
@@ -31,6 +32,7 @@ from sill.accounts.models import Agent, AgentKey, Site
 from sill.money import min_money
 from sill.orders.models import REFUNDABLE_STATUSES, Order
 from sill.orders.selectors import has_open_dispute
+from sill.rails.base import RefundFacts
 from sill.rails.registry import RailDisabled, rail_account_for
 
 _LIVE = (RefundStatus.HELD, RefundStatus.PROCESSING, RefundStatus.SUCCEEDED)
@@ -101,11 +103,14 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     if (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)) is not None:
         return answer
     verified = mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now)
+    prefetched = _prefetch_rail_facts(verified, now=now)
     try:
         with transaction.atomic():
             mandate = _store(verified)
             if verified.action == "request_refund":
-                refund = _request_refund(mandate=mandate, verified=verified, now=now)
+                refund = _request_refund(
+                    mandate=mandate, verified=verified, now=now, prefetched=prefetched
+                )
                 body = refund_payload(mandate, refund)
             else:
                 from refunds.purchases import place_order
@@ -152,7 +157,35 @@ def _store(verified: VerifiedMandate) -> Mandate:
     )
 
 
-def _request_refund(*, mandate: Mandate, verified: VerifiedMandate, now: datetime) -> Refund:
+def _prefetch_rail_facts(
+    verified: VerifiedMandate, *, now: datetime
+) -> tuple[str, RefundFacts] | None:
+    """The rail's facts about the original charge, read before any transaction or lock.
+
+    A provider's network calls (Stripe: up to three) must not hold the order's row lock, nor
+    SQLite's write lock, while they wait. Returns (charge id, facts), or None when there is
+    no charged original to ask about (the request will be rejected anyway).
+    """
+    intent = verified.intent
+    if not isinstance(intent, mandates.RefundIntent):
+        return None
+    order = Order.objects.filter(
+        site_id=verified.site_id, source_mandate_id=intent.original_mandate_id
+    ).first()
+    charge = charged_charge(order) if order is not None else None
+    if order is None or charge is None or order.status not in REFUNDABLE_STATUSES:
+        return None
+    facts = prefetch_rail_facts(site_id=verified.site_id, order=order, charge=charge, now=now)
+    return charge.pk, facts
+
+
+def _request_refund(
+    *,
+    mandate: Mandate,
+    verified: VerifiedMandate,
+    now: datetime,
+    prefetched: tuple[str, RefundFacts] | None = None,
+) -> Refund:
     intent = verified.intent
     assert isinstance(intent, mandates.RefundIntent)
     site = mandate.site
@@ -217,5 +250,6 @@ def _request_refund(*, mandate: Mandate, verified: VerifiedMandate, now: datetim
         user=None,
         reason=intent.reason_code,
         now=now,
+        rail_facts=prefetched[1] if prefetched and prefetched[0] == charge.pk else None,
     )
     return decide_and_open(context=context, fields=base)

@@ -27,6 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from policies.decide import RefundContext
+from policies.facts import prefetch_rail_facts
 from refunds.models import Refund, RefundOrigin, RefundReason
 from refunds.reason_selectors import pickable_reason
 from refunds.services import charged_charge, decide_and_open
@@ -234,6 +235,13 @@ def create_staff_refund(
         )
     now = now or timezone.now()
     note = (note or "").strip()
+    # The rail's facts first, outside the transaction: its network calls must hold no lock.
+    unlocked = charged_charge(order)
+    rail_facts = (
+        prefetch_rail_facts(site_id=site.pk, order=order, charge=unlocked, now=now)
+        if unlocked is not None and refusal_for(order, unlocked) is None
+        else None
+    )
     with transaction.atomic():
         # Lock order then charge (the order every refund path uses) before reading amounts.
         locked = Order.objects.select_for_update().filter(site=site, pk=order.pk).first()
@@ -260,6 +268,7 @@ def create_staff_refund(
             user=actor,
             reason=picked.code or None,
             now=now,
+            rail_facts=rail_facts if unlocked is not None and unlocked.pk == charge.pk else None,
         )
         fields = {
             "origin": RefundOrigin.STAFF,
