@@ -292,12 +292,25 @@ def _load(raw: bytes) -> tuple[dict[str, Any], bytes]:
         _fail("malformed", f"The key {exc.args[0]!r} appears twice in one object.")
     except (ValueError, RecursionError):
         _fail("malformed", "The body is not valid JSON.")
+    if _holds_nul(doc):
+        # No field of a mandate has a use for NUL, and PostgreSQL text cannot store it.
+        _fail("malformed", "The body holds a NUL character (\\u0000).")
     _check_shape(doc)
     try:
         canonical = canonical_json(doc)
     except (rfc8785.CanonicalizationError, RecursionError, ValueError):
         _fail("malformed", "The body holds a value JSON canonicalisation (RFC 8785) refuses.")
     return doc, canonical
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def _check_shape(doc: Any) -> tuple[str, str, str, str]:

@@ -1,0 +1,121 @@
+"""No page or endpoint answers 500 to bad input, and garbage POSTs write no refund.
+
+Walks every URL pattern of the project as an owner (the role that may do most), filling
+path parameters with ids of real objects, of another site's objects and of nonsense, and
+sends garbage query strings and bodies.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from refunds.models import Refund
+from sill.rails.models import MockLedgerEntry
+
+pytestmark = pytest.mark.django_db
+
+GARBAGE_QUERY = {
+    "q": "\x00'\"<script>",
+    "status": "NOPE",
+    "page": "-1",
+    "kind": "x" * 300,
+    "min": "abc",
+    "max": "1e999",
+    "reason": "[]",
+    "agent": "%",
+    "tab": "../../etc",
+    "verify": "1",
+}
+GARBAGE_FORMS = [
+    {},
+    {"amount": "abc", "percentage": "1e9", "kind": "??", "reason": "x", "name": "", "parent": "zz"},
+    {"amount": "-5", "kind": "amount", "reason": "999999", "role": "god", "email": "not-an-email",
+     "cap": "NaN", "currency": "XXX", "mode": "live", "secret_key": "nope", "public_key": "!!"},
+]  # fmt: skip
+
+
+def _patterns(resolver: URLResolver, prefix: str = "") -> list[str]:
+    out = []
+    for entry in resolver.url_patterns:
+        if isinstance(entry, URLResolver):
+            out += _patterns(entry, prefix + str(entry.pattern))
+        elif isinstance(entry, URLPattern):
+            out.append(prefix + str(entry.pattern))
+    return out
+
+
+def _fill(route: str, value: str) -> str:
+    return "/" + re.sub(r"<(?:\w+:)?\w+>", value, route).lstrip("^").rstrip("$")
+
+
+@pytest.fixture
+def urls() -> list[str]:
+    return [
+        r for r in _patterns(get_resolver())
+        if not r.startswith(("django-admin", "^static"))
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["1", "nonsense", "rf_01M8MEPBA3Q253G7SC1HS94PTH", "0"])
+def test_no_get_answers_500_to_bad_input(client_for, urls, make_order, value):
+    make_order()
+    client = client_for("owner")
+    for route in urls:
+        url = _fill(route, value)
+        response = client.get(url, GARBAGE_QUERY)
+        assert response.status_code < 500, (url, response.status_code)
+        response = client.get(url, GARBAGE_QUERY, headers={"HX-Request": "true"})
+        assert response.status_code < 500, (url, "htmx", response.status_code)
+
+
+def test_no_post_answers_500_to_garbage_and_nothing_moves(
+    client_for, members, urls, make_order, other_site, mock_rail
+):
+    mine = make_order()
+    theirs = make_order(on_site=other_site)
+    client = client_for("owner")
+    for value in (mine.id, theirs.id, "1", "nonsense"):
+        for route in urls:
+            url = _fill(route, value)
+            if url == "/logout/":
+                continue
+            client.force_login(members["owner"].user)  # a garbage POST may not log us out
+            for form in GARBAGE_FORMS:
+                response = client.post(url, form)
+                assert response.status_code < 500, (url, form, response.status_code)
+            for body in (
+                b"{",
+                b"[]",
+                b'{"amount": {"x": 1}}',
+                b'{"full": "yes", "reasonId": null}',
+            ):
+                response = client.post(url, data=body, content_type="application/json")
+                assert response.status_code < 500, (url, body, response.status_code)
+    assert Refund.objects.count() == 0
+    assert MockLedgerEntry.objects.count() == 0
+
+
+@pytest.fixture
+def mock_rail(site):
+    from sill.rails.registry import ensure_mock_rail
+
+    return ensure_mock_rail(site)
+
+
+def test_a_nul_in_a_query_or_form_is_a_400(client_for):
+    client = client_for("owner")
+    assert client.get("/orders/", {"q": "a\x00b"}).status_code == 400
+    assert client.post("/settings/reasons/add/", {"name": "x\x00"}).status_code == 400
+    response = client.get("/api/v1/policy-templates", {"x": "\x00"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "malformed"
+
+
+def test_a_nul_inside_a_mandate_is_malformed(client_for):
+    from django.test import Client
+
+    body = b'{"signed": {"mandate_id": "mnd_\\u0000", "site_id": "s", "agent_id": "a"}, "envelope": {}}'
+    response = Client().post("/api/v1/mandates", data=body, content_type="application/json")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "malformed"
