@@ -34,6 +34,11 @@ class AuditKind(models.TextChoices):
     REASON_CHANGE = "reason_change", "Reason change"
     EXTERNAL_REFUND = "external_refund", "External refund"
     DISPUTE = "dispute", "Dispute"
+    # The money path's own events.
+    CHARGE = "charge", "Charge"
+    NEEDS_ATTENTION = "needs_attention", "Needs attention"
+    ATTENTION_RESOLVED = "attention_resolved", "Attention resolved"
+    LEASE_LOST = "lease_lost", "Execution lease lost"
 
 
 DECISION_KINDS = frozenset(

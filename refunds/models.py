@@ -84,6 +84,10 @@ class RefundOrigin(models.TextChoices):
 class RefundStatus(models.TextChoices):
     HELD = "held", "Held"
     PROCESSING = "processing", "Processing"
+    # An attempt may have reached the rail and its outcome is unknown: the amount stays
+    # reserved until the rail answers for the idempotency key, or an owner records what the
+    # provider's dashboard shows (DESIGN.md: the needs_attention rule).
+    NEEDS_ATTENTION = "needs_attention", "Needs attention"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     REJECTED = "rejected", "Rejected"
@@ -97,7 +101,14 @@ class Decision(models.TextChoices):
 
 
 # Refunds that count against the one-agent-refund-per-order rule and hold or move money.
-LIVE_STATUSES = (RefundStatus.HELD, RefundStatus.PROCESSING, RefundStatus.SUCCEEDED)
+LIVE_STATUSES = (
+    RefundStatus.HELD,
+    RefundStatus.PROCESSING,
+    RefundStatus.NEEDS_ATTENTION,
+    RefundStatus.SUCCEEDED,
+)
+# Refunds whose amount is reserved on the charge (money may be moving).
+RESERVED_STATUSES = (RefundStatus.PROCESSING, RefundStatus.NEEDS_ATTENTION)
 
 
 class Refund(models.Model):
@@ -128,7 +139,7 @@ class Refund(models.Model):
     currency = models.CharField(max_length=3)
     rail = models.CharField(max_length=20, blank=True)
     decision = models.CharField(max_length=12, choices=Decision.choices)
-    status = models.CharField(max_length=12, choices=RefundStatus.choices)
+    status = models.CharField(max_length=20, choices=RefundStatus.choices)
     # Stable rejection/failure code (DESIGN.md "The refund pipeline"); blank when none.
     reason = models.CharField(max_length=40, blank=True)
     reason_code = models.CharField(max_length=40, blank=True)  # the agent's stated reason
@@ -149,6 +160,18 @@ class Refund(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     # While set and in the future, one execution holds this refund (see refunds.execution).
     lease_until = models.DateTimeField(null=True, blank=True)
+    # The fencing token of the execution holding (or last holding) the lease: a worker whose
+    # token was replaced can no longer change this refund.
+    lease_token = models.CharField(max_length=32, blank=True)
+    first_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Committed *before* the first rail call that could move money: from then on the refund
+    # never fails without the rail saying, for its idempotency key, that nothing happened.
+    rail_attempted_at = models.DateTimeField(null=True, blank=True)
+    attention_since = models.DateTimeField(null=True, blank=True)
+    # When the beat task next asks the rail about a refund that needs attention.
+    next_check_at = models.DateTimeField(null=True, blank=True)
+    # Owners and admins were emailed about this refund needing attention (claimed by UPDATE).
+    attention_notified_at = models.DateTimeField(null=True, blank=True)
     # Hash of the audit decision record this refund executes under (settlement links to it).
     decision_hash = models.CharField(max_length=64, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -185,7 +208,8 @@ class Refund(models.Model):
             ),
             # Money moves only for a positive amount.
             models.CheckConstraint(
-                condition=~Q(status__in=["processing", "succeeded"]) | Q(amount_minor__gt=0),
+                condition=~Q(status__in=["processing", "needs_attention", "succeeded"])
+                | Q(amount_minor__gt=0),
                 name="refund_moving_amount_gt_0",
             ),
             # One agent refund per order (DESIGN.md: already_executed), backed by the database.
@@ -198,6 +222,7 @@ class Refund(models.Model):
         indexes = [
             models.Index(fields=["site", "status"]),
             models.Index(fields=["site", "-created_at"]),
+            models.Index(fields=["status", "next_check_at"]),
         ]
 
     def __str__(self) -> str:
