@@ -324,6 +324,8 @@ def _whole(raw: Any, *, field: str, label: str) -> int:
         raise CatalogError(f"{label} is a whole number.", field=field)
     if isinstance(raw, int):
         return raw
-    if isinstance(raw, str) and raw.strip().isdigit() and len(raw.strip()) <= 9:
-        return int(raw.strip())
+    text = raw.strip() if isinstance(raw, str) else ""
+    # ASCII only: isdigit() also takes "²" (int() then raises) and Arabic-Indic digits.
+    if text.isascii() and text.isdigit() and len(text) <= 9:
+        return int(text)
     raise CatalogError(f"{label} is a whole number.", field=field)

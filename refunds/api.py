@@ -124,7 +124,7 @@ class MandateCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         length = request.META.get("CONTENT_LENGTH") or "0"
-        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+        if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY_BYTES:
             return error_response(
                 MandateError("too_large", f"a mandate is at most {MAX_BODY_BYTES} bytes")
             )

@@ -14,47 +14,37 @@ is a 404.
 
 from __future__ import annotations
 
-import codecs
-import json
 from decimal import Decimal
 from typing import Any
 
 from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
     extend_schema,
     extend_schema_field,
     inline_serializer,
 )
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from refunds import idempotency
 from refunds.models import Refund, RefundStatus
 from refunds.reason_selectors import pickable_reason
 from refunds.services import charged_charge
 from refunds.staff import OrderSnapshot, create_staff_refund, parse_percentage
 from sill.accounts.access import Cap, can, site_context
 from sill.accounts.api_auth import MemberTokenAuthentication
+from sill.api import StrictJSONParser
 from sill.errors import NotFound, PermissionDenied, SillError
 from sill.money import MoneyError, parse_major
 from sill.orders.selectors import order_for
-
-
-class DecimalJSONParser(JSONParser):
-    """JSON with numbers read as ``Decimal``: ``15.00`` is never a float on its way to money."""
-
-    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
-        encoding = (parser_context or {}).get("encoding", "utf-8")
-        try:
-            return json.load(codecs.getreader(encoding)(stream), parse_float=Decimal)
-        except ValueError as exc:
-            raise ParseError(f"JSON parse error - {exc}") from exc
 
 
 @extend_schema_field(
@@ -137,6 +127,10 @@ _MESSAGES = {
     RefundStatus.HELD: "Held for review by an owner or admin; nothing moves until approved.",
     RefundStatus.REJECTED: "Refused by the site's policy; nothing moved.",
     RefundStatus.FAILED: "The rail refused the refund; nothing moved.",
+    RefundStatus.NEEDS_ATTENTION: (
+        "The rail may have made this refund and has not confirmed it; the amount stays "
+        "reserved until it does, or an owner records what the provider shows."
+    ),
 }
 
 
@@ -181,13 +175,56 @@ def _money_or_error(text: str, currency: str, field: str) -> Any:
 class StaffRefundCreateApi(APIView):
     authentication_classes = [MemberTokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
-    parser_classes = [DecimalJSONParser]
+    # Strict JSON, numbers as Decimal: 15.00 is never a float on its way to money.
+    parser_classes = [StrictJSONParser]
 
     @extend_schema(
         operation_id="staff_order_refund_create",
         summary="Refund an order as staff (full, fixed amount or percentage)",
         request=StaffRefundInput,
-        responses={201: _REFUND, 400: _ERROR, 403: _ERROR, 404: _ERROR, 409: _ERROR},
+        parameters=[
+            OpenApiParameter(
+                idempotency.HEADER,
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                required=False,
+                description=(
+                    "1 to 255 printable ASCII characters, e.g. a UUID. The same key with the same "
+                    "body answers the stored response (same status, same body) with "
+                    "`Idempotent-Replayed: true` and never refunds twice; the same key with "
+                    "another body is 422 `idempotency_conflict`; while the first request "
+                    "runs it is 409 `idempotency_in_flight`. Keys are kept at least 24 hours, "
+                    "per site and member. A body refused before the refund is decided "
+                    "(`malformed`, `invalid_field` from the schema) and `rail_disabled` are "
+                    "not stored: retry with the same key."
+                ),
+            ),
+            OpenApiParameter(
+                idempotency.REPLAYED_HEADER,
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                response=True,
+                enum=["true"],
+                description="Present when the response is the stored answer to an earlier "
+                "request with the same Idempotency-Key.",
+            ),
+        ],
+        responses={
+            201: _REFUND,
+            400: _ERROR,
+            403: _ERROR,
+            404: _ERROR,
+            409: OpenApiResponse(
+                _ERROR,
+                description="`order_changed`, `order_not_refundable`, `rail_disabled`, or "
+                "`idempotency_in_flight` (a request with this Idempotency-Key is running).",
+            ),
+            422: OpenApiResponse(
+                _ERROR,
+                description="`idempotency_conflict`: the Idempotency-Key was used with "
+                "another body.",
+            ),
+        },
         examples=[
             OpenApiExample(
                 "Partial refund",
@@ -207,9 +244,23 @@ class StaffRefundCreateApi(APIView):
                 response_only=True,
                 status_codes=["400"],
             ),
+            OpenApiExample(
+                "Key reused with another body",
+                value={
+                    "error": {
+                        "code": "idempotency_conflict",
+                        "message": "This Idempotency-Key was already used for a different "
+                        "request; nothing was done. Send a new key for a new request.",
+                        "field": None,
+                    }
+                },
+                response_only=True,
+                status_codes=["422"],
+            ),
         ],
     )
     def post(self, request: Request, order_id: str) -> Response:
+        # Access first: a wrong role or another site's order never claims a key.
         ctx = site_context(request)  # type: ignore[arg-type]
         if ctx is None or not can(ctx.membership, Cap.REFUND):
             raise PermissionDenied("You don't have permission to refund orders on this site.")
@@ -217,6 +268,8 @@ class StaffRefundCreateApi(APIView):
             order = order_for(ctx.site, order_id)
         except Http404:
             raise NotFound("No such order on this site.") from None
+        key = idempotency.parse_idempotency_key(request.headers.get(idempotency.HEADER))
+        # The body's own validation stores nothing: a fixed body may be sent with the same key.
         data = StaffRefundInput(data=request.data)
         data.is_valid(raise_exception=True)
         given = {k: v for k, v in data.validated_data.items() if k in ("amount", "percentage")}
@@ -239,19 +292,39 @@ class StaffRefundCreateApi(APIView):
                 data.validated_data["expectedRemaining"], order.currency, "expectedRemaining"
             )
             expected = OrderSnapshot(remaining_minor=seen.amount_minor)
-        # Checked here too so that a bad reason names the API's field; the service checks again
-        # inside its transaction.
-        pickable_reason(ctx.site, data.validated_data["reasonId"], field="reasonId")
-        refund = create_staff_refund(
+
+        def work(on_opened: Any) -> Refund:
+            # Checked here too so that a bad reason names the API's field; the service checks
+            # again inside its transaction. It depends on the site's reasons, so it is part of
+            # the answer a key stores.
+            pickable_reason(ctx.site, data.validated_data["reasonId"], field="reasonId")
+            return create_staff_refund(
+                site=ctx.site,
+                order=order,
+                actor=request.user,
+                kind=kind,  # type: ignore[arg-type]
+                amount=amount,
+                percentage=percentage,
+                reason=data.validated_data["reasonId"],
+                note=data.validated_data.get("reason", ""),
+                expected=expected,
+                on_opened=on_opened,
+            )
+
+        if key is None:
+            refund = work(None)
+            refund = Refund.objects.select_related("order", "requested_by").get(pk=refund.pk)
+            return Response(refund_output(refund), status=201)
+        answer = idempotency.run_idempotently(
             site=ctx.site,
-            order=order,
-            actor=request.user,
-            kind=kind,  # type: ignore[arg-type]
-            amount=amount,
-            percentage=percentage,
-            reason=data.validated_data["reasonId"],
-            note=data.validated_data.get("reason", ""),
-            expected=expected,
+            user=request.user,
+            key=key,
+            fingerprint=idempotency.request_fingerprint(
+                method=request.method or "POST", path=request.path, body=request.data
+            ),
+            work=work,
+            respond=refund_output,
+            success_status=201,
         )
-        refund = Refund.objects.select_related("order", "requested_by").get(pk=refund.pk)
-        return Response(refund_output(refund), status=201)
+        headers = {idempotency.REPLAYED_HEADER: "true"} if answer.replayed else None
+        return Response(answer.body, status=answer.status, headers=headers)

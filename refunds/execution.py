@@ -1,58 +1,179 @@
 """Executing an approved refund on its rail: once, with one idempotency key, recoverable.
 
-A refund in ``processing`` has its amount reserved on the charge. Execution claims a lease
-with a conditional UPDATE (so two workers never call the rail for one refund at the same
-time), then:
+A refund in ``processing`` has its amount reserved on the charge. One attempt:
 
-* on a retry (``attempts > 1``) first asks the rail whether the refund already happened —
-  an earlier attempt may have reached the rail and died before settling;
-* otherwise calls ``rail.refund`` with ``sill-refund-<refund id>``, the same key every time.
+1. **Claim** a lease by conditional UPDATE. It returns a fresh *fencing token*; settling,
+   failing, flagging and releasing all check that token under the refund's row lock, so a
+   worker whose lease was taken over (it stalled past the lease, another worker claimed the
+   refund) can no longer change it. A long rail call renews the lease while it waits.
+2. **Look up first** when an earlier attempt may have reached the rail (``rail_attempted_at``
+   is set, committed *before* every rail call that could move money): the rail is asked
+   whether a refund exists for the idempotency key ``sill-refund-<refund id>``.
+3. Otherwise **call the rail** with that same key.
 
-Permanent errors fail the refund and release the reservation. Retryable and ambiguous
-errors leave it ``processing`` and raise so the task retries; ``recover_stuck_refunds``
-(beat, every minute) re-enqueues any processing refund whose lease has lapsed, which covers
-a worker killed between the rail call and settlement.
+The needs_attention rule (DESIGN.md): once an attempt may have reached the rail, the refund
+never becomes ``failed`` and never releases its reservation until the rail has answered, for
+that key, that no refund exists. A rail switched off, a key the rail now rejects, a lookup
+that fails for good, or retries used up while the outcome is unknown all lead to
+``needs_attention``: still reserved, shown to owners and admins, asked about again by the beat
+task (:func:`check_refund_at_rail`), and resolvable only by the rail's answer or an owner's
+record of the provider's dashboard (:mod:`refunds.attention`).
+
+Retries are bounded in attempts and in elapsed time (settings
+``SILL_EXECUTION_MAX_ATTEMPTS`` and ``SILL_EXECUTION_MAX_SECONDS``); declines and other
+permanent answers are never retried. The beat sweep (:func:`stuck_refund_ids`) re-enqueues a
+processing refund whose lease lapsed, which covers a worker killed at any step.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from audit.services import append_record
 from refunds.models import Refund, RefundStatus
-from refunds.services import fail_refund, settle_refund
+from refunds.services import (
+    LeaseLost,
+    fail_refund,
+    flag_refund_for_attention,
+    refund_body,
+    settle_refund,
+)
+from sill.failpoints import failpoint
 from sill.orders.selectors import has_open_dispute
-from sill.rails.base import RailError, RefundRequest, RefundResult
+from sill.rails.base import (
+    AmbiguousRailError,
+    RailError,
+    RefundRequest,
+    RefundResult,
+    RetryableRailError,
+)
 from sill.rails.registry import RailDisabled, rail_for
 
+logger = logging.getLogger(__name__)
 
-class RefundPending(Exception):
-    """The rail accepted the refund but has not finished it: check again later."""
+
+class RetryLater(RailError):
+    """This attempt ended without an answer; the task retries it (same key) after a backoff.
+
+    ``ambiguous``: the rail may have acted. Raised only while retries remain.
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, code: str, ambiguous: bool) -> None:
+        super().__init__(message, code=code)
+        self.ambiguous = ambiguous
 
 
 def lease_seconds() -> int:
     return int(getattr(settings, "SILL_EXECUTION_LEASE_SECONDS", 120))
 
 
-def claim(refund_id: str) -> bool:
+def max_attempts() -> int:
+    return int(getattr(settings, "SILL_EXECUTION_MAX_ATTEMPTS", 8))
+
+
+def max_elapsed() -> timedelta:
+    return timedelta(seconds=int(getattr(settings, "SILL_EXECUTION_MAX_SECONDS", 3600)))
+
+
+def attention_recheck() -> timedelta:
+    return timedelta(seconds=int(getattr(settings, "SILL_ATTENTION_RECHECK_SECONDS", 300)))
+
+
+# --- the lease ------------------------------------------------------------------------------
+
+
+def claim(refund_id: str, *, status: str = RefundStatus.PROCESSING) -> str | None:
+    """Take the refund's lease if nobody holds it; the new fencing token, or None."""
     now = timezone.now()
+    token = secrets.token_hex(16)
     claimed = (
-        Refund.objects.filter(pk=refund_id, status=RefundStatus.PROCESSING)
+        Refund.objects.filter(pk=refund_id, status=status)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
         .update(
             lease_until=now + timedelta(seconds=lease_seconds()),
-            attempts=F("attempts") + 1,
+            lease_token=token,
+            attempts=F("attempts") + (1 if status == RefundStatus.PROCESSING else 0),
+            first_attempt_at=Coalesce(F("first_attempt_at"), now),
             updated_at=now,
         )
     )
-    return claimed == 1
+    return token if claimed == 1 else None
 
 
-def release(refund_id: str) -> None:
-    Refund.objects.filter(pk=refund_id, status=RefundStatus.PROCESSING).update(lease_until=None)
+def renew(refund_id: str, token: str) -> bool:
+    """Extend the lease; False when ``token`` no longer holds it."""
+    now = timezone.now()
+    return (
+        Refund.objects.filter(pk=refund_id, lease_token=token)
+        .exclude(lease_until__isnull=True)
+        .update(lease_until=now + timedelta(seconds=lease_seconds()), updated_at=now)
+        == 1
+    )
+
+
+def release(refund_id: str, token: str) -> bool:
+    """Give the lease back (the refund stays as it is); False on a stale token."""
+    return (
+        Refund.objects.filter(pk=refund_id, lease_token=token).update(
+            lease_until=None, updated_at=timezone.now()
+        )
+        == 1
+    )
+
+
+def _mark_rail_attempted(refund_id: str, token: str) -> bool:
+    """Commit, before the rail call, that this refund may from now on exist at the rail."""
+    now = timezone.now()
+    return (
+        Refund.objects.filter(pk=refund_id, lease_token=token).update(
+            rail_attempted_at=Coalesce(F("rail_attempted_at"), now), updated_at=now
+        )
+        == 1
+    )
+
+
+@contextmanager
+def _lease_kept(refund_id: str, token: str) -> Iterator[threading.Event]:
+    """Renew the lease every third of its length while a slow rail call runs.
+
+    Yields an event that is set if the lease was lost meanwhile. The renewing thread has its
+    own database connection and closes it.
+    """
+    stop = threading.Event()
+    lost = threading.Event()
+
+    def keep() -> None:
+        try:
+            while not stop.wait(max(lease_seconds() / 3, 0.5)):
+                if not renew(refund_id, token):
+                    lost.set()
+                    return
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=keep, name=f"lease-{refund_id}", daemon=True)
+    thread.start()
+    try:
+        yield lost
+    finally:
+        stop.set()
+        thread.join()
+
+
+# --- one attempt ----------------------------------------------------------------------------
 
 
 def refund_request(refund: Refund) -> RefundRequest:
@@ -68,44 +189,206 @@ def refund_request(refund: Refund) -> RefundRequest:
     )
 
 
+def out_of_retries(refund: Refund, *, now: datetime | None = None) -> bool:
+    now = now or timezone.now()
+    started = refund.first_attempt_at or now
+    return refund.attempts >= max_attempts() or now - started >= max_elapsed()
+
+
 def execute_refund(refund_id: str) -> str:
-    """Run one execution attempt. Returns the outcome; raises RailError to ask for a retry."""
-    if not claim(refund_id):
+    """Run one execution attempt; returns the outcome or raises :class:`RetryLater`.
+
+    Outcomes: ``succeeded``, ``failed`` (the rail said nothing moved), ``needs_attention``,
+    ``not-claimed`` (another execution holds it, or it is no longer processing) and
+    ``lease-lost``.
+    """
+    token = claim(refund_id)
+    if token is None:
         return "not-claimed"
     refund = Refund.objects.select_related("charge", "site").get(pk=refund_id)
-    request = refund_request(refund)
     try:
+        return _attempt(refund, token)
+    except LeaseLost:
+        logger.warning("refund %s: lease taken over; this attempt stops", refund_id)
+        return "lease-lost"
+
+
+def _attempt(refund: Refund, token: str) -> str:
+    request = refund_request(refund)
+    # Whether this refund may exist at the rail: an earlier attempt, or this one once called.
+    reached = refund.rail_attempted_at is not None
+    looking_up = reached
+    try:
+        failpoint("before_rail_call")
         rail = rail_for(site_id=refund.site_id, rail=refund.rail)
         result: RefundResult | None = None
-        if refund.attempts > 1:
+        if looking_up:
             result = rail.find_refund(request)
+        looking_up = False
         if result is None and has_open_dispute(refund.charge):
             # A dispute opened after the decision: the bank is already moving this money.
+            # Safe to fail: nothing was ever sent, or the rail just said none exists.
             fail_refund(
                 refund_id=refund.id,
                 code="disputed",
                 message="a dispute was opened on the charge after the refund was approved",
+                token=token,
             )
             return "failed"
         if result is None:
-            result = rail.refund(request)
+            if not _mark_rail_attempted(refund.id, token):
+                raise LeaseLost(refund.id)
+            reached = True
+            with _lease_kept(refund.id, token):
+                result = rail.refund(request)
+            failpoint("after_rail_call")
     except RailDisabled as exc:
-        fail_refund(refund_id=refund.id, code="rail_disabled", message=exc.message)
-        return "failed"
+        if not reached:
+            fail_refund(refund_id=refund.id, code="rail_disabled", message=exc.message, token=token)
+            return "failed"
+        return _attention(refund, token, code="rail_disabled", message=exc.message)
     except RailError as exc:
         if exc.retryable:
-            release(refund.id)
-            raise
-        fail_refund(refund_id=refund.id, code=exc.code, message=exc.message)
+            return _retry_or_attention(refund, token, exc, may_have_acted=reached)
+        if looking_up:
+            # The rail can't be asked (a rotated or restricted key): it may hold the refund.
+            return _attention(refund, token, code=exc.code, message=exc.message)
+        # A permanent answer to the refund call itself: the rail refused it; nothing moved.
+        fail_refund(refund_id=refund.id, code=exc.code, message=exc.message, token=token)
         return "failed"
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        logger.exception("refund %s: unexpected error during execution", refund.id)
+        message = f"unexpected error: {type(exc).__name__}: {exc}"
+        error: RailError = (
+            AmbiguousRailError(message)
+            if reached
+            else RetryableRailError(message, code="execution_error")
+        )
+        return _retry_or_attention(refund, token, error, may_have_acted=reached)
+    return _record_result(refund, token, result)
+
+
+def _record_result(refund: Refund, token: str, result: RefundResult) -> str:
     if result.state == "failed":
-        fail_refund(refund_id=refund.id, code="rail_declined", message=result.failure_message)
+        fail_refund(
+            refund_id=refund.id,
+            code="rail_declined",
+            message=result.failure_message or "the rail declined the refund",
+            token=token,
+        )
         return "failed"
     if result.state == "pending":
-        release(refund.id)
-        raise RefundPending(result.provider_refund_id)
-    settle_refund(refund_id=refund.id, provider_refund_id=result.provider_refund_id)
+        error = RetryableRailError(
+            f"the rail accepted the refund ({result.provider_refund_id}) and has not finished it",
+            code="rail_pending",
+        )
+        return _retry_or_attention(refund, token, error, may_have_acted=True)
+    try:
+        settle_refund(
+            refund_id=refund.id, provider_refund_id=result.provider_refund_id, token=token
+        )
+    except LeaseLost:
+        # Never drop a success silently: the record names the provider's refund, and the
+        # execution now holding the lease finds it through the lookup (same key).
+        _record_lease_lost(refund, result)
+        return "lease-lost"
     return "succeeded"
+
+
+def _retry_or_attention(refund: Refund, token: str, exc: RailError, *, may_have_acted: bool) -> str:
+    refund.refresh_from_db(fields=["attempts", "first_attempt_at"])
+    if out_of_retries(refund):
+        message = f"gave up after {refund.attempts} attempts: {exc.message}"
+        return _attention(refund, token, code=exc.code, message=message)
+    if not release(refund.id, token):
+        raise LeaseLost(refund.id)
+    raise RetryLater(exc.message, code=exc.code, ambiguous=exc.ambiguous or may_have_acted)
+
+
+def _attention(refund: Refund, token: str, *, code: str, message: str) -> str:
+    flag_refund_for_attention(
+        refund_id=refund.id,
+        token=token,
+        code=code,
+        message=message,
+        next_check_at=timezone.now() + attention_recheck(),
+    )
+    return "needs_attention"
+
+
+def _record_lease_lost(refund: Refund, result: RefundResult) -> None:
+    logger.warning(
+        "refund %s: the rail confirmed %s after this worker lost its lease",
+        refund.id,
+        result.provider_refund_id,
+    )
+    with transaction.atomic():
+        append_record(
+            site=refund.site,
+            kind="lease_lost",
+            body=refund_body(
+                refund,
+                provider_refund_id=result.provider_refund_id,
+                rail_state=result.state,
+                observed_at=timezone.now().isoformat(),
+            ),
+        )
+
+
+# --- asking the rail again about a refund that needs attention --------------------------------
+
+
+def check_refund_at_rail(refund_id: str) -> str:
+    """Ask the rail about a ``needs_attention`` refund by its key; act only on its answer.
+
+    ``succeeded``: it exists, settled. ``failed``: the rail says none exists for the key (or
+    declined it); the reservation is released. ``unknown``: the rail could not answer (still
+    switched off, key rejected, timeout) or the refund is pending; asked again later.
+    """
+    token = claim(refund_id, status=RefundStatus.NEEDS_ATTENTION)
+    if token is None:
+        return "not-claimed"
+    refund = Refund.objects.select_related("charge", "site").get(pk=refund_id)
+    try:
+        try:
+            rail = rail_for(site_id=refund.site_id, rail=refund.rail)
+            result = rail.find_refund(refund_request(refund))
+        except (RailDisabled, RailError) as exc:
+            return _still_unknown(refund, token, getattr(exc, "message", str(exc)))
+        except Exception as exc:
+            logger.exception("refund %s: lookup failed", refund.id)
+            return _still_unknown(refund, token, f"{type(exc).__name__}: {exc}")
+        if result is None:
+            fail_refund(
+                refund_id=refund.id,
+                code="not_at_rail",
+                message=(
+                    f"The rail reports no refund for idempotency key {refund.idempotency_key}: "
+                    "nothing moved. Refund again if it is still due."
+                ),
+                token=token,
+            )
+            return "failed"
+        if result.state == "pending":
+            return _still_unknown(refund, token, f"{result.provider_refund_id} is still pending")
+        return _record_result(refund, token, result)
+    except LeaseLost:
+        return "lease-lost"
+
+
+def _still_unknown(refund: Refund, token: str, message: str) -> str:
+    Refund.objects.filter(pk=refund.id, lease_token=token).update(
+        lease_until=None,
+        next_check_at=timezone.now() + attention_recheck(),
+        failure_message=message[:500],
+        updated_at=timezone.now(),
+    )
+    return "unknown"
+
+
+# --- what the beat tasks pick up --------------------------------------------------------------
 
 
 def stuck_refund_ids(*, older_than: timedelta) -> list[str]:
@@ -114,5 +397,16 @@ def stuck_refund_ids(*, older_than: timedelta) -> list[str]:
     return list(
         Refund.objects.filter(status=RefundStatus.PROCESSING, updated_at__lt=now - older_than)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .values_list("id", flat=True)[:500]
+    )
+
+
+def attention_refund_ids_due(*, now: datetime | None = None) -> list[str]:
+    """Refunds that need attention and are due to be asked about again."""
+    now = now or timezone.now()
+    return list(
+        Refund.objects.filter(status=RefundStatus.NEEDS_ATTENTION, next_check_at__lte=now)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .order_by("next_check_at")
         .values_list("id", flat=True)[:500]
     )

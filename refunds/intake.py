@@ -24,6 +24,7 @@ from django.utils import timezone
 from policies.decide import RefundContext
 from policies.facts import prefetch_rail_facts
 from refunds import mandates
+from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.mandates import MandateError, VerifiedMandate
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
 from refunds.representation import purchase_payload, refund_payload
@@ -105,18 +106,7 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     verified = mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now)
     prefetched = _prefetch_rail_facts(verified, now=now)
     try:
-        with transaction.atomic():
-            mandate = _store(verified)
-            if verified.action == "request_refund":
-                refund = _request_refund(
-                    mandate=mandate, verified=verified, now=now, prefetched=prefetched
-                )
-                body = refund_payload(mandate, refund)
-            else:
-                from refunds.purchases import place_order
-
-                order = place_order(mandate=mandate, verified=verified)
-                body = purchase_payload(mandate, order)
+        body = _decide(verified=verified, now=now, prefetched=prefetched)
     except (IntegrityError, _Raced):
         # A concurrent identical send won the insert: answer what it stored. Otherwise the
         # nonce was used by another mandate of this agent.
@@ -126,6 +116,28 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
             "replay", "this nonce was already used by another mandate", field="signed.nonce"
         ) from None
     return MandateAnswer(201, body)
+
+
+@retry_on_conflict  # a deadlock or serialization failure runs it again; never a 500
+def _decide(
+    *, verified: VerifiedMandate, now: datetime, prefetched: tuple[str, RefundFacts] | None
+) -> dict[str, Any]:
+    """Store, decide and answer ``verified`` in one transaction (step 3 above).
+
+    An ``IntegrityError`` (a concurrent insert of this mandate or nonce) is not retried: it
+    passes through to ``submit_mandate``, which answers it as a resend or a replay.
+    """
+    with transaction.atomic():
+        mandate = _store(verified)
+        if verified.action == "request_refund":
+            refund = _request_refund(
+                mandate=mandate, verified=verified, now=now, prefetched=prefetched
+            )
+            return refund_payload(mandate, refund)
+        from refunds.purchases import place_order
+
+        order = place_order(mandate=mandate, verified=verified)
+        return purchase_payload(mandate, order)
 
 
 def _store(verified: VerifiedMandate) -> Mandate:
@@ -208,6 +220,15 @@ def _request_refund(
         )
         return record_decision(refund=refund, outcome=None, now=now)
 
+    # The agent's and the customer's other decisions first (their sums are facts), then the
+    # order: the lock order of refunds.locks. The order's customer never changes, so reading
+    # it before the row lock is safe.
+    customer_id = (
+        Order.objects.filter(site=site, source_mandate_id=intent.original_mandate_id)
+        .values_list("customer_id", flat=True)
+        .first()
+    )
+    lock_decision_scope(agent_id=mandate.agent_id, customer_id=customer_id)
     # The row lock on the order serialises every refund of this order (DESIGN: reserve).
     order = (
         Order.objects.select_for_update()

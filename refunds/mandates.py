@@ -7,8 +7,9 @@ Order of checks (the first failure wins), so that nothing in ``signed`` is inter
 before the signature holds, except what is needed to find the key:
 
 1. ``too_large`` (413): ``len(raw) > MAX_BODY_BYTES``, before any parsing.
-2. ``malformed`` (400): not UTF-8, not JSON, duplicate keys, ``NaN``/``Infinity``, a number
-   JCS cannot write (an integer beyond 2**53 - 1, an overflowing float), lone surrogates;
+2. ``malformed`` (400): not UTF-8, not JSON, nested deeper than 32 levels, duplicate keys,
+   ``NaN``/``Infinity``, a number JCS cannot write (an integer beyond 2**53 - 1, an
+   overflowing float), NUL, lone surrogates (:func:`sill.jsonbody.loads`);
    the top level not exactly ``{"signed": {...}, "envelope": {...}}``; envelope
    ``algorithm``/``key_id``/``signature`` missing or not strings (an empty one is not
    malformed: it earns ``unsupported_algorithm``, ``unknown_key`` or ``bad_signature``);
@@ -25,7 +26,8 @@ before the signature holds, except what is needed to find the key:
    (so a forged body can only ever earn ``bad_signature``).
 5. ``bad_signature`` (401): not exactly 86 base64url characters without padding, not the
    canonical encoding of 64 bytes (the spare low bits of the last character must be zero),
-   or ed25519 verification of ``DOMAIN_TAG + JCS(signed)`` fails.
+   or strict ed25519 verification of ``DOMAIN_TAG + JCS(signed)`` fails
+   (:func:`verify_ed25519`: also a key outside the prime-order subgroup).
 6. Schema, in three passes over ``signed``: ``forbidden_field`` (a refund intent carrying
    ``sku``/``line_items``/``quoted_total``/``buyer``), then ``unknown_field`` (any key not in
    the schema, at any depth), then ``invalid_field`` / ``window_too_long`` field by field.
@@ -48,7 +50,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -56,10 +57,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, NoReturn
 
+import nacl.bindings
 import nacl.exceptions
 import nacl.signing
 import rfc8785
 
+from sill import jsonbody
 from sill.errors import SillError
 from sill.money import Money, MoneyError, normalize_currency, parse_major
 
@@ -256,61 +259,25 @@ def _fail(code: str, message: str, field: str | None = None) -> NoReturn:
     raise MandateError(code, message, field=field)
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _DuplicateKey(key)
-        obj[key] = value
-    return obj
-
-
-def _refuse_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _load(raw: bytes) -> tuple[dict[str, Any], bytes]:
-    """Parse and shape-check ``raw``; return the document and its canonical bytes."""
+    """Parse and shape-check ``raw``; return the document and its canonical bytes.
+
+    The JSON rules (UTF-8, depth, duplicate keys, constants, number range, NUL and lone
+    surrogates) are the project's, in :func:`sill.jsonbody.loads`; the depth is counted on
+    the raw bytes, so a deeply nested body is refused before anything walks it.
+    """
     if len(raw) > MAX_BODY_BYTES:
         _fail("too_large", f"The body is larger than {MAX_BODY_BYTES} bytes.")
     try:
-        text = bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
-        _fail("malformed", "The body is not UTF-8.")
-    try:
-        doc = json.loads(
-            text,
-            parse_float=Decimal,
-            parse_constant=_refuse_constant,
-            object_pairs_hook=_unique_object,
-        )
-    except _DuplicateKey as exc:
-        _fail("malformed", f"The key {exc.args[0]!r} appears twice in one object.")
-    except (ValueError, RecursionError):
-        _fail("malformed", "The body is not valid JSON.")
-    if _holds_nul(doc):
-        # No field of a mandate has a use for NUL, and PostgreSQL text cannot store it.
-        _fail("malformed", "The body holds a NUL character (\\u0000).")
+        doc = jsonbody.loads(bytes(raw))
+    except jsonbody.MalformedJSON as exc:
+        _fail("malformed", exc.message)
     _check_shape(doc)
     try:
         canonical = canonical_json(doc)
     except (rfc8785.CanonicalizationError, RecursionError, ValueError):
         _fail("malformed", "The body holds a value JSON canonicalisation (RFC 8785) refuses.")
     return doc, canonical
-
-
-def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(item) for item in value)
-    return False
 
 
 def _check_shape(doc: Any) -> tuple[str, str, str, str]:
@@ -390,10 +357,33 @@ def _decode_signature(text: str) -> bytes:
     return signature
 
 
-def _check_signature(key: KeyRecord, signed: Mapping[str, Any], signature: bytes) -> None:
+def verify_ed25519(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """Whether ``signature`` is a strict ed25519 signature of ``message`` by ``public_key``.
+
+    The one primitive mandate verification uses (and the Wycheproof suite drives). Never
+    raises on hostile input: a key that is not 32 bytes or a signature that is not 64 is
+    refused. Stricter than RFC 8032 asks, and exactly as strict as Wycheproof's ``valid``:
+    libsodium already refuses a non-canonical ``S`` (malleability), a non-canonical or
+    small-order ``R`` or key; the key must also lie in the prime-order subgroup, so a
+    mixed-order key (Wycheproof's "acceptable") is refused too. A key made the ordinary way
+    (``a * B``) always passes, and a signature Sill accepts is accepted by every RFC 8032
+    verifier, cofactored or not (with a torsion-free key, ``R`` then has no torsion either).
+    """
+    if len(public_key) != nacl.bindings.crypto_sign_PUBLICKEYBYTES:
+        return False
+    if len(signature) != nacl.bindings.crypto_sign_BYTES:
+        return False
+    if not nacl.bindings.crypto_core_ed25519_is_valid_point(bytes(public_key)):
+        return False
     try:
-        nacl.signing.VerifyKey(key.public_key).verify(signing_input(signed), signature)
+        nacl.signing.VerifyKey(bytes(public_key)).verify(bytes(message), bytes(signature))
     except nacl.exceptions.BadSignatureError:
+        return False
+    return True
+
+
+def _check_signature(key: KeyRecord, signed: Mapping[str, Any], signature: bytes) -> None:
+    if not verify_ed25519(key.public_key, signing_input(signed), signature):
         _fail("bad_signature", "The signature does not match.", "envelope.signature")
 
 

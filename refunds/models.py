@@ -236,3 +236,60 @@ class Refund(models.Model):
     def idempotency_key(self) -> str:
         """The key every rail call for this refund carries, on every attempt."""
         return f"sill-refund-{self.id}"
+
+
+class IdempotencyState(models.TextChoices):
+    IN_FLIGHT = "in_flight", "In flight"
+    DONE = "done", "Done"
+
+
+class IdempotencyRecord(models.Model):
+    """One ``Idempotency-Key`` of one member on one site, and the answer Sill gave under it.
+
+    Claimed by INSERT before the work starts (the unique constraint is the lock), linked to the
+    refund inside the refund's own transaction, and given its stored response once the refund
+    committed. See ``refunds.idempotency``.
+    """
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="idempotency_records")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="idempotency_records"
+    )
+    key = models.CharField(max_length=255)
+    # SHA-256 (hex) of method, path and the canonical JSON of the parsed body.
+    fingerprint = models.CharField(max_length=64)
+    state = models.CharField(max_length=10, choices=IdempotencyState.choices)
+    # Fencing token of the request working under the key: a request whose claim was taken
+    # over (it looked abandoned) can no longer link a refund or store a response.
+    claim_token = models.CharField(max_length=32)
+    claimed_at = models.DateTimeField()
+    # The refund made under this key, set in the refund's transaction: a key with a refund is
+    # never taken over, so a crash between the refund and its stored response refunds once.
+    refund = models.ForeignKey(
+        Refund, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The response body as the JSON text that was sent: PostgreSQL's jsonb would reorder its
+    # keys, and a replay answers byte for byte the same body.
+    response_body = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "user", "key"], name="idempotency_key_unique_per_member"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in IdempotencyState]),
+                name="idempotency_state_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(state="in_flight") | Q(response_status__isnull=False),
+                name="idempotency_done_has_response",
+            ),
+        ]
+        indexes = [models.Index(fields=["expires_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.site_id}/{self.user_id}/{self.key}"

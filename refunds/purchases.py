@@ -1,17 +1,69 @@
-"""Agent purchases: an order placed by the agent, charged on the site's rail by a task."""
+"""Agent purchases: an order placed by the agent, charged on the site's rail by a task.
+
+Charging follows the discipline of refund execution (``refunds.execution``). One attempt:
+
+1. **Claim** the pending charge's lease by conditional UPDATE; the claim returns a fresh
+   *fencing token*. Recording a success or a failure, flagging and releasing all check that
+   token under the order's and the charge's row locks, so a worker whose lease lapsed and was
+   taken over can no longer change the charge. A success such a worker saw is not dropped
+   silently: it writes a signed ``lease_lost`` record, and the new holder settles the charge
+   through the lookup below.
+2. **Look up first** when an earlier attempt may have reached the rail
+   (``Charge.rail_attempted_at``, committed *before* every rail call): ``find_charge`` for
+   the idempotency key ``sill-charge-<order id>``.
+3. Otherwise **charge** with that same key.
+
+A decline fails the charge and cancels the order in one transaction, with a signed ``charge``
+record; a success records the charge, marks the order paid and writes its ``charge`` record
+in one transaction. A payment the rail has not finished (Stripe ``processing`` or
+``requires_action``: the buyer may be charged), a timeout, a lost answer, a rail switched off
+after an attempt, and any exception that is not a rail error leave the charge pending; it is
+tried again after an exponential backoff with full jitter, and every later attempt looks the
+charge up before charging again.
+
+Attempts are bounded (``SILL_CHARGE_MAX_ATTEMPTS``). The last one that ends without an
+answer leaves the charge pending with ``attention_since`` set and a signed
+``needs_attention`` record: never failed while the rail may have charged the buyer. From then
+on the charge is only looked up, never charged again, by the sweep every
+``SILL_CHARGE_ATTENTION_RECHECK_SECONDS``: it succeeds when the rail shows the charge, fails
+(and the order is cancelled) when the rail answers that nothing was charged, and otherwise
+stays as it is for a person to resolve.
+
+The sweep (:func:`recover_stuck_charges`, beat every minute) re-enqueues a pending charge
+whose lease lapsed (a worker killed at any step), whose retry is long overdue (a lost task
+message), or whose attention check is due.
+"""
 
 from __future__ import annotations
 
+import logging
+import random
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from audit.services import append_record
 from refunds import mandates
 from refunds.mandates import VerifiedMandate
 from refunds.models import Mandate
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
 from sill.orders.services import NewLine, create_order, record_charge_result, set_order_status
-from sill.rails.base import ChargeRequest, RailError
+from sill.rails.base import (
+    ChargeFinder,
+    ChargePending,
+    ChargeRequest,
+    ChargeResult,
+    RailError,
+)
 from sill.rails.registry import RailDisabled, rail_account_for, rail_for
+
+logger = logging.getLogger(__name__)
 
 
 def place_order(*, mandate: Mandate, verified: VerifiedMandate) -> Order:
@@ -50,6 +102,7 @@ def place_order(*, mandate: Mandate, verified: VerifiedMandate) -> Order:
         amount_minor=order.total_minor,
         currency=order.currency,
         status=ChargeStatus.PENDING,
+        payment_method=intent.payment_method,
     )
     from refunds.tasks import charge_order_task
 
@@ -57,40 +110,372 @@ def place_order(*, mandate: Mandate, verified: VerifiedMandate) -> Order:
     return order
 
 
-def charge_order(*, order_id: str, payment_method: str) -> str:
-    """Charge the order's pending charge once (idempotency key from the order id)."""
-    charge = Charge.objects.select_related("order").filter(order_id=order_id).first()
-    if charge is None or charge.status != ChargeStatus.PENDING:
-        return "done"
+# --- settings -------------------------------------------------------------------------------
+
+
+def lease_seconds() -> int:
+    default = getattr(settings, "SILL_EXECUTION_LEASE_SECONDS", 120)
+    return int(getattr(settings, "SILL_CHARGE_LEASE_SECONDS", default))
+
+
+def max_attempts() -> int:
+    return int(getattr(settings, "SILL_CHARGE_MAX_ATTEMPTS", 8))
+
+
+def attention_recheck() -> timedelta:
+    return timedelta(seconds=int(getattr(settings, "SILL_CHARGE_ATTENTION_RECHECK_SECONDS", 900)))
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**(attempt-1))].
+
+    Full jitter spreads the retries of many charges hit by one rail outage instead of sending
+    them back together (AWS Architecture Blog, "Exponential Backoff And Jitter").
+    """
+    base = float(getattr(settings, "SILL_CHARGE_BACKOFF_BASE_SECONDS", 2))
+    cap = float(getattr(settings, "SILL_CHARGE_BACKOFF_CAP_SECONDS", 300))
+    return random.uniform(0, min(cap, base * 2 ** max(attempt - 1, 0)))
+
+
+class ChargeRetry(Exception):
+    """This attempt ended without an outcome: run the task again after ``countdown`` seconds.
+
+    Raised only while attempts remain; the lease was released and ``next_check_at`` set.
+    """
+
+    def __init__(self, message: str, *, countdown: float) -> None:
+        super().__init__(message)
+        self.countdown = countdown
+
+
+class ChargeLeaseLost(Exception):
+    """Another execution claimed the charge: this one may no longer change it."""
+
+
+# --- the lease ------------------------------------------------------------------------------
+
+
+def claim_charge(charge_id: str) -> str | None:
+    """Take the pending charge's lease if nobody holds it; the new fencing token, or None."""
+    now = timezone.now()
+    token = secrets.token_hex(16)
+    claimed = (
+        Charge.objects.filter(pk=charge_id, status=ChargeStatus.PENDING)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .update(
+            lease_until=now + timedelta(seconds=lease_seconds()),
+            lease_token=token,
+            attempts=F("attempts") + 1,
+        )
+    )
+    return token if claimed == 1 else None
+
+
+def release_charge(charge_id: str, token: str, **fields: Any) -> bool:
+    """Give the lease back, setting ``fields``; False when ``token`` no longer holds it."""
+    return (
+        Charge.objects.filter(pk=charge_id, lease_token=token, status=ChargeStatus.PENDING)
+        .exclude(lease_until__isnull=True)
+        .update(lease_until=None, **fields)
+        == 1
+    )
+
+
+def _mark_rail_attempted(charge_id: str, token: str) -> bool:
+    """Commit, before the rail call, that a charge may from now on exist at the rail."""
+    return (
+        Charge.objects.filter(pk=charge_id, lease_token=token, status=ChargeStatus.PENDING)
+        .exclude(lease_until__isnull=True)
+        .update(rail_attempted_at=Coalesce(F("rail_attempted_at"), timezone.now()))
+        == 1
+    )
+
+
+def _locked(charge_id: str, token: str) -> tuple[Order, Charge, bool]:
+    """The order and its charge under row locks (order first, as refunds lock them), and
+    whether ``token`` still holds the pending charge's lease. Call inside ``atomic()``."""
+    order_id = Charge.objects.filter(pk=charge_id).values_list("order_id", flat=True).get()
+    order = Order.objects.select_for_update().select_related("site").get(pk=order_id)
+    charge = Charge.objects.select_for_update().get(pk=charge_id)
+    holds = (
+        charge.lease_token == token
+        and charge.lease_until is not None
+        and charge.status == ChargeStatus.PENDING
+    )
+    return order, charge, holds
+
+
+# --- one attempt ----------------------------------------------------------------------------
+
+
+def charge_request(charge: Charge, payment_method: str) -> ChargeRequest:
     order = charge.order
-    rail = rail_for(site_id=order.site_id, rail=charge.rail)
-    request = ChargeRequest(
+    return ChargeRequest(
         order_id=order.id,
-        amount=order.total,
+        amount=charge.amount,
         payment_method=payment_method,
         idempotency_key=f"sill-charge-{order.id}",
         customer_email=order.buyer_email,
         description=f"Order {order.number}",
     )
-    try:
-        result = rail.charge(request)
-    except RailError as exc:
-        if exc.retryable:
-            raise
-        record_charge_result(charge=charge, succeeded=False, failure_message=exc.message)
-        with transaction.atomic():
-            locked = Order.objects.select_for_update().get(pk=order.pk)
-            set_order_status(order=locked, status=OrderStatus.CANCELLED)
-        return "failed"
-    record_charge_result(
-        charge=charge,
-        succeeded=True,
-        provider_payment_id=result.provider_payment_id,
-        provider_charge_id=result.provider_charge_id,
-        captured_at=result.captured_at or timezone.now(),
+
+
+def charge_order(*, order_id: str, payment_method: str = "") -> str:
+    """Run one attempt at the order's pending charge; returns the outcome or raises
+    :class:`ChargeRetry`.
+
+    Outcomes: ``succeeded``, ``failed`` (the order is cancelled), ``needs_attention``,
+    ``done`` (nothing pending), ``not-claimed`` (another execution holds it) and
+    ``lease-lost``.
+    """
+    pending = (
+        Charge.objects.filter(order_id=order_id, status=ChargeStatus.PENDING)
+        .order_by("created_at")
+        .values_list("pk", flat=True)
+        .first()
     )
+    if pending is None:
+        return "done"
+    token = claim_charge(pending)
+    if token is None:
+        return "not-claimed"
+    charge = Charge.objects.select_related("order").get(pk=pending)
+    method = charge.payment_method or payment_method
+    try:
+        try:
+            return _attempt(charge, token, charge_request(charge, method))
+        except (ChargeLeaseLost, ChargeRetry):
+            raise
+        except Exception:
+            # Not a rail error: a bug, or the database failing while the result was recorded.
+            # If the rail may have been called the outcome is ambiguous; the next attempt
+            # looks the charge up first (rail_attempted_at was committed before the call).
+            logger.exception("charge %s: attempt %s failed", charge.pk, charge.attempts)
+            return _later(charge, token, reason="the attempt failed unexpectedly")
+    except ChargeLeaseLost:
+        logger.warning("charge %s: lease taken over; this attempt stops", charge.pk)
+        return "lease-lost"
+
+
+def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
+    # Past the last attempt the charge is only looked up, never charged again.
+    lookup_only = charge.attempts > max_attempts()
+    # Whether a charge may exist at the rail: an earlier attempt reached it, and the rail has
+    # not answered (in this attempt, for the idempotency key) that nothing was charged.
+    reached = charge.rail_attempted_at is not None
+    may_exist = reached
+    looking_up = False
+    try:
+        rail = rail_for(site_id=charge.order.site_id, rail=charge.rail)
+        result: ChargeResult | None = None
+        if reached:
+            if isinstance(rail, ChargeFinder):
+                looking_up = True
+                result = rail.find_charge(request)
+                looking_up = False
+                may_exist = result is not None
+                if result is None and lookup_only:
+                    return _fail(
+                        charge,
+                        token,
+                        code="not_charged",
+                        message="the rail holds no charge for this order; Sill stopped trying",
+                    )
+            elif lookup_only:
+                return _flag(charge, token, reason="the rail cannot be asked about this charge")
+        if result is None:
+            if lookup_only and not reached:
+                return _fail(
+                    charge,
+                    token,
+                    code="not_attempted",
+                    message="no attempt reached the rail; Sill stopped trying",
+                )
+            if not _mark_rail_attempted(charge.pk, token):
+                raise ChargeLeaseLost(charge.pk)
+            reached = True
+            result = rail.charge(request)
+    except RailDisabled as exc:
+        if not reached:
+            return _fail(charge, token, code="rail_disabled", message=exc.message)
+        # An earlier attempt may have charged the buyer: never fail without the rail's word.
+        return _later(charge, token, reason=f"the rail is switched off: {exc.message}")
+    except ChargePending as exc:
+        return _later(
+            charge,
+            token,
+            reason=str(exc),
+            provider_payment_id=exc.provider_payment_id,
+            rail_status=exc.provider_status,
+        )
+    except RailError as exc:
+        if exc.retryable or looking_up or may_exist:
+            # A lookup that fails, even for good (a revoked key), says nothing about the buyer;
+            # nor does a refusal from a rail that could not be asked whether it charged.
+            return _later(charge, token, reason=exc.message)
+        return _fail(charge, token, code=exc.code, message=exc.message)
+    return _succeed(charge, token, result)
+
+
+def _later(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
+    """No outcome this time: retry after a backoff, or past the last attempt, stop retrying."""
+    if charge.attempts < max_attempts():
+        countdown = backoff_seconds(charge.attempts)
+        next_check = timezone.now() + timedelta(seconds=countdown)
+        if not release_charge(charge.pk, token, next_check_at=next_check, **fields):
+            raise ChargeLeaseLost(charge.pk)
+        raise ChargeRetry(reason, countdown=countdown)
+    reached = Charge.objects.filter(pk=charge.pk, rail_attempted_at__isnull=False).exists()
+    if not reached:
+        return _fail(charge, token, code="not_attempted", message=reason)
+    return _flag(charge, token, reason=reason, **fields)
+
+
+# --- the outcomes, each in one transaction with its audit record ---------------------------
+
+
+def _succeed(charge: Charge, token: str, result: ChargeResult) -> str:
+    with transaction.atomic():
+        order, locked, holds = _locked(charge.pk, token)
+        if holds:
+            record_charge_result(
+                charge=locked,
+                succeeded=True,
+                provider_payment_id=result.provider_payment_id,
+                provider_charge_id=result.provider_charge_id,
+                captured_at=result.captured_at or timezone.now(),
+            )
+            Charge.objects.filter(pk=locked.pk).update(lease_until=None, next_check_at=None)
+            append_record(
+                site=order.site,
+                kind="charge",
+                body=_body(order, locked, outcome="succeeded", result=result),
+            )
+        elif not (
+            locked.status == ChargeStatus.SUCCEEDED
+            and locked.provider_payment_id == result.provider_payment_id
+        ):
+            # The rail charged the buyer and another execution holds the charge now: it
+            # settles through its lookup. This record keeps what this worker saw (it commits,
+            # so no raise inside the block).
+            append_record(
+                site=order.site,
+                kind="lease_lost",
+                body=_body(order, locked, outcome="succeeded", result=result),
+            )
+    if not holds:
+        logger.warning("charge %s: lease taken over after the rail charged", charge.pk)
+        return "lease-lost"
     if result.provider_customer_id and order.customer_id:
         Customer.objects.filter(pk=order.customer_id, rail_customer_id="").update(
             rail_customer_id=result.provider_customer_id
         )
     return "succeeded"
+
+
+def _fail(charge: Charge, token: str, *, code: str, message: str) -> str:
+    """The rail answered that nothing was charged: fail the charge and cancel the order."""
+    with transaction.atomic():
+        order, locked, holds = _locked(charge.pk, token)
+        if not holds:
+            raise ChargeLeaseLost(charge.pk)
+        record_charge_result(
+            charge=locked,
+            succeeded=False,
+            provider_payment_id=locked.provider_payment_id,
+            failure_message=message,
+        )
+        Charge.objects.filter(pk=locked.pk).update(lease_until=None, next_check_at=None)
+        set_order_status(order=order, status=OrderStatus.CANCELLED)
+        append_record(
+            site=order.site,
+            kind="charge",
+            body=_body(order, locked, outcome="failed", code=code, message=message[:500]),
+        )
+    return "failed"
+
+
+def _flag(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
+    """Stop retrying: the charge stays pending, needs attention, and is looked up later."""
+    now = timezone.now()
+    with transaction.atomic():
+        order, locked, holds = _locked(charge.pk, token)
+        if not holds:
+            raise ChargeLeaseLost(charge.pk)
+        first_time = locked.attention_since is None
+        Charge.objects.filter(pk=locked.pk).update(
+            lease_until=None,
+            next_check_at=now + attention_recheck(),
+            attention_since=locked.attention_since or now,
+            attention_reason=reason[:300],
+            **fields,
+        )
+        if first_time:
+            locked.refresh_from_db()
+            append_record(
+                site=order.site,
+                kind="needs_attention",
+                body=_body(order, locked, outcome="needs_attention", message=reason[:300]),
+            )
+    return "needs_attention"
+
+
+def _body(
+    order: Order,
+    charge: Charge,
+    *,
+    outcome: str,
+    result: ChargeResult | None = None,
+    code: str = "",
+    message: str = "",
+) -> dict[str, Any]:
+    """The audit body of a charge event: integers and strings only (exact amounts)."""
+    return {
+        "order_id": order.id,
+        "order_number": order.number,
+        "charge_id": charge.id,
+        "mandate_id": order.source_mandate_id,
+        "amount_minor": charge.amount_minor,
+        "currency": charge.currency,
+        "rail": charge.rail,
+        "provider_payment_id": result.provider_payment_id if result else charge.provider_payment_id,
+        "provider_charge_id": result.provider_charge_id if result else charge.provider_charge_id,
+        "rail_status": charge.rail_status,
+        "outcome": outcome,
+        "code": code,
+        "message": message,
+        "attempts": charge.attempts,
+    }
+
+
+# --- the recovery sweep ---------------------------------------------------------------------
+
+
+def stuck_charge_order_ids(*, older_than: timedelta, now: datetime | None = None) -> list[str]:
+    """Orders whose pending charge no execution holds and that nothing else will retry soon:
+    a lapsed lease, a retry overdue by ``older_than``, never tried, or an attention check due.
+    """
+    now = now or timezone.now()
+    due = now - older_than
+    free = Q(lease_until__isnull=True) & (
+        Q(next_check_at__isnull=True)
+        | Q(next_check_at__lt=due)
+        | Q(attention_since__isnull=False, next_check_at__lte=now)
+    )
+    return list(
+        Charge.objects.filter(status=ChargeStatus.PENDING, created_at__lt=due)
+        .filter(Q(lease_until__lt=now) | free)
+        .order_by("created_at")
+        .values_list("order_id", flat=True)[:500]
+    )
+
+
+def recover_stuck_charges() -> int:
+    """Re-enqueue the charge task for every stuck pending charge. Beat: every minute."""
+    from refunds.tasks import charge_order_task
+
+    older = timedelta(seconds=int(getattr(settings, "SILL_RECOVER_AFTER_SECONDS", 60)))
+    order_ids = stuck_charge_order_ids(older_than=older)
+    for order_id in order_ids:
+        charge_order_task.delay(order_id)
+    return len(order_ids)

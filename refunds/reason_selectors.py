@@ -152,7 +152,8 @@ def pickable_reason(site: Site, reason_id: object, *, field: str = "reason") -> 
     ancestor's: a merchant's "Arrived broken" under "Defective" still reads as ``defective``.
     """
     text = str(reason_id).strip() if reason_id is not None else ""
-    if not text.isdigit():
+    # isdigit() alone also takes "²" (int() then raises) and Arabic-Indic digits (int() reads).
+    if not (text.isascii() and text.isdigit()):
         raise SillError("Choose a reason for this refund.", code="invalid_field", field=field)
     reason = RefundReason.objects.filter(site=site, pk=int(text)).first()
     if reason is None:

@@ -30,6 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import append_record
+from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Refund, RefundStatus
 from refunds.services import HOLD_FOR, _move, enqueue_execution, refund_body, reserve
 from sill.errors import SillError
@@ -68,6 +69,7 @@ def deadline(refund: Refund) -> datetime:
     return refund.expires_at or refund.created_at + HOLD_FOR
 
 
+@retry_on_conflict  # a deadlock or serialization failure runs it again; 503 busy after a few
 def approve_refund(
     *, refund: Refund, actor: Any, note: str = "", now: datetime | None = None
 ) -> Refund:
@@ -81,6 +83,15 @@ def approve_refund(
     now = now or timezone.now()
     note = note.strip()[:NOTE_MAX_LENGTH]
     with transaction.atomic():
+        # The agent's and customer's decisions first, then refund → order → charge (the lock
+        # order of refunds.locks): the facts are checked again below, and what a refund
+        # counts towards (its agent, its order's customer) never changes.
+        lock_decision_scope(
+            agent_id=refund.agent_id,
+            customer_id=Order.objects.filter(pk=refund.order_id)
+            .values_list("customer_id", flat=True)
+            .first(),
+        )
         locked = _lock_held(refund)
         if locked.requested_by_id is not None and locked.requested_by_id == actor.pk:
             raise RequesterCannotApprove(

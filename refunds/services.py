@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from audit.services import append_record
 from policies.decide import PolicyOutcome, RefundContext, decide_refund
-from refunds.models import Decision, Refund, RefundOrigin, RefundStatus
+from refunds.models import RESERVED_STATUSES, Decision, Refund, RefundOrigin, RefundStatus
 from sill.errors import SillError
+from sill.failpoints import failpoint
 from sill.money import Money
 from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
 from sill.orders.services import set_order_status
@@ -29,12 +30,24 @@ REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
     RefundStatus.HELD: frozenset(
         {RefundStatus.PROCESSING, RefundStatus.REJECTED, RefundStatus.EXPIRED}
     ),
-    RefundStatus.PROCESSING: frozenset({RefundStatus.SUCCEEDED, RefundStatus.FAILED}),
+    RefundStatus.PROCESSING: frozenset(
+        {RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.NEEDS_ATTENTION}
+    ),
+    # Only the rail's answer for the idempotency key, or an owner's record of the provider's
+    # dashboard, leaves needs_attention.
+    RefundStatus.NEEDS_ATTENTION: frozenset({RefundStatus.SUCCEEDED, RefundStatus.FAILED}),
     RefundStatus.SUCCEEDED: frozenset(),
     RefundStatus.FAILED: frozenset(),
     RefundStatus.REJECTED: frozenset(),
     RefundStatus.EXPIRED: frozenset(),
 }
+
+
+class LeaseLost(SillError):
+    """The caller's execution lease was taken over: it may no longer change the refund."""
+
+    code = "lease_lost"
+    status = 409
 
 
 def _move(refund: Refund, status: str) -> None:
@@ -136,19 +149,43 @@ def _order_status_after_refund(order: Order) -> str:
     return OrderStatus.PARTIALLY_REFUNDED if refunded else order.status
 
 
-@transaction.atomic
-def settle_refund(*, refund_id: str, provider_refund_id: str, now: datetime | None = None) -> bool:
-    """Record a refund the rail confirmed. Idempotent: False when it was already settled."""
-    from refunds.tasks import send_refund_confirmation_task
+def _locked_for_change(refund_id: str, *, token: str | None) -> Refund:
+    """The refund, row-locked; ``LeaseLost`` unless ``token`` is its current lease token.
 
-    now = now or timezone.now()
+    ``token=None`` is for callers that own no lease and act on the refund's current state
+    only (none in the execution path: every rail-driven change is fenced).
+    """
     refund = (
         Refund.objects.select_for_update(of=("self",))
         .select_related("site", "order")
         .get(pk=refund_id)
     )
-    if refund.status != RefundStatus.PROCESSING:
+    if token is not None and refund.lease_token != token:
+        raise LeaseLost(f"refund {refund_id}: the execution lease was taken over")
+    return refund
+
+
+@transaction.atomic
+def settle_refund(
+    *,
+    refund_id: str,
+    provider_refund_id: str,
+    token: str | None,
+    now: datetime | None = None,
+    resolved_by: Any = None,
+) -> bool:
+    """Record a refund the rail confirmed. Idempotent: False when it was already settled.
+
+    Settles from ``processing`` or ``needs_attention``; raises ``LeaseLost`` when ``token``
+    is no longer the refund's lease token.
+    """
+    from refunds.tasks import send_refund_confirmation_task
+
+    now = now or timezone.now()
+    refund = _locked_for_change(refund_id, token=token)
+    if refund.status not in RESERVED_STATUSES:
         return False
+    failpoint("in_settlement")
     order = Order.objects.select_for_update().get(pk=refund.order_id)
     charge = Charge.objects.select_for_update().get(pk=refund.charge_id)
     Charge.objects.filter(pk=charge.pk).update(
@@ -159,6 +196,7 @@ def settle_refund(*, refund_id: str, provider_refund_id: str, now: datetime | No
     refund.provider_refund_id = provider_refund_id
     refund.settled_at = now
     refund.lease_until = None
+    refund.next_check_at = None
     refund.failure_message = ""
     refund.save()
     set_order_status(order=order, status=_order_status_after_refund(order))
@@ -170,6 +208,7 @@ def settle_refund(*, refund_id: str, provider_refund_id: str, now: datetime | No
             decision_hash=refund.decision_hash,
             provider_refund_id=provider_refund_id,
             settled_at=now.isoformat(),
+            resolved_by=resolved_by.get_username() if resolved_by is not None else None,
         ),
     )
     send_refund_confirmation_task.delay_on_commit(refund.id)
@@ -177,10 +216,17 @@ def settle_refund(*, refund_id: str, provider_refund_id: str, now: datetime | No
 
 
 @transaction.atomic
-def fail_refund(*, refund_id: str, code: str, message: str) -> bool:
-    """The rail refused for good: release the reservation; nothing moved."""
-    refund = Refund.objects.select_for_update(of=("self",)).select_related("site").get(pk=refund_id)
-    if refund.status != RefundStatus.PROCESSING:
+def fail_refund(
+    *, refund_id: str, code: str, message: str, token: str | None, resolved_by: Any = None
+) -> bool:
+    """The rail said nothing moved for this refund's key: release the reservation.
+
+    Callers must only get here on the rail's own answer (a decline, a lookup that found no
+    refund for the key) or before any attempt could have reached the rail, or on an owner's
+    record of the provider's dashboard. Raises ``LeaseLost`` on a stale ``token``.
+    """
+    refund = _locked_for_change(refund_id, token=token)
+    if refund.status not in RESERVED_STATUSES:
         return False
     Charge.objects.select_for_update().filter(pk=refund.charge_id).update(
         amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor
@@ -189,12 +235,56 @@ def fail_refund(*, refund_id: str, code: str, message: str) -> bool:
     refund.reason = code
     refund.failure_message = message[:500]
     refund.lease_until = None
+    refund.next_check_at = None
     refund.save()
     append_record(
         site=refund.site,
         kind="settlement",
-        body=refund_body(refund, decision_hash=refund.decision_hash, outcome="failed"),
+        body=refund_body(
+            refund,
+            decision_hash=refund.decision_hash,
+            outcome="failed",
+            message=refund.failure_message,
+            resolved_by=resolved_by.get_username() if resolved_by is not None else None,
+        ),
     )
+    return True
+
+
+@transaction.atomic
+def flag_refund_for_attention(
+    *, refund_id: str, token: str, code: str, message: str, next_check_at: datetime
+) -> bool:
+    """The rail may have moved the money and cannot say now: keep it reserved, tell people.
+
+    The refund leaves ``processing`` for ``needs_attention``; the beat task asks the rail
+    again from ``next_check_at``; owners and admins get one email (on commit).
+    """
+    from refunds.tasks import notify_attention_task
+
+    now = timezone.now()
+    refund = _locked_for_change(refund_id, token=token)
+    if refund.status != RefundStatus.PROCESSING:
+        return False
+    _move(refund, RefundStatus.NEEDS_ATTENTION)
+    refund.reason = code
+    refund.failure_message = message[:500]
+    refund.attention_since = now
+    refund.next_check_at = next_check_at
+    refund.lease_until = None
+    refund.save()
+    append_record(
+        site=refund.site,
+        kind="needs_attention",
+        body=refund_body(
+            refund,
+            decision_hash=refund.decision_hash,
+            attempts=refund.attempts,
+            message=refund.failure_message,
+            flagged_at=now.isoformat(),
+        ),
+    )
+    notify_attention_task.delay_on_commit(refund.id)
     return True
 
 

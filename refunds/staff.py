@@ -18,6 +18,8 @@ both acting on a stale view.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -28,6 +30,7 @@ from django.utils import timezone
 
 from policies.decide import RefundContext
 from policies.facts import prefetch_rail_facts
+from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Refund, RefundOrigin, RefundReason
 from refunds.reason_selectors import pickable_reason
 from refunds.services import charged_charge, decide_and_open
@@ -41,6 +44,7 @@ from sill.rails.registry import rail_account_for
 RefundKind = Literal["full", "amount", "percentage"]
 KINDS: tuple[str, ...] = ("full", "amount", "percentage")
 PERCENT_DECIMALS = 2
+_PERCENT_RE = re.compile(r"-?[0-9]{1,3}(\.[0-9]{1,10})?")
 
 ROUNDING_RULE = (
     "A percentage is of the order total, rounded half up to the currency's smallest unit "
@@ -71,12 +75,19 @@ def parse_percentage(value: Any, *, field: str = "percentage") -> Decimal:
     """``"25"``, ``"12.5"``, ``Decimal("33.33")`` → a percentage in (0, 100], ≤ 2 decimals."""
     if isinstance(value, bool | float) or value is None:
         raise SillError("Enter a percentage, e.g. 25.", code="invalid_field", field=field)
-    try:
-        pct = Decimal(str(value).strip().rstrip("%").strip())
-    except InvalidOperation:
-        raise SillError(
-            f"{value!r} is not a percentage.", code="invalid_field", field=field
-        ) from None
+    if isinstance(value, Decimal | int):
+        pct = Decimal(value)
+    else:
+        text = str(value).strip().removesuffix("%").strip()
+        # ASCII digits only: Decimal() alone also reads Arabic-Indic or fullwidth digits.
+        if not _PERCENT_RE.fullmatch(text):
+            raise SillError(f"{value!r} is not a percentage.", code="invalid_field", field=field)
+        try:
+            pct = Decimal(text)
+        except InvalidOperation:  # pragma: no cover - the pattern already guards this
+            raise SillError(
+                f"{value!r} is not a percentage.", code="invalid_field", field=field
+            ) from None
     if not pct.is_finite() or pct <= 0 or pct > 100:
         raise SillError(
             "A percentage is more than 0 and at most 100.", code="invalid_field", field=field
@@ -204,6 +215,9 @@ def _check_snapshot(*, order: Order, remaining: Money, expected: OrderSnapshot |
         )
 
 
+# The whole call is run again after a deadlock or serialization failure (503 ``busy`` after
+# a few): the rail's facts read before the transaction are then read afresh, which is fine.
+@retry_on_conflict
 def create_staff_refund(
     *,
     site: Site,
@@ -216,6 +230,7 @@ def create_staff_refund(
     note: str = "",
     expected: OrderSnapshot | None = None,
     now: datetime | None = None,
+    on_opened: Callable[[Refund], None] | None = None,
 ) -> Refund:
     """Refund ``order`` on behalf of ``actor`` (access already checked by the caller).
 
@@ -228,6 +243,10 @@ def create_staff_refund(
     ``invalid_field`` / ``reason_not_leaf`` / ``reason_inactive`` / ``exceeds_refundable``
     (400). Returns the refund as decided: processing (execution enqueued on commit), held for
     review, or rejected by policy.
+
+    ``on_opened(refund)`` runs inside the decision transaction once the refund row exists;
+    whatever it writes commits (or rolls back) with the refund, and an exception it raises
+    undoes the refund (``refunds.idempotency`` links its key to the refund this way).
     """
     if kind not in KINDS:
         raise SillError(
@@ -243,6 +262,10 @@ def create_staff_refund(
         else None
     )
     with transaction.atomic():
+        # The customer's other decisions first (the refunds they count are facts), then the
+        # order, then its charge: the lock order of refunds.locks, on every refund path. An
+        # order's customer is set when it is created and never changes.
+        lock_decision_scope(agent_id=None, customer_id=order.customer_id)
         # Lock order then charge (the order every refund path uses) before reading amounts.
         locked = Order.objects.select_for_update().filter(site=site, pk=order.pk).first()
         if locked is None:
@@ -280,6 +303,8 @@ def create_staff_refund(
             "note": note,
         }
         refund = decide_and_open(context=context, fields=fields)
+        if on_opened is not None:
+            on_opened(refund)
     return refund
 
 

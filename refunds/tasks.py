@@ -2,24 +2,47 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 
-from refunds.execution import RefundPending, execute_refund, stuck_refund_ids
+from refunds.attention import notify_attention
+from refunds.execution import (
+    RetryLater,
+    attention_refund_ids_due,
+    check_refund_at_rail,
+    execute_refund,
+    stuck_refund_ids,
+)
 from refunds.models import Refund
-from sill.rails.base import RailError
 
 
-@shared_task(bind=True, name="refunds.execute", max_retries=8, acks_late=True)
+def backoff_seconds(retries: int) -> float:
+    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**retries)].
+
+    Full jitter spreads the retries of many refunds hit by one rail outage, instead of
+    sending them back together (AWS Architecture Blog, "Exponential Backoff And Jitter").
+    """
+    base = float(getattr(settings, "SILL_EXECUTION_BACKOFF_BASE_SECONDS", 2))
+    cap = float(getattr(settings, "SILL_EXECUTION_BACKOFF_CAP_SECONDS", 300))
+    return random.uniform(0, min(cap, base * 2**retries))
+
+
+@shared_task(bind=True, name="refunds.execute", max_retries=None, acks_late=True)
 def execute_refund_task(self, refund_id: str) -> str:  # type: ignore[no-untyped-def]
+    """One attempt; a retry is the same refund with the same key, after a jittered backoff.
+
+    The attempt and time limits live in ``execute_refund`` (the refund's own counters), so a
+    redelivered or re-enqueued task counts against the same budget; past them the refund
+    needs attention instead of being retried.
+    """
     try:
         return execute_refund(refund_id)
-    except (RailError, RefundPending) as exc:
-        # Same refund, same idempotency key: back off and try again.
-        raise self.retry(exc=exc, countdown=min(2 ** (self.request.retries + 1), 300)) from exc
+    except RetryLater as exc:
+        raise self.retry(exc=exc, countdown=backoff_seconds(self.request.retries)) from exc
 
 
 @shared_task(name="refunds.recover_stuck")
@@ -32,14 +55,56 @@ def recover_stuck_refunds_task() -> int:
     return len(ids)
 
 
-@shared_task(name="orders.charge", bind=True, max_retries=5, acks_late=True)
-def charge_order_task(self, order_id: str, payment_method: str) -> str:  # type: ignore[no-untyped-def]
-    from refunds.purchases import charge_order
+@shared_task(name="refunds.check_at_rail", acks_late=True)
+def check_refund_at_rail_task(refund_id: str) -> str:
+    """Ask the rail about one refund that needs attention."""
+    return check_refund_at_rail(refund_id)
+
+
+@shared_task(name="refunds.check_attention")
+def check_attention_refunds_task() -> int:
+    """Enqueue a rail lookup for each refund needing attention that is due. Beat: every minute."""
+    ids = attention_refund_ids_due()
+    for refund_id in ids:
+        check_refund_at_rail_task.delay(refund_id)
+    return len(ids)
+
+
+@shared_task(
+    name="refunds.notify_attention",
+    ignore_result=True,
+    autoretry_for=(OSError,),  # SMTP errors are OSErrors; the marker was given back
+    max_retries=5,
+    retry_backoff=30,
+)
+def notify_attention_task(refund_id: str) -> None:
+    """Email the site's owners and admins, once, that a refund needs attention."""
+    notify_attention(refund_id=refund_id)
+
+
+@shared_task(name="orders.charge", bind=True, max_retries=None, acks_late=True)
+def charge_order_task(self, order_id: str, payment_method: str = "") -> str:  # type: ignore[no-untyped-def]
+    """One attempt at the order's pending charge; a retry uses the same idempotency key.
+
+    The backoff (exponential, full jitter) and the attempt limit live in
+    ``refunds.purchases`` on the charge's own counter, so a redelivered or swept task counts
+    against the same budget; past it the charge is only looked up (it succeeds, fails on the
+    rail's word, or needs attention), never retried here.
+    """
+    from refunds.purchases import ChargeRetry, charge_order
 
     try:
         return charge_order(order_id=order_id, payment_method=payment_method)
-    except RailError as exc:
-        raise self.retry(exc=exc, countdown=min(2 ** (self.request.retries + 1), 120)) from exc
+    except ChargeRetry as exc:
+        raise self.retry(exc=exc, countdown=exc.countdown) from exc
+
+
+@shared_task(name="orders.recover_stuck")
+def recover_stuck_charges_task() -> int:
+    """Re-enqueue pending charges whose lease lapsed or whose check is due. Beat: every minute."""
+    from refunds.purchases import recover_stuck_charges
+
+    return recover_stuck_charges()
 
 
 @shared_task(name="refunds.send_confirmation", ignore_result=True)

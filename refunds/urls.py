@@ -1,6 +1,6 @@
 from django.urls import path
 
-from refunds import api, views_held, views_staff
+from refunds import api, views_attention, views_held, views_staff
 
 app_name = "refunds"
 urlpatterns = [
@@ -9,4 +9,5 @@ urlpatterns = [
     path("api/v1/refunds/<str:mandate_id>", api.RefundDetailApi.as_view(), name="refund-detail"),
     *views_held.urlpatterns,
     *views_staff.urlpatterns,
+    *views_attention.urlpatterns,
 ]

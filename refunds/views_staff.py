@@ -5,6 +5,10 @@ Views parse input, check access, call one service and render. The refund form po
 concrete amount. A percentage refund is only made when the form carries the amount the user
 was shown (``confirmed_amount_minor``): without JavaScript, the first submit answers 422 with
 that amount, and the second submit confirms it.
+
+Each rendered form carries a fresh idempotency key (``idempotency_key``, a hidden field): a
+double click or a browser retry of one form makes one refund, and the repeated submit answers
+the first one's result page (``refunds.idempotency``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -20,7 +25,7 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from refunds import api_staff, reasons
+from refunds import api_staff, idempotency, reasons
 from refunds.models import Refund, RefundReason, RefundStatus
 from refunds.reason_selectors import reason_for, reason_picker_for, reason_tree_for
 from refunds.services import charged_charge
@@ -51,6 +56,10 @@ FORM_FIELDS = (
     "confirmed_amount_minor",
 )
 NOTE_MAX = 1000
+KEY_FIELD = "idempotency_key"
+# How long a repeated submit waits for the first one's answer before it says "still running"
+# (a browser that retries has usually dropped the first response, so it should get the result).
+FORM_WAIT_SECONDS = 10.0
 
 
 # --- the refund form on the order page ------------------------------------------------------
@@ -93,7 +102,10 @@ def _parse(order: Order, data: dict[str, str]) -> tuple[str, Money | None, Decim
 def _snapshot(data: dict[str, str]) -> OrderSnapshot:
     def number(name: str) -> int | None:
         value = data.get(name, "")
-        return int(value) if value.lstrip("-").isdigit() else None
+        digits = value.removeprefix("-")
+        # ASCII only: "²".isdigit() is True but int("²") raises, and Arabic-Indic digits read as 10.
+        ok = digits.isascii() and digits.isdigit() and len(digits) <= 18
+        return int(value) if ok else None
 
     return OrderSnapshot(
         remaining_minor=number("expected_remaining_minor"),
@@ -161,6 +173,8 @@ def refund_panel_context(
         expected_refund_count=len(refunds),
         held_total=Money(sum(r.amount_minor for r in held), order.currency) if held else None,
         placeholder=Money.zero(order.currency).major_str(),
+        # Fresh for every rendered form (and every re-render after a refusal).
+        idempotency_key=idempotency.new_idempotency_key(),
         rounding_rule=ROUNDING_RULE,
         **_preview_context(order, charge, form.data),
     )
@@ -207,6 +221,26 @@ def _outcome_message(request: HttpRequest, refund: Refund) -> None:
         )
 
 
+class _Unconfirmed(idempotency.NothingDecided):
+    """A percentage refund whose concrete amount the user has not seen yet."""
+
+    code = "amount_unconfirmed"
+    status = 422
+
+
+def _refund_result(request: HttpRequest, order: Order, refund: Refund) -> HttpResponse:
+    refund.refresh_from_db()  # execution may already have settled it (eager tasks)
+    _outcome_message(request, refund)
+    return _to_transactions(request, order)
+
+
+def _to_transactions(request: HttpRequest, order: Order) -> HttpResponse:
+    url = reverse("orders:detail", args=[order.pk]) + "?tab=transactions"
+    if request.htmx:
+        return HttpResponseClientRedirect(url)
+    return HttpResponseRedirect(url, status=303)
+
+
 @require_POST
 @site_view(Cap.REFUND)
 def order_refund(request: HttpRequest, order_id: str) -> HttpResponse:
@@ -214,7 +248,14 @@ def order_refund(request: HttpRequest, order_id: str) -> HttpResponse:
     order = order_for(site, order_id)
     form = RefundForm(data=_form_data(request.POST))
     try:
+        # The form's own validation comes before the key is claimed, and stores nothing.
         kind, amount, percentage = _parse(order, form.data)
+        key = idempotency.parse_idempotency_key(request.POST.get(KEY_FIELD), field=KEY_FIELD)
+    except SillError as error:
+        form.error = error
+        return _render_form(request, order, form)
+
+    def work(on_opened: Any) -> Refund:
         if kind == "percentage":
             # The user must have seen the concrete amount: htmx's preview put it in the form;
             # without JavaScript, this 422 shows it and the next submit confirms it.
@@ -222,12 +263,11 @@ def order_refund(request: HttpRequest, order_id: str) -> HttpResponse:
                 order=order, charge=charged_charge(order), kind=kind, percentage=percentage
             )
             if form.data["confirmed_amount_minor"] != str(quote.amount.amount_minor):
-                form.notice = (
+                raise _Unconfirmed(
                     f"{percentage} % comes to {format_money(quote.amount)}. Check it and press "
                     "Refund again to refund that amount."
                 )
-                return _render_form(request, order, form)
-        refund = create_staff_refund(
+        return create_staff_refund(
             site=site,
             order=order,
             actor=request.user,
@@ -237,16 +277,51 @@ def order_refund(request: HttpRequest, order_id: str) -> HttpResponse:
             reason=form.data["reason"],
             note=form.data["note"],
             expected=_snapshot(form.data),
+            on_opened=on_opened,
         )
+
+    try:
+        # A form rendered before keys existed has none: the order snapshot still guards it.
+        if key is None:
+            return _refund_result(request, order, work(None))
+        answer = idempotency.run_idempotently(
+            site=site,
+            user=request.user,
+            key=key,
+            fingerprint=idempotency.request_fingerprint(
+                method="POST", path=request.path, body=form.data
+            ),
+            work=work,
+            respond=lambda refund: {"refund_id": refund.pk},
+            success_status=303,
+            wait_seconds=getattr(settings, "SILL_FORM_IDEMPOTENCY_WAIT_SECONDS", FORM_WAIT_SECONDS),
+        )
+    except _Unconfirmed as unconfirmed:
+        form.notice = unconfirmed.message
+        return _render_form(request, order, form)
+    except idempotency.IdempotencyConflict:
+        form.error = SillError(
+            "This form was already submitted with other values; nothing was refunded by this "
+            "submit. The form below is fresh: check it and press Refund again.",
+            code=idempotency.IdempotencyConflict.code,
+        )
+        return _render_form(request, order, form)
+    except idempotency.IdempotencyInFlight:
+        messages.info(
+            request,
+            "This refund form was already submitted and is still being processed; its result "
+            "appears in the Transactions tab.",
+        )
+        return _to_transactions(request, order)
     except SillError as error:
         form.error = error
         return _render_form(request, order, form)
-    refund.refresh_from_db()  # execution may already have settled it (eager tasks)
-    _outcome_message(request, refund)
-    url = reverse("orders:detail", args=[order.pk]) + "?tab=transactions"
-    if request.htmx:
-        return HttpResponseClientRedirect(url)
-    return HttpResponseRedirect(url, status=303)
+    if "error" in answer.body:  # the first submit's refusal, answered again
+        stored = answer.body["error"]
+        form.error = SillError(stored["message"], code=stored["code"], field=stored["field"])
+        return _render_form(request, order, form)
+    refund = Refund.objects.get(site=site, pk=answer.body["refund_id"])
+    return _refund_result(request, order, refund)
 
 
 @require_GET
@@ -288,7 +363,7 @@ def _parent_from(request: HttpRequest) -> RefundReason | None:
     value = request.POST.get("parent", "").strip()
     if not value:
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
         raise SillError("Choose where the reason goes.", code="invalid_field", field="parent")
     return reason_for(request.site_ctx.site, int(value))  # type: ignore[attr-defined]
 

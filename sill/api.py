@@ -1,4 +1,5 @@
-"""The DRF exception handler: every API error is ``{"error": {"code", "message", "field"}}``."""
+"""The DRF exception handler (every API error is ``{"error": {"code", "message", "field"}}``)
+and the strict JSON parser every API view reads bodies with."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from typing import Any
 
 from django.http import Http404
 from rest_framework import exceptions
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from sill import jsonbody
 from sill.errors import SillError
 
 _DRF_CODES = {
@@ -52,3 +55,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         message = str(detail)
     response.data = {"error": {"code": code, "message": message, "field": field}}
     return response
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser with the project's rules (:func:`sill.jsonbody.loads`).
+
+    The default parser of every API view (``REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]``):
+    numbers with a fraction are ``Decimal``; nesting deeper than 32 levels, duplicate keys,
+    ``NaN``/``Infinity``, out-of-range numbers, NUL and lone surrogates are a ``ParseError``,
+    which :func:`exception_handler` answers as ``400`` with code ``malformed``.
+    """
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        encoding = (parser_context or {}).get("encoding") or "utf-8"
+        raw = stream.read() if stream is not None else b""
+        try:
+            return jsonbody.loads(raw, encoding=encoding)
+        except jsonbody.MalformedJSON as exc:
+            raise exceptions.ParseError(exc.message) from None

@@ -1,4 +1,8 @@
-"""The Celery app. Broker: Redis when REDIS_URL is set, else the embedded filesystem broker."""
+"""The Celery app, configured from the CELERY_* settings.
+
+Broker: SILL_BROKER_URL, else Redis at REDIS_URL, else the embedded filesystem broker. What
+each does with a killed worker's task: README "Workers, brokers and redelivery".
+"""
 
 from __future__ import annotations
 

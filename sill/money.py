@@ -42,6 +42,7 @@ _SYMBOLS: dict[str, str] = {
 }  # fmt: skip
 
 _CODE_RE = re.compile(r"^[A-Z]{3}$")
+_AMOUNT_RE = re.compile(r"-?[0-9]{1,18}(\.[0-9]{1,6})?")
 
 
 class MoneyError(ValueError):
@@ -138,14 +139,16 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
     """Convert major units to ``Money`` exactly; refuse what the currency cannot hold.
 
     ``parse_major("89.00", "USD") == Money(8900, "USD")``; ``"1.001"`` USD and ``"1.5"`` JPY
-    raise ``MoneyError``. Floats are refused: read JSON with ``parse_float=Decimal``.
+    raise ``MoneyError``, and so does text that is not plain ASCII digits (``"\\u0661\\u0660"``,
+    ``"1e3"``, ``"1_000"``). Floats are refused: read JSON with ``parse_float=Decimal``.
     """
     code = normalize_currency(currency)
     if isinstance(value, bool | float):
         raise MoneyError("amounts must be decimal strings or Decimal, never float")
     if isinstance(value, str):
         text = value.strip()
-        if not re.fullmatch(r"-?\d{1,18}(\.\d{1,6})?", text):
+        # ASCII digits only: ``\d`` and ``Decimal()`` also read Arabic-Indic or fullwidth digits.
+        if not _AMOUNT_RE.fullmatch(text):
             raise MoneyError(f"{value!r} is not a decimal amount")
         try:
             dec = Decimal(text)
@@ -160,6 +163,12 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
     if not dec.is_finite():
         raise MoneyError("amount must be finite")
     exp = exponent(code)
+    # Both refused before scaleb(), which overflows the decimal context on Decimal("1e999999")
+    # and silently rounds Decimal("1e-999999999") to zero.
+    if dec and dec.adjusted() >= 18:
+        raise MoneyError("amount is too large")
+    if dec and dec.adjusted() < -exp:
+        raise MoneyError(f"{code} amounts have at most {exp} decimal place(s)")
     scaled = dec.scaleb(exp)
     if scaled != scaled.to_integral_value():
         raise MoneyError(f"{code} amounts have at most {exp} decimal place(s)")

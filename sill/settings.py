@@ -9,7 +9,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from sill.env import env_bool, env_int, env_list, env_path, env_str
+from sill.env import env_bool, env_float, env_int, env_list, env_path, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 TESTING = "pytest" in sys.modules or env_bool("SILL_TESTING")
@@ -27,6 +27,10 @@ if _secret is None:
         raise ImproperlyConfigured("SILL_SECRET_KEY must be set when DEBUG is off")
     _secret = "django-insecure-development-only-" + "x" * 40
 SECRET_KEY = _secret
+# Earlier secret keys, newest first, kept while a rotation completes: Django still accepts
+# what they signed, and rail credentials encrypted under them stay readable until re-encrypted
+# (sill/rails/secrets.py, `manage.py rails reencrypt-secrets`). Keys cannot contain commas.
+SECRET_KEY_FALLBACKS = env_list("SILL_SECRET_KEY_FALLBACKS", [])
 
 ALLOWED_HOSTS = env_list("SILL_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("SILL_CSRF_TRUSTED_ORIGINS", [])
@@ -128,11 +132,51 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Celery ---------------------------------------------------------------------------------
-if REDIS_URL:
-    CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+# What a worker does with a task when it dies differs by broker (README "Workers, brokers and
+# redelivery"); the beat sweep `refunds.recover_stuck` is the backstop for both.
+#
+# Time limits: past the soft limit a task gets SoftTimeLimitExceeded (an unexpected exception:
+# execution treats it as ambiguous once the rail may have been called); past the hard limit a
+# prefork child is killed and its message acknowledged, not redelivered, so a hung rail call
+# cannot loop. The solo pool enforces neither.
+SILL_TASK_MAX_RUNTIME_SECONDS = env_int("SILL_TASK_MAX_RUNTIME_SECONDS", 300)
+CELERY_TASK_TIME_LIMIT = SILL_TASK_MAX_RUNTIME_SECONDS
+CELERY_TASK_SOFT_TIME_LIMIT = max(1, SILL_TASK_MAX_RUNTIME_SECONDS * 9 // 10)
+# The longest countdown a retry waits: refunds.execute and orders.charge back off up to
+# SILL_EXECUTION_BACKOFF_CAP_SECONDS and SILL_CHARGE_BACKOFF_CAP_SECONDS (the variables and
+# defaults refunds/ reads), tasks with `retry_backoff` up to Celery's retry_backoff_max, 600 s.
+SILL_TASK_MAX_COUNTDOWN_SECONDS = max(
+    env_int("SILL_EXECUTION_BACKOFF_CAP_SECONDS", 300),
+    env_int("SILL_CHARGE_BACKOFF_CAP_SECONDS", 300),
+    600,
+)
+# Redis keeps every delivered message in its `unacked` set until the worker acknowledges it
+# (late: after the task ran) and puts it back on the queue once it is older than the visibility
+# timeout. A retry's message is delivered at once and held unacked until its countdown is over,
+# so the timeout must exceed the longest task plus the longest countdown, or Redis hands a
+# running or waiting task to a second worker. It is also how long a killed worker's task waits
+# before it is delivered again. SILL_BROKER_VISIBILITY_TIMEOUT overrides it (tests use 5 s).
+SILL_BROKER_VISIBILITY_TIMEOUT = env_int(
+    "SILL_BROKER_VISIBILITY_TIMEOUT",
+    SILL_TASK_MAX_RUNTIME_SECONDS + SILL_TASK_MAX_COUNTDOWN_SECONDS + 60,
+)
+# The broker: SILL_BROKER_URL when set ("filesystem://" forces the embedded one even with
+# REDIS_URL, which then still serves the cache), else Redis at REDIS_URL, else embedded.
+SILL_BROKER_URL = env_str("SILL_BROKER_URL") or REDIS_URL or "filesystem://"
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object]
+if not SILL_BROKER_URL.startswith("filesystem:"):
+    CELERY_BROKER_URL = SILL_BROKER_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": SILL_BROKER_VISIBILITY_TIMEOUT,
+        # kombu scans for expired unacked messages every interval x throttle seconds (10 x 10
+        # by default); scan on every tick so redelivery comes within ~10 s of the timeout.
+        "unacked_restore_interval": max(1, min(10, SILL_BROKER_VISIBILITY_TIMEOUT // 5)),
+        "unacked_restore_throttle": 1,
+    }
 else:
-    # Embedded broker: kombu's filesystem transport under the data dir; no server needed.
+    # Embedded broker: kombu's filesystem transport under the data dir; no server needed. A
+    # fetched message's file is deleted at once and the message then lives only in the worker's
+    # memory: a killed worker process takes it along (nothing redelivers it; the sweep does).
     # Tests get a broker folder of their own run (passed on to their worker processes).
     _broker = env_path(
         "SILL_BROKER_DIR",
@@ -143,7 +187,10 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker),
         "data_folder_out": str(_broker),
-        "data_folder_processed": str(SILL_DATA_DIR / "broker-done"),
+        # Exchange tables travel with the queue folder (kombu's default is ./control).
+        "control_folder": str(_broker / "control"),
+        # Not kept: with store_processed off, kombu moves a fetched file to the system temp
+        # folder and deletes it there.
         "store_processed": False,
     }
 CELERY_RESULT_BACKEND = None
@@ -163,6 +210,15 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # and how old an unheld processing refund must be before the beat sweep re-enqueues it.
 SILL_EXECUTION_LEASE_SECONDS = env_int("SILL_EXECUTION_LEASE_SECONDS", 120)
 SILL_RECOVER_AFTER_SECONDS = env_int("SILL_RECOVER_AFTER_SECONDS", 60)
+# Bounded retries of one refund's execution (refunds/execution.py): at most this many attempts
+# and this long since the first; backoff with full jitter, uniform in
+# [0, min(cap, base x 2^retry)]. Past the bounds the refund needs attention, never "failed".
+SILL_EXECUTION_MAX_ATTEMPTS = env_int("SILL_EXECUTION_MAX_ATTEMPTS", 8)
+SILL_EXECUTION_MAX_SECONDS = env_int("SILL_EXECUTION_MAX_SECONDS", 3600)
+SILL_EXECUTION_BACKOFF_BASE_SECONDS = env_float("SILL_EXECUTION_BACKOFF_BASE_SECONDS", 2.0)
+SILL_EXECUTION_BACKOFF_CAP_SECONDS = env_int("SILL_EXECUTION_BACKOFF_CAP_SECONDS", 300)
+# How often the beat task asks the rail again about a refund that needs attention.
+SILL_ATTENTION_RECHECK_SECONDS = env_int("SILL_ATTENTION_RECHECK_SECONDS", 300)
 
 # --- Auth, sessions, security ---------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -226,7 +282,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "sill.api.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # Strict JSON everywhere (sill/jsonbody.py): depth, duplicate keys, constants, NUL.
+    "DEFAULT_PARSER_CLASSES": ["sill.api.StrictJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": None,

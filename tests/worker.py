@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -86,3 +87,80 @@ def wait_for(check: Callable[[], bool], *, timeout: float = 30, what: str = "con
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# --- A broker chosen by the test, not by the environment (tests/test_broker_redelivery.py) ---
+
+# Used when REDIS_URL is unset but a Redis answers on the default port: a database of its own.
+LOCAL_REDIS_URL = "redis://127.0.0.1:6379/15"
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A broker for this process to publish to, and the environment a worker needs to consume."""
+
+    url: str
+    transport_options: dict[str, object]
+    worker_env: dict[str, str]
+
+
+def embedded_broker(folder: Path) -> Broker:
+    """kombu's filesystem transport in ``folder``, whatever REDIS_URL says."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return Broker(
+        url="filesystem://localhost//",
+        transport_options={
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "control_folder": str(folder / "control"),
+            "store_processed": False,
+        },
+        worker_env={"SILL_BROKER_URL": "filesystem://", "SILL_BROKER_DIR": str(folder)},
+    )
+
+
+def reachable_redis_url() -> str | None:
+    """REDIS_URL when set (unreachable then fails the test, as it should in CI); else a Redis
+    answering on 127.0.0.1:6379; else None."""
+    import redis
+
+    if settings.REDIS_URL:
+        return settings.REDIS_URL
+    try:
+        redis.Redis.from_url(LOCAL_REDIS_URL, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        return None
+    return LOCAL_REDIS_URL
+
+
+def redis_broker(url: str, *, visibility_timeout: int) -> Broker:
+    return Broker(
+        url=url,
+        transport_options={"visibility_timeout": visibility_timeout},
+        worker_env={
+            "SILL_BROKER_URL": url,
+            "SILL_BROKER_VISIBILITY_TIMEOUT": str(visibility_timeout),
+        },
+    )
+
+
+@contextmanager
+def publishing_to(broker: Broker) -> Iterator[None]:
+    """Point this process's Celery app at ``broker`` for a while: ``.delay()`` publishes there
+    and ``running_worker`` purges there. Start workers with ``**broker.worker_env``."""
+    from sill.celery import app
+
+    saved = (app.conf.broker_url, app.conf.broker_transport_options)
+
+    def drop_connections() -> None:
+        # The app caches its connection and producer pools for the broker it first used.
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    drop_connections()
+    app.conf.broker_url, app.conf.broker_transport_options = broker.url, broker.transport_options
+    try:
+        yield
+    finally:
+        drop_connections()
+        app.conf.broker_url, app.conf.broker_transport_options = saved

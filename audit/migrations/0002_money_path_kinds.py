@@ -4,24 +4,68 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0005_member_token'),
-        ('audit', '0001_initial'),
+        ("accounts", "0005_member_token"),
+        ("audit", "0001_initial"),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='auditrecord',
-            name='auditrecord_kind_valid',
+            model_name="auditrecord",
+            name="auditrecord_kind_valid",
         ),
         migrations.AlterField(
-            model_name='auditrecord',
-            name='kind',
-            field=models.CharField(choices=[('approved', 'Approved'), ('escalated', 'Escalated (held for review)'), ('escalated_approved', 'Escalated, then approved'), ('escalated_rejected', 'Escalated, then rejected'), ('rejected', 'Rejected'), ('settlement', 'Settlement'), ('review', 'Review'), ('policy_change', 'Policy change'), ('key_change', 'Key change'), ('reason_change', 'Reason change'), ('external_refund', 'External refund'), ('dispute', 'Dispute'), ('charge', 'Charge'), ('needs_attention', 'Needs attention'), ('attention_resolved', 'Attention resolved'), ('lease_lost', 'Execution lease lost')], max_length=32),
+            model_name="auditrecord",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("approved", "Approved"),
+                    ("escalated", "Escalated (held for review)"),
+                    ("escalated_approved", "Escalated, then approved"),
+                    ("escalated_rejected", "Escalated, then rejected"),
+                    ("rejected", "Rejected"),
+                    ("settlement", "Settlement"),
+                    ("review", "Review"),
+                    ("policy_change", "Policy change"),
+                    ("key_change", "Key change"),
+                    ("reason_change", "Reason change"),
+                    ("external_refund", "External refund"),
+                    ("dispute", "Dispute"),
+                    ("charge", "Charge"),
+                    ("needs_attention", "Needs attention"),
+                    ("attention_resolved", "Attention resolved"),
+                    ("lease_lost", "Execution lease lost"),
+                ],
+                max_length=32,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='auditrecord',
-            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['approved', 'escalated', 'escalated_approved', 'escalated_rejected', 'rejected', 'settlement', 'review', 'policy_change', 'key_change', 'reason_change', 'external_refund', 'dispute', 'charge', 'needs_attention', 'attention_resolved', 'lease_lost'])), name='auditrecord_kind_valid'),
+            model_name="auditrecord",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "kind__in",
+                        [
+                            "approved",
+                            "escalated",
+                            "escalated_approved",
+                            "escalated_rejected",
+                            "rejected",
+                            "settlement",
+                            "review",
+                            "policy_change",
+                            "key_change",
+                            "reason_change",
+                            "external_refund",
+                            "dispute",
+                            "charge",
+                            "needs_attention",
+                            "attention_resolved",
+                            "lease_lost",
+                        ],
+                    )
+                ),
+                name="auditrecord_kind_valid",
+            ),
         ),
     ]

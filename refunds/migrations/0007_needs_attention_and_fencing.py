@@ -5,76 +5,121 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0005_member_token'),
-        ('orders', '0001_initial'),
-        ('refunds', '0006_held_notified_at'),
+        ("accounts", "0005_member_token"),
+        ("orders", "0001_initial"),
+        ("refunds", "0006_held_notified_at"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='refund',
-            name='refund_status_valid',
+            model_name="refund",
+            name="refund_status_valid",
         ),
         migrations.RemoveConstraint(
-            model_name='refund',
-            name='refund_moving_amount_gt_0',
+            model_name="refund",
+            name="refund_moving_amount_gt_0",
         ),
         migrations.RemoveConstraint(
-            model_name='refund',
-            name='refund_one_live_agent_refund_per_order',
+            model_name="refund",
+            name="refund_one_live_agent_refund_per_order",
         ),
         migrations.AddField(
-            model_name='refund',
-            name='attention_notified_at',
+            model_name="refund",
+            name="attention_notified_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='refund',
-            name='attention_since',
+            model_name="refund",
+            name="attention_since",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='refund',
-            name='first_attempt_at',
+            model_name="refund",
+            name="first_attempt_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='refund',
-            name='lease_token',
+            model_name="refund",
+            name="lease_token",
             field=models.CharField(blank=True, max_length=32),
         ),
         migrations.AddField(
-            model_name='refund',
-            name='next_check_at',
+            model_name="refund",
+            name="next_check_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='refund',
-            name='rail_attempted_at',
+            model_name="refund",
+            name="rail_attempted_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='refund',
-            name='status',
-            field=models.CharField(choices=[('held', 'Held'), ('processing', 'Processing'), ('needs_attention', 'Needs attention'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('rejected', 'Rejected'), ('expired', 'Expired')], max_length=20),
+            model_name="refund",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("held", "Held"),
+                    ("processing", "Processing"),
+                    ("needs_attention", "Needs attention"),
+                    ("succeeded", "Succeeded"),
+                    ("failed", "Failed"),
+                    ("rejected", "Rejected"),
+                    ("expired", "Expired"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AddIndex(
-            model_name='refund',
-            index=models.Index(fields=['status', 'next_check_at'], name='refunds_ref_status_f725d5_idx'),
+            model_name="refund",
+            index=models.Index(
+                fields=["status", "next_check_at"], name="refunds_ref_status_f725d5_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='refund',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['held', 'processing', 'needs_attention', 'succeeded', 'failed', 'rejected', 'expired'])), name='refund_status_valid'),
+            model_name="refund",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "status__in",
+                        [
+                            "held",
+                            "processing",
+                            "needs_attention",
+                            "succeeded",
+                            "failed",
+                            "rejected",
+                            "expired",
+                        ],
+                    )
+                ),
+                name="refund_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='refund',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status__in', ['processing', 'needs_attention', 'succeeded']), _negated=True), ('amount_minor__gt', 0), _connector='OR'), name='refund_moving_amount_gt_0'),
+            model_name="refund",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(
+                        ("status__in", ["processing", "needs_attention", "succeeded"]),
+                        _negated=True,
+                    ),
+                    ("amount_minor__gt", 0),
+                    _connector="OR",
+                ),
+                name="refund_moving_amount_gt_0",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='refund',
-            constraint=models.UniqueConstraint(condition=models.Q(('origin', 'agent'), ('status__in', ['held', 'processing', 'needs_attention', 'succeeded'])), fields=('order',), name='refund_one_live_agent_refund_per_order'),
+            model_name="refund",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(
+                    ("origin", "agent"),
+                    ("status__in", ["held", "processing", "needs_attention", "succeeded"]),
+                ),
+                fields=("order",),
+                name="refund_one_live_agent_refund_per_order",
+            ),
         ),
     ]

@@ -175,10 +175,30 @@ class Charge(models.Model):
         max_length=20, choices=ChargeStatus.choices, default=ChargeStatus.PENDING
     )
     failure_message = models.CharField(max_length=500, blank=True)
+    # --- executing a pending charge (refunds.purchases) ---
+    # What the purchase asked to pay with, so a recovery sweep can retry without the mandate.
+    payment_method = models.CharField(max_length=255, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # While set and in the future, one execution holds this charge; ``lease_token`` is its
+    # fencing token: a worker whose token was replaced can no longer record a result.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_token = models.CharField(max_length=32, blank=True)
+    # Committed *before* the first rail call: from then on the charge is never failed until
+    # the rail has said, for its idempotency key, that nothing was charged.
+    rail_attempted_at = models.DateTimeField(null=True, blank=True)
+    # What the rail last said of a payment it has not finished (Stripe ``processing`` or
+    # ``requires_action``): the buyer may be charged, so the charge stays pending.
+    rail_status = models.CharField(max_length=40, blank=True)
+    # When the charge is next tried or asked about (by its task's retry, or by the sweep).
+    next_check_at = models.DateTimeField(null=True, blank=True)
+    # Past its attempt limit with an outcome only the rail (or a person) can settle.
+    attention_since = models.DateTimeField(null=True, blank=True)
+    attention_reason = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["created_at"]
+        indexes = [models.Index(fields=["status", "next_check_at"])]
         constraints = [
             models.CheckConstraint(condition=Q(amount_minor__gte=0), name="charge_amount_gte_0"),
             models.CheckConstraint(
@@ -214,6 +234,10 @@ class Charge(models.Model):
     @property
     def amount(self) -> Money:
         return Money(self.amount_minor, self.currency)
+
+    @property
+    def needs_attention(self) -> bool:
+        return self.status == ChargeStatus.PENDING and self.attention_since is not None
 
     @property
     def amount_refunded(self) -> Money:

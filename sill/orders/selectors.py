@@ -76,6 +76,7 @@ TX_STATUS_LABELS = {
     "failed": "FAILED",
     "processing": "pending",
     "pending": "pending",
+    "needs_attention": "needs attention",
     "held": "held",
     "rejected": "rejected",
     "expired": "expired",
@@ -141,6 +142,7 @@ def dashboard_figures(site: Site) -> dict[str, object]:
     refunds = Refund.objects.filter(site=site).aggregate(
         held=Count("id", filter=Q(status=RefundStatus.HELD)),
         processing=Count("id", filter=Q(status=RefundStatus.PROCESSING)),
+        needs_attention=Count("id", filter=Q(status=RefundStatus.NEEDS_ATTENTION)),
         succeeded=Count("id", filter=Q(status=RefundStatus.SUCCEEDED)),
     )
     by_currency = (

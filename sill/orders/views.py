@@ -18,7 +18,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     site = request.site_ctx.site
     recent = selectors.orders_for(site)[:8]
     figures = selectors.dashboard_figures(site)
-    return render(request, "orders/dashboard.html", {"recent": recent, **figures})
+    from refunds.views_attention import dashboard_attention
+
+    context = {"recent": recent, "attention": dashboard_attention(request), **figures}
+    return render(request, "orders/dashboard.html", context)
 
 
 @site_view(Cap.VIEW_ORDERS)
@@ -41,6 +44,7 @@ def order_detail_context(
     request: HttpRequest, order: Order, *, tab: str = "overview", refund_form: Any = None
 ) -> dict[str, Any]:
     """What the order page shows; the refund POST view re-renders the page with it (422)."""
+    from refunds.views_attention import attention_context
     from refunds.views_staff import refund_panel_context
 
     charges = list(order.charges.prefetch_related("disputes"))
@@ -51,6 +55,9 @@ def order_detail_context(
         "charges": charges,
         "transactions": transactions,
         "tab": tab,
+        "attention": attention_context(
+            request, refunds=[t.obj for t in transactions if t.kind == "refund"]
+        ),
         "refund_panel": refund_panel_context(
             request, order=order, charges=charges, transactions=transactions, form=refund_form
         ),

@@ -22,6 +22,18 @@ class RailAccountForm(forms.ModelForm):
         model = RailAccount
         fields = ["site", "rail", "enabled", "mode", "connected_account", "api_base", "config"]
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        moved = self.instance.pk is not None and {"site", "rail"} & set(self.changed_data)
+        if moved and self.instance.has_secret and not cleaned.get("new_secret"):
+            # The stored key is bound to its site and rail (secrets.py): it would not decrypt
+            # on the moved account, and moving a credential should be a deliberate re-entry.
+            raise forms.ValidationError(
+                "The stored API key belongs to this account's site and rail: enter the API "
+                "key again to move the account."
+            )
+        return cleaned
+
     def save(self, commit: bool = True) -> Any:
         account = super().save(commit=False)
         if self.cleaned_data.get("new_secret"):

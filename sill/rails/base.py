@@ -156,3 +156,37 @@ class RefundFactsReader(Protocol):
     read comes back ``None`` instead of raising, and a ``RailError`` means nothing was read."""
 
     def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts: ...
+
+
+# --- charges whose outcome is unknown or unfinished (optional: see refunds.purchases) ------
+
+
+class ChargePending(RailError):
+    """The provider took the payment but has not finished it (Stripe ``processing``,
+    ``requires_action``, ``requires_capture``): the buyer may be charged, so this is no failure.
+
+    Ask again later with :meth:`ChargeFinder.find_charge`; never charge under another key.
+    """
+
+    retryable = True
+    code = "charge_pending"
+
+    def __init__(self, message: str, *, provider_payment_id: str, provider_status: str) -> None:
+        super().__init__(message)
+        self.provider_payment_id = provider_payment_id
+        self.provider_status = provider_status
+
+
+@runtime_checkable
+class ChargeFinder(Protocol):
+    """A rail that can look a charge up by what Sill sent (``sill-charge-<order id>`` and the
+    order id in metadata). The optional part of the ``Rail`` protocol for charges.
+
+    ``find_charge`` returns the charge when it succeeded, ``None`` when the rail holds no
+    charge that took money for the request (nothing, or only declined / canceled attempts:
+    charging again with the same key is safe), raises :class:`ChargePending` when a payment
+    exists but is unfinished, and another ``RailError`` when it could not look (even a
+    permanent one, e.g. a revoked key, says nothing about whether the buyer was charged).
+    """
+
+    def find_charge(self, request: ChargeRequest) -> ChargeResult | None: ...

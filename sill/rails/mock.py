@@ -7,15 +7,21 @@ and ``find_refund`` finds a refund whose response was lost.
 Scripting, from ``RailAccount.config``::
 
     {"charge": "succeed" | "decline" | "timeout",
-     "refund": "succeed" | "decline" | "timeout" | "timeout_after_effect" | "rate_limited",
+     "refund": "succeed" | "decline" | "timeout" | "timeout_after_effect" | "rate_limited"
+               | "error_after_effect",
+     "lookup": "succeed" | "fail" | "reject",   # how find_refund answers
      "fail_times": N,        # only the first N calls per idempotency key follow the script
      "delay_seconds": 1.5}   # sleep before answering, after recording
 
 ``decline`` → ``PermanentRailError``; ``timeout`` → ``AmbiguousRailError`` and nothing
 recorded; ``timeout_after_effect`` → the refund is recorded, then ``AmbiguousRailError`` (the
-response was lost); ``rate_limited`` → ``RetryableRailError``. ``{"facts": "fail"}`` makes
-``read_refund_facts`` fail (``RetryableRailError``), ``{"facts": "no_customers"}`` answers
-like a key that cannot read customers (no customer age, no history). A payment method containing
+response was lost); ``rate_limited`` → ``RetryableRailError``; ``error_after_effect`` → the
+refund is recorded, then a ``RuntimeError`` (a bug or a library error after the provider
+acted). ``{"lookup": "fail"}`` makes ``find_refund`` time out (``AmbiguousRailError``),
+``{"lookup": "reject"}`` refuse for good (``PermanentRailError``, like a rotated or restricted
+key). ``{"facts": "fail"}`` makes ``read_refund_facts`` fail (``RetryableRailError``),
+``{"facts": "no_customers"}`` answers like a key that cannot read customers (no customer age,
+no history). A payment method containing
 ``chargeDeclined`` (e.g. ``pm_card_visa_chargeDeclined``) is declined, as on Stripe.
 
 Ledger writes are committed with the caller's connection: call rails outside
@@ -47,10 +53,11 @@ from sill.rails.base import (
 )
 from sill.rails.models import MockCallCount, MockEntryKind, MockLedgerEntry
 
-CHARGE_SCRIPTS = frozenset({"succeed", "decline", "timeout"})
+CHARGE_SCRIPTS = frozenset({"succeed", "decline", "timeout", "timeout_after_effect"})
 REFUND_SCRIPTS = frozenset(
-    {"succeed", "decline", "timeout", "timeout_after_effect", "rate_limited"}
+    {"succeed", "decline", "timeout", "timeout_after_effect", "rate_limited", "error_after_effect"}
 )
+LOOKUP_SCRIPTS = frozenset({"succeed", "fail", "reject"})
 
 
 class MockRail:
@@ -65,6 +72,9 @@ class MockRail:
             raise ValueError(f"unknown mock charge script {self._charge_script!r}")
         if self._refund_script not in REFUND_SCRIPTS:
             raise ValueError(f"unknown mock refund script {self._refund_script!r}")
+        self._lookup_script = str(self.config.get("lookup", "succeed"))
+        if self._lookup_script not in LOOKUP_SCRIPTS:
+            raise ValueError(f"unknown mock lookup script {self._lookup_script!r}")
         fail_times = self.config.get("fail_times")
         self._fail_times = None if fail_times is None else int(fail_times)
         self._delay = float(self.config.get("delay_seconds", 0) or 0)
@@ -95,6 +105,20 @@ class MockRail:
             )
         self._check_same(entry, MockEntryKind.CHARGE, request.amount)
         self._answer()
+        if script == "timeout_after_effect":
+            raise AmbiguousRailError("mock rail: the charge was made but the response was lost")
+        return ChargeResult(
+            provider_payment_id=entry.provider_id,
+            provider_charge_id=entry.provider_charge_id,
+            captured_at=entry.created_at,
+        )
+
+    def find_charge(self, request: ChargeRequest) -> ChargeResult | None:
+        """The charge made earlier under ``request``'s idempotency key (the mock records only
+        charges that took money: a declined or timed-out call leaves nothing to find)."""
+        entry = self._existing(request.idempotency_key)
+        if entry is None or entry.kind != MockEntryKind.CHARGE:
+            return None
         return ChargeResult(
             provider_payment_id=entry.provider_id,
             provider_charge_id=entry.provider_charge_id,
@@ -120,9 +144,18 @@ class MockRail:
         self._answer()
         if script == "timeout_after_effect":
             raise AmbiguousRailError("mock rail: the refund was made but the response was lost")
+        if script == "error_after_effect":
+            raise RuntimeError("mock rail: the refund was made, then the client crashed")
         return _refund_result(entry)
 
     def find_refund(self, request: RefundRequest) -> RefundResult | None:
+        if self._lookup_script == "fail":
+            self._answer()
+            raise AmbiguousRailError("mock rail: the refund lookup timed out (scripted)")
+        if self._lookup_script == "reject":
+            raise PermanentRailError(
+                "mock rail: the API key was rejected (scripted)", code="rail_auth_failed"
+            )
         entry = self._existing(request.idempotency_key)
         if entry is None or entry.kind != MockEntryKind.REFUND:
             return None

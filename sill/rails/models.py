@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from django.db import models
+import logging
+
+from django.db import DatabaseError, models, transaction
 from django.db.models import Q
 
 from sill.accounts.models import Site
 from sill.orders.models import Rail
-from sill.rails.secrets import decrypt_secret, encrypt_secret
+from sill.rails.secrets import SecretBinding, encrypt_secret, open_secret
+
+logger = logging.getLogger(__name__)
 
 
 class RailMode(models.TextChoices):
@@ -53,13 +57,76 @@ class RailAccount(models.Model):
     def has_secret(self) -> bool:
         return bool(self.secret_encrypted)
 
+    def secret_binding(self) -> SecretBinding:
+        """What the stored credential is bound to (secrets.py): this site and this rail."""
+        if not self.site_id or not self.rail:
+            raise ValueError("set the account's site and rail before its secret")
+        return SecretBinding(site_id=str(self.site_id), rail=self.rail)
+
     def set_secret(self, plain: str) -> None:
-        """Encrypt ``plain`` into ``secret_encrypted`` (the caller saves)."""
-        self.secret_encrypted = encrypt_secret(plain)
+        """Encrypt ``plain`` into ``secret_encrypted`` for this site and rail (the caller saves)."""
+        self.secret_encrypted = encrypt_secret(plain, binding=self.secret_binding())
 
     def get_secret(self) -> str:
-        """The plain secret, ``""`` if none; raises ``RailSecretUnreadable`` after a rotation."""
-        return decrypt_secret(self.secret_encrypted)
+        """The plain secret, ``""`` if none; raises ``RailSecretUnreadable`` if no key opens it.
+
+        A secret stored in the legacy format or under a fallback key is re-encrypted with the
+        current ``SECRET_KEY`` right away (see :meth:`reencrypt_secret`).
+        """
+        opened = open_secret(self.secret_encrypted, binding=self.secret_binding())
+        if not opened.current and self.pk is not None:
+            self._store_reencrypted(opened.plain, opened.stale_because, quiet=True)
+        return opened.plain
+
+    def reencrypt_secret(self, *, dry_run: bool = False) -> str:
+        """Rewrite the stored secret under the current key if it needs it.
+
+        Returns why it was (or, with ``dry_run``, would be) rewritten, ``""`` when it was
+        already current or empty, or changed meanwhile. Raises ``RailSecretUnreadable`` if no
+        key opens it, and database errors (``get_secret`` only logs them).
+        """
+        opened = open_secret(self.secret_encrypted, binding=self.secret_binding())
+        if opened.current:
+            return ""
+        if not dry_run and not self._store_reencrypted(opened.plain, opened.stale_because):
+            return ""
+        return opened.stale_because
+
+    def _store_reencrypted(self, plain: str, stale_because: str, *, quiet: bool = False) -> bool:
+        old = bytes(self.secret_encrypted or b"")
+        new = encrypt_secret(plain, binding=self.secret_binding())
+        try:
+            # A savepoint, so a failed write never poisons the caller's transaction (reads
+            # happen inside refund execution); conditional on the old blob, so a key saved
+            # meanwhile on Settings → Rails is never overwritten by the old one.
+            with transaction.atomic():
+                updated = RailAccount.objects.filter(pk=self.pk, secret_encrypted=old).update(
+                    secret_encrypted=new
+                )
+        except DatabaseError as exc:
+            if not quiet:
+                raise
+            # The class only: a driver's message may quote the statement's parameters.
+            logger.warning(
+                "could not re-encrypt the %s rail credential of site %s (stored under %s): "
+                "%s; it stays readable and is retried on the next read",
+                self.rail,
+                self.site_id,
+                stale_because,
+                type(exc).__name__,
+            )
+            return False
+        if not updated:
+            return False
+        self.secret_encrypted = new
+        logger.info(
+            "re-encrypted the %s rail credential of site %s with the current SECRET_KEY "
+            "(it was stored under %s)",
+            self.rail,
+            self.site_id,
+            stale_because,
+        )
+        return True
 
 
 class MockEntryKind(models.TextChoices):

@@ -7,6 +7,7 @@ A rail module other than mock and stripe plugs in by defining
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 
 from django.conf import settings
@@ -17,7 +18,10 @@ from sill.orders.models import Rail as RailName
 from sill.rails.base import Rail
 from sill.rails.mock import MockRail
 from sill.rails.models import RailAccount, RailMode
+from sill.rails.secrets import WHAT_TO_DO, RailSecretUnreadable
 from sill.rails.stripe import StripeRail
+
+logger = logging.getLogger(__name__)
 
 
 class RailDisabled(SillError):
@@ -45,7 +49,21 @@ def rail_from_account(account: RailAccount) -> Rail:
             "on this deployment (set SILL_ALLOW_LIVE=1 to allow it)."
         )
     builder = _BUILDERS.get(account.rail) or _plugged_in_builder(account.rail)
-    return builder(account)
+    try:
+        return builder(account)
+    except RailSecretUnreadable as exc:
+        # A permanent condition until someone acts: the rail is refused like a switched-off
+        # one (refunds fail with rail_disabled instead of being retried against a key that
+        # will never open), and the rails page shows the same problem on the rail's card.
+        logger.warning(
+            "the %s rail of site %s is disabled: its stored credential cannot be decrypted",
+            account.rail,
+            account.site_id,
+        )
+        raise RailDisabled(
+            f"The {_label(account.rail)} rail is disabled because its stored API key cannot "
+            f"be read: {WHAT_TO_DO}."
+        ) from exc
 
 
 def ensure_mock_rail(site: Site) -> RailAccount:

@@ -21,6 +21,7 @@ import stripe
 from sill.money import Money
 from sill.rails.base import (
     AmbiguousRailError,
+    ChargePending,
     ChargeRequest,
     ChargeResult,
     CustomerHistory,
@@ -96,20 +97,78 @@ class StripeRail:
             )
         except stripe.StripeError as exc:
             self._raise(exc, doing="charge")
+        if intent.status in _UNFINISHED_INTENT_STATES:
+            # The buyer may be (or become) charged: not a failure. Sill asks again later.
+            raise ChargePending(
+                f"Stripe has not finished the payment {intent.id} (status {intent.status})",
+                provider_payment_id=intent.id,
+                provider_status=str(intent.status),
+            )
         if intent.status != "succeeded":
+            # requires_payment_method (declined on confirm), canceled: no money moved.
             raise PermanentRailError(
                 f"Stripe did not complete the payment {intent.id} (status {intent.status})"
             )
-        charge = intent.latest_charge  # an id, or the Charge itself when expanded
-        charge_id = charge if isinstance(charge, str) else getattr(charge, "id", "")
-        created = getattr(charge, "created", None) or intent.created
-        customer = intent.customer
-        return ChargeResult(
-            provider_payment_id=intent.id,
-            provider_charge_id=charge_id or "",
-            captured_at=datetime.fromtimestamp(created, tz=UTC),
-            provider_customer_id=(customer if isinstance(customer, str) else "") or "",
-        )
+        return _charge_result(intent)
+
+    def find_charge(self, request: ChargeRequest) -> ChargeResult | None:
+        """The PaymentIntent Sill created for ``request`` (by ``sill_order_id`` metadata).
+
+        Stripe cannot be asked by idempotency key, so the metadata is searched. A succeeded
+        intent wins; an unfinished one raises ``ChargePending``; declined or canceled ones
+        took no money, so they count as none (the caller may charge again with the same key).
+        Search is eventually consistent on Stripe (about a minute): Sill looks up only after
+        an attempt's lease lapsed or a retry's backoff, and retries under the same key, which
+        Stripe answers with the original intent for 24 hours.
+        """
+        unfinished = None
+        for intent in self._intents_for_order(request.order_id):
+            if (
+                int(intent.amount) != request.amount.amount_minor
+                or str(intent.currency).upper() != request.amount.currency
+            ):
+                continue
+            if intent.status == "succeeded":
+                return _charge_result(intent)
+            if intent.status in _UNFINISHED_INTENT_STATES:
+                unfinished = intent
+        if unfinished is not None:
+            raise ChargePending(
+                f"Stripe has not finished the payment {unfinished.id} (status {unfinished.status})",
+                provider_payment_id=unfinished.id,
+                provider_status=str(unfinished.status),
+            )
+        return None
+
+    def _intents_for_order(self, order_id: str) -> list[Any]:
+        """Every PaymentIntent whose metadata names ``order_id``.
+
+        The Search API answers directly; where it does not exist (localstripe, and regions
+        without search) the newest intents are listed, a bounded number of pages: a charge
+        being recovered is minutes or hours old.
+        """
+        query = f"metadata['sill_order_id']:'{order_id}'"
+        try:
+            try:
+                found = self._client.v1.payment_intents.search(
+                    params={"query": query, "limit": 100}
+                )
+                return [i for i in found.auto_paging_iter() if _is_for(i, order_id)]
+            except stripe.InvalidRequestError as exc:
+                if exc.http_status != 404:
+                    raise
+            matches: list[Any] = []
+            page = self._client.v1.payment_intents.list(params={"limit": 100})
+            for _ in range(_LIST_PAGES):
+                matches.extend(i for i in page.data if _is_for(i, order_id))
+                if not page.has_more or not page.data:
+                    break
+                page = self._client.v1.payment_intents.list(
+                    params={"limit": 100, "starting_after": page.data[-1].id}
+                )
+            return matches
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="charge lookup", read=True)
 
     def refund(self, request: RefundRequest) -> RefundResult:
         params: dict[str, Any] = {
@@ -274,6 +333,29 @@ class StripeRail:
         # "from None": the SDK's exception carries the raw request context; keep it out of
         # tracebacks and logs. The type and code above are what callers need.
         raise error from None
+
+
+# PaymentIntent states in which the buyer may be charged but the payment is not finished.
+_UNFINISHED_INTENT_STATES = frozenset({"processing", "requires_action", "requires_capture"})
+# How many pages of 100 intents ``find_charge`` lists where search is unavailable.
+_LIST_PAGES = 10
+
+
+def _is_for(intent: Any, order_id: str) -> bool:
+    return _metadata(intent).get("sill_order_id") == order_id
+
+
+def _charge_result(intent: Any) -> ChargeResult:
+    charge = intent.latest_charge  # an id, or the Charge itself when expanded
+    charge_id = charge if isinstance(charge, str) else getattr(charge, "id", "")
+    created = getattr(charge, "created", None) or intent.created
+    customer = intent.customer
+    return ChargeResult(
+        provider_payment_id=intent.id,
+        provider_charge_id=charge_id or "",
+        captured_at=datetime.fromtimestamp(created, tz=UTC),
+        provider_customer_id=(customer if isinstance(customer, str) else "") or "",
+    )
 
 
 def _metadata(obj: Any) -> dict[str, Any]:

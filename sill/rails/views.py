@@ -64,11 +64,16 @@ def _card(site: Site, rail: str, account: RailAccount | None) -> RailCard:
         available=rail in services.CONFIGURABLE_RAILS,
         account=account,
     )
-    if rail == Rail.STRIPE and account is not None and account.has_secret:
+    if account is not None and account.has_secret:
         try:
-            card.key_hint = services.key_hint(account.get_secret())
+            # Reading also re-encrypts a key still stored under a fallback SECRET_KEY.
+            secret = account.get_secret()
         except RailSecretUnreadable:
+            # rail_for() refuses this rail (RailDisabled) for the same reason; say so here.
             card.key_unreadable = True
+        else:
+            if rail == Rail.STRIPE:
+                card.key_hint = services.key_hint(secret)
     if rail == Rail.STRIPE:
         card.form = StripeForm(
             initial={

@@ -13,7 +13,7 @@ _BADGE_TONES = {
     "PAID": "ok", "SHIPPED": "info", "DELIVERED": "ok", "PARTIALLY_REFUNDED": "warn",
     "REFUNDED": "muted", "CANCELLED": "muted", "PENDING": "info",
     "succeeded": "ok", "processing": "info", "pending": "info", "held": "warn",
-    "failed": "bad", "rejected": "bad", "expired": "muted",
+    "failed": "bad", "rejected": "bad", "expired": "muted", "needs_attention": "bad",
     "approved": "ok", "escalated": "warn",
 }  # fmt: skip
 

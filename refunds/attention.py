@@ -1,0 +1,169 @@
+"""Refunds that need attention: telling owners and admins, and an owner's resolution.
+
+A refund lands in ``needs_attention`` when a rail attempt may have moved the money and the
+rail cannot say (see :mod:`refunds.execution`). Two things end it: the rail's own answer for
+the idempotency key (the beat task), or an owner recording what the provider's dashboard
+shows — "the refund is there, with this id" or "there is no refund" — which writes a signed
+``attention_resolved`` record naming the owner, then settles or releases the reservation.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import QuerySet
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.services import append_record
+from refunds.execution import claim, release
+from refunds.models import Refund, RefundStatus
+from refunds.notifications import decider_emails
+from refunds.selectors import refund_headline
+from refunds.services import fail_refund, refund_body, settle_refund
+from sill.accounts.models import Site
+from sill.errors import SillError
+
+logger = logging.getLogger(__name__)
+
+Resolution = Literal["refunded", "not_refunded"]
+PROVIDER_ID_MAX = 255
+
+
+class ExecutionInProgress(SillError):
+    code = "execution_in_progress"
+    status = 409
+
+
+def attention_refunds_for(site: Site) -> QuerySet[Refund]:
+    """The site's refunds that need attention, oldest first (one query with the order)."""
+    return (
+        Refund.objects.filter(site=site, status=RefundStatus.NEEDS_ATTENTION)
+        .select_related("order")
+        .order_by("attention_since", "id")
+    )
+
+
+def notify_attention(*, refund_id: str) -> bool:
+    """Email the owners and admins once; False when already told or no longer flagged."""
+    claimed = Refund.objects.filter(
+        pk=refund_id, status=RefundStatus.NEEDS_ATTENTION, attention_notified_at__isnull=True
+    ).update(attention_notified_at=timezone.now())
+    if claimed != 1:
+        return False
+    refund = Refund.objects.select_related("site", "order").get(pk=refund_id)
+    try:
+        _email(refund)
+    except Exception:
+        Refund.objects.filter(pk=refund.pk).update(attention_notified_at=None)
+        raise
+    return True
+
+
+def _order_url(refund: Refund) -> str:
+    base = (settings.SILL_BASE_URL or "").rstrip("/")
+    return base + reverse("orders:detail", args=[refund.order_id])
+
+
+def _email(refund: Refund) -> None:
+    recipients = decider_emails(refund)
+    if not recipients:
+        logger.warning("refund %s needs attention; site has no owner or admin", refund.id)
+        return
+    order = refund.order
+    lines = [
+        f"A refund on {refund.site.name} needs attention: the {refund.rail} rail may have "
+        "made it, and Sill could not confirm whether it did.",
+        "",
+        refund_headline(refund),
+        f"Order: #{order.number}" if order else "",
+        f"What happened: {refund.failure_message}",
+        "",
+        "The amount stays reserved, so nobody can refund it twice. Sill asks the rail again "
+        "every few minutes. If you can see the answer in the provider's dashboard (look for "
+        f"idempotency key {refund.idempotency_key}), record it on the order page:",
+        _order_url(refund),
+    ]
+    send_mail(
+        subject=f"[Sill] Needs attention: {refund_headline(refund)}",
+        message="\n".join(lines) + "\n",
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=recipients,
+    )
+
+
+def resolve_attention(
+    *,
+    refund: Refund,
+    actor: Any,
+    outcome: Resolution,
+    provider_refund_id: str = "",
+    note: str = "",
+) -> Refund:
+    """An owner records what the provider's dashboard shows for this refund.
+
+    The caller has checked that ``actor`` is an owner of the refund's site. ``refunded``
+    needs the provider's refund id and settles; ``not_refunded`` releases the reservation.
+    Refused while an execution holds the refund (``execution_in_progress``).
+    """
+    provider_refund_id = provider_refund_id.strip()
+    note = note.strip()[:1000]
+    if outcome not in ("refunded", "not_refunded"):
+        raise SillError("Choose what the provider's dashboard shows.", code="invalid_field")
+    if outcome == "refunded" and not provider_refund_id:
+        raise SillError(
+            "Enter the provider's refund id, as its dashboard shows it.",
+            code="invalid_field",
+            field="provider_refund_id",
+        )
+    if len(provider_refund_id) > PROVIDER_ID_MAX:
+        raise SillError(
+            "That refund id is too long.", code="invalid_field", field="provider_refund_id"
+        )
+    token = claim(refund.id, status=RefundStatus.NEEDS_ATTENTION)
+    if token is None:
+        if Refund.objects.filter(pk=refund.pk, status=RefundStatus.NEEDS_ATTENTION).exists():
+            raise ExecutionInProgress(
+                "Sill is asking the rail about this refund right now; try again in a minute."
+            )
+        raise SillError("This refund no longer needs attention.", code="already_resolved")
+    try:
+        with transaction.atomic():
+            append_record(
+                site=refund.site,
+                kind="attention_resolved",
+                body=refund_body(
+                    refund,
+                    outcome=outcome,
+                    provider_refund_id=provider_refund_id or None,
+                    resolved_by=actor.get_username(),
+                    resolution_note=note or None,
+                    resolved_at=timezone.now().isoformat(),
+                ),
+            )
+            if outcome == "refunded":
+                settle_refund(
+                    refund_id=refund.id,
+                    provider_refund_id=provider_refund_id,
+                    token=token,
+                    resolved_by=actor,
+                )
+            else:
+                fail_refund(
+                    refund_id=refund.id,
+                    code="not_at_rail",
+                    message=(
+                        f"{actor.get_username()} recorded that the provider shows no refund "
+                        "for this key; nothing moved."
+                    ),
+                    token=token,
+                    resolved_by=actor,
+                )
+    except BaseException:
+        release(refund.id, token)
+        raise
+    return Refund.objects.get(pk=refund.pk)

@@ -1,0 +1,144 @@
+"""Serialising refund decisions that share an agent or a customer, and retrying conflicts.
+
+Some facts a policy reads sum over several orders: the agent's refunds today, the customer's
+refunds in 30 days (``policies.facts``). The order's row lock serialises only refunds of one
+order, so two decisions on two orders of one customer would both read "no refund yet" and
+both pass a one-a-month rule. :func:`lock_decision_scope` closes that gap.
+
+Why advisory locks rather than ``SELECT … FOR UPDATE`` on the Agent and Customer rows:
+
+- Inserting a Mandate or a Refund takes ``FOR KEY SHARE`` on the agent row (the foreign
+  key), which ``FOR UPDATE`` conflicts with. Intake stores the mandate *before* it decides,
+  so two intakes of one agent would each hold a key-share lock and wait for the other's
+  ``FOR UPDATE``: a deadlock on every burst.
+- Row locks would also queue behind unrelated writers of those rows (order sync updating
+  customers, agent settings, key changes) and would need a row to exist (a guest checkout
+  has no customer).
+
+A transaction-scoped advisory lock is none of that: it is released at commit or rollback,
+with the decision it protects, and it conflicts only with itself.
+
+Lock order, on every path that decides (agent intake, staff refunds, held approvals): the
+scope locks first, sorted by (namespace, key), then the refund row (approvals), then the
+order, then its charge, then the audit chain head. Nothing takes a scope lock while holding
+a row lock, so the scope locks can never be part of a deadlock cycle with the row locks.
+Settlement and execution take no scope lock: they do not change what the sums count.
+
+On SQLite this is a no-op: its IMMEDIATE transactions already serialise every writer.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from django.db import DatabaseError, connection
+
+from sill.errors import SillError
+
+logger = logging.getLogger(__name__)
+
+# pg_advisory_xact_lock(int4, int4): the first key says what the second one is, so these
+# locks never collide with another user of advisory locks (e.g. refunds.reasons' one-key
+# lock lives in the single-bigint key space, which PostgreSQL keeps apart from this one).
+AGENT_NAMESPACE = 0x5111_A6E7
+CUSTOMER_NAMESPACE = 0x5111_C057
+
+# PostgreSQL's serialization_failure and deadlock_detected: the transaction was rolled back
+# as a whole and may simply be run again.
+CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+RETRIES = 3
+RETRY_BASE_SECONDS = 0.05
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Busy(SillError):
+    """The database kept refusing the decision (conflicts with concurrent ones); try again."""
+
+    code = "busy"
+    status = 503
+
+
+def _int4(value: int) -> int:
+    # Ids above 2**31 wrap around: a collision only makes two unrelated decisions wait for
+    # each other, never lets two related ones run at once.
+    return (value + 2**31) % 2**32 - 2**31
+
+
+def scope_keys(*, agent_id: int | None, customer_id: int | None) -> list[tuple[int, int]]:
+    """The (namespace, key) pairs :func:`lock_decision_scope` locks, in locking order."""
+    keys = []
+    if agent_id is not None:
+        keys.append((AGENT_NAMESPACE, _int4(agent_id)))
+    if customer_id is not None:
+        keys.append((CUSTOMER_NAMESPACE, _int4(customer_id)))
+    return sorted(keys)
+
+
+def lock_decision_scope(*, agent_id: int | None, customer_id: int | None) -> None:
+    """Wait until no other decision for this agent or this customer is in flight.
+
+    Call it inside the decision's ``transaction.atomic()``, before any row lock and before
+    any fact that sums over orders is read; the lock lasts until that transaction ends.
+    Always sorted, so two decisions sharing both an agent and a customer never deadlock.
+    """
+    if connection.vendor != "postgresql":
+        return
+    if not connection.in_atomic_block:
+        # In autocommit the lock would be released as soon as it was taken.
+        raise RuntimeError("lock_decision_scope() must run inside transaction.atomic()")
+    with connection.cursor() as cursor:
+        for namespace, key in scope_keys(agent_id=agent_id, customer_id=customer_id):
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [namespace, key])
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """A PostgreSQL serialization failure or deadlock (Django wraps psycopg's error)."""
+    return (
+        isinstance(exc, DatabaseError)
+        and getattr(exc.__cause__, "sqlstate", None) in CONFLICT_SQLSTATES
+    )
+
+
+def retry_on_conflict(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run ``fn`` (which opens the decision transaction) again after a conflict.
+
+    At most :data:`RETRIES` more times, after a short sleep with full jitter; then
+    :class:`Busy` (503), never a 500. Inside an outer transaction nothing can be retried (the
+    whole outer transaction is lost), so a conflict there is :class:`Busy` at once. Any other
+    error, including an ``IntegrityError``, passes through untouched.
+    """
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        attempts = 1 if connection.in_atomic_block else RETRIES + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return fn(*args, **kwargs)
+            except DatabaseError as exc:
+                if not is_conflict(exc):
+                    raise
+                sqlstate = getattr(exc.__cause__, "sqlstate", None)
+                if attempt == attempts:
+                    logger.warning(
+                        "%s: database conflict %s, giving up after %d attempt(s)",
+                        fn.__qualname__, sqlstate, attempt,
+                    )  # fmt: skip
+                    raise Busy(
+                        "Sill is busy with other refunds of this agent or customer right "
+                        "now; nothing was refunded by this request. Retry after 1 second."
+                    ) from exc
+                logger.warning(
+                    "%s: database conflict %s, retrying (attempt %d of %d)",
+                    fn.__qualname__, sqlstate, attempt + 1, attempts,
+                )  # fmt: skip
+                time.sleep(random.uniform(0, RETRY_BASE_SECONDS * 2 ** (attempt - 1)))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return run

@@ -1,0 +1,74 @@
+"""``manage.py rails reencrypt-secrets [--site S] [--dry-run]``.
+
+Rail operations for operators. ``reencrypt-secrets`` rewrites every stored rail credential
+that is in the legacy format or encrypted under a key of ``SILL_SECRET_KEY_FALLBACKS`` with the
+current ``SILL_SECRET_KEY``, and names every credential that no key can read (those rails are
+refused as ``rail_disabled`` until someone re-enters the key). Run it after rotating the secret
+key; once it reports nothing left to re-encrypt on every deployment that shares the database,
+the old key can leave the fallbacks. It exits 1 when a credential is unreadable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from sill.accounts.models import Site
+from sill.rails.models import RailAccount
+from sill.rails.secrets import WHAT_TO_DO, RailSecretUnreadable
+
+
+class Command(BaseCommand):
+    help = "Rails: `reencrypt-secrets` (rewrite stored credentials under the current key)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        reencrypt = sub.add_parser(
+            "reencrypt-secrets",
+            help="re-encrypt rail credentials stored under a fallback key or the legacy format",
+        )
+        reencrypt.add_argument("--site", help="only this site (default: every site)")
+        reencrypt.add_argument(
+            "--dry-run", action="store_true", help="report what would change; write nothing"
+        )
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        getattr(self, "_" + opts["action"].replace("-", "_"))(opts)
+
+    def _reencrypt_secrets(self, opts: dict[str, Any]) -> None:
+        accounts = RailAccount.objects.exclude(secret_encrypted=b"").order_by("site_id", "rail")
+        if opts["site"]:
+            if not Site.objects.filter(pk=opts["site"]).exists():
+                raise CommandError(f"no site {opts['site']}")
+            accounts = accounts.filter(site_id=opts["site"])
+        dry_run = opts["dry_run"]
+        rewritten = current = unreadable = 0
+        for pk in accounts.values_list("pk", flat=True):
+            # One short transaction per account, under its row lock, so a key saved on
+            # Settings → Rails meanwhile is neither lost nor overwritten.
+            with transaction.atomic():
+                account = RailAccount.objects.select_for_update().get(pk=pk)
+                where = f"site {account.site_id} {account.rail}"
+                try:
+                    because = account.reencrypt_secret(dry_run=dry_run)
+                except RailSecretUnreadable:
+                    unreadable += 1
+                    self.stderr.write(f"{where}: UNREADABLE: {WHAT_TO_DO}")
+                    continue
+            if because:
+                rewritten += 1
+                verb = "would re-encrypt" if dry_run else "re-encrypted"
+                self.stdout.write(f"{where}: {verb} (was stored under {because})")
+            else:
+                current += 1
+                self.stdout.write(f"{where}: current")
+        verb = "to re-encrypt" if dry_run else "re-encrypted"
+        self.stdout.write(f"{rewritten} {verb}, {current} already current, {unreadable} unreadable")
+        if unreadable:
+            raise CommandError(
+                f"{unreadable} rail credential(s) cannot be read with SECRET_KEY or any of "
+                "SILL_SECRET_KEY_FALLBACKS; their rails are refused until the key is re-entered",
+                returncode=1,
+            )

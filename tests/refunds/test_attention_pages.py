@@ -1,0 +1,124 @@
+"""Refunds that need attention on the dashboard and order page; an owner's resolution."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from audit.models import AuditRecord
+from refunds.execution import RetryLater, execute_refund
+from refunds.models import Refund, RefundReason
+from refunds.reasons import ensure_default_reasons
+from refunds.staff import create_staff_refund
+from sill.orders.models import Charge
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def flagged(site, members, mock_rail, make_order, django_capture_on_commit_callbacks):
+    """A staff refund whose answer was lost, then the rail was switched off: needs attention."""
+    ensure_default_reasons(site)
+    leaf = RefundReason.objects.filter(site=site, active=True, code="defective").first()
+    order = make_order(total="25.00")
+    mock_rail.config = {"refund": "timeout_after_effect", "fail_times": 1}
+    mock_rail.save()
+    with django_capture_on_commit_callbacks(execute=False):
+        refund = create_staff_refund(
+            site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
+        )
+    with pytest.raises(RetryLater):
+        execute_refund(refund.id)
+    mock_rail.enabled = False
+    mock_rail.save()
+    with django_capture_on_commit_callbacks(execute=False):
+        assert execute_refund(refund.id) == "needs_attention"
+    refund.refresh_from_db()
+    return refund
+
+
+@pytest.mark.parametrize("persona", ["owner", "admin"])
+def test_owners_and_admins_see_it_on_the_dashboard_and_the_order_page(client_for, flagged, persona):
+    client = client_for(persona)
+    dashboard = client.get("/").content.decode()
+    assert "Refunds that need attention" in dashboard and "$25.00" in dashboard
+    page = client.get(f"/orders/{flagged.order_id}/").content.decode()
+    assert "need attention" in page or "needs attention" in page
+    assert flagged.idempotency_key in page
+    assert ("Record what the provider" in page) is (persona == "owner")
+
+
+@pytest.mark.parametrize("persona", ["reviewer", "staff"])
+def test_reviewers_and_staff_do_not_see_it(client_for, flagged, persona):
+    client = client_for(persona)
+    assert "Refunds that need attention" not in client.get("/").content.decode()
+    page = client.get(f"/orders/{flagged.order_id}/").content.decode()
+    assert flagged.idempotency_key not in page
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"), [("admin", 403), ("reviewer", 403), ("staff", 403), ("outsider", 404)]
+)
+def test_only_an_owner_of_the_site_may_resolve(client_for, flagged, persona, status):
+    response = client_for(persona).post(
+        f"/refunds/{flagged.id}/resolve/", {"outcome": "not_refunded"}
+    )
+    assert response.status_code == status
+    flagged.refresh_from_db()
+    assert flagged.status == "needs_attention"
+    assert not AuditRecord.objects.filter(kind="attention_resolved").exists()
+
+
+def test_an_owner_records_the_refund_the_dashboard_shows(client_for, flagged, members):
+    response = client_for("owner").post(
+        f"/refunds/{flagged.id}/resolve/",
+        {"outcome": "refunded", "provider_refund_id": "mock_re_seen", "note": "in the ledger"},
+    )
+    assert response.status_code == 302
+    flagged.refresh_from_db()
+    assert (flagged.status, flagged.provider_refund_id) == ("succeeded", "mock_re_seen")
+    charge = Charge.objects.get(pk=flagged.charge_id)
+    assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (2500, 0)
+    record = AuditRecord.objects.get(kind="attention_resolved")
+    assert "owner@roasters.example" in record.payload and "mock_re_seen" in record.payload
+    call_command("audit", "verify")
+
+
+def test_an_owner_records_that_no_refund_was_made(client_for, flagged):
+    client_for("owner").post(f"/refunds/{flagged.id}/resolve/", {"outcome": "not_refunded"})
+    flagged.refresh_from_db()
+    assert (flagged.status, flagged.reason) == ("failed", "not_at_rail")
+    assert Charge.objects.get(pk=flagged.charge_id).amount_reserved_minor == 0
+
+
+def test_a_refund_id_is_required_to_record_a_refund(client_for, flagged):
+    response = client_for("owner").post(
+        f"/refunds/{flagged.id}/resolve/", {"outcome": "refunded"}, follow=True
+    )
+    assert "Enter the provider" in response.content.decode()
+    flagged.refresh_from_db()
+    assert flagged.status == "needs_attention"
+
+
+def test_a_refund_of_another_site_is_not_found(client_for, flagged, other_site):
+    Refund.objects.filter(pk=flagged.pk).update(site=other_site)
+    response = client_for("owner").post(
+        f"/refunds/{flagged.id}/resolve/", {"outcome": "not_refunded"}
+    )
+    assert response.status_code == 404
+
+
+def test_resolving_is_refused_while_an_execution_holds_the_refund(client_for, flagged):
+    from refunds.execution import claim
+
+    assert claim(flagged.id, status="needs_attention")
+    response = client_for("owner").post(
+        f"/refunds/{flagged.id}/resolve/", {"outcome": "not_refunded"}, follow=True
+    )
+    assert "asking the rail about this refund right now" in response.content.decode()
+    flagged.refresh_from_db()
+    assert flagged.status == "needs_attention"
+
+
+def test_resolving_needs_a_post(client_for, flagged):
+    assert client_for("owner").get(f"/refunds/{flagged.id}/resolve/").status_code == 405

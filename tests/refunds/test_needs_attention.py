@@ -1,0 +1,231 @@
+"""The needs_attention rule: once an attempt may have reached the rail, a refund never fails
+and never releases its reservation until the rail says, for its key, that nothing exists.
+
+Each attempt is run as the worker runs it (``execute_refund``); the beat task's lookup is
+``check_refund_at_rail``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core import mail
+from django.core.management import call_command
+
+from audit.models import AuditRecord
+from refunds.execution import RetryLater, check_refund_at_rail, execute_refund
+from refunds.reasons import ensure_default_reasons
+from refunds.staff import NotRefundable, create_staff_refund
+from sill.orders.models import Charge
+from sill.rails.models import MockLedgerEntry
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def yen_order(make_order):
+    """Order #1004 of the defect report: ¥10,000 on the mock rail."""
+    return make_order(total="10000", currency="JPY")
+
+
+@pytest.fixture
+def staff_refund(site, members, mock_rail, django_capture_on_commit_callbacks):
+    ensure_default_reasons(site)
+    from refunds.models import RefundReason
+
+    leaf = RefundReason.objects.filter(site=site, active=True, code="defective").first()
+
+    def make(order):
+        with django_capture_on_commit_callbacks(execute=False):
+            return create_staff_refund(
+                site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
+            )
+
+    return make
+
+
+def _script(rail, **config):
+    rail.config = config
+    rail.save()
+
+
+def _switch(rail, *, on: bool):
+    rail.enabled = on
+    rail.save()
+
+
+def _books(order):
+    charge = Charge.objects.get(order=order)
+    return charge.amount_refunded_minor, charge.amount_reserved_minor
+
+
+def test_it_never_fails_a_refund_the_rail_may_hold_when_the_rail_is_switched_off(
+    yen_order, staff_refund, mock_rail
+):
+    """Defect 1: timeout after effect, owner switches the rail off, the retry meets RailDisabled."""
+    _script(mock_rail, refund="timeout_after_effect", fail_times=1)
+    refund = staff_refund(yen_order)
+    assert refund.status == "processing"
+    with pytest.raises(RetryLater):
+        execute_refund(refund.id)
+    _switch(mock_rail, on=False)
+
+    assert execute_refund(refund.id) == "needs_attention"
+    refund.refresh_from_db()
+    assert refund.status == "needs_attention" and refund.reason == "rail_disabled"
+    assert _books(yen_order) == (0, 10000)  # still reserved
+
+    _switch(mock_rail, on=True)
+    with pytest.raises(NotRefundable):
+        staff_refund(yen_order)  # nothing left to refund: the reservation holds
+
+    assert check_refund_at_rail(refund.id) == "succeeded"
+    refund.refresh_from_db()
+    assert refund.status == "succeeded"
+    assert _books(yen_order) == (10000, 0)
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+    with pytest.raises(NotRefundable):
+        staff_refund(yen_order)
+    assert list(AuditRecord.objects.filter(kind="needs_attention").values_list("kind", flat=True))
+    call_command("audit", "verify")
+
+
+def test_it_never_fails_a_refund_the_rail_may_hold_when_the_lookup_is_refused(
+    yen_order, staff_refund, mock_rail
+):
+    """The sibling: a rotated or restricted key makes find_refund fail for good."""
+    _script(mock_rail, refund="timeout_after_effect", fail_times=1)
+    refund = staff_refund(yen_order)
+    with pytest.raises(RetryLater):
+        execute_refund(refund.id)
+    _script(mock_rail, lookup="reject")
+
+    assert execute_refund(refund.id) == "needs_attention"
+    refund.refresh_from_db()
+    assert (refund.status, refund.reason) == ("needs_attention", "rail_auth_failed")
+    assert _books(yen_order) == (0, 10000)
+    assert check_refund_at_rail(refund.id) == "unknown"  # still can't ask: nothing changes
+    refund.refresh_from_db()
+    assert refund.status == "needs_attention" and refund.next_check_at is not None
+
+    _script(mock_rail)
+    assert check_refund_at_rail(refund.id) == "succeeded"
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+    assert _books(yen_order) == (10000, 0)
+
+
+def test_it_releases_the_reservation_only_when_the_rail_says_no_refund_exists(
+    yen_order, staff_refund, mock_rail
+):
+    _script(mock_rail, refund="timeout", fail_times=1)  # timed out before the rail acted
+    refund = staff_refund(yen_order)
+    with pytest.raises(RetryLater):
+        execute_refund(refund.id)
+    _switch(mock_rail, on=False)
+    assert execute_refund(refund.id) == "needs_attention"
+    assert _books(yen_order) == (0, 10000)
+
+    _switch(mock_rail, on=True)
+    assert check_refund_at_rail(refund.id) == "failed"
+    refund.refresh_from_db()
+    assert (refund.status, refund.reason) == ("failed", "not_at_rail")
+    assert _books(yen_order) == (0, 0)
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
+    _script(mock_rail)
+    again = staff_refund(yen_order)  # the money can be refunded again, once
+    assert execute_refund(again.id) == "succeeded"
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+
+
+def test_a_rail_switched_off_before_any_attempt_fails_and_releases(
+    yen_order, staff_refund, mock_rail
+):
+    refund = staff_refund(yen_order)
+    _switch(mock_rail, on=False)
+    assert execute_refund(refund.id) == "failed"
+    refund.refresh_from_db()
+    assert (refund.status, refund.reason) == ("failed", "rail_disabled")
+    assert _books(yen_order) == (0, 0)
+
+
+def test_a_decline_is_never_retried(yen_order, staff_refund, mock_rail):
+    _script(mock_rail, refund="decline")
+    refund = staff_refund(yen_order)
+    assert execute_refund(refund.id) == "failed"
+    refund.refresh_from_db()
+    assert (refund.status, refund.attempts) == ("failed", 1)
+    assert execute_refund(refund.id) == "not-claimed"
+    assert _books(yen_order) == (0, 0)
+
+
+def test_retries_are_bounded_in_attempts_then_owners_and_admins_get_one_email(
+    yen_order, staff_refund, mock_rail, settings, django_capture_on_commit_callbacks
+):
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 3
+    _script(mock_rail, refund="timeout")
+    refund = staff_refund(yen_order)
+    for _ in range(2):
+        with pytest.raises(RetryLater):
+            execute_refund(refund.id)
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert execute_refund(refund.id) == "needs_attention"
+    refund.refresh_from_db()
+    assert refund.status == "needs_attention" and refund.attempts == 3
+    assert "gave up after 3 attempts" in refund.failure_message
+    assert len(mail.outbox) == 1
+    assert sorted(mail.outbox[0].to) == ["admin@roasters.example", "owner@roasters.example"]
+    assert "Needs attention" in mail.outbox[0].subject
+    assert execute_refund(refund.id) == "not-claimed"  # no more attempts on the money path
+    from refunds.attention import notify_attention
+
+    assert notify_attention(refund_id=refund.id) is False  # once
+    assert len(mail.outbox) == 1
+
+
+def test_retries_are_bounded_in_elapsed_time(yen_order, staff_refund, mock_rail, settings):
+    import time_machine
+    from django.utils import timezone
+
+    settings.SILL_EXECUTION_MAX_SECONDS = 600
+    _script(mock_rail, refund="rate_limited")
+    refund = staff_refund(yen_order)
+    with pytest.raises(RetryLater):
+        execute_refund(refund.id)
+    with time_machine.travel(timezone.now() + timezone.timedelta(minutes=11)):
+        assert execute_refund(refund.id) == "needs_attention"
+
+
+def test_an_unexpected_error_after_the_rail_call_is_ambiguous_and_recovered_by_lookup(
+    yen_order, staff_refund, mock_rail
+):
+    _script(mock_rail, refund="error_after_effect", fail_times=1)
+    refund = staff_refund(yen_order)
+    with pytest.raises(RetryLater) as first:
+        execute_refund(refund.id)
+    assert first.value.ambiguous
+    assert execute_refund(refund.id) == "succeeded"
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+    assert _books(yen_order) == (10000, 0)
+
+
+def test_an_error_before_the_rail_call_is_retryable_not_ambiguous(
+    yen_order, staff_refund, mock_rail
+):
+    mock_rail.config = {"refund": "no-such-script"}  # the rail cannot even be built
+    mock_rail.save()
+    refund = staff_refund(yen_order)
+    with pytest.raises(RetryLater) as first:
+        execute_refund(refund.id)
+    assert not first.value.ambiguous
+    refund.refresh_from_db()
+    assert refund.status == "processing" and refund.rail_attempted_at is None
+    _script(mock_rail)
+    assert execute_refund(refund.id) == "succeeded"
+
+
+def test_a_refund_needing_attention_counts_as_live_for_the_agent_rule(
+    yen_order, staff_refund, mock_rail
+):
+    from refunds.models import LIVE_STATUSES, RESERVED_STATUSES
+
+    assert "needs_attention" in LIVE_STATUSES and "needs_attention" in RESERVED_STATUSES

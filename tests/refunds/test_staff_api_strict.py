@@ -1,0 +1,203 @@
+"""``POST /api/order/{order_id}/refund`` reads JSON strictly: bad input is a 400, nothing moves.
+
+Reproduces issue 9, defects 3 and 4 on the staff API: a deeply nested body was a 500 for any
+signed-in member; a duplicated key was accepted (the last one won: 1.00 then 2.00 refunded
+2.00); non-ASCII digits were read as numbers (Arabic-Indic "10", ``"\\u0661\\u0660"``,
+refunded 10.00).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from audit.models import AuditRecord
+from refunds.models import Refund
+from refunds.reasons import add_reason, ensure_default_reasons
+from sill.rails.models import MockLedgerEntry
+
+pytestmark = pytest.mark.django_db
+
+# str.translate tables: ASCII 0-9 to U+0660-U+0669 and to U+FF10-U+FF19.
+ARABIC_INDIC = {ord("0") + i: 0x0660 + i for i in range(10)}
+FULLWIDTH = {ord("0") + i: 0xFF10 + i for i in range(10)}
+
+
+@pytest.fixture
+def leaf(site):
+    ensure_default_reasons(site)
+    product = add_reason(site=site, actor=None, name="Product problem")
+    return add_reason(site=site, actor=None, name="Arrived broken", parent=product)
+
+
+@pytest.fixture
+def order(make_order, mock_rail):
+    return make_order(total="89.00")
+
+
+@pytest.fixture
+def send(client_for, order, leaf, django_capture_on_commit_callbacks):
+    """``send(text)``: the raw JSON text, posted by a staff member who may refund."""
+    client: Client = client_for("staff")
+
+    def post(text: str):
+        with django_capture_on_commit_callbacks(execute=True):
+            return client.post(
+                f"/api/order/{order.id}/refund", data=text, content_type="application/json"
+            )
+
+    return post
+
+
+def _nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def _error(response) -> dict:
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "field"}
+    return body["error"]
+
+
+@pytest.fixture
+def nothing_moved(order, leaf):
+    """``nothing_moved()``: no refund, no rail refund, no audit record since the fixtures."""
+    audit_before = AuditRecord.objects.count()  # the reasons and the rail wrote some
+
+    def check() -> bool:
+        return (
+            not Refund.objects.exists()
+            and AuditRecord.objects.count() == audit_before
+            and not MockLedgerEntry.objects.filter(kind="refund").exists()
+        )
+
+    return check
+
+
+# --- nesting ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("levels", [400, 800])
+def test_it_refuses_a_deeply_nested_body(nothing_moved, send, leaf, levels):
+    text = f'{{"full": true, "reasonId": "{leaf.pk}", "x": {_nested(levels)}}}'
+    assert len(text) < 1700  # about 1.5 KB
+
+    error = _error(send(text))
+
+    assert error["code"] == "malformed"
+    assert nothing_moved()
+
+
+def test_it_refuses_a_bare_deeply_nested_array(nothing_moved, send):
+    assert _error(send(_nested(800)))["code"] == "malformed"
+    assert nothing_moved()
+
+
+def test_it_allows_32_levels_and_refuses_33(nothing_moved, send, leaf):
+    over = send(f'{{"full": true, "reasonId": "{leaf.pk}", "x": {_nested(32)}}}')
+    assert _error(over) == {
+        "code": "malformed",
+        "message": "The body is nested deeper than 32 levels.",
+        "field": None,
+    }
+    assert nothing_moved()
+
+    at_limit = send(f'{{"full": true, "reasonId": "{leaf.pk}", "x": {_nested(31)}}}')
+    assert at_limit.status_code == 201, at_limit.content
+
+
+def test_brackets_inside_strings_do_not_count(send, leaf):
+    note = '[{\\"' * 200  # 800 brackets and escaped quotes, at depth 1
+    response = send(f'{{"full": true, "reasonId": "{leaf.pk}", "reason": "{note}"}}')
+    assert response.status_code == 201, response.content
+
+
+# --- duplicate keys and constants ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        '{{"amount": "1.00", "amount": "2.00", "reasonId": "{pk}"}}',
+        '{{"amount": 1.00, "reasonId": "{pk}", "amount": 2.00}}',
+        '{{"full": true, "reasonId": "{pk}", "reasonId": "{pk}"}}',
+        '{{"full": true, "reasonId": "{pk}", "meta": {{"a": 1, "a": 2}}}}',
+        '{{"full": true, "reasonId": "{pk}", "meta": [{{"b": {{"a": 1, "a": 1}}}}]}}',
+    ],
+)
+def test_it_refuses_duplicate_keys_at_any_depth(nothing_moved, send, leaf, template):
+    error = _error(send(template.format(pk=leaf.pk)))
+
+    assert error["code"] == "malformed"
+    assert "appears twice" in error["message"]
+    assert nothing_moved()
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_it_refuses_nan_and_infinity(nothing_moved, send, leaf, constant):
+    error = _error(send(f'{{"amount": {constant}, "reasonId": "{leaf.pk}"}}'))
+
+    assert error["code"] == "malformed"
+    assert nothing_moved()
+
+
+@pytest.mark.parametrize("number", ["1e999999999", "1e-999999999", "1e400"])
+def test_it_refuses_a_number_no_double_can_hold(nothing_moved, send, leaf, number):
+    error = _error(send(f'{{"amount": {number}, "reasonId": "{leaf.pk}"}}'))
+
+    assert error["code"] == "malformed"
+    assert nothing_moved()
+
+
+def test_it_still_reads_a_json_number_exactly(send, leaf):
+    response = send(f'{{"amount": 10.10, "reasonId": "{leaf.pk}"}}')
+
+    assert response.status_code == 201, response.content
+    assert response.json()["amount"] == "10.10"
+
+
+# --- non-ASCII digits -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("digits", [ARABIC_INDIC, FULLWIDTH], ids=["arabic-indic", "fullwidth"])
+@pytest.mark.parametrize(
+    ("field", "body"),
+    [
+        ("amount", {"amount": "10"}),
+        ("amount", {"amount": "10.00"}),
+        ("percentage", {"percentage": "25"}),
+        ("expectedRemaining", {"full": True, "expectedRemaining": "89.00"}),
+    ],
+)
+def test_it_refuses_non_ascii_digits(nothing_moved, send, leaf, digits, field, body):
+    body = {**body, field: body[field].translate(digits), "reasonId": str(leaf.pk)}
+
+    error = _error(send(json.dumps(body, ensure_ascii=False)))
+
+    assert (error["code"], error["field"]) == ("invalid_field", field)
+    assert nothing_moved()
+
+
+@pytest.mark.parametrize("digits", [ARABIC_INDIC, FULLWIDTH], ids=["arabic-indic", "fullwidth"])
+def test_it_refuses_a_reason_id_in_non_ascii_digits(nothing_moved, send, leaf, digits):
+    body = {"full": True, "reasonId": str(leaf.pk).translate(digits)}
+
+    error = _error(send(json.dumps(body, ensure_ascii=False)))
+
+    assert (error["code"], error["field"]) == ("invalid_field", "reasonId")
+    assert nothing_moved()
+
+
+@pytest.mark.parametrize("value", ["²", "1²", "¹⁰", "1_0", " 1 0 "])
+def test_other_digit_look_alikes_are_a_400_not_a_500(nothing_moved, send, leaf, value):
+    for body in (
+        {"amount": value, "reasonId": str(leaf.pk)},
+        {"percentage": value, "reasonId": str(leaf.pk)},
+        {"full": True, "reasonId": value},
+    ):
+        error = _error(send(json.dumps(body, ensure_ascii=False)))
+        assert error["code"] == "invalid_field", (body, error)
+    assert nothing_moved()
