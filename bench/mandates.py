@@ -41,7 +41,7 @@ def main() -> None:
 
     from nacl.signing import SigningKey
 
-    from refunds.mandates import KeyRecord, canonical_json, sign_mandate, verify_mandate
+    from refunds.agent.mandates import KeyRecord, canonical_json, sign_mandate, verify_mandate
     from sill.accounts.models import Agent, AgentKey, Site
     from sill.accounts.services import issue_agent_token
     from sill.ids import new_ulid

@@ -17,7 +17,7 @@ that key, that no refund exists. A rail switched off, a key the rail now rejects
 that fails for good, or retries used up while the outcome is unknown all lead to
 ``needs_attention``: still reserved, shown to owners and admins, asked about again by the beat
 task (:func:`check_refund_at_rail`), and resolvable only by the rail's answer or an owner's
-record of the provider's dashboard (:mod:`refunds.attention`).
+record of the provider's dashboard (:mod:`refunds.reconcile.attention`).
 
 Retries are bounded in attempts and in elapsed time (settings
 ``SILL_EXECUTION_MAX_ATTEMPTS`` and ``SILL_EXECUTION_MAX_SECONDS``); declines and other

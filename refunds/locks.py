@@ -43,7 +43,7 @@ from sill.errors import SillError
 logger = logging.getLogger(__name__)
 
 # pg_advisory_xact_lock(int4, int4): the first key says what the second one is, so these
-# locks never collide with another user of advisory locks (e.g. refunds.reasons' one-key
+# locks never collide with another user of advisory locks (e.g. refunds.reasons.services' one-key
 # lock lives in the single-bigint key space, which PostgreSQL keeps apart from this one).
 AGENT_NAMESPACE = 0x5111_A6E7
 CUSTOMER_NAMESPACE = 0x5111_C057

@@ -248,7 +248,7 @@ class IdempotencyRecord(models.Model):
 
     Claimed by INSERT before the work starts (the unique constraint is the lock), linked to the
     refund inside the refund's own transaction, and given its stored response once the refund
-    committed. See ``refunds.idempotency``.
+    committed. See ``refunds.staff.idempotency``.
     """
 
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="idempotency_records")

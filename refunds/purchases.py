@@ -49,8 +49,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from audit.services import append_record
-from refunds import mandates
-from refunds.mandates import VerifiedMandate
+from refunds.agent import mandates
+from refunds.agent.mandates import VerifiedMandate
 from refunds.models import Mandate
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
 from sill.orders.services import NewLine, create_order, record_charge_result, set_order_status

@@ -326,7 +326,7 @@ def decide_and_open(*, context: RefundContext, fields: dict[str, Any]) -> Refund
             **fields, decision=Decision.ESCALATED, status=RefundStatus.HELD,
             expires_at=context.now + HOLD_FOR,
         )  # fmt: skip
-        from refunds.review import notify_hold  # review builds on this module
+        from refunds.review.decisions import notify_hold  # review builds on this module
 
         notify_hold(refund)
     else:

@@ -9,7 +9,6 @@ from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 
-from refunds.attention import notify_attention
 from refunds.execution import (
     RetryLater,
     attention_refund_ids_due,
@@ -18,6 +17,7 @@ from refunds.execution import (
     stuck_refund_ids,
 )
 from refunds.models import Refund
+from refunds.reconcile.attention import notify_attention
 
 
 def backoff_seconds(retries: int) -> float:
@@ -131,7 +131,7 @@ def send_refund_confirmation_task(refund_id: str) -> None:
 @shared_task(name="refunds.expire_held")
 def expire_held_refunds_task() -> int:
     """Expire held refunds nobody decided within 24 hours. Beat: every minute."""
-    from refunds.review import expire_held_refunds
+    from refunds.review.decisions import expire_held_refunds
 
     return expire_held_refunds()
 
@@ -145,7 +145,7 @@ def expire_held_refunds_task() -> int:
 )
 def notify_held_refund_task(refund_id: str) -> None:
     """Email the site's owners and admins (and Slack) about one held refund, once."""
-    from refunds.notifications import notify_held_refund
+    from refunds.review.notifications import notify_held_refund
 
     notify_held_refund(refund_id=refund_id)
 
@@ -153,6 +153,6 @@ def notify_held_refund_task(refund_id: str) -> None:
 @shared_task(name="refunds.notify_pending_held")
 def notify_pending_held_refunds_task() -> int:
     """Notify held refunds the on-commit notification missed. Beat: every minute."""
-    from refunds.notifications import notify_pending_held_refunds
+    from refunds.review.notifications import notify_pending_held_refunds
 
     return notify_pending_held_refunds()

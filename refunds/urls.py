@@ -1,6 +1,9 @@
 from django.urls import path
 
-from refunds import api, views_attention, views_held, views_staff
+from refunds.agent import api
+from refunds.reconcile import views as views_attention
+from refunds.review import views as views_held
+from refunds.staff import views as views_staff
 
 app_name = "refunds"
 urlpatterns = [

@@ -1,6 +1,6 @@
 """Strict JSON for request bodies: the one reader every JSON edge of Sill uses.
 
-The mandate API (``refunds.mandates``) and every DRF endpoint (``sill.api.StrictJSONParser``,
+The mandate API (``refunds.agent.mandates``) and every DRF endpoint (``sill.api.StrictJSONParser``,
 the project's default parser) read bodies with :func:`loads`. It refuses, as ``400 malformed``
 (:class:`MalformedJSON`), what a lenient parser would quietly accept or crash on:
 

@@ -36,7 +36,7 @@ def site_context_processor(request: HttpRequest) -> dict[str, Any]:
         nav.append({"label": label, "url": url, "key": name, "active": active})
     held_count = 0
     if any(item["key"] == "refunds:held" for item in nav):
-        from refunds.selectors import held_count_for
+        from refunds.review.selectors import held_count_for
 
         held_count = held_count_for(ctx.site)
     return {"site_ctx": ctx, "nav": nav, "held_count": held_count}

@@ -207,8 +207,8 @@ def _demo_reasons_and_refunds(site: Site) -> None:
     from django.contrib.auth import get_user_model
 
     from refunds.models import Refund, RefundReason
-    from refunds.reasons import add_reason, ensure_default_reasons
-    from refunds.staff import create_staff_refund
+    from refunds.reasons.services import add_reason, ensure_default_reasons
+    from refunds.staff.services import create_staff_refund
 
     ensure_default_reasons(site)
     for name in ("Damaged in transit", "Stopped working"):

@@ -18,7 +18,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     site = request.site_ctx.site
     recent = selectors.orders_for(site)[:8]
     figures = selectors.dashboard_figures(site)
-    from refunds.views_attention import dashboard_attention
+    from refunds.reconcile.views import dashboard_attention
 
     context = {"recent": recent, "attention": dashboard_attention(request), **figures}
     return render(request, "orders/dashboard.html", context)
@@ -44,8 +44,8 @@ def order_detail_context(
     request: HttpRequest, order: Order, *, tab: str = "overview", refund_form: Any = None
 ) -> dict[str, Any]:
     """What the order page shows; the refund POST view re-renders the page with it (422)."""
-    from refunds.views_attention import attention_context
-    from refunds.views_staff import refund_panel_context
+    from refunds.reconcile.views import attention_context
+    from refunds.staff.views import refund_panel_context
 
     charges = list(order.charges.prefetch_related("disputes"))
     transactions = selectors.transactions_for(order)

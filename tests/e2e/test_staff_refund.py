@@ -6,8 +6,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from refunds.models import Refund, RefundReason
-from refunds.reason_selectors import PATH_SEPARATOR
-from refunds.reasons import add_reason
+from refunds.reasons.selectors import PATH_SEPARATOR
+from refunds.reasons.services import add_reason
 from sill.accounts.models import Site
 from sill.orders.demo import DEMO_ORDER_MANDATE, DEMO_PASSWORD, DEMO_SITE_ID, load_demo
 from sill.orders.models import Order

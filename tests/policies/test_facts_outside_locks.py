@@ -17,8 +17,8 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test import Client
 
-from refunds.reasons import add_reason, ensure_default_reasons
-from refunds.staff import create_staff_refund
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.staff.services import create_staff_refund
 from sill.orders.models import Order
 from sill.rails.models import RailAccount
 from tests.refunds.conftest import post, refund_intent

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from nacl.signing import SigningKey
 
-from refunds.mandates import canonical_json, sign_mandate
+from refunds.agent.mandates import canonical_json, sign_mandate
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.ids import new_ulid
 

@@ -8,8 +8,8 @@ from django.core.management import call_command
 from audit.models import AuditRecord
 from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund, RefundReason
-from refunds.reasons import ensure_default_reasons
-from refunds.staff import create_staff_refund
+from refunds.reasons.services import ensure_default_reasons
+from refunds.staff.services import create_staff_refund
 from sill.orders.models import Charge
 
 pytestmark = pytest.mark.django_db

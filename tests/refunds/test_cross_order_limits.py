@@ -20,9 +20,9 @@ from policies import catalog
 from policies.services import apply_catalog_item
 from refunds.locks import scope_keys
 from refunds.models import Refund
-from refunds.reasons import add_reason, ensure_default_reasons
-from refunds.review import approve_refund
-from refunds.staff import create_staff_refund
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.review.decisions import approve_refund
+from refunds.staff.services import create_staff_refund
 from sill.ids import new_ulid
 from sill.money import parse_major
 from sill.orders.models import Customer, Order

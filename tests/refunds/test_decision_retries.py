@@ -24,9 +24,9 @@ from django.test import Client
 
 from refunds.locks import RETRIES, scope_keys
 from refunds.models import Mandate, Refund
-from refunds.reasons import add_reason, ensure_default_reasons
-from refunds.review import approve_refund
-from refunds.staff import create_staff_refund
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.review.decisions import approve_refund
+from refunds.staff.services import create_staff_refund
 from sill.money import parse_major
 from sill.orders.models import Customer, Order
 from sill.rails.models import MockLedgerEntry

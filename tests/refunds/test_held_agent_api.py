@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from refunds.review import approve_refund, reject_refund
+from refunds.review.decisions import approve_refund, reject_refund
 from refunds.tasks import expire_held_refunds_task
 from sill.accounts.services import issue_agent_token
 from tests.refunds import test_held_fixtures

@@ -12,7 +12,7 @@ from django.db import connection
 from audit.models import AuditRecord
 from audit.selectors import chain_verification
 from refunds.models import Refund
-from refunds.review import AlreadyDecided, approve_refund, reject_refund
+from refunds.review.decisions import AlreadyDecided, approve_refund, reject_refund
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
 from tests.refunds.test_held_fixtures import hold_refund

@@ -9,7 +9,7 @@ import pytest
 from django_celery_beat.models import PeriodicTask
 
 from audit.models import AuditRecord
-from refunds.review import DecisionRefused, approve_refund, reject_refund
+from refunds.review.decisions import DecisionRefused, approve_refund, reject_refund
 from refunds.tasks import expire_held_refunds_task
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry

@@ -14,8 +14,8 @@ import pytest
 from django.core import mail
 from django.db import transaction
 
-from refunds.notifications import notify_held_refund, notify_pending_held_refunds
-from refunds.review import notify_hold, reject_refund
+from refunds.review.decisions import notify_hold, reject_refund
+from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 from refunds.tasks import notify_pending_held_refunds_task
 from tests.refunds import test_held_fixtures
 from tests.refunds.test_held_fixtures import hold_refund
@@ -120,7 +120,7 @@ def test_a_failing_slack_webhook_is_logged_and_the_email_still_goes(held, slack,
     slack.status = 500
     held.site.slack_webhook_url = slack.url
     held.site.save()
-    with caplog.at_level(logging.WARNING, logger="refunds.notifications"):
+    with caplog.at_level(logging.WARNING, logger="refunds.review.notifications"):
         assert notify_held_refund(refund_id=held.id) is True
     assert len(slack.posts) == 1 and len(mail.outbox) == 1
     assert "Slack webhook post failed" in caplog.text
@@ -133,7 +133,7 @@ def test_an_unreachable_slack_webhook_does_not_raise(held, caplog):
         port = s.getsockname()[1]  # closed again: nothing listens there
     held.site.slack_webhook_url = f"http://127.0.0.1:{port}/hook"
     held.site.save()
-    with caplog.at_level(logging.WARNING, logger="refunds.notifications"):
+    with caplog.at_level(logging.WARNING, logger="refunds.review.notifications"):
         assert notify_held_refund(refund_id=held.id) is True
     assert "Slack webhook post failed" in caplog.text
     assert len(mail.outbox) == 1

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.models import Refund
-from refunds.review import approve_refund
+from refunds.review.decisions import approve_refund
 from sill.orders.models import Charge, Dispute
 from sill.rails.models import MockLedgerEntry, RailAccount
 from tests.refunds import test_held_fixtures

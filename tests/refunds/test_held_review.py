@@ -10,7 +10,7 @@ from django.utils import timezone
 from audit.models import AuditRecord
 from audit.selectors import chain_verification
 from refunds.models import Refund
-from refunds.review import (
+from refunds.review.decisions import (
     AlreadyDecided,
     DecisionRefused,
     RequesterCannotApprove,

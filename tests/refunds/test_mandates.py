@@ -20,7 +20,7 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refunds.mandates import (
+from refunds.agent.mandates import (
     DOMAIN_TAG,
     ERROR_CODES,
     MANDATE_ID_RE,

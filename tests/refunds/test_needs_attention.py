@@ -13,8 +13,8 @@ from django.core.management import call_command
 
 from audit.models import AuditRecord
 from refunds.execution import RetryLater, check_refund_at_rail, execute_refund
-from refunds.reasons import ensure_default_reasons
-from refunds.staff import NotRefundable, create_staff_refund
+from refunds.reasons.services import ensure_default_reasons
+from refunds.staff.services import NotRefundable, create_staff_refund
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
 
@@ -176,7 +176,7 @@ def test_retries_are_bounded_in_attempts_then_owners_and_admins_get_one_email(
     assert sorted(mail.outbox[0].to) == ["admin@roasters.example", "owner@roasters.example"]
     assert "Needs attention" in mail.outbox[0].subject
     assert execute_refund(refund.id) == "not-claimed"  # no more attempts on the money path
-    from refunds.attention import notify_attention
+    from refunds.reconcile.attention import notify_attention
 
     assert notify_attention(refund_id=refund.id) is False  # once
     assert len(mail.outbox) == 1

@@ -17,9 +17,9 @@ from django.core.management import call_command
 from django.test import Client
 
 from audit.models import AuditRecord
+from refunds.agent.answers import purchase_payload
 from refunds.models import Mandate
 from refunds.purchases import ChargeRetry, charge_order, recover_stuck_charges
-from refunds.representation import purchase_payload
 from sill.money import Money
 from sill.orders.models import Charge, Order
 from sill.rails.base import ChargePending, ChargeRequest

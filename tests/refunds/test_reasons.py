@@ -10,7 +10,7 @@ from django.db.models import ProtectedError
 
 from audit.models import AuditRecord
 from refunds.models import Refund, RefundReason
-from refunds.reason_selectors import (
+from refunds.reasons.selectors import (
     DEFAULT_CODES,
     PATH_SEPARATOR,
     PickerGroup,
@@ -18,7 +18,7 @@ from refunds.reason_selectors import (
     reason_picker_for,
     reason_tree_for,
 )
-from refunds.reasons import (
+from refunds.reasons.services import (
     add_reason,
     delete_reason,
     ensure_default_reasons,
@@ -26,7 +26,7 @@ from refunds.reasons import (
     rename_reason,
     set_reason_active,
 )
-from refunds.staff import create_staff_refund
+from refunds.staff.services import create_staff_refund
 from sill.errors import SillError
 
 pytestmark = pytest.mark.django_db

@@ -1,7 +1,7 @@
 """Concurrent reason-tree writes on several sites keep one valid tree (PostgreSQL).
 
 Treebeard keeps every site's roots in one materialised-path forest, and a sorted insert
-rewrites the paths after it; without the advisory lock in refunds.reasons two writers could
+rewrites the paths after it; without the advisory lock in refunds.reasons.services two writers could
 compute the same path.
 """
 
@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from refunds.models import RefundReason
-from refunds.reasons import add_reason, ensure_default_reasons
+from refunds.reasons.services import add_reason, ensure_default_reasons
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

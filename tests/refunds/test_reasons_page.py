@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 
 from refunds.models import RefundReason
-from refunds.reasons import add_reason, ensure_default_reasons
-from refunds.staff import create_staff_refund
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.staff.services import create_staff_refund
 from sill.accounts.services import add_member
 from tests.conftest import PASSWORD
 

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 
 from refunds.models import Refund, RefundReason
-from refunds.reason_selectors import PATH_SEPARATOR
-from refunds.reasons import add_reason, ensure_default_reasons, set_reason_active
+from refunds.reasons.selectors import PATH_SEPARATOR
+from refunds.reasons.services import add_reason, ensure_default_reasons, set_reason_active
 from sill.accounts.services import add_member
 from tests.conftest import PASSWORD
 

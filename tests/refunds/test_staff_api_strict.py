@@ -15,7 +15,7 @@ from django.test import Client
 
 from audit.models import AuditRecord
 from refunds.models import Refund
-from refunds.reasons import add_reason, ensure_default_reasons
+from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.rails.models import MockLedgerEntry
 
 pytestmark = pytest.mark.django_db

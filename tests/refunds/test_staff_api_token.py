@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from refunds.models import Refund
-from refunds.reasons import add_reason, ensure_default_reasons
+from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.accounts.models import MemberToken
 from sill.accounts.services import issue_member_token
 

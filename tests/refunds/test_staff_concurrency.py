@@ -14,8 +14,8 @@ from django.db import connection
 from django.test import Client
 
 from refunds.models import Refund
-from refunds.reasons import add_reason, ensure_default_reasons
-from refunds.staff import OrderSnapshot, create_staff_refund
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.staff.services import OrderSnapshot, create_staff_refund
 from sill.errors import SillError
 from sill.money import parse_major
 from sill.orders.models import Charge, Order

@@ -6,8 +6,8 @@ import pytest
 from django.utils import timezone
 
 from refunds.models import Refund
-from refunds.reasons import add_reason, ensure_default_reasons
-from refunds.staff import NotRefundable, create_staff_refund
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.staff.services import NotRefundable, create_staff_refund
 from sill.orders.models import Charge, Dispute
 
 pytestmark = pytest.mark.django_db

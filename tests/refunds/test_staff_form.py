@@ -9,9 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from refunds.models import Decision, Refund, RefundReason, RefundStatus
-from refunds.reason_selectors import PATH_SEPARATOR
-from refunds.reasons import add_reason, ensure_default_reasons, set_reason_active
-from refunds.staff import ROUNDING_RULE
+from refunds.reasons.selectors import PATH_SEPARATOR
+from refunds.reasons.services import add_reason, ensure_default_reasons, set_reason_active
+from refunds.staff.services import ROUNDING_RULE
 from sill.accounts.services import add_member
 from sill.orders.models import Charge
 from tests.conftest import PASSWORD

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from refunds.models import Refund
-from refunds.reasons import add_reason, ensure_default_reasons
+from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.rails.models import MockLedgerEntry
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from refunds.models import IdempotencyRecord, Refund
-from refunds.reasons import add_reason, ensure_default_reasons
+from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.accounts.services import add_member
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry

@@ -10,10 +10,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from refunds.idempotency import request_fingerprint
 from refunds.models import IdempotencyRecord, Refund
-from refunds.reasons import add_reason, ensure_default_reasons
-from refunds.staff import create_staff_refund
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.staff.idempotency import request_fingerprint
+from refunds.staff.services import create_staff_refund
 from sill.accounts.services import add_member, issue_member_token
 from sill.money import Money
 from sill.orders.models import Charge

@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from refunds.models import IdempotencyRecord, Refund
-from refunds.reasons import add_reason, ensure_default_reasons
+from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry
 from tests.threads import run_concurrently

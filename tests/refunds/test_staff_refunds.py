@@ -10,9 +10,9 @@ from django.core import mail
 
 from audit.models import AuditRecord
 from refunds.models import Refund, RefundReason
-from refunds.reason_selectors import PATH_SEPARATOR
-from refunds.reasons import add_reason, ensure_default_reasons, set_reason_active
-from refunds.staff import (
+from refunds.reasons.selectors import PATH_SEPARATOR
+from refunds.reasons.services import add_reason, ensure_default_reasons, set_reason_active
+from refunds.staff.services import (
     OrderSnapshot,
     create_staff_refund,
     parse_percentage,

@@ -18,7 +18,7 @@ from typing import Any
 import nacl.signing
 import pytest
 
-from refunds.mandates import (
+from refunds.agent.mandates import (
     KeyRecord,
     MandateError,
     _decode_signature,

@@ -79,7 +79,7 @@ class Command(BaseCommand):
         self.stdout.write(issue_agent_token(agent=agent))
 
     def _sign(self, opts: dict[str, Any]) -> None:
-        from refunds.mandates import canonical_json, sign_mandate
+        from refunds.agent.mandates import canonical_json, sign_mandate
 
         try:
             key = json.loads(Path(opts["key_file"]).read_text())

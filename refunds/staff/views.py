@@ -8,7 +8,7 @@ that amount, and the second submit confirms it.
 
 Each rendered form carries a fresh idempotency key (``idempotency_key``, a hidden field): a
 double click or a browser retry of one form makes one refund, and the repeated submit answers
-the first one's result page (``refunds.idempotency``).
+the first one's result page (``refunds.staff.idempotency``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from refunds import api_staff, idempotency, reasons
 from refunds.models import Refund, RefundReason, RefundStatus
-from refunds.reason_selectors import reason_for, reason_picker_for, reason_tree_for
+from refunds.reasons import services as reasons
+from refunds.reasons.selectors import reason_for, reason_picker_for, reason_tree_for
 from refunds.services import charged_charge
-from refunds.staff import (
+from refunds.staff import api as api_staff
+from refunds.staff import idempotency
+from refunds.staff.services import (
     KINDS,
     ROUNDING_RULE,
     OrderSnapshot,

@@ -26,8 +26,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from refunds.models import Refund, RefundStatus
-from refunds.review import deadline
-from refunds.selectors import refund_headline, requester_label
+from refunds.review.decisions import deadline
+from refunds.review.selectors import refund_headline, requester_label
 from refunds.services import HOLD_FOR
 from sill.accounts.models import Membership, Role
 

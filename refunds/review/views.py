@@ -19,9 +19,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from refunds import selectors
 from refunds.models import Refund, RefundStatus
-from refunds.review import approve_refund, reject_refund
+from refunds.review import selectors
+from refunds.review.decisions import approve_refund, reject_refund
 from sill.accounts.access import Cap, site_view
 from sill.errors import SillError
 

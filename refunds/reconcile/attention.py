@@ -22,8 +22,8 @@ from django.utils import timezone
 from audit.services import append_record
 from refunds.execution import claim, release
 from refunds.models import Refund, RefundStatus
-from refunds.notifications import decider_emails
-from refunds.selectors import refund_headline
+from refunds.review.notifications import decider_emails
+from refunds.review.selectors import refund_headline
 from refunds.services import fail_refund, refund_body, settle_refund
 from sill.accounts.models import Site
 from sill.errors import SillError

@@ -23,7 +23,7 @@ from treebeard.exceptions import InvalidMoveToDescendant
 
 from audit.services import append_record
 from refunds.models import RefundReason
-from refunds.reason_selectors import DEFAULT_CODES, DEFAULT_REASONS, PATH_SEPARATOR
+from refunds.reasons.selectors import DEFAULT_CODES, DEFAULT_REASONS, PATH_SEPARATOR
 from sill.accounts.models import Site
 from sill.errors import SillError
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.models import Refund, RefundOrigin, RefundStatus
-from refunds.review import deadline
+from refunds.review.decisions import deadline
 from sill.accounts.models import Site
 from sill.money import Money, MoneyError, exponent, format_money
 from sill.orders.models import Charge, Rail

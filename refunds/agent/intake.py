@@ -23,11 +23,11 @@ from django.utils import timezone
 
 from policies.decide import RefundContext
 from policies.facts import prefetch_rail_facts
-from refunds import mandates
+from refunds.agent import mandates
+from refunds.agent.answers import purchase_payload, refund_payload
+from refunds.agent.mandates import MandateError, VerifiedMandate
 from refunds.locks import lock_decision_scope, retry_on_conflict
-from refunds.mandates import MandateError, VerifiedMandate
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
-from refunds.representation import purchase_payload, refund_payload
 from refunds.services import charged_charge, decide_and_open, new_refund, record_decision
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.money import min_money

@@ -32,7 +32,7 @@ from policies.decide import RefundContext
 from policies.facts import prefetch_rail_facts
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Refund, RefundOrigin, RefundReason
-from refunds.reason_selectors import pickable_reason
+from refunds.reasons.selectors import pickable_reason
 from refunds.services import charged_charge, decide_and_open
 from sill.accounts.models import Site
 from sill.errors import SillError
@@ -246,7 +246,7 @@ def create_staff_refund(
 
     ``on_opened(refund)`` runs inside the decision transaction once the refund row exists;
     whatever it writes commits (or rolls back) with the refund, and an exception it raises
-    undoes the refund (``refunds.idempotency`` links its key to the refund this way).
+    undoes the refund (``refunds.staff.idempotency`` links its key to the refund this way).
     """
     if kind not in KINDS:
         raise SillError(

@@ -15,8 +15,8 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
-from refunds.attention import attention_refunds_for, resolve_attention
 from refunds.models import Refund, RefundStatus
+from refunds.reconcile.attention import attention_refunds_for, resolve_attention
 from sill.accounts.access import Cap, site_view
 from sill.accounts.models import Role
 from sill.errors import SillError

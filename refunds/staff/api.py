@@ -34,11 +34,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from refunds import idempotency
 from refunds.models import Refund, RefundStatus
-from refunds.reason_selectors import pickable_reason
+from refunds.reasons.selectors import pickable_reason
 from refunds.services import charged_charge
-from refunds.staff import OrderSnapshot, create_staff_refund, parse_percentage
+from refunds.staff import idempotency
+from refunds.staff.services import OrderSnapshot, create_staff_refund, parse_percentage
 from sill.accounts.access import Cap, can, site_context
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.api import StrictJSONParser

@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from refunds.intake import answer_for, submit_mandate
-from refunds.mandates import MAX_BODY_BYTES, MandateError
+from refunds.agent.intake import answer_for, submit_mandate
+from refunds.agent.mandates import MAX_BODY_BYTES, MandateError
 from refunds.models import Mandate
 from sill.accounts.models import AgentToken
 from sill.accounts.services import token_sha256
@@ -206,7 +206,7 @@ class RefundDetailApi(APIView):
 
 
 class AgentTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "refunds.api.AgentTokenAuthentication"
+    target_class = "refunds.agent.api.AgentTokenAuthentication"
     name = "agentToken"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
