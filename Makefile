@@ -52,6 +52,7 @@ test: $(VENV)/.installed-dev localstripe
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	DEBUG=1 $(BIN)/mypy
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .

@@ -168,6 +168,24 @@ def verify_chain(
     return VerifyResult(ok=True, count=count, first_bad_seq=None, problem="")
 
 
+# Columns Sill keeps beside each record so lookups by subject use an index; they are not
+# hashed, so verification checks them against the (signed) body they were derived from.
+SUBJECT_MAX_LENGTH = 40
+SUBJECT_COLUMNS = (("subject_refund_id", "refund_id"), ("subject_order_id", "order_id"))
+
+
+def subject_of(body: Mapping[str, Any], key: str) -> str:
+    """The id ``body[key]`` names, for the record's subject columns; "" when there is none.
+
+    Only a top-level string that fits the column counts (Sill's ids are 40 characters at
+    most); anything else leaves the subject empty rather than storing a truncated id.
+    """
+    value = body.get(key)
+    if isinstance(value, str) and 0 < len(value) <= SUBJECT_MAX_LENGTH:
+        return value
+    return ""
+
+
 def _verify_record(
     record: Mapping[str, Any],
     *,
@@ -202,7 +220,8 @@ def _verify_record(
         raise _Bad(seq, "hash is not 64 lowercase hex digits")
     if record_hash(prev_hash, payload_bytes) != digest:
         raise _Bad(seq, "hash does not match the payload")
-    key = keys.get(record.get("key_id"))  # type: ignore[arg-type]
+    key_id: Any = record.get("key_id")  # any JSON value: only a known id finds a key
+    key = keys.get(key_id)
     if key is None:
         raise _Bad(seq, f"unknown key_id {record.get('key_id')!r}")
     signature = record.get("signature")
@@ -212,6 +231,10 @@ def _verify_record(
         nacl.signing.VerifyKey(key).verify(bytes.fromhex(digest), b64url_decode(signature))
     except (ValueError, nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError):
         raise _Bad(seq, "signature does not verify") from None
+    body = payload["body"] if isinstance(payload["body"], dict) else {}
+    for column, body_key in SUBJECT_COLUMNS:
+        if column in record and record[column] != subject_of(body, body_key):
+            raise _Bad(seq, f"{column} {record[column]!r} does not match the signed body")
 
 
 def parse_strict(text: str) -> Any:

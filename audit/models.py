@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from django.db import models
 from django.db.models import Q
 
+from audit.chain import SUBJECT_MAX_LENGTH
 from sill.accounts.models import Site
 
 
@@ -52,6 +53,9 @@ DECISION_KINDS = frozenset(
 )
 
 
+# Sill's ids (refunds, orders) are at most 40 characters.
+
+
 class AuditLogImmutable(Exception):
     """Raised on any attempt to change or remove an audit record through the ORM."""
 
@@ -77,6 +81,11 @@ class AuditRecord(models.Model):
     key_id = models.CharField(max_length=64)
     # The payload's recorded_at (millisecond precision); a column so it can be indexed/shown.
     created_at = models.DateTimeField()
+    # What the record is about, copied from its body so lookups need not search the payload.
+    # Not hashed or signed: the payload stays the only evidence; these are an index into it
+    # ("" when the body names no refund / order).
+    subject_refund_id = models.CharField(max_length=SUBJECT_MAX_LENGTH, blank=True, default="")
+    subject_order_id = models.CharField(max_length=SUBJECT_MAX_LENGTH, blank=True, default="")
 
     objects = AuditRecordQuerySet.as_manager()
 
@@ -89,6 +98,11 @@ class AuditRecord(models.Model):
             models.CheckConstraint(
                 condition=Q(kind__in=[k.value for k in AuditKind]), name="auditrecord_kind_valid"
             ),
+        ]
+        indexes = [
+            # Lookups are per site, in chain order (audit.selectors.records_about).
+            models.Index(fields=["site", "subject_refund_id", "seq"], name="auditrecord_refund"),
+            models.Index(fields=["site", "subject_order_id", "seq"], name="auditrecord_order"),
         ]
 
     def __str__(self) -> str:

@@ -23,6 +23,25 @@ def records_for(site: Site, *, kind: str | None = None) -> QuerySet[AuditRecord]
     return records.order_by("seq")
 
 
+def records_about(
+    *, site: Site, refund_id: str | None = None, order_id: str | None = None
+) -> QuerySet[AuditRecord]:
+    """The site's records whose body names ``refund_id`` (and/or ``order_id``), in seq order.
+
+    Matched on the subject columns ``append_record`` fills from the body's top-level
+    ``refund_id`` / ``order_id``: exact ids, never a substring of the payload. Naming
+    neither raises ``ValueError`` (that would be every record of the site).
+    """
+    if not refund_id and not order_id:
+        raise ValueError("records_about needs a refund_id or an order_id")
+    records = AuditRecord.objects.filter(site=site)
+    if refund_id:
+        records = records.filter(subject_refund_id=refund_id)
+    if order_id:
+        records = records.filter(subject_order_id=order_id)
+    return records.order_by("seq")
+
+
 def record_by_hash(site: Site, hash: str) -> AuditRecord | None:
     return AuditRecord.objects.filter(site=site, hash=hash).first()
 
@@ -38,8 +57,14 @@ def chain_verification(site: Site) -> chain.VerifyResult:
     The head check catches records deleted from the end, which the chain alone cannot.
     """
     head = AuditChainHead.objects.filter(site=site).values_list("last_seq", "last_hash").first()
+    rows = (
+        AuditRecord.objects.filter(site=site)
+        .order_by("seq")
+        .values(*CHAIN_FIELDS, *(column for column, _ in chain.SUBJECT_COLUMNS))
+        .iterator()
+    )
     return chain.verify_chain(
-        chain_rows_for(site),
+        rows,
         {key_id: bytes(key) for key_id, key in keys.public_keys().items()},
         expected_head=head or (0, chain.GENESIS_HASH),
     )

@@ -10,7 +10,12 @@ from django.db import connection
 from django.utils import timezone
 
 from audit import chain, keys
-from audit.models import DECISION_KINDS, AuditChainHead, AuditKind, AuditRecord
+from audit.models import (
+    DECISION_KINDS,
+    AuditChainHead,
+    AuditKind,
+    AuditRecord,
+)
 from sill.accounts.models import Site
 
 
@@ -71,6 +76,8 @@ def append_record(*, site: Site, kind: str, body: Mapping[str, Any]) -> AuditRec
         signature=chain.sign_hash(digest, signing_key),
         key_id=key_id,
         created_at=recorded_at,
+        subject_refund_id=chain.subject_of(body, "refund_id"),
+        subject_order_id=chain.subject_of(body, "order_id"),
     )
     record.save()
     head.last_seq = seq

@@ -103,9 +103,12 @@ def load_key(text: str) -> nacl.signing.VerifyKey:
 
 
 def check_record(
-    rec: dict[str, Any], *, seq: int, site_id: str, prev_hash: str, keys: dict[str, Any]
+    rec: dict[str, Any], *, seq: int, site_id: Any, prev_hash: str, keys: dict[str, Any]
 ) -> str:
-    """Check one record (already known to have ``seq``); return its hash."""
+    """Check one record (already known to have ``seq``); return its hash.
+
+    ``site_id`` is the header's, as written (any JSON value): records must repeat it exactly.
+    """
     text = rec.get("payload")
     if not isinstance(text, str):
         raise Failed(f"seq {seq}", "payload is not text")
@@ -133,7 +136,9 @@ def check_record(
         raise Failed(f"seq {seq}", "hash is not 64 lowercase hex digits")
     if hashlib.sha256(prev_hash.encode("ascii") + text.encode("utf-8")).hexdigest() != digest:
         raise Failed(f"seq {seq}", "hash does not match the payload")
-    key = keys.get(rec.get("key_id"))  # type: ignore[arg-type]
+    key_id: Any = rec.get("key_id")  # any JSON value: only a known id finds a key
+    # A list or object is unhashable: it names no key (and must not crash the verifier).
+    key = keys.get(key_id) if isinstance(key_id, str) else None
     if key is None:
         raise Failed(f"seq {seq}", f"unknown key_id {rec.get('key_id')!r}")
     signature = rec.get("signature")

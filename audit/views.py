@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import path
 
 from audit import selectors
 from audit.models import AuditKind, AuditRecord
 from sill.accounts.access import Cap, site_view
+from sill.http import SiteRequest
 from sill.money import Money, MoneyError
 
 PAGE_SIZE = 50
@@ -43,7 +44,7 @@ def _row(record: AuditRecord) -> ActivityRow:
 
 
 @site_view(Cap.VIEW_ACTIVITY)
-def activity(request: HttpRequest) -> HttpResponse:
+def activity(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
     kind = request.GET.get("kind", "")
     records = selectors.records_for(site, kind=kind if kind in AuditKind.values else None)

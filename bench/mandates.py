@@ -42,11 +42,11 @@ def main() -> None:
     from nacl.signing import SigningKey
 
     from refunds.agent.mandates import KeyRecord, canonical_json, sign_mandate, verify_mandate
+    from refunds.demo import DEMO_SITE_ID, load_demo
     from sill.accounts.models import Agent, AgentKey, Site
     from sill.accounts.services import issue_agent_token
     from sill.ids import new_ulid
     from sill.money import parse_major
-    from sill.orders.demo import DEMO_SITE_ID, load_demo
     from sill.orders.models import Charge, ChargeStatus, Order
     from sill.orders.services import NewLine, create_order
 

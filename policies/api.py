@@ -8,8 +8,9 @@ template or pack on a site the user belongs to, as an owner or admin. Another si
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from django.contrib.auth.models import User
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -63,7 +64,7 @@ class PolicyTemplateListApi(APIView):
         responses={200: dict, 403: _ERROR},
     )
     def get(self, request: Request) -> Response:
-        if not Membership.objects.filter(user=request.user).exists():
+        if not Membership.objects.filter(user=_user(request)).exists():
             raise PermissionDenied("You are not a member of any site.")
         return Response(cat.catalog())
 
@@ -94,9 +95,16 @@ class RulesFromTemplateApi(APIView):
         return Response(_result(result), status=201 if result.status == "applied" else 200)
 
 
+def _user(request: Request) -> User:
+    # IsAuthenticated, the default permission class, has run: never the anonymous user.
+    return cast(User, request.user)
+
+
 def _member_site(request: Request, site_id: str, cap: Cap) -> Site:
     membership = (
-        Membership.objects.filter(user=request.user, site_id=site_id).select_related("site").first()
+        Membership.objects.filter(user=_user(request), site_id=site_id)
+        .select_related("site")
+        .first()
     )
     if membership is None:
         raise NotFound("No such site.")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from policies.rules import to_fraction
 from policies.vocabulary import FACTS, INTEGER_KINDS
@@ -170,7 +170,7 @@ def prepare_facts(snapshot: Mapping[str, Any]) -> PreparedFacts:
     return prepared
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -15,19 +15,17 @@ from __future__ import annotations
 import logging
 import zoneinfo
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Sum
 
 from policies.rates import usd_minor
+from policies.types import RefundContext
 from policies.vocabulary import FACTS_VERSION, ratio, truncated
 from refunds.models import LIVE_STATUSES, Refund, RefundOrigin
 from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
 from sill.rails.base import RefundFacts, RefundFactsReader, RefundFactsRequest
-
-if TYPE_CHECKING:
-    from policies.decide import RefundContext
 
 logger = logging.getLogger(__name__)
 

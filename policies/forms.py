@@ -19,7 +19,8 @@ class AutoRefundForm(forms.Form):
     currency = forms.ChoiceField(choices=[(c, c) for c in sorted(KNOWN_CURRENCIES)])
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()  # Django's returns self.cleaned_data (typed as possibly None)
+        data = self.cleaned_data
         cap, currency = data.get("cap"), data.get("currency")
         if cap is None or currency is None:
             return data
@@ -37,4 +38,5 @@ class AutoRefundForm(forms.Form):
 
     @property
     def cap_money(self) -> Money:
-        return self.cleaned_data["cap_money"]
+        money: Money = self.cleaned_data["cap_money"]
+        return money

@@ -185,7 +185,7 @@ def _number(spec: FactSpec, value: Any, *, field: str) -> int | float:
         if isinstance(value, float | Decimal) and value != int(value):
             unit = "minor units (cents)" if spec.kind in ("amount", "usd") else "whole numbers"
             raise RuleError(f"{spec.name} is counted in {unit}.", field=field)
-        if abs(value) >= 10**15:
+        if value >= 10**15:  # value is not negative: checked above
             raise RuleError(f"{value} is too large for {spec.name}.", field=field)
         return int(value)
     # The share refunded: a number from 0 to 1, kept as written (0.5), compared exactly.

@@ -13,10 +13,10 @@ import rfc8785
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from policies.decide import BASELINE_VERSION
 from policies.engine import BASELINE_POLICY, AutoRefund, CompiledPolicy, compile_policy
 from policies.models import PolicyVersion
 from policies.simulation import Preview, SimulatedRefund, simulate
+from policies.types import BASELINE_VERSION
 from refunds.models import Refund
 from sill.accounts.models import Site
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.engine import (
+    Action,
     AutoRefund,
     CompiledPolicy,
     apply_auto_refund,
@@ -159,8 +160,8 @@ def simulate(
     return preview
 
 
-def _outcome(action: str, auto_refund: AutoRefund, snapshot: dict[str, Any]) -> str:
-    final, auto = apply_auto_refund(action, auto_refund, snapshot)  # type: ignore[arg-type]
+def _outcome(action: Action, auto_refund: AutoRefund, snapshot: dict[str, Any]) -> str:
+    final, auto = apply_auto_refund(action, auto_refund, snapshot)
     return "auto_refund" if auto else final
 
 

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -30,6 +30,7 @@ from policies.services import (
 from policies.vocabulary import FACTS, describe_condition
 from sill.accounts.access import Cap, site_view
 from sill.errors import NotFound, SillError
+from sill.http import SiteRequest
 from sill.money import Money
 
 # --- the rules page ---------------------------------------------------------------------------
@@ -37,13 +38,13 @@ from sill.money import Money
 
 @require_GET
 @site_view(Cap.VIEW_RULES)
-def rules(request: HttpRequest) -> HttpResponse:
+def rules(request: SiteRequest) -> HttpResponse:
     return render(request, "policies/rules.html", _rules_context(request))
 
 
 @require_POST
 @site_view(Cap.EDIT_RULES)
-def rule_mode(request: HttpRequest, rule_id: str) -> HttpResponse:
+def rule_mode(request: SiteRequest, rule_id: str) -> HttpResponse:
     mode = request.POST.get("mode", "")
     return _rule_change(
         request,
@@ -54,7 +55,7 @@ def rule_mode(request: HttpRequest, rule_id: str) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.EDIT_RULES)
-def rule_delete(request: HttpRequest, rule_id: str) -> HttpResponse:
+def rule_delete(request: SiteRequest, rule_id: str) -> HttpResponse:
     return _rule_change(
         request,
         lambda site, actor: delete_rule(site=site, actor=actor, rule_id=rule_id),
@@ -64,7 +65,7 @@ def rule_delete(request: HttpRequest, rule_id: str) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.EDIT_RULES)
-def auto_refund(request: HttpRequest) -> HttpResponse:
+def auto_refund(request: SiteRequest) -> HttpResponse:
     form = AutoRefundForm(request.POST)
     error: SillError | None = None
     if form.is_valid():
@@ -91,7 +92,7 @@ def auto_refund(request: HttpRequest) -> HttpResponse:
     return render(request, template, context, status=422)
 
 
-def _rule_change(request: HttpRequest, change: Any, *, done: str) -> HttpResponse:
+def _rule_change(request: SiteRequest, change: Any, *, done: str) -> HttpResponse:
     try:
         label = change(request.site_ctx.site, request.user)
     except NotFound as exc:
@@ -108,7 +109,7 @@ def _rule_change(request: HttpRequest, change: Any, *, done: str) -> HttpRespons
 
 
 def _rules_context(
-    request: HttpRequest,
+    request: SiteRequest,
     *,
     auto_form: AutoRefundForm | None = None,
     notice: str = "",
@@ -165,9 +166,10 @@ def _rule_rows(rules: Any) -> list[dict[str, Any]]:
 
 @require_GET
 @site_view(Cap.VIEW_RULES)
-def templates(request: HttpRequest) -> HttpResponse:
+def templates(request: SiteRequest) -> HttpResponse:
     active = active_policy_for(request.site_ctx.site)
     present = {r["id"] for r in active.rules}
+    items: list[cat.CatalogItem] = [*cat.PACKS.values(), *cat.TEMPLATES.values()]
     cards = [
         {
             "item": item,
@@ -175,7 +177,7 @@ def templates(request: HttpRequest) -> HttpResponse:
             "fully_applied": all(i in present for i in item.rule_ids),
             "params": [_param_field(p, None) for p in item.params],
         }
-        for item in [*cat.PACKS.values(), *cat.TEMPLATES.values()]
+        for item in items
     ]
     context = {"cards": cards, "can_edit": request.site_ctx.can(Cap.EDIT_RULES)}
     return render(request, "policies/templates.html", context)
@@ -183,7 +185,7 @@ def templates(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @site_view(Cap.EDIT_RULES)
-def template_preview(request: HttpRequest, item_id: str) -> HttpResponse:
+def template_preview(request: SiteRequest, item_id: str) -> HttpResponse:
     """Preview (a dry run): the rules it writes and what they would have done. No write."""
     item = _catalog_item(item_id)
     return _preview_page(request, item, request.GET)
@@ -191,7 +193,7 @@ def template_preview(request: HttpRequest, item_id: str) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.EDIT_RULES)
-def template_apply(request: HttpRequest, item_id: str) -> HttpResponse:
+def template_apply(request: SiteRequest, item_id: str) -> HttpResponse:
     item = _catalog_item(item_id)
     params = _params_from(item, request.POST)
     try:
@@ -220,7 +222,7 @@ def template_apply(request: HttpRequest, item_id: str) -> HttpResponse:
 
 
 def _preview_page(
-    request: HttpRequest,
+    request: SiteRequest,
     item: cat.CatalogItem,
     data: QueryDict,
     *,
@@ -282,7 +284,8 @@ def _catalog_item(item_id: str) -> cat.CatalogItem:
 
 def _params_from(item: cat.CatalogItem, data: QueryDict) -> dict[str, str]:
     # Unknown names are simply not read: a form only ever posts the item's own parameters.
-    return {p.name: data[p.name] for p in item.params if data.get(p.name, "") != ""}
+    values = {p.name: data.get(p.name, "") for p in item.params}
+    return {name: value for name, value in values.items() if value != ""}
 
 
 def _param_field(param: cat.Param, value: Any) -> dict[str, Any]:

@@ -16,8 +16,8 @@ never becomes ``failed`` and never releases its reservation until the rail has a
 that key, that no refund exists. A rail switched off, a key the rail now rejects, a lookup
 that fails for good, or retries used up while the outcome is unknown all lead to
 ``needs_attention``: still reserved, shown to owners and admins, asked about again by the beat
-task (:func:`check_refund_at_rail`), and resolvable only by the rail's answer or an owner's
-record of the provider's dashboard (:mod:`refunds.reconcile.attention`).
+task, and resolvable only by the rail's answer or an owner's record of the provider's dashboard
+(both in :mod:`refunds.reconcile.attention`).
 
 Retries are bounded in attempts and in elapsed time (settings
 ``SILL_EXECUTION_MAX_ATTEMPTS`` and ``SILL_EXECUTION_MAX_SECONDS``); declines and other
@@ -42,6 +42,7 @@ from django.utils import timezone
 
 from audit.services import append_record
 from refunds.models import Refund, RefundStatus
+from refunds.quote import RefundRefused, quote_refund
 from refunds.services import (
     LeaseLost,
     fail_refund,
@@ -50,7 +51,6 @@ from refunds.services import (
     settle_refund,
 )
 from sill.failpoints import failpoint
-from sill.orders.selectors import has_open_dispute
 from sill.rails.base import (
     AmbiguousRailError,
     RailError,
@@ -205,7 +205,7 @@ def execute_refund(refund_id: str) -> str:
     token = claim(refund_id)
     if token is None:
         return "not-claimed"
-    refund = Refund.objects.select_related("charge", "site").get(pk=refund_id)
+    refund = Refund.objects.select_related("charge", "order", "site").get(pk=refund_id)
     try:
         return _attempt(refund, token)
     except LeaseLost:
@@ -225,16 +225,16 @@ def _attempt(refund: Refund, token: str) -> str:
         if looking_up:
             result = rail.find_refund(request)
         looking_up = False
-        if result is None and has_open_dispute(refund.charge):
-            # A dispute opened after the decision: the bank is already moving this money.
-            # Safe to fail: nothing was ever sent, or the rail just said none exists.
-            fail_refund(
-                refund_id=refund.id,
-                code="disputed",
-                message="a dispute was opened on the charge after the refund was approved",
-                token=token,
-            )
-            return "failed"
+        if result is None:
+            try:
+                # A dispute opened after the decision: the bank is already moving this money.
+                quote_refund(order=refund.order, charge=refund.charge, refund=refund)
+            except RefundRefused as refused:
+                # Safe to fail: nothing was ever sent, or the rail just said none exists.
+                fail_refund(
+                    refund_id=refund.id, code=refused.code, message=refused.message, token=token
+                )
+                return "failed"
         if result is None:
             if not _mark_rail_attempted(refund.id, token):
                 raise LeaseLost(refund.id)
@@ -267,10 +267,10 @@ def _attempt(refund: Refund, token: str) -> str:
             else RetryableRailError(message, code="execution_error")
         )
         return _retry_or_attention(refund, token, error, may_have_acted=reached)
-    return _record_result(refund, token, result)
+    return record_result(refund, token, result)
 
 
-def _record_result(refund: Refund, token: str, result: RefundResult) -> str:
+def record_result(refund: Refund, token: str, result: RefundResult) -> str:
     if result.state == "failed":
         fail_refund(
             refund_id=refund.id,
@@ -337,57 +337,6 @@ def _record_lease_lost(refund: Refund, result: RefundResult) -> None:
         )
 
 
-# --- asking the rail again about a refund that needs attention --------------------------------
-
-
-def check_refund_at_rail(refund_id: str) -> str:
-    """Ask the rail about a ``needs_attention`` refund by its key; act only on its answer.
-
-    ``succeeded``: it exists, settled. ``failed``: the rail says none exists for the key (or
-    declined it); the reservation is released. ``unknown``: the rail could not answer (still
-    switched off, key rejected, timeout) or the refund is pending; asked again later.
-    """
-    token = claim(refund_id, status=RefundStatus.NEEDS_ATTENTION)
-    if token is None:
-        return "not-claimed"
-    refund = Refund.objects.select_related("charge", "site").get(pk=refund_id)
-    try:
-        try:
-            rail = rail_for(site_id=refund.site_id, rail=refund.rail)
-            result = rail.find_refund(refund_request(refund))
-        except (RailDisabled, RailError) as exc:
-            return _still_unknown(refund, token, getattr(exc, "message", str(exc)))
-        except Exception as exc:
-            logger.exception("refund %s: lookup failed", refund.id)
-            return _still_unknown(refund, token, f"{type(exc).__name__}: {exc}")
-        if result is None:
-            fail_refund(
-                refund_id=refund.id,
-                code="not_at_rail",
-                message=(
-                    f"The rail reports no refund for idempotency key {refund.idempotency_key}: "
-                    "nothing moved. Refund again if it is still due."
-                ),
-                token=token,
-            )
-            return "failed"
-        if result.state == "pending":
-            return _still_unknown(refund, token, f"{result.provider_refund_id} is still pending")
-        return _record_result(refund, token, result)
-    except LeaseLost:
-        return "lease-lost"
-
-
-def _still_unknown(refund: Refund, token: str, message: str) -> str:
-    Refund.objects.filter(pk=refund.id, lease_token=token).update(
-        lease_until=None,
-        next_check_at=timezone.now() + attention_recheck(),
-        failure_message=message[:500],
-        updated_at=timezone.now(),
-    )
-    return "unknown"
-
-
 # --- what the beat tasks pick up --------------------------------------------------------------
 
 
@@ -397,16 +346,5 @@ def stuck_refund_ids(*, older_than: timedelta) -> list[str]:
     return list(
         Refund.objects.filter(status=RefundStatus.PROCESSING, updated_at__lt=now - older_than)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .values_list("id", flat=True)[:500]
-    )
-
-
-def attention_refund_ids_due(*, now: datetime | None = None) -> list[str]:
-    """Refunds that need attention and are due to be asked about again."""
-    now = now or timezone.now()
-    return list(
-        Refund.objects.filter(status=RefundStatus.NEEDS_ATTENTION, next_check_at__lte=now)
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .order_by("next_check_at")
         .values_list("id", flat=True)[:500]
     )

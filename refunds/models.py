@@ -12,6 +12,9 @@ from sill.ids import new_id
 from sill.money import Money
 from sill.orders.models import CURRENCY_RE, Charge, Order
 
+# The reason services refuse longer names with a message instead of a database error.
+REASON_NAME_MAX = 120
+
 
 class RefundReason(MP_Node):
     """A node of the merchant's refund-reason tree; refunds pick an active leaf.
@@ -21,7 +24,7 @@ class RefundReason(MP_Node):
     """
 
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="refund_reasons")
-    name = models.CharField(max_length=120)
+    name = models.CharField(max_length=REASON_NAME_MAX)
     code = models.CharField(max_length=40, blank=True)
     active = models.BooleanField(default=True)
 
@@ -140,8 +143,9 @@ class Refund(models.Model):
     rail = models.CharField(max_length=20, blank=True)
     decision = models.CharField(max_length=12, choices=Decision.choices)
     status = models.CharField(max_length=20, choices=RefundStatus.choices)
-    # Stable rejection/failure code (DESIGN.md "The refund pipeline"); blank when none.
-    reason = models.CharField(max_length=40, blank=True)
+    # Stable rejection/failure code (DESIGN.md "The refund pipeline"); blank when none. The
+    # API names it ``reason``; ``refunds.labels.OUTCOME_LABELS`` has its words.
+    outcome_code = models.CharField(max_length=40, blank=True)
     reason_code = models.CharField(max_length=40, blank=True)  # the agent's stated reason
     # The merchant's reason (staff refunds), and its path and label as they were at the time.
     refund_reason = models.ForeignKey(

@@ -7,7 +7,6 @@ transaction, so a decision and its record commit or vanish together.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,11 +15,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from audit.services import append_record
-from policies.decide import PolicyOutcome, RefundContext, decide_refund
+from policies.decide import decide_refund
+from policies.types import PolicyOutcome, RefundContext
 from refunds.models import RESERVED_STATUSES, Decision, Refund, RefundOrigin, RefundStatus
+from refunds.queue import enqueue_on_commit
 from sill.errors import SillError
 from sill.failpoints import failpoint
-from sill.money import Money
 from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
 from sill.orders.services import set_order_status
 
@@ -50,7 +50,8 @@ class LeaseLost(SillError):
     status = 409
 
 
-def _move(refund: Refund, status: str) -> None:
+def transition(refund: Refund, status: str) -> None:
+    """Set ``refund.status`` to ``status`` if REFUND_TRANSITIONS allows it (the caller saves)."""
     if status not in REFUND_TRANSITIONS[refund.status]:
         raise SillError(
             f"refund {refund.id} cannot go from {refund.status} to {status}",
@@ -59,35 +60,22 @@ def _move(refund: Refund, status: str) -> None:
     refund.status = status
 
 
-@dataclass(frozen=True)
-class Quote:
-    """What can be refunded, from Sill's own records of the original."""
-
-    order: Order
-    charge: Charge
-    remaining: Money
-
-
-def charged_charge(order: Order, *, lock: bool = False) -> Charge | None:
-    qs = Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED).order_by("created_at")
-    if lock:
-        qs = qs.select_for_update()
-    return qs.first()
-
-
 def refund_body(refund: Refund, **extra: Any) -> dict[str, Any]:
     """The audit body describing ``refund``: integers and strings only (exact amounts)."""
     body: dict[str, Any] = {
         "refund_id": refund.id,
         "order_id": refund.order_id,
         "origin": refund.origin,
-        "agent_id": refund.agent.agent_id if refund.agent_id else None,
-        "requested_by": refund.requested_by.get_username() if refund.requested_by_id else None,
-        "mandate_id": refund.mandate.mandate_id if refund.mandate_id else None,
+        # A null foreign key reads as None without a query.
+        "agent_id": refund.agent.agent_id if refund.agent is not None else None,
+        "requested_by": (
+            refund.requested_by.get_username() if refund.requested_by is not None else None
+        ),
+        "mandate_id": refund.mandate.mandate_id if refund.mandate is not None else None,
         "amount_minor": refund.amount_minor,
         "currency": refund.currency,
         "rail": refund.rail,
-        "reason": refund.reason or None,
+        "reason": refund.outcome_code or None,  # the audit body keeps its key
         "reason_code": refund.reason_code or None,
         "reason_path": refund.reason_path or None,
         "note": refund.note or None,
@@ -103,11 +91,12 @@ def record_decision(
     now: datetime,
 ) -> Refund:
     """Write the decision record for a freshly created refund and remember its hash."""
-    kind = {
+    kinds: dict[str, str] = {
         RefundStatus.PROCESSING: "approved",
         RefundStatus.HELD: "escalated",
         RefundStatus.REJECTED: "rejected",
-    }[refund.status]
+    }
+    kind = kinds[refund.status]
     record = append_record(
         site=refund.site,
         kind=kind,
@@ -179,8 +168,6 @@ def settle_refund(
     Settles from ``processing`` or ``needs_attention``; raises ``LeaseLost`` when ``token``
     is no longer the refund's lease token.
     """
-    from refunds.tasks import send_refund_confirmation_task
-
     now = now or timezone.now()
     refund = _locked_for_change(refund_id, token=token)
     if refund.status not in RESERVED_STATUSES:
@@ -192,7 +179,7 @@ def settle_refund(
         amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor,
         amount_refunded_minor=F("amount_refunded_minor") + refund.amount_minor,
     )
-    _move(refund, RefundStatus.SUCCEEDED)
+    transition(refund, RefundStatus.SUCCEEDED)
     refund.provider_refund_id = provider_refund_id
     refund.settled_at = now
     refund.lease_until = None
@@ -211,7 +198,7 @@ def settle_refund(
             resolved_by=resolved_by.get_username() if resolved_by is not None else None,
         ),
     )
-    send_refund_confirmation_task.delay_on_commit(refund.id)
+    enqueue_on_commit("refunds.send_confirmation", refund.id)
     return True
 
 
@@ -231,8 +218,8 @@ def fail_refund(
     Charge.objects.select_for_update().filter(pk=refund.charge_id).update(
         amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor
     )
-    _move(refund, RefundStatus.FAILED)
-    refund.reason = code
+    transition(refund, RefundStatus.FAILED)
+    refund.outcome_code = code
     refund.failure_message = message[:500]
     refund.lease_until = None
     refund.next_check_at = None
@@ -260,14 +247,12 @@ def flag_refund_for_attention(
     The refund leaves ``processing`` for ``needs_attention``; the beat task asks the rail
     again from ``next_check_at``; owners and admins get one email (on commit).
     """
-    from refunds.tasks import notify_attention_task
-
     now = timezone.now()
     refund = _locked_for_change(refund_id, token=token)
     if refund.status != RefundStatus.PROCESSING:
         return False
-    _move(refund, RefundStatus.NEEDS_ATTENTION)
-    refund.reason = code
+    transition(refund, RefundStatus.NEEDS_ATTENTION)
+    refund.outcome_code = code
     refund.failure_message = message[:500]
     refund.attention_since = now
     refund.next_check_at = next_check_at
@@ -284,7 +269,7 @@ def flag_refund_for_attention(
             flagged_at=now.isoformat(),
         ),
     )
-    notify_attention_task.delay_on_commit(refund.id)
+    enqueue_on_commit("refunds.notify_attention", refund.id)
     return True
 
 
@@ -319,15 +304,13 @@ def decide_and_open(*, context: RefundContext, fields: dict[str, Any]) -> Refund
     if outcome.action == "deny":
         refund = new_refund(
             **fields, decision=Decision.REJECTED, status=RefundStatus.REJECTED,
-            reason="policy_denied",
+            outcome_code="policy_denied",
         )  # fmt: skip
     elif outcome.action == "require_approval":
         refund = new_refund(
             **fields, decision=Decision.ESCALATED, status=RefundStatus.HELD,
             expires_at=context.now + HOLD_FOR,
         )  # fmt: skip
-        from refunds.review.decisions import notify_hold  # review builds on this module
-
         notify_hold(refund)
     else:
         refund = new_refund(**fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING)
@@ -338,6 +321,12 @@ def decide_and_open(*, context: RefundContext, fields: dict[str, Any]) -> Refund
 
 def enqueue_execution(refund: Refund) -> None:
     """Execute on the rail once the current transaction commits (never before)."""
-    from refunds.tasks import execute_refund_task
+    enqueue_on_commit("refunds.execute", refund.id)
 
-    execute_refund_task.delay_on_commit(refund.id)
+
+def notify_hold(refund: Refund) -> None:
+    """Tell the site's owners and admins that ``refund`` is held, once this transaction commits.
+
+    The notification itself is idempotent, and the every-minute sweep sends any this missed.
+    """
+    enqueue_on_commit("refunds.notify_held", refund.id)

@@ -1,23 +1,23 @@
-"""Celery tasks: they only call services. Enqueued on commit (``delay_on_commit``)."""
+"""Celery tasks: they only call services. Enqueued on commit by name (``refunds.queue``)."""
 
 from __future__ import annotations
 
 import random
 from datetime import timedelta
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 
-from refunds.execution import (
-    RetryLater,
+from refunds.execution import RetryLater, execute_refund, stuck_refund_ids
+from refunds.models import Refund
+from refunds.reconcile.attention import (
     attention_refund_ids_due,
     check_refund_at_rail,
-    execute_refund,
-    stuck_refund_ids,
+    notify_attention,
 )
-from refunds.models import Refund
-from refunds.reconcile.attention import notify_attention
+from refunds.review.decisions import expire_held_refunds
+from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 
 
 def backoff_seconds(retries: int) -> float:
@@ -32,7 +32,7 @@ def backoff_seconds(retries: int) -> float:
 
 
 @shared_task(bind=True, name="refunds.execute", max_retries=None, acks_late=True)
-def execute_refund_task(self, refund_id: str) -> str:  # type: ignore[no-untyped-def]
+def execute_refund_task(self: Task[[str], str], refund_id: str) -> str:
     """One attempt; a retry is the same refund with the same key, after a jittered backoff.
 
     The attempt and time limits live in ``execute_refund`` (the refund's own counters), so a
@@ -82,31 +82,6 @@ def notify_attention_task(refund_id: str) -> None:
     notify_attention(refund_id=refund_id)
 
 
-@shared_task(name="orders.charge", bind=True, max_retries=None, acks_late=True)
-def charge_order_task(self, order_id: str, payment_method: str = "") -> str:  # type: ignore[no-untyped-def]
-    """One attempt at the order's pending charge; a retry uses the same idempotency key.
-
-    The backoff (exponential, full jitter) and the attempt limit live in
-    ``refunds.purchases`` on the charge's own counter, so a redelivered or swept task counts
-    against the same budget; past it the charge is only looked up (it succeeds, fails on the
-    rail's word, or needs attention), never retried here.
-    """
-    from refunds.purchases import ChargeRetry, charge_order
-
-    try:
-        return charge_order(order_id=order_id, payment_method=payment_method)
-    except ChargeRetry as exc:
-        raise self.retry(exc=exc, countdown=exc.countdown) from exc
-
-
-@shared_task(name="orders.recover_stuck")
-def recover_stuck_charges_task() -> int:
-    """Re-enqueue pending charges whose lease lapsed or whose check is due. Beat: every minute."""
-    from refunds.purchases import recover_stuck_charges
-
-    return recover_stuck_charges()
-
-
 @shared_task(name="refunds.send_confirmation", ignore_result=True)
 def send_refund_confirmation_task(refund_id: str) -> None:
     """Tell the buyer their refund went through."""
@@ -131,8 +106,6 @@ def send_refund_confirmation_task(refund_id: str) -> None:
 @shared_task(name="refunds.expire_held")
 def expire_held_refunds_task() -> int:
     """Expire held refunds nobody decided within 24 hours. Beat: every minute."""
-    from refunds.review.decisions import expire_held_refunds
-
     return expire_held_refunds()
 
 
@@ -145,14 +118,10 @@ def expire_held_refunds_task() -> int:
 )
 def notify_held_refund_task(refund_id: str) -> None:
     """Email the site's owners and admins (and Slack) about one held refund, once."""
-    from refunds.review.notifications import notify_held_refund
-
     notify_held_refund(refund_id=refund_id)
 
 
 @shared_task(name="refunds.notify_pending_held")
 def notify_pending_held_refunds_task() -> int:
     """Notify held refunds the on-commit notification missed. Beat: every minute."""
-    from refunds.review.notifications import notify_pending_held_refunds
-
     return notify_pending_held_refunds()

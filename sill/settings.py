@@ -90,6 +90,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "sill.accounts.context_processors.site_context_processor",
+                "refunds.review.context_processors.held_count",
             ],
             "builtins": ["sill.templatetags.sill"],
         },
@@ -106,7 +107,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": SILL_DATA_DIR / "sill.sqlite3",
+            "NAME": str(SILL_DATA_DIR / "sill.sqlite3"),
             # IMMEDIATE transactions + WAL: a web process and a worker can both write without
             # "database is locked" (writers queue on the busy timeout instead of failing at
             # the lock upgrade of a DEFERRED transaction).

@@ -4,7 +4,8 @@ from drf_spectacular.views import SpectacularAPIView
 
 urlpatterns = [
     path("", include("sill.accounts.urls")),
-    path("", include("sill.orders.urls")),
+    # The order pages (orders:dashboard, orders:list, orders:detail) show refunds.
+    path("", include("refunds.staff.urls")),
     path("", include("refunds.urls")),
     path("", include("policies.urls")),
     path("", include("audit.views")),

@@ -1,4 +1,4 @@
-"""Shared fixtures: sites, personas (owner, admin, reviewer, staff, outsider) and orders."""
+"""Shared fixtures: sites, personas (owner, admin, reviewer, staff, outsider, clerk), orders."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -27,6 +28,20 @@ def _eager_celery(settings):
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def needs_postgres() -> None:
+    """Skip unless the suite runs on PostgreSQL (``DATABASE_URL``): SQLite has no row locks."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL row locks (set DATABASE_URL)")
+
+
+@pytest.fixture(autouse=True)
+def _postgres_marker(request: pytest.FixtureRequest) -> None:
+    """A test marked ``postgres`` needs PostgreSQL: skipped elsewhere."""
+    if request.node.get_closest_marker("postgres") is not None:
+        request.getfixturevalue("needs_postgres")
 
 
 @pytest.fixture
@@ -60,6 +75,14 @@ def members(site: Site, other_site: Site) -> dict[str, Membership]:
         site=other_site, email="owner@other.example", role=Role.OWNER, password=PASSWORD
     )
     return result
+
+
+@pytest.fixture
+def clerk(site: Site, members: dict[str, Membership]) -> Membership:
+    """A staff member of ``site`` *without* the refund permission."""
+    return add_member(
+        site=site, email="clerk@roasters.example", role="staff", can_refund=False, password=PASSWORD
+    )
 
 
 @pytest.fixture

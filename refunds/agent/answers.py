@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from refunds.models import Mandate, Refund
 from sill.money import Money
 from sill.orders.models import ChargeStatus, Order
 
+# Keyed by plain str: that is what a loaded ``Charge.status`` holds.
+_PURCHASE_STATUS: dict[str, str] = {
+    ChargeStatus.PENDING: "processing",
+    ChargeStatus.SUCCEEDED: "succeeded",
+    ChargeStatus.FAILED: "failed",
+}
 
-def _iso(value: Any) -> str | None:
+
+def _iso(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.isoformat().replace("+00:00", "Z")
@@ -23,7 +31,7 @@ def refund_payload(mandate: Mandate, refund: Refund | None) -> dict[str, Any]:
         "refund_id": refund.id,
         "decision": refund.decision,
         "status": refund.status,
-        "reason": refund.reason or None,
+        "reason": refund.outcome_code or None,
         "amount": Money(refund.amount_minor, refund.currency).major_str(),
         "currency": refund.currency,
         "rail": refund.rail or None,
@@ -34,16 +42,13 @@ def refund_payload(mandate: Mandate, refund: Refund | None) -> dict[str, Any]:
 
 def purchase_payload(mandate: Mandate, order: Order | None) -> dict[str, Any]:
     charge = order.charges.all()[0] if order is not None and order.charges.all() else None
+    reason: str | None
     if order is None:
         status, decision, reason = "rejected", "rejected", "original_not_charged"
     elif charge is None:
         status, decision, reason = "rejected", "rejected", "rail_disabled"
     else:
-        status = {
-            ChargeStatus.PENDING: "processing",
-            ChargeStatus.SUCCEEDED: "succeeded",
-            ChargeStatus.FAILED: "failed",
-        }[charge.status]
+        status = _PURCHASE_STATUS[charge.status]
         decision, reason = "approved", (charge.failure_message and "charge_failed") or None
     return {
         "mandate_id": mandate.mandate_id,

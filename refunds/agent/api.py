@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,7 +18,7 @@ from rest_framework.views import APIView
 from refunds.agent.intake import answer_for, submit_mandate
 from refunds.agent.mandates import MAX_BODY_BYTES, MandateError
 from refunds.models import Mandate
-from sill.accounts.models import AgentToken
+from sill.accounts.models import Agent, AgentToken
 from sill.accounts.services import token_sha256
 from sill.api import error_response
 from sill.errors import NotFound
@@ -53,7 +54,7 @@ _ERROR = inline_serializer(
         )
     },
 )
-_EXAMPLE_REQUEST = {
+_EXAMPLE_REQUEST: dict[str, Any] = {
     "signed": {
         "mandate_id": "mnd_01K6HBK7MK753DH3YBX4NVCYTT",
         "site_id": "01JDEMOSITE00000000000MAIN",
@@ -76,7 +77,7 @@ _EXAMPLE_REQUEST = {
     },
     "envelope": {"algorithm": "ed25519", "key_id": "acme-2026-10", "signature": "<86 chars>"},
 }
-_EXAMPLE_RESULT = {
+_EXAMPLE_RESULT: dict[str, Any] = {
     "mandate_id": "mnd_01K6HBK7MK753DH3YBX4NVCYTT",
     "refund_id": "rf_01K6HBK8P0W9S3ZC2J1YF5TQ0V",
     "decision": "approved",
@@ -90,12 +91,13 @@ _EXAMPLE_RESULT = {
 }
 
 
-class RawBodyParser:
+class RawBodyParser(BaseParser):
     """Leaves the body alone: the mandate is verified over the exact bytes received."""
 
     media_type = "*/*"
 
-    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> None:
+    # Any, like the base's Mapping | DataAndFiles: nothing is parsed, so there is no data.
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
         return None
 
 
@@ -136,7 +138,7 @@ class MandateCreateApi(APIView):
 class AgentTokenAuthentication(BaseAuthentication):
     """``Authorization: Bearer <token>`` from ``manage.py agents token``; only hashes stored."""
 
-    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+    def authenticate(self, request: Request) -> tuple[None, Agent] | None:
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header.startswith("Bearer "):
             return None
@@ -152,6 +154,12 @@ class AgentTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return "Bearer"
+
+
+def _agent_of(request: Request) -> Agent:
+    # AgentTokenAuthentication (behind HasAgent) put the Agent in ``request.auth``; DRF's stubs
+    # type ``auth`` as its own Token model or Any, so only a cast can say which.
+    return cast(Agent, request.auth)
 
 
 class HasAgent(BasePermission):
@@ -181,7 +189,7 @@ class AgentMeApi(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        agent = request.auth
+        agent = _agent_of(request)
         return Response({"agent_id": agent.agent_id, "site_id": agent.site_id, "name": agent.name})
 
 
@@ -196,7 +204,7 @@ class RefundDetailApi(APIView):
         examples=[OpenApiExample("Succeeded", value={**_EXAMPLE_RESULT, "status": "succeeded"})],
     )
     def get(self, request: Request, mandate_id: str) -> Response:
-        agent = request.auth
+        agent = _agent_of(request)
         mandate = Mandate.objects.filter(
             site_id=agent.site_id, agent=agent, mandate_id=mandate_id
         ).first()

@@ -21,22 +21,21 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from policies.decide import RefundContext
 from policies.facts import prefetch_rail_facts
+from policies.types import RefundContext
 from refunds.agent import mandates
 from refunds.agent.answers import purchase_payload, refund_payload
 from refunds.agent.mandates import MandateError, VerifiedMandate
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
-from refunds.services import charged_charge, decide_and_open, new_refund, record_decision
+from refunds.quote import RefundRefused, charged_charge, original_refusal, quote_refund
+from refunds.services import decide_and_open, new_refund, record_decision
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.money import min_money
-from sill.orders.models import REFUNDABLE_STATUSES, Order
-from sill.orders.selectors import has_open_dispute
+from sill.orders.models import Order
+from sill.orders.purchases import Purchase, place_order
+from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts
-from sill.rails.registry import RailDisabled, rail_account_for
-
-_LIVE = (RefundStatus.HELD, RefundStatus.PROCESSING, RefundStatus.SUCCEEDED)
 
 
 class _Raced(Exception):
@@ -134,9 +133,26 @@ def _decide(
                 mandate=mandate, verified=verified, now=now, prefetched=prefetched
             )
             return refund_payload(mandate, refund)
-        from refunds.purchases import place_order
-
-        order = place_order(mandate=mandate, verified=verified)
+        intent = verified.intent
+        assert isinstance(intent, mandates.PurchaseIntent)
+        order = place_order(
+            purchase=Purchase(
+                site=mandate.site,
+                agent=mandate.agent,
+                mandate_id=mandate.mandate_id,
+                lines=[
+                    NewLine(
+                        sku=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price
+                    )
+                    for li in intent.line_items
+                ],
+                currency=intent.currency,
+                buyer_name=intent.buyer_name,
+                buyer_email=intent.buyer_email,
+                rail=intent.payment_rail,
+                payment_method=intent.payment_method,
+            )
+        )
         return purchase_payload(mandate, order)
 
 
@@ -185,10 +201,20 @@ def _prefetch_rail_facts(
         site_id=verified.site_id, source_mandate_id=intent.original_mandate_id
     ).first()
     charge = charged_charge(order) if order is not None else None
-    if order is None or charge is None or order.status not in REFUNDABLE_STATUSES:
+    if original_refusal(order, charge) is not None:
         return None
+    assert order is not None and charge is not None
     facts = prefetch_rail_facts(site_id=verified.site_id, order=order, charge=charge, now=now)
     return charge.pk, facts
+
+
+def _check_currency(asked: str, charged: str) -> None:
+    if asked != charged:
+        raise MandateError(
+            "invalid_field",
+            f"the original order is in {charged}, not {asked}",
+            field="signed.intent.currency",
+        )
 
 
 def _request_refund(
@@ -211,12 +237,12 @@ def _request_refund(
         "amount_minor": 0,
     }
 
-    def rejected(reason: str, **extra: Any) -> Refund:
+    def rejected(code: str, **found: Any) -> Refund:
         refund = new_refund(
-            **{**base, **extra},
+            **{**base, **found},
             decision=Decision.REJECTED,
             status=RefundStatus.REJECTED,
-            reason=reason,
+            outcome_code=code,
         )
         return record_decision(refund=refund, outcome=None, now=now)
 
@@ -236,41 +262,31 @@ def _request_refund(
         .first()
     )
     charge = charged_charge(order, lock=True) if order is not None else None
-    if order is None or charge is None or order.status not in REFUNDABLE_STATUSES:
-        if order is not None and charge is not None and order.status == "REFUNDED":
-            return rejected("already_executed", order=order, charge=charge, rail=charge.rail)
-        return rejected("original_not_charged", order=order)
-    if intent.currency != order.currency:
-        raise MandateError(
-            "invalid_field",
-            f"the original order is in {order.currency}, not {intent.currency}",
-            field="signed.intent.currency",
+    # A mandate in the wrong currency is the agent's error (422), before any business refusal.
+    if order is not None and original_refusal(order, charge) is None:
+        _check_currency(intent.currency, order.currency)
+    try:
+        quote = quote_refund(order=order, charge=charge, origin=RefundOrigin.AGENT, check_rail=True)
+    except RefundRefused as refused:
+        if refused.charge is None:  # no refundable original: the rejection names no charge
+            return rejected(refused.code, order=refused.order)
+        return rejected(
+            refused.code, order=refused.order, charge=refused.charge, rail=refused.charge.rail
         )
-    found = {"order": order, "charge": charge, "rail": charge.rail}
-    if Refund.objects.filter(order=order, origin=RefundOrigin.AGENT, status__in=_LIVE).exists():
-        return rejected("already_executed", **found)
+    found = {"order": quote.order, "charge": quote.charge, "rail": quote.charge.rail}
     if not isinstance(intent.scope, str):
         return rejected("scope_unsupported", **found)
-    try:
-        rail_account_for(site_id=site.id, rail=charge.rail)
-    except RailDisabled:
-        return rejected("rail_disabled", **found)
-    if has_open_dispute(charge):
-        return rejected("disputed", **found)
-    remaining = charge.remaining
-    if remaining.amount_minor <= 0:
-        return rejected("already_executed", **found)
-    amount = min_money(remaining, intent.max_amount)
+    amount = min_money(quote.remaining, intent.max_amount)
     context = RefundContext(
         site=site,
-        order=order,
-        charge=charge,
+        order=quote.order,
+        charge=quote.charge,
         amount=amount,
-        origin=RefundOrigin.AGENT,
+        origin="agent",  # RefundOrigin.AGENT, as the Literal RefundContext.origin takes it
         agent=mandate.agent,
         user=None,
         reason=intent.reason_code,
         now=now,
-        rail_facts=prefetched[1] if prefetched and prefetched[0] == charge.pk else None,
+        rail_facts=prefetched[1] if prefetched and prefetched[0] == quote.charge.pk else None,
     )
     return decide_and_open(context=context, fields=base)

@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict
 
 import nacl.bindings
 import nacl.exceptions
@@ -159,12 +159,17 @@ class KeyRecord:
     revoked_at: datetime | None
 
 
+class ScopeLine(TypedDict):
+    sku: str
+    quantity: int  # > 0
+
+
 @dataclass(frozen=True)
 class RefundIntent:
     merchant: str
     original_mandate_id: str
     reason_code: str
-    scope: str | list[dict]  # "full" or [{"sku": str, "quantity": int > 0}, ...]
+    scope: str | list[ScopeLine]  # "full" or the lines to refund
     max_amount: Money
     currency: str
 
@@ -201,7 +206,7 @@ class VerifiedMandate:
     replay_window_seconds: int
     action: str  # "request_refund" | "purchase"
     intent: RefundIntent | PurchaseIntent
-    signed: dict  # as parsed (Decimal amounts)
+    signed: dict[str, Any]  # as parsed (Decimal amounts)
     raw: bytes  # the exact request body
     body_sha256: str  # hex sha256 of JCS({"signed", "envelope"}); whitespace-insensitive
 
@@ -242,8 +247,8 @@ def _b64url(data: bytes) -> str:
 
 
 def sign_mandate(
-    signed: dict, signing_key: nacl.signing.SigningKey, key_id: str
-) -> dict[str, dict]:
+    signed: dict[str, Any], signing_key: nacl.signing.SigningKey, key_id: str
+) -> dict[str, dict[str, Any]]:
     """Wrap ``signed`` in an ed25519 envelope (for ``manage.py agents sign``, tests, bench)."""
     signature = signing_key.sign(signing_input(signed)).signature
     return {
@@ -515,7 +520,7 @@ def _refund_intent(intent: Mapping[str, Any], path: str) -> RefundIntent:
         _invalid(f"{path}.original_mandate_id", "must be a mandate id (mnd_ + 26-char ULID)")
     reason_code = _choice(intent, "reason_code", path, REASON_CODES)
     scope_value = _get(intent, "scope", path)
-    scope: str | list[dict]
+    scope: str | list[ScopeLine]
     if scope_value == "full":
         scope = "full"
     elif isinstance(scope_value, list) and 0 < len(scope_value) <= MAX_LINE_ITEMS:

@@ -15,22 +15,24 @@ transaction-scoped advisory lock; SQLite's IMMEDIATE transactions already serial
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import ProtectedError
 from treebeard.exceptions import InvalidMoveToDescendant
 
 from audit.services import append_record
-from refunds.models import RefundReason
+from refunds.models import REASON_NAME_MAX, RefundReason
 from refunds.reasons.selectors import DEFAULT_CODES, DEFAULT_REASONS, PATH_SEPARATOR
 from sill.accounts.models import Site
 from sill.errors import SillError
 
-NAME_MAX = RefundReason._meta.get_field("name").max_length
 _CODE_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # Any constant works; it only has to be the same for every writer of the tree.
 _TREE_LOCK_KEY = 0x5111_2EA5
+
+_T = TypeVar("_T")
 
 
 def _lock_tree() -> None:
@@ -68,9 +70,11 @@ def _clean_name(name: str) -> str:
     name = " ".join((name or "").split())
     if not name:
         raise SillError("Give the reason a name.", code="invalid_field", field="name")
-    if len(name) > NAME_MAX:
+    if len(name) > REASON_NAME_MAX:
         raise SillError(
-            f"A reason's name is at most {NAME_MAX} characters.", code="invalid_field", field="name"
+            f"A reason's name is at most {REASON_NAME_MAX} characters.",
+            code="invalid_field",
+            field="name",
         )
     return name
 
@@ -103,7 +107,7 @@ def _first_root(site: Site, *, exclude: RefundReason | None = None) -> RefundRea
     return roots.order_by("path").first()
 
 
-def _tree_write(fn: Any) -> Any:
+def _tree_write(fn: Callable[[], _T]) -> _T:
     """Run a tree write; a path collision (a writer we did not serialise with) is a 409."""
     try:
         return fn()
@@ -115,12 +119,19 @@ def _tree_write(fn: Any) -> Any:
         ) from exc
 
 
+def seed_site_reasons(sender: object, *, site: Site, **_: object) -> None:
+    """``site_created`` receiver: every new site starts with the default reasons."""
+    ensure_default_reasons(site)
+
+
 def ensure_default_reasons(site: Site) -> list[RefundReason]:
     """Give ``site`` the coded reasons agents use (``DEFAULT_REASONS``); idempotent.
 
     Only codes the site lacks are added, as top-level reasons; an uncoded top-level reason
     with the same name is given the code instead of getting a twin. Cheap when nothing is
-    missing (one query), so pages call it lazily. Returns the reasons it added or coded.
+    missing (one query). Called when a site is created (``site_created``), by ``demo`` and by
+    a data migration for older sites; never by a page (a GET writes nothing). Returns the
+    reasons it added or coded.
     """
     if (
         set(

@@ -2,35 +2,38 @@
 
 A refund lands in ``needs_attention`` when a rail attempt may have moved the money and the
 rail cannot say (see :mod:`refunds.execution`). Two things end it: the rail's own answer for
-the idempotency key (the beat task), or an owner recording what the provider's dashboard
-shows — "the refund is there, with this id" or "there is no refund" — which writes a signed
-``attention_resolved`` record naming the owner, then settles or releases the reservation.
+the idempotency key (:func:`check_refund_at_rail`, from the beat task), or an owner recording
+what the provider's dashboard shows — "the refund is there, with this id" or "there is no
+refund" — which writes a signed ``attention_resolved`` record naming the owner, then settles or
+releases the reservation.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
 from audit.services import append_record
-from refunds.execution import claim, release
+from refunds.execution import attention_recheck, claim, record_result, refund_request, release
+from refunds.labels import refund_headline
 from refunds.models import Refund, RefundStatus
 from refunds.review.notifications import decider_emails
-from refunds.review.selectors import refund_headline
-from refunds.services import fail_refund, refund_body, settle_refund
+from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
 from sill.accounts.models import Site
 from sill.errors import SillError
+from sill.rails.base import RailError
+from sill.rails.registry import RailDisabled, rail_for
 
 logger = logging.getLogger(__name__)
 
-Resolution = Literal["refunded", "not_refunded"]
 PROVIDER_ID_MAX = 255
 
 
@@ -100,14 +103,15 @@ def resolve_attention(
     *,
     refund: Refund,
     actor: Any,
-    outcome: Resolution,
+    outcome: str,
     provider_refund_id: str = "",
     note: str = "",
 ) -> Refund:
     """An owner records what the provider's dashboard shows for this refund.
 
-    The caller has checked that ``actor`` is an owner of the refund's site. ``refunded``
-    needs the provider's refund id and settles; ``not_refunded`` releases the reservation.
+    The caller has checked that ``actor`` is an owner of the refund's site. ``outcome`` is
+    the form's text as posted: ``refunded`` needs the provider's refund id and settles;
+    ``not_refunded`` releases the reservation; anything else is ``invalid_field``.
     Refused while an execution holds the refund (``execution_in_progress``).
     """
     provider_refund_id = provider_refund_id.strip()
@@ -167,3 +171,65 @@ def resolve_attention(
         release(refund.id, token)
         raise
     return Refund.objects.get(pk=refund.pk)
+
+
+# --- asking the rail again about a refund that needs attention --------------------------------
+
+
+def check_refund_at_rail(refund_id: str) -> str:
+    """Ask the rail about a ``needs_attention`` refund by its key; act only on its answer.
+
+    ``succeeded``: it exists, settled. ``failed``: the rail says none exists for the key (or
+    declined it); the reservation is released. ``unknown``: the rail could not answer (still
+    switched off, key rejected, timeout) or the refund is pending; asked again later.
+    """
+    token = claim(refund_id, status=RefundStatus.NEEDS_ATTENTION)
+    if token is None:
+        return "not-claimed"
+    refund = Refund.objects.select_related("charge", "site").get(pk=refund_id)
+    try:
+        try:
+            rail = rail_for(site_id=refund.site_id, rail=refund.rail)
+            result = rail.find_refund(refund_request(refund))
+        except (RailDisabled, RailError) as exc:
+            return _still_unknown(refund, token, getattr(exc, "message", str(exc)))
+        except Exception as exc:
+            logger.exception("refund %s: lookup failed", refund.id)
+            return _still_unknown(refund, token, f"{type(exc).__name__}: {exc}")
+        if result is None:
+            fail_refund(
+                refund_id=refund.id,
+                code="not_at_rail",
+                message=(
+                    f"The rail reports no refund for idempotency key {refund.idempotency_key}: "
+                    "nothing moved. Refund again if it is still due."
+                ),
+                token=token,
+            )
+            return "failed"
+        if result.state == "pending":
+            return _still_unknown(refund, token, f"{result.provider_refund_id} is still pending")
+        return record_result(refund, token, result)
+    except LeaseLost:
+        return "lease-lost"
+
+
+def _still_unknown(refund: Refund, token: str, message: str) -> str:
+    Refund.objects.filter(pk=refund.id, lease_token=token).update(
+        lease_until=None,
+        next_check_at=timezone.now() + attention_recheck(),
+        failure_message=message[:500],
+        updated_at=timezone.now(),
+    )
+    return "unknown"
+
+
+def attention_refund_ids_due(*, now: datetime | None = None) -> list[str]:
+    """Refunds that need attention and are due to be asked about again."""
+    now = now or timezone.now()
+    return list(
+        Refund.objects.filter(status=RefundStatus.NEEDS_ATTENTION, next_check_at__lte=now)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .order_by("next_check_at")
+        .values_list("id", flat=True)[:500]
+    )

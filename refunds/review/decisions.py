@@ -30,12 +30,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import append_record
+from refunds.labels import deadline_text
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Refund, RefundStatus
-from refunds.services import HOLD_FOR, _move, enqueue_execution, refund_body, reserve
+from refunds.quote import Quote, RefundRefused, quote_refund
+from refunds.services import HOLD_FOR, enqueue_execution, refund_body, reserve, transition
 from sill.errors import SillError
 from sill.money import Money
-from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, ChargeStatus, Dispute, Order
+from sill.orders.models import Charge, Order
 
 NOTE_MAX_LENGTH = 2000
 
@@ -57,7 +59,7 @@ class RequesterCannotApprove(SillError):
 class DecisionRefused(SillError):
     """The decision was refused and the refund closed without refunding.
 
-    ``code`` is the reason the refund now carries: ``expired``, ``disputed`` or
+    ``code`` is the outcome code the refund now carries: ``expired``, ``disputed`` or
     ``exceeds_refundable``. The closing is committed before this is raised.
     """
 
@@ -98,17 +100,23 @@ def approve_refund(
                 "You requested this refund, so another owner or admin has to approve it."
             )
         if now >= deadline(locked):
-            _close(locked, status=RefundStatus.EXPIRED, reason="expired", now=now, actor=actor)
+            _close(
+                locked, status=RefundStatus.EXPIRED, outcome_code="expired", now=now, actor=actor
+            )
             refusal = ("expired", _expired_message(locked))
         else:
-            charge = _lock_money_rows(locked)
-            refusal = _changed_facts(locked, charge)
-            if refusal is None:
-                return _approve(locked, charge=charge, actor=actor, note=note, now=now)
+            order, charge = _lock_money_rows(locked)
+            try:
+                # The facts again: a dispute opened or less left since the refund was held.
+                quote = quote_refund(order=order, charge=charge, refund=locked)
+            except RefundRefused as refused:
+                refusal = (refused.code, refused.message)
+            else:
+                return _approve(locked, quote=quote, actor=actor, note=note, now=now)
             _close(
                 locked,
                 status=RefundStatus.REJECTED,
-                reason=refusal[0],
+                outcome_code=refusal[0],
                 now=now,
                 actor=actor,
                 reviewer=actor,
@@ -134,13 +142,13 @@ def reject_refund(
             return _close(
                 locked,
                 status=RefundStatus.REJECTED,
-                reason="rejected_by_reviewer",
+                outcome_code="rejected_by_reviewer",
                 now=now,
                 actor=actor,
                 reviewer=actor,
                 note=note,
             )
-        _close(locked, status=RefundStatus.EXPIRED, reason="expired", now=now, actor=actor)
+        _close(locked, status=RefundStatus.EXPIRED, outcome_code="expired", now=now, actor=actor)
     raise DecisionRefused(_expired_message(locked), code="expired")
 
 
@@ -163,20 +171,9 @@ def expire_held_refunds(*, now: datetime | None = None, limit: int = 500) -> int
             locked = _locked(refund_id)
             if locked is None or locked.status != RefundStatus.HELD or now < deadline(locked):
                 continue
-            _close(locked, status=RefundStatus.EXPIRED, reason="expired", now=now)
+            _close(locked, status=RefundStatus.EXPIRED, outcome_code="expired", now=now)
             expired += 1
     return expired
-
-
-def notify_hold(refund: Refund) -> None:
-    """Tell the site's owners and admins that ``refund`` is held, once this transaction commits.
-
-    Meant to be called where a refund is held (``refunds.services.decide_and_open``); the
-    notification itself is idempotent, and the every-minute sweep sends any that were missed.
-    """
-    from refunds.tasks import notify_held_refund_task
-
-    notify_held_refund_task.delay_on_commit(refund.id)
 
 
 # --- internals ------------------------------------------------------------------------------
@@ -206,66 +203,35 @@ def _lock_held(refund: Refund) -> Refund:
 
 
 def already_decided_message(refund: Refund) -> str:
-    who = refund.decided_by.get_username() if refund.decided_by_id else None
+    who = refund.decided_by.get_username() if refund.decided_by is not None else None
     if refund.status == RefundStatus.EXPIRED:
         return "This refund was already decided: it expired after 24 hours; nothing was refunded."
     by = f" by {who}" if who else ""
     if refund.decision == Decision.APPROVED:
         return f"This refund was already decided: approved{by}."
-    return f"This refund was already decided: rejected{by} ({refund.reason or 'rejected'})."
+    return f"This refund was already decided: rejected{by} ({refund.outcome_code or 'rejected'})."
 
 
 def _expired_message(refund: Refund) -> str:
-    at = deadline(refund)
-    when = f"{at:%b} {at.day}, {at:%H:%M} UTC"
+    when = deadline_text(deadline(refund))
     return f"This refund expired at {when}, 24 hours after it was held. Nothing was refunded."
 
 
-def _lock_money_rows(refund: Refund) -> Charge | None:
+def _lock_money_rows(refund: Refund) -> tuple[Order | None, Charge | None]:
     # The same rows, in the same order, that intake and settlement lock.
-    Order.objects.select_for_update().filter(pk=refund.order_id).first()
-    return Charge.objects.select_for_update().filter(pk=refund.charge_id).first()
+    order = Order.objects.select_for_update().filter(pk=refund.order_id).first()
+    return order, Charge.objects.select_for_update().filter(pk=refund.charge_id).first()
 
 
-def _changed_facts(refund: Refund, charge: Charge | None) -> tuple[str, str] | None:
-    """Why the held refund may no longer be paid, read under the charge's row lock."""
-    if charge is None or charge.status != ChargeStatus.SUCCEEDED:
-        return ("exceeds_refundable", "The original charge is no longer refundable.")
-    dispute = (
-        Dispute.objects.filter(charge=charge, status__in=OPEN_DISPUTE_STATUSES)
-        .order_by("-opened_at")
-        .first()
-    )
-    if dispute is not None:
-        return (
-            "disputed",
-            f"The buyer opened a dispute on this charge ({dispute.reason}, {dispute.amount}). "
-            "Refunding now could pay the buyer twice; respond to the dispute instead. "
-            "Nothing was refunded.",
-        )
-    if refund.amount_minor > charge.remaining.amount_minor:
-        return (
-            "exceeds_refundable",
-            f"Only {charge.remaining} of this charge is still refundable (it was refunded "
-            f"since the request was held), less than the {refund.amount} held. "
-            "Nothing was refunded.",
-        )
-    return None
-
-
-def _approve(
-    refund: Refund, *, charge: Charge | None, actor: Any, note: str, now: datetime
-) -> Refund:
-    assert charge is not None
+def _approve(refund: Refund, *, quote: Quote, actor: Any, note: str, now: datetime) -> Refund:
     escalated_hash = refund.decision_hash
-    remaining_before = charge.remaining
-    _move(refund, RefundStatus.PROCESSING)
+    transition(refund, RefundStatus.PROCESSING)
     refund.decision = Decision.APPROVED
     refund.decided_by = actor
     refund.decided_at = now
     refund.review_note = note
-    refund.reason = ""
-    reserve(refund=refund, charge=charge)
+    refund.outcome_code = ""
+    reserve(refund=refund, charge=quote.charge)
     record = append_record(
         site=refund.site,
         kind="escalated_approved",
@@ -276,7 +242,7 @@ def _approve(
             note=note or None,
             escalated_hash=escalated_hash or None,
             rules=list(refund.rules or []),
-            recheck=_recheck_facts(remaining_before),
+            recheck=_recheck_facts(quote.remaining),
             decided_at=now.isoformat(),
         ),
     )
@@ -294,17 +260,17 @@ def _close(
     refund: Refund,
     *,
     status: str,
-    reason: str,
+    outcome_code: str,
     now: datetime,
     actor: Any | None = None,
     reviewer: Any | None = None,
     note: str = "",
 ) -> Refund:
-    """Close a held refund without refunding: ``escalated_rejected`` with ``reason``."""
+    """Close a held refund without refunding: ``escalated_rejected`` with ``outcome_code``."""
     escalated_hash = refund.decision_hash
-    _move(refund, status)
+    transition(refund, status)
     refund.decision = Decision.REJECTED
-    refund.reason = reason
+    refund.outcome_code = outcome_code
     refund.decided_by = reviewer
     refund.decided_at = now
     refund.review_note = note

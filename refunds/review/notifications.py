@@ -1,6 +1,6 @@
 """Telling a site's owners and admins that a refund waits for them: email, and Slack if set.
 
-Once per held refund. Two paths lead here: :func:`refunds.review.notify_hold` on the commit
+Once per held refund. Two paths lead here: :func:`refunds.services.notify_hold` on the commit
 that held the refund, and the every-minute sweep (:func:`notify_pending_held_refunds`) that
 catches any the first path missed. Both end in :func:`notify_held_refund`, which claims the
 refund's ``held_notified_at`` with a conditional UPDATE before sending (only one caller can
@@ -25,9 +25,9 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from refunds.labels import deadline_text, refund_headline, requester_label
 from refunds.models import Refund, RefundStatus
 from refunds.review.decisions import deadline
-from refunds.review.selectors import refund_headline, requester_label
 from refunds.services import HOLD_FOR
 from sill.accounts.models import Membership, Role
 
@@ -106,7 +106,6 @@ def _email_deciders(refund: Refund) -> None:
         )
         return
     order = refund.order
-    at = deadline(refund)
     lines = [
         f"A refund on {refund.site.name} is waiting for an owner or admin.",
         "",
@@ -115,7 +114,7 @@ def _email_deciders(refund: Refund) -> None:
         f"Requested by: {requester_label(refund)}",
         f"Held by: {', '.join(r['id'] for r in refund.rules or [] if 'id' in r) or 'policy'}",
         "",
-        f"Decide before {at:%b} {at.day}, {at:%H:%M} UTC. If nobody approves it by then, it "
+        f"Decide before {deadline_text(deadline(refund))}. If nobody approves it by then, it "
         "expires and nothing is refunded.",
         "",
         f"Review it: {review_url(refund)}",
@@ -130,10 +129,9 @@ def _email_deciders(refund: Refund) -> None:
 
 def _slack_text(refund: Refund) -> str:
     order = f" for order #{refund.order.number}" if refund.order else ""
-    at = deadline(refund)
     return (
         f"Refund held for review on {refund.site.name}: {refund_headline(refund)}{order}. "
-        f"Decide before {at:%b} {at.day}, {at:%H:%M} UTC: <{review_url(refund)}|review it>"
+        f"Decide before {deadline_text(deadline(refund))}: <{review_url(refund)}|review it>"
     )
 
 

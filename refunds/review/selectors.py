@@ -13,22 +13,25 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, QueryDict
 from django.utils import timezone
 
-from audit.models import AuditRecord
+from audit.selectors import records_about
+from refunds.labels import (
+    REASON_LABELS,
+    fact_label,
+    fact_value,
+    humanize,
+    rail_label,
+    reason_label,
+    refund_headline,
+    requester_label,
+)
 from refunds.models import Refund, RefundOrigin, RefundStatus
 from refunds.review.decisions import deadline
 from sill.accounts.models import Site
-from sill.money import Money, MoneyError, exponent, format_money
-from sill.orders.models import Charge, Rail
+from sill.money import MoneyError, exponent
+from sill.orders.models import Charge
+from sill.rails.base import RailName
 from sill.rails.models import RailAccount, RailMode
 
-# The agent's reason codes (the seed's refund request), as a merchant reads them.
-REASON_LABELS = {
-    "requested_by_customer": "Requested by customer",
-    "defective": "Defective",
-    "not_received": "Not received",
-    "wrong_item": "Wrong item",
-    "other": "Other",
-}
 STAFF_FILTER = "staff"
 
 
@@ -131,7 +134,7 @@ def held_filter_options(site: Site) -> FilterOptions:
     for code, label, agent_id, origin in rows:
         value = code or label
         if value:
-            reasons[value] = label or REASON_LABELS.get(code, _humanize(code))
+            reasons[value] = label or REASON_LABELS.get(code, humanize(code))
         if agent_id:
             agents[agent_id] = agent_id
         elif origin == RefundOrigin.STAFF:
@@ -176,44 +179,11 @@ def held_row(refund: Refund) -> HeldRow:
     )
 
 
-def rail_label(rail: str) -> str:
-    try:
-        return str(Rail(rail).label)
-    except ValueError:
-        return rail or "—"
-
-
-def reason_label(refund: Refund) -> str:
-    if refund.reason_label:
-        return refund.reason_label
-    if refund.reason_code:
-        return REASON_LABELS.get(refund.reason_code, _humanize(refund.reason_code))
-    return "No reason given"
-
-
-def refund_headline(refund: Refund) -> str:
-    """``Refund request · Wrong item · up to $89.00`` (the seed's Held orders headline)."""
-    kind = "Refund request" if refund.origin == RefundOrigin.AGENT else "Staff refund"
-    return f"{kind} · {reason_label(refund)} · up to {format_money(refund.amount)}"
-
-
-def requester_label(refund: Refund) -> str:
-    if refund.agent_id:
-        return refund.agent.agent_id
-    if refund.requested_by_id:
-        return refund.requested_by.get_username()
-    return "—"
-
-
 def holding_rules(refund: Refund) -> list[dict[str, Any]]:
     """The rules that held the refund (those that asked for approval; else every one that fired)."""
     rules = [r for r in (refund.rules or []) if isinstance(r, dict) and r.get("id")]
     holding = [r for r in rules if r.get("action") == "require_approval"]
     return holding or rules
-
-
-def _humanize(code: str) -> str:
-    return code.replace("_", " ").strip().capitalize()
 
 
 # --- one held refund --------------------------------------------------------------------
@@ -272,11 +242,8 @@ class DecisionEntry:
 
 def decision_records_for(refund: Refund) -> list[DecisionEntry]:
     """The audit records about ``refund``, in chain order (escalated, decision, settlement)."""
-    # Payloads are RFC 8785 JSON: no whitespace, so this substring is exact.
-    marker = f'"refund_id":{json.dumps(refund.pk)}'
-    records = AuditRecord.objects.filter(site_id=refund.site_id, payload__contains=marker)
     entries = []
-    for record in records.order_by("seq"):
+    for record in records_about(site=refund.site, refund_id=refund.pk):
         body = json.loads(record.payload).get("body", {})
         entries.append(
             DecisionEntry(
@@ -303,21 +270,21 @@ def charge_link(charge: Charge | None) -> ExternalLink | None:
         return None
     account = RailAccount.objects.filter(site_id=charge.order.site_id, rail=charge.rail).first()
     live = account is not None and account.mode == RailMode.LIVE
-    if charge.rail in (Rail.STRIPE, Rail.WOOCOMMERCE):
+    if charge.rail in (RailName.STRIPE, RailName.WOOCOMMERCE):
         # WooCommerce stores are paid on Stripe (see the seed), so the charge lives there.
         payment = charge.provider_payment_id or charge.provider_charge_id
         if not payment:
             return None
         base = "https://dashboard.stripe.com/" + ("" if live else "test/")
         return ExternalLink(f"{base}payments/{payment}", "View in the Stripe dashboard")
-    if charge.rail == Rail.SHOPIFY:
+    if charge.rail == RailName.SHOPIFY:
         shop = _shopify_domain(account)
         if not shop or not charge.provider_payment_id:
             return None
         return ExternalLink(
             f"https://{shop}/admin/orders/{charge.provider_payment_id}", "View in Shopify admin"
         )
-    if charge.rail == Rail.PAYPAL and charge.provider_charge_id:
+    if charge.rail == RailName.PAYPAL and charge.provider_charge_id:
         host = "www.paypal.com" if live else "www.sandbox.paypal.com"
         return ExternalLink(
             f"https://{host}/activity/payment/{charge.provider_charge_id}", "View in PayPal"
@@ -346,32 +313,7 @@ def fact_rows(refund: Refund) -> list[Fact]:
     facts = refund.facts if isinstance(refund.facts, dict) else {}
     currency = facts.get("currency") if isinstance(facts.get("currency"), str) else None
     return [
-        Fact(_fact_label(key), _fact_value(key, value, currency))
+        Fact(fact_label(key), fact_value(key, value, currency))
         for key, value in facts.items()
         if key != "currency"
     ]
-
-
-def _fact_label(key: str) -> str:
-    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[a-z])(?=[0-9])", " ", key)
-    words = words.replace("_", " ").lower()
-    words = re.sub(r"\busd\b", "USD", words)
-    return words[:1].upper() + words[1:]
-
-
-def _fact_value(key: str, value: Any, currency: str | None) -> str:
-    if isinstance(value, bool):
-        return "Yes" if value else "No"
-    if value is None:
-        return "unknown"
-    lowered = key.lower()
-    if isinstance(value, int) and ("amount" in lowered or "total" in lowered):
-        money_currency = "USD" if "usd" in lowered else currency
-        if money_currency:
-            try:
-                return format_money(Money(value, money_currency))
-            except MoneyError:
-                pass
-    if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)

@@ -9,8 +9,7 @@ flash message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -19,17 +18,23 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from refunds.labels import rail_label
 from refunds.models import Refund, RefundStatus
 from refunds.review import selectors
 from refunds.review.decisions import approve_refund, reject_refund
 from sill.accounts.access import Cap, site_view
 from sill.errors import SillError
+from sill.http import SiteRequest
 
-Decide = Callable[..., Refund]
+
+class Decide(Protocol):
+    """``approve_refund`` or ``reject_refund``."""
+
+    def __call__(self, *, refund: Refund, actor: Any, note: str = "") -> Refund: ...
 
 
 @site_view(Cap.VIEW_HELD)
-def held(request: HttpRequest) -> HttpResponse:
+def held(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
     filters = selectors.HeldFilters.from_query(request.GET)
     rows = [selectors.held_row(r) for r in selectors.held_refunds_for(site, filters)]
@@ -45,7 +50,7 @@ def held(request: HttpRequest) -> HttpResponse:
 
 
 @site_view(Cap.VIEW_HELD)
-def held_detail(request: HttpRequest, refund_id: str) -> HttpResponse:
+def held_detail(request: SiteRequest, refund_id: str) -> HttpResponse:
     refund = selectors.held_refund_for(request.site_ctx.site, refund_id)
     if request.htmx and request.htmx.target == "decision-panel":
         # The panel polls while an approved refund executes on its rail.
@@ -57,17 +62,17 @@ def held_detail(request: HttpRequest, refund_id: str) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.DECIDE_HELD)
-def approve(request: HttpRequest, refund_id: str) -> HttpResponse:
+def approve(request: SiteRequest, refund_id: str) -> HttpResponse:
     return _decide(request, refund_id, approve_refund, done="Approved")
 
 
 @require_POST
 @site_view(Cap.DECIDE_HELD)
-def reject(request: HttpRequest, refund_id: str) -> HttpResponse:
+def reject(request: SiteRequest, refund_id: str) -> HttpResponse:
     return _decide(request, refund_id, reject_refund, done="Rejected")
 
 
-def _decide(request: HttpRequest, refund_id: str, decide: Decide, *, done: str) -> HttpResponse:
+def _decide(request: SiteRequest, refund_id: str, decide: Decide, *, done: str) -> HttpResponse:
     ctx = request.site_ctx
     refund = selectors.held_refund_for(ctx.site, refund_id)
     error: SillError | None = None
@@ -98,15 +103,14 @@ def _decide(request: HttpRequest, refund_id: str, decide: Decide, *, done: str) 
 
 
 def _done_message(refund: Refund, done: str) -> str:
-    rail = selectors.rail_label(refund.rail)
+    rail = rail_label(refund.rail)
     if refund.status == RefundStatus.SUCCEEDED:
         return f"{done}: {refund.amount} was refunded on {rail}."
     if refund.status == RefundStatus.PROCESSING:
         return f"{done}: {refund.amount} is being refunded on {rail}."
     if refund.status == RefundStatus.FAILED:
-        return (
-            f"{done}, but the rail refused the refund: {refund.failure_message or refund.reason}."
-        )
+        why = refund.failure_message or refund.outcome_code
+        return f"{done}, but the rail refused the refund: {why}."
     return f"{done}: nothing was refunded."
 
 
@@ -115,12 +119,12 @@ def _refund_state(refund: Refund) -> dict[str, Any]:
         "refund_id": refund.id,
         "status": refund.status,
         "decision": refund.decision,
-        "reason": refund.reason or None,
-        "decided_by": refund.decided_by.get_username() if refund.decided_by_id else None,
+        "reason": refund.outcome_code or None,
+        "decided_by": refund.decided_by.get_username() if refund.decided_by is not None else None,
     }
 
 
-def _wants_json(request: HttpRequest) -> bool:
+def _wants_json(request: SiteRequest) -> bool:
     return not request.htmx and "application/json" in request.headers.get("Accept", "")
 
 
@@ -133,7 +137,7 @@ def _next_url(request: HttpRequest, refund: Refund) -> str:
     return reverse("refunds:held-detail", args=[refund.id])
 
 
-def _panel_context(request: HttpRequest, refund: Refund) -> dict[str, Any]:
+def _panel_context(request: SiteRequest, refund: Refund) -> dict[str, Any]:
     ctx = request.site_ctx
     return {
         "refund": refund,
@@ -144,7 +148,7 @@ def _panel_context(request: HttpRequest, refund: Refund) -> dict[str, Any]:
     }
 
 
-def _detail_context(request: HttpRequest, refund: Refund) -> dict[str, Any]:
+def _detail_context(request: SiteRequest, refund: Refund) -> dict[str, Any]:
     order = refund.order
     charge = refund.charge
     return {

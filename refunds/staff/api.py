@@ -35,22 +35,22 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from refunds.models import Refund, RefundStatus
+from refunds.quote import charged_charge
 from refunds.reasons.selectors import pickable_reason
-from refunds.services import charged_charge
 from refunds.staff import idempotency
-from refunds.staff.services import OrderSnapshot, create_staff_refund, parse_percentage
+from refunds.staff.forms import parse_money_field, parse_refund_size
+from refunds.staff.services import OrderSnapshot, create_staff_refund
 from sill.accounts.access import Cap, can, site_context
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.api import StrictJSONParser
 from sill.errors import NotFound, PermissionDenied, SillError
-from sill.money import MoneyError, parse_major
 from sill.orders.selectors import order_for
 
 
 @extend_schema_field(
     {"oneOf": [{"type": "number"}, {"type": "string", "pattern": r"^-?\d+(\.\d+)?$"}]}
 )
-class DecimalTextField(serializers.Field):
+class DecimalTextField(serializers.Field[str, Any, str, Any]):
     """A number or a decimal string, kept as exact text (``"15.00"``); floats are refused."""
 
     default_error_messages = {"invalid": 'Send a decimal number, e.g. 15.00 or "15.00".'}
@@ -69,7 +69,7 @@ class DecimalTextField(serializers.Field):
         return str(value)
 
 
-class StaffRefundInput(serializers.Serializer):
+class StaffRefundInput(serializers.Serializer[None]):  # input only: no instance
     amount = DecimalTextField(required=False, help_text="Major units of the order's currency.")
     percentage = DecimalTextField(
         required=False, help_text="Of the order total; up to 2 decimals; rounded half up."
@@ -121,7 +121,7 @@ _ERROR = inline_serializer(
     },
 )
 
-_MESSAGES = {
+_MESSAGES: dict[str, str] = {
     RefundStatus.PROCESSING: "Sent to the rail; pending until the rail confirms it.",
     RefundStatus.SUCCEEDED: "Refunded on the rail.",
     RefundStatus.HELD: "Held for review by an owner or admin; nothing moves until approved.",
@@ -144,7 +144,7 @@ def refund_output(refund: Refund) -> dict[str, Any]:
         "origin": refund.origin,
         "decision": refund.decision,
         "status": refund.status,
-        "reason": refund.reason or None,
+        "reason": refund.outcome_code or None,
         "amount": refund.amount.major_str(),
         "currency": refund.currency,
         "rail": refund.rail,
@@ -163,13 +163,6 @@ def refund_output(refund: Refund) -> dict[str, Any]:
         "message": _MESSAGES.get(refund.status, ""),
         "created_at": refund.created_at.isoformat(),
     }
-
-
-def _money_or_error(text: str, currency: str, field: str) -> Any:
-    try:
-        return parse_major(text, currency)
-    except MoneyError as exc:
-        raise SillError(str(exc), code="invalid_field", field=field) from None
 
 
 class StaffRefundCreateApi(APIView):
@@ -261,7 +254,7 @@ class StaffRefundCreateApi(APIView):
     )
     def post(self, request: Request, order_id: str) -> Response:
         # Access first: a wrong role or another site's order never claims a key.
-        ctx = site_context(request)  # type: ignore[arg-type]
+        ctx = site_context(request)
         if ctx is None or not can(ctx.membership, Cap.REFUND):
             raise PermissionDenied("You don't have permission to refund orders on this site.")
         try:
@@ -280,15 +273,15 @@ class StaffRefundCreateApi(APIView):
                 'Send exactly one of "amount", "percentage" or "full": true.',
                 code="invalid_field",
             )
-        kind = next(iter(given))
-        amount = percentage = None
-        if kind == "amount":
-            amount = _money_or_error(given["amount"], order.currency, "amount")
-        elif kind == "percentage":
-            percentage = parse_percentage(given["percentage"])
+        size = parse_refund_size(
+            kind=next(iter(given)),
+            amount=given.get("amount"),
+            percentage=given.get("percentage"),
+            currency=order.currency,
+        )
         expected = None
         if "expectedRemaining" in data.validated_data:
-            seen = _money_or_error(
+            seen = parse_money_field(
                 data.validated_data["expectedRemaining"], order.currency, "expectedRemaining"
             )
             expected = OrderSnapshot(remaining_minor=seen.amount_minor)
@@ -302,9 +295,9 @@ class StaffRefundCreateApi(APIView):
                 site=ctx.site,
                 order=order,
                 actor=request.user,
-                kind=kind,  # type: ignore[arg-type]
-                amount=amount,
-                percentage=percentage,
+                kind=size.kind,
+                amount=size.amount,
+                percentage=size.percentage,
                 reason=data.validated_data["reasonId"],
                 note=data.validated_data.get("reason", ""),
                 expected=expected,

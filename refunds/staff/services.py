@@ -28,17 +28,17 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
-from policies.decide import RefundContext
 from policies.facts import prefetch_rail_facts
+from policies.types import RefundContext
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Refund, RefundOrigin, RefundReason
+from refunds.quote import Quote, RefundRefused, charged_charge, quote_refund
 from refunds.reasons.selectors import pickable_reason
-from refunds.services import charged_charge, decide_and_open
+from refunds.services import decide_and_open
 from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.money import Money, format_money
-from sill.orders.models import REFUNDABLE_STATUSES, Charge, Order, OrderStatus
-from sill.orders.selectors import has_open_dispute
+from sill.orders.models import Charge, Order
 from sill.rails.registry import rail_account_for
 
 RefundKind = Literal["full", "amount", "percentage"]
@@ -125,30 +125,19 @@ def percentage_of_total(*, total: Money, percentage: Decimal, remaining: Money) 
 
 def refusal_for(order: Order, charge: Charge | None) -> str | None:
     """Why ``order`` can't be refunded at all right now, in words for staff; None if it can."""
-    if order.status == OrderStatus.PENDING:
-        return (
-            f"Order #{order.number} is PENDING: it hasn't been paid, so there is nothing to refund."
-        )
-    if order.status == OrderStatus.REFUNDED:
-        return f"Order #{order.number} is already REFUNDED in full; nothing is left to refund."
-    if order.status == OrderStatus.CANCELLED:
-        return f"Order #{order.number} was CANCELLED; cancelled orders can't be refunded."
-    if order.status not in REFUNDABLE_STATUSES:  # pragma: no cover - every status is above
-        return f"Order #{order.number} is {order.status} and can't be refunded."
-    if charge is None:
-        return f"Order #{order.number} has no successful charge, so there is nothing to refund."
-    if charge.remaining.amount_minor <= 0:
-        return (
-            f"Nothing is left to refund on order #{order.number}: "
-            f"{format_money(charge.amount)} was charged and all of it is refunded or being "
-            "refunded."
-        )
-    if has_open_dispute(charge):
-        return (
-            f"The charge of order #{order.number} is disputed: the bank is already reversing "
-            "it, so a refund would pay the buyer twice. Respond to the dispute instead."
-        )
+    try:
+        quote_refund(order=order, charge=charge)
+    except RefundRefused as refused:
+        return refused.message
     return None
+
+
+def _quote(order: Order, charge: Charge | None) -> Quote:
+    """The quote for a staff refund; ``order_not_refundable`` (409) with the quote's words."""
+    try:
+        return quote_refund(order=order, charge=charge)
+    except RefundRefused as refused:
+        raise NotRefundable(refused.message) from refused
 
 
 def _amount_for(
@@ -270,11 +259,8 @@ def create_staff_refund(
         locked = Order.objects.select_for_update().filter(site=site, pk=order.pk).first()
         if locked is None:
             raise SillError("No such order on this site.", code="not_found", status=404)
-        charge = charged_charge(locked, lock=True)
-        if (refusal := refusal_for(locked, charge)) is not None:
-            raise NotRefundable(refusal)
-        assert charge is not None  # refusal_for covers it
-        remaining = charge.remaining
+        quote = _quote(locked, charged_charge(locked, lock=True))
+        charge, remaining = quote.charge, quote.remaining
         _check_snapshot(order=locked, remaining=remaining, expected=expected)
         picked = pickable_reason(site, reason.pk if isinstance(reason, RefundReason) else reason)
         refund_amount = _amount_for(
@@ -286,7 +272,7 @@ def create_staff_refund(
             order=locked,
             charge=charge,
             amount=refund_amount,
-            origin=RefundOrigin.STAFF,
+            origin="staff",  # RefundOrigin.STAFF, as the Literal RefundContext.origin takes it
             agent=None,
             user=actor,
             reason=picked.code or None,
@@ -327,10 +313,7 @@ def quote_staff_refund(
 ) -> StaffQuote:
     """The concrete amount of a refund, without locks (for the preview; the real refund
     recomputes it under the row locks). Raises the same ``SillError``s as the refund would."""
-    if (refusal := refusal_for(order, charge)) is not None:
-        raise NotRefundable(refusal)
-    assert charge is not None
-    remaining = charge.remaining
+    remaining = _quote(order, charge).remaining
     value = _amount_for(
         kind=kind, order=order, remaining=remaining, amount=amount, percentage=percentage
     )

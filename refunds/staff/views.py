@@ -1,118 +1,109 @@
-"""Staff refunds on the order page, and Settings → Refund reasons.
+"""The order page and the staff refund form on it.
 
-Views parse input, check access, call one service and render. The refund form posts to
-``refunds:order-refund``; while typing, htmx asks ``refunds:order-refund-preview`` for the
-concrete amount. A percentage refund is only made when the form carries the amount the user
-was shown (``confirmed_amount_minor``): without JavaScript, the first submit answers 422 with
-that amount, and the second submit confirms it.
+Views parse input, check access, call one service and render. The page (``orders:detail``)
+shows the order, its Transactions tab and the refund panel; the dashboard (``orders:dashboard``)
+its headline figures. Their URL names stay under ``orders:`` (``refunds.staff.urls``).
+
+The refund form posts to ``refunds:order-refund``; while typing, htmx asks
+``refunds:order-refund-preview`` for the concrete amount. A percentage refund is only made
+when the form carries the amount the user was shown (``confirmed_amount_minor``): without
+JavaScript, the first submit answers 422 with that amount, and the second submit confirms it.
 
 Each rendered form carries a fresh idempotency key (``idempotency_key``, a hidden field): a
 double click or a browser retry of one form makes one refund, and the repeated submit answers
 the first one's result page (``refunds.staff.idempotency``).
+
+GET never writes: the reason picker reads the reasons the site was seeded with.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
-from django.urls import path, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from refunds.models import Refund, RefundReason, RefundStatus
-from refunds.reasons import services as reasons
-from refunds.reasons.selectors import reason_for, reason_picker_for, reason_tree_for
-from refunds.services import charged_charge
-from refunds.staff import api as api_staff
+from refunds.models import Refund, RefundStatus
+from refunds.quote import charged_charge
+from refunds.reasons.selectors import reason_picker_for
+from refunds.reconcile.views import attention_context, dashboard_attention
 from refunds.staff import idempotency
+from refunds.staff.forms import StaffRefundForm, parse_refund_size
+from refunds.staff.selectors import Transaction, dashboard_figures, transactions_for
 from refunds.staff.services import (
-    KINDS,
     ROUNDING_RULE,
-    OrderSnapshot,
     create_staff_refund,
-    parse_percentage,
     quote_staff_refund,
     refusal_for,
 )
 from sill.accounts.access import Cap, site_view
 from sill.accounts.models import Role
 from sill.errors import SillError
-from sill.money import Money, MoneyError, format_money, parse_major
-from sill.orders.models import Charge, ChargeStatus, Order, Rail
-from sill.orders.selectors import Transaction, order_for
+from sill.http import SiteRequest
+from sill.money import Money, format_money
+from sill.orders.models import Charge, ChargeStatus, Order
+from sill.orders.selectors import order_for, orders_for
+from sill.rails.base import rail_label
 
-FORM_FIELDS = (
-    "kind",
-    "amount",
-    "percentage",
-    "reason",
-    "note",
-    "expected_remaining_minor",
-    "expected_refund_count",
-    "confirmed_amount_minor",
-)
-NOTE_MAX = 1000
 KEY_FIELD = "idempotency_key"
 # How long a repeated submit waits for the first one's answer before it says "still running"
 # (a browser that retries has usually dropped the first response, so it should get the result).
 FORM_WAIT_SECONDS = 10.0
 
 
+# --- the dashboard and the order page --------------------------------------------------------
+
+
+@site_view(Cap.VIEW_ORDERS)
+def dashboard(request: SiteRequest) -> HttpResponse:
+    site = request.site_ctx.site
+    recent = orders_for(site)[:8]
+    figures = dashboard_figures(site)
+    context = {"recent": recent, "attention": dashboard_attention(request), **figures}
+    return render(request, "orders/dashboard.html", context)
+
+
+def order_detail_context(
+    request: SiteRequest,
+    order: Order,
+    *,
+    tab: str = "overview",
+    refund_form: StaffRefundForm | None = None,
+) -> dict[str, Any]:
+    """What the order page shows; the refund POST view re-renders the page with it (422)."""
+    charges = list(order.charges.prefetch_related("disputes"))
+    transactions = transactions_for(order)
+    return {
+        "order": order,
+        "items": list(order.items.all()),
+        "charges": charges,
+        "transactions": transactions,
+        "tab": tab,
+        "attention": attention_context(
+            request, refunds=[t.obj for t in transactions if t.kind == "refund"]
+        ),
+        "refund_panel": refund_panel_context(
+            request, order=order, charges=charges, transactions=transactions, form=refund_form
+        ),
+    }
+
+
+@site_view(Cap.VIEW_ORDERS)
+def order_detail(request: SiteRequest, order_id: str) -> HttpResponse:
+    order = order_for(request.site_ctx.site, order_id)
+    tab = "transactions" if request.GET.get("tab") == "transactions" else "overview"
+    context = order_detail_context(request, order, tab=tab)
+    if request.htmx and request.htmx.target == "order-tab":
+        return render(request, f"orders/detail.html#{tab}", context)
+    return render(request, "orders/detail.html", context)
+
+
 # --- the refund form on the order page ------------------------------------------------------
-
-
-@dataclass
-class RefundForm:
-    """The submitted (or default) values, and what to tell the user about them."""
-
-    data: dict[str, str] = field(default_factory=lambda: {"kind": "full"})
-    error: SillError | None = None
-    notice: str = ""
-
-
-def _form_data(params: Any) -> dict[str, str]:
-    data = {name: str(params.get(name, "")).strip()[:200] for name in FORM_FIELDS}
-    data["note"] = str(params.get("note", "")).strip()[:NOTE_MAX]
-    return data
-
-
-def _parse(order: Order, data: dict[str, str]) -> tuple[str, Money | None, Decimal | None]:
-    kind = data["kind"]
-    if kind not in KINDS:
-        raise SillError(
-            "Choose a full, fixed-amount or percentage refund.", code="invalid_field", field="kind"
-        )
-    amount = percentage = None
-    if kind == "amount":
-        if not data["amount"]:
-            raise SillError("Enter the amount to refund.", code="invalid_field", field="amount")
-        try:
-            amount = parse_major(data["amount"], order.currency)
-        except MoneyError as exc:
-            raise SillError(str(exc), code="invalid_field", field="amount") from None
-    elif kind == "percentage":
-        percentage = parse_percentage(data["percentage"])
-    return kind, amount, percentage
-
-
-def _snapshot(data: dict[str, str]) -> OrderSnapshot:
-    def number(name: str) -> int | None:
-        value = data.get(name, "")
-        digits = value.removeprefix("-")
-        # ASCII only: "²".isdigit() is True but int("²") raises, and Arabic-Indic digits read as 10.
-        ok = digits.isascii() and digits.isdigit() and len(digits) <= 18
-        return int(value) if ok else None
-
-    return OrderSnapshot(
-        remaining_minor=number("expected_remaining_minor"),
-        refund_count=number("expected_refund_count"),
-    )
 
 
 def _first_charge(charges: list[Charge]) -> Charge | None:
@@ -130,9 +121,18 @@ def _preview_context(order: Order, charge: Charge | None, data: dict[str, str]) 
         context["hint"] = f"Enter a percentage of the {format_money(order.total)} order total."
         return context
     try:
-        parsed_kind, amount, percentage = _parse(order, {**data, "kind": kind})
+        size = parse_refund_size(
+            kind=kind,
+            amount=data.get("amount", ""),
+            percentage=data.get("percentage", ""),
+            currency=order.currency,
+        )
         context["quote"] = quote_staff_refund(
-            order=order, charge=charge, kind=parsed_kind, amount=amount, percentage=percentage
+            order=order,
+            charge=charge,
+            kind=size.kind,
+            amount=size.amount,
+            percentage=size.percentage,
         )
     except SillError as error:
         context["preview_error"] = error.message
@@ -140,15 +140,15 @@ def _preview_context(order: Order, charge: Charge | None, data: dict[str, str]) 
 
 
 def refund_panel_context(
-    request: HttpRequest,
+    request: SiteRequest,
     *,
     order: Order,
     charges: list[Charge],
     transactions: list[Transaction],
-    form: RefundForm | None = None,
+    form: StaffRefundForm | None = None,
 ) -> dict[str, Any]:
     """The refund panel of the order page, for whoever is looking (constant queries)."""
-    ctx = request.site_ctx  # type: ignore[attr-defined]
+    ctx = request.site_ctx
     if not ctx.can(Cap.REFUND):
         return {"allowed": False, "show_hint": ctx.role == Role.STAFF}
     charge = _first_charge(charges)
@@ -161,13 +161,12 @@ def refund_panel_context(
     if panel["refusal"] is not None:
         return panel
     assert charge is not None
-    form = form or RefundForm()
-    reasons.ensure_default_reasons(ctx.site)
+    form = form or StaffRefundForm(currency=order.currency)
     refunds = [t.obj for t in transactions if t.kind == "refund"]
     held = [r for r in refunds if isinstance(r, Refund) and r.status == RefundStatus.HELD]
     panel.update(
         form=form,
-        data=form.data,
+        data=form.values,
         remaining=charge.remaining,
         picker=reason_picker_for(ctx.site),
         # The snapshot is always fresh: after a refusal, submitting again is a deliberate act.
@@ -178,28 +177,22 @@ def refund_panel_context(
         # Fresh for every rendered form (and every re-render after a refusal).
         idempotency_key=idempotency.new_idempotency_key(),
         rounding_rule=ROUNDING_RULE,
-        **_preview_context(order, charge, form.data),
+        **_preview_context(order, charge, form.values),
     )
     return panel
 
 
 def _render_form(
-    request: HttpRequest, order: Order, form: RefundForm, *, status: int = 422
+    request: SiteRequest, order: Order, form: StaffRefundForm, *, status: int = 422
 ) -> HttpResponse:
-    from sill.orders.views import order_detail_context
-
     context = order_detail_context(request, order, refund_form=form)
     template = "refunds/_refund_form.html#panel" if request.htmx else "orders/detail.html"
     return render(request, template, context, status=status)
 
 
-def _rail_label(rail: str) -> str:
-    return Rail(rail).label if rail in Rail.values else rail
-
-
-def _outcome_message(request: HttpRequest, refund: Refund) -> None:
+def _outcome_message(request: SiteRequest, refund: Refund) -> None:
     amount = format_money(refund.amount)
-    rail = _rail_label(refund.rail)
+    rail = rail_label(refund.rail)
     if refund.status == RefundStatus.HELD:
         messages.warning(
             request,
@@ -230,13 +223,13 @@ class _Unconfirmed(idempotency.NothingDecided):
     status = 422
 
 
-def _refund_result(request: HttpRequest, order: Order, refund: Refund) -> HttpResponse:
+def _refund_result(request: SiteRequest, order: Order, refund: Refund) -> HttpResponse:
     refund.refresh_from_db()  # execution may already have settled it (eager tasks)
     _outcome_message(request, refund)
     return _to_transactions(request, order)
 
 
-def _to_transactions(request: HttpRequest, order: Order) -> HttpResponse:
+def _to_transactions(request: SiteRequest, order: Order) -> HttpResponse:
     url = reverse("orders:detail", args=[order.pk]) + "?tab=transactions"
     if request.htmx:
         return HttpResponseClientRedirect(url)
@@ -245,40 +238,47 @@ def _to_transactions(request: HttpRequest, order: Order) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.REFUND)
-def order_refund(request: HttpRequest, order_id: str) -> HttpResponse:
-    site = request.site_ctx.site  # type: ignore[attr-defined]
+def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
+    site = request.site_ctx.site
     order = order_for(site, order_id)
-    form = RefundForm(data=_form_data(request.POST))
+    form = StaffRefundForm(request.POST, currency=order.currency)
+    # The form's own validation comes before the key is claimed, and stores nothing.
+    if not form.is_valid():
+        return _render_form(request, order, form)
     try:
-        # The form's own validation comes before the key is claimed, and stores nothing.
-        kind, amount, percentage = _parse(order, form.data)
         key = idempotency.parse_idempotency_key(request.POST.get(KEY_FIELD), field=KEY_FIELD)
     except SillError as error:
         form.error = error
         return _render_form(request, order, form)
+    size = form.size
+    assert size is not None
+    values = form.values
 
     def work(on_opened: Any) -> Refund:
-        if kind == "percentage":
+        if size.kind == "percentage":
             # The user must have seen the concrete amount: htmx's preview put it in the form;
             # without JavaScript, this 422 shows it and the next submit confirms it.
             quote = quote_staff_refund(
-                order=order, charge=charged_charge(order), kind=kind, percentage=percentage
+                order=order,
+                charge=charged_charge(order),
+                kind=size.kind,
+                percentage=size.percentage,
             )
-            if form.data["confirmed_amount_minor"] != str(quote.amount.amount_minor):
+            if values["confirmed_amount_minor"] != str(quote.amount.amount_minor):
                 raise _Unconfirmed(
-                    f"{percentage} % comes to {format_money(quote.amount)}. Check it and press "
-                    "Refund again to refund that amount."
+                    f"{size.percentage} % comes to {format_money(quote.amount)}. Check it and "
+                    "press Refund again to refund that amount."
                 )
         return create_staff_refund(
             site=site,
             order=order,
             actor=request.user,
-            kind=kind,  # type: ignore[arg-type]
-            amount=amount,
-            percentage=percentage,
-            reason=form.data["reason"],
-            note=form.data["note"],
-            expected=_snapshot(form.data),
+            kind=size.kind,
+            amount=size.amount,
+            percentage=size.percentage,
+            reason=values["reason"],
+            note=values["note"],
+            expected=form.snapshot(),
             on_opened=on_opened,
         )
 
@@ -291,7 +291,7 @@ def order_refund(request: HttpRequest, order_id: str) -> HttpResponse:
             user=request.user,
             key=key,
             fingerprint=idempotency.request_fingerprint(
-                method="POST", path=request.path, body=form.data
+                method="POST", path=request.path, body=values
             ),
             work=work,
             respond=lambda refund: {"refund_id": refund.pk},
@@ -328,168 +328,8 @@ def order_refund(request: HttpRequest, order_id: str) -> HttpResponse:
 
 @require_GET
 @site_view(Cap.REFUND)
-def order_refund_preview(request: HttpRequest, order_id: str) -> HttpResponse:
-    order = order_for(request.site_ctx.site, order_id)  # type: ignore[attr-defined]
-    context = _preview_context(order, charged_charge(order), _form_data(request.GET))
+def order_refund_preview(request: SiteRequest, order_id: str) -> HttpResponse:
+    order = order_for(request.site_ctx.site, order_id)
+    values = StaffRefundForm(request.GET, currency=order.currency).values
+    context = _preview_context(order, charged_charge(order), values)
     return render(request, "refunds/_refund_form.html#preview", context)
-
-
-# --- Settings → Refund reasons ---------------------------------------------------------------
-
-
-def _reasons_page(
-    request: HttpRequest, *, error: SillError | None = None, status: int = 200
-) -> HttpResponse:
-    site = request.site_ctx.site  # type: ignore[attr-defined]
-    reasons.ensure_default_reasons(site)
-    rows = reason_tree_for(site)
-    return render(
-        request,
-        "refunds/reasons.html",
-        {
-            "rows": rows,
-            "error": error,
-            "pickable_count": sum(1 for r in rows if r.pickable),
-        },
-        status=status,
-    )
-
-
-@require_GET
-@site_view(Cap.MANAGE_SETTINGS)
-def reasons_page(request: HttpRequest) -> HttpResponse:
-    return _reasons_page(request)
-
-
-def _parent_from(request: HttpRequest) -> RefundReason | None:
-    value = request.POST.get("parent", "").strip()
-    if not value:
-        return None
-    if not (value.isascii() and value.isdigit() and len(value) <= 18):
-        raise SillError("Choose where the reason goes.", code="invalid_field", field="parent")
-    return reason_for(request.site_ctx.site, int(value))  # type: ignore[attr-defined]
-
-
-def _reason_action(request: HttpRequest, action: Any) -> HttpResponse:
-    """Run one reason service; success → back to the page with a message, refusal → 422."""
-    try:
-        message = action()
-    except SillError as error:
-        return _reasons_page(request, error=error, status=422)
-    messages.success(request, message)
-    return HttpResponseRedirect(reverse("refunds:reasons"), status=303)
-
-
-@require_POST
-@site_view(Cap.MANAGE_SETTINGS)
-def reason_add(request: HttpRequest) -> HttpResponse:
-    def act() -> str:
-        reason = reasons.add_reason(
-            site=request.site_ctx.site,  # type: ignore[attr-defined]
-            actor=request.user,
-            name=request.POST.get("name", ""),
-            parent=_parent_from(request),
-            code=request.POST.get("code", ""),
-        )
-        return f"Added “{reason.name}”."
-
-    return _reason_action(request, act)
-
-
-@require_POST
-@site_view(Cap.MANAGE_SETTINGS)
-def reason_rename(request: HttpRequest, reason_id: int) -> HttpResponse:
-    reason = reason_for(request.site_ctx.site, reason_id)  # type: ignore[attr-defined]
-    old = reason.name
-
-    def act() -> str:
-        renamed = reasons.rename_reason(
-            reason=reason, actor=request.user, name=request.POST.get("name", "")
-        )
-        return f"Renamed “{old}” to “{renamed.name}”."
-
-    return _reason_action(request, act)
-
-
-@require_POST
-@site_view(Cap.MANAGE_SETTINGS)
-def reason_move(request: HttpRequest, reason_id: int) -> HttpResponse:
-    reason = reason_for(request.site_ctx.site, reason_id)  # type: ignore[attr-defined]
-
-    def act() -> str:
-        parent = _parent_from(request)
-        reasons.move_reason(reason=reason, actor=request.user, parent=parent)
-        where = f"under “{parent.name}”" if parent else "to the top level"
-        return f"Moved “{reason.name}” {where}."
-
-    return _reason_action(request, act)
-
-
-@require_POST
-@site_view(Cap.MANAGE_SETTINGS)
-def reason_deactivate(request: HttpRequest, reason_id: int) -> HttpResponse:
-    reason = reason_for(request.site_ctx.site, reason_id)  # type: ignore[attr-defined]
-
-    def act() -> str:
-        reasons.set_reason_active(reason=reason, actor=request.user, active=False)
-        return (
-            f"Deactivated “{reason.name}”: it no longer appears in the refund form; "
-            "past refunds keep it."
-        )
-
-    return _reason_action(request, act)
-
-
-@require_POST
-@site_view(Cap.MANAGE_SETTINGS)
-def reason_reactivate(request: HttpRequest, reason_id: int) -> HttpResponse:
-    reason = reason_for(request.site_ctx.site, reason_id)  # type: ignore[attr-defined]
-
-    def act() -> str:
-        reasons.set_reason_active(reason=reason, actor=request.user, active=True)
-        return f"Reactivated “{reason.name}”."
-
-    return _reason_action(request, act)
-
-
-@require_POST
-@site_view(Cap.MANAGE_SETTINGS)
-def reason_delete(request: HttpRequest, reason_id: int) -> HttpResponse:
-    reason = reason_for(request.site_ctx.site, reason_id)  # type: ignore[attr-defined]
-    name = reason.name
-
-    def act() -> str:
-        reasons.delete_reason(reason=reason, actor=request.user)
-        return f"Deleted “{name}”."
-
-    return _reason_action(request, act)
-
-
-urlpatterns = [
-    path("settings/reasons/", reasons_page, name="reasons"),
-    path("settings/reasons/add/", reason_add, name="reason-add"),
-    path("settings/reasons/<int:reason_id>/rename/", reason_rename, name="reason-rename"),
-    path("settings/reasons/<int:reason_id>/move/", reason_move, name="reason-move"),
-    path(
-        "settings/reasons/<int:reason_id>/deactivate/",
-        reason_deactivate,
-        name="reason-deactivate",
-    ),
-    path(
-        "settings/reasons/<int:reason_id>/reactivate/",
-        reason_reactivate,
-        name="reason-reactivate",
-    ),
-    path("settings/reasons/<int:reason_id>/delete/", reason_delete, name="reason-delete"),
-    path("orders/<str:order_id>/refund/", order_refund, name="order-refund"),
-    path(
-        "orders/<str:order_id>/refund/preview/",
-        order_refund_preview,
-        name="order-refund-preview",
-    ),
-    path(
-        "api/order/<str:order_id>/refund",
-        api_staff.StaffRefundCreateApi.as_view(),
-        name="staff-refund-api",
-    ),
-]

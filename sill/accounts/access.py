@@ -12,15 +12,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, cast
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 
 from sill.accounts.models import Membership, Role, Site
 
+if TYPE_CHECKING:
+    from django_htmx.middleware import HtmxDetails
+    from rest_framework.request import Request
+
 SESSION_SITE_KEY = "sill_site_id"
+# Where site_context() caches its answer: on the request object itself (a Django request, or
+# a DRF one that proxies reads to it), so it is not a declared attribute of either class.
+_CACHE_ATTR = "_sill_site_ctx"
+
+P = ParamSpec("P")
 
 
 class Cap(StrEnum):
@@ -74,10 +84,27 @@ def memberships_of(user: Any) -> tuple[Membership, ...]:
     return tuple(Membership.objects.filter(user=user).select_related("site").order_by("site__name"))
 
 
-def site_context(request: HttpRequest) -> SiteContext | None:
+class SiteRequest(HttpRequest):
+    """A request that went through :func:`site_view`: signed in, with a site context.
+
+    ``site_view`` sets ``site_ctx`` before the view runs; django-htmx's middleware sets
+    ``htmx`` on every request. Views annotate their request with this class (importable as
+    ``sill.http.SiteRequest``) so both are checked instead of being ``Any``.
+    """
+
+    site_ctx: SiteContext
+    htmx: HtmxDetails
+
+
+def remember_site_context(request: HttpRequest | Request, ctx: SiteContext | None) -> None:
+    """Cache ``ctx`` as the answer ``site_context(request)`` gives for this request."""
+    setattr(request, _CACHE_ATTR, ctx)
+
+
+def site_context(request: HttpRequest | Request) -> SiteContext | None:
     """Resolve (and cache on the request) the user's current site; None without one."""
-    cached = getattr(request, "_sill_site_ctx", False)
-    if cached is not False:
+    if hasattr(request, _CACHE_ATTR):
+        cached: SiteContext | None = getattr(request, _CACHE_ATTR)
         return cached
     ctx = None
     memberships = memberships_of(request.user)
@@ -89,7 +116,7 @@ def site_context(request: HttpRequest) -> SiteContext | None:
         ctx = SiteContext(
             user=request.user, site=current.site, membership=current, memberships=memberships
         )
-    request._sill_site_ctx = ctx  # type: ignore[attr-defined]
+    remember_site_context(request, ctx)
     return ctx
 
 
@@ -98,29 +125,36 @@ def switch_site(request: HttpRequest, site_id: str) -> bool:
     if not any(m.site_id == site_id for m in memberships_of(request.user)):
         return False
     request.session[SESSION_SITE_KEY] = site_id
-    if hasattr(request, "_sill_site_ctx"):
-        del request._sill_site_ctx  # type: ignore[attr-defined]
+    if hasattr(request, _CACHE_ATTR):
+        delattr(request, _CACHE_ATTR)
     return True
 
 
 def site_view(
     cap: Cap,
-) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+) -> Callable[
+    [Callable[Concatenate[SiteRequest, P], HttpResponseBase]],
+    Callable[Concatenate[HttpRequest, P], HttpResponseBase],
+]:
     """Guard a view: anonymous → login; no membership or missing capability → 403.
 
     The view receives the resolved :class:`SiteContext` as ``request.site_ctx``.
     """
 
-    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    def decorator(
+        view: Callable[Concatenate[SiteRequest, P], HttpResponseBase],
+    ) -> Callable[Concatenate[HttpRequest, P], HttpResponseBase]:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             ctx = site_context(request)
             if ctx is None or not ctx.can(cap):
                 raise PermissionDenied
-            request.site_ctx = ctx  # type: ignore[attr-defined]
-            return view(request, *args, **kwargs)
+            # The same object, now carrying site_ctx: the class only tells mypy it is there.
+            site_request = cast(SiteRequest, request)
+            site_request.site_ctx = ctx
+            return view(site_request, *args, **kwargs)
 
         return wrapped
 

@@ -9,7 +9,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from sill.accounts.access import SiteContext
+from sill.accounts.access import SiteContext, remember_site_context
 from sill.accounts.models import Membership, MemberToken
 from sill.accounts.services import token_sha256
 
@@ -42,7 +42,7 @@ class MemberTokenAuthentication(BaseAuthentication):
             membership=membership,
             memberships=(membership,),
         )
-        request._request._sill_site_ctx = ctx  # type: ignore[attr-defined]
+        remember_site_context(request._request, ctx)
         return (membership.user, found)
 
     def authenticate_header(self, request: Request) -> str:

@@ -34,9 +34,5 @@ def site_context_processor(request: HttpRequest) -> dict[str, Any]:
         # stays highlighted on /settings/reasons/, /settings/members/ and the rest.
         active = request.path == url if url == "/" else request.path.startswith(url)
         nav.append({"label": label, "url": url, "key": name, "active": active})
-    held_count = 0
-    if any(item["key"] == "refunds:held" for item in nav):
-        from refunds.review.selectors import held_count_for
-
-        held_count = held_count_for(ctx.site)
-    return {"site_ctx": ctx, "nav": nav, "held_count": held_count}
+    # The Held entry's count comes from refunds.review.context_processors.
+    return {"site_ctx": ctx, "nav": nav}

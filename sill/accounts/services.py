@@ -23,9 +23,34 @@ from sill.accounts.models import (
     Role,
     Site,
 )
+from sill.accounts.signals import site_created
 from sill.errors import SillError
 
 logger = logging.getLogger(__name__)
+
+
+@transaction.atomic
+def create_site(
+    *,
+    name: str,
+    merchant_domain: str,
+    site_id: str | None = None,
+    default_currency: str = "USD",
+    timezone_name: str = "UTC",
+) -> Site:
+    """A new merchant site; apps above seed their defaults in the same transaction
+    (``sill.accounts.signals.site_created``)."""
+    fields: dict[str, Any] = {
+        "name": name,
+        "merchant_domain": merchant_domain,
+        "default_currency": default_currency,
+        "timezone": timezone_name,
+    }
+    if site_id:
+        fields["id"] = site_id
+    site = Site.objects.create(**fields)
+    site_created.send(sender=Site, site=site)
+    return site
 
 
 def b64url_decode(text: str) -> bytes:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.db.models import Count, Prefetch, Q
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import path, reverse
 from django.utils import timezone
@@ -25,6 +25,7 @@ from sill.accounts.access import Cap, site_view
 from sill.accounts.agent_forms import AddKeyForm
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.errors import SillError
+from sill.http import SiteRequest
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,13 @@ def _blank_form() -> AddKeyForm:
 
 
 def _page(
-    request: HttpRequest,
+    request: SiteRequest,
     *,
     form: AddKeyForm | None = None,
     error: SillError | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    site = request.site_ctx.site  # type: ignore[attr-defined]
+    site = request.site_ctx.site
     context = {"form": form or _blank_form(), "error": error}
     if request.htmx and status == 422:
         return render(request, "accounts/agents.html#add-key", context, status=status)
@@ -78,7 +79,7 @@ def _page(
     )
 
 
-def _back(request: HttpRequest, message: str) -> HttpResponse:
+def _back(request: SiteRequest, message: str) -> HttpResponse:
     messages.success(request, message)
     url = reverse("settings:agents")
     if request.htmx:
@@ -86,20 +87,20 @@ def _back(request: HttpRequest, message: str) -> HttpResponse:
     return HttpResponseRedirect(url, status=303)
 
 
-def _agent_for(request: HttpRequest, agent_pk: int) -> Agent:
+def _agent_for(request: SiteRequest, agent_pk: int) -> Agent:
     # Scoped to the current site: another site's agent is a 404, never a 403.
-    return get_object_or_404(Agent, pk=agent_pk, site=request.site_ctx.site)  # type: ignore[attr-defined]
+    return get_object_or_404(Agent, pk=agent_pk, site=request.site_ctx.site)
 
 
 @require_GET
 @site_view(Cap.MANAGE_SETTINGS)
-def agents_page(request: HttpRequest) -> HttpResponse:
+def agents_page(request: SiteRequest) -> HttpResponse:
     return _page(request)
 
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def agent_key_add(request: HttpRequest) -> HttpResponse:
+def agent_key_add(request: SiteRequest) -> HttpResponse:
     form = AddKeyForm(request.POST)
     try:
         if not form.is_valid():
@@ -108,7 +109,7 @@ def agent_key_add(request: HttpRequest) -> HttpResponse:
             raise SillError(f"{label}: {errors[0]}", code="invalid_field", field=name)
         data = form.cleaned_data
         key = services.register_agent_key(
-            site=request.site_ctx.site,  # type: ignore[attr-defined]
+            site=request.site_ctx.site,
             actor=request.user,
             agent_id=data["agent_id"],
             key_id=data["key_id"],
@@ -123,11 +124,11 @@ def agent_key_add(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def agent_key_revoke(request: HttpRequest, key_pk: int) -> HttpResponse:
+def agent_key_revoke(request: SiteRequest, key_pk: int) -> HttpResponse:
     key = get_object_or_404(
         AgentKey.objects.select_related("agent"),
         pk=key_pk,
-        agent__site=request.site_ctx.site,  # type: ignore[attr-defined]
+        agent__site=request.site_ctx.site,
     )
     services.revoke_agent_key(key=key, actor=request.user)
     return _back(
@@ -138,7 +139,7 @@ def agent_key_revoke(request: HttpRequest, key_pk: int) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def agent_deactivate(request: HttpRequest, agent_pk: int) -> HttpResponse:
+def agent_deactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
     agent = services.set_agent_active(
         agent=_agent_for(request, agent_pk), actor=request.user, active=False
     )
@@ -150,7 +151,7 @@ def agent_deactivate(request: HttpRequest, agent_pk: int) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def agent_reactivate(request: HttpRequest, agent_pk: int) -> HttpResponse:
+def agent_reactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
     agent = services.set_agent_active(
         agent=_agent_for(request, agent_pk), actor=request.user, active=True
     )
@@ -159,7 +160,7 @@ def agent_reactivate(request: HttpRequest, agent_pk: int) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def agent_token_issue(request: HttpRequest, agent_pk: int) -> HttpResponse:
+def agent_token_issue(request: SiteRequest, agent_pk: int) -> HttpResponse:
     agent = _agent_for(request, agent_pk)
     if not agent.active:
         messages.error(request, f"{agent.agent_id} is deactivated: reactivate it first.")

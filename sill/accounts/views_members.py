@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -21,6 +21,7 @@ from sill.accounts.access import Cap, site_view
 from sill.accounts.member_forms import ROLE_HELP, AddMemberForm, ChangeMemberForm
 from sill.accounts.models import Membership, Role, Site
 from sill.errors import SillError
+from sill.http import SiteRequest
 
 # (title, url name, what it is for). Pages that are not built yet are left out.
 SETTINGS_PAGES: tuple[tuple[str, str, str], ...] = (
@@ -56,8 +57,8 @@ def _settings_links() -> list[dict[str, str]]:
 
 @require_GET
 @site_view(Cap.MANAGE_SETTINGS)
-def settings_index(request: HttpRequest) -> HttpResponse:
-    site: Site = request.site_ctx.site  # type: ignore[attr-defined]
+def settings_index(request: SiteRequest) -> HttpResponse:
+    site: Site = request.site_ctx.site
     return render(
         request,
         "accounts/settings_index.html",
@@ -130,14 +131,14 @@ def _member_rows(site: Site, actor: Membership) -> list[MemberRow]:
 
 
 def _members_page(
-    request: HttpRequest,
+    request: SiteRequest,
     *,
     add_form: AddMemberForm | None = None,
     error: str = "",
     notice: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    ctx = request.site_ctx  # type: ignore[attr-defined]
+    ctx = request.site_ctx
     template = "accounts/members.html#members" if request.htmx else "accounts/members.html"
     return render(
         request,
@@ -155,16 +156,16 @@ def _members_page(
     )
 
 
-def _done(request: HttpRequest, message: str) -> HttpResponse:
+def _done(request: SiteRequest, message: str) -> HttpResponse:
     if request.htmx:
         return _members_page(request, notice=message)
     messages.success(request, message)
     return HttpResponseRedirect(reverse("settings:members"), status=303)
 
 
-def _membership_for(request: HttpRequest, membership_id: int) -> Membership:
+def _membership_for(request: SiteRequest, membership_id: int) -> Membership:
     # Scoped to the current site: another site's membership id is a 404, never a 403.
-    site = request.site_ctx.site  # type: ignore[attr-defined]
+    site = request.site_ctx.site
     return get_object_or_404(
         Membership.objects.select_related("user", "site"), pk=membership_id, site=site
     )
@@ -176,14 +177,14 @@ def _form_error(form: ChangeMemberForm) -> str:
 
 @require_GET
 @site_view(Cap.MANAGE_SETTINGS)
-def members(request: HttpRequest) -> HttpResponse:
+def members(request: SiteRequest) -> HttpResponse:
     return _members_page(request)
 
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def member_add(request: HttpRequest) -> HttpResponse:
-    ctx = request.site_ctx  # type: ignore[attr-defined]
+def member_add(request: SiteRequest) -> HttpResponse:
+    ctx = request.site_ctx
     form = AddMemberForm(request.POST)
     if not form.is_valid():
         return _members_page(request, add_form=form, status=422)
@@ -211,8 +212,8 @@ def member_add(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def member_change(request: HttpRequest, membership_id: int) -> HttpResponse:
-    ctx = request.site_ctx  # type: ignore[attr-defined]
+def member_change(request: SiteRequest, membership_id: int) -> HttpResponse:
+    ctx = request.site_ctx
     membership = _membership_for(request, membership_id)
     form = ChangeMemberForm(request.POST)
     if not form.is_valid():
@@ -234,8 +235,8 @@ def member_change(request: HttpRequest, membership_id: int) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def member_remove(request: HttpRequest, membership_id: int) -> HttpResponse:
-    ctx = request.site_ctx  # type: ignore[attr-defined]
+def member_remove(request: SiteRequest, membership_id: int) -> HttpResponse:
+    ctx = request.site_ctx
     membership = _membership_for(request, membership_id)
     email = membership.user.get_username()
     try:

@@ -8,6 +8,7 @@ from django.db.models import F, Q
 from sill.accounts.models import Agent, Site
 from sill.ids import new_id
 from sill.money import Money
+from sill.rails.base import RailName as Rail
 
 CURRENCY_RE = r"^[A-Z]{3}$"
 
@@ -144,14 +145,6 @@ class LineItem(models.Model):
         return Money(self.unit_price_minor * self.quantity, self.currency)
 
 
-class Rail(models.TextChoices):
-    MOCK = "mock", "Mock"
-    STRIPE = "stripe", "Stripe"
-    SHOPIFY = "shopify", "Shopify"
-    WOOCOMMERCE = "woocommerce", "WooCommerce"
-    PAYPAL = "paypal", "PayPal"
-
-
 class ChargeStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     SUCCEEDED = "succeeded", "Succeeded"
@@ -175,7 +168,7 @@ class Charge(models.Model):
         max_length=20, choices=ChargeStatus.choices, default=ChargeStatus.PENDING
     )
     failure_message = models.CharField(max_length=500, blank=True)
-    # --- executing a pending charge (refunds.purchases) ---
+    # --- executing a pending charge (sill.orders.charging) ---
     # What the purchase asked to pay with, so a recovery sweep can retry without the mandate.
     payment_method = models.CharField(max_length=255, blank=True)
     attempts = models.PositiveIntegerField(default=0)

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
 
 from sill.accounts.models import Site
-from sill.money import Money
 from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Dispute, Order, OrderStatus
 
 
@@ -47,112 +43,6 @@ def order_for(site: Site, order_id: str) -> Order:
     if order is None:
         raise Http404("No such order on this site.")
     return order
-
-
-@dataclass(frozen=True)
-class Transaction:
-    """One line of an order's Transactions tab: the charge, or a refund."""
-
-    kind: str  # "charge" | "refund"
-    at: datetime
-    amount: Money
-    status: str
-    rail: str
-    provider_id: str
-    who: str
-    detail: str
-    obj: object
-    # As the Transactions tab shows it: COMPLETED / FAILED / pending / held / rejected / expired.
-    status_label: str = ""
-    reason: str = ""  # the merchant reason's path as it was (staff), or the agent's code
-    note: str = ""
-    decided_by: str = ""  # who approved or rejected a held refund
-    requested_at: datetime | None = None
-
-
-# Transactions-tab wording (the seed's COMPLETED / FAILED, lower case while undecided).
-TX_STATUS_LABELS = {
-    "succeeded": "COMPLETED",
-    "failed": "FAILED",
-    "processing": "pending",
-    "pending": "pending",
-    "needs_attention": "needs attention",
-    "held": "held",
-    "rejected": "rejected",
-    "expired": "expired",
-}
-
-
-def transactions_for(order: Order) -> list[Transaction]:
-    """The order's charges and refunds together, newest first (two queries)."""
-    rows: list[Transaction] = []
-    for charge in order.charges.all():
-        rows.append(
-            Transaction(
-                kind="charge",
-                at=charge.captured_at or charge.created_at,
-                amount=charge.amount,
-                status=charge.status,
-                rail=charge.rail,
-                provider_id=charge.provider_charge_id or charge.provider_payment_id,
-                who=order.buyer_name or order.buyer_email,
-                detail=charge.failure_message,
-                obj=charge,
-                status_label=TX_STATUS_LABELS.get(charge.status, charge.status),
-            )
-        )
-    for refund in order.refunds.select_related("agent", "requested_by", "decided_by"):
-        if refund.agent is not None:
-            who = refund.agent.agent_id
-        elif refund.requested_by is not None:
-            who = refund.requested_by.get_username()
-        else:
-            who = "outside Sill"
-        rows.append(
-            Transaction(
-                kind="refund",
-                at=refund.settled_at or refund.created_at,
-                amount=refund.amount,
-                status=refund.status,
-                rail=refund.rail,
-                provider_id=refund.provider_refund_id,
-                who=who,
-                detail=refund.failure_message or refund.reason,
-                obj=refund,
-                status_label=TX_STATUS_LABELS.get(refund.status, refund.status),
-                reason=refund.reason_path or refund.reason_code,
-                note=refund.note,
-                decided_by=refund.decided_by.get_username() if refund.decided_by else "",
-                requested_at=refund.created_at,
-            )
-        )
-    rows.sort(key=lambda t: t.at, reverse=True)
-    return rows
-
-
-def dashboard_figures(site: Site) -> dict[str, object]:
-    """Headline numbers for the dashboard, in one aggregate query per table."""
-    from refunds.models import Refund, RefundStatus
-
-    orders = Order.objects.filter(site=site).aggregate(
-        total=Count("id"),
-        paid=Count("id", filter=Q(status__in=["PAID", "SHIPPED", "DELIVERED"])),
-        refunded=Count("id", filter=Q(status__in=["PARTIALLY_REFUNDED", "REFUNDED"])),
-    )
-    refunds = Refund.objects.filter(site=site).aggregate(
-        held=Count("id", filter=Q(status=RefundStatus.HELD)),
-        processing=Count("id", filter=Q(status=RefundStatus.PROCESSING)),
-        needs_attention=Count("id", filter=Q(status=RefundStatus.NEEDS_ATTENTION)),
-        succeeded=Count("id", filter=Q(status=RefundStatus.SUCCEEDED)),
-    )
-    by_currency = (
-        Refund.objects.filter(site=site, status=RefundStatus.SUCCEEDED)
-        .values("currency")
-        .annotate(total=Sum("amount_minor"))
-        .order_by("currency")
-    )
-    refunded = [Money(row["total"], row["currency"]) for row in by_currency]
-    return {"orders": orders, "refunds": refunds, "refunded": refunded}
 
 
 def has_open_dispute(charge: Charge) -> bool:

@@ -23,7 +23,8 @@ class RailAccountForm(forms.ModelForm):
         fields = ["site", "rail", "enabled", "mode", "connected_account", "api_base", "config"]
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()  # Django's returns self.cleaned_data (typed as possibly None)
+        cleaned = self.cleaned_data
         moved = self.instance.pk is not None and {"site", "rail"} & set(self.changed_data)
         if moved and self.instance.has_secret and not cleaned.get("new_secret"):
             # The stored key is bound to its site and rail (secrets.py): it would not decrypt

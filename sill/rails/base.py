@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
+from django.db.models import TextChoices
+
 from sill.money import Money
 
 RefundState = Literal["succeeded", "pending", "failed"]
@@ -158,7 +160,7 @@ class RefundFactsReader(Protocol):
     def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts: ...
 
 
-# --- charges whose outcome is unknown or unfinished (optional: see refunds.purchases) ------
+# --- charges whose outcome is unknown or unfinished (optional: see sill.orders.charging) ------
 
 
 class ChargePending(RailError):
@@ -190,3 +192,27 @@ class ChargeFinder(Protocol):
     """
 
     def find_charge(self, request: ChargeRequest) -> ChargeResult | None: ...
+
+
+# --- rail names ------------------------------------------------------------------------------
+
+
+class RailName(TextChoices):
+    """The rails Sill knows, by the name stored on charges and refunds, and their labels.
+
+    The one definition: ``sill.orders.models.Rail`` is this class (the model fields' choices).
+    """
+
+    MOCK = "mock", "Mock"
+    STRIPE = "stripe", "Stripe"
+    SHOPIFY = "shopify", "Shopify"
+    WOOCOMMERCE = "woocommerce", "WooCommerce"
+    PAYPAL = "paypal", "PayPal"
+
+
+RAIL_LABELS: dict[str, str] = {name.value: str(name.label) for name in RailName}
+
+
+def rail_label(rail: str) -> str:
+    """``"paypal"`` → ``"PayPal"``; a name Sill does not know is shown as it is."""
+    return RAIL_LABELS.get(rail, rail)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict, cast
 
 import stripe
 
@@ -38,6 +38,14 @@ from sill.rails.base import (
 logger = logging.getLogger(__name__)
 
 _KEY_RE = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9]+")
+
+
+class _Target(TypedDict, total=False):
+    """What a refund or refund lookup names: one of these two (see StripeRail._target)."""
+
+    charge: str
+    payment_intent: str
+
 
 _REFUND_STATES: dict[str, RefundState] = {
     "succeeded": "succeeded",
@@ -92,7 +100,9 @@ class StripeRail:
         }
         try:
             intent = self._client.v1.payment_intents.create(
-                params=params,  # type: ignore[arg-type]
+                # payment_method_types is a real API parameter (localstripe needs it) that
+                # stripe's PaymentIntentCreateParams no longer lists.
+                params=cast("stripe.params.PaymentIntentCreateParams", params),
                 options={"idempotency_key": request.idempotency_key},
             )
         except stripe.StripeError as exc:
@@ -171,7 +181,7 @@ class StripeRail:
             self._raise(exc, doing="charge lookup", read=True)
 
     def refund(self, request: RefundRequest) -> RefundResult:
-        params: dict[str, Any] = {
+        params: stripe.params.RefundCreateParams = {
             "amount": request.amount.amount_minor,
             "metadata": {
                 **request.metadata,
@@ -183,7 +193,7 @@ class StripeRail:
         # No reason=: Sill keeps its own reasons (and localstripe rejects the parameter).
         try:
             refund = self._client.v1.refunds.create(
-                params=params,  # type: ignore[arg-type]
+                params=params,
                 options={"idempotency_key": request.idempotency_key},
             )
         except stripe.StripeError as exc:
@@ -192,9 +202,7 @@ class StripeRail:
 
     def find_refund(self, request: RefundRequest) -> RefundResult | None:
         try:
-            page = self._client.v1.refunds.list(
-                params={**self._target(request), "limit": 100}  # type: ignore[arg-type]
-            )
+            page = self._client.v1.refunds.list(params={**self._target(request), "limit": 100})
             for refund in page.auto_paging_iter():
                 if _metadata(refund).get("sill_refund_id") == request.refund_id:
                     return _refund_result(refund)
@@ -260,7 +268,7 @@ class StripeRail:
         since = int(request.history_since.timestamp()) - 1
         try:
             page = self._client.v1.charges.list(
-                params={  # type: ignore[arg-type]
+                params={
                     "customer": customer_id,
                     "created": {"gt": since},
                     "limit": request.history_limit,
@@ -288,7 +296,7 @@ class StripeRail:
     # --- helpers ------------------------------------------------------------------------
 
     @staticmethod
-    def _target(request: RefundRequest) -> dict[str, str]:
+    def _target(request: RefundRequest) -> _Target:
         if request.provider_charge_id:
             return {"charge": request.provider_charge_id}
         if request.provider_payment_id:

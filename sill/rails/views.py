@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -21,13 +21,14 @@ from django.views.decorators.http import require_GET, require_POST
 from sill.accounts.access import Cap, site_view
 from sill.accounts.models import Site
 from sill.errors import SillError
+from sill.http import SiteRequest
 from sill.orders.models import Rail
 from sill.rails import services
 from sill.rails.forms import EnabledForm, StripeForm
 from sill.rails.models import RailAccount
 from sill.rails.secrets import RailSecretUnreadable
 
-DESCRIPTIONS = {
+DESCRIPTIONS: dict[str, str] = {
     Rail.MOCK: "Sill's built-in fake provider for demos and tests. No money moves.",
     Rail.STRIPE: "Refunds card payments taken through Stripe, with your secret or restricted key.",
     Rail.SHOPIFY: "Refunds orders paid through Shopify Payments.",
@@ -91,10 +92,10 @@ def _cards(site: Site) -> list[RailCard]:
 
 
 def _render(
-    request: HttpRequest, card: RailCard | None = None, *, status: int = 200
+    request: SiteRequest, card: RailCard | None = None, *, status: int = 200
 ) -> HttpResponse:
     """The card alone for htmx, else the whole page (with ``card`` replacing its default)."""
-    site = request.site_ctx.site  # type: ignore[attr-defined]
+    site = request.site_ctx.site
     if card is not None and request.htmx:
         return render(request, "rails/settings.html#card", _context(card), status=status)
     cards = _cards(site)
@@ -111,9 +112,9 @@ def _context(card: RailCard | None) -> dict[str, Any]:
     }
 
 
-def _done(request: HttpRequest, rail: str, message: str) -> HttpResponse:
+def _done(request: SiteRequest, rail: str, message: str) -> HttpResponse:
     if request.htmx:
-        site = request.site_ctx.site  # type: ignore[attr-defined]
+        site = request.site_ctx.site
         card = _card(site, rail, RailAccount.objects.filter(site=site, rail=rail).first())
         card.notice = message
         return _render(request, card)
@@ -123,16 +124,16 @@ def _done(request: HttpRequest, rail: str, message: str) -> HttpResponse:
 
 @require_GET
 @site_view(Cap.MANAGE_SETTINGS)
-def rails_settings(request: HttpRequest) -> HttpResponse:
+def rails_settings(request: SiteRequest) -> HttpResponse:
     return _render(request)
 
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def rail_set_enabled(request: HttpRequest, rail: str) -> HttpResponse:
+def rail_set_enabled(request: SiteRequest, rail: str) -> HttpResponse:
     if rail not in Rail.values:
         raise Http404
-    site = request.site_ctx.site  # type: ignore[attr-defined]
+    site = request.site_ctx.site
     form = EnabledForm(request.POST)
     try:
         if not form.is_valid():
@@ -156,13 +157,13 @@ def rail_set_enabled(request: HttpRequest, rail: str) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
-def stripe_configure(request: HttpRequest) -> HttpResponse:
-    site = request.site_ctx.site  # type: ignore[attr-defined]
+def stripe_configure(request: SiteRequest) -> HttpResponse:
+    site = request.site_ctx.site
     form = StripeForm(request.POST)
     try:
         if not form.is_valid():
             name, errors = next(iter(form.errors.items()))
-            raise services.RailSettingsError(errors[0], field=name)
+            raise services.RailSettingsError(str(errors[0]), field=name)
         data = form.cleaned_data
         account = services.configure_stripe(
             site=site,

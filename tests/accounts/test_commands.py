@@ -69,7 +69,7 @@ def test_it_issues_a_token_shown_once_and_stored_hashed(site, agent):
 def test_the_demo_key_signs_a_mandate_that_the_api_accepts(
     settings, django_capture_on_commit_callbacks
 ):
-    from sill.orders.demo import DEMO_ORDER_MANDATE, load_demo
+    from refunds.demo import DEMO_ORDER_MANDATE, load_demo
 
     result = load_demo()
     intent = {
@@ -93,7 +93,7 @@ def test_the_demo_key_signs_a_mandate_that_the_api_accepts(
 
 
 def test_the_demo_is_idempotent():
-    from sill.orders.demo import load_demo
+    from refunds.demo import load_demo
     from sill.orders.models import Order
 
     load_demo()

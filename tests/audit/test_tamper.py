@@ -280,3 +280,17 @@ def test_it_exports_json_lines(site: Site) -> None:
 def test_it_refuses_an_unknown_site() -> None:
     with pytest.raises(CommandError, match="no site"):
         call_command("audit", "verify", "--site", "nope")
+
+
+def test_a_key_id_that_is_not_a_string_is_an_unknown_key_not_a_crash(
+    site: Site, tmp_path: Path
+) -> None:
+    build_chain(site, 2)
+    path = export(site, tmp_path / "export.jsonl")
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[2])
+    record["key_id"] = ["not", "a", "string"]
+    path.write_text("\n".join([*lines[:2], json.dumps(record)]) + "\n")
+    result = run_standalone(tmp_path, str(path))
+    assert result.returncode == 1
+    assert "unknown key_id" in result.stderr and "Traceback" not in result.stderr

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from playwright.sync_api import Page, expect
+
+from refunds.demo import DEMO_PASSWORD
 
 # live_server runs in a thread beside Playwright's event loop.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -46,3 +49,12 @@ def screenshot_dir() -> Path:
     path = Path(settings.SILL_DATA_DIR) / "screenshots"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def log_in(page: Page, base: str, email: str) -> None:
+    """Log in to the demo site at ``base`` as ``email`` and wait for its dashboard."""
+    page.goto(f"{base}/login/")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(DEMO_PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Northwind Coffee")).to_be_visible()

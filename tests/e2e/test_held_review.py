@@ -7,11 +7,12 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from refunds.demo import DEMO_AGENT_ID, DEMO_ORDER_MANDATE, load_demo
 from refunds.models import Refund
 from sill.accounts.models import Agent
-from sill.orders.demo import DEMO_AGENT_ID, DEMO_ORDER_MANDATE, DEMO_PASSWORD, load_demo
 from sill.orders.models import Order
-from tests.refunds.test_held_fixtures import hold_refund
+from tests.e2e.conftest import log_in
+from tests.refunds.conftest import hold_refund
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -24,15 +25,7 @@ def demo_held() -> Refund:
     demo = load_demo()
     order = Order.objects.get(site=demo.site, source_mandate_id=DEMO_ORDER_MANDATE)
     agent = Agent.objects.get(site=demo.site, agent_id=DEMO_AGENT_ID)
-    return hold_refund(order=order, agent=agent, with_mandate=True)
-
-
-def log_in(page: Page, base: str, email: str) -> None:
-    page.goto(f"{base}/login/")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(DEMO_PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Northwind Coffee")).to_be_visible()
+    return hold_refund(order=order, agent=agent)
 
 
 def test_an_admin_approves_a_held_refund_and_sees_it_succeed(
@@ -90,7 +83,7 @@ def test_an_owner_rejects_from_the_list_after_confirming(
     assert dialogs and "Nothing will be refunded" in dialogs[0]
     page.screenshot(path=screenshot_dir / "held-rejected-row.png", full_page=True)
     demo_held.refresh_from_db()
-    assert (demo_held.status, demo_held.reason) == ("rejected", "rejected_by_reviewer")
+    assert (demo_held.status, demo_held.outcome_code) == ("rejected", "rejected_by_reviewer")
 
     page.reload()
     expect(page.get_by_text("Nothing is waiting for review.")).to_be_visible()

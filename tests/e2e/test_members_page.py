@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
+from refunds.demo import DEMO_PASSWORD, DEMO_SITE_ID, load_demo
 from sill.accounts.models import Membership, Role
-from sill.orders.demo import DEMO_PASSWORD, DEMO_SITE_ID, load_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

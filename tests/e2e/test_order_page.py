@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from sill.orders.demo import DEMO_ORDER_MANDATE, DEMO_PASSWORD, load_demo
+from refunds.demo import DEMO_ORDER_MANDATE, DEMO_PASSWORD, load_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

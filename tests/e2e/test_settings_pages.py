@@ -4,8 +4,8 @@ import pytest
 from nacl.signing import SigningKey
 from playwright.sync_api import Page, expect
 
+from refunds.demo import DEMO_PASSWORD, load_demo
 from sill.accounts.services import b64url_encode
-from sill.orders.demo import DEMO_PASSWORD, load_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 KEY = "sk_test_51E2eKeyAbCdEfGhIjKlMnOpQrStUvWx0123456789wxyz"

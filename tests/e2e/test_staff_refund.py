@@ -5,22 +5,15 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
+from refunds.demo import DEMO_ORDER_MANDATE, DEMO_SITE_ID, load_demo
 from refunds.models import Refund, RefundReason
 from refunds.reasons.selectors import PATH_SEPARATOR
 from refunds.reasons.services import add_reason
 from sill.accounts.models import Site
-from sill.orders.demo import DEMO_ORDER_MANDATE, DEMO_PASSWORD, DEMO_SITE_ID, load_demo
 from sill.orders.models import Order
+from tests.e2e.conftest import log_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def _log_in(page: Page, url: str, email: str) -> None:
-    page.goto(f"{url}/login/")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(DEMO_PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Northwind Coffee")).to_be_visible()
 
 
 def test_staff_issue_a_25_percent_refund_with_a_leaf_reason(
@@ -33,7 +26,7 @@ def test_staff_issue_a_25_percent_refund_with_a_leaf_reason(
     add_reason(site=site, actor=None, name="Wrong grind", parent=product)
     order = Order.objects.get(site=site, source_mandate_id=DEMO_ORDER_MANDATE)
 
-    _log_in(page, live_server.url, "staff@northwind-coffee.example")
+    log_in(page, live_server.url, "staff@northwind-coffee.example")
     page.goto(f"{live_server.url}/orders/{order.id}/")
     panel = page.locator("#refund-panel")
     expect(panel.get_by_role("heading", name="Refund")).to_be_visible()
@@ -84,7 +77,7 @@ def test_staff_issue_a_25_percent_refund_with_a_leaf_reason(
 
 def test_an_owner_manages_refund_reasons(page: Page, live_server, screenshot_dir):
     load_demo()
-    _log_in(page, live_server.url, "owner@northwind-coffee.example")
+    log_in(page, live_server.url, "owner@northwind-coffee.example")
     page.get_by_role("link", name="Settings", exact=True).click()
     page.get_by_role("link", name="Refund reasons").click()
     expect(page.get_by_role("heading", name="Refund reasons")).to_be_visible()

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from policies.decide import RefundContext, decide_refund
+from policies.decide import decide_refund
+from policies.types import RefundContext
 from refunds.models import Refund
 from sill.accounts.models import Agent
 from sill.money import Money, parse_major
@@ -57,7 +58,7 @@ def facts_for(
         order=order,
         charge=charge,
         amount=parse_major(amount, order.currency),
-        origin=origin,  # type: ignore[arg-type]
+        origin=origin,
         agent=agent if agent is not None else order.placed_by_agent,
         user=None,
         reason=reason,

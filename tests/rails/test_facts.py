@@ -167,7 +167,7 @@ def pay(sdk: stripe.StripeClient, customer: str | None, amount: int, currency: s
     }
     if customer:
         params["customer"] = customer
-    intent = sdk.v1.payment_intents.create(params=params)  # type: ignore[arg-type]
+    intent = sdk.v1.payment_intents.create(params=params)
     charge = intent.latest_charge
     return charge if isinstance(charge, str) else charge.id
 

@@ -1,42 +1,95 @@
-"""Agent fixtures: a registered key, and a signer that builds real mandate bodies."""
+"""Refund fixtures: agent keys and signed mandates, orders, reasons, staff and held refunds.
+
+Held refunds are made the way the pipeline makes them: the site gets a real
+``require_approval`` rule (a policy template, applied through ``policies.services``), then an
+agent's signed mandate goes through ``POST /api/v1/mandates``, or a staff refund through
+``create_staff_refund``, and the policy holds it.
+"""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
+import time_machine
+from django.test import Client
 from nacl.signing import SigningKey
 
+from policies.catalog import item_by_id
+from policies.services import apply_catalog_item
 from refunds.agent.mandates import canonical_json, sign_mandate
-from sill.accounts.models import Agent, AgentKey, Site
+from refunds.models import Refund, RefundOrigin, RefundReason, RefundStatus
+from refunds.quote import charged_charge
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.staff.services import create_staff_refund
+from sill.accounts.models import Agent, AgentKey, Membership, Site
 from sill.ids import new_ulid
+from sill.money import Money
+from sill.orders.models import Order, Rail
+from sill.rails.models import RailAccount
+from sill.rails.registry import ensure_mock_rail
 
 KEY_ID = "test-2026-11"
+KEY_SEED = bytes(range(1, 33))
+ORIGINAL = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"  # the seed's purchase mandate
+
+# --- agents and mandates ------------------------------------------------------------------
+
+
+def register_key(agent: Agent) -> AgentKey:
+    """``agent``'s test key (``KEY_ID``, public half of ``KEY_SEED``); created once."""
+    key, _ = AgentKey.objects.get_or_create(
+        agent=agent,
+        key_id=KEY_ID,
+        defaults={
+            "public_key": bytes(SigningKey(KEY_SEED).verify_key),
+            "valid_from": datetime(2026, 1, 1, tzinfo=UTC),
+        },
+    )
+    return key
+
+
+def signed_body(
+    intent: dict[str, Any],
+    *,
+    site_id: str,
+    agent_id: str,
+    key: SigningKey | None = None,
+    **overrides: Any,
+) -> bytes:
+    """The request body of a fresh, valid mandate of ``agent_id`` (signed fields overridable)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    signed = {
+        "mandate_id": f"mnd_{new_ulid()}",
+        "site_id": site_id,
+        "agent_id": agent_id,
+        "issued_at": now.isoformat().replace("+00:00", "Z"),
+        "expires_at": (now + timedelta(seconds=120)).isoformat().replace("+00:00", "Z"),
+        "nonce": secrets.token_urlsafe(16),
+        "replay_window_seconds": 120,
+        "intent": intent,
+    }
+    signed.update(overrides)
+    return canonical_json(sign_mandate(signed, key or SigningKey(KEY_SEED), KEY_ID))
 
 
 @pytest.fixture
 def signing_key() -> SigningKey:
-    return SigningKey(bytes(range(1, 33)))
+    return SigningKey(KEY_SEED)
 
 
 @pytest.fixture
-def agent_key(agent: Agent, signing_key: SigningKey) -> AgentKey:
-    return AgentKey.objects.create(
-        agent=agent,
-        key_id=KEY_ID,
-        public_key=bytes(signing_key.verify_key),
-        valid_from=datetime(2026, 1, 1, tzinfo=UTC),
-    )
+def agent_key(agent: Agent) -> AgentKey:
+    return register_key(agent)
 
 
 @pytest.fixture
-def mock_rail(site: Site):
-    from sill.rails.registry import ensure_mock_rail
-
+def mock_rail(site: Site) -> RailAccount:
     return ensure_mock_rail(site)
 
 
@@ -78,29 +131,173 @@ def purchase_intent(**overrides: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def sign(agent_key: AgentKey, signing_key: SigningKey, site: Site) -> Callable[..., bytes]:
+def sign(agent_key: AgentKey, site: Site) -> Callable[..., bytes]:
     """``sign(intent, **signed_overrides)`` → the request body of a fresh, valid mandate."""
 
     def make(intent: dict[str, Any], *, key: SigningKey | None = None, **overrides: Any) -> bytes:
-        now = datetime.now(UTC).replace(microsecond=0)
-        signed = {
-            "mandate_id": f"mnd_{new_ulid()}",
-            "site_id": site.id,
-            "agent_id": agent_key.agent.agent_id,
-            "issued_at": now.isoformat().replace("+00:00", "Z"),
-            "expires_at": (now + timedelta(seconds=120)).isoformat().replace("+00:00", "Z"),
-            "nonce": secrets.token_urlsafe(16),
-            "replay_window_seconds": 120,
-            "intent": intent,
-        }
-        signed.update(overrides)
-        return canonical_json(sign_mandate(signed, key or signing_key, KEY_ID))
+        return signed_body(
+            intent, site_id=site.id, agent_id=agent_key.agent.agent_id, key=key, **overrides
+        )
 
     return make
 
 
-def post(client, body: bytes):
+def post(client: Client, body: bytes) -> Any:
     return client.post("/api/v1/mandates", data=body, content_type="application/json")
+
+
+# --- orders, reasons, clients -------------------------------------------------------------
+
+
+@pytest.fixture
+def original(make_order: Callable[..., Order], agent: Agent, mock_rail: RailAccount) -> Order:
+    """A paid $89.00 order the agent placed under the seed's mandate ``ORIGINAL``, on mock."""
+    return make_order(total="89.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
+
+
+@pytest.fixture
+def order(make_order: Callable[..., Order], mock_rail: RailAccount) -> Order:
+    """A paid $89.00 order on the mock rail, placed by no agent."""
+    return make_order(total="89.00")
+
+
+@pytest.fixture
+def leaf(site: Site) -> RefundReason:
+    """A merchant's own reason under the seeded ones: "Arrived broken" under "Product problem"."""
+    ensure_default_reasons(site)
+    product = add_reason(site=site, actor=None, name="Product problem")
+    return add_reason(site=site, actor=None, name="Arrived broken", parent=product)
+
+
+@pytest.fixture
+def as_(client_for: Callable[[str], Client], clerk: Membership) -> Callable[[str], Client]:
+    """``client_for`` that also knows ``"clerk"``."""
+
+    def make(persona: str) -> Client:
+        if persona == "clerk":
+            client = Client()
+            client.force_login(clerk.user)
+            return client
+        return client_for(persona)
+
+    return make
+
+
+# --- staff refunds ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def staff_refund(
+    site: Site,
+    members: dict[str, Membership],
+    mock_rail: RailAccount,
+    django_capture_on_commit_callbacks,
+) -> Callable[[Order], Refund]:
+    """``staff_refund(order)``: the staff member's full refund (reason Defective), decided and
+    reserved; its execution, enqueued on commit, is not run (the test runs it)."""
+    ensure_default_reasons(site)
+    reason = RefundReason.objects.filter(site=site, active=True, code="defective").first()
+
+    def make(order: Order) -> Refund:
+        with django_capture_on_commit_callbacks(execute=False):
+            return create_staff_refund(
+                site=site, order=order, actor=members["staff"].user, kind="full", reason=reason
+            )
+
+    return make
+
+
+# --- held refunds -------------------------------------------------------------------------
+
+# The template that holds each kind of refund: the seed's r07 (every agent refund), and for
+# staff refunds (r07 leaves them alone) the conservative template from $0.00 (every refund).
+HOLDING_TEMPLATES: dict[str, tuple[str, dict[str, str] | None]] = {
+    RefundOrigin.AGENT: ("r07", None),
+    RefundOrigin.STAFF: ("conservative", {"holdOverUsd": "0.00"}),
+}
+
+
+def require_approval(site: Site, *, origin: str) -> None:
+    """Give ``site`` the policy rule that holds refunds of ``origin`` (once; idempotent)."""
+    template, params = HOLDING_TEMPLATES[origin]
+    item = item_by_id(template)
+    assert item is not None
+    apply_catalog_item(site=site, actor=None, item=item, params=params)
+
+
+def hold_refund(
+    *,
+    order: Order,
+    agent: Agent | None = None,
+    requested_by: Any | None = None,
+    amount_minor: int | None = None,
+    reason_code: str = "wrong_item",
+    reason_label: str = "",
+    held_at: datetime | None = None,
+) -> Refund:
+    """A refund of ``order`` held for review by its site's policy, asked for by ``agent``
+    (a signed mandate) or by the user ``requested_by`` (a staff refund), at ``held_at``.
+
+    ``amount_minor`` defaults to everything left to refund. An agent sends ``reason_code``; a
+    staff member picks the seeded reason of that code, or, with ``reason_label``, the
+    merchant's own (uncoded) reason of that name.
+    """
+    assert (agent is None) != (requested_by is None), "an agent or a user asks for it"
+    origin = RefundOrigin.AGENT if agent is not None else RefundOrigin.STAFF
+    require_approval(order.site, origin=origin)
+    charge = charged_charge(order)
+    assert charge is not None, "hold_refund needs a charged order"
+    if charge.rail == Rail.MOCK:
+        ensure_mock_rail(order.site)
+    amount = Money(
+        charge.remaining.amount_minor if amount_minor is None else amount_minor, order.currency
+    )
+    with time_machine.travel(held_at, tick=False) if held_at is not None else nullcontext():
+        if agent is not None:
+            refund = _agent_asks(order=order, agent=agent, amount=amount, reason_code=reason_code)
+        else:
+            refund = create_staff_refund(
+                site=order.site,
+                order=order,
+                actor=requested_by,
+                kind="full" if amount_minor is None else "amount",
+                amount=amount,
+                reason=_staff_reason(order.site, code=reason_code, name=reason_label),
+            )
+    assert refund.status == RefundStatus.HELD, (refund.status, refund.outcome_code, refund.rules)
+    return Refund.objects.get(pk=refund.pk)
+
+
+def _agent_asks(*, order: Order, agent: Agent, amount: Money, reason_code: str) -> Refund:
+    if not order.source_mandate_id:
+        # An agent's refund names the purchase mandate of its order: give the order one.
+        order.source_mandate_id = f"mnd_{new_ulid()}"
+        Order.objects.filter(pk=order.pk).update(source_mandate_id=order.source_mandate_id)
+    register_key(agent)
+    intent = refund_intent(
+        order.source_mandate_id,
+        merchant=order.site.merchant_domain,
+        reason_code=reason_code,
+        max_amount=Decimal(amount.major_str()),
+        currency=amount.currency,
+    )
+    response = post(Client(), signed_body(intent, site_id=order.site_id, agent_id=agent.agent_id))
+    assert response.status_code == 201, response.content
+    return Refund.objects.get(pk=response.json()["refund_id"])
+
+
+def _staff_reason(site: Site, *, code: str, name: str) -> RefundReason:
+    ensure_default_reasons(site)
+    if not name:
+        return RefundReason.objects.get(site=site, code=code)
+    mine = RefundReason.objects.filter(site=site, name=name).first()
+    return mine or add_reason(site=site, actor=None, name=name)
+
+
+@pytest.fixture
+def held(original: Order, agent: Agent) -> Refund:
+    """The seed's case: the agent's full refund of the $89.00 order, held by r07."""
+    return hold_refund(order=original, agent=agent)
 
 
 from tests.localstripe import localstripe_url  # noqa: E402, F401

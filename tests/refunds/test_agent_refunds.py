@@ -13,11 +13,9 @@ from audit.models import AuditRecord
 from refunds.models import Mandate, Refund
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry
-from tests.refunds.conftest import post, purchase_intent, refund_intent
+from tests.refunds.conftest import ORIGINAL, post, purchase_intent, refund_intent
 
 pytestmark = pytest.mark.django_db
-
-ORIGINAL = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"
 
 
 @pytest.fixture
@@ -29,11 +27,6 @@ def api(django_capture_on_commit_callbacks):
             return post(client, body)
 
     return send
-
-
-@pytest.fixture
-def original(make_order, agent, mock_rail):
-    return make_order(total="89.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
 
 
 def test_it_refunds_a_purchase_end_to_end_on_the_mock_rail(api, sign, mock_rail):
@@ -192,7 +185,7 @@ def test_a_declined_refund_fails_and_releases_the_reservation(api, sign, origina
     mock_rail.save()
     body = api(sign(refund_intent(ORIGINAL))).json()
     refund = Refund.objects.get(pk=body["refund_id"])
-    assert refund.status == "failed" and refund.reason
+    assert refund.status == "failed" and refund.outcome_code
     charge = Charge.objects.get(order=original)
     assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (0, 0)
     original.refresh_from_db()
@@ -303,7 +296,7 @@ def test_a_dispute_opened_before_execution_stops_the_refund(
     )  # fmt: skip
     assert execute_refund(body["refund_id"]) == "failed"
     refund = Refund.objects.get(pk=body["refund_id"])
-    assert (refund.status, refund.reason) == ("failed", "disputed")
+    assert (refund.status, refund.outcome_code) == ("failed", "disputed")
     charge.refresh_from_db()
     assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (0, 0)
     assert MockLedgerEntry.objects.count() == 0

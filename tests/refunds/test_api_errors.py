@@ -14,19 +14,13 @@ from audit.models import AuditRecord
 from refunds.models import Mandate, Refund
 from sill.orders.models import Order
 from sill.rails.models import MockLedgerEntry
-from tests.refunds.conftest import post, purchase_intent, refund_intent
+from tests.refunds.conftest import ORIGINAL, post, purchase_intent, refund_intent
 
 pytestmark = pytest.mark.django_db
-ORIGINAL = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"
 
 
 def _ts(delta: timedelta) -> str:
     return (datetime.now(UTC).replace(microsecond=0) + delta).isoformat().replace("+00:00", "Z")
-
-
-@pytest.fixture
-def original(make_order, agent, mock_rail):
-    return make_order(placed_by_agent=agent, source_mandate_id=ORIGINAL)
 
 
 def _tamper(body: bytes, fn) -> bytes:

@@ -15,16 +15,10 @@ from django.test import Client
 from refunds.models import Refund
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
-from tests.refunds.conftest import post, refund_intent
+from tests.refunds.conftest import ORIGINAL, post, refund_intent
 from tests.threads import run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ORIGINAL = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"
-
-
-@pytest.fixture
-def original(make_order, agent, mock_rail):
-    return make_order(total="89.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
 
 
 def test_twenty_concurrent_refund_mandates_make_exactly_one_refund(sign, original):

@@ -20,24 +20,16 @@ from policies import catalog
 from policies.services import apply_catalog_item
 from refunds.locks import scope_keys
 from refunds.models import Refund
-from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.review.decisions import approve_refund
 from refunds.staff.services import create_staff_refund
 from sill.ids import new_ulid
 from sill.money import parse_major
 from sill.orders.models import Customer, Order
 from sill.rails.models import MockLedgerEntry
-from tests.refunds.conftest import post, refund_intent
-from tests.refunds.test_held_fixtures import hold_refund
+from tests.refunds.conftest import hold_refund, post, refund_intent
 from tests.threads import run_concurrently
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL locks (set DATABASE_URL)")
 
 
 def _apply(site, owner, template: str, **kwargs) -> None:
@@ -55,17 +47,6 @@ def _for_customer(order: Order, customer: Customer | None) -> Order:
 @pytest.fixture
 def regular(site) -> Customer:
     return Customer.objects.create(site=site, email="regular@example.com", name="Regular")
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    return add_reason(
-        site=site,
-        actor=None,
-        name="Arrived broken",
-        parent=add_reason(site=site, actor=None, name="Product"),
-    )
 
 
 def test_it_approves_at_most_one_of_ten_simultaneous_40_dollar_mandates_under_a_50_cap(
@@ -89,7 +70,7 @@ def test_it_approves_at_most_one_of_ten_simultaneous_40_dollar_mandates_under_a_
     decisions = sorted((a["decision"], a["reason"]) for a in answers)
     assert decisions == [("approved", None)] + [("rejected", "policy_denied")] * 9, decisions
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
-    denied = Refund.objects.filter(reason="policy_denied")
+    denied = Refund.objects.filter(outcome_code="policy_denied")
     # Every denial saw the approved $40 already counted: $40 + $40 > $50.
     assert {r.facts["refundAgentTotalTodayUsd"] for r in denied} == {8000}
 
@@ -114,10 +95,10 @@ def test_it_approves_one_of_six_simultaneous_staff_refunds_for_one_customer(
     results = run_concurrently(6, work)
 
     assert all(isinstance(r, Refund) for r in results), results
-    outcomes = sorted((r.decision, r.reason) for r in results)
+    outcomes = sorted((r.decision, r.outcome_code) for r in results)
     assert outcomes == [("approved", "")] + [("rejected", "policy_denied")] * 5, outcomes
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
-    denied = Refund.objects.filter(reason="policy_denied")
+    denied = Refund.objects.filter(outcome_code="policy_denied")
     assert {r.facts["refundCustomerRefunds30d"] for r in denied} == {1}
 
 

@@ -24,14 +24,12 @@ from django.test import Client
 
 from refunds.locks import RETRIES, scope_keys
 from refunds.models import Mandate, Refund
-from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.review.decisions import approve_refund
 from refunds.staff.services import create_staff_refund
 from sill.money import parse_major
 from sill.orders.models import Customer, Order
 from sill.rails.models import MockLedgerEntry
-from tests.refunds.conftest import post, refund_intent
-from tests.refunds.test_held_fixtures import hold_refund
+from tests.refunds.conftest import hold_refund, post, refund_intent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -42,12 +40,6 @@ WAITING = """
       AND held.classid::bigint = %s AND held.objid::bigint = %s
       AND NOT waiting.granted AND held.pid <> pg_backend_pid()
 """
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL deadlock detection (set DATABASE_URL)")
 
 
 class LockInversion:
@@ -97,17 +89,6 @@ class LockInversion:
 @pytest.fixture
 def customer(site) -> Customer:
     return Customer.objects.create(site=site, email="regular@example.com")
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    return add_reason(
-        site=site,
-        actor=None,
-        name="Arrived broken",
-        parent=add_reason(site=site, actor=None, name="Product"),
-    )
 
 
 def _order_of(customer: Customer, order: Order) -> Order:

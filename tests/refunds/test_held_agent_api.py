@@ -10,13 +10,8 @@ from django.test import Client
 from refunds.review.decisions import approve_refund, reject_refund
 from refunds.tasks import expire_held_refunds_task
 from sill.accounts.services import issue_agent_token
-from tests.refunds import test_held_fixtures
 
 pytestmark = pytest.mark.django_db
-
-# Shared fixtures, bound here so pytest finds them.
-held = test_held_fixtures.held
-original = test_held_fixtures.original
 
 
 @pytest.fixture

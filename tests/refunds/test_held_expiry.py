@@ -13,14 +13,9 @@ from refunds.review.decisions import DecisionRefused, approve_refund, reject_ref
 from refunds.tasks import expire_held_refunds_task
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
-from tests.refunds import test_held_fixtures
-from tests.refunds.test_held_fixtures import hold_refund
+from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
-
-# Shared fixtures, bound here so pytest finds them.
-held = test_held_fixtures.held
-original = test_held_fixtures.original
 
 
 def expiry_records() -> list[dict]:
@@ -49,7 +44,7 @@ def test_the_beat_task_expires_a_refund_24_hours_after_it_was_held(held, time_ma
     time_machine.move_to(held.expires_at + timedelta(seconds=30), tick=False)
     assert run_beat_task() == 1
     held.refresh_from_db()
-    assert (held.status, held.decision, held.reason) == ("expired", "rejected", "expired")
+    assert (held.status, held.decision, held.outcome_code) == ("expired", "rejected", "expired")
     assert held.decided_by is None
     [record] = expiry_records()
     assert record["reason"] == "expired" and record["reviewer"] is None
@@ -81,7 +76,7 @@ def test_an_approval_after_expiry_is_refused_and_expires_it(held, members, time_
     assert info.value.code == "expired" and info.value.status == 409
     assert "expired" in info.value.message and "Nothing was refunded" in info.value.message
     held.refresh_from_db()
-    assert (held.status, held.reason) == ("expired", "expired")
+    assert (held.status, held.outcome_code) == ("expired", "expired")
     [record] = expiry_records()
     assert record["reason"] == "expired"
     assert record["reviewer"] is None and record["acted_by"] == "admin@roasters.example"

@@ -14,17 +14,13 @@ import pytest
 from django.core import mail
 from django.db import transaction
 
-from refunds.review.decisions import notify_hold, reject_refund
+from refunds.review.decisions import reject_refund
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
+from refunds.services import notify_hold
 from refunds.tasks import notify_pending_held_refunds_task
-from tests.refunds import test_held_fixtures
-from tests.refunds.test_held_fixtures import hold_refund
+from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
-
-# Shared fixtures, bound here so pytest finds them.
-held = test_held_fixtures.held
-original = test_held_fixtures.original
 
 
 @pytest.fixture(autouse=True)

@@ -14,14 +14,9 @@ from refunds.models import Refund
 from refunds.review.decisions import approve_refund
 from sill.orders.models import Charge, Dispute
 from sill.rails.models import MockLedgerEntry, RailAccount
-from tests.refunds import test_held_fixtures
-from tests.refunds.test_held_fixtures import hold_refund
+from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
-
-# Shared fixtures, bound here so pytest finds them.
-held = test_held_fixtures.held
-original = test_held_fixtures.original
 
 HEADLINE = "Refund request · Wrong item · up to $89.00"
 
@@ -368,7 +363,7 @@ def test_the_detail_shows_the_original_order_and_the_record(client_for, held, or
     assert f"Original order #{original.number}" in body
     assert "Settled total" in body and "$89.00" in body
     assert "Buyer" in body and "buyer@example.com" in body
-    assert "Customer order count" in body and "Customer refund count 30d" in body
+    assert "Refund customer count 90d" in body and "Refund customer refunds 30d" in body
     assert "None: this is the first refund asked for on this order." in body
     assert "Escalated (held for review)" in body
     assert held.decision_hash[:16] in body
@@ -398,7 +393,9 @@ def test_the_detail_after_approval_shows_the_reviewer_and_settlement(
 
 def test_the_detail_lists_prior_refunds_of_the_order(client_for, original, agent, members):
     earlier = hold_refund(order=original, requested_by=members["staff"].user, amount_minor=1000)
-    Refund.objects.filter(pk=earlier.pk).update(status="rejected", reason="rejected_by_reviewer")
+    Refund.objects.filter(pk=earlier.pk).update(
+        status="rejected", outcome_code="rejected_by_reviewer"
+    )
     current = hold_refund(order=original, agent=agent, amount_minor=7900)
     body = client_for("owner").get(f"/held/{current.id}/").content.decode()
     assert "Prior refunds of this order" in body

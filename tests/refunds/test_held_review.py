@@ -19,14 +19,9 @@ from refunds.review.decisions import (
 )
 from sill.orders.models import Charge, Dispute
 from sill.rails.models import MockLedgerEntry
-from tests.refunds import test_held_fixtures
-from tests.refunds.test_held_fixtures import hold_refund
+from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
-
-# Shared fixtures, bound here so pytest finds them.
-held = test_held_fixtures.held
-original = test_held_fixtures.original
 
 
 @pytest.fixture
@@ -73,7 +68,7 @@ def test_it_approves_executes_and_links_the_records(decide, held, members, origi
 def test_it_rejects_without_touching_the_rail(decide, held, members, original):
     decide(reject_refund, refund=held, actor=members["owner"].user, note="Looks like abuse")
     held.refresh_from_db()
-    assert (held.status, held.decision, held.reason) == (
+    assert (held.status, held.decision, held.outcome_code) == (
         "rejected",
         "rejected",
         "rejected_by_reviewer",
@@ -138,7 +133,7 @@ def test_an_approval_is_refused_when_a_dispute_opened_since(decide, held, member
     assert info.value.code == "disputed"
     assert "dispute" in info.value.message
     held.refresh_from_db()
-    assert (held.status, held.decision, held.reason) == ("rejected", "rejected", "disputed")
+    assert (held.status, held.decision, held.outcome_code) == ("rejected", "rejected", "disputed")
     assert body(AuditRecord.objects.get(kind="escalated_rejected"))["reason"] == "disputed"
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
 
@@ -165,7 +160,7 @@ def test_an_approval_is_refused_when_less_remains_refundable(decide, held, membe
     assert info.value.code == "exceeds_refundable"
     assert "$39.00" in info.value.message
     held.refresh_from_db()
-    assert (held.status, held.reason) == ("rejected", "exceeds_refundable")
+    assert (held.status, held.outcome_code) == ("rejected", "exceeds_refundable")
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
     charge = Charge.objects.get(order=original)
     assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (5000, 0)

@@ -12,9 +12,9 @@ from django.core import mail
 from django.core.management import call_command
 
 from audit.models import AuditRecord
-from refunds.execution import RetryLater, check_refund_at_rail, execute_refund
-from refunds.reasons.services import ensure_default_reasons
-from refunds.staff.services import NotRefundable, create_staff_refund
+from refunds.execution import RetryLater, execute_refund
+from refunds.reconcile.attention import check_refund_at_rail
+from refunds.staff.services import NotRefundable
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
 
@@ -25,22 +25,6 @@ pytestmark = pytest.mark.django_db
 def yen_order(make_order):
     """Order #1004 of the defect report: ¥10,000 on the mock rail."""
     return make_order(total="10000", currency="JPY")
-
-
-@pytest.fixture
-def staff_refund(site, members, mock_rail, django_capture_on_commit_callbacks):
-    ensure_default_reasons(site)
-    from refunds.models import RefundReason
-
-    leaf = RefundReason.objects.filter(site=site, active=True, code="defective").first()
-
-    def make(order):
-        with django_capture_on_commit_callbacks(execute=False):
-            return create_staff_refund(
-                site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
-            )
-
-    return make
 
 
 def _script(rail, **config):
@@ -71,7 +55,7 @@ def test_it_never_fails_a_refund_the_rail_may_hold_when_the_rail_is_switched_off
 
     assert execute_refund(refund.id) == "needs_attention"
     refund.refresh_from_db()
-    assert refund.status == "needs_attention" and refund.reason == "rail_disabled"
+    assert refund.status == "needs_attention" and refund.outcome_code == "rail_disabled"
     assert _books(yen_order) == (0, 10000)  # still reserved
 
     _switch(mock_rail, on=True)
@@ -101,7 +85,7 @@ def test_it_never_fails_a_refund_the_rail_may_hold_when_the_lookup_is_refused(
 
     assert execute_refund(refund.id) == "needs_attention"
     refund.refresh_from_db()
-    assert (refund.status, refund.reason) == ("needs_attention", "rail_auth_failed")
+    assert (refund.status, refund.outcome_code) == ("needs_attention", "rail_auth_failed")
     assert _books(yen_order) == (0, 10000)
     assert check_refund_at_rail(refund.id) == "unknown"  # still can't ask: nothing changes
     refund.refresh_from_db()
@@ -127,7 +111,7 @@ def test_it_releases_the_reservation_only_when_the_rail_says_no_refund_exists(
     _switch(mock_rail, on=True)
     assert check_refund_at_rail(refund.id) == "failed"
     refund.refresh_from_db()
-    assert (refund.status, refund.reason) == ("failed", "not_at_rail")
+    assert (refund.status, refund.outcome_code) == ("failed", "not_at_rail")
     assert _books(yen_order) == (0, 0)
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
     _script(mock_rail)
@@ -143,7 +127,7 @@ def test_a_rail_switched_off_before_any_attempt_fails_and_releases(
     _switch(mock_rail, on=False)
     assert execute_refund(refund.id) == "failed"
     refund.refresh_from_db()
-    assert (refund.status, refund.reason) == ("failed", "rail_disabled")
+    assert (refund.status, refund.outcome_code) == ("failed", "rail_disabled")
     assert _books(yen_order) == (0, 0)
 
 
@@ -229,3 +213,23 @@ def test_a_refund_needing_attention_counts_as_live_for_the_agent_rule(
     from refunds.models import LIVE_STATUSES, RESERVED_STATUSES
 
     assert "needs_attention" in LIVE_STATUSES and "needs_attention" in RESERVED_STATUSES
+
+
+def test_an_agent_asking_again_while_its_refund_needs_attention_is_told_already_executed(
+    original, sign, mock_rail, django_capture_on_commit_callbacks
+):
+    from django.test import Client
+
+    from tests.refunds.conftest import post, refund_intent
+
+    _script(mock_rail, refund="timeout_after_effect", fail_times=1)
+    with django_capture_on_commit_callbacks(execute=False):
+        first = post(Client(), sign(refund_intent(original.source_mandate_id))).json()
+    with pytest.raises(RetryLater):
+        execute_refund(first["refund_id"])
+    _switch(mock_rail, on=False)
+    assert execute_refund(first["refund_id"]) == "needs_attention"
+    again = post(Client(), sign(refund_intent(original.source_mandate_id)))
+    assert again.status_code == 201
+    assert (again.json()["decision"], again.json()["reason"]) == ("rejected", "already_executed")
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1

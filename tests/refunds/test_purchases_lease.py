@@ -13,13 +13,10 @@ from django.db import connection
 from django.utils import timezone
 
 from audit.models import AuditRecord
-from refunds.purchases import (
-    charge_order,
-    claim_charge,
-    recover_stuck_charges,
-    release_charge,
-)
+from sill.orders.charge_lease import claim_charge, release_charge
+from sill.orders.charging import charge_order
 from sill.orders.models import Charge
+from sill.orders.tasks import recover_stuck_charges
 from sill.rails.models import MockLedgerEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)

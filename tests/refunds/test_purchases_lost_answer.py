@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from audit.models import AuditRecord
-from refunds.purchases import ChargeRetry, charge_order
+from sill.orders.charging import ChargeRetry, charge_order
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockCallCount, MockLedgerEntry
 from tests.refunds.conftest import post, purchase_intent

@@ -19,9 +19,10 @@ from django.test import Client
 from audit.models import AuditRecord
 from refunds.agent.answers import purchase_payload
 from refunds.models import Mandate
-from refunds.purchases import ChargeRetry, charge_order, recover_stuck_charges
 from sill.money import Money
+from sill.orders.charging import ChargeRetry, charge_order
 from sill.orders.models import Charge, Order
+from sill.orders.tasks import recover_stuck_charges
 from sill.rails.base import ChargePending, ChargeRequest
 from sill.rails.models import RailAccount
 from sill.rails.stripe import StripeRail

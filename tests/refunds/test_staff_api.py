@@ -9,30 +9,9 @@ from django.test import Client
 
 from refunds.models import Refund, RefundReason
 from refunds.reasons.selectors import PATH_SEPARATOR
-from refunds.reasons.services import add_reason, ensure_default_reasons, set_reason_active
-from sill.accounts.services import add_member
-from tests.conftest import PASSWORD
+from refunds.reasons.services import set_reason_active
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    product = add_reason(site=site, actor=None, name="Product problem")
-    return add_reason(site=site, actor=None, name="Arrived broken", parent=product)
-
-
-@pytest.fixture
-def order(make_order, mock_rail):
-    return make_order(total="89.00")
-
-
-@pytest.fixture
-def clerk(site, members):
-    return add_member(
-        site=site, email="clerk@roasters.example", role="staff", can_refund=False, password=PASSWORD
-    )
 
 
 @pytest.fixture

@@ -10,18 +10,10 @@ from django.core.management import call_command
 from django.test import Client
 
 from refunds.models import Refund
-from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.accounts.models import MemberToken
 from sill.accounts.services import issue_member_token
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    parent = add_reason(site=site, actor=None, name="Product problem")
-    return add_reason(site=site, actor=None, name="Arrived broken", parent=parent)
 
 
 def _post(order, body: dict, token: str | None, capture):

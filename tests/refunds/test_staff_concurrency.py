@@ -10,11 +10,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 from django.test import Client
 
 from refunds.models import Refund
-from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import OrderSnapshot, create_staff_refund
 from sill.errors import SillError
 from sill.money import parse_major
@@ -23,28 +21,6 @@ from sill.rails.models import MockLedgerEntry
 from tests.threads import run_concurrently
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL row locks (set DATABASE_URL)")
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    return add_reason(
-        site=site,
-        actor=None,
-        name="Arrived broken",
-        parent=add_reason(site=site, actor=None, name="Product"),
-    )
-
-
-@pytest.fixture
-def order(make_order, mock_rail) -> Order:
-    return make_order(total="89.00")
 
 
 def _settled(order: Order) -> tuple[int, int, str]:
@@ -136,6 +112,6 @@ def test_concurrent_api_requests_never_exceed_the_remaining_amount(order, leaf, 
         )
 
     responses = run_concurrently(6, work)
-    codes = sorted(r.status_code for r in responses)  # type: ignore[union-attr]
+    codes = sorted(r.status_code for r in responses)
     assert codes == [201, 201, 400, 400, 400, 400], [r.content for r in responses]
     assert _settled(order) == (6000, 0, "PARTIALLY_REFUNDED")

@@ -10,47 +10,11 @@ from django.test.utils import CaptureQueriesContext
 
 from refunds.models import Decision, Refund, RefundReason, RefundStatus
 from refunds.reasons.selectors import PATH_SEPARATOR
-from refunds.reasons.services import add_reason, ensure_default_reasons, set_reason_active
+from refunds.reasons.services import set_reason_active
 from refunds.staff.services import ROUNDING_RULE
-from sill.accounts.services import add_member
 from sill.orders.models import Charge
-from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def clerk(site, members):
-    """A staff member *without* the refund permission."""
-    return add_member(
-        site=site, email="clerk@roasters.example", role="staff", can_refund=False, password=PASSWORD
-    )
-
-
-@pytest.fixture
-def as_(client_for, clerk):
-    from django.test import Client
-
-    def make(persona: str) -> Client:
-        if persona == "clerk":
-            client = Client()
-            client.force_login(clerk.user)
-            return client
-        return client_for(persona)
-
-    return make
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    product = add_reason(site=site, actor=None, name="Product problem")
-    return add_reason(site=site, actor=None, name="Arrived broken", parent=product)
-
-
-@pytest.fixture
-def order(make_order, mock_rail):
-    return make_order(total="89.00")
 
 
 @pytest.fixture

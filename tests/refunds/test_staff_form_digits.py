@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from refunds.models import Refund
-from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.rails.models import MockLedgerEntry
 
 pytestmark = pytest.mark.django_db
@@ -17,18 +16,6 @@ pytestmark = pytest.mark.django_db
 # str.translate tables: ASCII 0-9 to U+0660-U+0669 and to U+FF10-U+FF19.
 ARABIC_INDIC = {ord("0") + i: 0x0660 + i for i in range(10)}
 FULLWIDTH = {ord("0") + i: 0xFF10 + i for i in range(10)}
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    product = add_reason(site=site, actor=None, name="Product problem")
-    return add_reason(site=site, actor=None, name="Arrived broken", parent=product)
-
-
-@pytest.fixture
-def order(make_order, mock_rail):
-    return make_order(total="89.00")
 
 
 @pytest.fixture

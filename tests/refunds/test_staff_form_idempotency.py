@@ -9,25 +9,12 @@ import pytest
 from django.test import Client
 
 from refunds.models import IdempotencyRecord, Refund
-from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.accounts.services import add_member
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    product = add_reason(site=site, actor=None, name="Product problem")
-    return add_reason(site=site, actor=None, name="Arrived broken", parent=product)
-
-
-@pytest.fixture
-def order(make_order, mock_rail):
-    return make_order(total="89.00")
 
 
 def _hidden(body: str, name: str) -> str:

@@ -38,11 +38,6 @@ def leaf(site):
 
 
 @pytest.fixture
-def order(make_order, mock_rail):
-    return make_order(total="89.00")
-
-
-@pytest.fixture
 def api(client_for, django_capture_on_commit_callbacks):
     """``api(persona or client, order, body, key=...)`` → response (body: dict or raw text)."""
 

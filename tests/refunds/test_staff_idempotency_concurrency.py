@@ -16,7 +16,6 @@ from django.test import Client
 from django.utils import timezone
 
 from refunds.models import IdempotencyRecord, Refund
-from refunds.reasons.services import add_reason, ensure_default_reasons
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry
 from tests.threads import run_concurrently
@@ -24,28 +23,6 @@ from tests.threads import run_concurrently
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 KEY = "concurrent-key-1"
-
-
-@pytest.fixture(autouse=True)
-def _needs_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL row locks (set DATABASE_URL)")
-
-
-@pytest.fixture
-def leaf(site):
-    ensure_default_reasons(site)
-    return add_reason(
-        site=site,
-        actor=None,
-        name="Arrived broken",
-        parent=add_reason(site=site, actor=None, name="Product"),
-    )
-
-
-@pytest.fixture
-def order(make_order, mock_rail) -> Order:
-    return make_order(total="89.00")
 
 
 def _api(user, order, body: dict):
@@ -129,7 +106,7 @@ def test_two_concurrent_form_submits_with_one_key_make_one_refund(order, leaf, m
 
     responses = run_concurrently(2, work)
 
-    assert [r.status_code for r in responses] == [303, 303], responses  # type: ignore[union-attr]
+    assert [r.status_code for r in responses] == [303, 303], responses
     assert Refund.objects.count() == 1
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
     assert _refunded(order) == 1000

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from sill.orders.demo import DEMO_USERS, load_demo
+from refunds.demo import DEMO_USERS, load_demo
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""Agent purchases: an order placed by the agent, charged on the site's rail by a task.
+"""Charging an agent's purchase on the site's rail: one attempt, its outcome, the sweep.
 
 Charging follows the discipline of refund execution (``refunds.execution``). One attempt:
 
@@ -29,31 +29,34 @@ on the charge is only looked up, never charged again, by the sweep every
 (and the order is cancelled) when the rail answers that nothing was charged, and otherwise
 stays as it is for a person to resolve.
 
-The sweep (:func:`recover_stuck_charges`, beat every minute) re-enqueues a pending charge
-whose lease lapsed (a worker killed at any step), whose retry is long overdue (a lost task
-message), or whose attention check is due.
+The sweep (``sill.orders.tasks.recover_stuck_charges``, beat every minute) re-enqueues a
+pending charge whose lease lapsed (a worker killed at any step), whose retry is long overdue
+(a lost task message), or whose attention check is due. The lease itself:
+``sill.orders.charge_lease``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import append_record
-from refunds.agent import mandates
-from refunds.agent.mandates import VerifiedMandate
-from refunds.models import Mandate
+from sill.orders.charge_lease import (
+    ChargeLeaseLost,
+    claim_charge,
+    locked_for_update,
+    mark_rail_attempted,
+    release_charge,
+)
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
-from sill.orders.services import NewLine, create_order, record_charge_result, set_order_status
+from sill.orders.services import record_charge_result, set_order_status
 from sill.rails.base import (
     ChargeFinder,
     ChargePending,
@@ -61,61 +64,12 @@ from sill.rails.base import (
     ChargeResult,
     RailError,
 )
-from sill.rails.registry import RailDisabled, rail_account_for, rail_for
+from sill.rails.registry import RailDisabled, rail_for
 
 logger = logging.getLogger(__name__)
 
 
-def place_order(*, mandate: Mandate, verified: VerifiedMandate) -> Order:
-    """Create the order the purchase mandate describes; charge it after commit."""
-    intent = verified.intent
-    assert isinstance(intent, mandates.PurchaseIntent)
-    site = mandate.site
-    customer = (
-        Customer.objects.filter(site=site, email__iexact=intent.buyer_email).order_by("pk").first()
-    )
-    if customer is None:
-        customer = Customer.objects.create(
-            site=site, email=intent.buyer_email, name=intent.buyer_name
-        )
-    order = create_order(
-        site=site,
-        lines=[
-            NewLine(sku=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
-            for li in intent.line_items
-        ],
-        currency=intent.currency,
-        buyer_name=intent.buyer_name,
-        buyer_email=intent.buyer_email,
-        source_mandate_id=mandate.mandate_id,
-        placed_by_agent=mandate.agent,
-        customer=customer,
-    )
-    try:
-        rail_account_for(site_id=site.id, rail=intent.payment_rail)
-    except RailDisabled:
-        set_order_status(order=order, status=OrderStatus.CANCELLED)
-        return order
-    Charge.objects.create(
-        order=order,
-        rail=intent.payment_rail,
-        amount_minor=order.total_minor,
-        currency=order.currency,
-        status=ChargeStatus.PENDING,
-        payment_method=intent.payment_method,
-    )
-    from refunds.tasks import charge_order_task
-
-    charge_order_task.delay_on_commit(order.id, intent.payment_method)
-    return order
-
-
 # --- settings -------------------------------------------------------------------------------
-
-
-def lease_seconds() -> int:
-    default = getattr(settings, "SILL_EXECUTION_LEASE_SECONDS", 120)
-    return int(getattr(settings, "SILL_CHARGE_LEASE_SECONDS", default))
 
 
 def max_attempts() -> int:
@@ -146,63 +100,6 @@ class ChargeRetry(Exception):
     def __init__(self, message: str, *, countdown: float) -> None:
         super().__init__(message)
         self.countdown = countdown
-
-
-class ChargeLeaseLost(Exception):
-    """Another execution claimed the charge: this one may no longer change it."""
-
-
-# --- the lease ------------------------------------------------------------------------------
-
-
-def claim_charge(charge_id: str) -> str | None:
-    """Take the pending charge's lease if nobody holds it; the new fencing token, or None."""
-    now = timezone.now()
-    token = secrets.token_hex(16)
-    claimed = (
-        Charge.objects.filter(pk=charge_id, status=ChargeStatus.PENDING)
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .update(
-            lease_until=now + timedelta(seconds=lease_seconds()),
-            lease_token=token,
-            attempts=F("attempts") + 1,
-        )
-    )
-    return token if claimed == 1 else None
-
-
-def release_charge(charge_id: str, token: str, **fields: Any) -> bool:
-    """Give the lease back, setting ``fields``; False when ``token`` no longer holds it."""
-    return (
-        Charge.objects.filter(pk=charge_id, lease_token=token, status=ChargeStatus.PENDING)
-        .exclude(lease_until__isnull=True)
-        .update(lease_until=None, **fields)
-        == 1
-    )
-
-
-def _mark_rail_attempted(charge_id: str, token: str) -> bool:
-    """Commit, before the rail call, that a charge may from now on exist at the rail."""
-    return (
-        Charge.objects.filter(pk=charge_id, lease_token=token, status=ChargeStatus.PENDING)
-        .exclude(lease_until__isnull=True)
-        .update(rail_attempted_at=Coalesce(F("rail_attempted_at"), timezone.now()))
-        == 1
-    )
-
-
-def _locked(charge_id: str, token: str) -> tuple[Order, Charge, bool]:
-    """The order and its charge under row locks (order first, as refunds lock them), and
-    whether ``token`` still holds the pending charge's lease. Call inside ``atomic()``."""
-    order_id = Charge.objects.filter(pk=charge_id).values_list("order_id", flat=True).get()
-    order = Order.objects.select_for_update().select_related("site").get(pk=order_id)
-    charge = Charge.objects.select_for_update().get(pk=charge_id)
-    holds = (
-        charge.lease_token == token
-        and charge.lease_until is not None
-        and charge.status == ChargeStatus.PENDING
-    )
-    return order, charge, holds
 
 
 # --- one attempt ----------------------------------------------------------------------------
@@ -291,7 +188,7 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
                     code="not_attempted",
                     message="no attempt reached the rail; Sill stopped trying",
                 )
-            if not _mark_rail_attempted(charge.pk, token):
+            if not mark_rail_attempted(charge.pk, token):
                 raise ChargeLeaseLost(charge.pk)
             reached = True
             result = rail.charge(request)
@@ -336,7 +233,7 @@ def _later(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
 
 def _succeed(charge: Charge, token: str, result: ChargeResult) -> str:
     with transaction.atomic():
-        order, locked, holds = _locked(charge.pk, token)
+        order, locked, holds = locked_for_update(charge.pk, token)
         if holds:
             record_charge_result(
                 charge=locked,
@@ -376,7 +273,7 @@ def _succeed(charge: Charge, token: str, result: ChargeResult) -> str:
 def _fail(charge: Charge, token: str, *, code: str, message: str) -> str:
     """The rail answered that nothing was charged: fail the charge and cancel the order."""
     with transaction.atomic():
-        order, locked, holds = _locked(charge.pk, token)
+        order, locked, holds = locked_for_update(charge.pk, token)
         if not holds:
             raise ChargeLeaseLost(charge.pk)
         record_charge_result(
@@ -399,7 +296,7 @@ def _flag(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
     """Stop retrying: the charge stays pending, needs attention, and is looked up later."""
     now = timezone.now()
     with transaction.atomic():
-        order, locked, holds = _locked(charge.pk, token)
+        order, locked, holds = locked_for_update(charge.pk, token)
         if not holds:
             raise ChargeLeaseLost(charge.pk)
         first_time = locked.attention_since is None
@@ -468,14 +365,3 @@ def stuck_charge_order_ids(*, older_than: timedelta, now: datetime | None = None
         .order_by("created_at")
         .values_list("order_id", flat=True)[:500]
     )
-
-
-def recover_stuck_charges() -> int:
-    """Re-enqueue the charge task for every stuck pending charge. Beat: every minute."""
-    from refunds.tasks import charge_order_task
-
-    older = timedelta(seconds=int(getattr(settings, "SILL_RECOVER_AFTER_SECONDS", 60)))
-    order_ids = stuck_charge_order_ids(older_than=older)
-    for order_id in order_ids:
-        charge_order_task.delay(order_id)
-    return len(order_ids)

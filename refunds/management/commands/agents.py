@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from nacl.signing import SigningKey
 
+from refunds.agent.mandates import canonical_json, sign_mandate
 from sill.accounts.models import Agent, Site
 from sill.accounts.services import add_agent_key, b64url_decode, issue_agent_token
 from sill.errors import SillError
@@ -17,6 +18,7 @@ from sill.ids import new_ulid
 
 
 class Command(BaseCommand):
+    # In refunds, not sill.accounts: `sign` uses the mandate signer of refunds.agent.
     help = "Agents: `add-key`, `token` (prints a bearer token once), `sign` (builds a mandate)."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -79,8 +81,6 @@ class Command(BaseCommand):
         self.stdout.write(issue_agent_token(agent=agent))
 
     def _sign(self, opts: dict[str, Any]) -> None:
-        from refunds.agent.mandates import canonical_json, sign_mandate
-
         try:
             key = json.loads(Path(opts["key_file"]).read_text())
             signing_key = SigningKey(b64url_decode(key["private_key"]))

@@ -10,23 +10,30 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 from nacl.signing import SigningKey
 
+from refunds.models import Refund, RefundReason
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.staff.services import RefundKind, create_staff_refund
 from sill.accounts.models import Agent, AgentKey, Role, Site
 from sill.accounts.services import (
     add_agent_key,
     add_member,
     b64url_decode,
     b64url_encode,
+    create_site,
     record_key_change,
 )
-from sill.money import parse_major
-from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus, Rail
+from sill.money import Money, parse_major
+from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
 from sill.orders.services import NewLine, create_order
+from sill.rails.base import RailName
 from sill.rails.registry import ensure_mock_rail
 
 DEMO_SITE_ID = "01JDEMOSITE00000000000MAIN"
@@ -128,23 +135,19 @@ def _ensure_agent(site: Site) -> Agent:
 
 @transaction.atomic
 def load_demo() -> DemoResult:
-    site, _ = Site.objects.get_or_create(
-        id=DEMO_SITE_ID,
-        defaults={
-            "name": "Northwind Coffee",
-            "merchant_domain": DEMO_DOMAIN,
-            "default_currency": "USD",
-            "timezone": "America/New_York",
-        },
+    site = Site.objects.filter(pk=DEMO_SITE_ID).first() or create_site(
+        site_id=DEMO_SITE_ID,
+        name="Northwind Coffee",
+        merchant_domain=DEMO_DOMAIN,
+        default_currency="USD",
+        timezone_name="America/New_York",
     )
-    tea, _ = Site.objects.get_or_create(
-        id=DEMO_TEA_SITE_ID,
-        defaults={
-            "name": "Northwind Tea House",
-            "merchant_domain": "northwind-tea.example",
-            "default_currency": "EUR",
-            "timezone": "Europe/Berlin",
-        },
+    tea = Site.objects.filter(pk=DEMO_TEA_SITE_ID).first() or create_site(
+        site_id=DEMO_TEA_SITE_ID,
+        name="Northwind Tea House",
+        merchant_domain="northwind-tea.example",
+        default_currency="EUR",
+        timezone_name="Europe/Berlin",
     )
     for email, role, can_refund in DEMO_USERS:
         add_member(site=site, email=email, role=role, can_refund=can_refund, password=DEMO_PASSWORD)
@@ -152,6 +155,8 @@ def load_demo() -> DemoResult:
     agent = _ensure_agent(site)
     ensure_mock_rail(site)
     ensure_mock_rail(tea)
+    # Sites made before reasons were seeded at creation get theirs here (idempotent).
+    ensure_default_reasons(tea)
 
     now = timezone.now()
     for number, mandate, buyer, email, currency, status, lines, days_ago in _ORDERS:
@@ -185,7 +190,7 @@ def load_demo() -> DemoResult:
         if status not in (OrderStatus.PENDING, OrderStatus.CANCELLED):
             Charge.objects.create(
                 order=order,
-                rail=Rail.MOCK,
+                rail=RailName.MOCK,
                 provider_payment_id=f"mock_pi_{number}",
                 provider_charge_id=f"mock_ch_{number}",
                 amount_minor=order.total_minor,
@@ -204,12 +209,6 @@ def _demo_reasons_and_refunds(site: Site) -> None:
     The refunds are decided and reserved here; their execution is enqueued on commit, so the
     worker `make run` starts settles them on the mock rail a moment later.
     """
-    from django.contrib.auth import get_user_model
-
-    from refunds.models import Refund, RefundReason
-    from refunds.reasons.services import add_reason, ensure_default_reasons
-    from refunds.staff.services import create_staff_refund
-
     ensure_default_reasons(site)
     for name in ("Damaged in transit", "Stopped working"):
         if not RefundReason.objects.filter(site=site, name=name).exists():
@@ -221,7 +220,7 @@ def _demo_reasons_and_refunds(site: Site) -> None:
     admin = users.get(username="admin@northwind-coffee.example")
     broken = RefundReason.objects.get(site=site, name="Damaged in transit")
     asked = RefundReason.objects.get(site=site, code="requested_by_customer")
-    plans = (
+    plans: tuple[tuple[str, Any, RefundKind, Money | None, RefundReason, str], ...] = (
         ("1002", staff, "amount", parse_major("12.00", "USD"), broken, "Mug chipped in transit"),
         ("1003", admin, "full", None, asked, "Changed their mind within 14 days"),
     )

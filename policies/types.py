@@ -1,0 +1,56 @@
+"""The decision step's boundary types: what a decision reads and what it answers.
+
+Kept apart from ``policies.decide`` so that ``policies.facts`` (which reads a context) and the
+refund core (which builds one and stores the outcome) can name them without importing the
+decision itself. Pure: no ORM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from policies.engine import Action, FiredRule
+
+if TYPE_CHECKING:
+    from sill.accounts.models import Agent, Site
+    from sill.money import Money
+    from sill.orders.models import Charge, Order
+    from sill.rails.base import RefundFacts
+
+__all__ = ["BASELINE_VERSION", "PolicyOutcome", "RefundContext"]
+
+# The version a site without a policy of its own runs: no rules, auto-refund off.
+BASELINE_VERSION = "v1-default"
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    action: Action
+    policy_version: str
+    rules: tuple[FiredRule, ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)
+    auto_refund: bool = False
+
+
+@dataclass(frozen=True)
+class RefundContext:
+    """Everything the decision may look at, all from Sill's records (never the caller's claims).
+
+    ``charge`` and ``order`` are locked by the caller; ``amount`` is the quoted amount.
+    ``rail_facts``: what the rail reported, read by the caller *before* it took any lock or
+    opened its transaction (``policies.facts.prefetch_rail_facts``): a provider's network
+    calls must never hold row locks (or SQLite's write lock). When None, they are read here.
+    """
+
+    site: Site
+    order: Order
+    charge: Charge
+    amount: Money
+    origin: Literal["agent", "staff"]
+    agent: Agent | None
+    user: Any | None
+    reason: str | None  # the agent's reason code or the staff reason's code; None if none
+    now: datetime
+    rail_facts: RefundFacts | None = None

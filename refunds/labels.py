@@ -1,0 +1,124 @@
+"""Codes as a merchant reads them: one table per code set, and the refund's one-line labels.
+
+The refund core, the review pages and the emails all name refunds the same way, so these live
+below every one of them (no import of ``refunds.review``). Pure apart from the model enums.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from refunds.models import Refund, RefundOrigin, RefundStatus
+from sill.money import Money, MoneyError, format_money
+from sill.rails import base as rails
+
+# The agent's reason codes (the seed's refund request).
+REASON_LABELS: dict[str, str] = {
+    "requested_by_customer": "Requested by customer",
+    "defective": "Defective",
+    "not_received": "Not received",
+    "wrong_item": "Wrong item",
+    "other": "Other",
+}
+
+# ``Refund.outcome_code``: why a refund was rejected, failed or needs attention (DESIGN.md
+# "The refund pipeline"; the rails' error codes for failures).
+OUTCOME_LABELS: dict[str, str] = {
+    "original_not_charged": "The original order was not charged",
+    "already_executed": "Already refunded",
+    "exceeds_refundable": "More than is still refundable",
+    "scope_unsupported": "Line-item refunds are not supported",
+    "rail_disabled": "The rail is switched off",
+    "policy_denied": "Denied by a rule",
+    "disputed": "The charge is disputed",
+    "expired": "Expired after 24 hours",
+    "rejected_by_reviewer": "Rejected by a reviewer",
+    "live_not_allowed": "Live money is switched off",
+    "refund_window_passed": "The refund window has passed",
+    "method_not_allowed": "This refund method is switched off",
+    "rail_declined": "Declined by the rail",
+    "rail_unavailable": "The rail was unavailable",
+    "rail_timeout": "The rail did not answer in time",
+    "rail_pending": "The rail has not finished the refund",
+    "rail_auth_failed": "The rail refused Sill's key",
+    "rail_secret_unreadable": "The rail's key cannot be read",
+    "rail_error": "The rail reported an error",
+    "execution_error": "Sill hit an unexpected error",
+    "not_at_rail": "The rail has no such refund",
+}
+
+# ``Refund.status``, as the refund pages name it.
+STATUS_LABELS: dict[str, str] = {status.value: str(status.label) for status in RefundStatus}
+
+
+def humanize(code: str) -> str:
+    """``wrong_item`` → ``Wrong item``: the fallback for a code no table knows."""
+    return code.replace("_", " ").strip().capitalize()
+
+
+def outcome_label(code: str) -> str:
+    return OUTCOME_LABELS.get(code, humanize(code)) if code else ""
+
+
+def rail_label(rail: str) -> str:
+    """The rail's name as merchants know it (``Stripe``, ``Mock``); a dash when there is none
+    (a request rejected before its original was found)."""
+    return rails.rail_label(rail) if rail else "—"
+
+
+def reason_label(refund: Refund) -> str:
+    if refund.reason_label:
+        return refund.reason_label
+    if refund.reason_code:
+        return REASON_LABELS.get(refund.reason_code, humanize(refund.reason_code))
+    return "No reason given"
+
+
+def refund_headline(refund: Refund) -> str:
+    """``Refund request · Wrong item · up to $89.00`` (the seed's Held orders headline)."""
+    kind = "Refund request" if refund.origin == RefundOrigin.AGENT else "Staff refund"
+    return f"{kind} · {reason_label(refund)} · up to {format_money(refund.amount)}"
+
+
+def requester_label(refund: Refund) -> str:
+    # A null foreign key reads as None without a query, as the ``_id`` test did.
+    if refund.agent is not None:
+        return refund.agent.agent_id
+    if refund.requested_by is not None:
+        return refund.requested_by.get_username()
+    return "—"
+
+
+def deadline_text(at: datetime) -> str:
+    """``Mar 4, 17:30 UTC``: a held refund's deadline in the emails and refusal messages."""
+    return f"{at:%b} {at.day}, {at:%H:%M} UTC"
+
+
+def fact_label(key: str) -> str:
+    """A policy fact's name as words: ``orderTotalUsd`` → ``Order total USD``."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[a-z])(?=[0-9])", " ", key)
+    words = words.replace("_", " ").lower()
+    words = re.sub(r"\busd\b", "USD", words)
+    return words[:1].upper() + words[1:]
+
+
+def fact_value(key: str, value: Any, currency: str | None) -> str:
+    """A policy fact's value as words; amounts (minor units) in their currency."""
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
+    if value is None:
+        return "unknown"
+    lowered = key.lower()
+    if isinstance(value, int) and ("amount" in lowered or "total" in lowered):
+        money_currency = "USD" if "usd" in lowered else currency
+        if money_currency:
+            try:
+                return format_money(Money(value, money_currency))
+            except MoneyError:
+                pass
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)

@@ -1,0 +1,213 @@
+"""The quote: what may be refunded for an order, from Sill's own records — or why nothing may.
+
+Every refund path asks here: agent intake and staff refunds before deciding, an approval before
+paying a held refund, and execution before calling the rail. :func:`quote_refund` runs the
+refusals in one order and raises :class:`RefundRefused` with the first one's stable code
+(DESIGN.md "The refund pipeline") and its words for the person who asked; a new rejection is
+one more check here.
+
+What remains refundable is the charge less every refund recorded on it: Sill's (settled, and
+reserved while processing or needing attention) and those made outside Sill that the rail
+reported. A held refund reserves nothing until it is approved, so holds do not lower it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refunds.models import LIVE_STATUSES, RESERVED_STATUSES, Refund, RefundOrigin, RefundStatus
+from sill.errors import SillError
+from sill.money import Money, format_money
+from sill.orders.models import (
+    OPEN_DISPUTE_STATUSES,
+    REFUNDABLE_STATUSES,
+    Charge,
+    ChargeStatus,
+    Dispute,
+    Order,
+    OrderStatus,
+)
+from sill.rails.registry import RailDisabled, rail_account_for
+
+
+@dataclass(frozen=True)
+class Quote:
+    """What can be refunded, from Sill's own records of the original."""
+
+    order: Order
+    charge: Charge
+    remaining: Money  # charged - refunded (by Sill or outside it) - reserved
+
+
+class RefundRefused(SillError):
+    """Nothing may be refunded as asked; ``code`` is the stable rejection code.
+
+    ``message`` is in words for whoever asked (the staff form, the reviewer). ``order`` and
+    ``charge`` are the original as far as it was found; ``dispute`` is the open dispute that
+    refused it, if that was the reason.
+    """
+
+    status = 409
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        order: Order | None = None,
+        charge: Charge | None = None,
+        dispute: Dispute | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.order = order
+        self.charge = charge
+        self.dispute = dispute
+
+
+def charged_charge(order: Order, *, lock: bool = False) -> Charge | None:
+    """The order's first successful charge: the original a refund goes back to."""
+    qs = Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED).order_by("created_at")
+    if lock:
+        qs = qs.select_for_update()
+    return qs.first()
+
+
+def open_dispute(charge: Charge) -> Dispute | None:
+    """The buyer's bank's open dispute of ``charge``, newest first: refunding would pay twice."""
+    return (
+        Dispute.objects.filter(charge=charge, status__in=OPEN_DISPUTE_STATUSES)
+        .order_by("-opened_at")
+        .first()
+    )
+
+
+def quote_refund(
+    *,
+    order: Order | None,
+    charge: Charge | None,
+    origin: str | None = None,
+    check_rail: bool = False,
+    refund: Refund | None = None,
+) -> Quote:
+    """What may be refunded of ``order`` on ``charge``; else :class:`RefundRefused`.
+
+    For a new refund, ``charge`` is the order's :func:`charged_charge`; the refusals, in
+    order: no refundable original (``original_not_charged``, or ``already_executed`` for a
+    REFUNDED order), an agent refund of this order already held, processing, needing attention
+    or succeeded (``already_executed``, when ``origin`` is ``agent``), the rail switched off
+    (``rail_disabled``, when ``check_rail``), an open dispute (``disputed``), nothing left
+    (``already_executed``).
+
+    Again for ``refund``, already decided, before its money moves (an approval, an execution):
+    ``charge`` is the refund's own. Its original was found when it was opened; what may have
+    changed since is the charge, so the refusals are: the charge is no longer refundable
+    (``exceeds_refundable``), an open dispute (``disputed``), less left than the refund's
+    amount (``exceeds_refundable``; a refund that reserved its amount counts it as its own).
+
+    Callers hold the order's and the charge's row locks when they act on the answer.
+    """
+    if refund is None:
+        if (refused := original_refusal(order, charge)) is not None:
+            raise refused
+    elif charge is None or charge.status != ChargeStatus.SUCCEEDED:
+        raise RefundRefused(
+            "The original charge is no longer refundable.", code="exceeds_refundable"
+        )
+    assert order is not None and charge is not None
+    live_agent_refunds = Refund.objects.filter(
+        order=order, origin=RefundOrigin.AGENT, status__in=LIVE_STATUSES
+    )
+    if origin == RefundOrigin.AGENT and live_agent_refunds.exists():
+        raise RefundRefused(
+            f"An agent already asked for a refund of order #{order.number}: one per order.",
+            code="already_executed",
+            order=order,
+            charge=charge,
+        )
+    if check_rail:
+        try:
+            rail_account_for(site_id=order.site_id, rail=charge.rail)
+        except RailDisabled as exc:
+            raise RefundRefused(
+                exc.message, code="rail_disabled", order=order, charge=charge
+            ) from exc
+    if (dispute := open_dispute(charge)) is not None:
+        raise RefundRefused(
+            _disputed_words(order, refund, dispute),
+            code="disputed",
+            order=order,
+            charge=charge,
+            dispute=dispute,
+        )
+    remaining = charge.remaining
+    if refund is None and remaining.amount_minor <= 0:
+        raise RefundRefused(
+            f"Nothing is left to refund on order #{order.number}: "
+            f"{format_money(charge.amount)} was charged and all of it is refunded or being "
+            "refunded.",
+            code="already_executed",
+            order=order,
+            charge=charge,
+        )
+    own = refund.amount_minor if refund is not None and refund.status in RESERVED_STATUSES else 0
+    if refund is not None and refund.amount_minor > remaining.amount_minor + own:
+        raise RefundRefused(
+            f"Only {remaining} of this charge is still refundable (it was refunded "
+            f"since the request was held), less than the {refund.amount} held. "
+            "Nothing was refunded.",
+            code="exceeds_refundable",
+            order=order,
+            charge=charge,
+        )
+    return Quote(order=order, charge=charge, remaining=remaining)
+
+
+def original_refusal(order: Order | None, charge: Charge | None) -> RefundRefused | None:
+    """Why a new refund has no refundable original (in the staff form's words); else None.
+
+    The first of :func:`quote_refund`'s refusals, and the only one that reads no rows.
+    """
+    if order is None:
+        return RefundRefused("No such order on this site.", code="original_not_charged")
+    if order.status not in REFUNDABLE_STATUSES:
+        messages: dict[str, str] = {
+            OrderStatus.PENDING: (
+                f"Order #{order.number} is PENDING: it hasn't been paid, so there is nothing "
+                "to refund."
+            ),
+            OrderStatus.REFUNDED: (
+                f"Order #{order.number} is already REFUNDED in full; nothing is left to refund."
+            ),
+            OrderStatus.CANCELLED: (
+                f"Order #{order.number} was CANCELLED; cancelled orders can't be refunded."
+            ),
+        }
+        message = messages.get(
+            order.status, f"Order #{order.number} is {order.status} and can't be refunded."
+        )
+        if order.status == OrderStatus.REFUNDED and charge is not None:
+            return RefundRefused(message, code="already_executed", order=order, charge=charge)
+        return RefundRefused(message, code="original_not_charged", order=order)
+    if charge is None:
+        return RefundRefused(
+            f"Order #{order.number} has no successful charge, so there is nothing to refund.",
+            code="original_not_charged",
+            order=order,
+        )
+    return None
+
+
+def _disputed_words(order: Order, refund: Refund | None, dispute: Dispute) -> str:
+    if refund is None:  # the staff form
+        return (
+            f"The charge of order #{order.number} is disputed: the bank is already reversing "
+            "it, so a refund would pay the buyer twice. Respond to the dispute instead."
+        )
+    if refund.status == RefundStatus.HELD:  # the reviewer approving it
+        return (
+            f"The buyer opened a dispute on this charge ({dispute.reason}, {dispute.amount}). "
+            "Refunding now could pay the buyer twice; respond to the dispute instead. "
+            "Nothing was refunded."
+        )
+    # The refund's failure message: it was approved and is about to be executed.
+    return "a dispute was opened on the charge after the refund was approved"

@@ -1,0 +1,78 @@
+"""The lease on a pending charge: one execution at a time, fenced by a token.
+
+A claim takes the lease by conditional UPDATE and returns a fresh *fencing token*; every later
+write of that execution checks the token (``sill.orders.charging``), so a worker whose lease
+lapsed and was taken over can no longer change the charge.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from sill.orders.models import Charge, ChargeStatus, Order
+
+
+def lease_seconds() -> int:
+    default = getattr(settings, "SILL_EXECUTION_LEASE_SECONDS", 120)
+    return int(getattr(settings, "SILL_CHARGE_LEASE_SECONDS", default))
+
+
+class ChargeLeaseLost(Exception):
+    """Another execution claimed the charge: this one may no longer change it."""
+
+
+def claim_charge(charge_id: str) -> str | None:
+    """Take the pending charge's lease if nobody holds it; the new fencing token, or None."""
+    now = timezone.now()
+    token = secrets.token_hex(16)
+    claimed = (
+        Charge.objects.filter(pk=charge_id, status=ChargeStatus.PENDING)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .update(
+            lease_until=now + timedelta(seconds=lease_seconds()),
+            lease_token=token,
+            attempts=F("attempts") + 1,
+        )
+    )
+    return token if claimed == 1 else None
+
+
+def release_charge(charge_id: str, token: str, **fields: Any) -> bool:
+    """Give the lease back, setting ``fields``; False when ``token`` no longer holds it."""
+    return (
+        Charge.objects.filter(pk=charge_id, lease_token=token, status=ChargeStatus.PENDING)
+        .exclude(lease_until__isnull=True)
+        .update(lease_until=None, **fields)
+        == 1
+    )
+
+
+def mark_rail_attempted(charge_id: str, token: str) -> bool:
+    """Commit, before the rail call, that a charge may from now on exist at the rail."""
+    return (
+        Charge.objects.filter(pk=charge_id, lease_token=token, status=ChargeStatus.PENDING)
+        .exclude(lease_until__isnull=True)
+        .update(rail_attempted_at=Coalesce(F("rail_attempted_at"), timezone.now()))
+        == 1
+    )
+
+
+def locked_for_update(charge_id: str, token: str) -> tuple[Order, Charge, bool]:
+    """The order and its charge under row locks (order first, as refunds lock them), and
+    whether ``token`` still holds the pending charge's lease. Call inside ``atomic()``."""
+    order_id = Charge.objects.filter(pk=charge_id).values_list("order_id", flat=True).get()
+    order = Order.objects.select_for_update().select_related("site").get(pk=order_id)
+    charge = Charge.objects.select_for_update().get(pk=charge_id)
+    holds = (
+        charge.lease_token == token
+        and charge.lease_until is not None
+        and charge.status == ChargeStatus.PENDING
+    )
+    return order, charge, holds

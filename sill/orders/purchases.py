@@ -1,0 +1,75 @@
+"""Agent purchases: the order a verified purchase mandate describes, charged by a task.
+
+The refund core verifies the mandate and hands over plain values (:class:`Purchase`); this
+module knows nothing of mandates. The charge runs in ``sill.orders.tasks.charge_order_task``
+(see ``sill.orders.charging``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from django.db import transaction
+
+from sill.accounts.models import Agent, Site
+from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
+from sill.orders.services import NewLine, create_order, set_order_status
+from sill.orders.tasks import charge_order_task
+from sill.rails.registry import RailDisabled, rail_account_for
+
+
+@dataclass(frozen=True)
+class Purchase:
+    """What an agent asked to buy, already verified: who, what, and how to pay."""
+
+    site: Site
+    agent: Agent
+    mandate_id: str
+    lines: Sequence[NewLine]
+    currency: str
+    buyer_name: str
+    buyer_email: str
+    rail: str
+    payment_method: str
+
+
+def place_order(*, purchase: Purchase) -> Order:
+    """Create the order ``purchase`` describes; charge it after commit."""
+    site = purchase.site
+    customer = (
+        Customer.objects.filter(site=site, email__iexact=purchase.buyer_email)
+        .order_by("pk")
+        .first()
+    )
+    if customer is None:
+        customer = Customer.objects.create(
+            site=site, email=purchase.buyer_email, name=purchase.buyer_name
+        )
+    order = create_order(
+        site=site,
+        lines=list(purchase.lines),
+        currency=purchase.currency,
+        buyer_name=purchase.buyer_name,
+        buyer_email=purchase.buyer_email,
+        source_mandate_id=purchase.mandate_id,
+        placed_by_agent=purchase.agent,
+        customer=customer,
+    )
+    try:
+        rail_account_for(site_id=site.id, rail=purchase.rail)
+    except RailDisabled:
+        set_order_status(order=order, status=OrderStatus.CANCELLED)
+        return order
+    Charge.objects.create(
+        order=order,
+        rail=purchase.rail,
+        amount_minor=order.total_minor,
+        currency=order.currency,
+        status=ChargeStatus.PENDING,
+        payment_method=purchase.payment_method,
+    )
+    # What DjangoTask.delay_on_commit does, spelled out: celery's types don't declare it.
+    transaction.on_commit(partial(charge_order_task.delay, order.id, purchase.payment_method))
+    return order

@@ -1,0 +1,43 @@
+"""Celery tasks of orders: charging an agent's purchase. Enqueued on commit."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import Task, shared_task
+from django.conf import settings
+
+from sill.orders.charging import ChargeRetry, charge_order, stuck_charge_order_ids
+
+
+@shared_task(name="orders.charge", bind=True, max_retries=None, acks_late=True)
+def charge_order_task(self: Task[..., str], order_id: str, payment_method: str = "") -> str:
+    """One attempt at the order's pending charge; a retry uses the same idempotency key.
+
+    The backoff (exponential, full jitter) and the attempt limit live in
+    ``sill.orders.charging`` on the charge's own counter, so a redelivered or swept task counts
+    against the same budget; past it the charge is only looked up (it succeeds, fails on the
+    rail's word, or needs attention), never retried here.
+    """
+    try:
+        return charge_order(order_id=order_id, payment_method=payment_method)
+    except ChargeRetry as exc:
+        raise self.retry(exc=exc, countdown=exc.countdown) from exc
+
+
+def recover_stuck_charges() -> int:
+    """Re-enqueue the charge task for every stuck pending charge; how many.
+
+    Here beside the task it enqueues, so that ``charging`` never imports the tasks.
+    """
+    older = timedelta(seconds=int(getattr(settings, "SILL_RECOVER_AFTER_SECONDS", 60)))
+    order_ids = stuck_charge_order_ids(older_than=older)
+    for order_id in order_ids:
+        charge_order_task.delay(order_id)
+    return len(order_ids)
+
+
+@shared_task(name="orders.recover_stuck")
+def recover_stuck_charges_task() -> int:
+    """Re-enqueue pending charges whose lease lapsed or whose check is due. Beat: every minute."""
+    return recover_stuck_charges()
