@@ -6,6 +6,7 @@ from django import template
 from django.utils.html import format_html
 
 from sill.money import Money, MoneyError, format_money
+from sill.rails.base import rail_label
 
 register = template.Library()
 
@@ -36,3 +37,9 @@ def badge(status: str, label: str | None = None) -> str:
     tone = _BADGE_TONES.get(str(status), "muted")
     text = label or str(status).replace("_", " ").capitalize()
     return format_html('<span class="badge badge-{}">{}</span>', tone, text)
+
+
+@register.filter
+def rail(name: str) -> str:
+    """``{{ refund.rail|rail }}`` → "Stripe", "Mock" (the rail's name in words)."""
+    return rail_label(str(name)) or "—"
