@@ -50,7 +50,11 @@ def read_refund_facts(context: RefundContext) -> dict[str, Any]:
         )  # fmt: skip
 
     refund_usd = usd_minor(amount.amount_minor, amount.currency)
-    prior = charge.amount_refunded_minor + charge.amount_reserved_minor
+    prior = (
+        charge.amount_refunded_minor
+        + charge.amount_refunded_outside_minor
+        + charge.amount_reserved_minor
+    )
     agent_placed = bool(context.agent is not None and order.placed_by_agent_id == context.agent.pk)
 
     history_count: Any = None

@@ -1,4 +1,18 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from django.apps import AppConfig
+
+if TYPE_CHECKING:
+    from sill.orders.models import Charge
+
+
+def _is_sills_refund(charge: Charge, provider_refund_id: str) -> bool:
+    # Tells the webhooks (sill.orders.outside) a refund the rail reports is Sill's own.
+    from refunds.models import Refund
+
+    return Refund.objects.filter(charge=charge, provider_refund_id=provider_refund_id).exists()
 
 
 class RefundsConfig(AppConfig):
@@ -11,5 +25,8 @@ class RefundsConfig(AppConfig):
         import refunds.tasks  # noqa: F401
         from refunds.reasons.services import seed_site_reasons
         from sill.accounts.signals import site_created
+        from sill.orders.outside import register_own_refund_finder
+
+        register_own_refund_finder(_is_sills_refund)
 
         site_created.connect(seed_site_reasons, dispatch_uid="refunds.seed_site_reasons")

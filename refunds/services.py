@@ -132,7 +132,7 @@ def reserve(*, refund: Refund, charge: Charge) -> None:
 def _order_status_after_refund(order: Order) -> str:
     charges = list(Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED))
     charged = sum(c.amount_minor for c in charges)
-    refunded = sum(c.amount_refunded_minor for c in charges)
+    refunded = sum(c.amount_refunded_minor + c.amount_refunded_outside_minor for c in charges)
     if charged and refunded >= charged:
         return OrderStatus.REFUNDED
     return OrderStatus.PARTIALLY_REFUNDED if refunded else order.status

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", include("policies.urls")),
     path("", include("audit.views")),
     path("", include("sill.accounts.settings_urls")),
+    path("", include("sill.rails.stripe_webhooks")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("django-admin/", admin.site.urls),
 ]

@@ -17,7 +17,7 @@ from sill.orders.models import Order
 class Transaction:
     """One line of an order's Transactions tab: the charge, or a refund."""
 
-    kind: str  # "charge" | "refund"
+    kind: str  # "charge" | "refund" | "external_refund" (made at the rail, outside Sill)
     at: datetime
     amount: Money
     status: str
@@ -48,9 +48,10 @@ TX_STATUS_LABELS = {
 
 
 def transactions_for(order: Order) -> list[Transaction]:
-    """The order's charges and refunds together, newest first (two queries)."""
+    """The order's charges and refunds (Sill's and outside ones), newest first (three queries)."""
     rows: list[Transaction] = []
-    for charge in order.charges.all():
+    charges = list(order.charges.prefetch_related("external_refunds"))
+    for charge in charges:
         rows.append(
             Transaction(
                 kind="charge",
@@ -65,6 +66,23 @@ def transactions_for(order: Order) -> list[Transaction]:
                 status_label=TX_STATUS_LABELS.get(charge.status, charge.status),
             )
         )
+    for charge in charges:
+        for outside in charge.external_refunds.all():
+            rows.append(
+                Transaction(
+                    kind="external_refund",
+                    at=outside.created_at_rail,
+                    amount=outside.amount,
+                    status=outside.status,
+                    rail=charge.rail,
+                    provider_id=outside.provider_refund_id,
+                    who="outside Sill",
+                    detail="refunded at the rail, outside Sill",
+                    obj=outside,
+                    status_label=TX_STATUS_LABELS.get(outside.status, outside.status),
+                    reason=outside.reason,
+                )
+            )
     for refund in order.refunds.select_related("agent", "requested_by", "decided_by"):
         if refund.agent is not None:
             who = refund.agent.agent_id

@@ -162,6 +162,9 @@ class Charge(models.Model):
     amount_refunded_minor = models.BigIntegerField(default=0)
     # Held by refunds that are executing on the rail and not yet settled (see refunds.services).
     amount_reserved_minor = models.BigIntegerField(default=0)
+    # Refunded at the rail outside Sill (e.g. in the Stripe dashboard), as its webhooks reported
+    # (sill.orders.outside); kept apart from Sill's own refunds so neither is counted twice.
+    amount_refunded_outside_minor = models.BigIntegerField(default=0)
     currency = models.CharField(max_length=3)
     captured_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
@@ -208,6 +211,19 @@ class Charge(models.Model):
                 name="charge_refunded_lte_amount",
             ),
             models.CheckConstraint(
+                condition=Q(amount_refunded_outside_minor__gte=0), name="charge_outside_gte_0"
+            ),
+            # What the rail refunded (by Sill or outside it) never exceeds what was charged. The
+            # reservation is left out on purpose: an outside refund may arrive while Sill holds
+            # one, and then the rail refuses Sill's refund, which releases it.
+            models.CheckConstraint(
+                condition=Q(
+                    amount_refunded_minor__lte=F("amount_minor")
+                    - F("amount_refunded_outside_minor")
+                ),
+                name="charge_all_refunds_lte_amount",
+            ),
+            models.CheckConstraint(
                 condition=Q(status__in=[s.value for s in ChargeStatus]),
                 name="charge_status_valid",
             ),
@@ -237,11 +253,19 @@ class Charge(models.Model):
         return Money(self.amount_refunded_minor, self.currency)
 
     @property
+    def amount_refunded_outside(self) -> Money:
+        return Money(self.amount_refunded_outside_minor, self.currency)
+
+    @property
     def remaining(self) -> Money:
-        return Money(
-            self.amount_minor - self.amount_refunded_minor - self.amount_reserved_minor,
-            self.currency,
+        # Never below zero: an outside refund can overlap a reservation (see the constraints).
+        left = (
+            self.amount_minor
+            - self.amount_refunded_minor
+            - self.amount_refunded_outside_minor
+            - self.amount_reserved_minor
         )
+        return Money(max(left, 0), self.currency)
 
 
 class DisputeStatus(models.TextChoices):
@@ -262,9 +286,18 @@ class Dispute(models.Model):
     currency = models.CharField(max_length=3)
     status = models.CharField(max_length=20, choices=DisputeStatus.choices)
     opened_at = models.DateTimeField()
+    # The rail's own status word (e.g. Stripe ``warning_needs_response``) and the time of the
+    # newest event applied, so an older event delivered late never overwrites a newer one.
+    rail_status = models.CharField(max_length=40, blank=True)
+    rail_updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
+            models.UniqueConstraint(
+                fields=["charge", "provider_dispute_id"],
+                condition=~Q(provider_dispute_id=""),
+                name="dispute_provider_id_unique",
+            ),
             models.CheckConstraint(condition=Q(amount_minor__gte=0), name="dispute_amount_gte_0"),
             models.CheckConstraint(
                 condition=Q(status__in=[s.value for s in DisputeStatus]),
@@ -274,6 +307,50 @@ class Dispute(models.Model):
                 condition=Q(currency__regex=CURRENCY_RE), name="dispute_currency_iso"
             ),
         ]
+
+    @property
+    def amount(self) -> Money:
+        return Money(self.amount_minor, self.currency)
+
+
+class ExternalRefund(models.Model):
+    """A refund made at the rail outside Sill, as the rail's webhooks reported it.
+
+    ``counted_minor`` is what it currently adds to ``Charge.amount_refunded_outside_minor``:
+    its amount while the rail reports it pending or succeeded, zero once failed or canceled.
+    """
+
+    charge = models.ForeignKey(Charge, on_delete=models.CASCADE, related_name="external_refunds")
+    provider_refund_id = models.CharField(max_length=255)
+    amount_minor = models.BigIntegerField()
+    counted_minor = models.BigIntegerField(default=0)
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=40)
+    reason = models.CharField(max_length=100, blank=True)
+    created_at_rail = models.DateTimeField()
+    rail_updated_at = models.DateTimeField()
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at_rail", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["charge", "provider_refund_id"], name="externalrefund_provider_id_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(amount_minor__gt=0), name="externalrefund_amount_gt_0"
+            ),
+            models.CheckConstraint(
+                condition=Q(counted_minor__gte=0) & Q(counted_minor__lte=F("amount_minor")),
+                name="externalrefund_counted_within_amount",
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=CURRENCY_RE), name="externalrefund_currency_iso"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"external refund {self.provider_refund_id} {self.amount_minor} {self.currency}"
 
     @property
     def amount(self) -> Money:

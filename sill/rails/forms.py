@@ -19,6 +19,14 @@ class StripeForm(forms.Form):
             attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "sk_test_…"},
         ),
     )
+    # Write-only too: the endpoint's signing secrets, one per line (several while rotating).
+    webhook_secrets = forms.CharField(
+        label="Webhook signing secrets",
+        required=False,
+        max_length=4000,
+        strip=True,
+        widget=forms.Textarea(attrs={"autocomplete": "off", "spellcheck": "false", "rows": 2}),
+    )
     mode = forms.ChoiceField(label="Mode", choices=RailMode.choices, initial=RailMode.TEST)
     connected_account = forms.CharField(
         label="Connected account",

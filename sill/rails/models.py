@@ -27,6 +27,9 @@ class RailAccount(models.Model):
     enabled = models.BooleanField(default=True)
     mode = models.CharField(max_length=4, choices=RailMode.choices, default=RailMode.TEST)
     secret_encrypted = models.BinaryField(blank=True, default=b"")
+    # The rail's webhook signing secrets, one per line (several while one is being rotated),
+    # encrypted like the API key but bound to their own field name.
+    webhook_secrets_encrypted = models.BinaryField(blank=True, default=b"")
     # Stripe Connect: sent as the Stripe-Account header when set.
     connected_account = models.CharField(max_length=255, blank=True)
     # Overrides the provider's API address, e.g. http://127.0.0.1:8420 for localstripe.
@@ -77,6 +80,22 @@ class RailAccount(models.Model):
         if not opened.current and self.pk is not None:
             self._store_reencrypted(opened.plain, opened.stale_because, quiet=True)
         return opened.plain
+
+    @property
+    def has_webhook_secrets(self) -> bool:
+        return bool(self.webhook_secrets_encrypted)
+
+    def set_webhook_secrets(self, secrets: list[str]) -> None:
+        """Encrypt the signing secrets (blank ones dropped) for this site and rail."""
+        plain = "\n".join(s.strip() for s in secrets if s.strip())
+        binding = SecretBinding(**{**self.secret_binding().__dict__, "field": "webhook_secrets"})
+        self.webhook_secrets_encrypted = encrypt_secret(plain, binding=binding)
+
+    def get_webhook_secrets(self) -> list[str]:
+        """The signing secrets; raises ``RailSecretUnreadable`` if no key opens them."""
+        binding = SecretBinding(**{**self.secret_binding().__dict__, "field": "webhook_secrets"})
+        plain = open_secret(self.webhook_secrets_encrypted, binding=binding).plain
+        return [line for line in plain.splitlines() if line]
 
     def reencrypt_secret(self, *, dry_run: bool = False) -> str:
         """Rewrite the stored secret under the current key if it needs it.
@@ -195,3 +214,29 @@ class MockCallCount(models.Model):
                 name="mockcallcount_unique",
             ),
         ]
+
+
+class WebhookEvent(models.Model):
+    """One event a rail delivered, kept once per id: a redelivery finds it and changes nothing."""
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="webhook_events")
+    rail = models.CharField(max_length=20, choices=Rail.choices)
+    event_id = models.CharField(max_length=255)
+    type = models.CharField(max_length=100)
+    # The verified raw body, as received (text: the signature covers exactly these bytes).
+    payload = models.TextField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    # What processing concluded, e.g. "external refund recorded" or "not Sill's charge".
+    outcome = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["received_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "rail", "event_id"], name="webhookevent_unique_per_site_rail"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rail} event {self.event_id} ({self.type})"

@@ -77,8 +77,12 @@ def configure_stripe(
     connected_account: str,
     mode: str,
     api_base: str | None = None,
+    webhook_secrets: str = "",
 ) -> RailAccount:
     """Save the site's Stripe credentials; an empty ``secret_key`` keeps the stored one.
+
+    ``webhook_secrets`` holds the endpoint's signing secrets, one per line (several while one
+    is rotated); empty keeps the stored ones.
 
     ``api_base`` is only accepted when ``settings.DEBUG`` is on (it exists for localstripe);
     ``None`` leaves the stored value alone. A new Stripe account starts switched off.
@@ -104,6 +108,11 @@ def configure_stripe(
         )
     if api_base is not None:
         api_base = _check_api_base(api_base.strip())
+    signing = [line.strip() for line in webhook_secrets.splitlines() if line.strip()]
+    if any(not line.startswith("whsec_") or len(line) > 255 for line in signing):
+        raise RailSettingsError(
+            "Each signing secret starts with whsec_ (one per line).", field="webhook_secrets"
+        )
 
     with transaction.atomic():
         account = (
@@ -124,6 +133,8 @@ def configure_stripe(
             )
         if secret_key:
             account.set_secret(secret_key)
+        if signing:
+            account.set_webhook_secrets(signing)
         account.mode = mode
         account.connected_account = connected_account
         if api_base is not None:

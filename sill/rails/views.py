@@ -51,6 +51,8 @@ class RailCard:
     form: StripeForm | None = None
     error: SillError | None = None
     notice: str = ""
+    # Stripe: the address to paste into Stripe's webhook endpoint settings.
+    webhook_url: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -76,6 +78,7 @@ def _card(site: Site, rail: str, account: RailAccount | None) -> RailCard:
             if rail == Rail.STRIPE:
                 card.key_hint = services.key_hint(secret)
     if rail == Rail.STRIPE:
+        card.webhook_url = reverse("stripe-webhook", args=[site.pk])
         card.form = StripeForm(
             initial={
                 "mode": account.mode if account else "test",
@@ -173,6 +176,7 @@ def stripe_configure(request: SiteRequest) -> HttpResponse:
             mode=data["mode"],
             # The override exists for localstripe; production forms don't even show it.
             api_base=data["api_base"] if settings.DEBUG else None,
+            webhook_secrets=data["webhook_secrets"],
         )
     except SillError as error:
         stored = RailAccount.objects.filter(site=site, rail=Rail.STRIPE).first()

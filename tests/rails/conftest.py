@@ -1,3 +1,4 @@
-"""Rail tests: localstripe for Stripe (see tests/localstripe.py)."""
+"""Rail tests: localstripe for Stripe (see tests/localstripe.py), and signed agent mandates."""
 
 from tests.localstripe import localstripe_url  # noqa: F401
+from tests.refunds.conftest import agent_key, sign, signing_key  # noqa: F401

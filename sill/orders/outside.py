@@ -1,0 +1,210 @@
+"""What a rail reports happened to a charge outside Sill: refunds and disputes.
+
+Webhook processing (e.g. sill.rails.stripe_webhooks) calls these with facts already parsed
+from the rail's event. Each change happens under the order's and the charge's row locks (the
+same order refund settlement takes them in) and writes its signed audit record in the same
+transaction. Nothing here starts a money movement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F
+
+from audit.models import AuditKind
+from audit.services import append_record
+from sill.orders.models import (
+    OPEN_DISPUTE_STATUSES,
+    REFUNDABLE_STATUSES,
+    Charge,
+    Dispute,
+    DisputeStatus,
+    ExternalRefund,
+    Order,
+    OrderStatus,
+)
+
+# Rail refund states that hold money (pending ones may still fail; they count until they do).
+COUNTED_STATES = frozenset({"pending", "requires_action", "succeeded"})
+
+
+# Whether a rail refund id is one of Sill's own refunds of a charge. The refund core registers
+# its lookup at startup (refunds.apps): sill/ never imports the apps built on it.
+OwnRefundFinder = Callable[[Charge, str], bool]
+_own_refund_finders: list[OwnRefundFinder] = []
+
+
+def register_own_refund_finder(finder: OwnRefundFinder) -> None:
+    if finder not in _own_refund_finders:
+        _own_refund_finders.append(finder)
+
+
+@dataclass(frozen=True)
+class OutsideRefund:
+    provider_refund_id: str
+    amount_minor: int
+    currency: str
+    status: str
+    created_at_rail: datetime
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ReportedDispute:
+    provider_dispute_id: str
+    reason: str
+    amount_minor: int
+    currency: str
+    status: DisputeStatus
+    rail_status: str
+    opened_at: datetime
+
+
+def _locked(charge: Charge) -> tuple[Order, Charge]:
+    order = Order.objects.select_for_update().get(pk=charge.order_id)
+    return order, Charge.objects.select_for_update().get(pk=charge.pk)
+
+
+def record_outside_refund(
+    *, charge: Charge, refund: OutsideRefund, event_id: str, event_at: datetime
+) -> str:
+    """Record or update an outside refund of ``charge``; returns what was done.
+
+    The caller has already excluded refunds whose metadata names a Sill refund; a refund
+    whose provider id Sill settled is excluded here, under the charge's lock (settlement
+    takes it too). An event older than the newest one applied to this refund changes nothing.
+    """
+    if refund.currency != charge.currency:
+        return f"ignored: refund currency {refund.currency} is not the charge's"
+    with transaction.atomic():
+        order, charge = _locked(charge)
+        if any(find(charge, refund.provider_refund_id) for find in _own_refund_finders):
+            return "Sill's own refund (by provider id)"
+        existing = (
+            ExternalRefund.objects.select_for_update()
+            .filter(charge=charge, provider_refund_id=refund.provider_refund_id)
+            .first()
+        )
+        if existing is not None and _older(
+            event_at, existing.rail_updated_at, refund.status in COUNTED_STATES - {"succeeded"}
+        ):
+            return "unchanged: a newer event was already applied"
+        counted = refund.amount_minor if refund.status in COUNTED_STATES else 0
+        before = existing.counted_minor if existing is not None else 0
+        if existing is not None and existing.status == refund.status and before == counted:
+            ExternalRefund.objects.filter(pk=existing.pk).update(rail_updated_at=event_at)
+            return "unchanged"
+        row = existing or ExternalRefund(
+            charge=charge, provider_refund_id=refund.provider_refund_id
+        )
+        row.amount_minor = refund.amount_minor
+        row.currency = refund.currency
+        row.counted_minor = counted
+        row.status = refund.status
+        row.reason = refund.reason[:100]
+        row.created_at_rail = refund.created_at_rail
+        row.rail_updated_at = event_at
+        row.save()
+        if counted != before:
+            Charge.objects.filter(pk=charge.pk).update(
+                amount_refunded_outside_minor=F("amount_refunded_outside_minor") + counted - before
+            )
+            charge.refresh_from_db(fields=["amount_refunded_outside_minor"])
+            _update_order_status(order)
+        append_record(
+            site=order.site,
+            kind=AuditKind.EXTERNAL_REFUND,
+            body={
+                "order_id": order.pk,
+                "charge_id": charge.pk,
+                "rail": charge.rail,
+                "provider_refund_id": refund.provider_refund_id,
+                "amount_minor": refund.amount_minor,
+                "currency": refund.currency,
+                "status": refund.status,
+                "counted_minor": counted,
+                "refunded_outside_minor": charge.amount_refunded_outside_minor,
+                "event_id": event_id,
+            },
+        )
+    return "external refund recorded" if existing is None else "external refund updated"
+
+
+def record_dispute(
+    *, charge: Charge, dispute: ReportedDispute, event_id: str, event_at: datetime
+) -> str:
+    """Record or update a dispute the rail reported on ``charge``; returns what was done."""
+    with transaction.atomic():
+        order, charge = _locked(charge)
+        existing = (
+            Dispute.objects.select_for_update()
+            .filter(charge=charge, provider_dispute_id=dispute.provider_dispute_id)
+            .first()
+        )
+        if (
+            existing is not None
+            and existing.rail_updated_at is not None
+            and _older(event_at, existing.rail_updated_at, dispute.status in OPEN_DISPUTE_STATUSES)
+        ):
+            return "unchanged: a newer event was already applied"
+        if existing is not None and (
+            existing.status,
+            existing.rail_status,
+            existing.amount_minor,
+            existing.reason,
+        ) == (dispute.status, dispute.rail_status, dispute.amount_minor, dispute.reason[:100]):
+            Dispute.objects.filter(pk=existing.pk).update(rail_updated_at=event_at)
+            return "unchanged"
+        row = existing or Dispute(charge=charge, provider_dispute_id=dispute.provider_dispute_id)
+        row.reason = dispute.reason[:100]
+        row.amount_minor = dispute.amount_minor
+        row.currency = dispute.currency
+        row.status = dispute.status
+        row.rail_status = dispute.rail_status
+        row.opened_at = existing.opened_at if existing is not None else dispute.opened_at
+        row.rail_updated_at = event_at
+        row.save()
+        append_record(
+            site=order.site,
+            kind=AuditKind.DISPUTE,
+            body={
+                "order_id": order.pk,
+                "charge_id": charge.pk,
+                "rail": charge.rail,
+                "provider_dispute_id": dispute.provider_dispute_id,
+                "reason": row.reason,
+                "amount_minor": dispute.amount_minor,
+                "currency": dispute.currency,
+                "status": str(dispute.status),
+                "rail_status": dispute.rail_status,
+                "event_id": event_id,
+            },
+        )
+    return "dispute recorded" if existing is None else "dispute updated"
+
+
+def _older(event_at: datetime, applied_at: datetime, unfinished: bool) -> bool:
+    """Whether an event is older than the one applied; within one second (Stripe's
+    resolution) an unfinished state never replaces a finished one."""
+    return event_at < applied_at or (event_at == applied_at and unfinished)
+
+
+def _update_order_status(order: Order) -> None:
+    """A paid order refunded at the rail shows as (partially) refunded, like Sill's own."""
+    if order.status not in REFUNDABLE_STATUSES and order.status != OrderStatus.REFUNDED:
+        return
+    charges = list(Charge.objects.filter(order=order, status="succeeded"))
+    charged = sum(c.amount_minor for c in charges)
+    refunded = sum(c.amount_refunded_minor + c.amount_refunded_outside_minor for c in charges)
+    if refunded <= 0:
+        status = OrderStatus.PAID if order.status == OrderStatus.PARTIALLY_REFUNDED else None
+    elif refunded >= charged:
+        status = OrderStatus.REFUNDED
+    else:
+        status = OrderStatus.PARTIALLY_REFUNDED
+    if status is not None and status != order.status:
+        Order.objects.filter(pk=order.pk).update(status=status)

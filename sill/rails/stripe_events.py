@@ -1,0 +1,150 @@
+"""Processing of stored Stripe events (the ``rails.process_stripe_event`` task).
+
+Each event is applied once, under its row lock: outside refunds and disputes are recorded on
+the charge (sill.orders.outside). Sill's own refunds carry ``metadata.sill_refund_id``
+(sill.rails.stripe): such a refund is never an outside refund, whatever state Sill's record
+of it is in, so the webhook for a refund the worker has not settled yet never counts twice.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from sill.orders.models import Charge, DisputeStatus, Rail
+from sill.orders.outside import (
+    OutsideRefund,
+    ReportedDispute,
+    record_dispute,
+    record_outside_refund,
+)
+from sill.rails.models import WebhookEvent
+
+REFUND_EVENTS = frozenset({"refund.created", "refund.updated"})
+DISPUTE_EVENTS = frozenset(
+    {
+        "charge.dispute.created",
+        "charge.dispute.updated",
+        "charge.dispute.closed",
+        "charge.dispute.funds_withdrawn",
+        "charge.dispute.funds_reinstated",
+    }
+)
+
+_DISPUTE_STATES: dict[str, DisputeStatus] = {
+    "warning_needs_response": DisputeStatus.NEEDS_RESPONSE,
+    "needs_response": DisputeStatus.NEEDS_RESPONSE,
+    "warning_under_review": DisputeStatus.UNDER_REVIEW,
+    "under_review": DisputeStatus.UNDER_REVIEW,
+    "won": DisputeStatus.WON,
+    # An inquiry closed without a chargeback, or one prevented: no money was taken back.
+    "warning_closed": DisputeStatus.WON,
+    "prevented": DisputeStatus.WON,
+    "lost": DisputeStatus.LOST,
+}
+
+
+def process_event(event_pk: int) -> str:
+    """Apply one stored event once; returns (and stores) what was done."""
+    with transaction.atomic():
+        stored = WebhookEvent.objects.select_for_update().get(pk=event_pk)
+        if stored.processed_at is not None:
+            return stored.outcome
+        event = json.loads(stored.payload)
+        outcome = _apply(stored, event)
+        stored.processed_at = timezone.now()
+        stored.outcome = outcome[:300]
+        stored.save(update_fields=["processed_at", "outcome"])
+    return outcome
+
+
+def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
+    obj = (event.get("data") or {}).get("object") or {}
+    event_at = _time(event.get("created"))
+    if stored.type in REFUND_EVENTS:
+        return _apply_refund(stored, obj, event_at)
+    if stored.type == "charge.refunded":
+        listed = (obj.get("refunds") or {}).get("data") or []
+        if not listed:
+            return "no refunds listed on the charge; its refund.* events carry them"
+        outcomes = [
+            _apply_refund(stored, {"charge": obj.get("id"), **refund}, event_at)
+            for refund in listed
+        ]
+        return "; ".join(outcomes)
+    if stored.type in DISPUTE_EVENTS:
+        return _apply_dispute(stored, obj, event_at)
+    return "ignored: not an event Sill records"
+
+
+def _charge_of(stored: WebhookEvent, obj: dict[str, Any]) -> Charge | None:
+    charges = Charge.objects.filter(rail=Rail.STRIPE, order__site_id=stored.site_id)
+    if obj.get("charge"):
+        found = charges.filter(provider_charge_id=str(obj["charge"])).first()
+        if found is not None:
+            return found
+    if obj.get("payment_intent"):
+        return charges.filter(provider_payment_id=str(obj["payment_intent"])).first()
+    return None
+
+
+def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime) -> str:
+    refund_id = str(obj.get("id") or "")
+    if (obj.get("metadata") or {}).get("sill_refund_id"):
+        return f"{refund_id}: Sill's own refund"
+    charge = _charge_of(stored, obj)
+    if charge is None or not refund_id:
+        return f"{refund_id or 'refund'}: not a charge Sill made"
+    try:
+        refund = OutsideRefund(
+            provider_refund_id=refund_id,
+            amount_minor=int(obj["amount"]),
+            currency=str(obj["currency"]).upper(),
+            status=str(obj.get("status") or "succeeded"),
+            created_at_rail=_time(obj.get("created")),
+            reason=str(obj.get("reason") or ""),
+        )
+    except (KeyError, TypeError, ValueError):
+        return f"{refund_id}: malformed refund"
+    if refund.amount_minor <= 0:
+        return f"{refund_id}: malformed refund"
+    done = record_outside_refund(
+        charge=charge, refund=refund, event_id=stored.event_id, event_at=event_at
+    )
+    return f"{refund_id}: {done}"
+
+
+def _apply_dispute(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime) -> str:
+    dispute_id = str(obj.get("id") or "")
+    charge = _charge_of(stored, obj)
+    if charge is None or not dispute_id:
+        return f"{dispute_id or 'dispute'}: not a charge Sill made"
+    rail_status = str(obj.get("status") or "needs_response")
+    try:
+        dispute = ReportedDispute(
+            provider_dispute_id=dispute_id,
+            reason=str(obj.get("reason") or "general"),
+            amount_minor=int(obj["amount"]),
+            currency=str(obj["currency"]).upper(),
+            # An unknown status is treated as open: refunding a disputed charge pays twice.
+            status=_DISPUTE_STATES.get(rail_status, DisputeStatus.NEEDS_RESPONSE),
+            rail_status=rail_status,
+            opened_at=_time(obj.get("created")),
+        )
+    except (KeyError, TypeError, ValueError):
+        return f"{dispute_id}: malformed dispute"
+    done = record_dispute(
+        charge=charge, dispute=dispute, event_id=stored.event_id, event_at=event_at
+    )
+    return f"{dispute_id}: {done}"
+
+
+def _time(value: Any) -> datetime:
+    try:
+        return datetime.fromtimestamp(int(value), tz=UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return timezone.now()

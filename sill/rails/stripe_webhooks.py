@@ -1,0 +1,125 @@
+"""Stripe webhooks: ``POST /webhooks/stripe/<site_id>`` and the processing of its events.
+
+Receiving only verifies and stores: the raw body must carry a valid ``Stripe-Signature``
+under one of the site's signing secrets (several while one is rotated; checked by the
+stripe SDK, which compares in constant time and enforces the 300 s tolerance), each event id
+is stored once (a unique constraint), and the answer is a quick 200. A bad signature is 400
+and records nothing. Processing runs in the ``rails.process_stripe_event`` task, enqueued on
+commit (sill.rails.stripe_events).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import stripe
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from sill.errors import SillError
+from sill.orders.models import Rail
+from sill.rails.models import RailAccount, WebhookEvent
+from sill.rails.secrets import RailSecretUnreadable
+from sill.rails.tasks import process_stripe_event
+
+logger = logging.getLogger(__name__)
+
+TOLERANCE_SECONDS = 300
+MAX_BODY_BYTES = 512 * 1024
+
+
+class WebhookRefused(SillError):
+    code = "webhook_refused"
+    status = 400
+
+
+def _refuse(message: str) -> JsonResponse:
+    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
+
+
+def verify(payload: bytes, header: str, secrets: list[str], *, now: float | None = None) -> bool:
+    """Whether ``header`` signs ``payload`` under any of ``secrets`` (Stripe's scheme)."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    if not _fresh(header, time.time() if now is None else now):
+        return False
+    for secret in secrets:
+        try:
+            stripe.WebhookSignature.verify_header(text, header, secret, TOLERANCE_SECONDS)
+        except stripe.SignatureVerificationError:
+            continue
+        return True
+    return False
+
+
+def _fresh(header: str, now: float) -> bool:
+    # The SDK refuses only old timestamps; a far-future ``t`` would let a captured signature
+    # live on, so it is refused too.
+    stamps = [p.strip()[2:] for p in header.split(",") if p.strip().startswith("t=")]
+    if len(stamps) != 1 or not stamps[0].strip().isdigit():
+        return False
+    return abs(now - int(stamps[0])) <= TOLERANCE_SECONDS
+
+
+@csrf_exempt
+@require_POST
+def stripe_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > MAX_BODY_BYTES:
+        return _refuse("The body is too large for a Stripe event.")
+    payload = request.body
+    if len(payload) > MAX_BODY_BYTES:
+        return _refuse("The body is too large for a Stripe event.")
+    account = (
+        RailAccount.objects.filter(site_id=site_id, rail=Rail.STRIPE).select_related("site").first()
+    )
+    if account is None:
+        return _refuse("No Stripe rail is configured for this site.")
+    try:
+        secrets = account.get_webhook_secrets()
+    except RailSecretUnreadable:
+        logger.warning("the Stripe signing secrets of site %s cannot be decrypted", site_id)
+        secrets = []
+    header = request.headers.get("Stripe-Signature", "")
+    if not secrets or not verify(payload, header, secrets):
+        return _refuse("The Stripe-Signature header does not sign this body.")
+    try:
+        event = json.loads(payload)
+        event_id, event_type = str(event["id"]), str(event["type"])
+    except (ValueError, KeyError, TypeError):
+        return _refuse("The body is not a Stripe event.")
+    connected = event.get("account") or ""
+    if connected and connected != account.connected_account:
+        return _refuse("The event belongs to a connected account of another site.")
+    try:
+        with transaction.atomic():
+            stored = WebhookEvent.objects.create(
+                site=account.site,
+                rail=Rail.STRIPE,
+                event_id=event_id[:255],
+                type=event_type[:100],
+                payload=payload.decode("utf-8"),
+            )
+            transaction.on_commit(lambda: _enqueue(stored.pk))
+    except IntegrityError:
+        return JsonResponse({"received": True, "duplicate": True})
+    return JsonResponse({"received": True, "duplicate": False})
+
+
+def _enqueue(event_pk: int) -> None:
+    process_stripe_event.delay(event_pk)
+
+
+urlpatterns = [
+    path("webhooks/stripe/<str:site_id>", stripe_webhook, name="stripe-webhook"),
+]

@@ -1,0 +1,171 @@
+"""Stripe webhooks against localstripe, through the real SDK.
+
+localstripe sends no webhooks: each test reads the objects back from localstripe and signs
+the event itself with Stripe's documented scheme (tests/rails/stripe_events.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import stripe
+from django.test import Client
+from django.utils import timezone
+
+from refunds.models import Refund
+from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.staff.services import NotRefundable, create_staff_refund
+from sill.money import Money
+from sill.orders.models import Charge, ExternalRefund, Order
+from sill.rails.base import ChargeRequest
+from sill.rails.models import WebhookEvent
+from sill.rails.stripe import StripeRail
+from sill.rails.stripe_events import process_event
+from tests.rails.stripe_events import deliverer, dispute_obj, event, header, stripe_account
+from tests.refunds.conftest import ORIGINAL, post, refund_intent
+
+# The agent fixtures (agent_key, sign, signing_key) come from tests/rails/conftest.py.
+pytestmark = pytest.mark.django_db
+
+KEY = "sk_test_sill_webhooks_0001"
+
+
+@pytest.fixture
+def deliver(django_capture_on_commit_callbacks):
+    return deliverer(django_capture_on_commit_callbacks)
+
+
+@pytest.fixture
+def api(django_capture_on_commit_callbacks):
+    client = Client()
+
+    def send(body: bytes) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return post(client, body)
+
+    return send
+
+
+@pytest.fixture
+def sdk(localstripe_url: str) -> stripe.StripeClient:
+    return stripe.StripeClient(KEY, base_addresses={"api": localstripe_url}, max_network_retries=0)
+
+
+@pytest.fixture
+def paid(site, make_order, agent, localstripe_url) -> Charge:
+    """An $89.00 order the agent placed, really charged at localstripe."""
+    stripe_account(site, enabled=True, api_base=localstripe_url)
+    order = make_order(
+        total="89.00", rail="stripe", placed_by_agent=agent, source_mandate_id=ORIGINAL
+    )
+    rail = StripeRail(secret_key=KEY, api_base=localstripe_url)
+    result = rail.charge(
+        ChargeRequest(
+            order_id=order.pk,
+            amount=Money(8900, "USD"),
+            payment_method="pm_card_visa",
+            idempotency_key=f"sill-charge-{order.pk}",
+        )
+    )
+    charge = Charge.objects.get(order=order)
+    charge.provider_charge_id = result.provider_charge_id
+    charge.provider_payment_id = result.provider_payment_id
+    charge.save()
+    return charge
+
+
+def as_dict(obj: stripe.StripeObject) -> dict[str, Any]:
+    return json.loads(str(obj))
+
+
+def test_a_refund_made_at_stripe_is_recorded_and_caps_the_next_agent_refund(
+    site, paid, sdk, deliver, api, sign, client_for
+):
+    outside = sdk.v1.refunds.create(params={"charge": paid.provider_charge_id, "amount": 3000})
+    charge = as_dict(sdk.v1.charges.retrieve(paid.provider_charge_id))
+    if not (charge.get("refunds") or {}).get("data"):
+        # Stripe's current API versions no longer list refunds on the charge.
+        charge["refunds"] = {"object": "list", "data": [as_dict(outside)]}
+    body = event("charge.refunded", charge, event_id="evt_charge_refunded")
+    assert deliver(site, body).status_code == 200
+
+    paid.refresh_from_db()
+    assert paid.amount_refunded_outside_minor == 3000 and paid.remaining.amount_minor == 5900
+    page = client_for("staff").get(f"/orders/{paid.order_id}/", {"tab": "transactions"})
+    assert outside.id in page.content.decode()
+
+    answer = api(sign(refund_intent(ORIGINAL))).json()
+    assert (answer["decision"], answer["amount"]) == ("approved", "59.00"), answer
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert refund.status == "succeeded"
+    assert sdk.v1.charges.retrieve(paid.provider_charge_id).amount_refunded == 8900
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_refunded_outside_minor) == (5900, 3000)
+    assert Order.objects.get(pk=paid.order_id).status == "REFUNDED"
+
+    # Sill's own refund, reported without its metadata, is recognised by its provider id.
+    own = {**as_dict(sdk.v1.refunds.retrieve(refund.provider_refund_id)), "metadata": {}}
+    assert deliver(site, event("refund.created", own, event_id="evt_own")).status_code == 200
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_refunded_outside_minor) == (5900, 3000)
+    assert list(ExternalRefund.objects.values_list("provider_refund_id", flat=True)) == [outside.id]
+
+
+def test_a_reported_dispute_refuses_agent_and_staff_refunds(
+    site, paid, deliver, api, sign, members
+):
+    body = event(
+        "charge.dispute.created", dispute_obj(paid.provider_charge_id), event_id="evt_dispute"
+    )
+    assert deliver(site, body).status_code == 200
+
+    answer = api(sign(refund_intent(ORIGINAL))).json()
+    assert (answer["decision"], answer["reason"]) == ("rejected", "disputed"), answer
+    ensure_default_reasons(site)
+    leaf = add_reason(site=site, actor=None, name="Goodwill")
+    order = Order.objects.get(pk=paid.order_id)
+    with pytest.raises(NotRefundable, match="disputed"):
+        create_staff_refund(
+            site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
+        )
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_reserved_minor) == (0, 0)
+
+
+def test_sills_own_refund_webhook_before_settlement_is_one_refund(
+    site, paid, sdk, api, sign, monkeypatch, localstripe_url
+):
+    """The race: Stripe's refund.created arrives before the worker stores the rail's answer."""
+    real_refund = StripeRail.refund
+    seen: dict[str, Any] = {}
+
+    def refund_then_webhook(self: StripeRail, request: Any) -> Any:
+        result = real_refund(self, request)
+        refund = as_dict(sdk.v1.refunds.retrieve(result.provider_refund_id))
+        body = event("refund.created", refund, event_id="evt_own_refund")
+        response = Client().post(
+            f"/webhooks/stripe/{site.pk}",
+            data=body,
+            content_type="application/json",
+            HTTP_STRIPE_SIGNATURE=header(body),
+        )
+        assert response.status_code == 200
+        seen["status"] = Refund.objects.get(pk=request.refund_id).status
+        seen["outcome"] = process_event(WebhookEvent.objects.get().pk)
+        return result
+
+    monkeypatch.setattr(StripeRail, "refund", refund_then_webhook)
+    answer = api(sign(refund_intent(ORIGINAL))).json()
+    assert answer["decision"] == "approved", answer
+
+    assert seen["status"] == "processing"  # the webhook was processed before settlement
+    assert "Sill's own refund" in seen["outcome"]
+    assert not ExternalRefund.objects.exists()
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_refunded_outside_minor) == (8900, 0)
+    assert Refund.objects.get().status == "succeeded"
+    assert sdk.v1.charges.retrieve(paid.provider_charge_id).amount_refunded == 8900
+    assert WebhookEvent.objects.get().processed_at is not None
+    assert timezone.now() >= WebhookEvent.objects.get().received_at
