@@ -10,7 +10,6 @@ commit (sill.rails.stripe_events).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -21,6 +20,7 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from sill import jsonbody
 from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.rails.models import RailAccount, WebhookEvent
@@ -94,9 +94,13 @@ def stripe_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     if not secrets or not verify(payload, header, secrets):
         return _refuse("The Stripe-Signature header does not sign this body.")
     try:
-        event = json.loads(payload)
+        # The project's strict reader: a signed body is still refused when nested too deep
+        # (RecursionError would be a 500) or holding NUL (PostgreSQL text refuses it).
+        event = jsonbody.loads(payload)
         event_id, event_type = str(event["id"]), str(event["type"])
-    except (ValueError, KeyError, TypeError):
+    except (jsonbody.MalformedJSON, KeyError, TypeError):
+        return _refuse("The body is not a Stripe event.")
+    if not isinstance(event, dict):
         return _refuse("The body is not a Stripe event.")
     connected = event.get("account") or ""
     if connected and connected != account.connected_account:

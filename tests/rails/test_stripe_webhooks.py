@@ -268,3 +268,18 @@ def test_the_settings_page_shows_the_endpoint_and_takes_secrets(site, client_for
     )
     assert refused.status_code == 422
     assert RailAccount.objects.get(pk=account.pk).get_webhook_secrets() == [OLD_SECRET, SECRET]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": "evt_deep", "type": "charge.refunded", "data": ' + b"[" * 600 + b"]" * 600 + b"}",
+        b'{"id": "evt_nul", "type": "charge.dispute.created", "data": {"object": "\\u0000"}}',
+        b'["evt_list"]',
+    ],
+    ids=["deeply-nested", "nul", "not-an-object"],
+)
+def test_a_signed_body_that_is_not_a_sane_event_is_refused_not_a_500(site, charge, deliver, body):
+    response = deliver(site, body)
+    assert response.status_code == 400
+    assert not WebhookEvent.objects.exists()
