@@ -233,3 +233,21 @@ def test_an_agent_asking_again_while_its_refund_needs_attention_is_told_already_
     assert again.status_code == 201
     assert (again.json()["decision"], again.json()["reason"]) == ("rejected", "already_executed")
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+
+
+def test_a_success_sill_cannot_record_is_retried_then_needs_attention_never_lost(
+    yen_order, staff_refund, mock_rail, settings
+):
+    """The rail confirms, but settling breaks a charge constraint (an outside refund of the
+    whole charge was reported meanwhile): bounded retries, then needs attention, reserved."""
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 2
+    refund = staff_refund(yen_order)
+    Charge.objects.filter(order=yen_order).update(amount_refunded_outside_minor=10000)
+    with pytest.raises(RetryLater) as first:
+        execute_refund(refund.id)
+    assert first.value.ambiguous
+    assert execute_refund(refund.id) == "needs_attention"
+    refund.refresh_from_db()
+    assert refund.status == "needs_attention" and "could not record it" in refund.failure_message
+    assert _books(yen_order) == (0, 10000)
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
