@@ -298,11 +298,11 @@ def record_result(refund: Refund, token: str, result: RefundResult) -> str:
         # The rail confirmed the refund but Sill could not record it (the settlement rolled
         # back, e.g. a charge constraint after an outside refund): never lost, never failed.
         logger.exception("refund %s: settling %s failed", refund.id, result.provider_refund_id)
-        error = AmbiguousRailError(
+        unrecorded = AmbiguousRailError(
             f"the rail confirmed {result.provider_refund_id} but Sill could not record it: "
             f"{type(exc).__name__}: {exc}"
         )
-        return _retry_or_attention(refund, token, error, may_have_acted=True)
+        return _retry_or_attention(refund, token, unrecorded, may_have_acted=True)
     return "succeeded"
 
 
