@@ -40,6 +40,15 @@ class AuditKind(models.TextChoices):
     NEEDS_ATTENTION = "needs_attention", "Needs attention"
     ATTENTION_RESOLVED = "attention_resolved", "Attention resolved"
     LEASE_LOST = "lease_lost", "Execution lease lost"
+    # What the rail reported afterwards: a settled refund that failed there.
+    REFUND_REVERSED = "refund_reversed", "Refund failed after settlement"
+    # Reconciliation: a difference between Sill's books and the rail's, and its resolution.
+    RECONCILIATION_FOUND = "reconciliation_found", "Reconciliation difference found"
+    RECONCILIATION_RESOLVED = "reconciliation_resolved", "Reconciliation difference resolved"
+    # Administration of the site.
+    MEMBER_CHANGE = "member_change", "Member change"
+    AGENT_CHANGE = "agent_change", "Agent change"
+    RAIL_CHANGE = "rail_change", "Rail change"
 
 
 DECISION_KINDS = frozenset(

@@ -188,6 +188,9 @@ class Refund(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     settled_at = models.DateTimeField(null=True, blank=True)
+    # When the rail reported that this settled refund failed after all (its money came back
+    # to the merchant): the refund is ``failed`` from then on, and ``settled_at`` stays.
+    reversed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

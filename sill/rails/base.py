@@ -150,6 +150,8 @@ class RefundFacts:
     charge_disputed: bool | None = None
     customer_created_at: datetime | None = None
     history: CustomerHistory | None = None
+    # Everything refunded on the charge as the rail counts it, by Sill or anyone else.
+    charge_refunded_minor: int | None = None
 
 
 @runtime_checkable
@@ -158,6 +160,54 @@ class RefundFactsReader(Protocol):
     read comes back ``None`` instead of raising, and a ``RailError`` means nothing was read."""
 
     def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts: ...
+
+
+# --- what the rail holds for a charge (optional: webhooks, reconciliation, decision time) -----
+
+
+@dataclass(frozen=True)
+class RailRefund:
+    """One refund of a charge as the rail reports it.
+
+    ``status`` is the rail's own word (Stripe: ``pending``, ``requires_action``,
+    ``succeeded``, ``failed``, ``canceled``). ``sill_refund_id`` is set when the refund's
+    metadata names one of Sill's refunds: Sill made it, so it is never an outside refund.
+    """
+
+    provider_refund_id: str
+    amount_minor: int
+    currency: str
+    status: str
+    created_at: datetime
+    sill_refund_id: str = ""
+    reason: str = ""
+    failure_reason: str = ""
+
+
+@dataclass(frozen=True)
+class RailDispute:
+    """One dispute of a charge as the rail reports it (``status``: the rail's own word)."""
+
+    provider_dispute_id: str
+    amount_minor: int
+    currency: str
+    reason: str
+    status: str
+    created_at: datetime
+
+
+@runtime_checkable
+class ChargeReader(Protocol):
+    """A rail that can list what it holds for one of its charges. Reads never move money;
+    a ``RailError`` means nothing could be read (never "there is nothing")."""
+
+    def list_refunds(self, provider_charge_id: str) -> list[RailRefund]:
+        """Every refund of the charge, newest first, all pages."""
+        ...
+
+    def list_disputes(self, provider_charge_id: str) -> list[RailDispute]:
+        """Every dispute of the charge."""
+        ...
 
 
 # --- charges whose outcome is unknown or unfinished (optional: see sill.orders.charging) ------

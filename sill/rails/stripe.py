@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypedDict, cast
 
@@ -26,7 +27,9 @@ from sill.rails.base import (
     ChargeResult,
     CustomerHistory,
     PermanentRailError,
+    RailDispute,
     RailError,
+    RailRefund,
     RefundFacts,
     RefundFactsRequest,
     RefundRequest,
@@ -210,6 +213,57 @@ class StripeRail:
             self._raise(exc, doing="refund lookup", read=True)
         return None
 
+    # --- what Stripe holds for a charge, and its events ---------------------------------
+
+    def list_refunds(self, provider_charge_id: str) -> list[RailRefund]:
+        """Every refund of the charge (``refunds.list`` by charge, all pages)."""
+        try:
+            page = self._client.v1.refunds.list(params={"charge": provider_charge_id, "limit": 100})
+            return [_rail_refund(r) for r in page.auto_paging_iter()]
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="refund list", read=True)
+
+    def list_disputes(self, provider_charge_id: str) -> list[RailDispute]:
+        """Every dispute of the charge (``disputes.list`` by charge, all pages)."""
+        try:
+            page = self._client.v1.disputes.list(
+                params={"charge": provider_charge_id, "limit": 100}
+            )
+            return [
+                RailDispute(
+                    provider_dispute_id=d.id,
+                    amount_minor=int(d.amount),
+                    currency=str(d.currency).upper(),
+                    reason=str(getattr(d, "reason", "") or "general"),
+                    status=str(d.status),
+                    created_at=datetime.fromtimestamp(int(d.created), tz=UTC),
+                )
+                for d in page.auto_paging_iter()
+            ]
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="dispute list", read=True)
+
+    def events_since(self, since: datetime, *, types: list[str]) -> Iterator[dict[str, Any]]:
+        """The account's events of ``types`` created at or after ``since``, oldest first,
+        each as the JSON object Stripe sends to a webhook endpoint (``events.list``).
+
+        Stripe keeps events for 30 days; the pages come newest first and are reversed here,
+        so they are applied in the order they happened.
+        """
+        params: stripe.params.EventListParams = {
+            "created": {"gte": int(since.timestamp())},
+            "limit": 100,
+        }
+        if types:
+            params["types"] = types
+        try:
+            page = self._client.v1.events.list(params=params)
+            events = [e.to_dict() for e in page.auto_paging_iter()]
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="event list", read=True)
+        events.sort(key=lambda e: (int(e.get("created") or 0), str(e.get("id"))))
+        yield from events
+
     # --- facts for Sill and its tests ---------------------------------------------------
 
     def charge_amount_refunded(self, provider_charge_id: str) -> Money:
@@ -229,10 +283,13 @@ class StripeRail:
         """
         charge_created_at: datetime | None = None
         disputed: bool | None = None
+        refunded: int | None = None
         customer_id = request.provider_customer_id
         try:
             charge = self._client.v1.charges.retrieve(request.provider_charge_id)
             charge_created_at = datetime.fromtimestamp(int(charge.created), tz=UTC)
+            if str(charge.currency).upper() == request.currency:
+                refunded = int(charge.amount_refunded or 0)
             flag = getattr(charge, "disputed", None)
             disputed = flag if isinstance(flag, bool) else None
             if not customer_id:
@@ -242,10 +299,15 @@ class StripeRail:
             self._note_unreadable("charge", exc)
         if not customer_id:
             # A guest checkout: no customer, so no age and no history.
-            return RefundFacts(charge_created_at=charge_created_at, charge_disputed=disputed)
+            return RefundFacts(
+                charge_created_at=charge_created_at,
+                charge_disputed=disputed,
+                charge_refunded_minor=refunded,
+            )
         return RefundFacts(
             charge_created_at=charge_created_at,
             charge_disputed=disputed,
+            charge_refunded_minor=refunded,
             customer_created_at=self._customer_created_at(customer_id),
             history=self._customer_history(customer_id, request),
         )
@@ -369,6 +431,22 @@ def _charge_result(intent: Any) -> ChargeResult:
 def _metadata(obj: Any) -> dict[str, Any]:
     metadata = getattr(obj, "metadata", None)
     return metadata.to_dict() if metadata is not None else {}
+
+
+def _rail_refund(refund: Any) -> RailRefund:
+    created = getattr(refund, "created", None)
+    return RailRefund(
+        provider_refund_id=refund.id,
+        amount_minor=int(refund.amount),
+        currency=str(refund.currency).upper(),
+        status=str(refund.status or "pending"),
+        created_at=(
+            datetime.fromtimestamp(int(created), tz=UTC) if created else datetime.now(tz=UTC)
+        ),
+        sill_refund_id=str(_metadata(refund).get("sill_refund_id") or ""),
+        reason=str(getattr(refund, "reason", "") or ""),
+        failure_reason=str(getattr(refund, "failure_reason", "") or ""),
+    )
 
 
 def _refund_result(refund: Any) -> RefundResult:
