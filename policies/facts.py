@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import zoneinfo
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,7 +26,8 @@ from policies.types import RefundContext
 from policies.vocabulary import FACTS_VERSION, ratio, truncated
 from refunds.models import LIVE_STATUSES, Refund, RefundOrigin
 from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
-from sill.rails.base import RefundFacts, RefundFactsReader, RefundFactsRequest
+from sill.orders.outside import unrecorded_refunded_minor
+from sill.rails.base import ChargeReader, RefundFacts, RefundFactsReader, RefundFactsRequest
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ def read_refund_facts(context: RefundContext) -> dict[str, Any]:
         charge.amount_refunded_minor
         + charge.amount_refunded_outside_minor
         + charge.amount_reserved_minor
+        # Refunded at the rail beyond Sill's records (made outside Sill, not reported yet).
+        + unrecorded_refunded_minor(charge, rail.charge_refunded_minor)
     )
     agent_placed = bool(context.agent is not None and order.placed_by_agent_id == context.agent.pk)
 
@@ -105,11 +109,44 @@ def prefetch_rail_facts(
 
     Call it outside any transaction: the rail may make network calls (Stripe: up to three),
     which must not hold the order's row lock, or SQLite's write lock, while they wait.
+
+    When the rail knows more than Sill — it counts more refunded than Sill recorded, or the
+    charge is disputed and Sill has no open dispute — a refund or dispute was made outside
+    Sill and its webhook has not arrived: the charge is brought up to date from the rail
+    first (:func:`sill.rails.charge_sync.sync_charge`), so the quote counts it too.
     """
-    return _read_rail(
+    facts = _read_rail(
         site_id=site_id, charge=charge, customer=_customer(order.customer_id),
         currency=order.currency, now=now,
     )  # fmt: skip
+    return _caught_up(site_id=site_id, charge=charge, facts=facts)
+
+
+def _caught_up(*, site_id: str, charge: Charge, facts: RefundFacts) -> RefundFacts:
+    from sill.rails.charge_sync import sync_charge
+    from sill.rails.registry import rail_for
+
+    behind = unrecorded_refunded_minor(charge, facts.charge_refunded_minor) > 0
+    dispute_unseen = facts.charge_disputed is True and not _open_dispute_in_sill(charge.pk)
+    if not (behind or dispute_unseen):
+        return facts
+    try:
+        rail = rail_for(site_id=site_id, rail=charge.rail)
+        if not isinstance(rail, ChargeReader):
+            return facts
+        synced = sync_charge(charge=charge, rail=rail, event_id=f"decision:{charge.pk}")
+    except Exception as exc:
+        # Not recorded: the facts still count the rail's figure (refundFraction) and the
+        # quote caps the amount by it; the webhook or reconciliation records it later.
+        _log_once(
+            site_id, charge.rail, "sync", f"the charge could not be brought up to date: {exc}"
+        )
+        return facts
+    if dispute_unseen and synced.disputes_read:
+        # Stripe's ``disputed`` stays true after a dispute is won: the listed disputes say
+        # whether one is open.
+        return replace(facts, charge_disputed=_open_dispute_in_sill(charge.pk))
+    return facts
 
 
 def _read_rail(

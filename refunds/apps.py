@@ -24,9 +24,11 @@ class RefundsConfig(AppConfig):
         # (refunds.queue), so nothing else imports this module.
         import refunds.tasks  # noqa: F401
         from refunds.reasons.services import seed_site_reasons
+        from refunds.reconcile.rail_reports import apply_own_refund_report
         from sill.accounts.signals import site_created
-        from sill.orders.outside import register_own_refund_finder
+        from sill.orders.outside import register_own_refund_finder, register_own_refund_report
 
         register_own_refund_finder(_is_sills_refund)
+        register_own_refund_report(apply_own_refund_report)
 
         site_created.connect(seed_site_reasons, dispatch_uid="refunds.seed_site_reasons")

@@ -48,6 +48,7 @@ OUTCOME_LABELS: dict[str, str] = {
     "rail_error": "The rail reported an error",
     "execution_error": "Sill hit an unexpected error",
     "not_at_rail": "The rail has no such refund",
+    "failed_after_settlement": "Failed at the rail after it was settled",
 }
 
 # ``Refund.status``, as the refund pages name it.

@@ -27,6 +27,7 @@ from sill.orders.models import (
     Order,
     OrderStatus,
 )
+from sill.orders.outside import unrecorded_refunded_minor
 from sill.rails.registry import RailDisabled, rail_account_for
 
 
@@ -88,6 +89,7 @@ def quote_refund(
     origin: str | None = None,
     check_rail: bool = False,
     refund: Refund | None = None,
+    rail_refunded_minor: int | None = None,
 ) -> Quote:
     """What may be refunded of ``order`` on ``charge``; else :class:`RefundRefused`.
 
@@ -103,6 +105,10 @@ def quote_refund(
     changed since is the charge, so the refusals are: the charge is no longer refundable
     (``exceeds_refundable``), an open dispute (``disputed``), less left than the refund's
     amount (``exceeds_refundable``; a refund that reserved its amount counts it as its own).
+
+    ``rail_refunded_minor``: what the rail counted as refunded on the charge when its facts
+    were read; anything beyond Sill's records was refunded outside Sill and is not refundable
+    again, even before Sill has recorded it.
 
     Callers hold the order's and the charge's row locks when they act on the answer.
     """
@@ -140,6 +146,8 @@ def quote_refund(
             dispute=dispute,
         )
     remaining = charge.remaining
+    if unrecorded := unrecorded_refunded_minor(charge, rail_refunded_minor):
+        remaining = Money(max(0, remaining.amount_minor - unrecorded), remaining.currency)
     if refund is None and remaining.amount_minor <= 0:
         raise RefundRefused(
             f"Nothing is left to refund on order #{order.number}: "

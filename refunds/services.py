@@ -21,8 +21,8 @@ from refunds.models import RESERVED_STATUSES, Decision, Refund, RefundOrigin, Re
 from refunds.queue import enqueue_on_commit
 from sill.errors import SillError
 from sill.failpoints import failpoint
-from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
-from sill.orders.services import set_order_status
+from sill.orders.models import Charge, Order
+from sill.orders.services import refresh_refund_status
 
 HOLD_FOR = timedelta(hours=24)
 
@@ -36,7 +36,8 @@ REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
     # Only the rail's answer for the idempotency key, or an owner's record of the provider's
     # dashboard, leaves needs_attention.
     RefundStatus.NEEDS_ATTENTION: frozenset({RefundStatus.SUCCEEDED, RefundStatus.FAILED}),
-    RefundStatus.SUCCEEDED: frozenset(),
+    # Only when the rail reports the settled refund failed after all (reverse_settled_refund).
+    RefundStatus.SUCCEEDED: frozenset({RefundStatus.FAILED}),
     RefundStatus.FAILED: frozenset(),
     RefundStatus.REJECTED: frozenset(),
     RefundStatus.EXPIRED: frozenset(),
@@ -129,15 +130,6 @@ def reserve(*, refund: Refund, charge: Charge) -> None:
     charge.refresh_from_db(fields=["amount_reserved_minor"])
 
 
-def _order_status_after_refund(order: Order) -> str:
-    charges = list(Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED))
-    charged = sum(c.amount_minor for c in charges)
-    refunded = sum(c.amount_refunded_minor + c.amount_refunded_outside_minor for c in charges)
-    if charged and refunded >= charged:
-        return OrderStatus.REFUNDED
-    return OrderStatus.PARTIALLY_REFUNDED if refunded else order.status
-
-
 def _locked_for_change(refund_id: str, *, token: str | None) -> Refund:
     """The refund, row-locked; ``LeaseLost`` unless ``token`` is its current lease token.
 
@@ -186,7 +178,7 @@ def settle_refund(
     refund.next_check_at = None
     refund.failure_message = ""
     refund.save()
-    set_order_status(order=order, status=_order_status_after_refund(order))
+    refresh_refund_status(order)
     append_record(
         site=refund.site,
         kind="settlement",
@@ -235,6 +227,49 @@ def fail_refund(
             resolved_by=resolved_by.get_username() if resolved_by is not None else None,
         ),
     )
+    return True
+
+
+@transaction.atomic
+def reverse_settled_refund(
+    *, refund_id: str, provider_refund_id: str, message: str, source: str
+) -> bool:
+    """The rail reports that a settled refund failed after all: its money came back.
+
+    What it refunded is refundable again, the refund is ``failed`` with the code
+    ``failed_after_settlement`` (``settled_at`` stays: it was settled, then reversed), the
+    order's status follows, a signed ``refund_reversed`` record names ``source`` (the event or
+    reconciliation run that reported it), and owners and admins are told (on commit).
+    Idempotent: False when the refund is not (or no longer) settled under that provider id.
+    """
+    now = timezone.now()
+    refund = _locked_for_change(refund_id, token=None)
+    if refund.status != RefundStatus.SUCCEEDED or refund.provider_refund_id != provider_refund_id:
+        return False
+    order = Order.objects.select_for_update().get(pk=refund.order_id)
+    Charge.objects.select_for_update().filter(pk=refund.charge_id).update(
+        amount_refunded_minor=F("amount_refunded_minor") - refund.amount_minor
+    )
+    transition(refund, RefundStatus.FAILED)
+    refund.outcome_code = "failed_after_settlement"
+    refund.failure_message = message[:500]
+    refund.reversed_at = now
+    refund.save()
+    refresh_refund_status(order)
+    append_record(
+        site=refund.site,
+        kind="refund_reversed",
+        body=refund_body(
+            refund,
+            decision_hash=refund.decision_hash,
+            provider_refund_id=provider_refund_id,
+            message=refund.failure_message,
+            source=source,
+            settled_at=refund.settled_at.isoformat() if refund.settled_at else None,
+            reversed_at=now.isoformat(),
+        ),
+    )
+    enqueue_on_commit("refunds.notify_reversed", refund.id)
     return True
 
 

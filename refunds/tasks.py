@@ -16,6 +16,7 @@ from refunds.reconcile.attention import (
     check_refund_at_rail,
     notify_attention,
 )
+from refunds.reconcile.rail_reports import notify_reversed
 from refunds.review.decisions import expire_held_refunds
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 
@@ -125,3 +126,9 @@ def notify_held_refund_task(refund_id: str) -> None:
 def notify_pending_held_refunds_task() -> int:
     """Notify held refunds the on-commit notification missed. Beat: every minute."""
     return notify_pending_held_refunds()
+
+
+@shared_task(name="refunds.notify_reversed")
+def notify_reversed_task(refund_id: str) -> bool:
+    """Tell owners and admins that a settled refund failed at the rail (enqueued on commit)."""
+    return notify_reversed(refund_id=refund_id)

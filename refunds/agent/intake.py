@@ -266,7 +266,14 @@ def _request_refund(
     if order is not None and original_refusal(order, charge) is None:
         _check_currency(intent.currency, order.currency)
     try:
-        quote = quote_refund(order=order, charge=charge, origin=RefundOrigin.AGENT, check_rail=True)
+        rail_facts = prefetched[1] if prefetched and charge and prefetched[0] == charge.pk else None
+        quote = quote_refund(
+            order=order,
+            charge=charge,
+            origin=RefundOrigin.AGENT,
+            check_rail=True,
+            rail_refunded_minor=rail_facts.charge_refunded_minor if rail_facts else None,
+        )
     except RefundRefused as refused:
         if refused.charge is None:  # no refundable original: the rejection names no charge
             return rejected(refused.code, order=refused.order)
@@ -287,6 +294,6 @@ def _request_refund(
         user=None,
         reason=intent.reason_code,
         now=now,
-        rail_facts=prefetched[1] if prefetched and prefetched[0] == quote.charge.pk else None,
+        rail_facts=rail_facts,
     )
     return decide_and_open(context=context, fields=base)

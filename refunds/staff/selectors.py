@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.db.models import Count, Q, Sum
 
+from refunds.labels import outcome_label
 from refunds.models import Refund, RefundStatus
 from sill.accounts.models import Site
 from sill.money import Money
@@ -93,15 +94,19 @@ def transactions_for(order: Order) -> list[Transaction]:
         rows.append(
             Transaction(
                 kind="refund",
-                at=refund.settled_at or refund.created_at,
+                at=refund.reversed_at or refund.settled_at or refund.created_at,
                 amount=refund.amount,
                 status=refund.status,
                 rail=refund.rail,
                 provider_id=refund.provider_refund_id,
                 who=who,
-                detail=refund.failure_message or refund.outcome_code,
+                detail=refund.failure_message or outcome_label(refund.outcome_code),
                 obj=refund,
-                status_label=TX_STATUS_LABELS.get(refund.status, refund.status),
+                status_label=(
+                    "FAILED after settlement"
+                    if refund.reversed_at
+                    else TX_STATUS_LABELS.get(refund.status, refund.status)
+                ),
                 reason=refund.reason_path or refund.reason_code,
                 note=refund.note,
                 decided_by=refund.decided_by.get_username() if refund.decided_by else "",

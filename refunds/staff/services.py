@@ -132,10 +132,10 @@ def refusal_for(order: Order, charge: Charge | None) -> str | None:
     return None
 
 
-def _quote(order: Order, charge: Charge | None) -> Quote:
+def _quote(order: Order, charge: Charge | None, *, rail_refunded_minor: int | None = None) -> Quote:
     """The quote for a staff refund; ``order_not_refundable`` (409) with the quote's words."""
     try:
-        return quote_refund(order=order, charge=charge)
+        return quote_refund(order=order, charge=charge, rail_refunded_minor=rail_refunded_minor)
     except RefundRefused as refused:
         raise NotRefundable(refused.message) from refused
 
@@ -259,7 +259,12 @@ def create_staff_refund(
         locked = Order.objects.select_for_update().filter(site=site, pk=order.pk).first()
         if locked is None:
             raise SillError("No such order on this site.", code="not_found", status=404)
-        quote = _quote(locked, charged_charge(locked, lock=True))
+        charge = charged_charge(locked, lock=True)
+        same_charge = unlocked is not None and charge is not None and unlocked.pk == charge.pk
+        facts = rail_facts if same_charge else None
+        quote = _quote(
+            locked, charge, rail_refunded_minor=facts.charge_refunded_minor if facts else None
+        )
         charge, remaining = quote.charge, quote.remaining
         _check_snapshot(order=locked, remaining=remaining, expected=expected)
         picked = pickable_reason(site, reason.pk if isinstance(reason, RefundReason) else reason)
@@ -277,7 +282,7 @@ def create_staff_refund(
             user=actor,
             reason=picked.code or None,
             now=now,
-            rail_facts=rail_facts if unlocked is not None and unlocked.pk == charge.pk else None,
+            rail_facts=facts,
         )
         fields = {
             "origin": RefundOrigin.STAFF,

@@ -19,14 +19,14 @@ from audit.models import AuditKind
 from audit.services import append_record
 from sill.orders.models import (
     OPEN_DISPUTE_STATUSES,
-    REFUNDABLE_STATUSES,
     Charge,
     Dispute,
     DisputeStatus,
     ExternalRefund,
     Order,
-    OrderStatus,
 )
+from sill.orders.services import refresh_refund_status
+from sill.rails.base import RailRefund
 
 # Rail refund states that hold money (pending ones may still fail; they count until they do).
 COUNTED_STATES = frozenset({"pending", "requires_action", "succeeded"})
@@ -41,6 +41,39 @@ _own_refund_finders: list[OwnRefundFinder] = []
 def register_own_refund_finder(finder: OwnRefundFinder) -> None:
     if finder not in _own_refund_finders:
         _own_refund_finders.append(finder)
+
+
+# What the rail reports about one of Sill's own refunds (its metadata names it): the refund
+# core registers the handler (refunds.apps) that acts on a late failure. Returns what it did.
+OwnRefundReport = Callable[[Charge, RailRefund, str], str]
+_own_refund_reports: list[OwnRefundReport] = []
+
+
+def register_own_refund_report(handler: OwnRefundReport) -> None:
+    if handler not in _own_refund_reports:
+        _own_refund_reports.append(handler)
+
+
+def report_own_refund(*, charge: Charge, refund: RailRefund, event_id: str) -> str:
+    """Hand the rail's report on one of Sill's refunds to the refund core."""
+    outcomes = [handle(charge, refund, event_id) for handle in _own_refund_reports]
+    return "; ".join(outcomes) or "Sill's own refund"
+
+
+def unrecorded_refunded_minor(charge: Charge, rail_refunded_minor: int | None) -> int:
+    """What the rail counts as refunded on ``charge`` beyond everything Sill has recorded.
+
+    Sill's reservations count as recorded: a refund being executed may already be in the
+    rail's figure. Positive means a refund was made outside Sill and not reported yet.
+    """
+    if rail_refunded_minor is None:
+        return 0
+    known = (
+        charge.amount_refunded_minor
+        + charge.amount_refunded_outside_minor
+        + charge.amount_reserved_minor
+    )
+    return max(0, rail_refunded_minor - known)
 
 
 @dataclass(frozen=True)
@@ -114,7 +147,7 @@ def record_outside_refund(
                 amount_refunded_outside_minor=F("amount_refunded_outside_minor") + counted - before
             )
             charge.refresh_from_db(fields=["amount_refunded_outside_minor"])
-            _update_order_status(order)
+            refresh_refund_status(order)
         append_record(
             site=order.site,
             kind=AuditKind.EXTERNAL_REFUND,
@@ -191,20 +224,3 @@ def _older(event_at: datetime, applied_at: datetime, unfinished: bool) -> bool:
     """Whether an event is older than the one applied; within one second (Stripe's
     resolution) an unfinished state never replaces a finished one."""
     return event_at < applied_at or (event_at == applied_at and unfinished)
-
-
-def _update_order_status(order: Order) -> None:
-    """A paid order refunded at the rail shows as (partially) refunded, like Sill's own."""
-    if order.status not in REFUNDABLE_STATUSES and order.status != OrderStatus.REFUNDED:
-        return
-    charges = list(Charge.objects.filter(order=order, status="succeeded"))
-    charged = sum(c.amount_minor for c in charges)
-    refunded = sum(c.amount_refunded_minor + c.amount_refunded_outside_minor for c in charges)
-    if refunded <= 0:
-        status = OrderStatus.PAID if order.status == OrderStatus.PARTIALLY_REFUNDED else None
-    elif refunded >= charged:
-        status = OrderStatus.REFUNDED
-    else:
-        status = OrderStatus.PARTIALLY_REFUNDED
-    if status is not None and status != order.status:
-        Order.objects.filter(pk=order.pk).update(status=status)

@@ -36,8 +36,10 @@ ORDER_TRANSITIONS: dict[str, frozenset[str]] = {
         {OrderStatus.DELIVERED, OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED}
     ),
     OrderStatus.DELIVERED: frozenset({OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED}),
-    OrderStatus.PARTIALLY_REFUNDED: frozenset({OrderStatus.REFUNDED}),
-    OrderStatus.REFUNDED: frozenset(),
+    # Back to PAID (or from REFUNDED to PARTIALLY_REFUNDED) only when the rail reports that a
+    # settled refund failed after all: see refresh_refund_status.
+    OrderStatus.PARTIALLY_REFUNDED: frozenset({OrderStatus.REFUNDED, OrderStatus.PAID}),
+    OrderStatus.REFUNDED: frozenset({OrderStatus.PARTIALLY_REFUNDED, OrderStatus.PAID}),
     OrderStatus.CANCELLED: frozenset(),
 }
 
@@ -114,6 +116,30 @@ def set_order_status(*, order: Order, status: str) -> Order:
     order.status = status
     order.save(update_fields=["status", "updated_at"])
     return order
+
+
+def refresh_refund_status(order: Order) -> Order:
+    """Set the (locked) order's status from what its charges have refunded, by Sill or outside.
+
+    PAID, SHIPPED or DELIVERED become PARTIALLY_REFUNDED, then REFUNDED, as refunds settle;
+    a refund the rail reports failed after settlement takes the order back (to PAID when
+    nothing stays refunded). PENDING and CANCELLED orders are never touched.
+    """
+    if order.status in (OrderStatus.PENDING, OrderStatus.CANCELLED):
+        return order
+    charges = list(Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED))
+    charged = sum(c.amount_minor for c in charges)
+    refunded = sum(c.amount_refunded_minor + c.amount_refunded_outside_minor for c in charges)
+    status: str
+    if charged and refunded >= charged:
+        status = OrderStatus.REFUNDED
+    elif refunded > 0:
+        status = OrderStatus.PARTIALLY_REFUNDED
+    elif order.status in (OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED):
+        status = OrderStatus.PAID
+    else:
+        status = order.status
+    return set_order_status(order=order, status=status)
 
 
 @transaction.atomic

@@ -15,16 +15,19 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from sill.orders.models import Charge, DisputeStatus, Rail
+from sill.orders.models import Charge, Rail
 from sill.orders.outside import (
     OutsideRefund,
     ReportedDispute,
     record_dispute,
     record_outside_refund,
+    report_own_refund,
 )
+from sill.rails.base import RailRefund
+from sill.rails.dispute_states import dispute_status
 from sill.rails.models import WebhookEvent
 
-REFUND_EVENTS = frozenset({"refund.created", "refund.updated"})
+REFUND_EVENTS = frozenset({"refund.created", "refund.updated", "refund.failed"})
 DISPUTE_EVENTS = frozenset(
     {
         "charge.dispute.created",
@@ -34,18 +37,6 @@ DISPUTE_EVENTS = frozenset(
         "charge.dispute.funds_reinstated",
     }
 )
-
-_DISPUTE_STATES: dict[str, DisputeStatus] = {
-    "warning_needs_response": DisputeStatus.NEEDS_RESPONSE,
-    "needs_response": DisputeStatus.NEEDS_RESPONSE,
-    "warning_under_review": DisputeStatus.UNDER_REVIEW,
-    "under_review": DisputeStatus.UNDER_REVIEW,
-    "won": DisputeStatus.WON,
-    # An inquiry closed without a chargeback, or one prevented: no money was taken back.
-    "warning_closed": DisputeStatus.WON,
-    "prevented": DisputeStatus.WON,
-    "lost": DisputeStatus.LOST,
-}
 
 
 def process_event(event_pk: int) -> str:
@@ -94,11 +85,29 @@ def _charge_of(stored: WebhookEvent, obj: dict[str, Any]) -> Charge | None:
 
 def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime) -> str:
     refund_id = str(obj.get("id") or "")
-    if (obj.get("metadata") or {}).get("sill_refund_id"):
-        return f"{refund_id}: Sill's own refund"
+    sill_refund_id = str((obj.get("metadata") or {}).get("sill_refund_id") or "")
     charge = _charge_of(stored, obj)
     if charge is None or not refund_id:
+        if sill_refund_id:
+            return f"{refund_id}: Sill's own refund"
         return f"{refund_id or 'refund'}: not a charge Sill made"
+    if sill_refund_id:
+        # Sill's own refund, whatever state Sill's record of it is in: never an outside
+        # refund. Its rail state goes to the refund core (a late failure is reversed there).
+        try:
+            report = RailRefund(
+                provider_refund_id=refund_id,
+                amount_minor=int(obj["amount"]),
+                currency=str(obj["currency"]).upper(),
+                status=str(obj.get("status") or "succeeded"),
+                created_at=_time(obj.get("created")),
+                sill_refund_id=sill_refund_id,
+                failure_reason=str(obj.get("failure_reason") or ""),
+            )
+        except (KeyError, TypeError, ValueError):
+            return f"{refund_id}: malformed refund"
+        done = report_own_refund(charge=charge, refund=report, event_id=stored.event_id)
+        return f"{refund_id}: {done}"
     try:
         refund = OutsideRefund(
             provider_refund_id=refund_id,
@@ -130,8 +139,7 @@ def _apply_dispute(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime
             reason=str(obj.get("reason") or "general"),
             amount_minor=int(obj["amount"]),
             currency=str(obj["currency"]).upper(),
-            # An unknown status is treated as open: refunding a disputed charge pays twice.
-            status=_DISPUTE_STATES.get(rail_status, DisputeStatus.NEEDS_RESPONSE),
+            status=dispute_status(rail_status),
             rail_status=rail_status,
             opened_at=_time(obj.get("created")),
         )

@@ -1,4 +1,5 @@
 """Rail tests: localstripe for Stripe (see tests/localstripe.py), and signed agent mandates."""
 
 from tests.localstripe import localstripe_url  # noqa: F401
+from tests.rails.localstripe_fixtures import api, deliver, paid, sdk  # noqa: F401
 from tests.refunds.conftest import agent_key, sign, signing_key  # noqa: F401

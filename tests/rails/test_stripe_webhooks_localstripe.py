@@ -6,78 +6,25 @@ the event itself with Stripe's documented scheme (tests/rails/stripe_events.py).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-import stripe
 from django.test import Client
 from django.utils import timezone
 
 from refunds.models import Refund
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import NotRefundable, create_staff_refund
-from sill.money import Money
-from sill.orders.models import Charge, ExternalRefund, Order
-from sill.rails.base import ChargeRequest
+from sill.orders.models import ExternalRefund, Order
 from sill.rails.models import WebhookEvent
 from sill.rails.stripe import StripeRail
 from sill.rails.stripe_events import process_event
-from tests.rails.stripe_events import deliverer, dispute_obj, event, header, stripe_account
-from tests.refunds.conftest import ORIGINAL, post, refund_intent
+from tests.rails.localstripe_fixtures import as_dict
+from tests.rails.stripe_events import dispute_obj, event, header
+from tests.refunds.conftest import ORIGINAL, refund_intent
 
 # The agent fixtures (agent_key, sign, signing_key) come from tests/rails/conftest.py.
 pytestmark = pytest.mark.django_db
-
-KEY = "sk_test_sill_webhooks_0001"
-
-
-@pytest.fixture
-def deliver(django_capture_on_commit_callbacks):
-    return deliverer(django_capture_on_commit_callbacks)
-
-
-@pytest.fixture
-def api(django_capture_on_commit_callbacks):
-    client = Client()
-
-    def send(body: bytes) -> Any:
-        with django_capture_on_commit_callbacks(execute=True):
-            return post(client, body)
-
-    return send
-
-
-@pytest.fixture
-def sdk(localstripe_url: str) -> stripe.StripeClient:
-    return stripe.StripeClient(KEY, base_addresses={"api": localstripe_url}, max_network_retries=0)
-
-
-@pytest.fixture
-def paid(site, make_order, agent, localstripe_url) -> Charge:
-    """An $89.00 order the agent placed, really charged at localstripe."""
-    stripe_account(site, enabled=True, api_base=localstripe_url)
-    order = make_order(
-        total="89.00", rail="stripe", placed_by_agent=agent, source_mandate_id=ORIGINAL
-    )
-    rail = StripeRail(secret_key=KEY, api_base=localstripe_url)
-    result = rail.charge(
-        ChargeRequest(
-            order_id=order.pk,
-            amount=Money(8900, "USD"),
-            payment_method="pm_card_visa",
-            idempotency_key=f"sill-charge-{order.pk}",
-        )
-    )
-    charge = Charge.objects.get(order=order)
-    charge.provider_charge_id = result.provider_charge_id
-    charge.provider_payment_id = result.provider_payment_id
-    charge.save()
-    return charge
-
-
-def as_dict(obj: stripe.StripeObject) -> dict[str, Any]:
-    return json.loads(str(obj))
 
 
 def test_a_refund_made_at_stripe_is_recorded_and_caps_the_next_agent_refund(
@@ -169,3 +116,24 @@ def test_sills_own_refund_webhook_before_settlement_is_one_refund(
     assert sdk.v1.charges.retrieve(paid.provider_charge_id).amount_refunded == 8900
     assert WebhookEvent.objects.get().processed_at is not None
     assert timezone.now() >= WebhookEvent.objects.get().received_at
+
+
+def test_a_dispute_reported_while_a_refund_is_held_refuses_its_approval(
+    site, paid, deliver, api, sign, client_for
+):
+    from tests.refunds.conftest import require_approval
+
+    require_approval(site, origin="agent")
+    answer = api(sign(refund_intent(ORIGINAL))).json()
+    assert answer["status"] == "held", answer
+    body = event(
+        "charge.dispute.created", dispute_obj(paid.provider_charge_id), event_id="evt_dispute"
+    )
+    assert deliver(site, body).status_code == 200
+
+    response = client_for("owner").post(f"/held/{answer['refund_id']}/approve/")
+    assert response.status_code in (200, 302, 409)
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert (refund.status, refund.outcome_code) == ("rejected", "disputed")
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_reserved_minor) == (0, 0)

@@ -1,0 +1,96 @@
+"""Bringing Sill's books for one charge up to date with what the rail holds for it.
+
+Used when the rail's figures say Sill is missing something (at decision time: the rail counts
+more refunded than Sill recorded, or a dispute) and by reconciliation. It reads the charge's
+refunds and disputes at the rail (``ChargeReader``) and records, through
+:mod:`sill.orders.outside`, the outside refunds and disputes Sill has not seen, and hands the
+rail's state of Sill's own refunds to the refund core (a late failure is reversed there).
+It never starts a money movement. Call it outside any transaction: the reads are network
+calls, and each record takes its own row locks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from sill.orders.models import Charge
+from sill.orders.outside import (
+    COUNTED_STATES,
+    OutsideRefund,
+    ReportedDispute,
+    record_dispute,
+    record_outside_refund,
+    report_own_refund,
+)
+from sill.rails.base import ChargeReader, RailError, RailRefund
+from sill.rails.dispute_states import dispute_status
+
+
+@dataclass(frozen=True)
+class ChargeSync:
+    """What the rail listed for the charge, and what was done with it."""
+
+    refunds: list[RailRefund]
+    disputes_read: bool
+    outcomes: list[str] = field(default_factory=list)
+
+
+def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeSync:
+    """Record what the rail holds for ``charge`` that Sill has not; ``event_id`` names the
+    occasion in the audit records (e.g. ``"decision:rf_…"`` or ``"reconcile:…"``).
+
+    Raises ``RailError`` when the refunds cannot be listed (nothing is recorded then); a
+    dispute list that fails leaves ``disputes_read`` False and records no dispute.
+    """
+    refunds = rail.list_refunds(charge.provider_charge_id)
+    now = timezone.now()
+    outcomes: list[str] = []
+    for listed in refunds:
+        if listed.sill_refund_id:
+            done = report_own_refund(charge=charge, refund=listed, event_id=event_id)
+        elif listed.currency != charge.currency or listed.amount_minor <= 0:
+            done = "not a refund of this charge's currency"
+        elif listed.status not in COUNTED_STATES and not _known(charge, listed):
+            done = "failed at the rail; nothing to record"
+        else:
+            done = record_outside_refund(
+                charge=charge,
+                refund=OutsideRefund(
+                    provider_refund_id=listed.provider_refund_id,
+                    amount_minor=listed.amount_minor,
+                    currency=listed.currency,
+                    status=listed.status,
+                    created_at_rail=listed.created_at,
+                    reason=listed.reason,
+                ),
+                event_id=event_id,
+                event_at=now,
+            )
+        outcomes.append(f"{listed.provider_refund_id}: {done}")
+    try:
+        disputes = rail.list_disputes(charge.provider_charge_id)
+    except RailError:
+        return ChargeSync(refunds=refunds, disputes_read=False, outcomes=outcomes)
+    for dispute in disputes:
+        done = record_dispute(
+            charge=charge,
+            dispute=ReportedDispute(
+                provider_dispute_id=dispute.provider_dispute_id,
+                reason=dispute.reason,
+                amount_minor=dispute.amount_minor,
+                currency=dispute.currency,
+                status=dispute_status(dispute.status),
+                rail_status=dispute.status,
+                opened_at=dispute.created_at,
+            ),
+            event_id=event_id,
+            event_at=now,
+        )
+        outcomes.append(f"{dispute.provider_dispute_id}: {done}")
+    return ChargeSync(refunds=refunds, disputes_read=True, outcomes=outcomes)
+
+
+def _known(charge: Charge, listed: RailRefund) -> bool:
+    return charge.external_refunds.filter(provider_refund_id=listed.provider_refund_id).exists()

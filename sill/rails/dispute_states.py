@@ -1,0 +1,30 @@
+"""A rail's dispute status words, as Sill's ``DisputeStatus``.
+
+An unknown word is open: refunding a disputed charge pays the buyer twice, so only a word
+that says the dispute is over (won or lost) lets a refund through.
+"""
+
+from __future__ import annotations
+
+from sill.orders.models import DisputeStatus
+
+_STATES: dict[str, DisputeStatus] = {
+    # Stripe (https://docs.stripe.com/api/disputes/object#dispute_object-status), and
+    # Shopify's ShopifyPaymentsDisputeStatus in lower case, which uses the same words.
+    "warning_needs_response": DisputeStatus.NEEDS_RESPONSE,
+    "needs_response": DisputeStatus.NEEDS_RESPONSE,
+    "warning_under_review": DisputeStatus.UNDER_REVIEW,
+    "under_review": DisputeStatus.UNDER_REVIEW,
+    "won": DisputeStatus.WON,
+    # An inquiry closed without a chargeback, or one prevented: no money was taken back.
+    "warning_closed": DisputeStatus.WON,
+    "prevented": DisputeStatus.WON,
+    "lost": DisputeStatus.LOST,
+    # Shopify: the merchant accepted the chargeback, or refunded the charge instead.
+    "accepted": DisputeStatus.LOST,
+    "charge_refunded": DisputeStatus.LOST,
+}
+
+
+def dispute_status(word: str) -> DisputeStatus:
+    return _STATES.get(word.lower(), DisputeStatus.NEEDS_RESPONSE)

@@ -1,0 +1,68 @@
+"""Localstripe fixtures shared by the Stripe rail tests: a charge really made at localstripe,
+the SDK pointed at it, the agent API and webhook delivery running what they enqueue."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import stripe
+from django.test import Client
+
+from sill.money import Money
+from sill.orders.models import Charge
+from sill.rails.base import ChargeRequest
+from sill.rails.stripe import StripeRail
+from tests.rails.stripe_events import deliverer, stripe_account
+from tests.refunds.conftest import ORIGINAL, post
+
+KEY = "sk_test_sill_webhooks_0001"
+
+
+@pytest.fixture
+def deliver(django_capture_on_commit_callbacks):
+    return deliverer(django_capture_on_commit_callbacks)
+
+
+@pytest.fixture
+def api(django_capture_on_commit_callbacks):
+    client = Client()
+
+    def send(body: bytes) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return post(client, body)
+
+    return send
+
+
+@pytest.fixture
+def sdk(localstripe_url: str) -> stripe.StripeClient:
+    return stripe.StripeClient(KEY, base_addresses={"api": localstripe_url}, max_network_retries=0)
+
+
+@pytest.fixture
+def paid(site, make_order, agent, localstripe_url) -> Charge:
+    """An $89.00 order the agent placed, really charged at localstripe."""
+    stripe_account(site, enabled=True, api_base=localstripe_url)
+    order = make_order(
+        total="89.00", rail="stripe", placed_by_agent=agent, source_mandate_id=ORIGINAL
+    )
+    rail = StripeRail(secret_key=KEY, api_base=localstripe_url)
+    result = rail.charge(
+        ChargeRequest(
+            order_id=order.pk,
+            amount=Money(8900, "USD"),
+            payment_method="pm_card_visa",
+            idempotency_key=f"sill-charge-{order.pk}",
+        )
+    )
+    charge = Charge.objects.get(order=order)
+    charge.provider_charge_id = result.provider_charge_id
+    charge.provider_payment_id = result.provider_payment_id
+    charge.save()
+    return charge
+
+
+def as_dict(obj: stripe.StripeObject) -> dict[str, Any]:
+    return json.loads(str(obj))

@@ -1,0 +1,157 @@
+"""A refund Sill settled that Stripe later reports failed: reversed, shown, recorded, told.
+
+Against localstripe through the real SDK; the failure event is signed by the test with
+Stripe's scheme (localstripe neither fails refunds nor sends webhooks).
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core import mail
+from django.core.management import call_command
+from django.test import Client
+
+from audit.models import AuditRecord
+from refunds.models import Refund
+from sill.accounts.services import issue_agent_token
+from sill.orders.models import Charge, ExternalRefund, Order
+from tests.rails.localstripe_fixtures import as_dict
+from tests.rails.stripe_events import event
+from tests.refunds.conftest import ORIGINAL, refund_intent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def settled(paid: Charge, api, sign) -> Refund:
+    answer = api(sign(refund_intent(ORIGINAL, max_amount=Decimal("50.00")))).json()
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert refund.status == "succeeded", answer
+    mail.outbox.clear()
+    return refund
+
+
+def failed_event(sdk, refund: Refund, *, event_id: str = "evt_failed", kind="refund.failed"):
+    obj = as_dict(sdk.v1.refunds.retrieve(refund.provider_refund_id))
+    assert obj["metadata"]["sill_refund_id"] == refund.pk
+    obj.update(status="failed", failure_reason="expired_or_canceled_card")
+    return event(kind, obj, event_id=event_id)
+
+
+def test_it_restores_what_is_refundable_and_shows_the_refund_failed(
+    site,
+    paid,
+    settled,
+    sdk,
+    deliver,
+    client_for,
+    members,
+):
+    assert deliver(site, failed_event(sdk, settled)).status_code == 200
+
+    settled.refresh_from_db()
+    assert (settled.status, settled.outcome_code) == ("failed", "failed_after_settlement")
+    assert settled.settled_at is not None and settled.reversed_at is not None
+    assert "expired or canceled card" in settled.failure_message
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_reserved_minor) == (0, 0)
+    assert paid.remaining.amount_minor == 8900
+    assert Order.objects.get(pk=paid.order_id).status == "PAID"
+    assert not ExternalRefund.objects.exists()
+
+    page = client_for("staff").get(f"/orders/{paid.order_id}/", {"tab": "transactions"})
+    html = page.content.decode()
+    assert "FAILED after settlement" in html and "the money went back to you" in html
+
+
+def test_it_writes_a_signed_record_and_tells_owners_and_admins(
+    site,
+    paid,
+    settled,
+    sdk,
+    deliver,
+    members,
+):
+    deliver(site, failed_event(sdk, settled))
+
+    record = AuditRecord.objects.get(kind="refund_reversed")
+    body = json.loads(record.payload)["body"]
+    assert (body["refund_id"], body["provider_refund_id"]) == (
+        settled.pk,
+        settled.provider_refund_id,
+    )
+    assert body["source"] == "evt_failed" and body["decision_hash"] == settled.decision_hash
+    out = StringIO()
+    call_command("audit", "verify", "--site", site.pk, stdout=out)
+    assert "OK" in out.getvalue()
+
+    assert len(mail.outbox) == 1
+    message = mail.outbox[0]
+    assert "failed after settlement" in message.subject.lower()
+    assert sorted(message.to) == ["admin@roasters.example", "owner@roasters.example"]
+    assert f"/orders/{paid.order_id}/" in message.body
+
+
+def test_it_applies_once_however_often_and_in_whatever_form_stripe_reports_it(
+    site,
+    paid,
+    settled,
+    sdk,
+    deliver,
+    members,
+):
+    deliver(site, failed_event(sdk, settled, event_id="evt_1"))
+    deliver(site, failed_event(sdk, settled, event_id="evt_1"))
+    deliver(site, failed_event(sdk, settled, event_id="evt_2", kind="refund.updated"))
+
+    assert AuditRecord.objects.filter(kind="refund_reversed").count() == 1
+    assert len(mail.outbox) == 1
+    paid.refresh_from_db()
+    assert paid.amount_refunded_minor == 0
+
+
+def test_the_agent_api_answers_failed_with_the_reason(site, paid, settled, sdk, deliver):
+    deliver(site, failed_event(sdk, settled))
+    token = issue_agent_token(agent=settled.agent)
+    answer = (
+        Client()
+        .get(
+            f"/api/v1/refunds/{settled.mandate.mandate_id}",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        .json()
+    )
+    assert (answer["status"], answer["reason"]) == ("failed", "failed_after_settlement")
+
+
+def test_a_succeeded_report_of_a_settled_refund_changes_nothing(
+    site,
+    paid,
+    settled,
+    sdk,
+    deliver,
+):
+    obj = as_dict(sdk.v1.refunds.retrieve(settled.provider_refund_id))
+    deliver(site, event("refund.updated", obj, event_id="evt_ok"))
+    settled.refresh_from_db()
+    assert settled.status == "succeeded"
+    assert not AuditRecord.objects.filter(kind="refund_reversed").exists()
+
+
+def test_a_failure_reported_while_sill_executes_the_refund_is_left_to_the_execution(
+    site,
+    paid,
+    settled,
+    sdk,
+    deliver,
+):
+    # As if the webhook overtook the worker: the execution records the rail's answer itself.
+    Refund.objects.filter(pk=settled.pk).update(status="processing")
+    deliver(site, failed_event(sdk, settled))
+    settled.refresh_from_db()
+    assert (settled.status, settled.reversed_at) == ("processing", None)
+    assert not AuditRecord.objects.filter(kind="refund_reversed").exists()
