@@ -88,7 +88,8 @@ def read_refund_facts(context: RefundContext) -> dict[str, Any]:
         "refundCustomerRefunds30d": _customer_refunds(context, customer),
         "refundAgentTotalTodayUsd": _agent_total_today_usd(context, refund_usd),
         "refundDisputed": disputed,
-        "refundReason": context.reason or "none",
+        # A Shopify refund carries no reason (seed 002): its reason fact is always none.
+        "refundReason": "none" if charge.rail == "shopify" else (context.reason or "none"),
         "refundOrigin": str(context.origin),
         "agentPlacedOriginal": agent_placed,
         "rail": charge.rail,

@@ -300,3 +300,126 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.site_id}/{self.user_id}/{self.key}"
+
+
+# --- reconciliation: differences between Sill's books and the rail's ------------------------
+
+
+class ReconciliationKind(models.TextChoices):
+    """What kind of difference reconciliation found (refunds.reconcile.differences)."""
+
+    MISSING_IN_SILL = "missing_in_sill", "At the rail, not in Sill"
+    MISSING_AT_RAIL = "missing_at_rail", "In Sill, not at the rail"
+    AMOUNT_DIFFERS = "amount_differs", "Amounts differ"
+    STATUS_DIFFERS = "status_differs", "Status differs"
+
+
+class ReconciliationResolution(models.TextChoices):
+    ACKNOWLEDGED = "acknowledged", "Acknowledged"
+    FIXED_AT_RAIL = "fixed_at_rail", "Fixed at the rail"
+    RECORDED_IN_SILL = "recorded_in_sill", "Recorded in Sill"
+    # Set by Sill alone: a later run found the difference gone (resolved_by stays null).
+    CLEARED = "cleared", "Cleared: the difference went away"
+
+
+class ReconciliationItem(models.Model):
+    """One difference between Sill's books and a rail's, open until it is resolved.
+
+    ``key`` names the difference (``"<kind>:<refund id or provider refund id>"``): the
+    database allows one open item per key and site, so a second run never duplicates one.
+    ``sill_corrected``: Sill brought its own books in line when it found this (it recorded a
+    refund it had missed); such an item stays open until a person acknowledges it, where
+    the others are cleared by Sill once a later run no longer finds them.
+    """
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="reconciliation_items")
+    kind = models.CharField(max_length=20, choices=ReconciliationKind.choices)
+    key = models.CharField(max_length=300)
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="+")
+    charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="+")
+    refund = models.ForeignKey(
+        Refund, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    rail = models.CharField(max_length=20)
+    provider_refund_id = models.CharField(max_length=255, blank=True)
+    currency = models.CharField(max_length=3)
+    # What Sill and the rail say; null where one side has nothing.
+    sill_amount_minor = models.BigIntegerField(null=True, blank=True)
+    rail_amount_minor = models.BigIntegerField(null=True, blank=True)
+    rail_currency = models.CharField(max_length=3, blank=True)
+    sill_status = models.CharField(max_length=40, blank=True)
+    rail_status = models.CharField(max_length=40, blank=True)
+    detail = models.TextField()
+    sill_corrected = models.BooleanField(default=False)
+    found_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    resolution = models.CharField(
+        max_length=20, choices=ReconciliationResolution.choices, blank=True
+    )
+    resolution_note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["found_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "key"],
+                condition=Q(resolved_at__isnull=True),
+                name="reconitem_one_open_per_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=[k.value for k in ReconciliationKind]),
+                name="reconitem_kind_valid",
+            ),
+            # Open: no resolution. Resolved: a resolution, and a person unless Sill cleared it.
+            models.CheckConstraint(
+                condition=(Q(resolved_at__isnull=True) & Q(resolution=""))
+                | (
+                    Q(resolved_at__isnull=False)
+                    & Q(resolution__in=[r.value for r in ReconciliationResolution])
+                    & (Q(resolution="cleared") | Q(resolved_by__isnull=False))
+                ),
+                name="reconitem_resolution_consistent",
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=CURRENCY_RE), name="reconitem_currency_iso"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["site", "resolved_at"]),
+            models.Index(fields=["charge", "resolved_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.site_id}/{self.key}"
+
+
+class ReconciliationRun(models.Model):
+    """One pass of reconciliation over one rail account of a site (the beat task's claim).
+
+    A run is claimed by creating this row under the rail account's row lock, so two workers
+    never start the same site's run twice within the interval; ``cursor`` is the last charge
+    it checked, where the next run goes on when a site has more charges than one run takes.
+    """
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="reconciliation_runs")
+    rail = models.CharField(max_length=20)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    charges_checked = models.PositiveIntegerField(default=0)
+    charges_unreadable = models.PositiveIntegerField(default=0)
+    items_opened = models.PositiveIntegerField(default=0)
+    items_cleared = models.PositiveIntegerField(default=0)
+    cursor = models.CharField(max_length=40, blank=True)
+    # Why the run could not read the rail at all (switched off, key unreadable), or "".
+    error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["site", "rail", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.site_id}/{self.rail} run at {self.started_at:%Y-%m-%d %H:%M}"

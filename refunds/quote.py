@@ -14,6 +14,10 @@ reported. A held refund reserves nothing until it is approved, so holds do not l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
 
 from refunds.models import LIVE_STATUSES, RESERVED_STATUSES, Refund, RefundOrigin, RefundStatus
 from sill.errors import SillError
@@ -28,7 +32,13 @@ from sill.orders.models import (
     OrderStatus,
 )
 from sill.orders.outside import unrecorded_refunded_minor
+from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail_label
 from sill.rails.registry import RailDisabled, rail_account_for
+from sill.rails.woocommerce import woocommerce_stripe_refusal
+
+# Rails whose credentials do not say whether they move real money: refunds need the charge's
+# own facts to say it is a test (see live_refusal).
+TEST_MODE_ONLY_RAILS = frozenset({RailName.SHOPIFY})
 
 
 @dataclass(frozen=True)
@@ -89,7 +99,7 @@ def quote_refund(
     origin: str | None = None,
     check_rail: bool = False,
     refund: Refund | None = None,
-    rail_refunded_minor: int | None = None,
+    rail_facts: RefundFacts | None = None,
 ) -> Quote:
     """What may be refunded of ``order`` on ``charge``; else :class:`RefundRefused`.
 
@@ -106,9 +116,11 @@ def quote_refund(
     (``exceeds_refundable``), an open dispute (``disputed``), less left than the refund's
     amount (``exceeds_refundable``; a refund that reserved its amount counts it as its own).
 
-    ``rail_refunded_minor``: what the rail counted as refunded on the charge when its facts
-    were read; anything beyond Sill's records was refunded outside Sill and is not refundable
-    again, even before Sill has recorded it.
+    ``rail_facts``: what the rail reported when its facts were read (a new refund only).
+    Anything it counts as refunded beyond Sill's records was refunded outside Sill and is not
+    refundable again, even before Sill has recorded it; a charge whose refund would move real
+    money is refused ``live_not_allowed`` (after ``rail_disabled``) unless ``SILL_ALLOW_LIVE``
+    is set (:func:`live_refusal`).
 
     Callers hold the order's and the charge's row locks when they act on the answer.
     """
@@ -130,6 +142,10 @@ def quote_refund(
             order=order,
             charge=charge,
         )
+    if refund is None and (
+        needs_stripe := woocommerce_stripe_refusal(site_id=order.site_id, order_id=order.pk)
+    ):
+        raise RefundRefused(needs_stripe.message, code="rail_disabled", order=order, charge=charge)
     if check_rail:
         try:
             rail_account_for(site_id=order.site_id, rail=charge.rail)
@@ -137,6 +153,10 @@ def quote_refund(
             raise RefundRefused(
                 exc.message, code="rail_disabled", order=order, charge=charge
             ) from exc
+    if (live := live_refusal(order, charge, rail_facts)) is not None:
+        raise live
+    if (late := window_refusal(order, charge, rail_facts)) is not None:
+        raise late
     if (dispute := open_dispute(charge)) is not None:
         raise RefundRefused(
             _disputed_words(order, refund, dispute),
@@ -146,7 +166,8 @@ def quote_refund(
             dispute=dispute,
         )
     remaining = charge.remaining
-    if unrecorded := unrecorded_refunded_minor(charge, rail_refunded_minor):
+    rail_refunded = rail_facts.charge_refunded_minor if rail_facts is not None else None
+    if unrecorded := unrecorded_refunded_minor(charge, rail_refunded):
         remaining = Money(max(0, remaining.amount_minor - unrecorded), remaining.currency)
     if refund is None and remaining.amount_minor <= 0:
         raise RefundRefused(
@@ -168,6 +189,56 @@ def quote_refund(
             charge=charge,
         )
     return Quote(order=order, charge=charge, remaining=remaining)
+
+
+def live_refusal(
+    order: Order, charge: Charge, rail_facts: RefundFacts | None
+) -> RefundRefused | None:
+    """``live_not_allowed`` when refunding ``charge`` would move real money and this
+    deployment does not allow it (``SILL_ALLOW_LIVE``); else None.
+
+    A rail on which a key does not say whether money is real (Shopify: only a development
+    store's test orders are safe) is refused unless its facts say, for this charge, that it
+    is not (``live_money is False``): a fact that could not be read refuses too.
+    """
+    if settings.SILL_ALLOW_LIVE or rail_facts is None:
+        return None
+    live = rail_facts.live_money
+    if live is False or (live is None and charge.rail not in TEST_MODE_ONLY_RAILS):
+        return None
+    return RefundRefused(
+        f"Order #{order.number} was paid with real money on {rail_label(charge.rail)}, and this "
+        "Sill refunds only test orders on a development store (set SILL_ALLOW_LIVE=1 to allow "
+        "live refunds). Nothing was refunded; refund it in the store's admin instead."
+        if live
+        else f"Sill could not confirm that order #{order.number} is a test order on a "
+        f"development store, so it was not refunded on {rail_label(charge.rail)}. Nothing "
+        "was refunded; try again, or refund it in the store's admin.",
+        code="live_not_allowed",
+        order=order,
+        charge=charge,
+    )
+
+
+def window_refusal(
+    order: Order, charge: Charge, rail_facts: RefundFacts | None, *, now: datetime | None = None
+) -> RefundRefused | None:
+    """``refund_window_passed`` when the rail's facts date the payment further back than the
+    rail lets a refund reach (``RAIL_REFUND_WINDOW_DAYS``: PayPal's 180 days); else None."""
+    days = RAIL_REFUND_WINDOW_DAYS.get(charge.rail)
+    paid_at = rail_facts.charge_created_at if rail_facts is not None else None
+    if days is None or paid_at is None:
+        return None
+    if (now or timezone.now()) - paid_at <= timedelta(days=days):
+        return None
+    label = rail_label(charge.rail)
+    return RefundRefused(
+        f"{label} refunds a payment for {days} days only, and order #{order.number} was paid "
+        f"on {paid_at:%b %-d, %Y}: refund the buyer in {label} directly. Nothing was refunded.",
+        code="refund_window_passed",
+        order=order,
+        charge=charge,
+    )
 
 
 def original_refusal(order: Order | None, charge: Charge | None) -> RefundRefused | None:

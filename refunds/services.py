@@ -23,6 +23,7 @@ from sill.errors import SillError
 from sill.failpoints import failpoint
 from sill.orders.models import Charge, Order
 from sill.orders.services import refresh_refund_status
+from sill.rails.woocommerce.record import queue_woocommerce_record
 
 HOLD_FOR = timedelta(hours=24)
 
@@ -179,6 +180,14 @@ def settle_refund(
     refund.failure_message = ""
     refund.save()
     refresh_refund_status(order)
+    # A WooCommerce order's refund ran on Stripe: record it on the Woo order too (on commit,
+    # retried; never the refund's failure).
+    queue_woocommerce_record(
+        order=order,
+        refund_id=refund.id,
+        amount=refund.amount,
+        reason=refund.reason_label or refund.reason_code or "Refund",
+    )
     append_record(
         site=refund.site,
         kind="settlement",

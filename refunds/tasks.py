@@ -17,6 +17,7 @@ from refunds.reconcile.attention import (
     notify_attention,
 )
 from refunds.reconcile.rail_reports import notify_reversed
+from refunds.reconcile.runs import accounts_due, run_reconciliation
 from refunds.review.decisions import expire_held_refunds
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 
@@ -132,3 +133,21 @@ def notify_pending_held_refunds_task() -> int:
 def notify_reversed_task(refund_id: str) -> bool:
     """Tell owners and admins that a settled refund failed at the rail (enqueued on commit)."""
     return notify_reversed(refund_id=refund_id)
+
+
+@shared_task(name="refunds.reconcile")
+def reconcile_task() -> int:
+    """Start a reconciliation run for each rail account that is due. Beat: every 5 minutes."""
+    ids = accounts_due()
+    for account_id in ids:
+        reconcile_account_task.delay(account_id)
+    return len(ids)
+
+
+@shared_task(name="refunds.reconcile_account", acks_late=True)
+def reconcile_account_task(account_id: int) -> str:
+    """One rail account's run (a redelivery within the interval finds it claimed)."""
+    run = run_reconciliation(account_id=account_id)
+    if run is None:
+        return "not due"
+    return f"{run.charges_checked} checked, {run.items_opened} opened, {run.items_cleared} cleared"

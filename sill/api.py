@@ -1,18 +1,31 @@
-"""The DRF exception handler (every API error is ``{"error": {"code", "message", "field"}}``)
-and the strict JSON parser every API view reads bodies with."""
+"""The DRF exception handler (every API error is ``{"error": {"code", "message", "field"}}``),
+the strict JSON parser every API view reads bodies with, the API's rate limits and who may
+read the OpenAPI schema."""
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import math
+from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from sill import jsonbody
+from sill.accounts.models import Agent, MemberToken
+from sill.client_address import client_address
 from sill.errors import SillError
+
+if TYPE_CHECKING:
+    # Not at run time: rest_framework.views imports this module while it defines APIView.
+    from rest_framework.views import APIView
 
 _DRF_CODES = {
     exceptions.NotAuthenticated: "not_authenticated",
@@ -22,13 +35,33 @@ _DRF_CODES = {
     exceptions.MethodNotAllowed: "method_not_allowed",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
     exceptions.ParseError: "malformed",
-    exceptions.Throttled: "throttled",
+    exceptions.Throttled: "rate_limited",
     exceptions.ValidationError: "invalid_field",
 }
 
 
+class RateLimited(SillError):
+    """Over a rate limit; ``retry_after`` seconds until the next request would be allowed."""
+
+    code = "rate_limited"
+    status = 429
+
+    def __init__(self, *, retry_after: int) -> None:
+        super().__init__(_too_many(retry_after))
+        self.retry_after = retry_after
+
+
+def _too_many(seconds: int | None) -> str:
+    if not seconds:
+        return "Too many requests: slow down and try again."
+    return f"Too many requests: try again in {seconds} second{'s' if seconds != 1 else ''}."
+
+
 def error_response(error: SillError) -> Response:
-    return Response(error.as_dict(), status=error.status)
+    response = Response(error.as_dict(), status=error.status)
+    if isinstance(error, RateLimited):
+        response["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -44,7 +77,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     field = None
     message = "Request refused."
     detail = getattr(exc, "detail", None)
-    if isinstance(detail, dict) and detail:
+    if isinstance(exc, exceptions.Throttled):
+        # DRF has set Retry-After (whole seconds) already; the message says the same.
+        message = _too_many(getattr(exc, "wait", None))
+    elif isinstance(detail, dict) and detail:
         field, first = next(iter(detail.items()))
         message = str(first[0] if isinstance(first, list) and first else first)
         if field == "non_field_errors":
@@ -73,3 +109,121 @@ class StrictJSONParser(JSONParser):
             return jsonbody.loads(raw, encoding=encoding)
         except jsonbody.MalformedJSON as exc:
             raise exceptions.ParseError(exc.message) from None
+
+
+# --- Rate limits -------------------------------------------------------------------------------
+
+
+class _Throttle(SimpleRateThrottle):
+    """DRF's cache throttle (a sliding window of request times per key, in the default cache)
+    with its rate read from ``settings.SILL_API_RATES[scope]`` on every request (``None``: no
+    limit) and addresses from :func:`sill.client_address.client_address`.
+
+    The window is read, trimmed and written back without a lock, so requests racing each other
+    can pass a few over the limit; a limit here bounds load and abuse, not money (which the
+    refund pipeline guards under row locks).
+    """
+
+    def get_rate(self) -> str | None:
+        rates: dict[str, str | None] = settings.SILL_API_RATES
+        return rates.get(self.scope or "")
+
+    def get_ident(self, request: Request) -> str:
+        return client_address(request._request) or "unknown"
+
+    def key_for(self, ident: str) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+class AddressThrottle(_Throttle):
+    """Requests with no credential, per client address: above all ``POST /api/v1/mandates``,
+    counted here before its body is parsed or its signature checked (the cheap check first)."""
+
+    scope = "address"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        user = request.user
+        if request.auth is not None or (user is not None and user.is_authenticated):
+            return None
+        return self.key_for(self.get_ident(request))
+
+
+class AgentTokenThrottle(_Throttle):
+    """An agent's reads (``GET /api/v1/...`` with its bearer token), per token."""
+
+    scope = "agent_token"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        if not isinstance(request.auth, Agent):
+            return None
+        token = request.META.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ").strip()
+        return self.key_for(hashlib.sha256(token.encode()).hexdigest())
+
+
+class MemberTokenThrottle(_Throttle):
+    """The staff API with a member's API token (``manage.py members token``), per token."""
+
+    scope = "member_token"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        if not isinstance(request.auth, MemberToken):
+            return None
+        return self.key_for(str(request.auth.pk))
+
+
+class MemberSessionThrottle(_Throttle):
+    """The API from a logged-in member's browser session, per user."""
+
+    scope = "member_session"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        user = request.user
+        if request.auth is not None or user is None or not user.is_authenticated:
+            return None
+        return self.key_for(str(user.pk))
+
+
+class _MandateKeyThrottle(_Throttle):
+    scope = "mandate_key"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        return None  # not a view throttle: see spend_mandate_budget
+
+    def take(self, ident: str) -> bool:
+        """:meth:`allow_request` for a key the caller names (same window, same cache)."""
+        num_requests, duration = self.parse_rate(self.rate)
+        if num_requests is None or duration is None:
+            return True
+        self.key = self.key_for(ident)
+        self.history = self.cache.get(self.key, [])
+        self.now = self.timer()
+        while self.history and self.history[-1] <= self.now - duration:
+            self.history.pop()
+        if len(self.history) >= num_requests:
+            return self.throttle_failure()
+        return self.throttle_success()
+
+
+def spend_mandate_budget(*, site_id: str, agent_id: str, key_id: str) -> None:
+    """Count one mandate against its signing key's budget, or raise :class:`RateLimited`.
+
+    Call it only once the mandate's signature verified: a forged mandate naming somebody
+    else's key must not spend that agent's budget (unsigned floods are the address limit's).
+    """
+    ident = hashlib.sha256(f"{site_id}\n{agent_id}\n{key_id}".encode()).hexdigest()
+    throttle = _MandateKeyThrottle()
+    if not throttle.take(ident):
+        raise RateLimited(retry_after=max(1, math.ceil(throttle.wait() or 1)))
+
+
+# --- The OpenAPI schema ------------------------------------------------------------------------
+
+
+class SchemaAccess(BasePermission):
+    """``/api/schema/`` for any logged-in user; for everyone when DEBUG or SILL_PUBLIC_SCHEMA."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        if settings.DEBUG or settings.SILL_PUBLIC_SCHEMA:
+            return True
+        user = request.user
+        return bool(user is not None and user.is_authenticated)

@@ -1,16 +1,43 @@
-"""Refuse NUL characters in query strings and form fields before any view reads them.
+"""Sill's own middleware: ``Permissions-Policy`` on every answer, and NUL refused early.
 
-No input of Sill's has a use for NUL, and PostgreSQL cannot store or even compare it
-(``text fields cannot contain NUL``): left alone, a ``?q=%00`` would be a 500 on PostgreSQL
-and a silent difference on SQLite. JSON bodies are checked where they are parsed (the
-mandate parser; DRF's CharField refuses NUL).
+``PermissionsPolicyMiddleware`` sends ``settings.PERMISSIONS_POLICY`` (feature → allowed
+origins; an empty list switches the feature off everywhere, e.g. ``camera=()``), which Django
+has no setting for.
+
+``RefuseNulMiddleware`` refuses NUL characters in query strings and form fields before any
+view reads them. No input of Sill's has a use for NUL, and PostgreSQL cannot store or even
+compare it (``text fields cannot contain NUL``): left alone, a ``?q=%00`` would be a 500 on
+PostgreSQL and a silent difference on SQLite. JSON bodies are checked where they are parsed
+(the mandate parser; DRF's CharField refuses NUL).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+
+
+class PermissionsPolicyMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        policy: dict[str, list[str]] = settings.PERMISSIONS_POLICY
+        self.header = ", ".join(
+            f"{feature}=({' '.join(_origin(o) for o in allowed)})"
+            for feature, allowed in policy.items()
+        )
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if self.header:
+            response.headers.setdefault("Permissions-Policy", self.header)
+        return response
+
+
+def _origin(origin: str) -> str:
+    # The header's structured-field syntax: keywords bare, origins quoted.
+    return origin if origin in ("self", "*") else f'"{origin}"'
 
 
 class RefuseNulMiddleware:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -42,10 +45,14 @@ SILL_ALLOW_LIVE = env_bool("SILL_ALLOW_LIVE", default=False)
 SILL_AUDIT_SIGNING_KEY = env_str("SILL_AUDIT_SIGNING_KEY")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin with Sill's site class (sill/admin.py): superusers only, mounted only
+    # with SILL_ADMIN=1 (sill/urls.py).
+    "sill.apps.SillAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
-    "django.contrib.sessions",
+    # django-qsessions replaces django.contrib.sessions: sessions with their user, agent and
+    # address (sill/accounts/sessions.py).
+    "qsessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
@@ -55,6 +62,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_celery_beat",
     "treebeard",
+    "axes",
+    "csp",
     "sill.accounts",
     "sill.orders",
     "sill.rails",
@@ -65,15 +74,20 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "sill.middleware.PermissionsPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "qsessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "sill.middleware.RefuseNulMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "sill.accounts.sessions.SessionTimeoutMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: it turns a login that django-axes refused into the lockout page (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "sill.urls"
@@ -220,6 +234,12 @@ SILL_EXECUTION_BACKOFF_BASE_SECONDS = env_float("SILL_EXECUTION_BACKOFF_BASE_SEC
 SILL_EXECUTION_BACKOFF_CAP_SECONDS = env_int("SILL_EXECUTION_BACKOFF_CAP_SECONDS", 300)
 # How often the beat task asks the rail again about a refund that needs attention.
 SILL_ATTENTION_RECHECK_SECONDS = env_int("SILL_ATTENTION_RECHECK_SECONDS", 300)
+# Reconciliation (refunds/reconcile/runs.py): every this many minutes per rail account, compare
+# the refunds of the charges active in the last N days with the rail's, at most this many
+# charges a run (the next run goes on where it stopped).
+SILL_RECONCILE_DAYS = env_int("SILL_RECONCILE_DAYS", 7)
+SILL_RECONCILE_EVERY_MINUTES = env_int("SILL_RECONCILE_EVERY_MINUTES", 60)
+SILL_RECONCILE_MAX_CHARGES = env_int("SILL_RECONCILE_MAX_CHARGES", 500)
 
 # --- Auth, sessions, security ---------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -233,6 +253,15 @@ LOGIN_URL = "accounts:login"
 LOGIN_REDIRECT_URL = "orders:dashboard"
 LOGOUT_REDIRECT_URL = "accounts:login"
 
+# Sessions (sill/accounts/sessions.py): signed out after this long without a request, and
+# this long after signing in whatever happens. The cookie and the session row outlive the idle
+# limit by the last-seen granularity only; `manage.py clearsessions` deletes expired rows.
+SESSION_ENGINE = "sill.accounts.session_store"
+SILL_SESSION_IDLE_SECONDS = env_int("SILL_SESSION_IDLE_SECONDS", 2 * 3600)
+SILL_SESSION_MAX_SECONDS = env_int("SILL_SESSION_MAX_SECONDS", 12 * 3600)
+if SILL_SESSION_IDLE_SECONDS < 60 or SILL_SESSION_MAX_SECONDS < 60:
+    raise ImproperlyConfigured("SILL_SESSION_IDLE_SECONDS and SILL_SESSION_MAX_SECONDS are >= 60")
+SESSION_COOKIE_AGE = SILL_SESSION_IDLE_SECONDS + 60
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie; CSRF goes in hx-headers from the page.
@@ -247,7 +276,112 @@ if not DEBUG and not TESTING:
     SECURE_HSTS_SECONDS = env_int("SILL_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
+
+# --- Proxy, login throttling, CSP, admin, API limits (README "Security") -------------------
+# Behind a reverse proxy that terminates TLS: SILL_TRUST_PROXY=1 believes its
+# X-Forwarded-Proto and takes the client address from X-Forwarded-For (right-most hop not in
+# SILL_TRUSTED_PROXIES, sill/client_address.py). Off, both headers are ignored: any client can
+# send them.
+SILL_TRUST_PROXY = env_bool("SILL_TRUST_PROXY", default=False)
+SILL_TRUSTED_PROXIES = env_list("SILL_TRUSTED_PROXIES", [])
+for _network in SILL_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"SILL_TRUSTED_PROXIES: {_network!r} is no network") from _exc
+if SILL_TRUST_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# django-axes counts failed logins (the product's and the Django admin's) per account *from
+# one address*: after SILL_LOGIN_FAILURE_LIMIT failures that pair is locked for
+# SILL_LOGIN_COOLOFF_MINUTES (tries while locked are refused, not recorded). The same account
+# from another address is not locked, so an attacker hammering the owner's account cannot
+# lock the owner out from the owner's own address. One address is also locked outright,
+# whatever accounts it tries, after SILL_LOGIN_ADDRESS_FAILURE_LIMIT failures in the cool-down
+# window (password spraying): sill/accounts/login_throttle.py.
+SILL_LOGIN_FAILURE_LIMIT = env_int("SILL_LOGIN_FAILURE_LIMIT", 5)
+SILL_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("SILL_LOGIN_ADDRESS_FAILURE_LIMIT", 30)
+SILL_LOGIN_COOLOFF_MINUTES = env_int("SILL_LOGIN_COOLOFF_MINUTES", 15)
+if min(SILL_LOGIN_FAILURE_LIMIT, SILL_LOGIN_ADDRESS_FAILURE_LIMIT, SILL_LOGIN_COOLOFF_MINUTES) < 1:
+    raise ImproperlyConfigured("SILL_LOGIN_* limits and the cool-down must be at least 1")
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before any check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = "sill.accounts.login_throttle.failure_limit"
+AXES_COOLOFF_TIME = timedelta(minutes=SILL_LOGIN_COOLOFF_MINUTES)
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_USERNAME_CALLABLE = "sill.accounts.login_throttle.username_of"
+AXES_CLIENT_IP_CALLABLE = "sill.client_address.client_address"
+AXES_LOCKOUT_CALLABLE = "sill.accounts.views.locked_out"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
+
+# Content-Security-Policy (django-csp): nothing inline anywhere (templates carry no inline
+# script, style or handler: tests/test_templates_have_no_inline_code.py), htmx's indicator
+# styles and eval are off (templates/base.html), so no page needs a nonce or 'unsafe-inline'.
+# data: images are Pico's form icons. SILL_CSP_REPORT_URI adds a report-uri.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "base-uri": ["'none'"],
+        "object-src": ["'none'"],
+    }
+}
+SILL_CSP_REPORT_URI = env_str("SILL_CSP_REPORT_URI")
+if SILL_CSP_REPORT_URI:
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["report-uri"] = [SILL_CSP_REPORT_URI]
+# Browser features no page of Sill's uses, switched off for every page and anything it embeds.
+PERMISSIONS_POLICY: dict[str, list[str]] = {
+    feature: []
+    for feature in (
+        "accelerometer", "autoplay", "camera", "display-capture", "encrypted-media",
+        "fullscreen", "geolocation", "gyroscope", "magnetometer", "microphone", "midi",
+        "payment", "picture-in-picture", "publickey-credentials-get", "screen-wake-lock",
+        "serial", "usb", "xr-spatial-tracking",
+    )
+}  # fmt: skip
+
+# The Django admin (sill/admin.py) is not mounted unless SILL_ADMIN=1; then superusers only.
+SILL_ADMIN = env_bool("SILL_ADMIN", default=False)
+# The OpenAPI schema (/api/schema/) needs a login unless DEBUG or SILL_PUBLIC_SCHEMA=1.
+SILL_PUBLIC_SCHEMA = env_bool("SILL_PUBLIC_SCHEMA", default=False)
+
+# API rate limits (DRF throttles on the default cache: Redis with REDIS_URL; without it each
+# process counts alone), "<requests>/<second|minute|hour|day>", sill/api.py. Each credential
+# has its own budget: an agent's signing key (counted once its signature verified) and its
+# bearer token, a member's API token and a member's session; requests with no credential
+# (mandate posts before their signature is checked) share their address's budget, which must
+# leave room for every agent an agent platform runs behind one address. "off" switches one
+# limit off. The tests switch them off except where they test them.
+_RATE_DEFAULTS = {
+    "address": "600/minute",
+    "mandate_key": "120/minute",
+    "agent_token": "600/minute",
+    "member_token": "300/minute",
+    "member_session": "600/minute",
+}
+SILL_API_RATES: dict[str, str | None] = {}
+for _scope, _default in _RATE_DEFAULTS.items():
+    _rate = env_str(f"SILL_RATE_{_scope.upper()}", None if TESTING else _default)
+    if (
+        _rate is not None
+        and _rate != "off"
+        and not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _rate)
+    ):
+        raise ImproperlyConfigured(
+            f"SILL_RATE_{_scope.upper()} must look like 120/minute or be off, got {_rate!r}"
+        )
+    SILL_API_RATES[_scope] = None if _rate in (None, "off") else _rate
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -287,6 +421,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["sill.api.StrictJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Rates: SILL_API_RATES (above). Each class counts one kind of credential.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "sill.api.AddressThrottle",
+        "sill.api.AgentTokenThrottle",
+        "sill.api.MemberTokenThrottle",
+        "sill.api.MemberSessionThrottle",
+    ],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {

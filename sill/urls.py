@@ -1,6 +1,11 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.authentication import SessionAuthentication
+
+from sill.accounts.api_auth import MemberTokenAuthentication
+from sill.api import SchemaAccess
 
 urlpatterns = [
     path("", include("sill.accounts.urls")),
@@ -11,6 +16,19 @@ urlpatterns = [
     path("", include("audit.views")),
     path("", include("sill.accounts.settings_urls")),
     path("", include("sill.rails.stripe_webhooks")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("django-admin/", admin.site.urls),
+    path("", include("sill.rails.woocommerce.webhooks")),
+    path("", include("sill.rails.paypal.webhooks")),
+    path("", include("sill.rails.shopify.webhooks")),
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(
+            # A member's login (session or API token) unless DEBUG or SILL_PUBLIC_SCHEMA=1.
+            authentication_classes=[MemberTokenAuthentication, SessionAuthentication],
+            permission_classes=[SchemaAccess],
+        ),
+        name="api-schema",
+    ),
 ]
+# The Django admin exists only where an operator asked for it (sill/admin.py): otherwise 404.
+if settings.SILL_ADMIN:
+    urlpatterns.append(path("django-admin/", admin.site.urls))

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from policies.facts import prefetch_rail_facts
@@ -31,11 +32,13 @@ from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
 from refunds.quote import RefundRefused, charged_charge, original_refusal, quote_refund
 from refunds.services import decide_and_open, new_refund, record_decision
 from sill.accounts.models import Agent, AgentKey, Site
+from sill.api import spend_mandate_budget
 from sill.money import min_money
-from sill.orders.models import Order
+from sill.orders.models import Charge, Order
 from sill.orders.purchases import Purchase, place_order
 from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts
+from sill.rails.woocommerce.models import WooOrderLink
 
 
 class _Raced(Exception):
@@ -103,6 +106,8 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     if (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)) is not None:
         return answer
     verified = mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now)
+    # The key's rate limit, counted only now that the signature holds (sill/api.py).
+    spend_mandate_budget(site_id=site_id, agent_id=verified.agent_id, key_id=verified.key_id)
     prefetched = _prefetch_rail_facts(verified, now=now)
     try:
         body = _decide(verified=verified, now=now, prefetched=prefetched)
@@ -197,15 +202,31 @@ def _prefetch_rail_facts(
     intent = verified.intent
     if not isinstance(intent, mandates.RefundIntent):
         return None
-    order = Order.objects.filter(
-        site_id=verified.site_id, source_mandate_id=intent.original_mandate_id
-    ).first()
+    order = originals(verified.site_id, intent).first()
     charge = charged_charge(order) if order is not None else None
     if original_refusal(order, charge) is not None:
         return None
     assert order is not None and charge is not None
     facts = prefetch_rail_facts(site_id=verified.site_id, order=order, charge=charge, now=now)
     return charge.pk, facts
+
+
+def originals(site_id: str, intent: mandates.RefundIntent) -> QuerySet[Order]:
+    """The site's order the refund intent names (at most one): the order its purchase mandate
+    placed, or the store order (``original_order``) whose charge on that rail carries the
+    store's order id (Shopify: the charge's ``provider_payment_id``; WooCommerce: the order
+    sync's link)."""
+    named = intent.original_order
+    if named is None:
+        return Order.objects.filter(site_id=site_id, source_mandate_id=intent.original_mandate_id)
+    if named.rail == "woocommerce":
+        # Paid on Stripe: the store's order is linked to Sill's by the order sync.
+        links = WooOrderLink.objects.filter(site_id=site_id, woo_order_id=int(named.order_id))
+        return Order.objects.filter(site_id=site_id, pk__in=links.values("order_id"))
+    charges = Charge.objects.filter(
+        order__site_id=site_id, rail=named.rail, provider_payment_id=named.order_id
+    )
+    return Order.objects.filter(site_id=site_id, pk__in=charges.values("order_id"))
 
 
 def _check_currency(asked: str, charged: str) -> None:
@@ -249,18 +270,10 @@ def _request_refund(
     # The agent's and the customer's other decisions first (their sums are facts), then the
     # order: the lock order of refunds.locks. The order's customer never changes, so reading
     # it before the row lock is safe.
-    customer_id = (
-        Order.objects.filter(site=site, source_mandate_id=intent.original_mandate_id)
-        .values_list("customer_id", flat=True)
-        .first()
-    )
+    customer_id = originals(site.pk, intent).values_list("customer_id", flat=True).first()
     lock_decision_scope(agent_id=mandate.agent_id, customer_id=customer_id)
     # The row lock on the order serialises every refund of this order (DESIGN: reserve).
-    order = (
-        Order.objects.select_for_update()
-        .filter(site=site, source_mandate_id=intent.original_mandate_id)
-        .first()
-    )
+    order = originals(site.pk, intent).select_for_update().first()
     charge = charged_charge(order, lock=True) if order is not None else None
     # A mandate in the wrong currency is the agent's error (422), before any business refusal.
     if order is not None and original_refusal(order, charge) is None:
@@ -272,7 +285,7 @@ def _request_refund(
             charge=charge,
             origin=RefundOrigin.AGENT,
             check_rail=True,
-            rail_refunded_minor=rail_facts.charge_refunded_minor if rail_facts else None,
+            rail_facts=rail_facts,
         )
     except RefundRefused as refused:
         if refused.charge is None:  # no refundable original: the rejection names no charge

@@ -123,6 +123,7 @@ _INTENT_KEYS = {
         "action",
         "merchant",
         "original_mandate_id",
+        "original_order",
         "reason_code",
         "scope",
         "max_amount",
@@ -139,6 +140,15 @@ _INTENT_KEYS = {
     ),
 }
 _SCOPE_ITEM_KEYS = ("sku", "quantity")
+_ORIGINAL_ORDER_KEYS = ("rail", "id")
+# Stores whose orders do not come from a purchase mandate: a refund names them by the store's
+# own order id. Shopify: the numeric id or its gid://shopify/Order/<id> form; WooCommerce: the
+# numeric order id.
+_STORE_ORDER_IDS = {
+    "shopify": re.compile(r"^(?:gid://shopify/Order/)?([1-9][0-9]{0,18})$"),
+    "woocommerce": re.compile(r"^([1-9][0-9]{0,18})$"),
+}
+ORIGINAL_ORDER_RAILS = tuple(_STORE_ORDER_IDS)
 _LINE_ITEM_KEYS = ("sku", "name", "quantity", "unit_price")
 _BUYER_KEYS = ("name", "email")
 _PAYMENT_KEYS = ("rail", "payment_method")
@@ -165,13 +175,23 @@ class ScopeLine(TypedDict):
 
 
 @dataclass(frozen=True)
+class OriginalOrder:
+    """A store's order, as ``original_order`` names it: its rail and the store's order id."""
+
+    rail: str
+    order_id: str  # normalised: the store's numeric id
+
+
+@dataclass(frozen=True)
 class RefundIntent:
     merchant: str
+    # Exactly one names the original: the purchase mandate that placed it, or the store order.
     original_mandate_id: str
     reason_code: str
     scope: str | list[ScopeLine]  # "full" or the lines to refund
     max_amount: Money
     currency: str
+    original_order: OriginalOrder | None = None
 
 
 @dataclass(frozen=True)
@@ -430,6 +450,7 @@ def _check_unknown(signed: Mapping[str, Any]) -> None:
         return
     _only(intent, _INTENT_KEYS[action], "signed.intent")
     if action == "request_refund":
+        _only(intent.get("original_order"), _ORIGINAL_ORDER_KEYS, "signed.intent.original_order")
         for i, item in _items(intent.get("scope")):
             _only(item, _SCOPE_ITEM_KEYS, f"signed.intent.scope.{i}")
     else:
@@ -515,9 +536,7 @@ def _amount(obj: Mapping[str, Any], name: str, path: str, currency: str) -> Mone
 
 def _refund_intent(intent: Mapping[str, Any], path: str) -> RefundIntent:
     merchant = _text(intent, "merchant", path)
-    original = _get(intent, "original_mandate_id", path)
-    if not isinstance(original, str) or not MANDATE_ID_RE.match(original):
-        _invalid(f"{path}.original_mandate_id", "must be a mandate id (mnd_ + 26-char ULID)")
+    original, original_order = _original(intent, path)
     reason_code = _choice(intent, "reason_code", path, REASON_CODES)
     scope_value = _get(intent, "scope", path)
     scope: str | list[ScopeLine]
@@ -549,7 +568,41 @@ def _refund_intent(intent: Mapping[str, Any], path: str) -> RefundIntent:
         scope=scope,
         max_amount=max_amount,
         currency=currency,
+        original_order=original_order,
     )
+
+
+def _original(intent: Mapping[str, Any], path: str) -> tuple[str, OriginalOrder | None]:
+    """The original order: ``original_mandate_id`` (an order an agent's purchase placed) or
+    ``original_order`` ``{"rail", "id"}`` (an order that came from a store), exactly one."""
+    if ("original_order" in intent) == ("original_mandate_id" in intent):
+        _invalid(
+            f"{path}.original_mandate_id",
+            "or original_order is required, exactly one of them, to name the original order",
+        )
+    if "original_mandate_id" in intent:
+        original = intent["original_mandate_id"]
+        if not isinstance(original, str) or not MANDATE_ID_RE.match(original):
+            _invalid(f"{path}.original_mandate_id", "must be a mandate id (mnd_ + 26-char ULID)")
+        return original, None
+    named = _object(intent, "original_order", path)
+    order_path = f"{path}.original_order"
+    rail = _get(named, "rail", order_path)
+    if rail not in ORIGINAL_ORDER_RAILS:
+        _invalid(
+            f"{order_path}.rail",
+            f"must be one of {', '.join(ORIGINAL_ORDER_RAILS)} (orders an agent placed are "
+            "named by original_mandate_id)",
+        )
+    order_id = _get(named, "id", order_path)
+    found = _STORE_ORDER_IDS[rail].match(order_id) if isinstance(order_id, str) else None
+    if found is None:
+        _invalid(
+            f"{order_path}.id",
+            'must be the store\'s order id as a string ("450789469"; on Shopify also '
+            '"gid://shopify/Order/450789469")',
+        )
+    return "", OriginalOrder(rail=rail, order_id=found.group(1))
 
 
 def _purchase_intent(intent: Mapping[str, Any], path: str) -> PurchaseIntent:

@@ -1,25 +1,42 @@
-"""Refunds that need attention on the order page and the dashboard, and an owner's resolution.
+"""The Reconciliation inbox, and refunds that need attention on the order page and dashboard.
 
-Owners and admins see them (they hold money that may have moved); only an owner records what
-the provider's dashboard shows (``POST /refunds/<refund_id>/resolve/``).
+``/reconcile/`` (owners and admins; reviewers and staff get 403) lists the site's open
+differences with the rails, its refunds that need attention, and what was resolved; each
+open item is resolved with ``POST /reconcile/<item id>/resolve/`` (an outcome and a note).
+A refused resolution re-renders the page with the message beside that item's form (422, or
+409 when someone resolved it first) and keeps what was typed; another site's item is 404.
+
+Refunds that need attention: owners and admins see them (they hold money that may have
+moved); only an owner records what the provider's dashboard shows
+(``POST /refunds/<refund_id>/resolve/``).
 """
 
 from __future__ import annotations
 
+import zoneinfo
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
-from refunds.models import Refund, RefundStatus
+from refunds.labels import STATUS_LABELS, humanize
+from refunds.models import ReconciliationItem, Refund, RefundStatus
+from refunds.reconcile import runs, selectors
 from refunds.reconcile.attention import attention_refunds_for, resolve_attention
+from refunds.reconcile.inbox import (
+    NOTE_MAX_LENGTH,
+    PERSON_RESOLUTIONS,
+    RECONCILE_CAP,
+    resolve_item,
+)
 from sill.accounts.access import Cap, site_view
-from sill.accounts.models import Role
-from sill.errors import SillError
+from sill.accounts.models import Role, Site
+from sill.errors import NotFound, SillError
 from sill.http import SiteRequest
 
 
@@ -69,6 +86,112 @@ def resolve(request: SiteRequest, refund_id: str) -> HttpResponse:
     return redirect(back)
 
 
+# --- the Reconciliation inbox -------------------------------------------------------------------
+
+
+# Ids past PostgreSQL's bigint are no item (the URL converter takes any digits).
+BIGINT_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """One open item as the page shows it, with its form's error and typed values."""
+
+    item: ReconciliationItem
+    sill_status: str
+    rail_status: str
+    error: str = ""
+    error_field: str = ""
+    note: str = ""
+    resolution: str = ""
+
+
+def _status_words(status: str) -> str:
+    return STATUS_LABELS.get(status) or humanize(status) if status else ""
+
+
+def _site_zone(site: Site) -> zoneinfo.ZoneInfo:
+    try:
+        return zoneinfo.ZoneInfo(site.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return zoneinfo.ZoneInfo("UTC")
+
+
+def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> dict[str, Any]:
+    site = request.site_ctx.site
+    rows = []
+    for item in selectors.open_items_for(site):
+        row = ItemRow(
+            item=item,
+            sill_status=_status_words(item.sill_status),
+            rail_status=_status_words(item.rail_status),
+        )
+        if failed is not None and failed.item.pk == item.pk:
+            row = replace(
+                failed, item=item, sill_status=row.sill_status, rail_status=row.rail_status
+            )
+        rows.append(row)
+    return {
+        "rows": rows,
+        "attention": selectors.attention_for(site),
+        "resolved": selectors.resolved_items_for(site),
+        "runs": selectors.latest_runs_for(site),
+        "resolutions": [(r.value, r.label) for r in PERSON_RESOLUTIONS],
+        "note_max": NOTE_MAX_LENGTH,
+        "days": runs.reconcile_days(),
+        "every": int(runs.run_interval().total_seconds() // 60),
+        "tz": _site_zone(site),
+        "can_resolve_attention": request.site_ctx.role == Role.OWNER,
+    }
+
+
+@site_view(RECONCILE_CAP)
+def inbox(request: SiteRequest) -> HttpResponse:
+    return render(request, "reconcile/inbox.html", _inbox_context(request))
+
+
+@require_POST
+@site_view(RECONCILE_CAP)
+def resolve_item_view(request: SiteRequest, item_id: int) -> HttpResponse:
+    site = request.site_ctx.site
+    if item_id > BIGINT_MAX:
+        raise Http404("No such reconciliation item.")
+    resolution = request.POST.get("resolution", "")
+    note = request.POST.get("note", "")
+    try:
+        item = resolve_item(
+            site=site, item_id=item_id, actor=request.user, resolution=resolution, note=note
+        )
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    except SillError as exc:
+        still_open = selectors.open_item_for(site, item_id)
+        if still_open is None:
+            messages.error(request, exc.message)
+            context = _inbox_context(request)
+        else:
+            failed = ItemRow(
+                item=still_open,
+                sill_status="",
+                rail_status="",
+                error=exc.message,
+                error_field=exc.field or "",
+                note=note[: NOTE_MAX_LENGTH * 2],
+                resolution=resolution,
+            )
+            context = _inbox_context(request, failed=failed)
+        status = exc.status if exc.status in (403, 409) else 422
+        return render(request, "reconcile/inbox.html", context, status=status)
+    messages.success(
+        request,
+        f"Resolved \u201c{item.get_kind_display()}\u201d on order #{item.order.number}: "
+        f"{item.get_resolution_display().lower()}.",
+    )
+    return redirect("refunds:reconcile")
+
+
 urlpatterns = [
     path("refunds/<str:refund_id>/resolve/", resolve, name="resolve-attention"),
+    path("reconcile/", inbox, name="reconcile"),
+    path("reconcile/<int:item_id>/resolve/", resolve_item_view, name="reconcile-resolve"),
 ]

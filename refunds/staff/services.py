@@ -39,6 +39,7 @@ from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.money import Money, format_money
 from sill.orders.models import Charge, Order
+from sill.rails.base import RefundFacts
 from sill.rails.registry import rail_account_for
 
 RefundKind = Literal["full", "amount", "percentage"]
@@ -132,10 +133,10 @@ def refusal_for(order: Order, charge: Charge | None) -> str | None:
     return None
 
 
-def _quote(order: Order, charge: Charge | None, *, rail_refunded_minor: int | None = None) -> Quote:
+def _quote(order: Order, charge: Charge | None, *, rail_facts: RefundFacts | None = None) -> Quote:
     """The quote for a staff refund; ``order_not_refundable`` (409) with the quote's words."""
     try:
-        return quote_refund(order=order, charge=charge, rail_refunded_minor=rail_refunded_minor)
+        return quote_refund(order=order, charge=charge, rail_facts=rail_facts)
     except RefundRefused as refused:
         raise NotRefundable(refused.message) from refused
 
@@ -262,9 +263,7 @@ def create_staff_refund(
         charge = charged_charge(locked, lock=True)
         same_charge = unlocked is not None and charge is not None and unlocked.pk == charge.pk
         facts = rail_facts if same_charge else None
-        quote = _quote(
-            locked, charge, rail_refunded_minor=facts.charge_refunded_minor if facts else None
-        )
+        quote = _quote(locked, charge, rail_facts=facts)
         charge, remaining = quote.charge, quote.remaining
         _check_snapshot(order=locked, remaining=remaining, expected=expected)
         picked = pickable_reason(site, reason.pk if isinstance(reason, RefundReason) else reason)

@@ -49,6 +49,7 @@ from sill.money import Money, format_money
 from sill.orders.models import Charge, ChargeStatus, Order
 from sill.orders.selectors import order_for, orders_for
 from sill.rails.base import rail_label
+from sill.rails.woocommerce.record import woocommerce_records_for
 
 KEY_FIELD = "idempotency_key"
 # How long a repeated submit waits for the first one's answer before it says "still running"
@@ -90,6 +91,8 @@ def order_detail_context(
         "refund_panel": refund_panel_context(
             request, order=order, charges=charges, transactions=transactions, form=refund_form
         ),
+        # A WooCommerce order: whether each refund was recorded on the Woo order too.
+        "woocommerce_records": woocommerce_records_for(order),
     }
 
 

@@ -42,14 +42,18 @@ class Cap(StrEnum):
     EDIT_RULES = "edit_rules"
     VIEW_ACTIVITY = "view_activity"
     MANAGE_SETTINGS = "manage_settings"
+    # Every member: their own password and sessions (Settings → Your account).
+    OWN_ACCOUNT = "own_account"
 
 
 _ROLE_CAPS: dict[str, frozenset[Cap]] = {
     Role.OWNER: frozenset(Cap),
     Role.ADMIN: frozenset(Cap),
-    Role.REVIEWER: frozenset({Cap.VIEW_ORDERS, Cap.VIEW_HELD, Cap.VIEW_RULES, Cap.VIEW_ACTIVITY}),
+    Role.REVIEWER: frozenset(
+        {Cap.VIEW_ORDERS, Cap.VIEW_HELD, Cap.VIEW_RULES, Cap.VIEW_ACTIVITY, Cap.OWN_ACCOUNT}
+    ),
     # REFUND is added for staff with can_refund (see can()).
-    Role.STAFF: frozenset({Cap.VIEW_ORDERS, Cap.VIEW_RULES}),
+    Role.STAFF: frozenset({Cap.VIEW_ORDERS, Cap.VIEW_RULES, Cap.OWN_ACCOUNT}),
 }
 
 

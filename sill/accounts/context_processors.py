@@ -12,6 +12,7 @@ NAV: tuple[tuple[str, str, Cap], ...] = (
     ("Dashboard", "orders:dashboard", Cap.VIEW_ORDERS),
     ("Orders", "orders:list", Cap.VIEW_ORDERS),
     ("Held", "refunds:held", Cap.VIEW_HELD),
+    ("Reconciliation", "refunds:reconcile", Cap.DECIDE_HELD),
     ("Rules", "policies:rules", Cap.VIEW_RULES),
     ("Activity", "audit:activity", Cap.VIEW_ACTIVITY),
     ("Settings", "settings:index", Cap.MANAGE_SETTINGS),

@@ -1,4 +1,12 @@
-"""Writes to sites, members and agents."""
+"""Writes to sites, members and agents.
+
+Every change to members, agents and agent keys writes its signed audit record here, in the
+same transaction (``member_change``, ``agent_change``, ``key_change``; see
+:mod:`sill.accounts.admin_audit`). :func:`add_member` and :func:`add_agent_key` are the
+primitives the audited functions build on; ``add_member`` alone writes no record (it also
+seeds demo and test data): people go through :func:`invite_member` and operators through
+:func:`add_member_as_operator`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +22,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from sill.accounts import sessions
+from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import (
     Agent,
     AgentKey,
@@ -65,7 +75,11 @@ def b64url_encode(data: bytes) -> str:
 def add_member(
     *, site: Site, email: str, role: str, can_refund: bool = False, password: str | None = None
 ) -> Membership:
-    """Create (or update) the user ``email`` and make them ``role`` on ``site``."""
+    """Create (or update) the user ``email`` and make them ``role`` on ``site``.
+
+    Writes no audit record (see the module docstring). A new ``password`` ends the user's
+    sessions (the ``pre_save`` receiver of :mod:`sill.accounts.sessions`).
+    """
     if role not in Role.values:
         raise SillError(f"role must be one of {', '.join(Role.values)}", code="invalid_field")
     email = email.strip().lower()
@@ -86,6 +100,46 @@ def add_member(
 
 
 @transaction.atomic
+def add_member_as_operator(
+    *, site: Site, email: str, role: str, can_refund: bool = False, password: str | None = None
+) -> Membership:
+    """``manage.py members add``: :func:`add_member` plus its signed ``member_change`` record
+    (``add``, ``role_change`` or ``password_set``; none when nothing changed)."""
+    before = (
+        Membership.objects.select_for_update()
+        .filter(site=site, user__username=email.strip().lower())
+        .first()
+    )
+    was = _member_state(before) if before is not None else None
+    membership = add_member(
+        site=site, email=email, role=role, can_refund=can_refund, password=password
+    )
+    now = _member_state(membership)
+    if was is None:
+        action = "add"
+    elif was != now:
+        action = "role_change"
+    elif password:
+        action = "password_set"
+    else:
+        return membership
+    body: dict[str, Any] = {"action": action, "member": membership.user.get_username(), **now}
+    if action == "role_change":
+        body["before"] = was
+    body["password_set"] = bool(password)
+    _record_member_change(membership=membership, actor=None, body=body)
+    return membership
+
+
+def _member_state(membership: Membership) -> dict[str, Any]:
+    return {"role": membership.role, "can_refund": membership.can_refund}
+
+
+def _record_member_change(*, membership: Membership, actor: Any, body: dict[str, Any]) -> None:
+    record_admin_change(site=membership.site, kind="member_change", actor=actor, body=body)
+
+
+@transaction.atomic
 def add_agent_key(
     *,
     site: Site,
@@ -95,13 +149,25 @@ def add_agent_key(
     valid_from: datetime,
     valid_until: datetime | None = None,
     agent_name: str | None = None,
+    actor: Any = None,
 ) -> AgentKey:
-    """Register an ed25519 public key for ``agent_id`` (creating the agent if needed)."""
+    """Register an ed25519 public key for ``agent_id`` (creating the agent if needed).
+
+    A new agent writes an ``agent_change`` record, a new key a ``key_change`` record, both
+    naming ``actor`` (None: an operator's command).
+    """
     if len(public_key) != 32:
         raise SillError("an ed25519 public key is 32 bytes", code="invalid_field")
-    agent, _ = Agent.objects.get_or_create(
+    agent, agent_created = Agent.objects.get_or_create(
         site=site, agent_id=agent_id, defaults={"name": agent_name or agent_id}
     )
+    if agent_created:
+        record_admin_change(
+            site=site,
+            kind="agent_change",
+            actor=actor,
+            body={"action": "create", "agent_id": agent.agent_id, "name": agent.name},
+        )
     key, created = AgentKey.objects.get_or_create(
         agent=agent,
         key_id=key_id,
@@ -114,17 +180,18 @@ def add_agent_key(
             code="key_conflict",
         )
     if created:
-        record_key_change(key=key, action="add")
+        record_key_change(key=key, action="add", actor=actor)
     return key
 
 
-def record_key_change(*, key: AgentKey, action: str) -> None:
-    """Write the signed ``key_change`` record for an agent key (inside the caller's transaction)."""
-    from audit.services import append_record
+def record_key_change(*, key: AgentKey, action: str, actor: Any = None) -> None:
+    """Write the signed ``key_change`` record for an agent key (inside the caller's transaction).
 
-    append_record(
+    ``actor`` None is an operator (a management command, the demo seed)."""
+    record_admin_change(
         site=key.agent.site,
         kind="key_change",
+        actor=actor,
         body={
             "action": action,
             "agent_id": key.agent.agent_id,
@@ -226,9 +293,15 @@ def invite_member(
             code="already_member",
             field="email",
         )
-    return add_member(
+    membership = add_member(
         site=site, email=email, role=role, can_refund=role == Role.STAFF and can_refund
     )
+    _record_member_change(
+        membership=membership,
+        actor=actor,
+        body={"action": "add", "member": email, **_member_state(membership)},
+    )
+    return membership
 
 
 @transaction.atomic
@@ -250,15 +323,33 @@ def change_member_role(
         actor=actor,
         message="You can't change your own role; ask another owner or admin.",
     )
+    before = _member_state(membership)
     membership.role = role
     membership.can_refund = role == Role.STAFF and can_refund
+    if _member_state(membership) == before:
+        return membership  # nothing changed: nothing to record
     membership.save(update_fields=["role", "can_refund"])
+    _record_member_change(
+        membership=membership,
+        actor=actor,
+        body={
+            "action": "role_change",
+            "member": membership.user.get_username(),
+            "before": before,
+            **_member_state(membership),
+        },
+    )
     return membership
 
 
 @transaction.atomic
 def remove_member(*, membership: Membership, actor: Membership) -> None:
-    """Take ``membership`` off its site; the user account and its other sites stay."""
+    """Take ``membership`` off its site; the user account and its other sites stay.
+
+    A user left with no site at all is signed out everywhere at once. One who keeps another
+    site keeps their sessions: every request resolves the memberships afresh
+    (``access.site_context``), so this site is out of their reach from the next request on.
+    """
     _lock_for_member_change(membership, actor)
     _check_may_manage(actor=actor, role=membership.role, action="remove")
     _check_not_last_owner(membership=membership, action="remove")
@@ -267,7 +358,19 @@ def remove_member(*, membership: Membership, actor: Membership) -> None:
         actor=actor,
         message="You can't remove yourself; ask another owner or admin.",
     )
+    user = membership.user
+    body: dict[str, Any] = {
+        "action": "remove",
+        "member": user.get_username(),
+        **_member_state(membership),
+    }
+    site = membership.site
     membership.delete()
+    ended = 0
+    if not Membership.objects.filter(user=user).exists():
+        ended = sessions.end_sessions(user=user)
+    body["sessions_ended"] = ended
+    record_admin_change(site=site, kind="member_change", actor=actor, body=body)
 
 
 # --- Settings → Agents (the page's services; the command-line ones are above) ---------------
@@ -331,6 +434,7 @@ def register_agent_key(
             public_key=b64url_decode(public_key_b64url.rstrip("=")),
             valid_from=valid_from,
             valid_until=valid_until,
+            actor=actor,
         )
     logger.info("agent key %s/%s added on site %s by %s", agent_id, key_id, site.pk, _who(actor))
     return key
@@ -344,7 +448,7 @@ def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
             return key
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])
-        record_key_change(key=key, action="revoke")
+        record_key_change(key=key, action="revoke", actor=actor)
     logger.info(
         "agent key %s/%s revoked on site %s by %s",
         key.agent.agent_id,
@@ -356,10 +460,30 @@ def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
 
 
 def set_agent_active(*, agent: Agent, actor: Any, active: bool) -> Agent:
-    """Switch an agent on or off: an inactive agent's mandates and tokens are refused."""
-    updated = Agent.objects.filter(pk=agent.pk).update(active=active)
-    if updated:
-        agent.active = active
+    """Switch an agent on or off: an inactive agent's mandates and tokens are refused.
+
+    A real switch writes its ``agent_change`` record; switching to the state it is in
+    changes and records nothing.
+    """
+    with transaction.atomic():
+        locked = (
+            Agent.objects.select_for_update(of=("self",)).select_related("site").get(pk=agent.pk)
+        )
+        if locked.active == active:
+            agent.active = active
+            return agent
+        locked.active = active
+        locked.save(update_fields=["active"])
+        record_admin_change(
+            site=locked.site,
+            kind="agent_change",
+            actor=actor,
+            body={
+                "action": "reactivate" if active else "deactivate",
+                "agent_id": locked.agent_id,
+            },
+        )
+    agent.active = active
     logger.info(
         "agent %s %s on site %s by %s",
         agent.agent_id,

@@ -1,20 +1,45 @@
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from sill.accounts.access import switch_site
+from sill.accounts.login_throttle import seconds_until_unlocked
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login (it rotates the session key on login), with Sill's template."""
+    """Django's login (it rotates the session key on login), with Sill's template.
+
+    django-axes counts its failures (sill/accounts/login_throttle.py); a locked-out try gets
+    :func:`locked_out` instead of the form.
+    """
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
+
+
+def locked_out(
+    request: HttpRequest, original_response: HttpResponse | None, credentials: Any
+) -> HttpResponse:
+    """django-axes' lockout answer (``AXES_LOCKOUT_CALLABLE``), for the product's login and the
+    Django admin's: 429 with ``Retry-After``, saying when to try again and nothing about
+    whether the account exists."""
+    seconds = seconds_until_unlocked(request, credentials)
+    response = render(
+        request,
+        "accounts/locked_out.html",
+        {"minutes": math.ceil(seconds / 60), "login_url": request.path},
+        status=429,
+    )
+    response["Retry-After"] = str(seconds)
+    return response
 
 
 @require_POST

@@ -41,6 +41,11 @@ SETTINGS_PAGES: tuple[tuple[str, str, str], ...] = (
         "AI agents that sign refund mandates, their public keys and tokens.",
     ),
     ("Rails", "settings:rails", "The payment providers refunds go back through."),
+    (
+        "Your account",
+        "settings:account",
+        "Your password, and the devices where you are signed in.",
+    ),
 )
 
 

@@ -1,11 +1,34 @@
+"""The Django admin's rail screens (mounted only with SILL_ADMIN=1, superusers only).
+
+The rail account form takes the same credentials as Settings → Rails and holds them to the
+same checks, with the rails page's own guards (sill/rails/services.py): the API address
+override only with DEBUG on and only http(s); a Stripe key that looks like one and matches
+the mode; live mode only with SILL_ALLOW_LIVE=1; no rail switched on without its credential.
+Only a Stripe key can be entered here: the other rails' credentials are checked with their
+provider by the rails page (a Shopify token's scopes, a PayPal app's token).
+"""
+
 from __future__ import annotations
 
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 
-from sill.rails.models import MockLedgerEntry, RailAccount
+from sill.errors import SillError
+from sill.orders.models import Rail
+from sill.rails.models import MockLedgerEntry, RailAccount, RailMode
+from sill.rails.services import (
+    _CONNECTED_ACCOUNT_RE,
+    CONFIGURABLE_RAILS,
+    RailSettingsError,
+    _check_api_base,
+    _check_key,
+)
+
+# The rails page's field names (in its errors) → this form's.
+_FIELDS = {"secret_key": "new_secret", "access_token": "new_secret"}
 
 
 class RailAccountForm(forms.ModelForm):
@@ -33,7 +56,66 @@ class RailAccountForm(forms.ModelForm):
                 "The stored API key belongs to this account's site and rail: enter the API "
                 "key again to move the account."
             )
+        try:
+            self._check_like_the_rails_page(cleaned, moved=bool(moved))
+        except SillError as error:
+            field = _FIELDS.get(error.field or "", error.field)
+            self.add_error(field if field in self.fields else None, error.message)
         return cleaned
+
+    def _check_like_the_rails_page(self, cleaned: dict[str, Any], *, moved: bool) -> None:
+        rail, mode = cleaned.get("rail"), cleaned.get("mode")
+        secret = (cleaned.get("new_secret") or "").strip()
+        if "api_base" in self.changed_data:
+            # The page only takes the override with DEBUG on; an unchanged value is left
+            # alone, as the page leaves it when it does not show the field.
+            cleaned["api_base"] = _check_api_base((cleaned.get("api_base") or "").strip())
+        if cleaned.get("enabled") and rail not in CONFIGURABLE_RAILS:
+            raise RailSettingsError("That rail is not available yet.", field="rail")
+        if secret and rail != Rail.STRIPE:
+            raise RailSettingsError(
+                "Connect this rail on Settings → Rails, which checks its credential with the "
+                "provider; only a Stripe key can be entered here.",
+                field="secret_key",
+            )
+        if mode == RailMode.LIVE and not settings.SILL_ALLOW_LIVE:
+            raise RailSettingsError(
+                "Live mode is switched off on this deployment: Sill moves no real money unless "
+                "it runs with SILL_ALLOW_LIVE=1.",
+                code="live_not_allowed",
+                field="mode",
+            )
+        stored = self.instance.has_secret and not moved
+        if cleaned.get("enabled") and rail not in (Rail.MOCK, Rail.STRIPE) and not stored:
+            # The rails page switches no provider rail on before its credential is saved.
+            raise RailSettingsError(
+                "Connect this rail on Settings → Rails with its credential before switching it on.",
+                field="enabled",
+            )
+        if rail != Rail.STRIPE:
+            return
+        if secret:
+            _check_key(secret)
+        connected = (cleaned.get("connected_account") or "").strip()
+        if connected and not _CONNECTED_ACCOUNT_RE.match(connected):
+            raise RailSettingsError(
+                "A connected account id looks like acct_1A2b3C…; leave it empty if you don't "
+                "use Stripe Connect.",
+                field="connected_account",
+            )
+        effective = secret or (self.instance.get_secret() if stored else "")
+        if cleaned.get("enabled") and not effective:
+            raise RailSettingsError(
+                "Save a Stripe secret key before switching the Stripe rail on.",
+                field="secret_key",
+            )
+        if effective and ("_live_" in effective[:8]) != (mode == RailMode.LIVE):
+            kind = "live" if "_live_" in effective[:8] else "test"
+            raise RailSettingsError(
+                f"The key is a {kind} key ({effective[:8]}…) but the mode is {mode}: a live "
+                "key needs live mode and a test key needs test mode.",
+                field="secret_key" if secret else "mode",
+            )
 
     def save(self, commit: bool = True) -> Any:
         account = super().save(commit=False)

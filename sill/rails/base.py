@@ -152,6 +152,15 @@ class RefundFacts:
     history: CustomerHistory | None = None
     # Everything refunded on the charge as the rail counts it, by Sill or anyone else.
     charge_refunded_minor: int | None = None
+    # True: refunding this charge would move real money; False: a test order on a development
+    # store; None: unknown. (Shopify: the shop's plan and the order's test flag.)
+    live_money: bool | None = None
+
+
+class LiveNotAllowed(PermanentRailError):
+    """The refund would move real money and ``SILL_ALLOW_LIVE`` is off: nothing was sent."""
+
+    code = "live_not_allowed"
 
 
 @runtime_checkable
@@ -266,3 +275,16 @@ RAIL_LABELS: dict[str, str] = {name.value: str(name.label) for name in RailName}
 def rail_label(rail: str) -> str:
     """``"paypal"`` → ``"PayPal"``; a name Sill does not know is shown as it is."""
     return RAIL_LABELS.get(rail, rail)
+
+
+# How long after the payment a rail lets a refund reach it, in days, where it has a fixed limit
+# (PayPal: 180 days from the capture). The refund core refuses an older charge at decision time
+# (``refund_window_passed``); the rail refuses it again before its call.
+RAIL_REFUND_WINDOW_DAYS: dict[str, int] = {"paypal": 180}
+
+
+class RefundWindowPassed(PermanentRailError):
+    """The charge is older than the rail lets a refund reach it (PayPal: 180 days; Stripe's
+    ``charge_expired_for_refund``): nothing was sent, and the money goes back outside Sill."""
+
+    code = "refund_window_passed"

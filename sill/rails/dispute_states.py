@@ -23,6 +23,21 @@ _STATES: dict[str, DisputeStatus] = {
     # Shopify: the merchant accepted the chargeback, or refunded the charge instead.
     "accepted": DisputeStatus.LOST,
     "charge_refunded": DisputeStatus.LOST,
+    # PayPal (Customer Disputes v1 ``status``; sill.rails.paypal.events adds a resolved
+    # dispute's ``dispute_outcome.outcome_code`` after a colon, since RESOLVED alone says
+    # nothing about who won). WAITING_FOR_BUYER_RESPONSE: the seller answered, still open.
+    "open": DisputeStatus.NEEDS_RESPONSE,
+    "waiting_for_seller_response": DisputeStatus.NEEDS_RESPONSE,
+    "waiting_for_buyer_response": DisputeStatus.UNDER_REVIEW,
+    "resolved:resolved_seller_favour": DisputeStatus.WON,
+    "resolved:canceled_by_buyer": DisputeStatus.WON,
+    "resolved:denied": DisputeStatus.WON,
+    # PayPal paid the buyer from its own funds: the merchant keeps the money.
+    "resolved:resolved_with_payout": DisputeStatus.WON,
+    "resolved:resolved_buyer_favour": DisputeStatus.LOST,
+    "resolved:accepted": DisputeStatus.LOST,
+    # Resolved, outcome not given: over, and the buyer may have been paid back.
+    "resolved": DisputeStatus.LOST,
 }
 
 

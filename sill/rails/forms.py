@@ -44,3 +44,64 @@ class StripeForm(forms.Form):
 
 class EnabledForm(forms.Form):
     enabled = forms.TypedChoiceField(choices=[("1", "on"), ("0", "off")], coerce=lambda v: v == "1")
+
+
+class ShopifyForm(forms.Form):
+    shop_domain = forms.CharField(label="Store domain", max_length=255, strip=True)
+    # Write-only, like the Stripe key: never rendered back.
+    access_token = forms.CharField(
+        label="Admin API access token",
+        required=False,
+        max_length=255,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+    )
+    webhook_secrets = forms.CharField(
+        label="Webhook signing secret", required=False, max_length=4000, strip=True
+    )
+    api_base = forms.CharField(label="API address override", required=False, max_length=255)
+
+
+class WooCommerceForm(forms.Form):
+    store_url = forms.CharField(label="Store address", max_length=255, strip=True)
+    # Write-only, like the Stripe key: never rendered back.
+    consumer_key = forms.CharField(
+        label="Consumer key",
+        required=False,
+        max_length=255,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+    )
+    consumer_secret = forms.CharField(
+        label="Consumer secret",
+        required=False,
+        max_length=255,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+    )
+    webhook_secret = forms.CharField(
+        label="Webhook secret",
+        required=False,
+        max_length=255,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+    )
+
+
+class PayPalForm(forms.Form):
+    client_id = forms.CharField(label="Client id", max_length=255, strip=True)
+    # Write-only: never rendered back.
+    client_secret = forms.CharField(
+        label="Client secret",
+        required=False,
+        max_length=255,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+    )
+    mode = forms.ChoiceField(
+        label="Mode",
+        choices=[(RailMode.TEST, "Sandbox"), (RailMode.LIVE, "Live")],
+        initial=RailMode.TEST,
+    )
+    webhook_id = forms.CharField(label="Webhook id", required=False, max_length=64, strip=True)
+    api_base = forms.CharField(label="API address override", required=False, max_length=255)

@@ -229,6 +229,15 @@ class WebhookEvent(models.Model):
     processed_at = models.DateTimeField(null=True, blank=True)
     # What processing concluded, e.g. "external refund recorded" or "not Sill's charge".
     outcome = models.CharField(max_length=300, blank=True)
+    # Processing attempts started (sill.rails.event_attempts): a crash mid-attempt counts too,
+    # so an event that kills its worker is bounded like one that raises.
+    attempts = models.PositiveIntegerField(default=0)
+    # When the last attempt started, or the retry task last re-enqueued the event.
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Why the last failed attempt failed; kept after a later success, as its history.
+    last_error = models.CharField(max_length=500, blank=True)
+    # Set once the attempts ran out: the retry task stops and says so, loudly, once.
+    gave_up_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["received_at", "id"]
@@ -240,3 +249,7 @@ class WebhookEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rail} event {self.event_id} ({self.type})"
+
+
+# The WooCommerce models live in their package; imported here so the app registers them.
+from sill.rails.woocommerce.models import WooOrderLink, WooRefundRecord  # noqa: E402, F401

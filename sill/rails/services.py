@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import transaction
 
+from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.orders.models import Rail
@@ -24,7 +25,13 @@ from sill.rails.models import RailAccount, RailMode
 logger = logging.getLogger(__name__)
 
 # Rails that Sill can configure and call today; the others are listed as "not available yet".
-CONFIGURABLE_RAILS: tuple[str, ...] = (Rail.MOCK, Rail.STRIPE)
+CONFIGURABLE_RAILS: tuple[str, ...] = (
+    Rail.MOCK,
+    Rail.STRIPE,
+    Rail.SHOPIFY,
+    Rail.WOOCOMMERCE,
+    Rail.PAYPAL,
+)
 STRIPE_KEY_PREFIXES = ("sk_test_", "sk_live_", "rk_test_", "rk_live_")
 _STRIPE_KEY_RE = re.compile(r"^(?:sk|rk)_(?:test|live)_[A-Za-z0-9]{8,250}$")
 _CONNECTED_ACCOUNT_RE = re.compile(r"^acct_[A-Za-z0-9]{1,250}$")
@@ -57,8 +64,28 @@ def set_rail_enabled(*, site: Site, actor: Any, rail: str, enabled: bool) -> Rai
                 "Save a Stripe secret key before switching the Stripe rail on.",
                 field="secret_key",
             )
+        if enabled and rail == Rail.SHOPIFY and not account.has_secret:
+            raise RailSettingsError(
+                "Connect a store with its access token before switching the Shopify rail on.",
+                field="access_token",
+            )
+        if enabled and rail == Rail.PAYPAL and not account.has_secret:
+            raise RailSettingsError(
+                "Save the PayPal app's client id and secret before switching the PayPal rail on.",
+                field="client_secret",
+            )
+        if enabled and rail == Rail.WOOCOMMERCE:
+            _check_woocommerce_can_refund(site, account)
+        was_enabled = account.enabled
         account.enabled = enabled
         account.save()
+        if was_enabled != enabled:  # signed, with the switch, in the same transaction
+            record_admin_change(
+                site=site,
+                kind="rail_change",
+                actor=actor,
+                body={"rail": rail, "action": "enable" if enabled else "disable"},
+            )
     logger.info(
         "rail %s %s on site %s by %s",
         rail,
@@ -67,6 +94,25 @@ def set_rail_enabled(*, site: Site, actor: Any, rail: str, enabled: bool) -> Rai
         _who(actor),
     )
     return account
+
+
+def _check_woocommerce_can_refund(site: Site, account: RailAccount) -> None:
+    """A WooCommerce store's payments are Stripe charges: without the site's Stripe rail on
+    and keyed, its refunds could only be refused, so the store is not switched on."""
+    if not account.has_secret:
+        raise RailSettingsError(
+            "Connect the store with its consumer key and secret before switching it on.",
+            field="consumer_key",
+        )
+    stripe = RailAccount.objects.filter(site=site, rail=Rail.STRIPE).first()
+    if stripe is None or not stripe.has_secret or not stripe.enabled:
+        raise RailSettingsError(
+            "Connect Stripe first: this store's payments are Stripe charges, so its refunds "
+            "run on the site's Stripe rail. Save the store's Stripe secret key and switch the "
+            "Stripe rail on, then switch WooCommerce on.",
+            code="rail_disabled",
+            field="enabled",
+        )
 
 
 def configure_stripe(
@@ -120,6 +166,7 @@ def configure_stripe(
         )
         if account is None:
             account = RailAccount(site=site, rail=Rail.STRIPE, enabled=False)
+        connecting, mode_before = not account.has_secret, account.mode
         if not secret_key and not account.has_secret:
             raise RailSettingsError("Enter the Stripe secret key.", field="secret_key")
         # Checked against the stored key too, so switching mode alone can't mismatch it.
@@ -140,6 +187,22 @@ def configure_stripe(
         if api_base is not None:
             account.api_base = api_base
         account.save()
+        # Signed in the same transaction: what changed, never a key or secret (counts only).
+        record_admin_change(
+            site=site,
+            kind="rail_change",
+            actor=actor,
+            body={
+                "rail": Rail.STRIPE,
+                "action": "connect" if connecting else "update",
+                "mode": mode,
+                "mode_before": None if connecting else mode_before,
+                "new_key": bool(secret_key),
+                "connected_account": connected_account,
+                "webhook_secrets_changed": bool(signing),
+                "webhook_secrets_count": len(signing) if signing else None,
+            },
+        )
     # Never the key itself: only which account changed, by whom, and whether the key did.
     logger.info(
         "stripe rail configured on site %s by %s (mode %s, new key %s)",

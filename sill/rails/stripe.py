@@ -35,6 +35,7 @@ from sill.rails.base import (
     RefundRequest,
     RefundResult,
     RefundState,
+    RefundWindowPassed,
     RetryableRailError,
 )
 
@@ -381,7 +382,13 @@ class StripeRail:
             detail = f"{detail} ({code})"
         message = f"Stripe {doing} failed: {detail}"
         error: RailError
-        if isinstance(exc, stripe.RateLimitError):
+        if code == "charge_expired_for_refund":
+            # Stripe's own time limit for refunds, not a decline: say so, with its own code.
+            error = RefundWindowPassed(
+                f"Stripe no longer refunds this charge: it is older than Stripe's refund time "
+                f"limit ({code}). Refund the buyer another way, e.g. a credit or transfer."
+            )
+        elif isinstance(exc, stripe.RateLimitError):
             error = RetryableRailError(message)
         elif isinstance(
             exc,

@@ -94,30 +94,47 @@ def stripe_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     if not secrets or not verify(payload, header, secrets):
         return _refuse("The Stripe-Signature header does not sign this body.")
     try:
+        stored = store_event(account=account, payload=payload)
+    except WebhookRefused as refused:
+        return JsonResponse(refused.as_dict(), status=400)
+    if stored is None:
+        return JsonResponse({"received": True, "duplicate": True})
+    transaction.on_commit(lambda: _enqueue(stored.pk))
+    return JsonResponse({"received": True, "duplicate": False})
+
+
+def store_event(*, account: RailAccount, payload: bytes) -> WebhookEvent | None:
+    """Store one Stripe event of ``account``'s site, once: the new row, or ``None`` when the
+    site already holds an event with this id (a redelivery changes nothing).
+
+    ``payload`` is a verified webhook body or an event read back from Stripe
+    (sill.rails.replay): both go through these checks. Raises ``WebhookRefused`` when it is
+    not a sane Stripe event or belongs to another connected account. Processing is the
+    caller's: the webhook enqueues it on commit, a replay runs it inline.
+    """
+    try:
         # The project's strict reader: a signed body is still refused when nested too deep
         # (RecursionError would be a 500) or holding NUL (PostgreSQL text refuses it).
         event = jsonbody.loads(payload)
         event_id, event_type = str(event["id"]), str(event["type"])
     except (jsonbody.MalformedJSON, KeyError, TypeError):
-        return _refuse("The body is not a Stripe event.")
+        raise WebhookRefused("The body is not a Stripe event.") from None
     if not isinstance(event, dict):
-        return _refuse("The body is not a Stripe event.")
+        raise WebhookRefused("The body is not a Stripe event.")
     connected = event.get("account") or ""
     if connected and connected != account.connected_account:
-        return _refuse("The event belongs to a connected account of another site.")
+        raise WebhookRefused("The event belongs to a connected account of another site.")
     try:
         with transaction.atomic():
-            stored = WebhookEvent.objects.create(
+            return WebhookEvent.objects.create(
                 site=account.site,
                 rail=Rail.STRIPE,
                 event_id=event_id[:255],
                 type=event_type[:100],
                 payload=payload.decode("utf-8"),
             )
-            transaction.on_commit(lambda: _enqueue(stored.pk))
     except IntegrityError:
-        return JsonResponse({"received": True, "duplicate": True})
-    return JsonResponse({"received": True, "duplicate": False})
+        return None
 
 
 def _enqueue(event_pk: int) -> None:

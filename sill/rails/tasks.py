@@ -1,15 +1,21 @@
-"""Celery tasks of rails: processing the webhook events a rail delivered (enqueued on commit)."""
+"""Celery tasks of rails: processing the webhook events a rail delivered (enqueued on commit),
+and retrying those whose processing failed (sill.rails.event_attempts)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 from django.db import OperationalError
 
-from sill.rails.stripe_events import process_event
+from sill.rails.event_attempts import (
+    attempt_stripe_event,
+    claim_stripe_events_to_retry,
+    give_up_on_stripe_events,
+)
 
 
 # A lost connection or lock timeout rolls the whole event back (it stays unprocessed), so a
-# retry applies it once; anything else is a bug to see in the logs, not to loop on.
+# quick retry applies it once. Any other failure is kept on the event and logged; the beat
+# task below tries it again a few minutes later, a bounded number of times.
 @shared_task(
     name="rails.process_stripe_event",
     acks_late=True,
@@ -19,4 +25,24 @@ from sill.rails.stripe_events import process_event
 )
 def process_stripe_event(event_pk: int) -> str:
     """Apply one stored Stripe event; a redelivered task finds it processed and does nothing."""
-    return process_event(event_pk)
+    return attempt_stripe_event(event_pk).outcome
+
+
+@shared_task(name="rails.retry_webhook_events")
+def retry_webhook_events_task() -> int:
+    """Give up on events out of attempts, re-enqueue the ones due. Beat: every minute."""
+    give_up_on_stripe_events()
+    ids = claim_stripe_events_to_retry()
+    for event_pk in ids:
+        process_stripe_event.delay(event_pk)
+    return len(ids)
+
+
+# The Shopify rail's task lives in its package; imported here so that workers register it.
+from sill.rails.paypal.events import process_paypal_event  # noqa: E402, F401
+from sill.rails.shopify.tasks import process_shopify_event  # noqa: E402, F401
+from sill.rails.woocommerce.tasks import (  # noqa: E402, F401
+    process_woocommerce_event,
+    record_woocommerce_refund,
+    retry_woocommerce_records,
+)

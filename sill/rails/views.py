@@ -1,14 +1,16 @@
-"""Settings → Rails: switch rails on and off, and save the Stripe credentials.
+"""Settings → Rails: switch rails on and off, and save each rail's credentials.
 
 One page, one card per rail; with htmx each form swaps only its card (the view picks the
 ``card`` partial), without JavaScript every POST redirects back to the page (303) or
-re-renders it with the error (422). Nothing here calls a provider: there is deliberately no
-"test connection", since rails are only called from Celery tasks.
+re-renders it with the error (422). Saving Stripe credentials calls no provider (the first
+refund proves the key); saving a Shopify token, WooCommerce keys or PayPal credentials makes
+one read that moves nothing (scopes, one order, a token), so refused credentials save nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -24,17 +26,40 @@ from sill.errors import SillError
 from sill.http import SiteRequest
 from sill.orders.models import Rail
 from sill.rails import services
-from sill.rails.forms import EnabledForm, StripeForm
+from sill.rails.forms import EnabledForm, PayPalForm, ShopifyForm, StripeForm, WooCommerceForm
 from sill.rails.models import RailAccount
+from sill.rails.paypal import connect as paypal_connect
 from sill.rails.secrets import RailSecretUnreadable
+from sill.rails.shopify import connect as shopify_connect
+from sill.rails.woocommerce import connect as woo_connect
 
 DESCRIPTIONS: dict[str, str] = {
     Rail.MOCK: "Sill's built-in fake provider for demos and tests. No money moves.",
     Rail.STRIPE: "Refunds card payments taken through Stripe, with your secret or restricted key.",
-    Rail.SHOPIFY: "Refunds orders paid through Shopify Payments.",
-    Rail.WOOCOMMERCE: "Refunds orders of a WooCommerce store.",
-    Rail.PAYPAL: "Refunds PayPal captures.",
+    Rail.SHOPIFY: (
+        "Refunds orders paid on your Shopify store, on the payment that took them: test orders "
+        "on a development store only, unless Sill runs with SILL_ALLOW_LIVE=1."
+    ),
+    Rail.WOOCOMMERCE: (
+        "Brings in the orders of a WooCommerce store paid through its Stripe gateway; their "
+        "refunds run on this site's Stripe rail and are then recorded on the WooCommerce order."
+    ),
+    Rail.PAYPAL: (
+        "Refunds orders paid by PayPal, on their capture: sandbox only, unless Sill runs with "
+        "SILL_ALLOW_LIVE=1. PayPal refunds a capture for 180 days."
+    ),
 }
+
+
+@dataclass
+class StripeUnderneath:
+    """The WooCommerce card's words about the Stripe account its payments run on."""
+
+    connected: bool
+    enabled: bool = False
+    key_hint: str = ""
+    mode: str = ""
+    connected_account: str = ""
 
 
 @dataclass
@@ -48,11 +73,18 @@ class RailCard:
     account: RailAccount | None = None
     key_hint: str = ""
     key_unreadable: bool = False
-    form: StripeForm | None = None
+    form: StripeForm | ShopifyForm | WooCommerceForm | PayPalForm | None = None
     error: SillError | None = None
     notice: str = ""
     # Stripe: the address to paste into Stripe's webhook endpoint settings.
     webhook_url: str = ""
+    # Shopify: the token's scopes as last checked, and the required ones it lacks (with why).
+    scopes: list[str] = field(default_factory=list)
+    missing_scopes: list[tuple[str, str]] = field(default_factory=list)
+    # WooCommerce: the Stripe account the store's payments run on.
+    stripe: StripeUnderneath | None = None
+    # PayPal: the saved webhook id (deliveries are refused without it).
+    webhook_id: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -77,6 +109,12 @@ def _card(site: Site, rail: str, account: RailAccount | None) -> RailCard:
         else:
             if rail == Rail.STRIPE:
                 card.key_hint = services.key_hint(secret)
+            elif rail == Rail.SHOPIFY:
+                card.key_hint = shopify_connect.token_hint(secret)
+            elif rail == Rail.WOOCOMMERCE:
+                card.key_hint = woo_connect.key_hint(_woo_key(secret))
+            elif rail == Rail.PAYPAL:
+                card.key_hint = paypal_connect.secret_hint(secret)
     if rail == Rail.STRIPE:
         card.webhook_url = reverse("stripe-webhook", args=[site.pk])
         card.form = StripeForm(
@@ -86,12 +124,77 @@ def _card(site: Site, rail: str, account: RailAccount | None) -> RailCard:
                 "api_base": account.api_base if account else "",
             }
         )
+    if rail == Rail.SHOPIFY:
+        _shopify_card(site, card, account)
+    if rail == Rail.WOOCOMMERCE:
+        card.webhook_url = reverse("woocommerce-webhook", args=[site.pk])
+        card.form = WooCommerceForm(
+            initial={"store_url": account.connected_account if account else ""}
+        )
+    if rail == Rail.PAYPAL:
+        _paypal_card(site, card, account)
     return card
+
+
+def _woo_key(secret: str) -> str:
+    try:
+        return str(json.loads(secret).get("consumer_key") or "")
+    except (ValueError, AttributeError):
+        return ""
+
+
+def _paypal_card(site: Site, card: RailCard, account: RailAccount | None) -> None:
+    config = (account.config or {}) if account else {}
+    card.webhook_url = reverse("paypal-webhook", args=[site.pk])
+    card.webhook_id = str(config.get("webhook_id") or "")
+    card.form = PayPalForm(
+        initial={
+            "client_id": str(config.get("client_id") or ""),
+            "mode": account.mode if account else "test",
+            "webhook_id": card.webhook_id,
+            "api_base": account.api_base if account else "",
+        }
+    )
+
+
+def _stripe_underneath(stripe: RailAccount | None) -> StripeUnderneath:
+    if stripe is None or not stripe.has_secret:
+        return StripeUnderneath(connected=False)
+    try:
+        hint = services.key_hint(stripe.get_secret())
+    except RailSecretUnreadable:
+        hint = ""
+    return StripeUnderneath(
+        connected=True,
+        enabled=stripe.enabled,
+        key_hint=hint,
+        mode=str(stripe.get_mode_display()),
+        connected_account=stripe.connected_account,
+    )
+
+
+def _shopify_card(site: Site, card: RailCard, account: RailAccount | None) -> None:
+    card.webhook_url = reverse("shopify-webhook", args=[site.pk])
+    card.form = ShopifyForm(
+        initial={
+            "shop_domain": account.connected_account if account else "",
+            "api_base": account.api_base if account else "",
+        }
+    )
+    if account is not None and isinstance((account.config or {}).get("scopes"), list):
+        card.scopes = [str(s) for s in account.config["scopes"]]
+        card.missing_scopes = [
+            (s, shopify_connect.WHY_SCOPE[s]) for s in shopify_connect.missing_scopes(card.scopes)
+        ]
 
 
 def _cards(site: Site) -> list[RailCard]:
     accounts = {a.rail: a for a in RailAccount.objects.filter(site=site)}
-    return [_card(site, rail, accounts.get(rail)) for rail in Rail.values]
+    cards = [_card(site, rail, accounts.get(rail)) for rail in Rail.values]
+    for card in cards:
+        if card.rail == Rail.WOOCOMMERCE:
+            card.stripe = _stripe_underneath(accounts.get(Rail.STRIPE))
+    return cards
 
 
 def _render(
@@ -100,11 +203,19 @@ def _render(
     """The card alone for htmx, else the whole page (with ``card`` replacing its default)."""
     site = request.site_ctx.site
     if card is not None and request.htmx:
+        if card.rail == Rail.WOOCOMMERCE and card.stripe is None:
+            stripe = RailAccount.objects.filter(site=site, rail=Rail.STRIPE).first()
+            card.stripe = _stripe_underneath(stripe)
         return render(request, "rails/settings.html#card", _context(card), status=status)
     cards = _cards(site)
     if card is not None:
-        cards = [card if c.rail == card.rail else c for c in cards]
-    return render(request, "rails/settings.html", {"cards": cards, **_context(None)}, status=status)
+        for i, default in enumerate(cards):
+            if default.rail == card.rail:
+                card.stripe = card.stripe or default.stripe
+                cards[i] = card
+    unavailable = any(not c.available for c in cards)
+    context = {"cards": cards, "unavailable": unavailable, **_context(None)}
+    return render(request, "rails/settings.html", context, status=status)
 
 
 def _context(card: RailCard | None) -> dict[str, Any]:
@@ -193,8 +304,112 @@ def stripe_configure(request: SiteRequest) -> HttpResponse:
     return _done(request, Rail.STRIPE, message)
 
 
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def shopify_configure(request: SiteRequest) -> HttpResponse:
+    site = request.site_ctx.site
+    form = ShopifyForm(request.POST)
+    try:
+        if not form.is_valid():
+            name, errors = next(iter(form.errors.items()))
+            raise services.RailSettingsError(str(errors[0]), field=name)
+        data = form.cleaned_data
+        account, missing = shopify_connect.configure_shopify(
+            site=site,
+            actor=request.user,
+            shop_domain=data["shop_domain"],
+            access_token=data["access_token"],
+            webhook_secrets=data["webhook_secrets"],
+            api_base=data["api_base"] if settings.DEBUG else None,
+        )
+    except SillError as error:
+        stored = RailAccount.objects.filter(site=site, rail=Rail.SHOPIFY).first()
+        card = _card(site, Rail.SHOPIFY, stored)
+        card.form = form
+        card.error = error
+        return _render(request, card, status=422)
+    message = f"Store {account.connected_account} saved."
+    if missing:
+        message += " The token lacks " + ", ".join(missing) + ": see below."
+    if not account.enabled:
+        message += " The rail is still off: switch it on to refund through Shopify."
+    return _done(request, Rail.SHOPIFY, message)
+
+
+def _refused(
+    request: SiteRequest, rail: str, form: WooCommerceForm | PayPalForm, error: SillError
+) -> HttpResponse:
+    """422: the card again with the error, what was typed (never a secret: the widgets don't
+    render them back) and the stored account untouched."""
+    site = request.site_ctx.site
+    card = _card(site, rail, RailAccount.objects.filter(site=site, rail=rail).first())
+    card.form = form
+    card.error = error
+    return _render(request, card, status=422)
+
+
+def _first_error(form: WooCommerceForm | PayPalForm) -> services.RailSettingsError:
+    name, errors = next(iter(form.errors.items()))
+    return services.RailSettingsError(str(errors[0]), field=name)
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def woocommerce_configure(request: SiteRequest) -> HttpResponse:
+    form = WooCommerceForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise _first_error(form)
+        data = form.cleaned_data
+        account = woo_connect.configure_woocommerce(
+            site=request.site_ctx.site,
+            actor=request.user,
+            store_url=data["store_url"],
+            consumer_key=data["consumer_key"],
+            consumer_secret=data["consumer_secret"],
+            webhook_secret=data["webhook_secret"],
+        )
+    except SillError as error:
+        return _refused(request, Rail.WOOCOMMERCE, form, error)
+    message = f"Store {account.connected_account} saved: the keys can read its orders."
+    if not account.enabled:
+        message += " It is still off: switch it on once Stripe is connected."
+    return _done(request, Rail.WOOCOMMERCE, message)
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def paypal_configure(request: SiteRequest) -> HttpResponse:
+    form = PayPalForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise _first_error(form)
+        data = form.cleaned_data
+        account = paypal_connect.configure_paypal(
+            site=request.site_ctx.site,
+            actor=request.user,
+            client_id=data["client_id"],
+            client_secret=data["client_secret"],
+            mode=data["mode"],
+            webhook_id=data["webhook_id"],
+            api_base=data["api_base"] if settings.DEBUG else None,
+        )
+    except SillError as error:
+        return _refused(request, Rail.PAYPAL, form, error)
+    mode = "sandbox" if account.mode == "test" else "live"
+    message = f"PayPal accepted the credentials ({mode}). PayPal settings saved."
+    if not (account.config or {}).get("webhook_id"):
+        message += " Without a webhook id, PayPal's webhooks are refused."
+    if not account.enabled:
+        message += " The rail is still off: switch it on to refund through PayPal."
+    return _done(request, Rail.PAYPAL, message)
+
+
 urlpatterns = [
     path("settings/rails/", rails_settings, name="rails"),
+    path("settings/rails/paypal/", paypal_configure, name="rails-paypal"),
+    path("settings/rails/woocommerce/", woocommerce_configure, name="rails-woocommerce"),
+    path("settings/rails/shopify/", shopify_configure, name="rails-shopify"),
     path("settings/rails/stripe/", stripe_configure, name="rails-stripe"),
     path("settings/rails/<str:rail>/enabled/", rail_set_enabled, name="rails-enabled"),
 ]

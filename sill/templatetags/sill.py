@@ -43,3 +43,9 @@ def badge(status: str, label: str | None = None) -> str:
 def rail(name: str) -> str:
     """``{{ refund.rail|rail }}`` → "Stripe", "Mock" (the rail's name in words)."""
     return rail_label(str(name)) or "—"
+
+
+@register.filter
+def humanize_code(code: str) -> str:
+    """``product_not_received`` → "Product not received" (a provider's code in words)."""
+    return str(code or "").replace("_", " ").strip().capitalize() or "—"

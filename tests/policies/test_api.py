@@ -177,7 +177,9 @@ def test_bad_input_gets_a_clear_error_and_writes_nothing(members, site, body, st
     assert not PolicyVersion.objects.exists() and not AuditRecord.objects.exists()
 
 
-def test_the_schema_describes_the_policy_endpoints():
-    schema = Client().get("/api/schema/", headers={"Accept": "application/json"}).content.decode()
+def test_the_schema_describes_the_policy_endpoints(admin_client):
+    schema = admin_client.get(
+        "/api/schema/", headers={"Accept": "application/json"}
+    ).content.decode()
     assert "/api/v1/policy-templates" in schema
     assert "/api/v1/sites/{site_id}/rules/from-template" in schema

@@ -108,8 +108,8 @@ def test_it_refuses_stripe_without_a_key(site):
         rail_for(site_id=site.pk, rail="stripe")
 
 
-def test_it_refuses_a_rail_that_is_not_built_yet(site):
+def test_it_refuses_woocommerce_as_a_rail_because_its_refunds_run_on_stripe(site):
     RailAccount.objects.create(site=site, rail="woocommerce")
 
-    with pytest.raises(RailDisabled, match="not available"):
+    with pytest.raises(RailDisabled, match="refunds of WooCommerce orders run on Stripe"):
         rail_for(site_id=site.pk, rail="woocommerce")

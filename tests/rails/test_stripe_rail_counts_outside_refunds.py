@@ -16,6 +16,7 @@ from refunds.quote import quote_refund
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import NotRefundable, create_staff_refund
 from sill.orders.models import Charge, ExternalRefund, Order
+from sill.rails.base import RefundFacts
 from tests.rails.localstripe_fixtures import as_dict
 from tests.rails.stripe_events import event
 from tests.refunds.conftest import ORIGINAL, refund_intent
@@ -90,7 +91,9 @@ def test_sills_own_refunds_at_stripe_are_never_counted_as_outside(
     ensure_default_reasons(site)
     charge = Charge.objects.get(pk=paid.pk)
     # Stripe counts Sill's own $20.00: nothing is unrecorded, nothing is listed as outside.
-    quote = quote_refund(order=charge.order, charge=charge, rail_refunded_minor=2000)
+    quote = quote_refund(
+        order=charge.order, charge=charge, rail_facts=RefundFacts(charge_refunded_minor=2000)
+    )
     assert quote.remaining.amount_minor == 6900
     assert not ExternalRefund.objects.exists()
 
@@ -99,5 +102,7 @@ def test_the_quote_subtracts_what_the_rail_counts_beyond_sills_records(site, pai
     # When the rail's refunds could not be listed, its figure still caps the refund.
     charge = Charge.objects.get(pk=paid.pk)
     assert quote_refund(order=charge.order, charge=charge).remaining.amount_minor == 8900
-    capped = quote_refund(order=charge.order, charge=charge, rail_refunded_minor=2500)
+    capped = quote_refund(
+        order=charge.order, charge=charge, rail_facts=RefundFacts(charge_refunded_minor=2500)
+    )
     assert capped.remaining.amount_minor == 6400

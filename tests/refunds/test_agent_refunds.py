@@ -227,8 +227,8 @@ def test_another_agents_token_cannot_read_the_refund(api, sign, original, site):
     assert response.status_code == 404
 
 
-def test_the_openapi_schema_describes_the_mandate_endpoint():
-    response = Client().get("/api/schema/", headers={"Accept": "application/json"})
+def test_the_openapi_schema_describes_the_mandate_endpoint(admin_client):
+    response = admin_client.get("/api/schema/", headers={"Accept": "application/json"})
     assert response.status_code == 200
     assert b"/api/v1/mandates" in response.content and b"request_refund" in response.content
 

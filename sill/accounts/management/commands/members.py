@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sill.accounts.models import Membership, Role, Site
-from sill.accounts.services import add_member, issue_member_token
+from sill.accounts.services import add_member_as_operator, issue_member_token
 from sill.errors import SillError
 
 
@@ -41,7 +41,8 @@ class Command(BaseCommand):
         if password is None and not sys.stdin.isatty():
             password = sys.stdin.readline().rstrip("\n") or None
         try:
-            membership = add_member(
+            # Signed member_change record, actor: the operator (sill.accounts.admin_audit).
+            membership = add_member_as_operator(
                 site=site,
                 email=opts["email"],
                 role=opts["role"],

@@ -6,6 +6,10 @@ current ``SILL_SECRET_KEY``, and names every credential that no key can read (th
 refused as ``rail_disabled`` until someone re-enters the key). Run it after rotating the secret
 key; once it reports nothing left to re-encrypt on every deployment that shares the database,
 the old key can leave the fallbacks. It exits 1 when a credential is unreadable.
+
+``replay-webhooks --site S --rail stripe --since ISO`` reads the site's Stripe events since a
+time back from Stripe and applies those Sill missed (sill.rails.replay); it exits 1 when the
+arguments are refused, the rail is disabled, Stripe refuses, or an event could not be applied.
 """
 
 from __future__ import annotations
@@ -32,6 +36,35 @@ class Command(BaseCommand):
         reencrypt.add_argument("--site", help="only this site (default: every site)")
         reencrypt.add_argument(
             "--dry-run", action="store_true", help="report what would change; write nothing"
+        )
+
+        sync_shopify = sub.add_parser(
+            "sync-shopify", help="bring a site's Shopify orders into Sill (idempotent)"
+        )
+        sync_shopify.add_argument("--site", required=True, help="the site whose store is synced")
+        sync_shopify.add_argument(
+            "--since", help="only orders updated at or after this ISO time (default: all)"
+        )
+
+        replay = sub.add_parser(
+            "replay-webhooks",
+            help="re-read a site's Stripe events since a time and apply the missed ones",
+        )
+        replay.add_argument("--site", required=True, help="the site whose events are replayed")
+        replay.add_argument("--rail", required=True, help="the rail: only `stripe` can replay")
+        replay.add_argument(
+            "--since",
+            required=True,
+            help="ISO 8601 time or date, at most 30 days ago (Stripe keeps events 30 days); "
+            "one without a zone, or a date, is read in the site's time zone (UTC unless "
+            "the site sets one)",
+        )
+
+        sync_woocommerce = sub.add_parser(
+            "sync-woocommerce", help="bring a site's WooCommerce orders into Sill (idempotent)"
+        )
+        sync_woocommerce.add_argument(
+            "--site", required=True, help="the site whose store is synced"
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -72,3 +105,34 @@ class Command(BaseCommand):
                 "SILL_SECRET_KEY_FALLBACKS; their rails are refused until the key is re-entered",
                 returncode=1,
             )
+
+    def _sync_shopify(self, opts: dict[str, Any]) -> None:
+        from sill.rails.shopify.commands import sync_shopify
+
+        self.stdout.write(sync_shopify(site_id=opts["site"], since=opts["since"]))
+
+    def _replay_webhooks(self, opts: dict[str, Any]) -> None:
+        from sill.errors import SillError
+        from sill.rails.base import RailError
+        from sill.rails.replay import parse_since, replay_stripe_events, replay_webhooks_site
+
+        try:
+            site = replay_webhooks_site(site_id=opts["site"], rail=opts["rail"])
+            report = replay_stripe_events(site=site, since=parse_since(opts["since"], site=site))
+        except (SillError, RailError) as exc:
+            # Rail messages are scrubbed of credentials (sill.rails.stripe).
+            raise CommandError(exc.message, returncode=1) from None
+        for error in report.errors:
+            self.stderr.write(error)
+        self.stdout.write(report.summary())
+        if report.failed or report.refused:
+            raise CommandError(
+                f"{report.failed + report.refused} event(s) could not be applied (above); "
+                "they stay unprocessed: fix the cause and run this command again",
+                returncode=1,
+            )
+
+    def _sync_woocommerce(self, opts: dict[str, Any]) -> None:
+        from sill.rails.woocommerce.commands import sync_woocommerce
+
+        self.stdout.write(sync_woocommerce(site_id=opts["site"]))

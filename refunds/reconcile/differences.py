@@ -1,0 +1,328 @@
+"""Comparing Sill's books for one charge with the refunds the rail lists for it (pure).
+
+:func:`differences` takes plain rows — Sill's refunds of the charge, the outside refunds Sill
+recorded on it before and after the rail was read and synced, and what the rail listed — and
+returns every difference, each with a stable ``key``. It imports no ORM: the caller
+(:mod:`refunds.reconcile.inbox`) reads the rows and writes the items.
+
+Two snapshots of the outside refunds are compared because the sync
+(:func:`sill.rails.charge_sync.sync_charge`) records what Sill had missed before the
+comparison runs: a refund that was not in the books *before* and is *after* is one Sill had
+missed (its webhook never arrived). Such a difference is reported with ``sill_corrected``:
+Sill's books already follow the rail, and a person only acknowledges it. Sill's own refunds
+are compared *after* the sync, which reverses a settled refund the rail reports failed.
+
+Refunds still being executed (``processing``) and refunds that need attention are left out:
+their execution, or the owner's resolution, records the rail's answer for their key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sill.money import Money, MoneyError, format_money
+from sill.rails.base import RailRefund, rail_label
+
+# Rail refund states in which the money went (or is going) back to the buyer.
+COUNTED_STATES = frozenset({"pending", "requires_action", "succeeded"})
+# Sill refund statuses whose execution owns the rail's answer.
+IN_FLIGHT = frozenset({"processing", "needs_attention"})
+# Sill refund statuses that count nothing as refunded.
+NOT_REFUNDED = frozenset({"failed", "held", "rejected", "expired"})
+
+MISSING_IN_SILL = "missing_in_sill"
+MISSING_AT_RAIL = "missing_at_rail"
+AMOUNT_DIFFERS = "amount_differs"
+STATUS_DIFFERS = "status_differs"
+
+
+@dataclass(frozen=True)
+class SillRefundRow:
+    refund_id: str
+    provider_refund_id: str
+    status: str
+    amount_minor: int
+    currency: str
+
+
+@dataclass(frozen=True)
+class OutsideRow:
+    provider_refund_id: str
+    amount_minor: int
+    currency: str
+    status: str
+
+    @property
+    def counted(self) -> bool:
+        return self.status in COUNTED_STATES
+
+
+@dataclass(frozen=True)
+class Difference:
+    kind: str
+    subject: str  # Sill's refund id, or the provider's refund id for outside refunds
+    detail: str
+    currency: str
+    refund_id: str = ""
+    provider_refund_id: str = ""
+    sill_amount_minor: int | None = None
+    rail_amount_minor: int | None = None
+    rail_currency: str = ""
+    sill_status: str = ""
+    rail_status: str = ""
+    sill_corrected: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.subject}"
+
+
+def differences(
+    *,
+    rail: str,
+    currency: str,
+    listed: Sequence[RailRefund],
+    sill: Iterable[SillRefundRow],
+    outside_before: Mapping[str, OutsideRow],
+    outside_after: Mapping[str, OutsideRow],
+) -> list[Difference]:
+    """Every difference between the books of one charge (in ``currency``) and ``listed``."""
+    rail_name = rail_label(rail)
+    by_provider = {r.provider_refund_id: r for r in listed}
+    by_sill_id = {r.sill_refund_id: r for r in listed if r.sill_refund_id}
+    matched: set[str] = set()
+    found: list[Difference] = []
+    sill_ids: set[str] = set()
+
+    for own in sill:
+        sill_ids.add(own.refund_id)
+        at_rail = by_provider.get(own.provider_refund_id) if own.provider_refund_id else None
+        at_rail = at_rail or by_sill_id.get(own.refund_id)
+        if at_rail is not None:
+            matched.add(at_rail.provider_refund_id)
+        if own.status in IN_FLIGHT:
+            continue
+        found.extend(_own_refund(own, at_rail, rail_name))
+
+    for listed_refund in listed:
+        if listed_refund.provider_refund_id in matched:
+            continue
+        if listed_refund.sill_refund_id:
+            if listed_refund.sill_refund_id not in sill_ids and _counted(listed_refund):
+                found.append(_unknown_own(listed_refund, currency, rail_name))
+            continue
+        found.extend(
+            _outside(
+                listed_refund,
+                outside_before.get(listed_refund.provider_refund_id),
+                outside_after.get(listed_refund.provider_refund_id),
+                currency,
+                rail_name,
+            )
+        )
+
+    for recorded in outside_after.values():
+        if recorded.provider_refund_id not in by_provider and recorded.counted:
+            found.append(
+                Difference(
+                    kind=MISSING_AT_RAIL,
+                    subject=recorded.provider_refund_id,
+                    provider_refund_id=recorded.provider_refund_id,
+                    currency=recorded.currency,
+                    sill_amount_minor=recorded.amount_minor,
+                    sill_status=recorded.status,
+                    detail=(
+                        f"Sill counts this refund made outside Sill, but {rail_name} no longer "
+                        "lists it for the charge. It still lowers what is refundable."
+                    ),
+                )
+            )
+    return found
+
+
+def _own_refund(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> list[Difference]:
+    """Differences of one of Sill's settled, failed or never-sent refunds."""
+    base: dict[str, Any] = {
+        "subject": own.refund_id,
+        "refund_id": own.refund_id,
+        "currency": own.currency,
+        "sill_amount_minor": own.amount_minor,
+        "sill_status": own.status,
+    }
+    if at_rail is not None:
+        base |= {
+            "provider_refund_id": at_rail.provider_refund_id,
+            "rail_amount_minor": at_rail.amount_minor,
+            "rail_currency": at_rail.currency,
+            "rail_status": at_rail.status,
+        }
+    else:
+        base["provider_refund_id"] = own.provider_refund_id
+    if own.status == "succeeded":
+        if at_rail is None:
+            return [
+                Difference(
+                    kind=MISSING_AT_RAIL,
+                    **base,
+                    detail=(
+                        f"Sill settled this refund as {own.provider_refund_id or 'no refund id'}, "
+                        f"but {rail} lists no such refund for the charge: the buyer may not "
+                        "have been paid back."
+                    ),
+                )
+            ]
+        found = []
+        if own.provider_refund_id and own.provider_refund_id != at_rail.provider_refund_id:
+            found.append(
+                Difference(
+                    kind=MISSING_AT_RAIL,
+                    **base,
+                    detail=(
+                        f"Sill settled this refund as {own.provider_refund_id}, but {rail}'s "
+                        f"refund for its idempotency key is {at_rail.provider_refund_id}."
+                    ),
+                )
+            )
+        if not _counted(at_rail):
+            found.append(
+                Difference(
+                    kind=STATUS_DIFFERS,
+                    **base,
+                    detail=(
+                        f"Sill settled this refund, but {rail} reports it {at_rail.status}: "
+                        "the money did not reach the buyer."
+                    ),
+                )
+            )
+        elif at_rail.status != "succeeded":
+            found.append(
+                Difference(
+                    kind=STATUS_DIFFERS,
+                    **base,
+                    detail=(
+                        f"Sill settled this refund, but {rail} has not finished it "
+                        f"({at_rail.status})."
+                    ),
+                )
+            )
+        if (at_rail.amount_minor, at_rail.currency) != (own.amount_minor, own.currency):
+            found.append(
+                Difference(
+                    kind=AMOUNT_DIFFERS,
+                    **base,
+                    detail=(
+                        f"Sill settled {_money(own.amount_minor, own.currency)}; {rail} "
+                        f"refunded {_money(at_rail.amount_minor, at_rail.currency)}."
+                    ),
+                )
+            )
+        return found
+    if own.status in NOT_REFUNDED and at_rail is not None and _counted(at_rail):
+        return [
+            Difference(
+                kind=STATUS_DIFFERS,
+                **base,
+                detail=(
+                    f"Sill counts nothing for this refund ({own.status}), but {rail} made it "
+                    f"({at_rail.status}): the charge may be refunded twice."
+                ),
+            )
+        ]
+    return []
+
+
+def _unknown_own(listed: RailRefund, currency: str, rail: str) -> Difference:
+    return Difference(
+        kind=MISSING_IN_SILL,
+        subject=listed.provider_refund_id,
+        provider_refund_id=listed.provider_refund_id,
+        currency=currency,
+        rail_amount_minor=listed.amount_minor,
+        rail_currency=listed.currency,
+        rail_status=listed.status,
+        detail=(
+            f"{rail}'s refund names Sill refund {listed.sill_refund_id}, which Sill does not "
+            "have on this charge, so Sill does not count it as refunded."
+        ),
+    )
+
+
+def _outside(
+    listed: RailRefund,
+    before: OutsideRow | None,
+    after: OutsideRow | None,
+    currency: str,
+    rail: str,
+) -> list[Difference]:
+    """Differences of one refund made at the rail outside Sill."""
+    follows = after is not None and (after.amount_minor, after.currency, after.status) == (
+        listed.amount_minor,
+        listed.currency,
+        listed.status,
+    )
+    base: dict[str, Any] = {
+        "subject": listed.provider_refund_id,
+        "provider_refund_id": listed.provider_refund_id,
+        "currency": currency,
+        "rail_amount_minor": listed.amount_minor,
+        "rail_currency": listed.currency,
+        "rail_status": listed.status,
+        "sill_corrected": follows,
+    }
+    if before is None:
+        if not _counted(listed):
+            return []  # failed at the rail and never recorded: nothing to count
+        done = (
+            "it is recorded now as a refund outside Sill, so it no longer counts as refundable."
+            if follows
+            else "Sill could not record it (another currency than the charge's)."
+        )
+        return [
+            Difference(
+                kind=MISSING_IN_SILL,
+                **base,
+                detail=(
+                    f"Refunded at {rail} outside Sill, and Sill had not recorded it (its webhook "
+                    f"was missed or had not arrived yet): {done}"
+                ),
+            )
+        ]
+    base |= {"sill_amount_minor": before.amount_minor, "sill_status": before.status}
+    now = " Sill's record now follows the rail." if follows else ""
+    if (before.amount_minor, before.currency) != (listed.amount_minor, listed.currency):
+        return [
+            Difference(
+                kind=AMOUNT_DIFFERS,
+                **base,
+                detail=(
+                    f"Sill had recorded {_money(before.amount_minor, before.currency)} for this "
+                    f"refund made outside Sill; {rail} reports "
+                    f"{_money(listed.amount_minor, listed.currency)}.{now}"
+                ),
+            )
+        ]
+    if before.counted != _counted(listed):
+        return [
+            Difference(
+                kind=STATUS_DIFFERS,
+                **base,
+                detail=(
+                    f"Sill had this refund made outside Sill as {before.status}; {rail} reports "
+                    f"it {listed.status}.{now}"
+                ),
+            )
+        ]
+    return []
+
+
+def _counted(refund: RailRefund) -> bool:
+    return refund.status in COUNTED_STATES
+
+
+def _money(amount_minor: int, currency: str) -> str:
+    try:
+        return format_money(Money(amount_minor, currency))
+    except MoneyError:
+        return f"{amount_minor} {currency} (minor units)"

@@ -1,0 +1,291 @@
+"""The Reconciliation inbox: one charge's differences become items; people resolve them.
+
+:func:`reconcile_charge` reads Sill's books for a charge, has the rail's refunds and disputes
+synced into them (:func:`sill.rails.charge_sync.sync_charge`: a refund made outside Sill that
+Sill had missed is recorded at once, so it stops counting as refundable; a settled refund the
+rail reports failed is reversed), compares (:mod:`refunds.reconcile.differences`) and writes:
+
+- a new difference opens an item with a signed ``reconciliation_found`` record; the database
+  keeps one open item per key and site, so a second run (or two at once) never duplicates it;
+- a difference seen again only refreshes the open item (``last_seen_at`` and current values);
+- an open item of the charge that the run no longer finds is closed by Sill (``cleared``,
+  nobody named) with its own signed record — unless Sill had corrected its books when it
+  found it (``sill_corrected``): a missed refund stays in the inbox until someone
+  acknowledges it.
+
+:func:`resolve_item` is a person's resolution: an owner or admin, an outcome and a note, in
+one transaction under the item's row lock with a signed ``reconciliation_resolved`` record.
+
+Nothing here starts a money movement: the rail is only read.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit.models import AuditKind
+from audit.services import append_record
+from refunds.models import (
+    ReconciliationItem,
+    ReconciliationResolution,
+    Refund,
+)
+from refunds.reconcile.differences import Difference, OutsideRow, SillRefundRow, differences
+from sill.accounts.access import Cap, can
+from sill.accounts.models import Membership, Site
+from sill.errors import NotFound, PermissionDenied, SillError
+from sill.orders.models import Charge, ExternalRefund
+from sill.rails.base import ChargeReader
+from sill.rails.charge_sync import sync_charge
+
+logger = logging.getLogger(__name__)
+
+NOTE_MAX_LENGTH = 1000
+# What a person may record; "cleared" is Sill's alone.
+PERSON_RESOLUTIONS = (
+    ReconciliationResolution.ACKNOWLEDGED,
+    ReconciliationResolution.FIXED_AT_RAIL,
+    ReconciliationResolution.RECORDED_IN_SILL,
+)
+# Who may see and resolve the inbox: owners and admins.
+RECONCILE_CAP = Cap.DECIDE_HELD
+
+
+class AlreadyResolved(SillError):
+    code = "already_resolved"
+    status = 409
+
+
+@dataclass(frozen=True)
+class ChargeOutcome:
+    opened: int
+    cleared: int
+    synced: list[str]
+
+
+# --- one charge ---------------------------------------------------------------------------------
+
+
+def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeOutcome:
+    """Sync and compare one charge with the rail; open and clear its items.
+
+    Call outside any transaction (the rail reads are network calls). Raises ``RailError``
+    when the rail's refunds cannot be listed: then nothing is recorded or cleared.
+    """
+    before = _outside_rows(charge)
+    synced = sync_charge(charge=charge, rail=rail, event_id=event_id)
+    found = differences(
+        rail=charge.rail,
+        currency=charge.currency,
+        listed=synced.refunds,
+        sill=_sill_rows(charge),
+        outside_before=before,
+        outside_after=_outside_rows(charge),
+    )
+    opened = sum(open_item(charge=charge, difference=d) for d in found)
+    cleared = clear_vanished(charge=charge, keys={d.key for d in found})
+    return ChargeOutcome(opened=opened, cleared=cleared, synced=synced.outcomes)
+
+
+def _sill_rows(charge: Charge) -> list[SillRefundRow]:
+    return [
+        SillRefundRow(
+            refund_id=r.id,
+            provider_refund_id=r.provider_refund_id,
+            status=r.status,
+            amount_minor=r.amount_minor,
+            currency=r.currency,
+        )
+        for r in Refund.objects.filter(charge=charge).only(
+            "id", "provider_refund_id", "status", "amount_minor", "currency"
+        )
+    ]
+
+
+def _outside_rows(charge: Charge) -> dict[str, OutsideRow]:
+    return {
+        e.provider_refund_id: OutsideRow(
+            provider_refund_id=e.provider_refund_id,
+            amount_minor=e.amount_minor,
+            currency=e.currency,
+            status=e.status,
+        )
+        for e in ExternalRefund.objects.filter(charge=charge)
+    }
+
+
+# --- items --------------------------------------------------------------------------------------
+
+
+# The fields an item copies from its Difference, refreshed when a run sees it again.
+_VALUE_FIELDS = (
+    "provider_refund_id",
+    "currency",
+    "sill_amount_minor",
+    "rail_amount_minor",
+    "rail_currency",
+    "sill_status",
+    "rail_status",
+    "detail",
+)
+
+
+def open_item(*, charge: Charge, difference: Difference, now: datetime | None = None) -> bool:
+    """Open an item for ``difference`` unless one is open for its key; True when opened."""
+    now = now or timezone.now()
+    site_id = charge.order.site_id
+    values = {name: getattr(difference, name) for name in _VALUE_FIELDS}
+    refreshed = ReconciliationItem.objects.filter(
+        site_id=site_id, key=difference.key, resolved_at__isnull=True
+    ).update(last_seen_at=now, **values)
+    if refreshed:
+        return False
+    try:
+        with transaction.atomic():
+            item = ReconciliationItem.objects.create(
+                site_id=site_id,
+                kind=difference.kind,
+                key=difference.key,
+                order_id=charge.order_id,
+                charge=charge,
+                refund_id=difference.refund_id or None,
+                rail=charge.rail,
+                sill_corrected=difference.sill_corrected,
+                found_at=now,
+                last_seen_at=now,
+                **values,
+            )
+            append_record(
+                site=charge.order.site,
+                kind=AuditKind.RECONCILIATION_FOUND,
+                body=item_body(item),
+            )
+    except IntegrityError:
+        # Another run opened the same difference a moment ago: one item is enough. Any other
+        # constraint that failed is a bug, and is raised.
+        if not ReconciliationItem.objects.filter(
+            site_id=site_id, key=difference.key, resolved_at__isnull=True
+        ).exists():
+            raise
+        return False
+    return True
+
+
+def clear_vanished(*, charge: Charge, keys: set[str], now: datetime | None = None) -> int:
+    """Close the charge's open items whose difference the run no longer found."""
+    stale = ReconciliationItem.objects.filter(
+        charge=charge, resolved_at__isnull=True, sill_corrected=False
+    ).exclude(key__in=keys)
+    cleared = 0
+    for item_id in stale.values_list("id", flat=True):
+        with transaction.atomic():
+            item = (
+                ReconciliationItem.objects.select_for_update()
+                .select_related("site")
+                .filter(pk=item_id, resolved_at__isnull=True)
+                .first()
+            )
+            if item is None:
+                continue  # someone resolved it meanwhile
+            _close(
+                item,
+                resolution=ReconciliationResolution.CLEARED,
+                actor=None,
+                note="A later reconciliation found Sill's books and the rail's in agreement.",
+                now=now or timezone.now(),
+            )
+            cleared += 1
+    return cleared
+
+
+def resolve_item(
+    *, site: Site, item_id: int, actor: Any, resolution: str, note: str
+) -> ReconciliationItem:
+    """An owner or admin of ``site`` resolves one open item with an outcome and a note.
+
+    ``resolution`` is the form's text as posted (one of :data:`PERSON_RESOLUTIONS`, else
+    ``invalid_field``); the note is required. Another site's item is ``not_found``; an item
+    resolved meanwhile is :class:`AlreadyResolved`.
+    """
+    membership = Membership.objects.filter(site=site, user=actor).first()
+    if not can(membership, RECONCILE_CAP):
+        raise PermissionDenied("Only an owner or an admin can resolve reconciliation items.")
+    if resolution not in PERSON_RESOLUTIONS:
+        raise SillError(
+            "Choose how this difference was resolved.", code="invalid_field", field="resolution"
+        )
+    note = note.strip()
+    if not note:
+        raise SillError(
+            "Write a short note: what you checked or changed.", code="invalid_field", field="note"
+        )
+    if len(note) > NOTE_MAX_LENGTH:
+        raise SillError(
+            f"Keep the note under {NOTE_MAX_LENGTH} characters.", code="invalid_field", field="note"
+        )
+    with transaction.atomic():
+        item = (
+            ReconciliationItem.objects.select_for_update()
+            .select_related("site")
+            .filter(site=site, pk=item_id)
+            .first()
+        )
+        if item is None:
+            raise NotFound("No such reconciliation item on this site.")
+        if item.resolved_at is not None:
+            raise AlreadyResolved("This difference was already resolved.")
+        _close(item, resolution=resolution, actor=actor, note=note, now=timezone.now())
+    return item
+
+
+def _close(
+    item: ReconciliationItem, *, resolution: str, actor: Any, note: str, now: datetime
+) -> None:
+    """Resolve the locked, open ``item`` and write its signed record (caller's transaction)."""
+    item.resolved_at = now
+    item.resolved_by = actor
+    item.resolution = resolution
+    item.resolution_note = note
+    item.save(update_fields=["resolved_at", "resolved_by", "resolution", "resolution_note"])
+    append_record(
+        site=item.site,
+        kind=AuditKind.RECONCILIATION_RESOLVED,
+        body=item_body(
+            item,
+            resolution=resolution,
+            resolved_by=actor.get_username() if actor is not None else None,
+            resolution_note=note,
+            resolved_at=now.isoformat(),
+        ),
+    )
+
+
+def item_body(item: ReconciliationItem, **extra: Any) -> dict[str, Any]:
+    """The audit body describing ``item``: integers, strings and null only."""
+    body: dict[str, Any] = {
+        "item_id": item.pk,
+        "kind": item.kind,
+        "key": item.key,
+        "order_id": item.order_id,
+        "charge_id": item.charge_id,
+        "refund_id": item.refund_id,
+        "rail": item.rail,
+        "provider_refund_id": item.provider_refund_id or None,
+        "currency": item.currency,
+        "sill_amount_minor": item.sill_amount_minor,
+        "rail_amount_minor": item.rail_amount_minor,
+        "rail_currency": item.rail_currency or None,
+        "sill_status": item.sill_status or None,
+        "rail_status": item.rail_status or None,
+        "detail": item.detail,
+        "sill_corrected": item.sill_corrected,
+        "found_at": item.found_at.isoformat(),
+    }
+    body.update(extra)
+    return body

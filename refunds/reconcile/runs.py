@@ -1,0 +1,167 @@
+"""Reconciliation runs: which rail accounts and charges are compared with the rail, and when.
+
+The beat task ``refunds.reconcile`` ticks every five minutes and starts a run for each
+enabled rail account whose rail can list a charge's refunds (``ChargeReader``: Stripe; the
+mock rail's "provider database" is Sill's own records, so there is nothing to compare) and
+whose last run started ``SILL_RECONCILE_EVERY_MINUTES`` (60) ago or more. A run checks the
+charges with activity in the last ``SILL_RECONCILE_DAYS`` (7) — created, captured, refunded
+by Sill or outside it — plus every charge that still has an open item (so it can clear), at
+most ``SILL_RECONCILE_MAX_CHARGES`` (500) per run, going on from where the previous run
+stopped, so a busy site is covered in turns.
+
+Each charge is read outside any transaction (a network call), and a ``RailError`` on one
+charge is logged and counted while the run goes on. Nothing here starts a money movement.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from refunds.models import ReconciliationItem, ReconciliationRun, Refund
+from refunds.reconcile.inbox import reconcile_charge
+from sill.orders.models import Charge, ChargeStatus, ExternalRefund
+from sill.rails.base import ChargeReader, RailError
+from sill.rails.models import RailAccount
+from sill.rails.registry import RailDisabled, rail_from_account
+
+logger = logging.getLogger(__name__)
+
+
+def reconcile_days() -> int:
+    return max(1, int(getattr(settings, "SILL_RECONCILE_DAYS", 7)))
+
+
+def run_interval() -> timedelta:
+    return timedelta(minutes=max(1, int(getattr(settings, "SILL_RECONCILE_EVERY_MINUTES", 60))))
+
+
+def max_charges() -> int:
+    return max(1, int(getattr(settings, "SILL_RECONCILE_MAX_CHARGES", 500)))
+
+
+def accounts_due(*, now: datetime | None = None) -> list[int]:
+    """The rail accounts whose run is due (their rail can list refunds, or cannot be built:
+    a run then records why, once per interval, for the inbox to show)."""
+    now = now or timezone.now()
+    due = []
+    for account in RailAccount.objects.filter(enabled=True).order_by("pk"):
+        try:
+            if not isinstance(rail_from_account(account), ChargeReader):
+                continue
+        except RailDisabled:
+            pass
+        last = _last_run(account).first()
+        if last is None or last.started_at <= now - run_interval():
+            due.append(account.pk)
+    return due
+
+
+def run_reconciliation(
+    *, account_id: int, now: datetime | None = None, force: bool = False
+) -> ReconciliationRun | None:
+    """One run over one rail account; None when it is not due (``force`` skips that check),
+    switched off, or its rail cannot list refunds."""
+    now = now or timezone.now()
+    account = RailAccount.objects.filter(pk=account_id, enabled=True).first()
+    if account is None:
+        return None
+    try:
+        rail = rail_from_account(account)
+    except RailDisabled as exc:
+        run = _claim(account, now=now, force=force)
+        if run is not None:
+            _finish(run, error=exc.message)
+        return run
+    if not isinstance(rail, ChargeReader):
+        return None
+    run = _claim(account, now=now, force=force)
+    if run is None:
+        return None
+    previous = _last_run(account).exclude(pk=run.pk).filter(finished_at__isnull=False).first()
+    charges = charges_to_check(
+        account,
+        since=now - timedelta(days=reconcile_days()),
+        after=previous.cursor if previous is not None else "",
+        limit=max_charges(),
+    )
+    for charge in charges:
+        run.charges_checked += 1
+        run.cursor = charge.pk
+        try:
+            outcome = reconcile_charge(charge=charge, rail=rail, event_id=f"reconcile:{run.pk}")
+        except RailError as exc:
+            run.charges_unreadable += 1
+            logger.warning("reconciliation: charge %s could not be read: %s", charge.pk, exc)
+        except Exception:
+            # A bug on one charge must not hide the others' differences.
+            run.charges_unreadable += 1
+            logger.exception("reconciliation: charge %s failed", charge.pk)
+        else:
+            run.items_opened += outcome.opened
+            run.items_cleared += outcome.cleared
+    _finish(run)
+    return run
+
+
+def charges_to_check(
+    account: RailAccount, *, since: datetime, after: str, limit: int
+) -> list[Charge]:
+    """The account's active charges, in id order from just after ``after``, wrapping round."""
+    active = _active_charges(account, since=since)
+    first = list(active.filter(pk__gt=after).order_by("pk")[:limit])
+    if len(first) < limit and after:
+        first += list(active.filter(pk__lte=after).order_by("pk")[: limit - len(first)])
+    return first
+
+
+def _active_charges(account: RailAccount, *, since: datetime) -> QuerySet[Charge]:
+    refunded = Refund.objects.filter(charge=OuterRef("pk"), updated_at__gte=since)
+    outside = ExternalRefund.objects.filter(charge=OuterRef("pk")).filter(
+        Q(recorded_at__gte=since) | Q(rail_updated_at__gte=since)
+    )
+    still_open = ReconciliationItem.objects.filter(charge=OuterRef("pk"), resolved_at__isnull=True)
+    return (
+        Charge.objects.filter(
+            order__site_id=account.site_id, rail=account.rail, status=ChargeStatus.SUCCEEDED
+        )
+        .exclude(provider_charge_id="")
+        .filter(
+            Q(created_at__gte=since)
+            | Q(captured_at__gte=since)
+            | Exists(refunded)
+            | Exists(outside)
+            | Exists(still_open)
+        )
+        .select_related("order__site")
+    )
+
+
+def _last_run(account: RailAccount) -> QuerySet[ReconciliationRun]:
+    return ReconciliationRun.objects.filter(site_id=account.site_id, rail=account.rail).order_by(
+        "-started_at", "-id"
+    )
+
+
+def _claim(account: RailAccount, *, now: datetime, force: bool) -> ReconciliationRun | None:
+    """Start a run unless one started within the interval; the account's row lock makes two
+    workers that look at once start one run between them."""
+    with transaction.atomic():
+        RailAccount.objects.select_for_update().filter(pk=account.pk).first()
+        last = _last_run(account).first()
+        if not force and last is not None and last.started_at > now - run_interval():
+            return None
+        return ReconciliationRun.objects.create(
+            site_id=account.site_id, rail=account.rail, started_at=now
+        )
+
+
+def _finish(run: ReconciliationRun, *, error: str = "") -> None:
+    run.finished_at = timezone.now()
+    run.error = error[:500]
+    run.save()

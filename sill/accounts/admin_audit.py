@@ -1,0 +1,39 @@
+"""Signed audit records of a site's administration: members, agents, keys, rails.
+
+Each record is written by the service that makes the change, inside its transaction
+(``audit.services.append_record`` refuses to run outside one), so the Settings pages, the
+management commands and anything else calling the service record alike.
+
+A body says what changed and who changed it: ``actor`` is the acting user's username, or
+``None`` when an operator ran a management command (``actor_name`` is then
+:data:`OPERATOR`). Never a secret: no rail key, webhook secret, token or password, only
+whether one changed and how many there are (an agent's *public* key is not secret and names
+the key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from audit.models import AuditRecord
+from audit.services import append_record
+from sill.accounts.models import Site
+
+OPERATOR = "operator (manage.py)"
+
+
+def actor_fields(actor: Any) -> dict[str, str | None]:
+    """``actor`` is a user, a :class:`~sill.accounts.models.Membership`, or None (operator)."""
+    user = getattr(actor, "user", actor)
+    if user is None:
+        return {"actor": None, "actor_name": OPERATOR}
+    name = user.get_username()
+    return {"actor": name, "actor_name": name}
+
+
+def record_admin_change(
+    *, site: Site, kind: str, actor: Any, body: Mapping[str, Any]
+) -> AuditRecord:
+    """Append the signed ``kind`` record of an administrative change made by ``actor``."""
+    return append_record(site=site, kind=kind, body={**body, **actor_fields(actor)})

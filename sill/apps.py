@@ -1,0 +1,10 @@
+"""The Django admin's app config, pointing it at Sill's own admin site (sill/admin.py)."""
+
+from __future__ import annotations
+
+from django.contrib.admin.apps import AdminConfig
+
+
+class SillAdminConfig(AdminConfig):
+    # Every ``@admin.register`` then lands on SillAdminSite: one class decides who may enter.
+    default_site = "sill.admin.SillAdminSite"

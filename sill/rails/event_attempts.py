@@ -1,0 +1,173 @@
+"""Attempts at processing stored Stripe events: counted, their errors kept, retried, bounded.
+
+Processing itself is sill.rails.stripe_events.process_event (one event, once, under its row
+lock). Around it:
+
+- :func:`attempt_stripe_event` counts the attempt *before* processing, in its own commit, so an
+  event that kills its worker (and is redelivered by the broker) is bounded like one that
+  raises. A failure is rolled back by ``process_event``'s transaction and then written on the
+  event (``last_error``) and logged with its traceback; it is never raised, except a
+  transient ``OperationalError`` (lost connection, lock timeout), which gives its attempt
+  back and is raised for the task's own quick retry.
+- :func:`claim_stripe_events_to_retry` picks, for the beat task ``rails.retry_webhook_events``,
+  the events still unprocessed whose last attempt (or arrival, if the task never ran: a
+  broker down at enqueue) is older than ``SILL_WEBHOOK_RETRY_AFTER_SECONDS``.
+- :func:`give_up_on_stripe_events` marks the events out of attempts
+  (``SILL_WEBHOOK_MAX_ATTEMPTS``) and logs each one loudly, once. An operator who fixed the
+  cause runs ``manage.py rails replay-webhooks``, whose attempts ignore the bound.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, OperationalError
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+
+from sill.orders.models import Rail
+from sill.rails.models import WebhookEvent
+from sill.rails.stripe_events import process_event
+
+logger = logging.getLogger(__name__)
+
+# How many events one beat run re-enqueues; the next run (a minute later) takes the rest.
+RETRY_BATCH = 200
+
+
+def max_attempts() -> int:
+    return int(getattr(settings, "SILL_WEBHOOK_MAX_ATTEMPTS", 5))
+
+
+def retry_after() -> timedelta:
+    return timedelta(seconds=int(getattr(settings, "SILL_WEBHOOK_RETRY_AFTER_SECONDS", 300)))
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt did: ``ok`` and the event's outcome, or not and why."""
+
+    ok: bool
+    outcome: str
+
+
+def attempt_stripe_event(event_pk: int, *, bounded: bool = True) -> Attempt:
+    """Process one stored Stripe event, counting the attempt and keeping its error.
+
+    ``bounded``: refuse an event that has used up its attempts (the task path); a replay
+    passes ``False``. An event already processed is not attempted again: its outcome is
+    returned. Raises ``OperationalError`` only (see the module docstring).
+    """
+    started = WebhookEvent.objects.filter(pk=event_pk, processed_at__isnull=True)
+    if bounded:
+        started = started.filter(attempts__lt=max_attempts())
+    if not started.update(attempts=F("attempts") + 1, last_attempt_at=timezone.now()):
+        return _not_started(event_pk)
+    try:
+        return Attempt(ok=True, outcome=process_event(event_pk))
+    except OperationalError as exc:
+        # Rolled back and likely to pass in seconds: the task retries it. Giving the attempt
+        # back keeps a database blip from using up the event's attempts.
+        _record_failure(event_pk, exc, give_back=True)
+        raise
+    except Exception as exc:
+        error = _record_failure(event_pk, exc)
+        row = (
+            WebhookEvent.objects.filter(pk=event_pk)
+            .values_list("event_id", "type", "site_id")
+            .first()
+        )
+        event_id, event_type, site_id = row or (str(event_pk), "?", "?")
+        logger.exception(
+            "Stripe event %s (%s) of site %s could not be processed: %s",
+            event_id,
+            event_type,
+            site_id,
+            error,
+        )
+        return Attempt(ok=False, outcome=error)
+
+
+def _not_started(event_pk: int) -> Attempt:
+    row = (
+        WebhookEvent.objects.filter(pk=event_pk)
+        .values("processed_at", "outcome", "attempts", "last_error")
+        .first()
+    )
+    if row is None:
+        return Attempt(ok=False, outcome="no such event")
+    if row["processed_at"] is not None:
+        return Attempt(ok=True, outcome=row["outcome"])
+    return Attempt(
+        ok=False, outcome=f"gave up after {row['attempts']} attempts: {row['last_error']}"
+    )
+
+
+def _record_failure(event_pk: int, exc: BaseException, *, give_back: bool = False) -> str:
+    error = f"{type(exc).__name__}: {exc}".strip()[:500]
+    changes: dict[str, object] = {"last_error": error}
+    if give_back:
+        changes["attempts"] = F("attempts") - 1
+    try:
+        WebhookEvent.objects.filter(pk=event_pk, attempts__gt=0).update(**changes)
+    except DatabaseError as failed:
+        # The database that just failed may still be failing: the log is all there is.
+        logger.warning(
+            "could not record the failure of Stripe event %s (%s): %s",
+            event_pk,
+            type(failed).__name__,
+            error,
+        )
+    return error
+
+
+def _due(now: datetime) -> QuerySet[WebhookEvent]:
+    cutoff = now - retry_after()
+    return WebhookEvent.objects.filter(
+        rail=Rail.STRIPE, processed_at__isnull=True, gave_up_at__isnull=True
+    ).filter(
+        Q(last_attempt_at__lte=cutoff) | Q(last_attempt_at__isnull=True, received_at__lte=cutoff)
+    )
+
+
+def claim_stripe_events_to_retry(*, now: datetime | None = None) -> list[int]:
+    """The unprocessed events due for another attempt, oldest first, each claimed once.
+
+    Claiming stamps ``last_attempt_at`` with a conditional UPDATE, so an event waiting in a
+    backlog is not enqueued again every minute, and two overlapping beat runs never both
+    enqueue it.
+    """
+    now = now or timezone.now()
+    due = _due(now).filter(attempts__lt=max_attempts())
+    claimed = []
+    for pk in due.order_by("received_at", "id").values_list("pk", flat=True)[:RETRY_BATCH]:
+        if due.filter(pk=pk).update(last_attempt_at=now):
+            claimed.append(pk)
+    return claimed
+
+
+def give_up_on_stripe_events(*, now: datetime | None = None) -> int:
+    """Mark the events out of attempts, logging each at ERROR once; returns how many."""
+    now = now or timezone.now()
+    exhausted = _due(now).filter(attempts__gte=max_attempts())
+    count = 0
+    for event in exhausted.order_by("received_at", "id")[:RETRY_BATCH]:
+        if not exhausted.filter(pk=event.pk).update(gave_up_at=now):
+            continue
+        count += 1
+        logger.error(
+            "GAVE UP on Stripe event %s (%s) of site %s after %d attempts; last error: %s. "
+            "It stays stored unprocessed: fix the cause, then run `manage.py rails "
+            "replay-webhooks --site %s --rail stripe --since %s`.",
+            event.event_id,
+            event.type,
+            event.site_id,
+            event.attempts,
+            event.last_error or "none recorded (the worker died during the attempt?)",
+            event.site_id,
+            event.received_at.date().isoformat(),
+        )
+    return count

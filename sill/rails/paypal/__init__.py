@@ -1,0 +1,47 @@
+"""The PayPal rail (see rail.py), plugged into the registry by ``rail_from_account``.
+
+The account's secret is the REST app's client secret; ``config["client_id"]`` its client id
+and ``config["webhook_id"]`` the id PayPal gave the webhook (needed to verify deliveries).
+Test mode talks to ``api-m.sandbox.paypal.com``, live mode to ``api-m.paypal.com`` and only
+with ``SILL_ALLOW_LIVE``; ``api_base`` overrides both (a loopback stub in tests).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from sill.rails.base import Rail
+from sill.rails.models import RailAccount, RailMode
+
+
+def api_base_for(account: RailAccount) -> str:
+    from sill.rails.paypal.client import LIVE_API, SANDBOX_API
+
+    if account.api_base:
+        return account.api_base
+    return LIVE_API if account.mode == RailMode.LIVE else SANDBOX_API
+
+
+def rail_from_account(account: RailAccount) -> Rail:
+    from sill.rails.paypal.client import PayPalClient
+    from sill.rails.paypal.rail import PayPalRail
+    from sill.rails.registry import RailDisabled
+
+    if account.mode == RailMode.LIVE and not settings.SILL_ALLOW_LIVE:
+        raise RailDisabled(
+            "The PayPal rail is in live mode, and live money is switched off on this deployment "
+            "(set SILL_ALLOW_LIVE=1 to allow it)."
+        )
+    secret = account.get_secret()
+    client_id = str((account.config or {}).get("client_id") or "")
+    if not secret or not client_id:
+        raise RailDisabled(
+            "The PayPal rail has no client id and secret: connect PayPal on Settings → Rails."
+        )
+    client = PayPalClient(
+        client_id=client_id,
+        client_secret=secret,
+        api_base=api_base_for(account),
+        timeout=float(getattr(settings, "SILL_PAYPAL_TIMEOUT_SECONDS", 20)),
+    )
+    return PayPalRail(client=client, mode=account.mode)

@@ -1,0 +1,273 @@
+"""PayPal's REST API over plain HTTP (``requests``): an OAuth token, then JSON calls.
+
+Why not ``paypal-server-sdk``: it has no base-URL option (tests would subclass its
+configuration to reach a loopback stub), it retries on its own (a retry must keep Sill's
+``PayPal-Request-Id``, and Sill decides when to retry), and Sill needs four endpoints.
+
+The access token (client-credentials grant) is cached per API address and client, in this
+process, until a minute before PayPal says it expires; one lock makes concurrent threads fetch
+it once. A 401 on a call means the token was revoked early: it is dropped and fetched once
+more. The client secret and tokens never appear in ``repr`` or in an error message.
+
+Errors become ``RailError``: 429 and 5xx retryable; 422 ``UNPROCESSABLE_ENTITY`` permanent,
+keeping PayPal's issue code (``PayPalRefused.issue``) in the message; a timeout or dropped
+connection after the request left is *ambiguous* for a write (PayPal may have acted) and
+merely retryable for a read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from typing import Any
+
+import requests
+
+from sill.rails.base import (
+    AmbiguousRailError,
+    PermanentRailError,
+    RailError,
+    RefundWindowPassed,
+    RetryableRailError,
+)
+
+SANDBOX_API = "https://api-m.sandbox.paypal.com"
+LIVE_API = "https://api-m.paypal.com"
+# Refreshed this long before PayPal's ``expires_in`` runs out, so a call never carries a
+# token that expires on the way.
+TOKEN_MARGIN_SECONDS = 60
+
+# PayPal issue codes with a stable Sill code of their own; any other issue is rail_declined.
+ISSUE_CODES: dict[str, str] = {
+    "REFUND_TIME_LIMIT_EXCEEDED": "refund_window_passed",
+    "CAPTURE_FULLY_REFUNDED": "already_refunded",
+    "REFUND_AMOUNT_EXCEEDED": "exceeds_refundable",
+    "REFUND_CAPTURE_CURRENCY_MISMATCH": "currency_mismatch",
+    "TRANSACTION_DISPUTED": "disputed",
+    "REFUND_NOT_ALLOWED": "rail_declined",
+}
+
+
+class PayPalRefused(PermanentRailError):
+    """PayPal answered 4xx (422 ``UNPROCESSABLE_ENTITY``: a business rule): not retried."""
+
+    def __init__(self, message: str, *, code: str | None = None, issue: str = "") -> None:
+        super().__init__(message, code=code)
+        self.issue = issue
+
+
+class _TokenCache:
+    """Tokens by (API address, client id, secret digest): a new secret gets a new token."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
+
+    def get(self, key: tuple[str, str, str], fetch: Any) -> str:
+        with self._lock:
+            found = self._tokens.get(key)
+            if found is not None and found[1] > time.monotonic():
+                return found[0]
+            token, expires_in = fetch()
+            self._tokens[key] = (
+                token,
+                time.monotonic() + max(expires_in - TOKEN_MARGIN_SECONDS, 0),
+            )
+            return token
+
+    def drop(self, key: tuple[str, str, str], token: str) -> None:
+        with self._lock:
+            if self._tokens.get(key, ("", 0.0))[0] == token:
+                del self._tokens[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tokens.clear()
+
+
+TOKENS = _TokenCache()
+
+
+class PayPalClient:
+    def __init__(
+        self, *, client_id: str, client_secret: str, api_base: str, timeout: float = 20.0
+    ) -> None:
+        self.client_id = client_id
+        self.api_base = api_base.rstrip("/")
+        self.timeout = timeout
+        self._secret = client_secret
+        self._session = requests.Session()
+        digest = hashlib.sha256(client_secret.encode("utf-8")).hexdigest()
+        self._cache_key = (self.api_base, client_id, digest)
+
+    def __repr__(self) -> str:
+        return f"PayPalClient(api_base={self.api_base!r}, client_id={self.client_id!r})"
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def get(self, path: str, *, doing: str) -> dict[str, Any]:
+        return self._call("GET", path, doing=doing, write=False)
+
+    def post(
+        self, path: str, body: dict[str, Any], *, doing: str, request_id: str = ""
+    ) -> dict[str, Any]:
+        headers = {"Prefer": "return=representation"}
+        if request_id:
+            # PayPal's idempotency key: the same id answers the first call's result.
+            headers["PayPal-Request-Id"] = request_id
+        return self._call("POST", path, body=body, headers=headers, doing=doing, write=True)
+
+    def sign_in(self) -> None:
+        """Fetch (or reuse) the access token: Settings → Rails' check of the client id and
+        secret. Raises ``PermanentRailError`` (``rail_auth_failed``) when PayPal refuses them."""
+        TOKENS.get(self._cache_key, self._fetch_token)
+
+    def verify_webhook_signature(
+        self, *, headers: dict[str, str], webhook_id: str, event: bytes
+    ) -> bool:
+        """PayPal's verdict on one delivery (``POST /v1/notifications/verify-webhook-signature``).
+
+        ``event`` is the delivery's raw body, already read as strict JSON by the caller; it is
+        sent back verbatim inside the request, never re-serialised, because PayPal checks the
+        signature over the bytes it sent (a parser that reorders keys or rewrites numbers
+        would turn a genuine delivery into a FAILURE). Raises ``RailError`` when PayPal gives
+        no verdict; the caller answers 400 then too, and PayPal redelivers."""
+        fields = {
+            "auth_algo": headers["PAYPAL-AUTH-ALGO"],
+            "cert_url": headers["PAYPAL-CERT-URL"],
+            "transmission_id": headers["PAYPAL-TRANSMISSION-ID"],
+            "transmission_sig": headers["PAYPAL-TRANSMISSION-SIG"],
+            "transmission_time": headers["PAYPAL-TRANSMISSION-TIME"],
+            "webhook_id": webhook_id,
+        }
+        head = json.dumps(fields)[:-1].encode("utf-8")
+        raw = head + b', "webhook_event": ' + event.strip() + b"}"
+        answer = self._call(
+            "POST",
+            "/v1/notifications/verify-webhook-signature",
+            data=raw,
+            headers={"Content-Type": "application/json"},
+            doing="webhook verification",
+            write=False,
+        )
+        return answer.get("verification_status") == "SUCCESS"
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        doing: str,
+        write: bool,
+        body: dict[str, Any] | None = None,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        for attempt in (1, 2):
+            token = TOKENS.get(self._cache_key, self._fetch_token)
+            try:
+                response = self._session.request(
+                    method,
+                    self.api_base + path,
+                    json=body,
+                    data=data,
+                    headers={
+                        **(headers or {}),
+                        "Authorization": f"Bearer {token}",
+                        "Accept": "application/json",
+                    },
+                    timeout=self.timeout,
+                )
+            except requests.ConnectTimeout:
+                raise RetryableRailError(f"PayPal {doing}: PayPal could not be reached") from None
+            except (requests.Timeout, requests.ConnectionError):
+                if write:
+                    raise AmbiguousRailError(
+                        f"PayPal {doing}: no answer from PayPal (it may have acted)"
+                    ) from None
+                raise RetryableRailError(f"PayPal {doing}: no answer from PayPal") from None
+            if response.status_code == 401 and attempt == 1:
+                # Revoked or expired early: fetch a new token once (a refund under the same
+                # PayPal-Request-Id is still made at most once).
+                TOKENS.drop(self._cache_key, token)
+                continue
+            if response.status_code < 300:
+                return _json(response, doing)
+            raise self._error(response, doing)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _fetch_token(self) -> tuple[str, float]:
+        try:
+            response = self._session.post(
+                self.api_base + "/v1/oauth2/token",
+                data={"grant_type": "client_credentials"},
+                auth=(self.client_id, self._secret),
+                headers={"Accept": "application/json"},
+                timeout=self.timeout,
+            )
+        except requests.RequestException:
+            # Nothing was refunded yet: only the token was asked for.
+            raise RetryableRailError("PayPal sign-in: no answer from PayPal") from None
+        if response.status_code in (400, 401, 403):
+            raise PermanentRailError(
+                "PayPal refused the client id and secret (invalid_client): enter them again "
+                "on Settings → Rails.",
+                code="rail_auth_failed",
+            )
+        if response.status_code >= 300:
+            raise RetryableRailError(f"PayPal sign-in failed (HTTP {response.status_code})")
+        data = _json(response, "sign-in")
+        token = data.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise RetryableRailError("PayPal sign-in answered no access token")
+        expires_in = data.get("expires_in")
+        return token, float(expires_in) if isinstance(expires_in, int | float) else 300.0
+
+    def _error(self, response: requests.Response, doing: str) -> RailError:
+        status = response.status_code
+        try:
+            data = response.json()
+        except ValueError:
+            data = {}
+        data = data if isinstance(data, dict) else {}
+        name = str(data.get("name") or data.get("error") or f"HTTP {status}")
+        details = [d for d in data.get("details") or [] if isinstance(d, dict)]
+        issue = str(details[0].get("issue") or "") if details else ""
+        said = str(
+            (details[0].get("description") if details else "")
+            or data.get("message")
+            or data.get("error_description")
+            or ""
+        )
+        debug_id = str(data.get("debug_id") or "")
+        words = f"{name}{': ' + issue if issue else ''}{' — ' + said if said else ''}"
+        words = self._scrub(words + (f" (debug_id {debug_id})" if debug_id else ""))
+        message = f"PayPal {doing} failed: {words}"
+        if status == 429 or status >= 500:
+            return RetryableRailError(message)
+        if status in (401, 403):
+            return PermanentRailError(message, code="rail_auth_failed")
+        code = ISSUE_CODES.get(issue, "rail_declined")
+        if code == "refund_window_passed":
+            return RefundWindowPassed(
+                f"{message}. PayPal no longer refunds this capture: refund the buyer in PayPal "
+                "directly."
+            )
+        return PayPalRefused(message, code=code, issue=issue)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._secret, "[redacted]") if self._secret else text
+
+
+def _json(response: requests.Response, doing: str) -> dict[str, Any]:
+    if not response.content:
+        return {}
+    try:
+        data = response.json()
+    except ValueError:
+        raise RetryableRailError(f"PayPal {doing}: the answer is not JSON") from None
+    if not isinstance(data, dict):
+        raise RetryableRailError(f"PayPal {doing}: the answer is not a JSON object")
+    return data

@@ -1,0 +1,217 @@
+"""Processing of stored PayPal events (the ``rails.process_paypal_event`` task).
+
+Each event is applied once, under its row lock, as Stripe's are (sill.rails.stripe_events):
+
+- ``PAYMENT.CAPTURE.REFUNDED``: the resource is a refund; its ``up`` link names the capture
+  (Sill's charge). Sill's own refunds carry ``custom_id`` = Sill's refund id
+  (sill.rails.paypal.rail): their state goes to the refund core (``report_own_refund``) and
+  they are never outside refunds, whatever state Sill's record is in. Any other refund is an
+  outside refund (``record_outside_refund``, which also recognises a refund Sill settled by
+  its PayPal refund id).
+- ``CUSTOMER.DISPUTE.CREATED`` / ``UPDATED`` / ``RESOLVED``: the resource is a dispute whose
+  ``disputed_transactions[].seller_transaction_id`` is the capture; its status (and, once
+  resolved, its outcome) is mapped by sill.rails.dispute_states and recorded on the charge.
+
+Nothing here starts a money movement.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from celery import shared_task
+from django.db import OperationalError, transaction
+from django.utils import timezone
+
+from sill.money import MoneyError, parse_major
+from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Rail
+from sill.orders.outside import (
+    OutsideRefund,
+    ReportedDispute,
+    record_dispute,
+    record_outside_refund,
+    report_own_refund,
+)
+from sill.rails.base import RailRefund
+from sill.rails.dispute_states import dispute_status
+from sill.rails.models import WebhookEvent
+
+REFUND_EVENTS = frozenset({"PAYMENT.CAPTURE.REFUNDED"})
+DISPUTE_EVENTS = frozenset(
+    {"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.UPDATED", "CUSTOMER.DISPUTE.RESOLVED"}
+)
+# PayPal's refund statuses in the words Sill's refund core reads (Stripe's words).
+_REFUND_STATES = {
+    "COMPLETED": "succeeded",
+    "PENDING": "pending",
+    "CANCELLED": "canceled",
+    "FAILED": "failed",
+}
+# A Sill refund id (sill.ids.new_id("rf")): a merchant's own ``custom_id`` is not mistaken for
+# one, so their refunds made in PayPal still count as outside refunds.
+_SILL_REFUND_ID = re.compile(r"^rf_[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def process_event(event_pk: int) -> str:
+    """Apply one stored event once; returns (and stores) what was done."""
+    with transaction.atomic():
+        stored = WebhookEvent.objects.select_for_update().get(pk=event_pk)
+        if stored.processed_at is not None:
+            return stored.outcome
+        outcome = _apply(stored, json.loads(stored.payload))
+        stored.processed_at = timezone.now()
+        stored.outcome = outcome[:300]
+        stored.save(update_fields=["processed_at", "outcome"])
+    return outcome
+
+
+@shared_task(
+    name="rails.process_paypal_event",
+    acks_late=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def process_paypal_event(event_pk: int) -> str:
+    """A redelivered task finds its event processed and does nothing."""
+    return process_event(event_pk)
+
+
+def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
+    resource = event.get("resource")
+    if not isinstance(resource, dict):
+        return "ignored: the event has no resource"
+    if stored.type in REFUND_EVENTS:
+        return _apply_refund(stored, resource, _event_time(event, resource))
+    if stored.type in DISPUTE_EVENTS:
+        return _apply_dispute(stored, resource, _event_time(event, resource))
+    return "ignored: not an event Sill records"
+
+
+def _charge(stored: WebhookEvent, capture_id: str) -> Charge | None:
+    if not capture_id:
+        return None
+    return Charge.objects.filter(
+        rail=Rail.PAYPAL, order__site_id=stored.site_id, provider_charge_id=capture_id
+    ).first()
+
+
+def _apply_refund(stored: WebhookEvent, refund: dict[str, Any], event_at: datetime) -> str:
+    refund_id = str(refund.get("id") or "")
+    custom_id = str(refund.get("custom_id") or "")
+    sill_refund_id = custom_id if _SILL_REFUND_ID.match(custom_id) else ""
+    charge = _charge(stored, _capture_of(refund))
+    if charge is None or not refund_id:
+        if sill_refund_id:
+            return f"{refund_id}: Sill's own refund"
+        return f"{refund_id or 'refund'}: not a capture Sill knows"
+    amount = _amount(refund.get("amount"))
+    if amount is None or amount[0] <= 0:
+        return f"{refund_id}: malformed refund"
+    status = _REFUND_STATES.get(str(refund.get("status") or "COMPLETED"), "pending")
+    created = _time(refund.get("create_time")) or event_at
+    if sill_refund_id:
+        reason = (refund.get("status_details") or {}).get("reason") or ""
+        report = RailRefund(
+            provider_refund_id=refund_id,
+            amount_minor=amount[0],
+            currency=amount[1],
+            status=status,
+            created_at=created,
+            sill_refund_id=sill_refund_id,
+            failure_reason=str(reason),
+        )
+        done = report_own_refund(charge=charge, refund=report, event_id=stored.event_id)
+        return f"{refund_id}: {done}"
+    outside = OutsideRefund(
+        provider_refund_id=refund_id,
+        amount_minor=amount[0],
+        currency=amount[1],
+        status=status,
+        created_at_rail=created,
+        reason=str(refund.get("note_to_payer") or ""),
+    )
+    done = record_outside_refund(
+        charge=charge, refund=outside, event_id=stored.event_id, event_at=event_at
+    )
+    return f"{refund_id}: {done}"
+
+
+def _apply_dispute(stored: WebhookEvent, dispute: dict[str, Any], event_at: datetime) -> str:
+    dispute_id = str(dispute.get("dispute_id") or "")
+    transactions = [t for t in dispute.get("disputed_transactions") or [] if isinstance(t, dict)]
+    charge = next(
+        (
+            found
+            for t in transactions
+            if (found := _charge(stored, str(t.get("seller_transaction_id") or ""))) is not None
+        ),
+        None,
+    )
+    if charge is None or not dispute_id:
+        return f"{dispute_id or 'dispute'}: not a capture Sill knows"
+    amount = _amount(dispute.get("dispute_amount"))
+    if amount is None:
+        return f"{dispute_id}: malformed dispute"
+    rail_status = str(dispute.get("status") or "OPEN").upper()
+    outcome = str((dispute.get("dispute_outcome") or {}).get("outcome_code") or "").upper()
+    if rail_status == "RESOLVED" and outcome:
+        # "RESOLVED" alone does not say who won: the outcome does.
+        rail_status = f"RESOLVED:{outcome}"
+    status = dispute_status(rail_status)
+    if rail_status.startswith("RESOLVED") and status in OPEN_DISPUTE_STATUSES:
+        status = dispute_status("RESOLVED")  # an outcome Sill has no word for: still over
+    reported = ReportedDispute(
+        provider_dispute_id=dispute_id,
+        reason=str(dispute.get("reason") or "general"),
+        amount_minor=amount[0],
+        currency=amount[1],
+        status=status,
+        rail_status=rail_status[:100],
+        opened_at=_time(dispute.get("create_time")) or event_at,
+    )
+    done = record_dispute(
+        charge=charge, dispute=reported, event_id=stored.event_id, event_at=event_at
+    )
+    return f"{dispute_id}: {done}"
+
+
+def _capture_of(refund: dict[str, Any]) -> str:
+    """The capture id named by the refund's ``up`` link (``…/v2/payments/captures/{id}``)."""
+    for link in refund.get("links") or []:
+        if isinstance(link, dict) and link.get("rel") == "up":
+            parts = urlsplit(str(link.get("href") or "")).path.rstrip("/").split("/")
+            if len(parts) >= 2 and parts[-2] == "captures":
+                return parts[-1]
+    return ""
+
+
+def _amount(value: Any) -> tuple[int, str] | None:
+    if not isinstance(value, dict):
+        return None
+    currency = str(value.get("currency_code") or "").upper()
+    try:
+        money = parse_major(str(value.get("value")), currency)
+    except MoneyError:
+        return None
+    return money.amount_minor, money.currency
+
+
+def _event_time(event: dict[str, Any], resource: dict[str, Any]) -> datetime:
+    # The resource's update time orders the events of one refund or dispute; the event's own
+    # time is a fallback.
+    return _time(resource.get("update_time")) or _time(event.get("create_time")) or timezone.now()
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

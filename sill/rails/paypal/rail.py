@@ -1,0 +1,213 @@
+"""The PayPal rail: refunds of captures (``POST /v2/payments/captures/{id}/refund``).
+
+A PayPal order's charge carries the capture id as ``provider_charge_id``. Every refund call
+sends ``PayPal-Request-Id: <the refund's idempotency key>`` (``sill-refund-<id>``), identical
+on every attempt, so PayPal makes the refund once and answers it again for a retry; the body
+names the amount in the currency's precision and ``custom_id`` = Sill's refund id.
+
+The 180-day window: PayPal refuses refunds of captures older than 180 days. ``refund`` reads
+the capture first and refuses such a refund itself (``RefundWindowPassed``) with nothing
+sent; ``refund_window_days`` lets the refund core refuse it at decision time from
+``read_refund_facts().charge_created_at``.
+
+``find_refund`` (after a timeout) only reads: the capture's ``up`` link names the checkout
+order, whose ``payments.refunds`` list Sill's refund by ``custom_id``. Where the capture has
+no readable order (a capture not made through Orders v2), it answers ``None``; the retry that
+follows carries the same ``PayPal-Request-Id``, which PayPal answers with the refund it
+already made (it keeps request ids for 45 days), so money still moves at most once.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from sill.money import Money, MoneyError, parse_major
+from sill.rails.base import (
+    RAIL_REFUND_WINDOW_DAYS,
+    ChargeRequest,
+    ChargeResult,
+    PermanentRailError,
+    RefundFacts,
+    RefundFactsRequest,
+    RefundRequest,
+    RefundResult,
+    RefundState,
+    RefundWindowPassed,
+    RetryableRailError,
+)
+from sill.rails.paypal.client import PayPalClient
+
+REFUND_WINDOW_DAYS = RAIL_REFUND_WINDOW_DAYS["paypal"]
+
+_STATES: dict[str, RefundState] = {
+    "COMPLETED": "succeeded",
+    "PENDING": "pending",
+    "CANCELLED": "failed",
+    "FAILED": "failed",
+}
+
+WINDOW_WORDS = (
+    "PayPal refunds a capture for 180 days only, and this one was captured on {date}: "
+    "refund the buyer in PayPal directly."
+)
+
+
+class PayPalRail:
+    name = "paypal"
+    refund_window_days = REFUND_WINDOW_DAYS
+
+    def __init__(self, *, client: PayPalClient, mode: str = "test") -> None:
+        self.client = client
+        self.mode = mode
+
+    def __repr__(self) -> str:
+        return f"PayPalRail(mode={self.mode!r}, client={self.client!r})"
+
+    # --- the protocol -----------------------------------------------------------------------
+
+    def charge(self, request: ChargeRequest) -> ChargeResult:
+        raise PermanentRailError(
+            "Sill takes no PayPal payments: PayPal orders come in already captured.",
+            code="rail_unsupported",
+        )
+
+    def refund(self, request: RefundRequest) -> RefundResult:
+        capture_id = _capture_id(request)
+        captured_at = _time(self.capture(capture_id).get("create_time"))
+        if captured_at is not None and self.window_passed(captured_at):
+            raise RefundWindowPassed(WINDOW_WORDS.format(date=captured_at.date().isoformat()))
+        body = {
+            "amount": {
+                "value": request.amount.major_str(),
+                "currency_code": request.amount.currency,
+            },
+            "custom_id": request.refund_id[:127],
+            "note_to_payer": "Refund",
+        }
+        answer = self.client.post(
+            f"/v2/payments/captures/{quote(capture_id, safe='')}/refund",
+            body,
+            doing="refund",
+            request_id=request.idempotency_key,
+        )
+        return _result(answer, fallback=request.amount)
+
+    def find_refund(self, request: RefundRequest) -> RefundResult | None:
+        for refund in self._order_refunds(_capture_id(request)) or []:
+            if refund.get("custom_id") == request.refund_id:
+                return _result(refund, fallback=request.amount)
+        return None
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def capture(self, capture_id: str) -> dict[str, Any]:
+        return self.client.get(
+            f"/v2/payments/captures/{quote(capture_id, safe='')}", doing="capture lookup"
+        )
+
+    def window_passed(self, captured_at: datetime, *, now: datetime | None = None) -> bool:
+        return (now or datetime.now(UTC)) - captured_at > timedelta(days=self.refund_window_days)
+
+    def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
+        """The capture's time (``charge_created_at``) and, when its order can be read, what
+        PayPal counts as refunded on it. PayPal has no customer history to offer."""
+        try:
+            capture = self.capture(request.provider_charge_id)
+        except (RetryableRailError, PermanentRailError):
+            return RefundFacts(live_money=self.mode == "live")
+        refunded: int | None = None
+        try:
+            refunds = self._order_refunds(request.provider_charge_id, capture=capture)
+        except (RetryableRailError, PermanentRailError):
+            refunds = None
+        if refunds is not None:
+            refunded = 0
+            for refund in refunds:
+                amount = _money(refund.get("amount"))
+                if (
+                    amount is not None
+                    and amount.currency == request.currency
+                    and refund.get("status") in ("COMPLETED", "PENDING")
+                ):
+                    refunded += amount.amount_minor
+        return RefundFacts(
+            charge_created_at=_time(capture.get("create_time")),
+            charge_refunded_minor=refunded,
+            live_money=self.mode == "live",
+        )
+
+    def _order_refunds(
+        self, capture_id: str, *, capture: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]] | None:
+        """The refunds of ``capture_id`` listed on its checkout order; ``None`` when the
+        capture names no order to read."""
+        capture = capture if capture is not None else self.capture(capture_id)
+        order_path = _link(capture, "up")
+        if not order_path or "/v2/checkout/orders/" not in order_path:
+            return None
+        order = self.client.get(order_path, doing="refund lookup")
+        found: list[dict[str, Any]] = []
+        for unit in order.get("purchase_units") or []:
+            payments = unit.get("payments") if isinstance(unit, dict) else None
+            for refund in (payments or {}).get("refunds") or []:
+                if isinstance(refund, dict) and _refunds_capture(refund, capture_id):
+                    found.append(refund)
+        return found
+
+
+def _capture_id(request: RefundRequest) -> str:
+    capture_id = request.provider_charge_id
+    if not capture_id:
+        raise PermanentRailError("the refund names no PayPal capture", code="original_not_charged")
+    return capture_id
+
+
+def _link(resource: dict[str, Any], rel: str) -> str:
+    """The path of ``resource``'s link ``rel`` (PayPal links are absolute URLs)."""
+    for link in resource.get("links") or []:
+        if isinstance(link, dict) and link.get("rel") == rel and link.get("href"):
+            return urlsplit(str(link["href"])).path
+    return ""
+
+
+def _refunds_capture(refund: dict[str, Any], capture_id: str) -> bool:
+    up = _link(refund, "up")
+    # Without an ``up`` link the order's only capture is meant; with one, it must match.
+    return not up or up.rstrip("/").endswith("/" + capture_id)
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _money(value: Any) -> Money | None:
+    if not isinstance(value, dict):
+        return None
+    try:
+        return parse_major(str(value.get("value")), str(value.get("currency_code")))
+    except MoneyError:
+        return None
+
+
+def _result(answer: dict[str, Any], *, fallback: Money) -> RefundResult:
+    refund_id = str(answer.get("id") or "")
+    if not refund_id:
+        raise RetryableRailError("PayPal answered a refund without an id")
+    status = str(answer.get("status") or "PENDING")
+    reason = (answer.get("status_details") or {}).get("reason") or ""
+    return RefundResult(
+        provider_refund_id=refund_id,
+        state=_STATES.get(status, "pending"),
+        amount=_money(answer.get("amount")) or fallback,
+        failure_message=f"PayPal: {status} {reason}".strip()
+        if status in ("CANCELLED", "FAILED")
+        else "",
+    )

@@ -1,0 +1,141 @@
+"""PayPal webhooks: ``POST /webhooks/paypal/<site_id>``, verified by PayPal, stored once.
+
+PayPal signs a delivery with a certificate of its own; Sill does not check that signature
+itself but asks PayPal (``POST /v1/notifications/verify-webhook-signature``) with the five
+``PAYPAL-*`` headers, the webhook id saved on Settings → Rails and the event as received
+(``PayPalClient.verify_webhook_signature``). A missing header, a body that is not a PayPal
+event (read with the project's strict JSON reader), no saved webhook id, or a ``FAILURE``
+verdict is 400 and stores nothing; PayPal giving no verdict at all is 503 (it redelivers).
+
+Each event id is stored once (``WebhookEvent``'s unique constraint, rail ``paypal``): a
+redelivery answers 200 and changes nothing. Processing (``rails.process_paypal_event``,
+sill.rails.paypal.events) runs on commit.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from sill import jsonbody
+from sill.errors import SillError
+from sill.orders.models import Rail
+from sill.rails.base import RailError
+from sill.rails.models import RailAccount, WebhookEvent
+from sill.rails.paypal import api_base_for
+from sill.rails.paypal.client import PayPalClient
+from sill.rails.secrets import RailSecretUnreadable
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 512 * 1024
+HEADERS = (
+    "PAYPAL-TRANSMISSION-ID",
+    "PAYPAL-TRANSMISSION-TIME",
+    "PAYPAL-TRANSMISSION-SIG",
+    "PAYPAL-CERT-URL",
+    "PAYPAL-AUTH-ALGO",
+)
+
+
+class WebhookRefused(SillError):
+    code = "webhook_refused"
+    status = 400
+
+
+class VerificationUnavailable(SillError):
+    code = "rail_unavailable"
+    status = 503
+
+
+def _refuse(message: str) -> JsonResponse:
+    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
+
+
+@csrf_exempt
+@require_POST
+def paypal_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
+        return _refuse("The body is too large for a PayPal webhook.")
+    payload = request.body
+    account = (
+        RailAccount.objects.filter(site_id=site_id, rail=Rail.PAYPAL).select_related("site").first()
+    )
+    if account is None:
+        return _refuse("PayPal is not connected to this site.")
+    headers = {name: request.headers.get(name, "").strip() for name in HEADERS}
+    missing = [name for name, value in headers.items() if not value]
+    if missing:
+        return _refuse(f"The webhook has no {', '.join(missing)} header.")
+    try:
+        event = jsonbody.loads(payload)
+    except jsonbody.MalformedJSON:
+        return _refuse("The body is not a PayPal event.")
+    if (
+        not isinstance(event, dict)
+        or not isinstance(event.get("id"), str)
+        or not isinstance(event.get("event_type"), str)
+        or not event["id"].strip()
+    ):
+        return _refuse("The body is not a PayPal event.")
+    webhook_id = str((account.config or {}).get("webhook_id") or "")
+    if not webhook_id:
+        return _refuse("No PayPal webhook id is saved for this site (Settings → Rails).")
+    try:
+        verified = _client(account).verify_webhook_signature(
+            headers=headers, webhook_id=webhook_id, event=payload
+        )
+    except RailSecretUnreadable:
+        logger.warning("the PayPal client secret of site %s cannot be decrypted", site_id)
+        return _refuse("Sill cannot ask PayPal to verify this webhook: its secret is unreadable.")
+    except RailError as exc:
+        logger.warning("PayPal webhook of site %s not verified: %s", site_id, exc.message)
+        unavailable = VerificationUnavailable(
+            "PayPal did not answer the verification of this webhook; deliver it again."
+        )
+        return JsonResponse(unavailable.as_dict(), status=503)
+    if not verified:
+        return _refuse("PayPal did not verify this webhook's signature.")
+    try:
+        with transaction.atomic():
+            stored = WebhookEvent.objects.create(
+                site=account.site,
+                rail=Rail.PAYPAL,
+                event_id=event["id"].strip()[:255],
+                type=event["event_type"][:100],
+                payload=payload.decode("utf-8"),
+            )
+            transaction.on_commit(lambda: _enqueue(stored.pk))
+    except IntegrityError:
+        return JsonResponse({"received": True, "duplicate": True})
+    return JsonResponse({"received": True, "duplicate": False})
+
+
+def _client(account: RailAccount) -> PayPalClient:
+    return PayPalClient(
+        client_id=str((account.config or {}).get("client_id") or ""),
+        client_secret=account.get_secret(),
+        api_base=api_base_for(account),
+        timeout=float(getattr(settings, "SILL_PAYPAL_TIMEOUT_SECONDS", 20)),
+    )
+
+
+def _enqueue(event_pk: int) -> None:
+    from sill.rails.paypal.events import process_paypal_event
+
+    process_paypal_event.delay(event_pk)
+
+
+urlpatterns = [
+    path("webhooks/paypal/<str:site_id>", paypal_webhook, name="paypal-webhook"),
+]

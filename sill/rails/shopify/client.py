@@ -1,0 +1,273 @@
+"""A thin wrapper over the ShopifyAPI package: a session per call, GraphQL, access scopes.
+
+ShopifyAPI keeps its session (site, access token) in per-thread class state, so every call
+activates this client's session and clears it afterwards: a worker thread never carries one
+site's token into another site's call. ``shopify.GraphQL`` posts to
+``<site>/graphql.json``; its ``execute`` has no timeout and prints error bodies to stdout, so
+the subclass below only adds a timeout and returns the error instead.
+
+Errors become ``RailError``s that say what Shopify's answer means (see :meth:`execute`), with
+the token scrubbed from every message. Throttling follows Shopify's cost-based limit: a
+``THROTTLED`` answer carries ``extensions.cost.throttleStatus`` (``currentlyAvailable``,
+``restoreRate``), from which the wait until the query fits is computed; a short wait is slept
+here and the call tried once more (a throttled request was not executed, so this is safe even
+for ``refundCreate``), a longer one is raised as retryable for the refund task's backoff.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyactiveresource.connection
+import shopify
+
+from sill.rails.base import (
+    AmbiguousRailError,
+    PermanentRailError,
+    RailError,
+    RetryableRailError,
+)
+
+logger = logging.getLogger(__name__)
+
+API_VERSION = "2026-04"
+SHOP_DOMAIN_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,98}\.myshopify\.com$")
+_TOKEN_RE = re.compile(r"\bshp(?:at|ca|pa|ss)_[A-Za-z0-9]+")
+# Throttled waits at most this long in-process before the refund task's backoff takes over.
+MAX_INLINE_WAIT_SECONDS = 2.0
+
+
+class ShopifyThrottled(RetryableRailError):
+    """Shopify's cost-based limit or a 429: nothing was executed; retry after the wait."""
+
+    code = "rail_throttled"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class GraphQLResult:
+    """``data`` of an answer, and the paths Shopify denied (``ACCESS_DENIED``: a missing scope)."""
+
+    data: dict[str, Any]
+    denied: list[str] = field(default_factory=list)
+
+
+class _GraphQL(shopify.GraphQL):
+    """``shopify.GraphQL`` with a timeout, returning HTTP errors instead of printing them."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self.timeout = timeout
+
+    def post(self, query: str, variables: dict[str, Any], operation_name: str) -> tuple[int, Any]:
+        headers = self.merge_headers(
+            {"Accept": "application/json", "Content-Type": "application/json"}, self.headers
+        )
+        body = json.dumps(
+            {"query": query, "variables": variables, "operationName": operation_name}
+        ).encode("utf-8")
+        request = urllib.request.Request(self.endpoint, body, headers)  # noqa: S310
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                return response.status, response.read().decode("utf-8")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc
+
+
+class ShopifyClient:
+    """One shop's Admin API, reached with one access token (never in ``repr`` or messages)."""
+
+    def __init__(
+        self,
+        *,
+        shop_domain: str,
+        token: str,
+        api_base: str = "",
+        api_version: str = API_VERSION,
+        timeout: float = 20.0,
+    ) -> None:
+        self.shop_domain = shop_domain
+        self.api_base = api_base.rstrip("/")
+        self.api_version = api_version
+        self.timeout = timeout
+        self._token = token
+
+    def __repr__(self) -> str:
+        return f"ShopifyClient(shop_domain={self.shop_domain!r}, api_base={self.api_base!r})"
+
+    @contextmanager
+    def _session(self) -> Iterator[None]:
+        session = shopify.Session(self.shop_domain, self.api_version, self._token)
+        shopify.ShopifyResource.activate_session(session)
+        if self.api_base:
+            # Session always rewrites the host to https://<shop>.myshopify.com; tests and
+            # development point the same client at a loopback server instead.
+            shopify.ShopifyResource.set_site(f"{self.api_base}/admin/api/{self.api_version}")
+        shopify.ShopifyResource.set_timeout(self.timeout)
+        try:
+            yield
+        finally:
+            shopify.ShopifyResource.clear_session()
+
+    # --- access scopes ------------------------------------------------------------------
+
+    def access_scopes(self) -> list[str]:
+        """The token's scopes (``GET /admin/oauth/access_scopes.json``)."""
+        try:
+            with self._session():
+                found = shopify.AccessScope.find()
+        except pyactiveresource.connection.UnauthorizedAccess:
+            raise PermanentRailError(
+                "Shopify refused the access token (401)", code="shopify_unauthorized"
+            ) from None
+        except pyactiveresource.connection.ForbiddenAccess:
+            raise PermanentRailError(
+                "Shopify refused the access token (403)", code="shopify_unauthorized"
+            ) from None
+        except (pyactiveresource.connection.Error, OSError) as exc:
+            raise RetryableRailError(
+                f"Shopify could not be reached: {self._scrub(type(exc).__name__)}"
+            ) from None
+        return sorted(str(scope.handle) for scope in found)
+
+    # --- GraphQL ------------------------------------------------------------------------
+
+    def execute(
+        self,
+        query: str,
+        variables: dict[str, Any] | None = None,
+        *,
+        operation: str,
+        mutation: bool = False,
+    ) -> GraphQLResult:
+        """Run one GraphQL operation; a short throttle is waited out once.
+
+        Raises ``ShopifyThrottled`` (``THROTTLED``, 429), ``RetryableRailError`` (5xx, and a
+        lost connection on a read), ``AmbiguousRailError`` (a mutation whose answer was lost:
+        a timeout or a 5xx, after which Shopify may have acted), ``PermanentRailError`` (401,
+        403, 4xx, other GraphQL errors). ``ACCESS_DENIED`` errors are returned in
+        ``denied`` with the partial data, so a missing optional scope only blanks its fields.
+        """
+        for attempt in range(2):
+            try:
+                return self._execute_once(query, variables or {}, operation, mutation)
+            except ShopifyThrottled as exc:
+                if attempt or exc.retry_after > MAX_INLINE_WAIT_SECONDS:
+                    raise
+                logger.info("Shopify throttled %s; waiting %.2f s", operation, exc.retry_after)
+                time.sleep(exc.retry_after)
+        raise AssertionError("unreachable")
+
+    def _execute_once(
+        self, query: str, variables: dict[str, Any], operation: str, mutation: bool
+    ) -> GraphQLResult:
+        doing = f"Shopify {operation}"
+        try:
+            with self._session():
+                status, payload = _GraphQL(self.timeout).post(query, variables, operation)
+        except TimeoutError:
+            raise self._lost(doing, "no answer in time", mutation) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError | socket.timeout):
+                raise self._lost(doing, "no answer in time", mutation) from None
+            # Refused or unresolvable: the request never reached Shopify.
+            raise RetryableRailError(f"{doing}: Shopify could not be reached") from None
+        if isinstance(payload, urllib.error.HTTPError):
+            self._raise_http(doing, status, payload, mutation)
+        try:
+            answer = json.loads(payload)
+        except ValueError:
+            raise self._lost(doing, "an answer that is not JSON", mutation) from None
+        return self._read_answer(doing, answer)
+
+    def _raise_http(
+        self, doing: str, status: int, exc: urllib.error.HTTPError, mutation: bool
+    ) -> None:
+        if status == 429:
+            raise ShopifyThrottled(
+                f"{doing}: rate limited (429)", retry_after=_retry_after(exc.headers)
+            )
+        if status in (401, 403):
+            raise PermanentRailError(
+                f"{doing}: Shopify refused the access token ({status})",
+                code="shopify_unauthorized",
+            )
+        if status >= 500:
+            # 503 and 502 may come from in front of the API; 500 after it acted.
+            raise self._lost(doing, f"HTTP {status}", mutation, retryable_only=status in (502, 503))
+        raise PermanentRailError(f"{doing}: HTTP {status}")
+
+    def _read_answer(self, doing: str, answer: Any) -> GraphQLResult:
+        if not isinstance(answer, dict):
+            raise PermanentRailError(f"{doing}: unexpected answer")
+        errors = answer.get("errors") or []
+        if isinstance(errors, str):  # e.g. {"errors": "[API] Invalid API key or access token"}
+            raise PermanentRailError(f"{doing}: {self._scrub(errors)}")
+        denied: list[str] = []
+        for error in errors:
+            code = str((error.get("extensions") or {}).get("code") or "")
+            if code == "THROTTLED":
+                cost = (answer.get("extensions") or {}).get("cost") or {}
+                raise ShopifyThrottled(f"{doing}: throttled", retry_after=_throttle_wait(cost))
+            if code == "ACCESS_DENIED":
+                denied.append(".".join(str(p) for p in error.get("path") or []) or "?")
+                continue
+            if code == "INTERNAL_SERVER_ERROR":
+                raise RetryableRailError(f"{doing}: {self._scrub(str(error.get('message')))}")
+            raise PermanentRailError(
+                f"{doing}: {self._scrub(str(error.get('message') or code))}"
+                + (f" ({code})" if code else "")
+            )
+        data = answer.get("data")
+        if not isinstance(data, dict):
+            raise PermanentRailError(f"{doing}: the answer has no data")
+        return GraphQLResult(data=data, denied=denied)
+
+    def _lost(
+        self, doing: str, what: str, mutation: bool, *, retryable_only: bool = False
+    ) -> RailError:
+        message = f"{doing}: {what}"
+        if mutation and not retryable_only:
+            return AmbiguousRailError(message)
+        return RetryableRailError(message)
+
+    def _scrub(self, text: str) -> str:
+        if self._token:
+            text = text.replace(self._token, "[redacted]")
+        return _TOKEN_RE.sub("[redacted]", text)
+
+
+def _throttle_wait(cost: dict[str, Any]) -> float:
+    """Seconds until the requested cost fits in the bucket (Shopify's leaky bucket)."""
+    status = cost.get("throttleStatus") or {}
+    try:
+        requested = float(cost.get("requestedQueryCost") or 0)
+        available = float(status.get("currentlyAvailable") or 0)
+        rate = float(status.get("restoreRate") or 50)
+    except (TypeError, ValueError):
+        return 1.0
+    if rate <= 0:
+        return 1.0
+    return max(0.0, math.ceil(max(requested - available, 0) / rate * 100) / 100)
+
+
+def _retry_after(headers: Any) -> float:
+    try:
+        return max(0.0, float(headers.get("Retry-After") or 1))
+    except (TypeError, ValueError):
+        return 1.0

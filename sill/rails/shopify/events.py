@@ -1,0 +1,54 @@
+"""Processing one stored Shopify webhook: read its order again and upsert it.
+
+A webhook is a trigger, not the record: its REST-shaped body is read only for the order id,
+and the order itself comes from the Admin GraphQL API (sill.rails.shopify.sync), so one
+parser serves the sync command and every topic, and a late or reordered delivery can never
+overwrite a newer state. The upsert is idempotent, so a task delivered twice is harmless;
+``processed_at`` is set once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from django.utils import timezone
+
+from sill.rails.models import WebhookEvent
+from sill.rails.shopify.sync import sync_order
+
+logger = logging.getLogger(__name__)
+
+ORDER_TOPICS_PREFIX = "orders/"
+BY_ORDER_ID = frozenset({"refunds/create", "disputes/create", "disputes/update"})
+
+
+def order_id_of(topic: str, body: dict[str, object]) -> str:
+    """The numeric order id a webhook is about, ``""`` when it names none."""
+    value = body.get("id") if topic.startswith(ORDER_TOPICS_PREFIX) else None
+    if topic in BY_ORDER_ID:
+        value = body.get("order_id")
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return ""
+    text = str(value)
+    return text if text.isdigit() else ""
+
+
+def process_event(event_pk: int) -> str:
+    event = WebhookEvent.objects.select_related("site").get(pk=event_pk)
+    if event.processed_at is not None:
+        return "already processed"
+    try:
+        body = json.loads(event.payload)
+    except ValueError:
+        body = {}
+    order_id = order_id_of(event.type, body if isinstance(body, dict) else {})
+    if not order_id:
+        outcome = f"ignored: topic {event.type} names no order"
+    else:
+        outcome = sync_order(site=event.site, order_id=order_id, event_id=event.event_id)
+    WebhookEvent.objects.filter(pk=event.pk, processed_at__isnull=True).update(
+        processed_at=timezone.now(), outcome=outcome[:300]
+    )
+    logger.info("shopify event %s (%s): %s", event.event_id, event.type, outcome)
+    return outcome

@@ -1,0 +1,193 @@
+"""Shopify orders as the rail reads them: frozen values parsed from Admin GraphQL answers.
+
+Ids: Sill keeps Shopify's global ids (``gid://shopify/Order/123``) for customers, refunds
+and transactions, and the order's numeric id as the charge's ``provider_payment_id`` (the
+Shopify admin addresses orders by it: ``https://<shop>/admin/orders/123``). Amounts are read
+in the shop's currency (``shopMoney``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sill.money import Money, parse_major
+from sill.rails.base import PermanentRailError, RailDispute, RailRefund
+
+ORDER_GID = "gid://shopify/Order/"
+# Transactions that took the buyer's money (an AUTHORIZATION alone did not).
+PAYMENT_KINDS = frozenset({"SALE", "CAPTURE"})
+SILL_NOTE_PREFIX = "sill-refund-"
+
+_DISPUTE_STATES = {
+    "NEEDS_RESPONSE": "needs_response",
+    "UNDER_REVIEW": "under_review",
+    "WON": "won",
+    "LOST": "lost",
+    "ACCEPTED": "lost",
+    "CHARGE_REFUNDED": "lost",
+}
+
+
+@dataclass(frozen=True)
+class ShopifyCustomer:
+    gid: str
+    email: str
+    name: str
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ShopifyLine:
+    sku: str
+    name: str
+    quantity: int
+    unit_price: Money
+
+
+@dataclass(frozen=True)
+class ShopifyPayment:
+    """The order's successful sale/capture transactions, summed; ``gid``: the first one."""
+
+    gid: str
+    amount: Money
+    captured_at: datetime
+
+
+@dataclass(frozen=True)
+class ShopifyOrder:
+    gid: str
+    legacy_id: str
+    name: str
+    created_at: datetime
+    test: bool
+    email: str
+    cancelled: bool
+    total: Money
+    customer: ShopifyCustomer | None
+    customer_readable: bool  # False: the token lacks read_customers
+    lines: list[ShopifyLine]
+    payment: ShopifyPayment | None
+    refunds: list[RailRefund]
+    disputes: list[RailDispute]
+
+
+def order_gid(legacy_id: str) -> str:
+    return legacy_id if legacy_id.startswith("gid://") else ORDER_GID + legacy_id
+
+
+def legacy_id(gid: str) -> str:
+    return gid.rsplit("/", 1)[-1]
+
+
+def parse_time(value: Any) -> datetime:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise PermanentRailError(f"Shopify sent an unreadable time {value!r}") from None
+
+
+def shop_money(bag: Any) -> Money:
+    """A ``MoneyBag``'s shop amount (``{"shopMoney": {"amount": "89.00", ...}}``)."""
+    try:
+        money = bag["shopMoney"]
+        return parse_major(str(money["amount"]), str(money["currencyCode"]))
+    except (KeyError, TypeError, ValueError):
+        raise PermanentRailError("Shopify sent an unreadable amount") from None
+
+
+def refund_state(refund: dict[str, Any]) -> str:
+    """A refund's state from its transactions: ``succeeded``, ``pending`` or ``failed``."""
+    transactions = refund.get("transactions") or {}
+    statuses = {str(t.get("status")) for t in transactions.get("nodes") or []}
+    if "SUCCESS" in statuses:
+        return "succeeded"
+    if statuses & {"PENDING", "AWAITING_RESPONSE", "UNKNOWN"} or not statuses:
+        return "pending"
+    return "failed"
+
+
+def rail_refund(refund: dict[str, Any]) -> RailRefund:
+    amount = shop_money(refund.get("totalRefundedSet"))
+    note = str(refund.get("note") or "")
+    sill_id = ""
+    if SILL_NOTE_PREFIX in note:
+        sill_id = note.split(SILL_NOTE_PREFIX, 1)[1].split()[0].strip("().,")
+    return RailRefund(
+        provider_refund_id=str(refund["id"]),
+        amount_minor=amount.amount_minor,
+        currency=amount.currency,
+        status=refund_state(refund),
+        created_at=parse_time(refund.get("createdAt")),
+        sill_refund_id=sill_id,
+    )
+
+
+def rail_dispute(dispute: dict[str, Any], *, total: Money, at: datetime) -> RailDispute:
+    # OrderDisputeSummary carries no amount: a Shopify Payments dispute is of the order.
+    return RailDispute(
+        provider_dispute_id=str(dispute["id"]),
+        amount_minor=total.amount_minor,
+        currency=total.currency,
+        reason=str(dispute.get("initiatedAs") or "chargeback").lower(),
+        status=_DISPUTE_STATES.get(str(dispute.get("status")), "needs_response"),
+        created_at=at,
+    )
+
+
+def parse_order(node: dict[str, Any], *, customer_readable: bool = True) -> ShopifyOrder:
+    total = shop_money(node.get("totalPriceSet"))
+    created = parse_time(node.get("createdAt"))
+    customer = None
+    raw = node.get("customer")
+    if isinstance(raw, dict) and raw.get("id"):
+        name = " ".join(str(raw.get(k) or "") for k in ("firstName", "lastName")).strip()
+        customer = ShopifyCustomer(
+            gid=str(raw["id"]),
+            email=str(raw.get("email") or ""),
+            name=name,
+            created_at=parse_time(raw["createdAt"]) if raw.get("createdAt") else None,
+        )
+    lines = []
+    for item in (node.get("lineItems") or {}).get("nodes") or []:
+        lines.append(
+            ShopifyLine(
+                sku=str(item.get("sku") or "")[:100],
+                name=str(item.get("name") or "Item")[:300],
+                quantity=max(int(item.get("quantity") or 1), 1),
+                unit_price=shop_money(item.get("originalUnitPriceSet")),
+            )
+        )
+    paid = [
+        t
+        for t in node.get("transactions") or []
+        if t.get("kind") in PAYMENT_KINDS and t.get("status") == "SUCCESS"
+    ]
+    payment = None
+    if paid:
+        amount = Money.zero(total.currency)
+        for t in paid:
+            amount = amount + shop_money(t.get("amountSet"))
+        first = paid[0]
+        payment = ShopifyPayment(
+            gid=str(first["id"]),
+            amount=amount,
+            captured_at=parse_time(first.get("processedAt") or first.get("createdAt")),
+        )
+    return ShopifyOrder(
+        gid=str(node["id"]),
+        legacy_id=legacy_id(str(node["id"])),
+        name=str(node.get("name") or "").lstrip("#")[:40],
+        created_at=created,
+        test=bool(node.get("test")),
+        email=str(node.get("email") or ""),
+        cancelled=bool(node.get("cancelledAt")),
+        total=total,
+        customer=customer,
+        customer_readable=customer_readable,
+        lines=lines,
+        payment=payment,
+        refunds=[rail_refund(r) for r in node.get("refunds") or []],
+        disputes=[rail_dispute(d, total=total, at=created) for d in node.get("disputes") or []],
+    )

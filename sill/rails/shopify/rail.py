@@ -1,0 +1,310 @@
+"""Shopify: refunds of orders paid on a store, through the Admin GraphQL API.
+
+A Shopify charge in Sill is the order's successful sale/capture: ``provider_payment_id`` is
+the order's numeric id, ``provider_charge_id`` the transaction's global id. A refund:
+
+1. reads the shop's plan, the order's ``test`` flag and ``suggestedRefund`` for the amount
+   in one query. Unless the deployment allows live money, only a test order on a development
+   store is refunded: anything else (or a plan that could not be read) raises
+   ``LiveNotAllowed`` before the mutation, on every call — a token does not say whether it
+   moves real money, and a store can leave its development plan at any time;
+2. sends ``refundCreate`` for the suggested transactions (the original payment, refunded to
+   the gateway that took it), without line items, so nothing is restocked, with the
+   ``@idempotent(key: "sill-refund-<id>")`` directive and the same key in the refund's note.
+
+``find_refund`` recovers a refund whose answer was lost by reading the order's refunds and
+matching the key in the note. The note, not amount and time: it is written by the same
+mutation that creates the refund, so a refund made under the key always carries it, while a
+refund of the same amount at about the same time may be a merchant's own in the admin; and
+a retry after "not found" is still safe, because it carries the same idempotency key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from sill.money import Money
+from sill.rails.base import (
+    ChargeRequest,
+    ChargeResult,
+    CustomerHistory,
+    LiveNotAllowed,
+    PermanentRailError,
+    RailError,
+    RefundFacts,
+    RefundFactsRequest,
+    RefundRequest,
+    RefundResult,
+)
+from sill.rails.shopify import queries
+from sill.rails.shopify.client import ShopifyClient
+from sill.rails.shopify.orders import (
+    ShopifyOrder,
+    order_gid,
+    parse_order,
+    parse_time,
+    refund_state,
+    shop_money,
+)
+
+logger = logging.getLogger(__name__)
+
+ORDERS_PAGE = 50
+# Shops whose missing read_customers scope was already logged by this process.
+_logged_no_customers: set[str] = set()
+
+
+def is_development(plan: Any) -> bool:
+    """A development store (Shopify Partners' test stores): no real money moves on it."""
+    if not isinstance(plan, dict):
+        return False
+    return plan.get("partnerDevelopment") is True or plan.get("publicDisplayName") == "Development"
+
+
+def live_money(shop: Any, order: Any) -> bool | None:
+    """True when refunding ``order`` would move real money; None when unknown."""
+    plan = shop.get("plan") if isinstance(shop, dict) else None
+    if not isinstance(plan, dict) or not isinstance(order, dict) or "test" not in order:
+        return None
+    return not (is_development(plan) and order.get("test") is True)
+
+
+class ShopifyRail:
+    name = "shopify"
+
+    def __init__(self, *, client: ShopifyClient, allow_live: bool = False) -> None:
+        self.client = client
+        self.allow_live = allow_live
+
+    def __repr__(self) -> str:
+        return f"ShopifyRail({self.client!r}, allow_live={self.allow_live})"
+
+    # --- the protocol -------------------------------------------------------------------
+
+    def charge(self, request: ChargeRequest) -> ChargeResult:
+        raise PermanentRailError(
+            "Shopify orders are paid at the store's checkout; Sill takes no payments on Shopify"
+        )
+
+    def refund(self, request: RefundRequest) -> RefundResult:
+        order_id = order_gid(request.provider_payment_id)
+        planned = self.client.execute(
+            queries.REFUND_PLAN,
+            {"id": order_id, "amount": request.amount.major_str()},
+            operation="SillRefundPlan",
+        ).data
+        order = planned.get("order")
+        if not isinstance(order, dict):
+            raise PermanentRailError(f"Shopify has no order {order_id}", code="rail_declined")
+        if live_money(planned.get("shop"), order) is not False and not self.allow_live:
+            raise LiveNotAllowed(
+                f"Shopify order {order_id} is not a test order on a development store; Sill "
+                "moves no real money unless it runs with SILL_ALLOW_LIVE=1"
+            )
+        transactions = self._suggested(order, request)
+        answer = self.client.execute(
+            queries.REFUND_CREATE,
+            {
+                "key": request.idempotency_key,
+                "input": {
+                    "orderId": order_id,
+                    "note": f"Refunded by Sill ({request.idempotency_key})",
+                    # Sill sends the buyer its own confirmation email.
+                    "notify": False,
+                    "transactions": transactions,
+                },
+            },
+            operation="SillRefundCreate",
+            mutation=True,
+        ).data
+        payload = answer.get("refundCreate") or {}
+        errors = payload.get("userErrors") or []
+        if errors:
+            detail = "; ".join(str(e.get("message") or e) for e in errors)
+            raise PermanentRailError(f"Shopify refused the refund: {detail}", code="rail_declined")
+        refund = payload.get("refund")
+        if not isinstance(refund, dict):
+            raise PermanentRailError("Shopify answered refundCreate without a refund")
+        return _refund_result(refund)
+
+    def find_refund(self, request: RefundRequest) -> RefundResult | None:
+        order_id = order_gid(request.provider_payment_id)
+        data = self.client.execute(queries.REFUNDS, {"id": order_id}, operation="SillRefunds").data
+        order = data.get("order")
+        if not isinstance(order, dict):
+            raise PermanentRailError(f"Shopify has no order {order_id}")
+        for refund in order.get("refunds") or []:
+            if request.idempotency_key in str(refund.get("note") or ""):
+                return _refund_result(refund)
+        return None
+
+    def _suggested(self, order: dict[str, Any], request: RefundRequest) -> list[dict[str, Any]]:
+        """The transactions Shopify suggests for the amount: the original payment's."""
+        if str(order.get("currencyCode")) != request.amount.currency:
+            raise PermanentRailError(
+                f"the order is in {order.get('currencyCode')}, the refund in "
+                f"{request.amount.currency}"
+            )
+        suggested = (order.get("suggestedRefund") or {}).get("suggestedTransactions") or []
+        transactions = []
+        total = Money.zero(request.amount.currency)
+        for t in suggested:
+            amount = shop_money(t.get("amountSet"))
+            parent = (t.get("parentTransaction") or {}).get("id")
+            if not parent or not amount:
+                continue
+            total = total + amount
+            transactions.append(
+                {
+                    "orderId": order["id"],
+                    "parentId": parent,
+                    "amount": amount.major_str(),
+                    "gateway": t.get("gateway"),
+                    "kind": "REFUND",
+                }
+            )
+        if total != request.amount:
+            raise PermanentRailError(
+                f"Shopify can refund {total} of this order's payment, not {request.amount}",
+                code="rail_declined",
+            )
+        return transactions
+
+    # --- orders, for the sync ------------------------------------------------------------
+
+    def order(self, legacy_or_gid: str) -> ShopifyOrder | None:
+        result = self.client.execute(
+            queries.ORDER, {"id": order_gid(legacy_or_gid)}, operation="SillOrder"
+        )
+        node = result.data.get("order")
+        if not isinstance(node, dict):
+            return None
+        return parse_order(node, customer_readable=self._customers_readable(result.denied))
+
+    def orders(self, *, since: datetime | None = None) -> Iterator[ShopifyOrder]:
+        """The store's orders updated at or after ``since`` (all pages), oldest update first."""
+        after: str | None = None
+        query = f"updated_at:>='{since.astimezone(UTC).isoformat()}'" if since else None
+        while True:
+            result = self.client.execute(
+                queries.ORDERS,
+                {"first": ORDERS_PAGE, "after": after, "query": query},
+                operation="SillOrders",
+            )
+            page = result.data.get("orders") or {}
+            readable = self._customers_readable(result.denied)
+            for node in page.get("nodes") or []:
+                yield parse_order(node, customer_readable=readable)
+            info = page.get("pageInfo") or {}
+            if not info.get("hasNextPage") or not info.get("endCursor"):
+                return
+            after = str(info["endCursor"])
+
+    def _customers_readable(self, denied: list[str]) -> bool:
+        if any("customer" in path for path in denied):
+            self._note_no_customers()
+            return False
+        return True
+
+    def _note_no_customers(self) -> None:
+        shop = self.client.shop_domain
+        if shop not in _logged_no_customers:
+            _logged_no_customers.add(shop)
+            logger.warning(
+                "the Shopify token of %s lacks read_customers: customer facts are unknown", shop
+            )
+
+    # --- facts --------------------------------------------------------------------------
+
+    def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
+        """The order (created, refunded, disputes), the live-money check, the customer.
+
+        Two reads; one that fails leaves its facts unknown. Without ``read_customers`` the
+        customer's age and history are unknown, logged once per shop and process.
+        """
+        created: datetime | None = None
+        disputed: bool | None = None
+        refunded: int | None = None
+        live: bool | None = None
+        try:
+            data = self.client.execute(
+                queries.CHARGE_FACTS,
+                {"id": request.provider_charge_id},
+                operation="SillChargeFacts",
+            ).data
+            order = (data.get("node") or {}).get("order")
+            if isinstance(order, dict):
+                live = live_money(data.get("shop"), order)
+                created = parse_time(order.get("createdAt"))
+                disputed = bool(order.get("disputes"))
+                total_refunded = shop_money(order.get("totalRefundedSet"))
+                if total_refunded.currency == request.currency:
+                    refunded = total_refunded.amount_minor
+        except RailError as exc:
+            logger.warning("Shopify order could not be read for refund facts: %s", exc.message)
+        base = RefundFacts(
+            charge_created_at=created,
+            charge_disputed=disputed,
+            charge_refunded_minor=refunded,
+            live_money=live,
+        )
+        if not request.provider_customer_id:
+            return base  # a guest checkout, or a customer read without read_customers
+        customer_created, history = self._customer_facts(request)
+        return RefundFacts(
+            charge_created_at=created,
+            charge_disputed=disputed,
+            charge_refunded_minor=refunded,
+            live_money=live,
+            customer_created_at=customer_created,
+            history=history,
+        )
+
+    def _customer_facts(
+        self, request: RefundFactsRequest
+    ) -> tuple[datetime | None, CustomerHistory | None]:
+        since = request.history_since.astimezone(UTC).isoformat()
+        try:
+            result = self.client.execute(
+                queries.CUSTOMER_FACTS,
+                {
+                    "id": request.provider_customer_id,
+                    "first": request.history_limit,
+                    "query": f"created_at:>='{since}'",
+                },
+                operation="SillCustomerFacts",
+            )
+        except RailError as exc:
+            logger.warning("Shopify customer could not be read for refund facts: %s", exc.message)
+            return None, None
+        customer = result.data.get("customer")
+        if result.denied or not isinstance(customer, dict):
+            if result.denied:
+                self._note_no_customers()
+            return None, None
+        created = parse_time(customer["createdAt"]) if customer.get("createdAt") else None
+        orders = customer.get("orders") or {}
+        refunded = []
+        for node in (orders.get("nodes") or [])[: request.history_limit]:
+            amount = shop_money(node.get("totalRefundedSet"))
+            if amount.currency == request.currency and amount.amount_minor > 0:
+                refunded.append(amount.amount_minor)
+        history = CustomerHistory(
+            refunded_charges=len(refunded),
+            refunded_minor=sum(refunded),
+            truncated=bool((orders.get("pageInfo") or {}).get("hasNextPage")),
+        )
+        return created, history
+
+
+def _refund_result(refund: dict[str, Any]) -> RefundResult:
+    state = refund_state(refund)
+    return RefundResult(
+        provider_refund_id=str(refund["id"]),
+        state="succeeded" if state == "succeeded" else "failed" if state == "failed" else "pending",
+        amount=shop_money(refund.get("totalRefundedSet")),
+        failure_message="Shopify's refund transaction failed" if state == "failed" else "",
+    )

@@ -1,0 +1,251 @@
+"""Bringing a store's orders into Sill: ``manage.py rails sync-shopify`` and the webhooks.
+
+An order is upserted by its Shopify id (the charge's ``provider_payment_id`` on rail
+``shopify``), so running a sync twice, or a webhook after a sync, changes nothing the second
+time. Only orders with a successful sale or capture are brought in: an unpaid order has
+nothing to refund, and a webhook brings it once it is paid. Each order, with its items,
+buyer, customer (Shopify id and created date, when the token has ``read_customers``) and its
+charge, is written in one transaction with a signed ``charge`` audit record. Refunds already
+on the Shopify order that Sill did not make become outside refunds, and its disputes are
+recorded, through :mod:`sill.orders.outside` (their own transactions and audit records).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.models import AuditKind
+from audit.services import append_record
+from sill.accounts.models import Site
+from sill.orders.models import Charge, ChargeStatus, Customer, DisputeStatus, Order, OrderStatus
+from sill.orders.outside import (
+    OutsideRefund,
+    ReportedDispute,
+    record_dispute,
+    record_outside_refund,
+)
+from sill.orders.services import NewLine, create_order, set_order_status
+from sill.rails.base import RailName
+from sill.rails.models import RailAccount
+from sill.rails.shopify.orders import ShopifyCustomer, ShopifyOrder
+from sill.rails.shopify.rail import ShopifyRail
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SyncReport:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+    outside_refunds: int = 0
+    disputes: int = 0
+
+    def add(self, outcome: str) -> None:
+        word = outcome.split(":")[0]
+        setattr(self, word, getattr(self, word) + 1)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
+            f"{self.skipped} skipped (not paid), {self.outside_refunds} outside refund(s) and "
+            f"{self.disputes} dispute(s) recorded"
+        )
+
+
+def shopify_rail_for(site: Site) -> ShopifyRail:
+    """The site's Shopify rail for reading orders (even while refunds on it are off)."""
+    from sill.rails.registry import RailDisabled
+    from sill.rails.shopify import rail_from_account
+
+    account = RailAccount.objects.filter(site=site, rail=RailName.SHOPIFY).first()
+    if account is None:
+        raise RailDisabled("No Shopify store is connected to this site.")
+    rail = rail_from_account(account)
+    assert isinstance(rail, ShopifyRail)
+    return rail
+
+
+def sync_orders(*, site: Site, since: datetime | None = None) -> SyncReport:
+    """Upsert every order of the site's store updated since ``since`` (all when None)."""
+    report = SyncReport()
+    for order in shopify_rail_for(site).orders(since=since):
+        upsert_order(site=site, order=order, report=report, event_id="sync")
+    return report
+
+
+def sync_order(*, site: Site, order_id: str, event_id: str) -> str:
+    """Upsert one order, read again from Shopify (what a webhook about it triggers)."""
+    order = shopify_rail_for(site).order(order_id)
+    if order is None:
+        return f"order {order_id} not found at Shopify"
+    report = SyncReport()
+    outcome = upsert_order(site=site, order=order, report=report, event_id=event_id)
+    return f"{outcome}; {report.outside_refunds} outside refund(s), {report.disputes} dispute(s)"
+
+
+def upsert_order(*, site: Site, order: ShopifyOrder, report: SyncReport, event_id: str) -> str:
+    """Create or update one order; returns ``created``, ``updated``, ``unchanged`` or
+    ``skipped: …``, and counts what it recorded in ``report``."""
+    if order.payment is None:
+        report.add("skipped")
+        return "skipped: not paid"
+    with transaction.atomic():
+        charge = (
+            Charge.objects.select_for_update()
+            .select_related("order")
+            .filter(rail=RailName.SHOPIFY, provider_payment_id=order.legacy_id, order__site=site)
+            .first()
+        )
+        customer = _customer(site, order.customer) if order.customer else None
+        if charge is None:
+            charge = _create(site, order, customer)
+            outcome = "created"
+        else:
+            outcome = _update(charge.order, order, customer)
+    report.add(outcome)
+    _record_rail_reports(charge, order, report, event_id)
+    return outcome
+
+
+def _customer(site: Site, found: ShopifyCustomer) -> Customer:
+    customer = Customer.objects.select_for_update().filter(site=site, rail_customer_id=found.gid)
+    row = customer.first()
+    if row is None:
+        return Customer.objects.create(
+            site=site,
+            rail_customer_id=found.gid,
+            email=found.email,
+            name=found.name[:200],
+            provider_created_at=found.created_at,
+        )
+    changed = (row.email, row.name, row.provider_created_at) != (
+        found.email or row.email,
+        found.name[:200] or row.name,
+        found.created_at or row.provider_created_at,
+    )
+    if changed:
+        row.email = found.email or row.email
+        row.name = found.name[:200] or row.name
+        row.provider_created_at = found.created_at or row.provider_created_at
+        row.save(update_fields=["email", "name", "provider_created_at"])
+    return row
+
+
+def _number(site: Site, order: ShopifyOrder) -> str:
+    number = order.name or order.legacy_id
+    # Another rail's order may already hold the number (#1001 on the mock rail).
+    if Order.objects.filter(site=site, number=number).exists():
+        number = f"{number}-{order.legacy_id}"[:40]
+    return number
+
+
+def _create(site: Site, order: ShopifyOrder, customer: Customer | None) -> Charge:
+    assert order.payment is not None
+    lines = [
+        NewLine(sku=line.sku, name=line.name, quantity=line.quantity, unit_price=line.unit_price)
+        for line in order.lines
+        if line.unit_price.currency == order.total.currency
+    ] or [NewLine(sku="", name="Order total", quantity=1, unit_price=order.total)]
+    buyer_name = order.customer.name if order.customer else ""
+    buyer_email = order.email or (order.customer.email if order.customer else "")
+    created = create_order(
+        site=site,
+        lines=lines,
+        currency=order.total.currency,
+        buyer_name=buyer_name,
+        buyer_email=buyer_email,
+        number=_number(site, order),
+        customer=customer,
+    )
+    # Shopify's total includes shipping, taxes and discounts the line items do not.
+    Order.objects.filter(pk=created.pk).update(
+        total_minor=order.total.amount_minor, created_at=order.created_at
+    )
+    charge = Charge.objects.create(
+        order=created,
+        rail=RailName.SHOPIFY,
+        provider_payment_id=order.legacy_id,
+        provider_charge_id=order.payment.gid,
+        amount_minor=order.payment.amount.amount_minor,
+        currency=order.payment.amount.currency,
+        captured_at=order.payment.captured_at,
+        status=ChargeStatus.SUCCEEDED,
+    )
+    set_order_status(order=created, status=OrderStatus.PAID)
+    append_record(
+        site=site,
+        kind=AuditKind.CHARGE,
+        body={
+            "order_id": created.pk,
+            "charge_id": charge.pk,
+            "rail": RailName.SHOPIFY,
+            "provider_payment_id": order.legacy_id,
+            "provider_charge_id": order.payment.gid,
+            "amount_minor": charge.amount_minor,
+            "currency": charge.currency,
+            "test": order.test,
+            "source": "shopify order sync",
+        },
+    )
+    return charge
+
+
+def _update(row: Order, order: ShopifyOrder, customer: Customer | None) -> str:
+    buyer_email = order.email or row.buyer_email
+    fields = {
+        "buyer_email": buyer_email,
+        "customer_id": customer.pk if customer else row.customer_id,
+    }
+    if all(getattr(row, k) == v for k, v in fields.items()):
+        return "unchanged"
+    Order.objects.filter(pk=row.pk).update(**fields, updated_at=timezone.now())
+    return "updated"
+
+
+_DISPUTE_STATUS = {s.value: s for s in DisputeStatus}
+
+
+def _record_rail_reports(
+    charge: Charge, order: ShopifyOrder, report: SyncReport, event_id: str
+) -> None:
+    for refund in order.refunds:
+        if refund.sill_refund_id:
+            continue  # Sill made it (its note names the refund): settled by execution
+        done = record_outside_refund(
+            charge=charge,
+            refund=OutsideRefund(
+                provider_refund_id=refund.provider_refund_id,
+                amount_minor=refund.amount_minor,
+                currency=refund.currency,
+                status=refund.status,
+                created_at_rail=refund.created_at,
+            ),
+            event_id=event_id,
+            event_at=refund.created_at,
+        )
+        if done.startswith("external refund"):
+            report.outside_refunds += 1
+    for dispute in order.disputes:
+        done = record_dispute(
+            charge=charge,
+            dispute=ReportedDispute(
+                provider_dispute_id=dispute.provider_dispute_id,
+                reason=dispute.reason,
+                amount_minor=dispute.amount_minor,
+                currency=dispute.currency,
+                status=_DISPUTE_STATUS[dispute.status],
+                rail_status=dispute.status,
+                opened_at=dispute.created_at,
+            ),
+            event_id=event_id,
+            event_at=timezone.now(),
+        )
+        if done.startswith("dispute recorded") or done.startswith("dispute updated"):
+            report.disputes += 1

@@ -1,0 +1,128 @@
+"""Shopify webhooks: ``POST /webhooks/shopify/<site_id>``, verified, stored once, processed later.
+
+Shopify signs each delivery with the app's client secret: ``X-Shopify-Hmac-Sha256`` is the
+base64 HMAC-SHA256 of the raw body, compared here in constant time against every stored
+secret (several while one is rotated). A bad signature, a delivery for another shop, a body
+that is not a JSON object, or one without ``X-Shopify-Webhook-Id`` is 400 and records
+nothing. The webhook id is stored once (``WebhookEvent``'s unique constraint): a redelivery
+answers 200 and changes nothing. Processing (``rails.process_shopify_event``) runs on commit.
+
+Topics: ``orders/create``, ``orders/updated`` (and any other ``orders/*``), ``refunds/create``,
+``disputes/create``, ``disputes/update``; each makes Sill read the order again and upsert it
+(sill.rails.shopify.sync), which records outside refunds and disputes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from sill import jsonbody
+from sill.errors import SillError
+from sill.orders.models import Rail
+from sill.rails.models import RailAccount, WebhookEvent
+from sill.rails.secrets import RailSecretUnreadable
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 512 * 1024
+
+
+class WebhookRefused(SillError):
+    code = "webhook_refused"
+    status = 400
+
+
+def _refuse(message: str) -> JsonResponse:
+    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
+
+
+def sign(payload: bytes, secret: str) -> str:
+    """Shopify's signature of ``payload``: base64 of its HMAC-SHA256 under ``secret``."""
+    digest = hmac.new(secret.encode("utf-8"), payload, hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def verify(payload: bytes, header: str, secrets: list[str]) -> bool:
+    """Whether ``header`` signs ``payload`` under any of ``secrets`` (constant-time compare)."""
+    given = header.strip().encode("ascii", "replace")
+    found = False
+    for secret in secrets:
+        # Every secret is compared (no early exit), so timing says nothing about which.
+        found |= hmac.compare_digest(sign(payload, secret).encode("ascii"), given)
+    return found and bool(given)
+
+
+@csrf_exempt
+@require_POST
+def shopify_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > MAX_BODY_BYTES:
+        return _refuse("The body is too large for a Shopify webhook.")
+    payload = request.body
+    if len(payload) > MAX_BODY_BYTES:
+        return _refuse("The body is too large for a Shopify webhook.")
+    account = (
+        RailAccount.objects.filter(site_id=site_id, rail=Rail.SHOPIFY)
+        .select_related("site")
+        .first()
+    )
+    if account is None:
+        return _refuse("No Shopify store is connected to this site.")
+    try:
+        secrets = account.get_webhook_secrets()
+    except RailSecretUnreadable:
+        logger.warning("the Shopify webhook secrets of site %s cannot be decrypted", site_id)
+        secrets = []
+    if not secrets or not verify(
+        payload, request.headers.get("X-Shopify-Hmac-Sha256", ""), secrets
+    ):
+        return _refuse("The X-Shopify-Hmac-Sha256 header does not sign this body.")
+    shop = request.headers.get("X-Shopify-Shop-Domain", "")
+    if shop and shop != account.connected_account:
+        return _refuse("The webhook comes from another store than this site's.")
+    event_id = request.headers.get("X-Shopify-Webhook-Id", "").strip()
+    topic = request.headers.get("X-Shopify-Topic", "").strip()
+    if not event_id or not topic:
+        return _refuse("The webhook has no X-Shopify-Webhook-Id or X-Shopify-Topic.")
+    try:
+        body = jsonbody.loads(payload)
+    except jsonbody.MalformedJSON:
+        return _refuse("The body is not a Shopify webhook.")
+    if not isinstance(body, dict):
+        return _refuse("The body is not a Shopify webhook.")
+    try:
+        with transaction.atomic():
+            stored = WebhookEvent.objects.create(
+                site=account.site,
+                rail=Rail.SHOPIFY,
+                event_id=event_id[:255],
+                type=topic[:100],
+                payload=payload.decode("utf-8"),
+            )
+            transaction.on_commit(lambda: _enqueue(stored.pk))
+    except IntegrityError:
+        return JsonResponse({"received": True, "duplicate": True})
+    return JsonResponse({"received": True, "duplicate": False})
+
+
+def _enqueue(event_pk: int) -> None:
+    from sill.rails.shopify.tasks import process_shopify_event
+
+    process_shopify_event.delay(event_pk)
+
+
+urlpatterns = [
+    path("webhooks/shopify/<str:site_id>", shopify_webhook, name="shopify-webhook"),
+]

@@ -1,0 +1,142 @@
+"""The WooCommerce REST API v3 through the ``woocommerce`` client (``woocommerce.API``).
+
+Authentication is the client's own: over https the consumer key and secret go as HTTP basic
+auth; over plain http (allowed only for a loopback test store) the client signs each request
+with OAuth 1.0a, as WooCommerce requires there. The client returns a raw ``requests``
+response and never raises for a status: this module turns statuses into ``RailError``s and
+keeps the consumer secret out of every message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+from woocommerce import API
+
+from sill.rails.base import AmbiguousRailError, PermanentRailError, RailError, RetryableRailError
+
+PAGE_SIZE = 100
+MAX_PAGES = 200
+
+
+class WooCannotWrite(PermanentRailError):
+    """The keys may read but not write (401/403 ``woocommerce_rest_cannot_create``)."""
+
+    code = "woocommerce_read_only"
+
+
+class WooClient:
+    def __init__(
+        self, *, store_url: str, consumer_key: str, consumer_secret: str, timeout: float = 20.0
+    ) -> None:
+        self.store_url = store_url
+        self._secret = consumer_secret
+        self._api = API(
+            url=store_url,
+            consumer_key=consumer_key,
+            consumer_secret=consumer_secret,
+            version="wc/v3",
+            timeout=timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"WooClient(store_url={self.store_url!r})"
+
+    def orders(self, *, after_modified: str = "") -> list[dict[str, Any]]:
+        """Every order (all pages, by ``X-WP-TotalPages``), oldest modified first."""
+        found: list[dict[str, Any]] = []
+        page, pages = 1, 1
+        while page <= min(pages, MAX_PAGES):
+            params: dict[str, Any] = {
+                "per_page": PAGE_SIZE,
+                "page": page,
+                "orderby": "modified",
+                "order": "asc",
+            }
+            if after_modified:
+                params["modified_after"] = after_modified
+            response = self._send("get", "orders", params=params, doing="order list")
+            batch = _json(response, "order list")
+            if not isinstance(batch, list):
+                raise RetryableRailError("WooCommerce order list: the answer is not a list")
+            found.extend(o for o in batch if isinstance(o, dict))
+            try:
+                pages = int(response.headers.get("X-WP-TotalPages") or 1)
+            except ValueError:
+                pages = 1
+            page += 1
+        return found
+
+    def check_access(self) -> None:
+        """Settings → Rails' check of the keys: ``GET orders?per_page=1``, the cheapest call
+        that needs what Sill uses them for (reading orders). ``system_status`` would need the
+        ``manage_woocommerce`` capability Sill never uses, and answers a large report of the
+        server, its plugins and database. No read can tell whether the keys may *write*: a
+        read-only key passes here, and the first refund record says so (record.py)."""
+        self._send("get", "orders", params={"per_page": 1}, doing="key check")
+
+    def refunds(self, order_id: int) -> list[dict[str, Any]]:
+        response = self._send("get", f"orders/{order_id}/refunds", doing="refund list")
+        data = _json(response, "refund list")
+        return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+
+    def create_refund(self, order_id: int, *, amount: str, reason: str) -> dict[str, Any]:
+        # api_refund False: WooCommerce only records it; no gateway moves money (Stripe did).
+        body = {"amount": amount, "reason": reason, "api_refund": False}
+        response = self._send(
+            "post", f"orders/{order_id}/refunds", data=body, doing="refund record", write=True
+        )
+        data = _json(response, "refund record")
+        if not isinstance(data, dict) or "id" not in data:
+            raise RetryableRailError("WooCommerce refund record: the answer names no refund")
+        return data
+
+    def _send(
+        self,
+        method: str,
+        endpoint: str,
+        *,
+        doing: str,
+        data: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+        write: bool = False,
+    ) -> requests.Response:
+        try:
+            if method == "post":
+                response = self._api.post(endpoint, data, params=params)
+            else:
+                response = self._api.get(endpoint, params=params)
+        except requests.ConnectTimeout:
+            raise RetryableRailError(
+                f"WooCommerce {doing}: the store could not be reached"
+            ) from None
+        except requests.RequestException:
+            error = AmbiguousRailError if write else RetryableRailError
+            raise error(f"WooCommerce {doing}: no answer from the store") from None
+        if response.status_code >= 300:
+            raise self._error(response, doing)
+        return response
+
+    def _error(self, response: requests.Response, doing: str) -> RailError:
+        status = response.status_code
+        try:
+            data = response.json()
+        except ValueError:
+            data = {}
+        data = data if isinstance(data, dict) else {}
+        code = str(data.get("code") or f"HTTP {status}")
+        said = str(data.get("message") or "").replace(self._secret, "[redacted]")
+        message = f"WooCommerce {doing} failed: {code}{' — ' + said if said else ''}"
+        if status == 429 or status >= 500:
+            return RetryableRailError(message)
+        if status in (401, 403):
+            return WooCannotWrite(message)
+        return PermanentRailError(message, code="woocommerce_refused")
+
+
+def _json(response: requests.Response, doing: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise RetryableRailError(f"WooCommerce {doing}: the answer is not JSON") from None

@@ -1,0 +1,135 @@
+"""WooCommerce orders as Sill reads them: frozen values parsed from REST v3 order JSON.
+
+The store's payments are Stripe charges (the WooCommerce Stripe gateway): the order's
+``_stripe_intent_id`` / ``_stripe_charge_id`` meta, else its ``transaction_id`` (``pi_…`` or
+``ch_…``). An order is *paid* when it has ``date_paid_gmt``, a paid status and a Stripe id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sill.money import Money, MoneyError, parse_major
+
+PAID_STATUSES = frozenset({"processing", "completed", "on-hold", "refunded"})
+SILL_REFUND_MARK = "Sill refund "
+
+
+class UnreadableOrder(ValueError):
+    """The JSON is not a WooCommerce order Sill can read (a stable reason in the message)."""
+
+
+@dataclass(frozen=True)
+class WooLine:
+    sku: str
+    name: str
+    quantity: int
+    unit_price: Money
+
+
+@dataclass(frozen=True)
+class WooOrder:
+    id: int
+    number: str
+    status: str
+    total: Money
+    created_at: datetime
+    modified_at: datetime | None
+    paid_at: datetime | None
+    email: str
+    name: str
+    payment_method: str
+    stripe_payment_intent: str
+    stripe_charge: str
+    lines: list[WooLine]
+
+    @property
+    def paid(self) -> bool:
+        return (
+            self.paid_at is not None
+            and self.status in PAID_STATUSES
+            and bool(self.stripe_charge or self.stripe_payment_intent)
+        )
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise UnreadableOrder(f"unreadable time {value!r}") from None
+    # WooCommerce's *_gmt fields carry no offset: they are UTC.
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _meta(order: dict[str, Any], key: str) -> str:
+    for item in order.get("meta_data") or []:
+        if isinstance(item, dict) and item.get("key") == key and isinstance(item.get("value"), str):
+            return item["value"]
+    return ""
+
+
+def parse_order(order: dict[str, Any]) -> WooOrder:
+    try:
+        order_id = int(order["id"])
+        currency = str(order["currency"]).upper()
+        total = parse_major(str(order["total"]), currency)
+    except (KeyError, TypeError, ValueError, MoneyError) as exc:
+        raise UnreadableOrder(f"not a WooCommerce order: {type(exc).__name__}") from None
+    transaction = str(order.get("transaction_id") or "")
+    intent = _meta(order, "_stripe_intent_id") or (
+        transaction if transaction.startswith("pi_") else ""
+    )
+    charge = _meta(order, "_stripe_charge_id") or (
+        transaction if transaction.startswith(("ch_", "py_")) else ""
+    )
+    raw_billing = order.get("billing")
+    billing: dict[str, Any] = raw_billing if isinstance(raw_billing, dict) else {}
+    lines = []
+    for item in order.get("line_items") or []:
+        if not isinstance(item, dict):
+            continue
+        quantity = max(int(item.get("quantity") or 1), 1)
+        try:
+            line_total = parse_major(str(item.get("total") or "0"), currency)
+        except MoneyError:
+            continue
+        if line_total.amount_minor % quantity:
+            # A price that does not divide evenly: one line for the lot, exact in total.
+            lines.append(
+                WooLine(
+                    str(item.get("sku") or "")[:100],
+                    f"{item.get('name')} x {quantity}"[:300],
+                    1,
+                    line_total,
+                )
+            )
+            continue
+        unit = Money(line_total.amount_minor // quantity, currency)
+        lines.append(
+            WooLine(
+                str(item.get("sku") or "")[:100],
+                str(item.get("name") or "Item")[:300],
+                quantity,
+                unit,
+            )
+        )
+    created = _time(order.get("date_created_gmt")) or datetime.now(UTC)
+    return WooOrder(
+        id=order_id,
+        number=str(order.get("number") or order_id)[:40],
+        status=str(order.get("status") or ""),
+        total=total,
+        created_at=created,
+        modified_at=_time(order.get("date_modified_gmt")),
+        paid_at=_time(order.get("date_paid_gmt")),
+        email=str(billing.get("email") or "")[:254],
+        name=" ".join(str(billing.get(k) or "") for k in ("first_name", "last_name")).strip()[:200],
+        payment_method=str(order.get("payment_method") or ""),
+        stripe_payment_intent=intent,
+        stripe_charge=charge,
+        lines=lines,
+    )

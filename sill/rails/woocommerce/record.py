@@ -1,0 +1,200 @@
+"""Recording a Sill refund on its WooCommerce order, after Stripe confirmed it.
+
+``POST /wp-json/wc/v3/orders/{id}/refunds`` with ``api_refund: false``: WooCommerce writes the
+refund on the order and asks no gateway to move money (Stripe already did). This never fails
+the Sill refund: a store that does not take the record (read-only keys: 401/403
+``woocommerce_rest_cannot_create``; the store down) leaves a ``WooRefundRecord`` in
+``not_updated`` with the reason in words, retried by the task and later by the beat task
+every 15 minutes (``RETRY_EVERY``), for three days (``MAX_ATTEMPTS``; then ``gave_up``, still
+shown on the order page).
+
+WooCommerce has no idempotency key, so the reason carries ``Sill refund <id>`` and, before
+writing again after an attempt that may have reached the store, Sill reads the order's
+refunds and adopts the one that names it: the Woo order gets one record per Sill refund.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from celery import Task, shared_task
+from django.db import transaction
+from django.utils import timezone
+
+from sill.money import Money
+from sill.orders.models import Order
+from sill.rails.base import PermanentRailError, RailError
+from sill.rails.woocommerce.client import WooCannotWrite
+from sill.rails.woocommerce.models import WooOrderLink, WooRecordState, WooRefundRecord
+from sill.rails.woocommerce.orders import SILL_REFUND_MARK
+
+logger = logging.getLogger(__name__)
+
+# The beat task runs every 15 minutes; a record not taken is tried on each run, so the order
+# page can say "Sill retries every 15 minutes" and mean it. One GET and one POST each: cheap,
+# and read-only keys are fixed by a person at any time.
+RETRY_EVERY = timedelta(minutes=15)
+MAX_ATTEMPTS = 3 * 24 * 4
+READ_ONLY_WORDS = (
+    "The WooCommerce order was not updated: the store's REST API keys are read-only ({code}). "
+    "The Stripe refund is done. Give the key Read/Write access in WooCommerce → Settings → "
+    "Advanced → REST API, or enter new keys on Settings → Rails"
+)
+
+
+@dataclass(frozen=True)
+class WooRecordResult:
+    """``state``: a ``WooRecordState`` value, or ``not_woocommerce`` (nothing to record)."""
+
+    state: str
+    message: str = ""
+    woo_refund_id: str = ""
+
+
+def queue_woocommerce_record(
+    *, order: Order, refund_id: str, amount: Money, reason: str
+) -> WooRefundRecord | None:
+    """Note that ``refund_id`` must be recorded on ``order``'s Woo order and enqueue the task
+    on commit. Call it inside the transaction that settles the refund; ``None`` when the order
+    did not come from WooCommerce."""
+    link = WooOrderLink.objects.filter(order=order).first()
+    if link is None:
+        return None
+    record, _ = WooRefundRecord.objects.get_or_create(
+        refund_id=refund_id,
+        defaults={
+            "site_id": order.site_id,
+            "order": order,
+            "amount_minor": amount.amount_minor,
+            "currency": amount.currency,
+            "reason": reason[:300],
+        },
+    )
+    transaction.on_commit(lambda: _enqueue(refund_id))
+    return record
+
+
+def _enqueue(refund_id: str) -> None:
+    record_woocommerce_refund.delay(refund_id)
+
+
+def record_refund_on_woocommerce(
+    *, order: Order, refund_id: str, amount: Money, reason: str
+) -> WooRecordResult:
+    """Write the refund on the Woo order once; never raises for what the store answers."""
+    if (
+        queue_woocommerce_record(order=order, refund_id=refund_id, amount=amount, reason=reason)
+        is None
+    ):
+        return WooRecordResult(state="not_woocommerce")
+    return attempt_record(refund_id=refund_id)
+
+
+def attempt_record(*, refund_id: str) -> WooRecordResult:
+    """One attempt for a queued record (the task's and the beat task's body)."""
+    from sill.rails.registry import RailDisabled
+    from sill.rails.woocommerce.sync import woo_client_for
+
+    with transaction.atomic():
+        record = (
+            WooRefundRecord.objects.select_related("order__site", "order__woocommerce")
+            .select_for_update(of=("self",))
+            .get(refund_id=refund_id)
+        )
+        if record.state in (WooRecordState.RECORDED, WooRecordState.GAVE_UP):
+            return WooRecordResult(record.state, record.last_error, record.woo_refund_id)
+        reached_before = record.attempts > 0
+        record.attempts += 1
+        record.save(update_fields=["attempts"])
+    woo_order_id = record.order.woocommerce.woo_order_id
+    mark = f"{SILL_REFUND_MARK}{refund_id}"
+    try:
+        client = woo_client_for(record.order.site)
+        found = None
+        if reached_before:
+            found = next(
+                (r for r in client.refunds(woo_order_id) if mark in str(r.get("reason"))), None
+            )
+        if found is None:
+            found = client.create_refund(
+                woo_order_id,
+                amount=Money(record.amount_minor, record.currency).major_str(),
+                reason=f"{record.reason} ({mark})" if record.reason else mark,
+            )
+    except WooCannotWrite as exc:
+        code = "woocommerce_rest_cannot_create" if "cannot_create" in exc.message else exc.message
+        return _not_updated(record, READ_ONLY_WORDS.format(code=code))
+    except RailDisabled as exc:
+        return _not_updated(record, f"The WooCommerce order was not updated: {exc.message}")
+    except PermanentRailError as exc:
+        return _not_updated(
+            record, f"The WooCommerce order was not updated: {exc.message}", final=True
+        )
+    except RailError as exc:
+        return _not_updated(record, f"The WooCommerce order was not updated yet: {exc.message}")
+    WooRefundRecord.objects.filter(pk=record.pk).update(
+        state=WooRecordState.RECORDED,
+        woo_refund_id=str(found.get("id")),
+        last_error="",
+        next_attempt_at=None,
+        recorded_at=timezone.now(),
+    )
+    return WooRecordResult(WooRecordState.RECORDED, woo_refund_id=str(found.get("id")))
+
+
+def _not_updated(record: WooRefundRecord, message: str, *, final: bool = False) -> WooRecordResult:
+    state = (
+        WooRecordState.GAVE_UP
+        if final or record.attempts >= MAX_ATTEMPTS
+        else WooRecordState.NOT_UPDATED
+    )
+    WooRefundRecord.objects.filter(pk=record.pk).update(
+        state=state,
+        last_error=message[:500],
+        next_attempt_at=None
+        if state == WooRecordState.GAVE_UP
+        # A minute early, so the next beat run (every 15 minutes) finds it due.
+        else timezone.now() + RETRY_EVERY - timedelta(minutes=1),
+    )
+    logger.warning("refund %s: %s", record.refund_id, message)
+    return WooRecordResult(state, message)
+
+
+def records_due(*, now: datetime | None = None) -> list[str]:
+    """Refund ids whose record is due for another attempt (the beat task's pick)."""
+    return list(
+        WooRefundRecord.objects.filter(
+            state__in=[WooRecordState.NOT_UPDATED, WooRecordState.PENDING],
+            next_attempt_at__lte=now or timezone.now(),
+        ).values_list("refund_id", flat=True)[:200]
+    )
+
+
+def woocommerce_records_for(order: Order) -> list[WooRefundRecord]:
+    """The order page's selector: each refund's record on the Woo order (state, words)."""
+    return list(WooRefundRecord.objects.filter(site_id=order.site_id, order=order))
+
+
+# --- tasks (defined here, beside the service they call, so nothing imports in a circle) -----
+
+
+@shared_task(name="rails.record_woocommerce_refund", acks_late=True, bind=True, max_retries=3)
+def record_woocommerce_refund(self: Task, refund_id: str) -> str:
+    """One attempt, retried a few times soon (a store down for a moment); a record still not
+    taken is left ``not_updated`` for the beat task (read-only keys need a person)."""
+    result = attempt_record(refund_id=refund_id)
+    soon = result.state == WooRecordState.NOT_UPDATED and "read-only" not in result.message
+    if soon and self.request.retries < 3:
+        raise self.retry(countdown=30 * 2**self.request.retries)
+    return result.state
+
+
+@shared_task(name="rails.retry_woocommerce_records")
+def retry_woocommerce_records() -> int:
+    """Beat (every 15 minutes): try again every record whose backoff has passed."""
+    due = records_due()
+    for refund_id in due:
+        attempt_record(refund_id=refund_id)
+    return len(due)

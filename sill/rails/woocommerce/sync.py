@@ -1,0 +1,164 @@
+"""Bringing a store's orders into Sill: ``manage.py rails sync-woocommerce`` and the webhooks.
+
+An order is upserted by its WooCommerce id (``WooOrderLink``), so a second sync, or a webhook
+after a sync, changes nothing. Only paid orders with a Stripe payment come in: their charge is
+on rail ``stripe`` (the Stripe payment intent and charge ids), so their refunds run on Stripe.
+Each new order, with its items, buyer and charge, is written in one transaction with a
+signed ``charge`` audit record. Refunds made in the WooCommerce admin through the Stripe
+gateway are Stripe refunds: Stripe's webhooks report them on the charge, so they are not
+counted from the Woo order too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit.models import AuditKind
+from audit.services import append_record
+from sill.accounts.models import Site
+from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
+from sill.orders.services import NewLine, create_order, set_order_status
+from sill.rails.base import RailName
+from sill.rails.models import RailAccount
+from sill.rails.woocommerce.client import WooClient
+from sill.rails.woocommerce.connect import woo_credentials
+from sill.rails.woocommerce.models import WooOrderLink
+from sill.rails.woocommerce.orders import WooOrder, parse_order
+
+
+@dataclass
+class SyncReport:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+
+    def add(self, outcome: str) -> None:
+        word = outcome.split(":")[0]
+        setattr(self, word, getattr(self, word) + 1)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
+            f"{self.skipped} skipped (not paid through Stripe)"
+        )
+
+
+def woo_client_for(site: Site) -> WooClient:
+    """A client for the site's store (even while the rail is switched off)."""
+    from sill.rails.registry import RailDisabled
+
+    account = RailAccount.objects.filter(site=site, rail=RailName.WOOCOMMERCE).first()
+    if account is None or not account.connected_account or not account.has_secret:
+        raise RailDisabled("No WooCommerce store is connected to this site.")
+    key, secret = woo_credentials(account)
+    return WooClient(
+        store_url=account.connected_account,
+        consumer_key=key,
+        consumer_secret=secret,
+        timeout=float(getattr(settings, "SILL_WOOCOMMERCE_TIMEOUT_SECONDS", 20)),
+    )
+
+
+def sync_orders(*, site: Site) -> SyncReport:
+    report = SyncReport()
+    for raw in woo_client_for(site).orders():
+        report.add(upsert_order(site=site, order=parse_order(raw)))
+    return report
+
+
+def upsert_order(*, site: Site, order: WooOrder) -> str:
+    """Create or update one order: ``created``, ``updated``, ``unchanged`` or ``skipped: …``."""
+    if not order.paid:
+        return "skipped: not paid through Stripe"
+    with transaction.atomic():
+        link = (
+            WooOrderLink.objects.select_for_update()
+            .select_related("order")
+            .filter(site=site, woo_order_id=order.id)
+            .first()
+        )
+        if link is not None:
+            return _update(link, order)
+        if (
+            order.stripe_charge
+            and Charge.objects.filter(
+                rail=RailName.STRIPE, provider_charge_id=order.stripe_charge
+            ).exists()
+        ):
+            return "skipped: its Stripe charge is already another order's"
+        _create(site, order)
+    return "created"
+
+
+def _number(site: Site, order: WooOrder) -> str:
+    if Order.objects.filter(site=site, number=order.number).exists():
+        return f"{order.number}-woo{order.id}"[:40]
+    return order.number
+
+
+def _create(site: Site, order: WooOrder) -> None:
+    lines = [
+        NewLine(sku=line.sku, name=line.name, quantity=line.quantity, unit_price=line.unit_price)
+        for line in order.lines
+    ] or [NewLine(sku="", name="Order total", quantity=1, unit_price=order.total)]
+    created = create_order(
+        site=site,
+        lines=lines,
+        currency=order.total.currency,
+        buyer_name=order.name,
+        buyer_email=order.email,
+        number=_number(site, order),
+    )
+    # WooCommerce's total includes shipping, fees and taxes the line items do not.
+    Order.objects.filter(pk=created.pk).update(
+        total_minor=order.total.amount_minor, created_at=order.created_at
+    )
+    charge = Charge.objects.create(
+        order=created,
+        rail=RailName.STRIPE,
+        provider_payment_id=order.stripe_payment_intent,
+        provider_charge_id=order.stripe_charge,
+        amount_minor=order.total.amount_minor,
+        currency=order.total.currency,
+        captured_at=order.paid_at,
+        status=ChargeStatus.SUCCEEDED,
+    )
+    set_order_status(order=created, status=OrderStatus.PAID)
+    WooOrderLink.objects.create(
+        site=site, order=created, woo_order_id=order.id, woo_modified_at=order.modified_at
+    )
+    append_record(
+        site=site,
+        kind=AuditKind.CHARGE,
+        body={
+            "order_id": created.pk,
+            "charge_id": charge.pk,
+            "rail": RailName.STRIPE,
+            "provider_payment_id": order.stripe_payment_intent,
+            "provider_charge_id": order.stripe_charge,
+            "amount_minor": charge.amount_minor,
+            "currency": charge.currency,
+            "woocommerce_order_id": order.id,
+            "source": "woocommerce order sync",
+        },
+    )
+
+
+def _update(link: WooOrderLink, order: WooOrder) -> str:
+    if link.woo_modified_at and order.modified_at and order.modified_at <= link.woo_modified_at:
+        return "unchanged"  # an older or repeated delivery
+    row = link.order
+    fields = {
+        "buyer_email": order.email or row.buyer_email,
+        "buyer_name": order.name or row.buyer_name,
+    }
+    changed = any(getattr(row, k) != v for k, v in fields.items())
+    if changed:
+        Order.objects.filter(pk=row.pk).update(**fields, updated_at=timezone.now())
+    WooOrderLink.objects.filter(pk=link.pk).update(woo_modified_at=order.modified_at)
+    return "updated" if changed else "unchanged"

@@ -1,0 +1,160 @@
+"""WooCommerce webhooks: ``POST /webhooks/woocommerce/<site_id>`` (``order.created``,
+``order.updated``), verified, stored once, applied on commit.
+
+``X-WC-Webhook-Signature`` is the base64 HMAC-SHA256 of the raw body under the webhook's
+secret, compared in constant time. A bad signature, a delivery from another store, or a body
+that is not an order is 400 and records nothing. When a webhook is created WooCommerce sends
+a ping whose form body is ``webhook_id=<n>`` (no order): it is answered 200 and stored nowhere.
+
+Deduplication: WooCommerce gives each delivery attempt a new ``X-WC-Webhook-Delivery-ID``,
+so a redelivery of the same change would look new; the event id is the order id plus its
+``date_modified_gmt`` instead (the delivery id only when those are missing). The same
+change delivered twice is stored once; the second answer is 200 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import re
+
+from celery import shared_task
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from sill import jsonbody
+from sill.errors import SillError
+from sill.orders.models import Rail
+from sill.rails.models import RailAccount, WebhookEvent
+from sill.rails.secrets import RailSecretUnreadable
+
+logger = logging.getLogger(__name__)
+
+
+class WebhookRefused(SillError):
+    code = "webhook_refused"
+    status = 400
+
+
+def sign(payload: bytes, secret: str) -> str:
+    """WooCommerce's signature of ``payload``: base64 of its HMAC-SHA256 under ``secret``."""
+    digest = hmac.new(secret.encode("utf-8"), payload, hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def verify(payload: bytes, header: str, secrets: list[str]) -> bool:
+    """Whether ``header`` signs ``payload`` under any of ``secrets`` (constant-time compare)."""
+    given = header.strip().encode("ascii", "replace")
+    found = False
+    for secret in secrets:
+        # Every secret is compared (no early exit), so timing says nothing about which.
+        found |= hmac.compare_digest(sign(payload, secret).encode("ascii"), given)
+    return found and bool(given)
+
+
+MAX_BODY_BYTES = 512 * 1024
+TOPICS = frozenset({"order.created", "order.updated"})
+_PING = re.compile(rb"^webhook_id=[0-9]{1,20}$")
+
+
+def _refuse(message: str) -> JsonResponse:
+    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
+
+
+@csrf_exempt
+@require_POST
+def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > MAX_BODY_BYTES or len(request.body) > MAX_BODY_BYTES:
+        return _refuse("The body is too large for a WooCommerce webhook.")
+    payload = request.body
+    account = (
+        RailAccount.objects.filter(site_id=site_id, rail=Rail.WOOCOMMERCE)
+        .select_related("site")
+        .first()
+    )
+    if account is None:
+        return _refuse("No WooCommerce store is connected to this site.")
+    if _PING.match(payload) and not request.headers.get("X-WC-Webhook-Topic"):
+        return JsonResponse({"received": True, "ping": True})
+    try:
+        secrets = account.get_webhook_secrets()
+    except RailSecretUnreadable:
+        logger.warning("the WooCommerce webhook secret of site %s cannot be decrypted", site_id)
+        secrets = []
+    if not secrets or not verify(
+        payload, request.headers.get("X-WC-Webhook-Signature", ""), secrets
+    ):
+        return _refuse("The X-WC-Webhook-Signature header does not sign this body.")
+    source = request.headers.get("X-WC-Webhook-Source", "").rstrip("/")
+    if source and source != account.connected_account.rstrip("/"):
+        return _refuse("The webhook comes from another store than this site's.")
+    topic = request.headers.get("X-WC-Webhook-Topic", "").strip()
+    if topic not in TOPICS:
+        return _refuse("Sill takes the order.created and order.updated topics only.")
+    try:
+        body = jsonbody.loads(payload)
+    except jsonbody.MalformedJSON:
+        return _refuse("The body is not a WooCommerce order.")
+    if not isinstance(body, dict) or "id" not in body:
+        return _refuse("The body is not a WooCommerce order.")
+    modified = str(body.get("date_modified_gmt") or "")
+    delivery = request.headers.get("X-WC-Webhook-Delivery-ID", "").strip()
+    event_id = f"order-{body['id']}@{modified}" if modified else delivery
+    if not event_id:
+        return _refuse("The webhook names no order change and no delivery id.")
+    try:
+        with transaction.atomic():
+            stored = WebhookEvent.objects.create(
+                site=account.site,
+                rail=Rail.WOOCOMMERCE,
+                event_id=event_id[:255],
+                type=topic,
+                payload=payload.decode("utf-8"),
+            )
+            transaction.on_commit(lambda: _enqueue(stored.pk))
+    except IntegrityError:
+        return JsonResponse({"received": True, "duplicate": True})
+    return JsonResponse({"received": True, "duplicate": False})
+
+
+def _enqueue(event_pk: int) -> None:
+    process_woocommerce_event.delay(event_pk)
+
+
+def process_event(event_pk: int) -> str:
+    """Apply one stored order delivery (the signed body is the order): upsert it once."""
+    from django.utils import timezone
+
+    from sill.rails.woocommerce.orders import UnreadableOrder, parse_order
+    from sill.rails.woocommerce.sync import upsert_order
+
+    event = WebhookEvent.objects.select_related("site").get(pk=event_pk)
+    if event.processed_at is not None:
+        return event.outcome
+    try:
+        outcome = upsert_order(site=event.site, order=parse_order(jsonbody.loads(event.payload)))
+    except UnreadableOrder as exc:
+        outcome = f"skipped: {exc}"
+    WebhookEvent.objects.filter(pk=event.pk, processed_at__isnull=True).update(
+        processed_at=timezone.now(), outcome=outcome[:300]
+    )
+    return outcome
+
+
+@shared_task(name="rails.process_woocommerce_event", acks_late=True, max_retries=5)
+def process_woocommerce_event(event_pk: int) -> str:
+    return process_event(event_pk)
+
+
+urlpatterns = [
+    path("webhooks/woocommerce/<str:site_id>", woocommerce_webhook, name="woocommerce-webhook"),
+]

@@ -1,0 +1,378 @@
+"""A loopback PayPal REST API with state, answering in PayPal's shapes.
+
+- ``POST /v1/oauth2/token`` (HTTP basic client id + secret, ``grant_type=client_credentials``)
+  → ``{"access_token", "token_type": "Bearer", "expires_in"}``; 401 ``invalid_client``.
+- ``GET /v2/payments/captures/{id}`` → the capture with ``create_time`` and ``links``
+  (``self``, ``refund``, ``up`` → its checkout order).
+- ``POST /v2/payments/captures/{id}/refund`` with ``PayPal-Request-Id``: the same id answers
+  the same refund (200 the second time, 201 the first) and never refunds twice; 422
+  ``UNPROCESSABLE_ENTITY`` with ``details[].issue`` for over-refunds and 180-day-old captures.
+- ``GET /v2/checkout/orders/{id}`` → ``purchase_units[].payments.{captures,refunds}``.
+- ``POST /v1/notifications/verify-webhook-signature`` → ``verification_status``.
+
+Scripted failures for the refund call (``fail_next``): ``"429"``, ``"500"``, an issue name
+(422), or ``"slow"`` (the refund is made, then the answer comes after ``slow_seconds``).
+An expired or unknown bearer token is 401 ``invalid_token``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CLIENT_ID = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789sillclient"
+CLIENT_SECRET = "EFgHiJkLmNoPqRsTuVwXyZ0123456789sillsecretvalue"
+WEBHOOK_ID = "8PT597110X687430LKGECATA"
+SIGNING_KEY = b"paypal-stub-cert"
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _value(amount: Decimal, currency: str) -> str:
+    places = 0 if currency in ("JPY", "HUF", "TWD") else 2
+    return format(amount.quantize(Decimal(1).scaleb(-places)), "f")
+
+
+@dataclass
+class StubCapture:
+    id: str
+    order_id: str
+    amount: Decimal
+    currency: str = "USD"
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC) - timedelta(days=3))
+    refunds: list[dict[str, Any]] = field(default_factory=list)
+
+    def refunded(self) -> Decimal:
+        return sum(
+            (Decimal(r["amount"]["value"]) for r in self.refunds if r["status"] != "CANCELLED"),
+            Decimal(0),
+        )
+
+
+class PayPalStub:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.url = ""
+        self.captures: dict[str, StubCapture] = {}
+        self.tokens: dict[str, float] = {}
+        self.token_lifetime = 32400
+        self.token_requests = 0
+        self.by_request_id: dict[str, dict[str, Any]] = {}
+        self.refund_calls: list[dict[str, Any]] = []
+        self.fail_next: list[str] = []
+        self.slow_seconds = 2.0
+        self.verifications: list[dict[str, Any]] = []
+
+    # --- state for tests --------------------------------------------------------------------
+
+    def add_capture(self, *, amount: str = "89.00", currency: str = "USD", days_ago: int = 3):
+        with self.lock:
+            n = len(self.captures) + 1
+            capture = StubCapture(
+                id=f"{n:02d}CAPTURE{secrets.token_hex(4).upper()}",
+                order_id=f"{n:02d}ORDER{secrets.token_hex(4).upper()}",
+                amount=Decimal(amount),
+                currency=currency,
+                created_at=datetime.now(UTC) - timedelta(days=days_ago),
+            )
+            self.captures[capture.id] = capture
+            return capture
+
+    def expire_tokens(self) -> None:
+        with self.lock:
+            self.tokens.clear()
+
+    def sign(self, *, transmission_id: str, transmission_time: str, body: bytes) -> str:
+        """The signature PayPal would send for ``body`` (the stub's stand-in for its cert)."""
+        message = f"{transmission_id}|{transmission_time}|{WEBHOOK_ID}|{zlib.crc32(body)}"
+        digest = hmac.new(SIGNING_KEY, message.encode(), hashlib.sha256).digest()
+        return base64.b64encode(digest).decode()
+
+    # --- resources --------------------------------------------------------------------------
+
+    def capture_json(self, capture: StubCapture) -> dict[str, Any]:
+        base = self.url
+        refunded = capture.refunded()
+        status = (
+            "REFUNDED"
+            if refunded >= capture.amount
+            else "PARTIALLY_REFUNDED"
+            if refunded
+            else "COMPLETED"
+        )
+        return {
+            "id": capture.id,
+            "status": status,
+            "amount": {
+                "currency_code": capture.currency,
+                "value": _value(capture.amount, capture.currency),
+            },
+            "final_capture": True,
+            "create_time": _iso(capture.created_at),
+            "update_time": _iso(capture.created_at),
+            "links": [
+                {
+                    "href": f"{base}/v2/payments/captures/{capture.id}",
+                    "rel": "self",
+                    "method": "GET",
+                },
+                {
+                    "href": f"{base}/v2/payments/captures/{capture.id}/refund",
+                    "rel": "refund",
+                    "method": "POST",
+                },
+                {
+                    "href": f"{base}/v2/checkout/orders/{capture.order_id}",
+                    "rel": "up",
+                    "method": "GET",
+                },
+            ],
+        }
+
+    def order_json(self, order_id: str) -> dict[str, Any] | None:
+        captures = [c for c in self.captures.values() if c.order_id == order_id]
+        if not captures:
+            return None
+        capture = captures[0]
+        return {
+            "id": order_id,
+            "status": "COMPLETED",
+            "intent": "CAPTURE",
+            "purchase_units": [
+                {
+                    "reference_id": "default",
+                    "payments": {
+                        "captures": [self.capture_json(capture)],
+                        "refunds": list(capture.refunds),
+                    },
+                }
+            ],
+        }
+
+    def refund(self, capture: StubCapture, body: dict[str, Any], request_id: str):
+        """Returns (status, json) as PayPal would."""
+        if request_id and request_id in self.by_request_id:
+            return 200, self.by_request_id[request_id]
+        amount = body.get("amount") or {
+            "value": _value(capture.amount - capture.refunded(), capture.currency),
+            "currency_code": capture.currency,
+        }
+        if datetime.now(UTC) - capture.created_at > timedelta(days=180):
+            return 422, _unprocessable("REFUND_TIME_LIMIT_EXCEEDED", "too old to refund")
+        if amount.get("currency_code") != capture.currency:
+            return 422, _unprocessable("REFUND_CAPTURE_CURRENCY_MISMATCH", "currency mismatch")
+        value = Decimal(str(amount.get("value")))
+        if capture.refunded() >= capture.amount:
+            return 422, _unprocessable("CAPTURE_FULLY_REFUNDED", "already fully refunded")
+        if value <= 0 or capture.refunded() + value > capture.amount:
+            return 422, _unprocessable(
+                "REFUND_AMOUNT_EXCEEDED",
+                "The refund amount must be less than or equal to "
+                "the capture amount that has not yet been refunded.",
+            )
+        refund_id = f"RF{secrets.token_hex(6).upper()}"
+        now = _iso(datetime.now(UTC))
+        refund = {
+            "id": refund_id,
+            "status": "COMPLETED",
+            "amount": {"value": _value(value, capture.currency), "currency_code": capture.currency},
+            "custom_id": body.get("custom_id"),
+            "note_to_payer": body.get("note_to_payer"),
+            "create_time": now,
+            "update_time": now,
+            "links": [
+                {
+                    "href": f"{self.url}/v2/payments/refunds/{refund_id}",
+                    "rel": "self",
+                    "method": "GET",
+                },
+                {
+                    "href": f"{self.url}/v2/payments/captures/{capture.id}",
+                    "rel": "up",
+                    "method": "GET",
+                },
+            ],
+        }
+        capture.refunds.append(refund)
+        if request_id:
+            self.by_request_id[request_id] = refund
+        return 201, refund
+
+
+def _unprocessable(issue: str, description: str) -> dict[str, Any]:
+    return {
+        "name": "UNPROCESSABLE_ENTITY",
+        "message": "The requested action could not be performed, semantically incorrect, or "
+        "failed business validation.",
+        "debug_id": secrets.token_hex(6),
+        "details": [{"issue": issue, "description": description}],
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stub: PayPalStub
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: dict[str, Any] | None = None) -> None:
+        raw = json.dumps(body).encode() if body is not None else b""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.send_header("Paypal-Debug-Id", secrets.token_hex(6))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _authorized(self) -> bool:
+        header = self.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ")
+        with self.stub.lock:
+            expires = self.stub.tokens.get(token)
+        if not header.startswith("Bearer ") or expires is None or expires < time.time():
+            self._send(
+                401,
+                {
+                    "error": "invalid_token",
+                    "error_description": "Token signature verification failed",
+                },
+            )
+            return False
+        return True
+
+    def do_POST(self) -> None:
+        stub = self.stub
+        raw = self._body()
+        if self.path == "/v1/oauth2/token":
+            given = self.headers.get("Authorization", "")
+            expected = "Basic " + base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+            if given != expected or raw != b"grant_type=client_credentials":
+                self._send(
+                    401,
+                    {
+                        "error": "invalid_client",
+                        "error_description": "Client Authentication failed",
+                    },
+                )
+                return
+            token = "A21AA" + secrets.token_urlsafe(24)
+            with stub.lock:
+                stub.token_requests += 1
+                stub.tokens[token] = time.time() + stub.token_lifetime
+            self._send(
+                200,
+                {
+                    "scope": "https://uri.paypal.com/services/payments/refund",
+                    "access_token": token,
+                    "token_type": "Bearer",
+                    "app_id": "APP-80W284485P519543T",
+                    "expires_in": stub.token_lifetime,
+                    "nonce": secrets.token_hex(8),
+                },
+            )
+            return
+        if not self._authorized():
+            return
+        if self.path == "/v1/notifications/verify-webhook-signature":
+            body = json.loads(raw)
+            with stub.lock:
+                stub.verifications.append(body)
+            event = json.dumps(body.get("webhook_event"), separators=(",", ":")).encode()
+            # PayPal signs the bytes it sent; Sill sends the event back as it parsed it.
+            good = body.get("webhook_id") == WEBHOOK_ID and hmac.compare_digest(
+                str(body.get("transmission_sig")),
+                stub.sign(
+                    transmission_id=str(body.get("transmission_id")),
+                    transmission_time=str(body.get("transmission_time")),
+                    body=event,
+                ),
+            )
+            self._send(200, {"verification_status": "SUCCESS" if good else "FAILURE"})
+            return
+        parts = self.path.strip("/").split("/")
+        if len(parts) == 5 and parts[:3] == ["v2", "payments", "captures"] and parts[4] == "refund":
+            request_id = self.headers.get("PayPal-Request-Id", "")
+            body = json.loads(raw or b"{}")
+            with stub.lock:
+                stub.refund_calls.append({"request_id": request_id, "body": body})
+                script = stub.fail_next.pop(0) if stub.fail_next else ""
+                capture = stub.captures.get(parts[3])
+            if script == "429":
+                self._send(429, {"name": "RATE_LIMIT_REACHED", "message": "Too many requests."})
+                return
+            if script == "500":
+                self._send(
+                    500,
+                    {
+                        "name": "INTERNAL_SERVER_ERROR",
+                        "message": "An internal server error occurred.",
+                    },
+                )
+                return
+            if script and script != "slow":
+                self._send(422, _unprocessable(script, "scripted"))
+                return
+            if capture is None:
+                self._send(
+                    404,
+                    {"name": "RESOURCE_NOT_FOUND", "details": [{"issue": "INVALID_RESOURCE_ID"}]},
+                )
+                return
+            with stub.lock:
+                status, answer = stub.refund(capture, body, request_id)
+            if script == "slow":
+                time.sleep(stub.slow_seconds)
+            self._send(status, answer)
+            return
+        self._send(404, {"name": "RESOURCE_NOT_FOUND"})
+
+    def do_GET(self) -> None:
+        if not self._authorized():
+            return
+        parts = self.path.strip("/").split("/")
+        with self.stub.lock:
+            if len(parts) == 4 and parts[:3] == ["v2", "payments", "captures"]:
+                capture = self.stub.captures.get(parts[3])
+                if capture is not None:
+                    self._send(200, self.stub.capture_json(capture))
+                    return
+            if len(parts) == 4 and parts[:3] == ["v2", "checkout", "orders"]:
+                order = self.stub.order_json(parts[3])
+                if order is not None:
+                    self._send(200, order)
+                    return
+        self._send(
+            404, {"name": "RESOURCE_NOT_FOUND", "details": [{"issue": "INVALID_RESOURCE_ID"}]}
+        )
+
+
+class StubServer:
+    def __enter__(self) -> PayPalStub:
+        self.stub = PayPalStub()
+        handler = type("Handler", (_Handler,), {"stub": self.stub})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.stub.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return self.stub
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

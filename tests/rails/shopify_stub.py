@@ -1,0 +1,548 @@
+"""A loopback Shopify Admin API: GraphQL over ``POST /admin/api/<version>/graphql.json`` and
+``GET /admin/oauth/access_scopes.json``, with state (shop and plan, customers, orders,
+transactions, refunds, disputes), answering in Shopify's shapes: ``data`` + ``extensions.cost``,
+``userErrors``, ``THROTTLED`` errors with ``extensions.cost.throttleStatus``, ``ACCESS_DENIED``
+errors with partial data when a scope is missing, 401 with a string ``errors``, 429 with
+``Retry-After``. Sill reaches it through the real ShopifyAPI client (``api_base``).
+
+It dispatches on the operation name Sill sends (it parses no GraphQL), but checks what Shopify
+would refuse: the access token, and ``refundCreate`` without ``@idempotent`` (2026-04).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+TOKEN = "shpat_0123456789abcdef0123456789abcdef"
+SHOP = "sill-dev.myshopify.com"
+ALL_SCOPES = ["read_customers", "read_orders", "write_orders"]
+
+
+def _money(amount: Decimal, currency: str = "USD") -> dict[str, Any]:
+    # Shopify writes 89.0 and 12.5: no trailing zeros, at least one decimal.
+    text = format(amount.quantize(Decimal("0.01")), "f").rstrip("0")
+    text += "0" if text.endswith(".") else ""
+    return {"shopMoney": {"amount": text, "currencyCode": currency}}
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class StubOrder:
+    id: int
+    name: str
+    total: Decimal
+    test: bool = True
+    customer_id: int | None = None
+    currency: str = "USD"
+    email: str = "buyer@example.com"
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC) - timedelta(days=3))
+    lines: list[tuple[str, str, int, Decimal]] = field(default_factory=list)
+    transactions: list[dict[str, Any]] = field(default_factory=list)
+    refunds: list[dict[str, Any]] = field(default_factory=list)
+    disputes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def gid(self) -> str:
+        return f"gid://shopify/Order/{self.id}"
+
+    def refunded(self) -> Decimal:
+        return sum((Decimal(r["amount"]) for r in self.refunds), Decimal(0))
+
+
+@dataclass
+class ShopifyStub:
+    url: str = ""
+    token: str = TOKEN
+    scopes: list[str] = field(default_factory=lambda: list(ALL_SCOPES))
+    plan: dict[str, Any] = field(
+        default_factory=lambda: {"partnerDevelopment": True, "publicDisplayName": "Development"}
+    )
+    orders: dict[int, StubOrder] = field(default_factory=dict)
+    customers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # Scripted trouble, each consumed by the next matching call.
+    throttle: dict[str, int] = field(default_factory=dict)  # operation → THROTTLED answers
+    throttle_wait: float = 0.2  # what the throttleStatus makes the wait
+    http_429: dict[str, int] = field(default_factory=dict)
+    http_500: dict[str, int] = field(default_factory=dict)
+    user_errors: list[dict[str, Any]] = field(default_factory=list)
+    slow_after_refund_seconds: float = 0.0  # answer refundCreate this late (after creating it)
+    _next_id: int = 9000
+    _by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- state ------------------------------------------------------------------------
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def add_customer(self, *, email: str = "buyer@example.com", days_ago: int = 400) -> int:
+        cid = self.new_id()
+        self.customers[cid] = {
+            "id": f"gid://shopify/Customer/{cid}",
+            "email": email,
+            "firstName": "Ada",
+            "lastName": "Buyer",
+            "createdAt": _iso(datetime.now(UTC) - timedelta(days=days_ago)),
+        }
+        return cid
+
+    def add_order(
+        self,
+        *,
+        total: str = "89.00",
+        test: bool = True,
+        customer_id: int | None = None,
+        paid: bool = True,
+        days_ago: int = 3,
+        refunded: str | None = None,
+        currency: str = "USD",
+    ) -> StubOrder:
+        oid = self.new_id()
+        order = StubOrder(
+            id=oid,
+            name=f"#{1000 + len(self.orders) + 1}",
+            total=Decimal(total),
+            test=test,
+            customer_id=customer_id,
+            currency=currency,
+            created_at=datetime.now(UTC) - timedelta(days=days_ago),
+            lines=[("BEAN-1", "House blend", 2, Decimal(total) / 2)],
+        )
+        if paid:
+            order.transactions.append(
+                {
+                    "id": f"gid://shopify/OrderTransaction/{self.new_id()}",
+                    "kind": "SALE",
+                    "status": "SUCCESS",
+                    "test": test,
+                    "gateway": "bogus",
+                    "createdAt": _iso(order.created_at),
+                    "processedAt": _iso(order.created_at),
+                    "amount": Decimal(total),
+                }
+            )
+        if refunded:
+            self._make_refund(order, Decimal(refunded), note="Refunded in the Shopify admin")
+        self.orders[oid] = order
+        return order
+
+    def _make_refund(self, order: StubOrder, amount: Decimal, *, note: str) -> dict[str, Any]:
+        refund = {
+            "id": f"gid://shopify/Refund/{self.new_id()}",
+            "createdAt": _iso(datetime.now(UTC)),
+            "note": note,
+            "amount": amount,
+            "transactions": [
+                {
+                    "id": f"gid://shopify/OrderTransaction/{self.new_id()}",
+                    "status": "SUCCESS",
+                    "kind": "REFUND",
+                }
+            ],
+        }
+        order.refunds.append(refund)
+        return refund
+
+    def refund_creates(self) -> list[dict[str, Any]]:
+        return [v for op, v in self.calls if op == "SillRefundCreate"]
+
+    # --- rendering --------------------------------------------------------------------
+
+    def _customer_json(self, order: StubOrder) -> dict[str, Any] | None:
+        return self.customers.get(order.customer_id) if order.customer_id else None
+
+    def _refund_json(self, order: StubOrder, refund: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": refund["id"],
+            "createdAt": refund["createdAt"],
+            "note": refund["note"],
+            "totalRefundedSet": _money(refund["amount"], order.currency),
+            "transactions": {"nodes": refund["transactions"]},
+        }
+
+    def _order_json(self, order: StubOrder) -> dict[str, Any]:
+        return {
+            "id": order.gid,
+            "name": order.name,
+            "createdAt": _iso(order.created_at),
+            "updatedAt": _iso(order.created_at),
+            "test": order.test,
+            "email": order.email,
+            "cancelledAt": None,
+            "currencyCode": order.currency,
+            "totalPriceSet": _money(order.total, order.currency),
+            "totalRefundedSet": _money(order.refunded(), order.currency),
+            "customer": self._customer_json(order),
+            "lineItems": {
+                "nodes": [
+                    {
+                        "sku": sku,
+                        "name": name,
+                        "quantity": qty,
+                        "originalUnitPriceSet": _money(price, order.currency),
+                    }
+                    for sku, name, qty, price in order.lines
+                ]
+            },
+            "transactions": [
+                {
+                    **{k: v for k, v in t.items() if k != "amount"},
+                    "amountSet": _money(t["amount"], order.currency),
+                }
+                for t in order.transactions
+            ],
+            "refunds": [self._refund_json(order, r) for r in order.refunds],
+            "disputes": order.disputes,
+        }
+
+    # --- operations -------------------------------------------------------------------
+
+    def answer(self, op: str, query: str, v: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        denied: list[dict[str, Any]] = []
+
+        def deny(path: list[Any]) -> None:
+            denied.append(
+                {
+                    "message": "Access denied for customer field. Required access: "
+                    "`read_customers` access scope.",
+                    "locations": [{"line": 1, "column": 1}],
+                    "path": path,
+                    "extensions": {
+                        "code": "ACCESS_DENIED",
+                        "documentation": "https://shopify.dev/api/usage/access-scopes",
+                        "requiredAccess": "`read_customers` access scope.",
+                    },
+                }
+            )
+
+        can_customers = "read_customers" in self.scopes
+        data: dict[str, Any]
+        if op in ("SillOrders", "SillOrder"):
+            orders = sorted(self.orders.values(), key=lambda o: o.id)
+            if op == "SillOrder":
+                oid = int(str(v["id"]).rsplit("/", 1)[-1])
+                picked = [self.orders[oid]] if oid in self.orders else []
+            else:
+                start = int(v.get("after") or 0)
+                picked = orders[start : start + int(v["first"])]
+            nodes = []
+            for i, order in enumerate(picked):
+                node = self._order_json(order)
+                node.pop("totalRefundedSet")
+                if not can_customers and node["customer"] is not None:
+                    node["customer"] = None
+                    deny(
+                        ["order", "customer"]
+                        if op == "SillOrder"
+                        else ["orders", "nodes", i, "customer"]
+                    )
+                nodes.append(node)
+            if op == "SillOrder":
+                data = {"order": nodes[0] if nodes else None}
+            else:
+                start = int(v.get("after") or 0)
+                more = start + len(picked) < len(orders)
+                data = {
+                    "orders": {
+                        "nodes": nodes,
+                        "pageInfo": {
+                            "hasNextPage": more,
+                            "endCursor": str(start + len(picked)) if picked else None,
+                        },
+                    }
+                }
+        elif op == "SillRefundPlan":
+            order = self.orders.get(int(str(v["id"]).rsplit("/", 1)[-1]))
+            node = None
+            if order is not None:
+                sale = order.transactions[0]
+                left = sale["amount"] - order.refunded()
+                amount = min(Decimal(v["amount"]), left)
+                node = {
+                    "id": order.gid,
+                    "test": order.test,
+                    "currencyCode": order.currency,
+                    "suggestedRefund": {
+                        "suggestedTransactions": [
+                            {
+                                "gateway": sale["gateway"],
+                                "kind": "SUGGESTED_REFUND",
+                                "amountSet": _money(amount, order.currency),
+                                "parentTransaction": {"id": sale["id"]},
+                            }
+                        ]
+                        if amount > 0
+                        else []
+                    },
+                }
+            data = {"shop": {"plan": self.plan}, "order": node}
+        elif op == "SillRefundCreate":
+            if "write_orders" not in self.scopes:
+                return 200, {
+                    "errors": [
+                        {
+                            "message": "Access denied for refundCreate field.",
+                            "extensions": {"code": "ACCESS_DENIED"},
+                        }
+                    ],
+                    "data": {"refundCreate": None},
+                }
+            if not re.search(r"refundCreate\([^)]*\)\s*@idempotent\(key:", query):
+                return 200, {
+                    "errors": [
+                        {
+                            "message": "The @idempotent directive is required for this mutation.",
+                            "extensions": {"code": "BAD_REQUEST"},
+                        }
+                    ]
+                }
+            key = str(v["key"])
+            if key in self._by_key:
+                order, refund = self._by_key[key]["order"], self._by_key[key]["refund"]
+                data = {
+                    "refundCreate": {"refund": self._refund_json(order, refund), "userErrors": []}
+                }
+            elif self.user_errors:
+                data = {"refundCreate": {"refund": None, "userErrors": [self.user_errors.pop(0)]}}
+            else:
+                inp = v["input"]
+                order = self.orders[int(str(inp["orderId"]).rsplit("/", 1)[-1])]
+                amount = sum((Decimal(t["amount"]) for t in inp["transactions"]), Decimal(0))
+                if amount + order.refunded() > order.transactions[0]["amount"]:
+                    data = {
+                        "refundCreate": {
+                            "refund": None,
+                            "userErrors": [
+                                {
+                                    "field": ["transactions", "0", "amount"],
+                                    "message": "Refund amount must be less than or equal to the refundable amount",
+                                }
+                            ],
+                        }
+                    }
+                else:
+                    refund = self._make_refund(order, amount, note=inp.get("note") or "")
+                    self._by_key[key] = {"order": order, "refund": refund}
+                    data = {
+                        "refundCreate": {
+                            "refund": self._refund_json(order, refund),
+                            "userErrors": [],
+                        }
+                    }
+                    if self.slow_after_refund_seconds:
+                        delay, self.slow_after_refund_seconds = self.slow_after_refund_seconds, 0.0
+                        self.lock.release()
+                        try:
+                            time.sleep(delay)
+                        finally:
+                            self.lock.acquire()
+        elif op == "SillRefunds":
+            order = self.orders.get(int(str(v["id"]).rsplit("/", 1)[-1]))
+            data = {"order": None}
+            if order is not None:
+                full = self._order_json(order)
+                data = {
+                    "order": {
+                        k: full[k]
+                        for k in ("id", "refunds", "disputes", "createdAt", "totalPriceSet")
+                    }
+                }
+        elif op == "SillChargeFacts":
+            found = None
+            for order in self.orders.values():
+                for t in order.transactions:
+                    if t["id"] == v["id"]:
+                        full = self._order_json(order)
+                        found = {
+                            "id": t["id"],
+                            "order": {
+                                k: full[k]
+                                for k in (
+                                    "id",
+                                    "createdAt",
+                                    "test",
+                                    "currencyCode",
+                                    "totalPriceSet",
+                                    "totalRefundedSet",
+                                    "disputes",
+                                )
+                            },
+                        }
+            data = {"shop": {"plan": self.plan}, "node": found}
+        elif op == "SillCustomerFacts":
+            cid = int(str(v["id"]).rsplit("/", 1)[-1])
+            if not can_customers:
+                deny(["customer"])
+                data = {"customer": None}
+            elif cid not in self.customers:
+                data = {"customer": None}
+            else:
+                since = re.search(r"created_at:>='([^']+)'", v["query"])
+                start = datetime.fromisoformat(since.group(1)) if since else None
+                mine = [
+                    o
+                    for o in sorted(self.orders.values(), key=lambda o: o.created_at, reverse=True)
+                    if o.customer_id == cid and (start is None or o.created_at >= start)
+                ]
+                first = int(v["first"])
+                data = {
+                    "customer": {
+                        "id": self.customers[cid]["id"],
+                        "createdAt": self.customers[cid]["createdAt"],
+                        "orders": {
+                            "nodes": [
+                                {
+                                    "id": o.gid,
+                                    "currencyCode": o.currency,
+                                    "totalRefundedSet": _money(o.refunded(), o.currency),
+                                }
+                                for o in mine[:first]
+                            ],
+                            "pageInfo": {"hasNextPage": len(mine) > first},
+                        },
+                    }
+                }
+        else:
+            return 200, {
+                "errors": [
+                    {"message": f"unknown operation {op}", "extensions": {"code": "BAD_REQUEST"}}
+                ]
+            }
+        body: dict[str, Any] = {"data": data, "extensions": _cost(10, 1990.0)}
+        if denied:
+            body["errors"] = denied
+        return 200, body
+
+
+def _cost(requested: float, available: float, rate: float = 100.0) -> dict[str, Any]:
+    return {
+        "cost": {
+            "requestedQueryCost": requested,
+            "actualQueryCost": requested,
+            "throttleStatus": {
+                "maximumAvailable": 2000.0,
+                "currentlyAvailable": available,
+                "restoreRate": rate,
+            },
+        }
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stub: ShopifyStub
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(raw)))
+        for k, val in (headers or {}).items():
+            self.send_header(k, val)
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(raw)  # the client may have timed out and left
+
+    def _authorized(self) -> bool:
+        if self.headers.get("X-Shopify-Access-Token") != self.stub.token:
+            self._send(
+                401,
+                {
+                    "errors": "[API] Invalid API key or access token (unrecognized login or wrong password)"
+                },
+            )
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != "/admin/oauth/access_scopes.json":
+            self._send(404, {"errors": "Not Found"})
+            return
+        if self._authorized():
+            self._send(200, {"access_scopes": [{"handle": s} for s in self.stub.scopes]})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if not re.fullmatch(r"/admin/api/\d{4}-\d{2}/graphql\.json", self.path):
+            self._send(404, {"errors": "Not Found"})
+            return
+        if not self._authorized():
+            return
+        request = json.loads(raw)
+        op = str(request.get("operationName") or "")
+        variables = request.get("variables") or {}
+        stub = self.stub
+        with stub.lock:
+            stub.calls.append((op, variables))
+            if stub.http_429.get(op):
+                stub.http_429[op] -= 1
+                self._send(
+                    429,
+                    {
+                        "errors": "Exceeded 2 calls per second for api client. Reduce request rates to resume uninterrupted service."
+                    },
+                    {"Retry-After": "0.2"},
+                )
+                return
+            if stub.http_500.get(op):
+                stub.http_500[op] -= 1
+                self._send(
+                    500, {"errors": "Internal error. Looks like something went wrong on our end."}
+                )
+                return
+            if stub.throttle.get(op):
+                stub.throttle[op] -= 1
+                rate = 100.0
+                self._send(
+                    200,
+                    {
+                        "errors": [
+                            {
+                                "message": "Throttled",
+                                "extensions": {
+                                    "code": "THROTTLED",
+                                    "documentation": "https://shopify.dev/api/usage/rate-limits",
+                                },
+                            }
+                        ],
+                        "extensions": _cost(10 + stub.throttle_wait * rate, 10.0, rate),
+                    },
+                )
+                return
+            status, body = stub.answer(op, str(request.get("query") or ""), variables)
+        self._send(status, body)
+
+
+class StubServer:
+    def __init__(self) -> None:
+        self.stub = ShopifyStub()
+        handler = type("Handler", (_Handler,), {"stub": self.stub})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.stub.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ShopifyStub:
+        self.thread.start()
+        return self.stub
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

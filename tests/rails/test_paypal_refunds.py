@@ -1,0 +1,180 @@
+"""Refunds on PayPal, executed by refunds.execution against the loopback PayPal.
+
+Each refund is a staff refund decided through the real pipeline (create_staff_refund), then
+executed the way the refund task executes it (``execute_refund``, again after a RetryLater).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from refunds.execution import RetryLater, execute_refund
+from refunds.models import Refund, RefundReason
+from refunds.reasons.services import ensure_default_reasons
+from refunds.staff.services import NotRefundable, create_staff_refund
+from sill.money import Money
+from sill.orders.models import Order
+
+pytestmark = pytest.mark.django_db
+
+
+def _refund(site, members, order, capture_callbacks, **kind) -> Refund:
+    ensure_default_reasons(site)
+    reason = RefundReason.objects.filter(site=site, active=True, code="defective").first()
+    with capture_callbacks(execute=False):
+        return create_staff_refund(
+            site=site,
+            order=order,
+            actor=members["staff"].user,
+            kind=kind.pop("kind", "full"),
+            reason=reason,
+            **kind,
+        )
+
+
+def _execute(refund: Refund, *, tries: int = 3) -> tuple[Refund, int]:
+    """Execute until an outcome; returns the refund and how many attempts said RetryLater."""
+    retries = 0
+    for _ in range(tries):
+        try:
+            execute_refund(refund.pk)
+            break
+        except RetryLater:
+            retries += 1
+            Refund.objects.filter(pk=refund.pk).update(lease_until=None)
+    return Refund.objects.get(pk=refund.pk), retries
+
+
+def test_it_refunds_the_whole_capture_once_with_the_refund_id_as_request_id(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, capture = paypal_order()
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded"
+    [call] = paypal.refund_calls
+    assert call["request_id"] == f"sill-refund-{refund.pk}" == refund.idempotency_key
+    assert call["body"]["amount"] == {"value": "89.00", "currency_code": "USD"}
+    assert call["body"]["custom_id"] == refund.pk
+    assert refund.provider_refund_id == capture.refunds[0]["id"]
+    assert Order.objects.get(pk=order.pk).status == "REFUNDED"
+
+
+def test_it_refunds_part_of_a_capture_in_the_currencys_precision(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, _capture = paypal_order(total="89.00")
+    refund = _refund(
+        site,
+        members,
+        order,
+        django_capture_on_commit_callbacks,
+        kind="amount",
+        amount=Money(1234, "USD"),
+    )
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded"
+    assert paypal.refund_calls[0]["body"]["amount"] == {"value": "12.34", "currency_code": "USD"}
+    assert Order.objects.get(pk=order.pk).status == "PARTIALLY_REFUNDED"
+
+    yen, _ = paypal_order(total="1500", currency="JPY")
+    refund = _refund(
+        site,
+        members,
+        yen,
+        django_capture_on_commit_callbacks,
+        kind="amount",
+        amount=Money(500, "JPY"),
+    )
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded"
+    assert paypal.refund_calls[1]["body"]["amount"] == {"value": "500", "currency_code": "JPY"}
+
+
+def test_an_unprocessable_refund_fails_with_paypals_issue_in_the_words(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, capture = paypal_order()
+    paypal.fail_next = ["CAPTURE_FULLY_REFUNDED"]
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    refund, retries = _execute(refund)
+    assert retries == 0
+    assert refund.status == "failed"
+    assert refund.outcome_code == "already_refunded"
+    assert "UNPROCESSABLE_ENTITY: CAPTURE_FULLY_REFUNDED" in refund.failure_message
+    assert capture.refunds == []
+
+
+def test_a_capture_older_than_180_days_is_refused_at_decision_with_nothing_sent(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, _capture = paypal_order(days_ago=181)
+    with pytest.raises(NotRefundable, match="refund the buyer in PayPal directly"):
+        _refund(site, members, order, django_capture_on_commit_callbacks)
+    assert not Refund.objects.filter(order=order, status="processing").exists()
+    assert paypal.refund_calls == []
+
+
+def test_a_capture_that_ages_past_180_days_before_execution_is_refused_by_the_rail(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, capture = paypal_order(days_ago=179)
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    assert refund.status == "processing"
+    capture.created_at -= timedelta(days=2)  # held over a weekend: now 181 days old
+    refund, _ = _execute(refund)
+    assert (refund.status, refund.outcome_code) == ("failed", "refund_window_passed")
+    assert "refund the buyer in PayPal directly" in refund.failure_message
+    assert paypal.refund_calls == []
+
+
+def test_a_timeout_after_paypal_refunded_is_recovered_with_one_refund(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, capture = paypal_order()
+    paypal.fail_next = ["slow"]  # refunds, then answers after 2 s; Sill waits 1 s
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    refund, retries = _execute(refund)
+    assert retries == 1
+    assert refund.status == "succeeded"
+    assert len(capture.refunds) == 1
+    # Recovered by reading the capture's order, not by refunding again.
+    assert len(paypal.refund_calls) == 1
+    assert refund.provider_refund_id == capture.refunds[0]["id"]
+
+
+@pytest.mark.parametrize("failure", ["429", "500"])
+def test_a_rate_limit_or_server_error_is_retried_with_the_same_request_id(
+    site,
+    members,
+    paypal,
+    paypal_account,
+    paypal_order,
+    django_capture_on_commit_callbacks,
+    failure,
+):
+    order, capture = paypal_order()
+    paypal.fail_next = [failure]
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    refund, retries = _execute(refund)
+    assert retries == 1
+    assert refund.status == "succeeded"
+    assert [c["request_id"] for c in paypal.refund_calls] == [refund.idempotency_key] * 2
+    assert len(capture.refunds) == 1
+
+
+def test_the_token_is_fetched_once_and_again_when_paypal_drops_it(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    for _ in range(2):
+        order, _capture = paypal_order()
+        refund, _ = _execute(_refund(site, members, order, django_capture_on_commit_callbacks))
+        assert refund.status == "succeeded"
+    assert paypal.token_requests == 1
+    paypal.expire_tokens()
+    order, _capture = paypal_order()
+    refund, _ = _execute(_refund(site, members, order, django_capture_on_commit_callbacks))
+    assert refund.status == "succeeded"
+    assert paypal.token_requests == 2

@@ -1,0 +1,283 @@
+"""PayPal webhooks at ``/webhooks/paypal/<site_id>``, verified through the loopback PayPal's
+``verify-webhook-signature`` (tests/rails/paypal_stub.py), stored once, processed by the
+``rails.process_paypal_event`` task (eager here): outside refunds and disputes on the charge."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime
+
+import pytest
+from django.test import Client
+
+from refunds.staff.services import NotRefundable
+from sill.errors import SillError
+from sill.money import Money
+from sill.orders.models import Charge, Dispute, ExternalRefund
+from sill.rails.models import WebhookEvent
+from tests.rails.paypal_stub import WEBHOOK_ID, PayPalStub
+from tests.rails.test_paypal_refunds import _execute, _refund
+
+pytestmark = pytest.mark.django_db
+CERT = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1d93a270"
+
+
+def _now() -> str:
+    # PayPal's times carry milliseconds: two events of one dispute in a second stay ordered.
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def refund_event(paypal: PayPalStub, capture, *, value: str, custom_id: str = "", refund_id=""):
+    refund_id = refund_id or f"RF{secrets.token_hex(6).upper()}"
+    return {
+        "id": f"WH-{secrets.token_hex(8).upper()}",
+        "event_version": "1.0",
+        "create_time": _now(),
+        "resource_type": "refund",
+        "resource_version": "2.0",
+        "event_type": "PAYMENT.CAPTURE.REFUNDED",
+        "summary": f"A {value} USD capture payment was refunded",
+        "resource": {
+            "id": refund_id,
+            "status": "COMPLETED",
+            "amount": {"value": value, "currency_code": "USD"},
+            **({"custom_id": custom_id} if custom_id else {}),
+            "create_time": _now(),
+            "update_time": _now(),
+            "links": [
+                {"href": f"{paypal.url}/v2/payments/refunds/{refund_id}", "rel": "self"},
+                {"href": f"{paypal.url}/v2/payments/captures/{capture.id}", "rel": "up"},
+            ],
+        },
+    }
+
+
+def dispute_event(capture, *, kind: str = "CREATED", status: str = "OPEN", outcome: str = ""):
+    resource = {
+        "dispute_id": "PP-D-27803",
+        "create_time": "2026-01-02T10:00:00.000Z",
+        "update_time": _now(),
+        "disputed_transactions": [
+            {"seller_transaction_id": capture.id, "seller": {"merchant_id": "RD465XN5VS364"}}
+        ],
+        "reason": "MERCHANDISE_OR_SERVICE_NOT_RECEIVED",
+        "status": status,
+        "dispute_amount": {"currency_code": "USD", "value": "89.00"},
+        "dispute_life_cycle_stage": "INQUIRY",
+        "dispute_channel": "INTERNAL",
+    }
+    if outcome:
+        resource["dispute_outcome"] = {"outcome_code": outcome}
+    return {
+        "id": f"WH-{secrets.token_hex(8).upper()}",
+        "create_time": _now(),
+        "resource_type": "dispute",
+        "event_type": f"CUSTOMER.DISPUTE.{kind}",
+        "resource": resource,
+    }
+
+
+def deliver(
+    site, paypal: PayPalStub, event, *, body: bytes | None = None, signed: bytes = b"", **drop
+):
+    """POST ``event`` as PayPal does: compact JSON and the five PAYPAL-* headers, signed
+    over ``signed`` (default: the body sent)."""
+    raw = body if body is not None else json.dumps(event, separators=(",", ":")).encode()
+    transmission_id, when = secrets.token_hex(16), _now()
+    headers = {
+        "HTTP_PAYPAL_TRANSMISSION_ID": transmission_id,
+        "HTTP_PAYPAL_TRANSMISSION_TIME": when,
+        "HTTP_PAYPAL_TRANSMISSION_SIG": paypal.sign(
+            transmission_id=transmission_id, transmission_time=when, body=signed or raw
+        ),
+        "HTTP_PAYPAL_CERT_URL": CERT,
+        "HTTP_PAYPAL_AUTH_ALGO": "SHA256withRSA",
+    }
+    for name in drop:
+        headers.pop(name)
+    return Client().post(
+        f"/webhooks/paypal/{site.pk}", raw, content_type="application/json", **headers
+    )
+
+
+@pytest.fixture
+def run(django_capture_on_commit_callbacks):
+    def send(*args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return deliver(*args, **kwargs)
+
+    return send
+
+
+def test_a_verified_outside_refund_is_recorded_once_and_caps_the_next_refund(
+    site, members, paypal, paypal_account, paypal_order, run, django_capture_on_commit_callbacks
+):
+    order, capture = paypal_order(total="89.00")
+    event = refund_event(paypal, capture, value="30.00")
+    response = run(site, paypal, event)
+    assert response.status_code == 200 and response.json() == {
+        "received": True,
+        "duplicate": False,
+    }
+    # PayPal was asked, with the headers, the webhook id and the event as sent.
+    [asked] = paypal.verifications
+    assert asked["webhook_id"] == WEBHOOK_ID and asked["auth_algo"] == "SHA256withRSA"
+    assert asked["cert_url"] == CERT and asked["webhook_event"] == event
+    again = run(site, paypal, event)
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    [stored] = WebhookEvent.objects.filter(site=site, rail="paypal")
+    assert stored.processed_at is not None and "external refund recorded" in stored.outcome
+    [outside] = ExternalRefund.objects.filter(charge__order=order)
+    assert (outside.amount_minor, outside.counted_minor, outside.status) == (
+        3000,
+        3000,
+        "succeeded",
+    )
+    assert Charge.objects.get(order=order).amount_refunded_outside_minor == 3000
+
+    # $59.00 is left: asking for $60.00 is refused before PayPal is called.
+    with pytest.raises(SillError, match=r"At most \$59\.00") as refused:
+        _refund(
+            site,
+            members,
+            order,
+            django_capture_on_commit_callbacks,
+            kind="amount",
+            amount=Money(6000, "USD"),
+        )
+    assert refused.value.code == "exceeds_refundable" and paypal.refund_calls == []
+
+
+def test_sills_own_refund_reported_by_paypal_is_not_an_outside_refund(
+    site, members, paypal, paypal_account, paypal_order, run, django_capture_on_commit_callbacks
+):
+    order, capture = paypal_order()
+    refund = _refund(
+        site,
+        members,
+        order,
+        django_capture_on_commit_callbacks,
+        kind="amount",
+        amount=Money(1000, "USD"),
+    )
+    refund, _ = _execute(refund)
+    made = capture.refunds[0]
+    by_custom_id = refund_event(paypal, capture, value="10.00", custom_id=refund.pk)
+    by_custom_id["resource"]["id"] = made["id"]
+    assert run(site, paypal, by_custom_id).status_code == 200
+    # A copy without custom_id (e.g. an older event version) is still Sill's, by refund id.
+    by_refund_id = refund_event(paypal, capture, value="10.00", refund_id=made["id"])
+    assert run(site, paypal, by_refund_id).status_code == 200
+    assert not ExternalRefund.objects.exists()
+    outcomes = list(WebhookEvent.objects.order_by("pk").values_list("outcome", flat=True))
+    assert "Sill's own refund" in outcomes[0] and "Sill's own refund" in outcomes[1]
+    assert Charge.objects.get(order=order).amount_refunded_minor == 1000
+
+
+def test_a_dispute_refuses_the_next_refund_until_it_is_resolved(
+    site, members, paypal, paypal_account, paypal_order, run, django_capture_on_commit_callbacks
+):
+    order, capture = paypal_order()
+    assert run(site, paypal, dispute_event(capture)).status_code == 200
+    dispute = Dispute.objects.get(charge__order=order)
+    assert (dispute.status, dispute.rail_status, dispute.amount_minor) == (
+        "needs_response",
+        "OPEN",
+        8900,
+    )
+    with pytest.raises(NotRefundable, match="disputed") as refused:
+        _refund(site, members, order, django_capture_on_commit_callbacks)
+    assert refused.value.__cause__.code == "disputed"
+
+    waiting = dispute_event(capture, kind="UPDATED", status="WAITING_FOR_BUYER_RESPONSE")
+    run(site, paypal, waiting)
+    assert Dispute.objects.get(pk=dispute.pk).status == "under_review"
+    resolved = dispute_event(
+        capture, kind="RESOLVED", status="RESOLVED", outcome="RESOLVED_SELLER_FAVOUR"
+    )
+    run(site, paypal, resolved)
+    dispute.refresh_from_db()
+    assert (dispute.status, dispute.rail_status) == ("won", "RESOLVED:RESOLVED_SELLER_FAVOUR")
+    refund, _ = _execute(_refund(site, members, order, django_capture_on_commit_callbacks))
+    assert refund.status == "succeeded" and len(paypal.refund_calls) == 1
+    assert Dispute.objects.count() == 1
+
+
+def test_a_body_paypal_does_not_verify_is_400_and_stores_nothing(
+    site, paypal, paypal_account, paypal_order, run
+):
+    _order, capture = paypal_order()
+    event = refund_event(paypal, capture, value="5.00")
+    signed = json.dumps(event, separators=(",", ":")).encode()
+    forged = json.dumps({**event, "summary": "changed"}, separators=(",", ":")).encode()
+    response = run(site, paypal, event, body=forged, signed=signed)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webhook_refused"
+    assert len(paypal.verifications) == 1
+    assert not WebhookEvent.objects.exists() and not ExternalRefund.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "HTTP_PAYPAL_TRANSMISSION_ID",
+        "HTTP_PAYPAL_TRANSMISSION_TIME",
+        "HTTP_PAYPAL_TRANSMISSION_SIG",
+        "HTTP_PAYPAL_CERT_URL",
+        "HTTP_PAYPAL_AUTH_ALGO",
+    ],
+)
+def test_a_missing_header_is_400_without_asking_paypal(
+    site, paypal, paypal_account, paypal_order, run, header
+):
+    _order, capture = paypal_order()
+    response = run(site, paypal, refund_event(paypal, capture, value="5.00"), **{header: True})
+    assert response.status_code == 400
+    assert header.removeprefix("HTTP_").replace("_", "-") in response.json()["error"]["message"]
+    assert paypal.verifications == [] and not WebhookEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"id":"WH-1","id":"WH-2","event_type":"PAYMENT.CAPTURE.REFUNDED"}',
+        b"[" * 40 + b"]" * 40,
+        b'{"id":"WH-1"}',
+        b'{"id":"WH-\\u0000","event_type":"X"}',
+        b'{"id":5,"event_type":"PAYMENT.CAPTURE.REFUNDED"}',
+        b"\xff\xfe",
+    ],
+)
+def test_a_malformed_body_is_400_and_never_a_500(site, paypal, paypal_account, run, body):
+    response = run(site, paypal, {}, body=body)
+    assert response.status_code == 400
+    assert paypal.verifications == [] and not WebhookEvent.objects.exists()
+
+
+def test_another_site_or_no_webhook_id_is_refused(
+    site, other_site, paypal, paypal_account, paypal_order, run
+):
+    _order, capture = paypal_order()
+    event = refund_event(paypal, capture, value="5.00")
+    assert run(other_site, paypal, event).status_code == 400
+    paypal_account.config = {**paypal_account.config, "webhook_id": ""}
+    paypal_account.save()
+    response = run(site, paypal, event)
+    assert response.status_code == 400 and "webhook id" in response.json()["error"]["message"]
+    assert paypal.verifications == [] and not WebhookEvent.objects.exists()
+
+
+def test_paypal_not_answering_the_verification_is_503_and_stores_nothing(
+    site, paypal, paypal_account, paypal_order, run
+):
+    _order, capture = paypal_order()
+    paypal_account.api_base = "http://127.0.0.1:9"  # nothing listens there
+    paypal_account.save()
+    response = run(site, paypal, refund_event(paypal, capture, value="5.00"))
+    assert response.status_code == 503 and not WebhookEvent.objects.exists()
+
+
+def test_get_is_not_allowed(site, paypal_account):
+    assert Client().get(f"/webhooks/paypal/{site.pk}").status_code == 405

@@ -1,0 +1,94 @@
+"""Shopify order sync: the store's paid orders come into Sill once, with their charge."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from audit.models import AuditRecord
+from sill.orders.models import Charge, Customer, ExternalRefund, Order
+from sill.rails.shopify.sync import sync_orders
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_brings_a_paid_order_in_with_items_buyer_customer_and_charge(
+    site, shopify, shopify_account
+):
+    cid = shopify.add_customer(days_ago=200)
+    placed = shopify.add_order(total="89.00", customer_id=cid)
+    report = sync_orders(site=site)
+    assert (report.created, report.unchanged) == (1, 0)
+    order = Order.objects.get(site=site)
+    assert order.number == placed.name.lstrip("#") and order.status == "PAID"
+    assert (order.total_minor, order.currency, order.buyer_email) == (
+        8900,
+        "USD",
+        "buyer@example.com",
+    )
+    assert [(i.sku, i.quantity, i.unit_price_minor) for i in order.items.all()] == [
+        ("BEAN-1", 2, 4450)
+    ]
+    customer = Customer.objects.get(site=site)
+    assert (
+        customer.rail_customer_id == f"gid://shopify/Customer/{cid}" and order.customer == customer
+    )
+    assert customer.provider_created_at is not None
+    charge = Charge.objects.get(order=order)
+    assert charge.rail == "shopify" and charge.status == "succeeded"
+    assert charge.provider_payment_id == str(placed.id)
+    assert charge.provider_charge_id == placed.transactions[0]["id"]
+    assert AuditRecord.objects.filter(site=site, kind="charge").count() == 1
+
+
+def test_it_changes_nothing_the_second_time(site, shopify, shopify_account):
+    shopify.add_order(customer_id=shopify.add_customer())
+    shopify.add_order(total="12.50")
+    assert sync_orders(site=site).created == 2
+    again = sync_orders(site=site)
+    assert (again.created, again.unchanged) == (0, 2)
+    assert Order.objects.filter(site=site).count() == 2 and Charge.objects.count() == 2
+    assert AuditRecord.objects.filter(site=site, kind="charge").count() == 2
+
+
+def test_it_records_refunds_made_in_the_shopify_admin_as_outside_refunds(
+    site, shopify, shopify_account
+):
+    shopify.add_order(total="40.00", refunded="15.00")
+    report = sync_orders(site=site)
+    assert report.outside_refunds == 1
+    charge = Charge.objects.get()
+    assert charge.amount_refunded_outside_minor == 1500
+    assert ExternalRefund.objects.get().provider_refund_id.startswith("gid://shopify/Refund/")
+    assert Order.objects.get().status == "PARTIALLY_REFUNDED"
+    assert sync_orders(site=site).outside_refunds == 0  # recorded once
+    assert Charge.objects.get().amount_refunded_outside_minor == 1500
+
+
+def test_it_leaves_unpaid_orders_out(site, shopify, shopify_account):
+    shopify.add_order(paid=False)
+    assert sync_orders(site=site).skipped == 1
+    assert not Order.objects.exists()
+
+
+def test_without_read_customers_the_order_comes_in_without_its_customer(
+    site, shopify, shopify_account
+):
+    shopify.scopes = ["read_orders", "write_orders"]
+    shopify.add_order(customer_id=shopify.add_customer())
+    assert sync_orders(site=site).created == 1
+    assert Order.objects.get().customer is None and not Customer.objects.exists()
+
+
+def test_the_command_syncs_a_site_and_names_bad_input(site, shopify, shopify_account, capsys):
+    shopify.add_order()
+    call_command("rails", "sync-shopify", "--site", site.pk)
+    assert "1 created" in capsys.readouterr().out
+    call_command("rails", "sync-shopify", "--site", site.pk, "--since", "2026-01-01T00:00:00Z")
+    assert "1 unchanged" in capsys.readouterr().out
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="ISO"):
+        call_command("rails", "sync-shopify", "--site", site.pk, "--since", "yesterday")
+    with pytest.raises(CommandError, match="no site"):
+        call_command("rails", "sync-shopify", "--site", "nope")

@@ -1,0 +1,247 @@
+"""Stripe events whose processing fails: the error is kept on the event, the beat task
+``rails.retry_webhook_events`` tries again a few minutes later, and gives up, loudly, after
+a bounded number of attempts. The failure is real (tests/rails/failing_stripe_event.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.db import OperationalError, connection, transaction
+from django.test import Client
+from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
+
+from audit.models import AuditRecord
+from sill.orders.models import Charge, ExternalRefund, Order
+from sill.rails.event_attempts import attempt_stripe_event, claim_stripe_events_to_retry
+from sill.rails.models import WebhookEvent
+from sill.rails.stripe_webhooks import store_event
+from sill.rails.tasks import retry_webhook_events_task
+from tests.rails.failing_stripe_event import books_agree, books_disagree, too_large_refund
+from tests.rails.stripe_events import deliverer, header, stripe_account
+from tests.worker import running_worker, wait_for
+
+pytestmark = pytest.mark.django_db
+
+LATER = timedelta(minutes=6)  # past the default 5 minutes between attempts
+
+
+@pytest.fixture
+def charge(site, make_order) -> Charge:
+    stripe_account(site)
+    charge = Charge.objects.get(order=make_order(total="89.00", rail="stripe"))
+    books_disagree(charge)
+    return charge
+
+
+@pytest.fixture
+def deliver(django_capture_on_commit_callbacks):
+    return deliverer(django_capture_on_commit_callbacks)
+
+
+@pytest.fixture
+def clock():
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        yield traveller
+
+
+def stored() -> WebhookEvent:
+    return WebhookEvent.objects.get()
+
+
+def test_it_keeps_the_error_of_a_failed_attempt_and_logs_it(site, charge, deliver, caplog):
+    with caplog.at_level(logging.ERROR, logger="sill.rails.event_attempts"):
+        assert deliver(site, too_large_refund(charge)).status_code == 200
+
+    event = stored()
+    assert event.processed_at is None and event.outcome == ""
+    assert event.attempts == 1 and event.last_attempt_at is not None
+    assert event.last_error.startswith("IntegrityError")
+    assert "charge_" in event.last_error  # the constraint that refused it
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+    # Rolled back whole: nothing of it was recorded.
+    assert not ExternalRefund.objects.exists()
+    assert not AuditRecord.objects.filter(kind="external_refund").exists()
+    assert Charge.objects.get(pk=charge.pk).amount_refunded_outside_minor == 0
+
+
+def test_it_retries_a_few_minutes_later_and_applies_once_the_cause_is_fixed(
+    site, charge, deliver, clock
+):
+    deliver(site, too_large_refund(charge))
+
+    assert retry_webhook_events_task() == 0  # too early
+    assert stored().attempts == 1
+
+    clock.shift(LATER)
+    assert retry_webhook_events_task() == 1
+    assert (stored().attempts, stored().processed_at) == (2, None)
+
+    books_agree(charge)
+    clock.shift(LATER)
+    assert retry_webhook_events_task() == 1
+
+    event = stored()
+    assert event.processed_at is not None and event.attempts == 3
+    assert "external refund recorded" in event.outcome
+    assert ExternalRefund.objects.get().amount_minor == 5000
+    assert Order.objects.get(pk=charge.order_id).status == "PARTIALLY_REFUNDED"
+    clock.shift(LATER)
+    assert retry_webhook_events_task() == 0
+    assert stored().attempts == 3
+    assert AuditRecord.objects.filter(kind="external_refund").count() == 1
+
+
+def test_it_gives_up_after_the_bound_and_says_so_loudly_once(
+    site, charge, deliver, clock, settings, caplog
+):
+    settings.SILL_WEBHOOK_MAX_ATTEMPTS = 3
+    deliver(site, too_large_refund(charge))
+    for _ in range(2):
+        clock.shift(LATER)
+        assert retry_webhook_events_task() == 1
+    assert stored().attempts == 3 and stored().gave_up_at is None
+
+    with caplog.at_level(logging.ERROR, logger="sill.rails.event_attempts"):
+        for _ in range(3):
+            clock.shift(LATER)
+            assert retry_webhook_events_task() == 0
+
+    event = stored()
+    assert event.attempts == 3 and event.processed_at is None
+    assert event.gave_up_at is not None
+    gave_up = [r.getMessage() for r in caplog.records if "GAVE UP" in r.getMessage()]
+    assert len(gave_up) == 1
+    assert "evt_too_large" in gave_up[0] and site.pk in gave_up[0]
+    assert "IntegrityError" in gave_up[0] and "replay-webhooks" in gave_up[0]
+    # The task itself no longer tries it (a redelivered message, say): only a replay does.
+    assert attempt_stripe_event(event.pk).ok is False
+    assert stored().attempts == 3
+    books_agree(charge)
+    assert attempt_stripe_event(event.pk, bounded=False).ok is True
+    assert ExternalRefund.objects.count() == 1
+
+
+def test_it_enqueues_an_event_whose_task_never_ran(site, charge, clock):
+    books_agree(charge)
+    body = too_large_refund(charge)
+    # Stored by the webhook, but the on-commit enqueue never happens here (a broker down).
+    Client().post(
+        f"/webhooks/stripe/{site.pk}",
+        data=body,
+        content_type="application/json",
+        HTTP_STRIPE_SIGNATURE=header(body),
+    )
+    assert stored().attempts == 0
+
+    assert retry_webhook_events_task() == 0
+    clock.shift(LATER)
+    assert retry_webhook_events_task() == 1
+
+    assert stored().processed_at is not None and stored().attempts == 1
+    assert ExternalRefund.objects.count() == 1
+
+
+def test_it_claims_an_event_once_per_interval(site, charge, clock):
+    body = too_large_refund(charge)
+    Client().post(
+        f"/webhooks/stripe/{site.pk}",
+        data=body,
+        content_type="application/json",
+        HTTP_STRIPE_SIGNATURE=header(body),
+    )
+    clock.shift(LATER)
+    pk = stored().pk
+
+    # A backlog: the first run's task has not run yet when the next runs come.
+    assert claim_stripe_events_to_retry() == [pk]
+    assert claim_stripe_events_to_retry() == []
+    clock.shift(timedelta(minutes=1))
+    assert claim_stripe_events_to_retry() == []
+    clock.shift(LATER)
+    assert claim_stripe_events_to_retry() == [pk]
+
+
+def test_it_leaves_other_rails_events_alone(site, charge, clock):
+    WebhookEvent.objects.create(
+        site=site, rail="shopify", event_id="shp_1", type="orders/updated", payload="{}"
+    )
+    clock.shift(LATER)
+    assert claim_stripe_events_to_retry() == []
+
+
+def test_it_is_scheduled_every_minute():
+    task = PeriodicTask.objects.get(task="rails.retry_webhook_events")
+    assert task.enabled and (task.interval.every, task.interval.period) == (1, "minutes")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_it_gives_back_the_attempt_of_a_transient_database_error(site, make_order):
+    account = stripe_account(site)
+    charge = Charge.objects.get(order=make_order(total="89.00", rail="stripe"))
+    # Stored the webhook's way, without enqueueing it: this test makes the attempt itself.
+    assert store_event(account=account, payload=too_large_refund(charge)) is not None
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_order_lock() -> None:
+        try:
+            with transaction.atomic():
+                Order.objects.select_for_update().get(pk=charge.order_id)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_order_lock)
+    holder.start()
+    try:
+        assert locked.wait(timeout=10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(OperationalError):
+            attempt_stripe_event(stored().pk)
+    finally:
+        release.set()
+        holder.join(timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+
+    event = stored()
+    assert event.processed_at is None and event.attempts == 0
+    assert "lock" in event.last_error.lower()
+    assert attempt_stripe_event(event.pk).ok is True
+    assert stored().attempts == 1 and ExternalRefund.objects.count() == 1
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_keeps_the_error_and_the_beat_task_retries_it(tmp_path, site, make_order):
+    stripe_account(site)
+    charge = Charge.objects.get(order=make_order(total="89.00", rail="stripe"))
+    books_disagree(charge)
+    body = too_large_refund(charge)
+
+    with running_worker(tmp_path / "worker.log"):
+        response = Client().post(
+            f"/webhooks/stripe/{site.pk}",
+            data=body,
+            content_type="application/json",
+            HTTP_STRIPE_SIGNATURE=header(body),
+        )
+        assert response.json() == {"received": True, "duplicate": False}
+        wait_for(lambda: stored().attempts == 1 and stored().last_error != "", what="attempt 1")
+        assert stored().last_error.startswith("IntegrityError") and stored().processed_at is None
+
+        books_agree(charge)
+        WebhookEvent.objects.update(last_attempt_at=timezone.now() - LATER)
+        retry_webhook_events_task.delay()  # the worker runs the beat task, then the event
+        wait_for(lambda: stored().processed_at is not None, what="the retried attempt")
+
+    assert stored().attempts == 2
+    assert ExternalRefund.objects.get().amount_minor == 5000

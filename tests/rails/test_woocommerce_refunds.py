@@ -1,0 +1,161 @@
+"""A WooCommerce order's refund runs on Stripe (localstripe), then is recorded on the Woo order.
+
+The refund is a staff refund through the real pipeline, executed as the task executes it;
+``record_refund_on_woocommerce`` is what settlement calls once Stripe confirmed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from refunds.execution import execute_refund
+from refunds.models import Refund, RefundReason
+from refunds.reasons.services import ensure_default_reasons
+from refunds.staff.services import create_staff_refund
+from sill.money import Money
+from sill.rails.registry import RailDisabled, rail_from_account
+from sill.rails.woocommerce import woocommerce_stripe_refusal
+from sill.rails.woocommerce.models import WooRecordState, WooRefundRecord
+from sill.rails.woocommerce.record import record_refund_on_woocommerce, woocommerce_records_for
+from sill.rails.woocommerce.sync import sync_orders
+from sill.rails.woocommerce.tasks import retry_woocommerce_records
+from tests.rails.stripe_events import stripe_account
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def woo_paid(site, woo, woo_account, sdk, localstripe_url):
+    """A Woo order paid at localstripe, synced into Sill; the site's Stripe rail connected."""
+    stripe_account(site, enabled=True, api_base=localstripe_url)
+    intent = sdk.v1.payment_intents.create(
+        params={
+            "amount": 8900,
+            "currency": "usd",
+            "payment_method": "pm_card_visa",
+            "payment_method_types": ["card"],
+            "confirm": True,
+        }
+    )
+    charge = (
+        intent.latest_charge if isinstance(intent.latest_charge, str) else intent.latest_charge.id
+    )
+    placed = woo.add_order(total="89.00", stripe_intent=intent.id, stripe_charge=charge)
+    sync_orders(site=site)
+    from sill.rails.woocommerce.models import WooOrderLink
+
+    return WooOrderLink.objects.get(woo_order_id=placed.id).order, placed, charge
+
+
+def _refund_on_stripe(site, members, order, capture) -> Refund:
+    ensure_default_reasons(site)
+    reason = RefundReason.objects.filter(site=site, active=True, code="defective").first()
+    with capture(execute=False):
+        refund = create_staff_refund(
+            site=site, order=order, actor=members["staff"].user, kind="full", reason=reason
+        )
+    execute_refund(refund.pk)
+    return Refund.objects.get(pk=refund.pk)
+
+
+def test_it_refunds_on_stripe_then_records_on_the_woo_order_without_moving_money(
+    site, members, woo, woo_paid, sdk, django_capture_on_commit_callbacks
+):
+    order, placed, charge = woo_paid
+    refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+    assert refund.status == "succeeded" and refund.rail == "stripe"
+    assert sdk.v1.charges.retrieve(charge).amount_refunded == 8900
+    result = record_refund_on_woocommerce(
+        order=order, refund_id=refund.pk, amount=refund.amount, reason="Defective"
+    )
+    assert result.state == "recorded"
+    [posted] = woo.refund_posts
+    assert posted["amount"] == "89.00" and posted["api_refund"] is False
+    assert f"Sill refund {refund.pk}" in posted["reason"]
+    assert result.woo_refund_id == str(placed.refunds[0]["id"])
+    # Again (a redelivered task): nothing more is written.
+    again = record_refund_on_woocommerce(
+        order=order, refund_id=refund.pk, amount=refund.amount, reason="Defective"
+    )
+    assert again.state == "recorded" and len(woo.refund_posts) == 1
+
+
+def test_read_only_keys_leave_the_refund_done_and_say_why_then_retry(
+    site, members, woo, woo_paid, django_capture_on_commit_callbacks
+):
+    order, placed, _charge = woo_paid
+    refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+    woo.read_only = True
+    result = record_refund_on_woocommerce(
+        order=order, refund_id=refund.pk, amount=refund.amount, reason="Defective"
+    )
+    assert result.state == "not_updated"
+    assert "read-only (woocommerce_rest_cannot_create)" in result.message
+    assert "The Stripe refund is done" in result.message
+    assert Refund.objects.get(pk=refund.pk).status == "succeeded"
+    [shown] = woocommerce_records_for(order)
+    assert shown.state == WooRecordState.NOT_UPDATED and shown.last_error == result.message
+    # The keys get write access; the beat task's next pass records it, once.
+    woo.read_only = False
+    WooRefundRecord.objects.filter(pk=shown.pk).update(next_attempt_at=shown.created_at)
+    assert retry_woocommerce_records() == 1
+    shown.refresh_from_db()
+    assert shown.state == WooRecordState.RECORDED
+    assert len(placed.refunds) == 1
+
+
+def test_a_woo_site_without_stripe_cannot_refund_and_says_to_connect_stripe(
+    site, members, woo, woo_account, make_order
+):
+    placed = woo.add_order(stripe_charge="ch_nostripe")
+    sync_orders(site=site)
+    from sill.rails.woocommerce.models import WooOrderLink
+
+    order = WooOrderLink.objects.get(woo_order_id=placed.id).order
+    refused = woocommerce_stripe_refusal(site_id=site.pk, order_id=order.pk)
+    assert isinstance(refused, RailDisabled) and refused.code == "rail_disabled"
+    assert "connect" in refused.message.lower() and "Stripe" in refused.message
+    plain = make_order(rail="stripe")
+    assert woocommerce_stripe_refusal(site_id=site.pk, order_id=plain.pk) is None
+    with pytest.raises(RailDisabled, match="run on Stripe"):
+        rail_from_account(woo_account)
+    assert Money(1, "USD")  # money stays in minor units end to end
+
+
+def test_an_agent_refund_of_a_woo_order_runs_on_stripe_and_is_recorded_on_the_order(
+    site, woo_paid, woo, api, sign, sdk
+):
+    from tests.rails.test_shopify_agent_refunds import shopify_intent
+
+    order, placed, charge = woo_paid
+    intent = shopify_intent(str(placed.id))
+    intent["original_order"] = {"rail": "woocommerce", "id": str(placed.id)}
+    answer = api(sign(intent)).json()
+    assert (answer["decision"], answer["rail"], answer["amount"]) == ("approved", "stripe", "89.00")
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert refund.status == "succeeded", refund.failure_message
+    assert sdk.v1.charges.retrieve(charge).amount_refunded == 8900
+    [record] = woocommerce_records_for(order)
+    assert record.refund_id == refund.pk
+
+
+def test_without_stripe_a_woo_order_is_refused_rail_disabled_on_every_path(
+    site, woo_paid, api, sign, members
+):
+    from refunds.staff.services import NotRefundable
+    from sill.rails.models import RailAccount
+    from tests.rails.test_shopify_agent_refunds import shopify_intent
+
+    order, placed, _charge = woo_paid
+    RailAccount.objects.filter(site=site, rail="stripe").update(enabled=False)
+    intent = shopify_intent(str(placed.id))
+    intent["original_order"] = {"rail": "woocommerce", "id": str(placed.id)}
+    answer = api(sign(intent)).json()
+    assert (answer["decision"], answer["reason"]) == ("rejected", "rail_disabled"), answer
+    ensure_default_reasons(site)
+    reason = RefundReason.objects.filter(site=site, active=True, code="wrong_item").first()
+    with pytest.raises(NotRefundable, match="takes its payments through Stripe"):
+        create_staff_refund(
+            site=site, order=order, actor=members["staff"].user, kind="full", reason=reason
+        )
+    assert not Refund.objects.filter(status__in=["processing", "succeeded"]).exists()

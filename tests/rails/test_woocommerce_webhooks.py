@@ -1,0 +1,95 @@
+"""``POST /webhooks/woocommerce/<site_id>``: verified, stored once, applied on commit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from sill.orders.models import Order
+from sill.rails.models import WebhookEvent
+from sill.rails.woocommerce.models import WooOrderLink
+from tests.rails.woo_fixtures import woo_headers
+
+pytestmark = pytest.mark.django_db
+
+
+def _post(site, body: bytes, headers: dict, capture) -> object:
+    with capture(execute=True):
+        return Client().post(
+            f"/webhooks/woocommerce/{site.pk}", body, content_type="application/json", **headers
+        )
+
+
+def test_a_signed_order_is_brought_in_once(
+    site, woo, woo_account, django_capture_on_commit_callbacks
+):
+    placed = woo.add_order(total="42.00", stripe_charge="ch_hook1")
+    body = json.dumps(placed.json()).encode()
+    headers = woo_headers(body, url=woo.url, topic="order.created")
+    first = _post(site, body, headers, django_capture_on_commit_callbacks)
+    assert first.status_code == 200 and first.json()["duplicate"] is False
+    link = WooOrderLink.objects.get(site=site, woo_order_id=placed.id)
+    assert link.order.total_minor == 4200
+    # Redelivered (WooCommerce gives the retry a new delivery id): stored once, changes nothing.
+    headers["HTTP_X_WC_WEBHOOK_DELIVERY_ID"] = "another-delivery"
+    again = _post(site, body, headers, django_capture_on_commit_callbacks)
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert WebhookEvent.objects.filter(site=site, rail="woocommerce").count() == 1
+    assert Order.objects.filter(site=site).count() == 1
+
+
+def test_a_bad_signature_is_400_and_records_nothing(
+    site, woo, woo_account, django_capture_on_commit_callbacks
+):
+    placed = woo.add_order(stripe_charge="ch_bad")
+    body = json.dumps(placed.json()).encode()
+    headers = woo_headers(body, url=woo.url, secret="not-the-secret")
+    response = _post(site, body, headers, django_capture_on_commit_callbacks)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webhook_refused"
+    tampered = _post(
+        site, body + b" ", woo_headers(body, url=woo.url), django_capture_on_commit_callbacks
+    )
+    assert tampered.status_code == 400
+    assert not WebhookEvent.objects.exists()
+    assert not Order.objects.exists()
+
+
+def test_another_sites_store_or_secret_is_refused(
+    site, other_site, woo, woo_account, django_capture_on_commit_callbacks
+):
+    placed = woo.add_order(stripe_charge="ch_other")
+    body = json.dumps(placed.json()).encode()
+    assert (
+        _post(
+            other_site, body, woo_headers(body, url=woo.url), django_capture_on_commit_callbacks
+        ).status_code
+        == 400
+    )
+    headers = woo_headers(body, url="https://evil.example")
+    assert _post(site, body, headers, django_capture_on_commit_callbacks).status_code == 400
+    assert not WebhookEvent.objects.exists()
+
+
+def test_the_creation_ping_is_answered_and_stored_nowhere(site, woo, woo_account):
+    response = Client().post(
+        f"/webhooks/woocommerce/{site.pk}",
+        "webhook_id=12",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert response.status_code == 200
+    assert response.json() == {"received": True, "ping": True}
+    assert not WebhookEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body", [b"[]", b'{"id": 1, "a": "\\u0000"}', b"{" * 40 + b"}" * 40, b"\xff"]
+)
+def test_signed_garbage_is_400_never_a_500(
+    site, woo, woo_account, body, django_capture_on_commit_callbacks
+):
+    response = _post(site, body, woo_headers(body, url=woo.url), django_capture_on_commit_callbacks)
+    assert response.status_code == 400
+    assert not WebhookEvent.objects.exists()

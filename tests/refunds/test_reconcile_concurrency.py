@@ -1,0 +1,51 @@
+"""The inbox under real concurrency (PostgreSQL): one item per difference, one resolution.
+
+Each thread has its own connection and transactions, as two workers or two owners would.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.models import AuditRecord
+from refunds.models import ReconciliationItem
+from refunds.reconcile.differences import Difference
+from refunds.reconcile.inbox import AlreadyResolved, open_item, resolve_item
+from sill.orders.models import Charge
+from tests.threads import run_concurrently
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+DIFFERENCE = Difference(
+    kind="missing_at_rail",
+    subject="rf_concurrent",
+    currency="USD",
+    sill_amount_minor=2000,
+    sill_status="succeeded",
+    detail="Settled in Sill, not listed by the rail.",
+)
+
+
+def test_two_runs_finding_the_same_difference_open_one_item(make_order, site):
+    charge = Charge.objects.get(order=make_order(total="20.00", rail="stripe"))
+    results = run_concurrently(4, lambda i: open_item(charge=charge, difference=DIFFERENCE))
+    assert sorted(results, key=str) == [False, False, False, True], results
+    assert ReconciliationItem.objects.filter(site=site).count() == 1
+    assert AuditRecord.objects.filter(site=site, kind="reconciliation_found").count() == 1
+
+
+def test_two_people_resolving_at_once_write_one_resolution(make_order, site, members):
+    charge = Charge.objects.get(order=make_order(total="20.00", rail="stripe"))
+    open_item(charge=charge, difference=DIFFERENCE)
+    item = ReconciliationItem.objects.get()
+    people = [members["owner"].user, members["admin"].user]
+
+    def resolve(i: int) -> object:
+        return resolve_item(
+            site=site, item_id=item.pk, actor=people[i], resolution="acknowledged", note=f"#{i}"
+        )
+
+    results = run_concurrently(2, resolve)
+    assert sum(isinstance(r, ReconciliationItem) for r in results) == 1, results
+    assert sum(isinstance(r, AlreadyResolved) for r in results) == 1, results
+    assert AuditRecord.objects.filter(site=site, kind="reconciliation_resolved").count() == 1

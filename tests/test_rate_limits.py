@@ -1,0 +1,205 @@
+"""API rate limits (sill/api.py): over a limit is 429 with Retry-After and the error shape,
+under it is served, and one credential's or address's budget is its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from sill.accounts.models import Agent
+from sill.accounts.services import issue_agent_token, issue_member_token
+from tests.refunds.conftest import ORIGINAL, refund_intent, register_key, signed_body
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def own_counters(settings):
+    """Counters of this test only: the default cache under a key prefix of its own."""
+    settings.CACHES = {
+        name: {**config, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}
+        for name, config in settings.CACHES.items()
+    }
+
+
+@pytest.fixture
+def rates(settings):
+    """``rates(address=3, …)``: those limits per minute, the others off."""
+
+    def set_rates(**per_minute: int) -> None:
+        settings.SILL_API_RATES = {scope: f"{n}/minute" for scope, n in per_minute.items()}
+
+    return set_rates
+
+
+def _refused(response) -> int:
+    """The Retry-After of a rate-limited answer (and its error shape checked)."""
+    assert response.status_code == 429, response.content
+    body = response.json()
+    assert body["error"]["code"] == "rate_limited"
+    assert body["error"]["field"] is None
+    assert "try again in" in body["error"]["message"]
+    wait = int(response["Retry-After"])
+    assert 0 < wait <= 60
+    return wait
+
+
+def _agent_get(token: str) -> int:
+    return Client().get("/api/v1/agent", headers={"Authorization": f"Bearer {token}"})
+
+
+def test_it_answers_429_with_retry_after_over_an_agent_tokens_limit(agent, rates):
+    rates(agent_token=3)
+    token = issue_agent_token(agent=agent)
+    assert [_agent_get(token).status_code for _ in range(3)] == [200, 200, 200]
+    _refused(_agent_get(token))
+
+
+def test_a_limited_agent_does_not_affect_another(site, agent, rates):
+    rates(agent_token=2)
+    other = Agent.objects.create(site=site, agent_id="agent_other", name="Other agent")
+    limited, fine = issue_agent_token(agent=agent), issue_agent_token(agent=other)
+    for _ in range(2):
+        _agent_get(limited)
+    _refused(_agent_get(limited))
+    assert _agent_get(fine).status_code == 200
+    assert (
+        Client()
+        .get("/api/v1/refunds/mnd_unknown", headers={"Authorization": f"Bearer {fine}"})
+        .status_code
+        == 404
+    )  # the agent's other reads share its token's budget, not another's
+
+
+def _post(body: bytes, address: str):
+    client = Client(REMOTE_ADDR=address)
+    return client.post("/api/v1/mandates", data=body, content_type="application/json")
+
+
+def test_it_bounds_unsigned_mandate_posts_per_address_before_the_signature_check(
+    site, agent, rates, django_assert_num_queries
+):
+    rates(address=3)
+    register_key(agent)
+    forged = json.loads(
+        signed_body(refund_intent(ORIGINAL), site_id=site.id, agent_id=agent.agent_id)
+    )
+    forged["envelope"]["signature"] = "A" * 86
+    garbage = json.dumps(forged).encode()
+    codes = [_post(garbage, "198.51.100.7").json()["error"]["code"] for _ in range(3)]
+    assert codes == ["bad_signature"] * 3
+    # Over the limit, even a valid mandate is refused before anything reads the database.
+    valid = signed_body(refund_intent(ORIGINAL), site_id=site.id, agent_id=agent.agent_id)
+    with django_assert_num_queries(0):
+        _refused(_post(valid, "198.51.100.7"))
+    # Another address has its own budget.
+    assert _post(valid, "198.51.100.8").status_code == 201
+
+
+def test_it_limits_signed_mandates_per_key_and_forged_ones_spend_nothing(site, agent, rates):
+    rates(mandate_key=2)
+    register_key(agent)
+    other = Agent.objects.create(site=site, agent_id="agent_other", name="Other agent")
+    register_key(other)
+
+    def mandate(of: Agent) -> bytes:
+        return signed_body(refund_intent(ORIGINAL), site_id=site.id, agent_id=of.agent_id)
+
+    # Forged mandates naming the key, from many addresses: refused, and no budget spent.
+    for n in range(5):
+        forged = json.loads(mandate(agent))
+        forged["envelope"]["signature"] = "B" * 86
+        assert _post(json.dumps(forged).encode(), f"192.0.2.{n}").status_code == 401
+    first, second = _post(mandate(agent), "192.0.2.50"), _post(mandate(agent), "192.0.2.51")
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["decision"] == "rejected"  # no such original: still an answer
+    _refused(_post(mandate(agent), "192.0.2.52"))
+    # The other agent's key is untouched.
+    assert _post(mandate(other), "192.0.2.50").status_code == 201
+
+
+def _staff_api(headers: dict[str, str] | None = None, client: Client | None = None):
+    return (client or Client()).post(
+        "/api/order/ord_missing/refund",
+        data={"full": True},
+        content_type="application/json",
+        headers=headers or {},
+    )
+
+
+def test_it_limits_the_staff_api_per_member_token(members, rates):
+    rates(member_token=2)
+    limited = issue_member_token(membership=members["staff"])
+    fine = issue_member_token(membership=members["owner"])
+    auth = {"Authorization": f"Bearer {limited}"}
+    assert [_staff_api(auth).status_code for _ in range(2)] == [404, 404]
+    _refused(_staff_api(auth))
+    assert _staff_api({"Authorization": f"Bearer {fine}"}).status_code == 404
+
+
+def test_it_limits_a_members_session_per_user(members, rates, client_for):
+    rates(member_session=2)
+    owner, admin = client_for("owner"), client_for("admin")
+    assert [owner.get("/api/v1/policy-templates").status_code for _ in range(2)] == [200, 200]
+    _refused(owner.get("/api/v1/policy-templates"))
+    assert admin.get("/api/v1/policy-templates").status_code == 200
+
+
+def test_it_serves_everything_under_the_limits(site, agent, members, rates):
+    rates(address=50, agent_token=50, mandate_key=50, member_token=50, member_session=50)
+    register_key(agent)
+    token = issue_agent_token(agent=agent)
+    for _ in range(10):
+        assert _agent_get(token).status_code == 200
+        body = signed_body(refund_intent(ORIGINAL), site_id=site.id, agent_id=agent.agent_id)
+        assert _post(body, "198.51.100.9").status_code == 201
+
+
+def _production(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SILL_", "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE"))
+    }
+    base.update(
+        SILL_DATA_DIR=str(tmp_path),
+        SILL_SECRET_KEY="k" * 50,
+        SILL_ALLOWED_HOSTS="refunds.example.com",
+        **env,
+    )
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_production_has_every_limit_on_by_default_and_refuses_a_bad_rate(tmp_path):
+    show = "from django.conf import settings; print(settings.SILL_API_RATES)"
+    shown = _production(tmp_path, "shell", "--no-imports", "-c", show)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == str(
+        {
+            "address": "600/minute",
+            "mandate_key": "120/minute",
+            "agent_token": "600/minute",
+            "member_token": "300/minute",
+            "member_session": "600/minute",
+        }
+    )
+    off = _production(tmp_path, "shell", "--no-imports", "-c", show, SILL_RATE_ADDRESS="off")
+    assert "'address': None" in off.stdout
+    bad = _production(tmp_path, "check", SILL_RATE_ADDRESS="lots")
+    assert bad.returncode != 0 and "SILL_RATE_ADDRESS must look like" in bad.stderr
