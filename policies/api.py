@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from policies import catalog as cat
 from policies.rules import MODES
 from policies.services import ApplyResult, apply_catalog_item
+from sill.accounts import two_factor
 from sill.accounts.access import Cap, can
 from sill.accounts.models import Membership, Site
 from sill.errors import NotFound, PermissionDenied, SillError
@@ -83,6 +84,8 @@ class RulesFromTemplateApi(APIView):
         data = FromTemplateInput(data=request.data)
         data.is_valid(raise_exception=True)
         body = data.validated_data
+        if not body["dryRun"]:
+            _require_two_factor(request, site)
         item = cat.find_item(template_id=body.get("templateId"), pack_id=body.get("packId"))
         result = apply_catalog_item(
             site=site,
@@ -111,6 +114,15 @@ def _member_site(request: Request, site_id: str, cap: Cap) -> Site:
     if not can(membership, cap):
         raise PermissionDenied("Changing rules needs an owner or an admin.")
     return membership.site
+
+
+def _require_two_factor(request: Request, site: Site) -> None:
+    """A change (not a preview) by an owner or admin of a site requiring two factors needs a
+    session verified with one (sill.accounts.two_factor), the same rule as the rules pages."""
+    membership = Membership.objects.select_related("site").get(user=_user(request), site=site)
+    refused = two_factor.refusal(request._request, membership)
+    if refused is not None:
+        raise SillError(refused.message, code="two_factor_required", status=403)
 
 
 def _result(result: ApplyResult) -> dict[str, Any]:

@@ -64,6 +64,11 @@ INSTALLED_APPS = [
     "treebeard",
     "axes",
     "csp",
+    # Two-factor authentication (sill/accounts/two_factor.py): TOTP authenticators and
+    # recovery codes (a static device whose tokens are stored as keyed hashes).
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "sill.accounts",
     "sill.orders",
     "sill.rails",
@@ -82,6 +87,8 @@ MIDDLEWARE = [
     "sill.middleware.RefuseNulMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # request.user.is_verified(): whether this session entered a second factor.
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "sill.accounts.sessions.SessionTimeoutMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -351,6 +358,16 @@ PERMISSIONS_POLICY: dict[str, list[str]] = {
     )
 }  # fmt: skip
 
+# Two-factor authentication. A new site requires it of owners and admins (Site.require_two_factor)
+# unless SILL_REQUIRE_TWO_FACTOR=0; the default is on whenever DEBUG is off, and off under
+# pytest (TESTING) so the persona fixtures need no device: tests/accounts/test_two_factor*.py
+# switch it on per site.
+SILL_REQUIRE_TWO_FACTOR = env_bool("SILL_REQUIRE_TWO_FACTOR", default=not (DEBUG or TESTING))
+# How recent a code must be for the most sensitive changes (live mode, a rail key, an owner).
+SILL_TWO_FACTOR_FRESH_SECONDS = 300
+OTP_TOTP_ISSUER = "Sill"
+# The Django admin (sill/admin.py) asks superusers for a code; off only under pytest by default.
+SILL_ADMIN_TWO_FACTOR = env_bool("SILL_ADMIN_TWO_FACTOR", default=not TESTING)
 # The Django admin (sill/admin.py) is not mounted unless SILL_ADMIN=1; then superusers only.
 SILL_ADMIN = env_bool("SILL_ADMIN", default=False)
 # The OpenAPI schema (/api/schema/) needs a login unless DEBUG or SILL_PUBLIC_SCHEMA=1.

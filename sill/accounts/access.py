@@ -19,6 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
+from sill.accounts import two_factor
 from sill.accounts.models import Membership, Role, Site
 
 if TYPE_CHECKING:
@@ -44,6 +45,11 @@ class Cap(StrEnum):
     MANAGE_SETTINGS = "manage_settings"
     # Every member: their own password and sessions (Settings → Your account).
     OWN_ACCOUNT = "own_account"
+
+
+# Changes under these need the second factor where the site requires it (two_factor.refusal):
+# held refunds and reconciliation, rules, and every Settings page but your own account.
+TWO_FACTOR_CAPS = frozenset({Cap.DECIDE_HELD, Cap.EDIT_RULES, Cap.MANAGE_SETTINGS})
 
 
 _ROLE_CAPS: dict[str, frozenset[Cap]] = {
@@ -142,6 +148,10 @@ def site_view(
 ]:
     """Guard a view: anonymous → login; no membership or missing capability → 403.
 
+    A change (any method but GET/HEAD/OPTIONS) under one of :data:`TWO_FACTOR_CAPS`, by an
+    owner or admin of a site that requires two factors, without a verified session → the 403
+    page of :func:`two_factor.refusal_response`; so is a view raising
+    :class:`two_factor.TwoFactorRequired` (``two_factor.require_fresh``).
     The view receives the resolved :class:`SiteContext` as ``request.site_ctx``.
     """
 
@@ -158,7 +168,14 @@ def site_view(
             # The same object, now carrying site_ctx: the class only tells mypy it is there.
             site_request = cast(SiteRequest, request)
             site_request.site_ctx = ctx
-            return view(site_request, *args, **kwargs)
+            if cap in TWO_FACTOR_CAPS and request.method not in two_factor.SAFE_METHODS:
+                refused = two_factor.refusal(request, ctx.membership)
+                if refused is not None:
+                    return two_factor.refusal_response(request, refused)
+            try:
+                return view(site_request, *args, **kwargs)
+            except two_factor.TwoFactorRequired as refused:
+                return two_factor.refusal_response(request, refused)
 
         return wrapped
 

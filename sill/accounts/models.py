@@ -15,6 +15,11 @@ def _timezone_choices() -> list[tuple[str, str]]:
     return [(name, name) for name in sorted(zoneinfo.available_timezones())]
 
 
+def require_two_factor_default() -> bool:
+    """A new site's ``require_two_factor``: ``SILL_REQUIRE_TWO_FACTOR`` (on unless DEBUG)."""
+    return bool(settings.SILL_REQUIRE_TWO_FACTOR)
+
+
 class Site(models.Model):
     id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
     name = models.CharField(max_length=200)
@@ -23,6 +28,9 @@ class Site(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     # Optional Slack incoming webhook for held-refund notifications.
     slack_webhook_url = models.URLField(blank=True, max_length=500)
+    # Owners and admins need a confirmed second factor, and a session verified with it, to
+    # change anything an approver changes (sill/accounts/two_factor.py).
+    require_two_factor = models.BooleanField(default=require_two_factor_default)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

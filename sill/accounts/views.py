@@ -5,11 +5,13 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from sill.accounts import two_factor
 from sill.accounts.access import switch_site
 from sill.accounts.login_throttle import seconds_until_unlocked
 
@@ -18,11 +20,18 @@ class LoginView(auth_views.LoginView):
     """Django's login (it rotates the session key on login), with Sill's template.
 
     django-axes counts its failures (sill/accounts/login_throttle.py); a locked-out try gets
-    :func:`locked_out` instead of the form.
+    :func:`locked_out` instead of the form. A user with an authenticator is not logged in by
+    the password: the code step (``accounts:login-code``) does that.
     """
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
+
+    def form_valid(self, form: AuthenticationForm) -> HttpResponse:
+        user = form.get_user()
+        if two_factor.has_authenticator(user):
+            return two_factor.start_login_step(self.request, user, self.get_success_url())
+        return super().form_valid(form)
 
 
 def locked_out(

@@ -20,7 +20,7 @@ from django.shortcuts import render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from sill.accounts import sessions
+from sill.accounts import sessions, two_factor
 from sill.accounts.access import Cap, site_view
 from sill.http import SiteRequest
 
@@ -49,9 +49,17 @@ def _page(
             "idle": sessions.describe_duration(settings.SILL_SESSION_IDLE_SECONDS),
             "max": sessions.describe_duration(settings.SILL_SESSION_MAX_SECONDS),
             "error": error,
+            "two_factor": two_factor.has_authenticator(user),
+            "two_factor_verified": two_factor.is_verified(request),
+            "recovery_left": two_factor.recovery_codes_left(user),
+            "two_factor_required": two_factor.applies(request.site_ctx.membership),
         },
         status=status,
     )
+
+
+# The page with an error, for the two-factor forms on it (sill/accounts/views_two_factor.py).
+render_account = _page
 
 
 @require_GET

@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from sill.accounts import services
+from sill.accounts import services, two_factor
 from sill.accounts.access import Cap, site_view
 from sill.accounts.member_forms import ROLE_HELP, AddMemberForm, ChangeMemberForm
 from sill.accounts.models import Membership, Role, Site
@@ -193,6 +193,9 @@ def member_add(request: SiteRequest) -> HttpResponse:
     form = AddMemberForm(request.POST)
     if not form.is_valid():
         return _members_page(request, add_form=form, status=422)
+    if form.cleaned_data["role"] == Role.OWNER:
+        # A new owner is the most sensitive change: a fresh code (site_view answers the 403).
+        two_factor.require_fresh(request, ctx.membership)
     try:
         membership = services.invite_member(
             site=ctx.site,
@@ -223,6 +226,8 @@ def member_change(request: SiteRequest, membership_id: int) -> HttpResponse:
     form = ChangeMemberForm(request.POST)
     if not form.is_valid():
         return _members_page(request, error=_form_error(form), status=422)
+    if form.cleaned_data["role"] == Role.OWNER and membership.role != Role.OWNER:
+        two_factor.require_fresh(request, ctx.membership)
     try:
         services.change_member_role(
             membership=membership,

@@ -20,6 +20,7 @@ from django.shortcuts import render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from sill.accounts import two_factor
 from sill.accounts.access import Cap, site_view
 from sill.accounts.models import Site
 from sill.errors import SillError
@@ -27,7 +28,7 @@ from sill.http import SiteRequest
 from sill.orders.models import Rail
 from sill.rails import services
 from sill.rails.forms import EnabledForm, PayPalForm, ShopifyForm, StripeForm, WooCommerceForm
-from sill.rails.models import RailAccount
+from sill.rails.models import RailAccount, RailMode
 from sill.rails.paypal import connect as paypal_connect
 from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.shopify import connect as shopify_connect
@@ -236,6 +237,15 @@ def _done(request: SiteRequest, rail: str, message: str) -> HttpResponse:
     return HttpResponseRedirect(reverse("settings:rails"), status=303)
 
 
+def _fresh_code_for(request: SiteRequest, *key_fields: str, live_mode: bool = False) -> None:
+    """A new key, or (``live_mode``) a save in live mode, needs a code entered in the last
+    few minutes (two_factor.require_fresh raises; site_view answers the 403 page)."""
+    new_key = any(request.POST.get(name, "").strip() for name in key_fields)
+    live = live_mode and request.POST.get("mode") == RailMode.LIVE
+    if new_key or live:
+        two_factor.require_fresh(request, request.site_ctx.membership)
+
+
 @require_GET
 @site_view(Cap.MANAGE_SETTINGS)
 def rails_settings(request: SiteRequest) -> HttpResponse:
@@ -273,6 +283,7 @@ def rail_set_enabled(request: SiteRequest, rail: str) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def stripe_configure(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
+    _fresh_code_for(request, "secret_key", live_mode=True)
     form = StripeForm(request.POST)
     try:
         if not form.is_valid():
@@ -308,6 +319,7 @@ def stripe_configure(request: SiteRequest) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def shopify_configure(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
+    _fresh_code_for(request, "access_token")
     form = ShopifyForm(request.POST)
     try:
         if not form.is_valid():
@@ -356,6 +368,7 @@ def _first_error(form: WooCommerceForm | PayPalForm) -> services.RailSettingsErr
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
 def woocommerce_configure(request: SiteRequest) -> HttpResponse:
+    _fresh_code_for(request, "consumer_key", "consumer_secret")
     form = WooCommerceForm(request.POST)
     try:
         if not form.is_valid():
@@ -380,6 +393,7 @@ def woocommerce_configure(request: SiteRequest) -> HttpResponse:
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
 def paypal_configure(request: SiteRequest) -> HttpResponse:
+    _fresh_code_for(request, "client_secret", live_mode=True)
     form = PayPalForm(request.POST)
     try:
         if not form.is_valid():

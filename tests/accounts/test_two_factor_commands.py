@@ -1,0 +1,40 @@
+"""``manage.py two_factor``: requiring it on a site, and resetting a user who lost their phone
+(recorded, actor the operator)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from audit.models import AuditRecord
+from sill.accounts import two_factor
+from tests.accounts.two_factor_helpers import confirmed_device
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_switches_the_requirement_on_and_off(site):
+    call_command("two_factor", "require", "--site", site.pk, "on")
+    site.refresh_from_db()
+    assert site.require_two_factor
+    call_command("two_factor", "require", "--site", site.pk, "off")
+    site.refresh_from_db()
+    assert not site.require_two_factor
+    with pytest.raises(CommandError):
+        call_command("two_factor", "require", "--site", "nope", "on")
+
+
+def test_it_resets_a_user_and_records_the_operator(members, site):
+    user = members["admin"].user
+    confirmed_device(user)
+    two_factor.regenerate_recovery_codes(user)
+    call_command("two_factor", "reset", "--email", "ADMIN@roasters.example")
+    assert not TOTPDevice.objects.filter(user=user).exists()
+    assert two_factor.recovery_codes_left(user) == 0
+    record = AuditRecord.objects.filter(site=site, kind="member_change").latest("seq")
+    body = json.loads(record.payload)["body"]
+    assert body["action"] == "two_factor_removed" and body["actor"] is None
+    assert body["actor_name"] == "operator (manage.py)"

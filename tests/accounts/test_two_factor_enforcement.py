@@ -1,0 +1,160 @@
+"""Where a site requires two factors, owners and admins need a verified session to decide held
+refunds or change rules, rails, members or keys (403 with words until then; GETs stay
+readable); the most sensitive changes need a code from the last five minutes; the setting
+off lets them through."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.test import Client
+from django.utils import timezone
+
+from sill.accounts.models import Membership, Role
+from tests.accounts.two_factor_helpers import (
+    VERIFY,
+    code_for,
+    confirmed_device,
+    require_two_factor,
+    verified_client,
+)
+
+pytestmark = pytest.mark.django_db
+
+# (path, form) of one change of each kind; unknown ids are fine: the gate runs first, and a
+# verified session then gets the view's own answer (404, 422, 303), never the 403 page.
+CHANGES = [
+    ("/held/01NOSUCHREFUND000000000000/approve/", {}),
+    ("/held/01NOSUCHREFUND000000000000/reject/", {"reason": "no"}),
+    ("/rules/auto-refund/", {}),
+    ("/rules/no-such-rule/mode/", {"mode": "off"}),
+    ("/rules/templates/r07/apply/", {}),
+    ("/settings/rails/mock/enabled/", {"enabled": "on"}),
+    ("/settings/rails/shopify/", {}),
+    ("/settings/members/add/", {"email": "new@roasters.example", "role": "staff"}),
+    ("/settings/agents/keys/add/", {"agent_id": "a"}),
+    ("/settings/agents/999/deactivate/", {}),
+]
+READABLE = ["/held/", "/rules/", "/settings/rails/", "/settings/members/", "/settings/agents/"]
+WORDS = "Two-factor authentication needed"
+
+
+def _refused(response) -> bool:
+    return response.status_code == 403 and WORDS in response.content.decode()
+
+
+@pytest.mark.parametrize("persona", ["owner", "admin"])
+def test_it_refuses_changes_without_an_authenticator(client_for, site, persona):
+    require_two_factor(site)
+    client = client_for(persona)
+    for path, form in CHANGES:
+        response = client.post(path, form)
+        assert _refused(response), path
+        assert "/settings/account/#two-factor" in response.content.decode()
+    for path in READABLE:
+        assert client.get(path).status_code == 200, path
+
+
+@pytest.mark.parametrize("persona", ["owner", "admin"])
+def test_it_refuses_an_unverified_session_then_lets_the_verified_one(
+    client_for, members, site, persona
+):
+    require_two_factor(site)
+    device = confirmed_device(members[persona].user)
+    unverified = client_for(persona)
+    for path, form in CHANGES:
+        response = unverified.post(path, form)
+        assert _refused(response), path
+        assert VERIFY in response.content.decode()
+    verified = verified_client(members[persona], device)
+    for path, form in CHANGES:
+        assert verified.post(path, form).status_code != 403, path
+
+
+def test_htmx_gets_the_refusal_as_a_partial(client_for, members, site):
+    require_two_factor(site)
+    response = client_for("owner").post(
+        "/settings/rails/mock/enabled/", {"enabled": "on"}, headers={"HX-Request": "true"}
+    )
+    html = response.content.decode()
+    assert response.status_code == 403 and WORDS in html and "<html" not in html
+
+
+def test_the_setting_off_lets_them_through(client_for, site):
+    assert not site.require_two_factor  # the test settings' default (see sill/settings.py)
+    client = client_for("admin")
+    for path, form in CHANGES:
+        assert not _refused(client.post(path, form)), path
+
+
+def test_it_does_not_ask_reviewers_or_staff_for_what_they_cannot_do_anyway(client_for, site):
+    require_two_factor(site)
+    response = client_for("reviewer").post("/held/01NOSUCHREFUND000000000000/approve/")
+    assert response.status_code == 403 and WORDS not in response.content.decode()
+
+
+def test_the_rules_api_needs_a_verified_session(members, site):
+    require_two_factor(site)
+    device = confirmed_device(members["owner"].user)
+    url = f"/api/v1/sites/{site.pk}/rules/from-template"
+    client = Client()
+    client.force_login(members["owner"].user)
+    refused = client.post(url, json.dumps({"templateId": "r07"}), content_type="application/json")
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "two_factor_required"
+    preview = json.dumps({"templateId": "r07", "dryRun": True})
+    assert client.post(url, preview, content_type="application/json").status_code == 200
+    verified = verified_client(members["owner"], device)
+    ok = verified.post(url, json.dumps({"templateId": "r07"}), content_type="application/json")
+    assert ok.status_code == 201
+
+
+# --- a fresh code for the most sensitive changes --------------------------------------------
+
+SENSITIVE = [
+    ("/settings/rails/stripe/", {"mode": "live", "secret_key": ""}),
+    ("/settings/rails/stripe/", {"mode": "test", "secret_key": "sk_test_new"}),
+    ("/settings/members/add/", {"email": "boss@roasters.example", "role": "owner"}),
+]
+
+
+@pytest.mark.parametrize(("path", "form"), SENSITIVE)
+def test_it_asks_for_a_fresh_code_for_the_most_sensitive_changes(members, site, path, form):
+    require_two_factor(site)
+    device = confirmed_device(members["owner"].user)
+    client = verified_client(members["owner"], device)
+    assert not _refused(client.post(path, form))  # verified just now: fresh
+    later = timezone.now() + timedelta(minutes=6)
+    with time_machine.travel(later, tick=False):
+        response = client.post(path, form)
+        assert _refused(response) and "fresh code" in response.content.decode()
+        # An ordinary change still works in the verified session.
+        assert not _refused(client.post("/settings/rails/mock/enabled/", {"enabled": "on"}))
+        assert client.post(VERIFY, {"code": code_for(device)}).status_code == 303
+        assert not _refused(client.post(path, form))
+
+
+def test_making_someone_owner_asks_for_a_fresh_code(members, site):
+    require_two_factor(site)
+    device = confirmed_device(members["owner"].user)
+    client = verified_client(members["owner"], device)
+    target: Membership = members["admin"]
+    with time_machine.travel(timezone.now() + timedelta(minutes=6), tick=False):
+        url = f"/settings/members/{target.pk}/change/"
+        assert _refused(client.post(url, {"role": "owner"}))
+        target.refresh_from_db()
+        assert target.role == Role.ADMIN
+        assert client.post(VERIFY, {"code": code_for(device)}).status_code == 303
+        assert client.post(url, {"role": "owner"}).status_code == 303
+        target.refresh_from_db()
+        assert target.role == Role.OWNER
+
+
+def test_another_sites_owner_is_not_let_in_by_a_verified_session(members, site, other_site):
+    require_two_factor(site)
+    device = confirmed_device(members["outsider"].user)
+    client = verified_client(members["outsider"], device)
+    assert client.post("/settings/members/999999/change/", {"role": "owner"}).status_code == 404

@@ -1,0 +1,112 @@
+"""Setting up an authenticator on Settings → Your account: the QR code and the secret, the
+confirming code, ten recovery codes shown once and stored hashed, removing it with a code,
+and the signed member_change records of both."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.test import Client
+from django.utils import timezone
+from django_otp.plugins.otp_static.models import StaticToken
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from audit.models import AuditRecord
+from tests.accounts.two_factor_helpers import code_for, recovery_codes_in
+
+pytestmark = pytest.mark.django_db
+
+ACCOUNT = "/settings/account/"
+SETUP = "/settings/account/two-factor/setup/"
+CONFIRM = "/settings/account/two-factor/confirm/"
+REMOVE = "/settings/account/two-factor/remove/"
+CODES = "/settings/account/two-factor/recovery-codes/"
+
+
+def _changes(site) -> list[dict]:
+    records = AuditRecord.objects.filter(site=site, kind="member_change").order_by("seq")
+    return [json.loads(r.payload)["body"] for r in records]
+
+
+def _enrol(client: Client, user) -> tuple[TOTPDevice, list[str]]:
+    assert client.post(SETUP).status_code == 303
+    device = TOTPDevice.objects.get(user=user, confirmed=False)
+    page = client.get(SETUP)
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert 'src="data:image/svg+xml;base64,' in html
+    assert 'id="totp-secret"' in html
+    response = client.post(CONFIRM, {"code": code_for(device)})
+    assert response.status_code == 200
+    assert response["Cache-Control"] == "no-store"
+    return device, recovery_codes_in(response.content.decode())
+
+
+def test_it_enrols_an_authenticator_with_ten_recovery_codes(client_for, members, site):
+    client = client_for("reviewer")
+    user = members["reviewer"].user
+    assert "Set up an authenticator" in client.get(ACCOUNT).content.decode()
+    device, codes = _enrol(client, user)
+    device.refresh_from_db()
+    assert device.confirmed
+    assert len(codes) == 10 and len(set(codes)) == 10
+    stored = set(StaticToken.objects.filter(device__user=user).values_list("token", flat=True))
+    assert len(stored) == 10 and not stored & set(codes)  # only their hashes are stored
+    page = client.get(ACCOUNT).content.decode()
+    assert "10 recovery codes left" in page and "This session is verified" in page
+    assert not any(code in page for code in codes)  # shown once, never again
+    assert _changes(site)[-1] == {
+        "action": "two_factor_enabled",
+        "member": user.get_username(),
+        "role": "reviewer",
+        "actor": user.get_username(),
+        "actor_name": user.get_username(),
+    }
+
+
+def test_it_refuses_a_wrong_confirming_code(client_for, members):
+    client = client_for("owner")
+    client.post(SETUP)
+    response = client.post(CONFIRM, {"code": "000000"})
+    assert response.status_code == 422
+    assert "didn&#x27;t work" in response.content.decode()
+    assert not TOTPDevice.objects.filter(user=members["owner"].user, confirmed=True).exists()
+
+
+def test_it_removes_the_authenticator_only_with_a_code(client_for, members, site):
+    client = client_for("owner")
+    user = members["owner"].user
+    device, codes = _enrol(client, user)
+    assert client.post(REMOVE, {"code": "123"}).status_code == 422
+    assert TOTPDevice.objects.filter(user=user).exists()
+    # django-otp delays a device's next check after a failure (1 s, then 2 s, …).
+    with time_machine.travel(timezone.now() + timedelta(seconds=5)):
+        assert client.post(REMOVE, {"code": codes[0]}).status_code == 303
+    assert not TOTPDevice.objects.filter(user=user).exists()
+    assert not StaticToken.objects.filter(device__user=user).exists()
+    body = _changes(site)[-1]
+    assert body["action"] == "two_factor_removed" and body["member"] == user.get_username()
+    assert not any(code in json.dumps(_changes(site)) for code in codes)
+    assert device.key not in json.dumps(_changes(site))
+
+
+def test_it_makes_new_recovery_codes_with_a_code(client_for, members):
+    client = client_for("admin")
+    _, first = _enrol(client, members["admin"].user)
+    response = client.post(CODES, {"code": first[0]})
+    fresh = recovery_codes_in(response.content.decode())
+    assert response.status_code == 200 and len(fresh) == 10 and not set(fresh) & set(first)
+
+
+def test_its_pages_keep_their_query_counts(client_for, members, django_assert_max_num_queries):
+    client = client_for("owner")
+    with django_assert_max_num_queries(14):
+        assert client.get(ACCOUNT).status_code == 200
+    client.post(SETUP)
+    with django_assert_max_num_queries(10):
+        assert client.get(SETUP).status_code == 200
+    with django_assert_max_num_queries(10):
+        assert client.get("/settings/account/two-factor/verify/").status_code == 200
