@@ -21,25 +21,16 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from sill import jsonbody
-from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.tasks import process_stripe_event
+from sill.rails.webhook_common import MAX_BODY_BYTES, WebhookRefused
+from sill.rails.webhook_common import refuse as _refuse
 
 logger = logging.getLogger(__name__)
 
 TOLERANCE_SECONDS = 300
-MAX_BODY_BYTES = 512 * 1024
-
-
-class WebhookRefused(SillError):
-    code = "webhook_refused"
-    status = 400
-
-
-def _refuse(message: str) -> JsonResponse:
-    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
 
 
 def verify(payload: bytes, header: str, secrets: list[str], *, now: float | None = None) -> bool:

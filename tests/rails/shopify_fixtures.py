@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from sill.rails.models import RailAccount
-from sill.rails.shopify.webhooks import sign
+from sill.rails.webhook_common import base64_hmac as sign
 from tests.rails.shopify_stub import SHOP, TOKEN, ShopifyStub, StubServer
 
 WEBHOOK_SECRET = "shpss_0123456789abcdef0123456789abcdef"

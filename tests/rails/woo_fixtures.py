@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from sill.rails.models import RailAccount
-from sill.rails.woocommerce.webhooks import sign
+from sill.rails.webhook_common import base64_hmac as sign
 from tests.rails.woo_stub import CONSUMER_KEY, CONSUMER_SECRET, StubServer, WooStub
 
 WEBHOOK_SECRET = "woo-webhook-secret-0123456789"

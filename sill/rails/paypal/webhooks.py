@@ -31,10 +31,11 @@ from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.paypal import api_base_for
 from sill.rails.paypal.client import PayPalClient
 from sill.rails.secrets import RailSecretUnreadable
+from sill.rails.webhook_common import MAX_BODY_BYTES
+from sill.rails.webhook_common import refuse as _refuse
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 512 * 1024
 HEADERS = (
     "PAYPAL-TRANSMISSION-ID",
     "PAYPAL-TRANSMISSION-TIME",
@@ -44,18 +45,9 @@ HEADERS = (
 )
 
 
-class WebhookRefused(SillError):
-    code = "webhook_refused"
-    status = 400
-
-
 class VerificationUnavailable(SillError):
     code = "rail_unavailable"
     status = 503
-
-
-def _refuse(message: str) -> JsonResponse:
-    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
 
 
 @csrf_exempt

@@ -14,9 +14,6 @@ change delivered twice is stored once; the second answer is 200 and changes noth
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import logging
 import re
 
@@ -28,42 +25,18 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from sill import jsonbody
-from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
+from sill.rails.webhook_common import MAX_BODY_BYTES
+from sill.rails.webhook_common import refuse as _refuse
+from sill.rails.webhook_common import verify_base64_hmac as verify
 
 logger = logging.getLogger(__name__)
 
 
-class WebhookRefused(SillError):
-    code = "webhook_refused"
-    status = 400
-
-
-def sign(payload: bytes, secret: str) -> str:
-    """WooCommerce's signature of ``payload``: base64 of its HMAC-SHA256 under ``secret``."""
-    digest = hmac.new(secret.encode("utf-8"), payload, hashlib.sha256).digest()
-    return base64.b64encode(digest).decode("ascii")
-
-
-def verify(payload: bytes, header: str, secrets: list[str]) -> bool:
-    """Whether ``header`` signs ``payload`` under any of ``secrets`` (constant-time compare)."""
-    given = header.strip().encode("ascii", "replace")
-    found = False
-    for secret in secrets:
-        # Every secret is compared (no early exit), so timing says nothing about which.
-        found |= hmac.compare_digest(sign(payload, secret).encode("ascii"), given)
-    return found and bool(given)
-
-
-MAX_BODY_BYTES = 512 * 1024
 TOPICS = frozenset({"order.created", "order.updated"})
 _PING = re.compile(rb"^webhook_id=[0-9]{1,20}$")
-
-
-def _refuse(message: str) -> JsonResponse:
-    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
 
 
 @csrf_exempt

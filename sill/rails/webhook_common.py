@@ -1,0 +1,44 @@
+"""What every rail's webhook endpoint shares: the refusal, the body limit, base64 HMACs.
+
+Each rail's module (stripe_webhooks, shopify/webhooks, woocommerce/webhooks, paypal/webhooks)
+verifies its own scheme; a refused delivery is 400 ``webhook_refused`` and records nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+from django.http import JsonResponse
+
+from sill.errors import SillError
+
+# No rail's event comes near this; a larger body is refused before it is parsed.
+MAX_BODY_BYTES = 512 * 1024
+
+
+class WebhookRefused(SillError):
+    code = "webhook_refused"
+    status = 400
+
+
+def refuse(message: str) -> JsonResponse:
+    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
+
+
+def base64_hmac(payload: bytes, secret: str) -> str:
+    """Base64 of the HMAC-SHA256 of ``payload`` under ``secret`` (Shopify's and WooCommerce's
+    webhook signature)."""
+    digest = hmac.new(secret.encode("utf-8"), payload, hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def verify_base64_hmac(payload: bytes, header: str, secrets: list[str]) -> bool:
+    """Whether ``header`` signs ``payload`` under any of ``secrets`` (constant-time compare)."""
+    given = header.strip().encode("ascii", "replace")
+    found = False
+    for secret in secrets:
+        # Every secret is compared (no early exit), so timing says nothing about which.
+        found |= hmac.compare_digest(base64_hmac(payload, secret).encode("ascii"), given)
+    return found and bool(given)
