@@ -146,7 +146,8 @@ _ORIGINAL_ORDER_KEYS = ("rail", "id")
 # numeric order id.
 _STORE_ORDER_IDS = {
     "shopify": re.compile(r"^(?:gid://shopify/Order/)?([1-9][0-9]{0,18})$"),
-    "woocommerce": re.compile(r"^([1-9][0-9]{0,18})$"),
+    # At most 18 digits: the order sync stores it in a 64-bit integer column.
+    "woocommerce": re.compile(r"^([1-9][0-9]{0,17})$"),
 }
 ORIGINAL_ORDER_RAILS = tuple(_STORE_ORDER_IDS)
 _LINE_ITEM_KEYS = ("sku", "name", "quantity", "unit_price")

@@ -106,6 +106,13 @@ def test_an_order_of_another_store_or_site_is_not_found(site, shopify, synced, a
             "signed.intent.original_order.shop",
         ),
         ("450789469", "invalid_field", "signed.intent.original_order"),
+        # Past a 64-bit integer: refused, never a database error.
+        (
+            {"rail": "woocommerce", "id": "9" * 19},
+            "invalid_field",
+            "signed.intent.original_order.id",
+        ),
+        ({"rail": "shopify", "id": "9" * 20}, "invalid_field", "signed.intent.original_order.id"),
     ],
 )
 def test_a_malformed_original_order_is_refused(site, api, sign, original, code, field):
