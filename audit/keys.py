@@ -5,11 +5,16 @@
   ``SILL_DATA_DIR/audit-signing-key`` (mode 0600), so records stay verifiable across restarts.
 - ``key_id`` is ``"sill-" + sha256(public key).hexdigest()[:16]``: derived, never configured,
   so a record's ``key_id`` always names the key that signed it.
-- Rotation: before changing the signing key, add the old public key to
-  ``SILL_DATA_DIR/audit-public-keys.json`` (``{"<key_id>": "<base64url public key>"}``) so
-  records it signed keep verifying.
-
-Both are cached in-process (keyed by the settings they come from); restart after a rotation.
+- Rotation: ``manage.py audit rotate-key`` (:func:`rotate_key`) makes a new key, seals its
+  seed with SECRET_KEY in an :class:`~audit.models.AuditKey` row and makes it valid from
+  ``SILL_AUDIT_KEY_SWITCH_SECONDS`` later. Windows follow from the order: the configured key
+  signs until the first rotated key is valid, each rotated key until the next one is
+  (:func:`key_windows`). Every process reloads the rotated keys at least every
+  :data:`RELOAD_SECONDS`, well within the switch delay, so each record is signed by the key
+  valid at its ``recorded_at``; verification refuses one signed outside its key's window.
+- Legacy: public keys listed in ``SILL_DATA_DIR/audit-public-keys.json``
+  (``{"<key_id>": "<base64url public key>"}``), from before rotation existed, verify records
+  at any time.
 """
 
 from __future__ import annotations
@@ -18,8 +23,12 @@ import contextlib
 import hashlib
 import json
 import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import nacl.exceptions
 import nacl.signing
@@ -36,14 +45,129 @@ def key_id_for(verify_key: nacl.signing.VerifyKey) -> str:
     return "sill-" + hashlib.sha256(bytes(verify_key)).hexdigest()[:16]
 
 
-def signing_key() -> tuple[str, nacl.signing.SigningKey]:
-    """``(key_id, SigningKey)`` that signs new audit records."""
-    return _signing_key(settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR))
+RELOAD_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class KeyWindow:
+    """A public key and when it may sign: ``[valid_from, valid_until)``; None is unbounded."""
+
+    key_id: str
+    public_key: bytes
+    valid_from: datetime | None
+    valid_until: datetime | None
+
+    def valid_at(self, at: datetime) -> bool:
+        return (self.valid_from is None or self.valid_from <= at) and (
+            self.valid_until is None or at < self.valid_until
+        )
+
+
+def signing_key(at: datetime | None = None) -> tuple[str, nacl.signing.SigningKey]:
+    """``(key_id, SigningKey)`` that signs what is recorded at ``at`` (default: now)."""
+    configured = _signing_key(settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR))
+    at = at or datetime.now().astimezone()
+    current = configured
+    for row in _rotated():
+        if row.valid_from > at:
+            break
+        current = (row.key_id, _unseal(row))
+    return current
 
 
 def public_keys() -> dict[str, nacl.signing.VerifyKey]:
-    """Every key a record may name: the current one plus those in ``audit-public-keys.json``."""
-    return dict(_public_keys(settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR)))
+    """Every key a record may name: configured, rotated and legacy (no windows)."""
+    keys = dict(_public_keys(settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR)))
+    for row in _rotated():
+        keys[row.key_id] = nacl.signing.VerifyKey(b64url_decode(row.public_key))
+    return keys
+
+
+def key_windows() -> dict[str, KeyWindow]:
+    """Every key with the window in which it may sign (legacy keys: unbounded)."""
+    configured_id, configured = _signing_key(
+        settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR)
+    )
+    rotated = _rotated()
+    windows = {
+        key_id: KeyWindow(key_id, bytes(key), None, None)
+        for key_id, key in _public_keys(
+            settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR)
+        ).items()
+        if key_id != configured_id
+    }
+    starts = [row.valid_from for row in rotated]
+    windows[configured_id] = KeyWindow(
+        configured_id, bytes(configured.verify_key), None, starts[0] if starts else None
+    )
+    for i, row in enumerate(rotated):
+        until = starts[i + 1] if i + 1 < len(starts) else None
+        windows[row.key_id] = KeyWindow(
+            row.key_id, b64url_decode(row.public_key), row.valid_from, until
+        )
+    return windows
+
+
+def rotate_key(*, now: datetime | None = None) -> KeyWindow:
+    """Make a new signing key, valid from ``SILL_AUDIT_KEY_SWITCH_SECONDS`` after ``now``.
+
+    Refused (``ValueError``) while an earlier rotation has not yet taken effect. The caller
+    records the change in each site's log (``key_change``).
+    """
+    from audit.models import AuditKey
+    from sill.rails.secrets import encrypt_secret
+
+    now = now or datetime.now().astimezone()
+    valid_from = now + timedelta(seconds=settings.SILL_AUDIT_KEY_SWITCH_SECONDS)
+    if AuditKey.objects.filter(valid_from__gt=now).exists():
+        raise ValueError("a rotated key is waiting to take effect; try again after it does")
+    seed = nacl.signing.SigningKey.generate()
+    key_id = key_id_for(seed.verify_key)
+    public = b64url_encode(bytes(seed.verify_key))
+    AuditKey.objects.create(
+        key_id=key_id,
+        public_key=public,
+        sealed_seed=encrypt_secret(b64url_encode(seed.encode()), binding=_binding(key_id)),
+        valid_from=valid_from,
+    )
+    forget_rotated_keys()
+    return KeyWindow(key_id, bytes(seed.verify_key), valid_from, None)
+
+
+def forget_rotated_keys() -> None:
+    """Drop this process's copy of the rotated keys (the next use reloads them)."""
+    _ROTATED.clear()
+
+
+_ROTATED: dict[str, tuple[float, list[Any]]] = {}
+
+
+def _rotated() -> list[Any]:
+    from audit.models import AuditKey
+
+    cached = _ROTATED.get("rows")
+    if cached is not None and time.monotonic() - cached[0] < RELOAD_SECONDS:
+        return cached[1]
+    rows = list(AuditKey.objects.order_by("valid_from"))
+    _ROTATED["rows"] = (time.monotonic(), rows)
+    return rows
+
+
+def _binding(key_id: str) -> Any:
+    from sill.rails.secrets import SecretBinding
+
+    return SecretBinding(site_id="sill-audit-keys", rail="audit", field=key_id)
+
+
+@lru_cache(maxsize=16)
+def _unseal_cached(key_id: str, sealed: bytes, secret: str) -> nacl.signing.SigningKey:
+    from sill.rails.secrets import decrypt_secret
+
+    return nacl.signing.SigningKey(b64url_decode(decrypt_secret(sealed, binding=_binding(key_id))))
+
+
+def _unseal(row: Any) -> nacl.signing.SigningKey:
+    return _unseal_cached(row.key_id, bytes(row.sealed_seed), settings.SECRET_KEY)
 
 
 @lru_cache(maxsize=4)

@@ -49,6 +49,7 @@ class AuditKind(models.TextChoices):
     MEMBER_CHANGE = "member_change", "Member change"
     AGENT_CHANGE = "agent_change", "Agent change"
     RAIL_CHANGE = "rail_change", "Rail change"
+    SETTINGS_CHANGE = "settings_change", "Settings change"
 
 
 DECISION_KINDS = frozenset(
@@ -140,6 +141,9 @@ class AuditChainHead(models.Model):
     )
     last_seq = models.BigIntegerField(default=0)
     last_hash = models.CharField(max_length=64)
+    # The Merkle tree's right edge at last_seq leaves: the roots of its perfect subtrees, left
+    # to right, hex, space-separated (audit/tree.py). Appends grow it under the same lock.
+    tree_frontier = models.TextField(blank=True, default="")
 
     class Meta:
         constraints = [
@@ -150,3 +154,82 @@ class AuditChainHead(models.Model):
 
     def __str__(self) -> str:
         return f"{self.site_id} @ {self.last_seq}"
+
+
+class AuditTreeNode(models.Model):
+    """A complete subtree of a site's RFC 6962 Merkle tree over its records (audit/tree.py).
+
+    Level 0 holds the leaf hashes (``index`` = seq - 1); a node at ``level`` L and ``index`` i
+    is the root of leaves ``[i * 2**L, (i + 1) * 2**L)``. Written once when it completes,
+    beside the record that completes it; proofs read them.
+    """
+
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="audit_tree_nodes")
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "level", "index"], name="audittreenode_unique_position"
+            ),
+            models.CheckConstraint(condition=Q(index__gte=0), name="audittreenode_index_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.site_id} L{self.level}#{self.index}"
+
+
+class AuditCheckpoint(models.Model):
+    """A signed checkpoint of a site's tree (C2SP tlog-checkpoint; audit/checkpoints.py).
+
+    ``note`` is the whole signed note as published; ``tree_size``/``root_hash`` repeat its text
+    for lookups. Each is consistent with the one before (checked before signing).
+    """
+
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="audit_checkpoints")
+    tree_size = models.BigIntegerField()
+    root_hash = models.CharField(max_length=64)
+    note = models.TextField()
+    key_id = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    # When every configured destination (SILL_AUDIT_CHECKPOINT_DIR / _URL) took it.
+    published_at = models.DateTimeField(null=True, blank=True)
+    publish_attempts = models.PositiveIntegerField(default=0)
+    last_publish_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "tree_size"], name="auditcheckpoint_unique_size"
+            ),
+            models.CheckConstraint(
+                condition=Q(tree_size__gte=1), name="auditcheckpoint_size_positive"
+            ),
+        ]
+        indexes = [models.Index(fields=["site", "-tree_size"], name="auditcheckpoint_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.site_id} checkpoint @ {self.tree_size}"
+
+
+class AuditKey(models.Model):
+    """A rotated audit signing key (``manage.py audit rotate-key``; audit/keys.py).
+
+    The key configured in settings (or generated under the data dir) signs until the first of
+    these becomes valid; each then signs from its ``valid_from`` until the next one's. The seed
+    is sealed with SECRET_KEY (sill.rails.secrets), bound to the key id.
+    """
+
+    key_id = models.CharField(max_length=64, unique=True)
+    public_key = models.CharField(max_length=64)  # base64url, 32 bytes
+    sealed_seed = models.BinaryField()
+    valid_from = models.DateTimeField(unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["valid_from"]
+
+    def __str__(self) -> str:
+        return f"{self.key_id} from {self.valid_from:%Y-%m-%d %H:%M}"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
 
 from django.db.models import QuerySet
 
-from audit import chain, keys
+from audit import chain, checkpoints, keys, merkle, note, tree
 from audit.models import AuditChainHead, AuditRecord
 from sill.accounts.models import Site
 
@@ -51,35 +52,136 @@ def chain_rows_for(site: Site) -> Iterator[dict[str, Any]]:
     return AuditRecord.objects.filter(site=site).order_by("seq").values(*CHAIN_FIELDS).iterator()
 
 
-def chain_verification(site: Site) -> chain.VerifyResult:
-    """Verify ``site``'s whole chain against Sill's public keys and its chain head.
+def chain_verification(site: Site, *, checkpoint_note: str | None = None) -> chain.VerifyResult:
+    """Verify ``site``'s whole chain against Sill's keys (and their windows), its chain head,
+    its Merkle tree and a signed checkpoint.
 
-    The head check catches records deleted from the end, which the chain alone cannot.
+    The checkpoint is ``checkpoint_note`` when given (one kept outside Sill: what catches an
+    operator who removed records and rewound the head), else the latest Sill signed. A log
+    with fewer records than the checkpoint counts, or whose first records hash to another
+    root, fails; so does a chain head or a stored tree that disagrees with the records.
     """
-    head = AuditChainHead.objects.filter(site=site).values_list("last_seq", "last_hash").first()
+    head_row = AuditChainHead.objects.filter(site=site).first()
+    head = (head_row.last_seq, head_row.last_hash) if head_row else (0, chain.GENESIS_HASH)
+    windows = keys.key_windows()
+    if checkpoint_note is not None:
+        try:
+            signed = checkpoints.open_checkpoint(checkpoint_note, site_id=site.pk)
+        except note.NoteError as exc:
+            return chain.VerifyResult(False, 0, None, f"the checkpoint does not verify: {exc}")
+        anchor: merkle_anchor | None = (signed.checkpoint.size, signed.checkpoint.root)
+    else:
+        latest = checkpoints.latest_checkpoint(site_id=site.pk)
+        anchor = (latest.tree_size, bytes.fromhex(latest.root_hash)) if latest else None
+    roots = _TreeRoots(anchor[0] if anchor else 0)
     rows = (
         AuditRecord.objects.filter(site=site)
         .order_by("seq")
         .values(*CHAIN_FIELDS, *(column for column, _ in chain.SUBJECT_COLUMNS))
         .iterator()
     )
-    return chain.verify_chain(
-        rows,
-        {key_id: bytes(key) for key_id, key in keys.public_keys().items()},
-        expected_head=head or (0, chain.GENESIS_HASH),
+    result = chain.verify_chain(
+        roots.watch(rows),
+        {key_id: w.public_key for key_id, w in windows.items()},
+        windows={key_id: (w.valid_from, w.valid_until) for key_id, w in windows.items()},
+        expected_head=head,
     )
+    if not result.ok:
+        return result
+    if anchor is not None:
+        size, root = anchor
+        if result.count < size:
+            return chain.VerifyResult(
+                False,
+                result.count,
+                result.count + 1,
+                f"the log ends at seq {result.count} but a signed checkpoint counts {size} "
+                "records: records were removed from its end",
+            )
+        if roots.at_anchor != root:
+            return chain.VerifyResult(
+                False,
+                result.count,
+                None,
+                f"the first {size} records do not hash to the signed checkpoint's root",
+            )
+    if (
+        head_row is not None
+        and tree.root_from_frontier(tree.parse_frontier(head_row.tree_frontier)) != roots.root()
+    ):
+        return chain.VerifyResult(
+            False, result.count, None, "the stored Merkle tree does not match the records"
+        )
+    return result
+
+
+merkle_anchor = tuple[int, bytes]
+
+
+class _TreeRoots:
+    """Grows the tree over the records as they are verified: its root at ``anchor_size``
+    (a checkpoint's size) and at the end."""
+
+    def __init__(self, anchor_size: int) -> None:
+        self.anchor_size = anchor_size
+        self.edge: list[bytes] = []
+        self.size = 0
+        self.at_anchor: bytes | None = None
+        self.last_hash: str | None = None
+
+    def watch(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for row in rows:
+            yield row
+            # Reached only for a record that verified (verify_chain stops at the first bad).
+            _, self.edge = tree.grow(self.edge, self.size, merkle.record_leaf_hash(row["payload"]))
+            self.size += 1
+            self.last_hash = row["hash"]
+            if self.size == self.anchor_size:
+                self.at_anchor = tree.root_from_frontier(self.edge)
+
+    def root(self) -> bytes:
+        return tree.root_from_frontier(self.edge)
 
 
 def export_lines(site: Site) -> Iterator[str]:
-    """JSON lines: a header with the public keys, then one line per record in seq order."""
+    """JSON lines: a header with the audit keys and their windows, one line per record in seq
+    order, and last a signed checkpoint of exactly those records.
+
+    Writes a checkpoint first when the log grew since the last one, so the export ends with a
+    signed count of what it holds: a file cut short loses that last line (or no longer
+    reaches its count), which ``audit/verify_export.py`` reports.
+    """
+    with contextlib.suppress(checkpoints.CheckpointInconsistent):
+        checkpoints.write_checkpoint(site=site)  # an inconsistent log exports without one
+    latest = checkpoints.latest_checkpoint(site_id=site.pk)
     header = {
         "type": "header",
         "format": EXPORT_FORMAT,
         "site_id": site.pk,
-        "public_keys": {
-            key_id: chain.b64url_encode(bytes(key)) for key_id, key in keys.public_keys().items()
-        },
+        "origin": checkpoints.origin_for(site.pk),
+        **key_listing(),
     }
     yield json.dumps(header, ensure_ascii=False)
-    for row in chain_rows_for(site):
+    rows = chain_rows_for(site)
+    if latest is not None:
+        rows = (row for row in rows if row["seq"] <= latest.tree_size)
+    for row in rows:
         yield json.dumps({"type": "record", **row}, ensure_ascii=False)
+    if latest is not None:
+        yield json.dumps({"type": "checkpoint", "note": latest.note}, ensure_ascii=False)
+
+
+def key_listing() -> dict[str, Any]:
+    """The audit keys as exports and bundles carry them: ``public_keys`` (key id → base64url)
+    and ``key_windows`` (key id → ``valid_from`` / ``valid_until``, ISO or null)."""
+    windows = keys.key_windows()
+    return {
+        "public_keys": {key_id: chain.b64url_encode(w.public_key) for key_id, w in windows.items()},
+        "key_windows": {
+            key_id: {
+                "valid_from": w.valid_from.isoformat() if w.valid_from else None,
+                "valid_until": w.valid_until.isoformat() if w.valid_until else None,
+            }
+            for key_id, w in windows.items()
+        },
+    }

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from audit import chain, keys
+from audit import chain, keys, tree
 from audit.models import (
     DECISION_KINDS,
     AuditChainHead,
@@ -65,7 +65,7 @@ def append_record(*, site: Site, kind: str, body: Mapping[str, Any]) -> AuditRec
         }
     )
     digest = chain.record_hash(head.last_hash, payload)
-    key_id, signing_key = keys.signing_key()
+    key_id, signing_key = keys.signing_key(recorded_at)
     record = AuditRecord(
         site=site,
         seq=seq,
@@ -80,9 +80,10 @@ def append_record(*, site: Site, kind: str, body: Mapping[str, Any]) -> AuditRec
         subject_order_id=chain.subject_of(body, "order_id"),
     )
     record.save()
+    tree.append_leaf(head=head, payload=record.payload)
     head.last_seq = seq
     head.last_hash = digest
-    head.save(update_fields=["last_seq", "last_hash"])
+    head.save(update_fields=["last_seq", "last_hash", "tree_frontier"])
     return record
 
 

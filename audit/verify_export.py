@@ -1,20 +1,32 @@
 #!/usr/bin/env python3
-"""Verify a Sill audit export without Sill: Python 3.11+ standard library and PyNaCl only.
+"""Verify Sill's audit evidence without Sill: Python 3.11+ standard library and PyNaCl only.
 
-    python verify_export.py export.jsonl [--public-key KEY_ID=BASE64URL ...]
+    python verify_export.py export.jsonl [--public-key KEY_ID=BASE64URL ...] [--checkpoint F]
+    python verify_export.py bundle.json  [--public-key KEY_ID=BASE64URL ...] [--checkpoint F]
 
-The export (``manage.py audit export --site S``) is JSON lines: a header
-``{"type": "header", "format": "sill-audit-export-v1", "site_id", "public_keys"}`` and then
-one ``{"type": "record", "site_id", "seq", "kind", "payload", "prev_hash", "hash",
-"signature", "key_id"}`` per record, in seq order. For every record this checks, in order:
-seq is the previous + 1 (the first is 1); ``payload`` is canonical JSON (RFC 8785) whose
-site_id/seq/kind equal the record's; ``prev_hash`` is the previous hash (64 zeros first);
-``hash == sha256(prev_hash + payload)``; ``signature`` is ed25519 over the hash's 32 bytes.
+An export (``manage.py audit export --site S``) is JSON lines: a header
+``{"type": "header", "format": "sill-audit-export-v1", "site_id", "origin", "public_keys",
+"key_windows"}``, one ``{"type": "record", "site_id", "seq", "kind", "payload", "prev_hash",
+"hash", "signature", "key_id"}`` per record in seq order, and last ``{"type": "checkpoint",
+"note"}``: a signed checkpoint (c2sp.org/tlog-checkpoint) of exactly those records. For every
+record this checks: seq is the previous + 1 (the first is 1); ``payload`` is canonical JSON
+(RFC 8785) whose site_id/seq/kind equal the record's; ``prev_hash`` is the previous hash (64
+zeros first); ``hash == sha256(prev_hash + payload)``; ``signature`` is ed25519 over the hash's
+32 bytes by a known key, within that key's validity window. Then the checkpoint: signed by one
+of the keys for the log's origin, counting exactly the records in the file, its root the RFC
+6962 Merkle root of their leaves (``SHA-256(0x00 || payload)``). A file without that last line,
+or with fewer records than it counts, was cut short.
 
-The header's public keys come with the file, so they prove only that the file is consistent.
-Pass the keys you trust with ``--public-key`` (then only those are used). Exit 0 and print
-``OK: N records``, or exit 1 and print ``FAILED at seq N: problem`` (for a deleted record, N is
-the record after the gap). Records cut from the end of a file cannot be detected here.
+A bundle (``manage.py audit bundle --refund R``) is one refund's evidence: the mandate's bytes,
+its records (decision, review, settlement, …) each with an inclusion proof, and a checkpoint;
+each record, proof and the mandate's SHA-256 (named by the decision record) are checked.
+
+Keys in the file prove only that the file is consistent: pass the keys you trust with
+``--public-key`` (then only those are used), and a checkpoint you kept yourself (fetched from
+``/audit/<site id>/checkpoint`` earlier, or pushed to you) with ``--checkpoint``: the file must
+then hold at least its records and hash to its root, which catches a log rewritten or cut
+short before it was exported. Every problem is listed (``FAILED at …: problem``, one per
+line; exit 1); otherwise ``OK: N records …`` and exit 0.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import hashlib
 import json
 import re
 import sys
+from datetime import datetime
 from typing import Any
 
 import nacl.exceptions
@@ -151,56 +164,405 @@ def check_record(
     return digest
 
 
-def verify_file(path: str, trusted: dict[str, nacl.signing.VerifyKey] | None) -> int:
-    """Return the number of records; raise :class:`Failed` at the first problem."""
-    with open(path, encoding="utf-8") as fh:
-        lines = iter(enumerate(fh, start=1))
-        try:
-            _, first = next(lines)
-            header = json.loads(first)
-        except (StopIteration, ValueError):
-            raise Failed("line 1", "no header") from None
-        if not isinstance(header, dict) or header.get("type") != "header":
-            raise Failed("line 1", "no header")
-        if header.get("format") != FORMAT:
-            raise Failed("line 1", f"unknown format {header.get('format')!r}")
-        site_id = header.get("site_id")
-        if trusted is not None:
-            keys = trusted
+# -- Merkle proofs (RFC 9162 §2.1.3.2 and §2.1.4.2, as the RFC writes them; Sill's own
+# audit/merkle.py follows transparency-dev's decomposition instead: two implementations). ---
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def _are_hashes(*values: Any) -> bool:
+    return all(isinstance(v, bytes) and len(v) == 32 for v in values)
+
+
+def verify_inclusion(index: int, size: int, leaf: bytes, proof: list[bytes], root: bytes) -> None:
+    """Raise ``ValueError`` unless ``proof`` puts ``leaf`` at ``index`` of the tree of
+    ``size`` leaves with ``root``."""
+    if not _are_hashes(leaf, root, *proof):
+        raise ValueError("hashes must be 32 bytes")
+    if not 0 <= index < size:
+        raise ValueError(f"index {index} is not below size {size}")
+    fn, sn, r = index, size - 1, leaf
+    for p in proof:
+        if sn == 0:
+            raise ValueError("the inclusion proof is too long")
+        if fn & 1 or fn == sn:
+            r = _node(p, r)
+            while not fn & 1 and fn != 0:
+                fn, sn = fn >> 1, sn >> 1
         else:
-            try:
-                keys = {k: load_key(v) for k, v in dict(header.get("public_keys") or {}).items()}
-            except (ValueError, TypeError, AttributeError) as exc:
-                raise Failed("line 1", f"bad public_keys: {exc}") from None
-        prev_seq, prev_hash, count = 0, GENESIS_HASH, 0
-        for lineno, line in lines:
-            if not line.strip():
+            r = _node(r, p)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise ValueError("the inclusion proof is too short")
+    if r != root:
+        raise ValueError("the inclusion proof leads to another root")
+
+
+def verify_consistency(
+    first: int, second: int, first_root: bytes, second_root: bytes, proof: list[bytes]
+) -> None:
+    """Raise ``ValueError`` unless ``proof`` shows the tree of ``first`` leaves with
+    ``first_root`` is a prefix of the tree of ``second`` leaves with ``second_root``."""
+    if first > second:
+        raise ValueError(f"size {first} is beyond size {second}")
+    if first == 0:
+        raise ValueError("a consistency proof from the empty tree proves nothing")
+    if first == second:
+        if proof or first_root != second_root:
+            raise ValueError("equal sizes need an empty proof and equal roots")
+        return
+    if not proof or not _are_hashes(first_root, second_root, *proof):
+        raise ValueError("the proof and roots must be 32-byte hashes")
+    path = list(proof)
+    if first & (first - 1) == 0:  # a power of two: the old root is the first node
+        path.insert(0, first_root)
+    fn, sn = first - 1, second - 1
+    while fn & 1:
+        fn, sn = fn >> 1, sn >> 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise ValueError("the consistency proof is too long")
+        if fn & 1 or fn == sn:
+            fr, sr = _node(c, fr), _node(c, sr)
+            while not fn & 1 and fn != 0:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            sr = _node(sr, c)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise ValueError("the consistency proof is too short")
+    if fr != first_root or sr != second_root:
+        raise ValueError("the consistency proof does not lead to both roots")
+
+
+# -- signed notes and checkpoints (c2sp.org/signed-note, c2sp.org/tlog-checkpoint) ------
+
+
+def _note_key_id(name: str, public_key: bytes) -> bytes:
+    return hashlib.sha256(name.encode("utf-8") + b"\n\x01" + public_key).digest()[:4]
+
+
+def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[int, bytes]:
+    """``(tree size, root)`` of a checkpoint of log ``origin`` signed by one of ``keys``."""
+    if not isinstance(note, str) or not note.endswith("\n") or "\n\n" not in note:
+        raise ValueError("not a signed note")
+    split = note.rfind("\n\n")
+    text, lines = note[: split + 1], note[split + 2 : -1].split("\n")
+    if any(ord(c) < 0x20 and c != "\n" for c in text):
+        raise ValueError("the note holds control characters")
+    verified = False
+    for line in lines[:16]:
+        if not line.startswith("\u2014 "):
+            raise ValueError("a signature line starts with an em dash")
+        name, _, encoded = line[2:].partition(" ")
+        try:
+            blob = base64.b64decode(encoded, validate=True)
+        except ValueError:
+            raise ValueError("a signature is not base64") from None
+        if name != origin:
+            continue
+        for key in keys.values():
+            if blob[:4] != _note_key_id(origin, bytes(key)):
                 continue
             try:
-                rec = json.loads(line)
-            except ValueError:
-                raise Failed(f"seq {prev_seq + 1}", f"line {lineno} is not JSON") from None
-            if not isinstance(rec, dict) or rec.get("type") != "record":
-                raise Failed(f"seq {prev_seq + 1}", f"line {lineno} is not a record")
-            seq = rec.get("seq")
-            if not isinstance(seq, int) or isinstance(seq, bool):
-                raise Failed(f"seq {prev_seq + 1}", f"line {lineno} has no integer seq")
-            if seq != prev_seq + 1:
-                what = "missing" if seq > prev_seq + 1 else "out of order"
-                raise Failed(f"seq {seq}", f"expected seq {prev_seq + 1}, found {seq}: {what}")
-            prev_hash = check_record(rec, seq=seq, site_id=site_id, prev_hash=prev_hash, keys=keys)
-            prev_seq, count = seq, count + 1
-    return count
+                key.verify(text.encode("utf-8"), blob[4:])
+            except (nacl.exceptions.BadSignatureError, ValueError):
+                raise ValueError("the checkpoint's signature does not verify") from None
+            verified = True
+    if not verified:
+        raise ValueError(f"the checkpoint is not signed by a known key for {origin}")
+    parts = text.split("\n")
+    if len(parts) < 4 or parts[0] != origin or not parts[1].isdigit():
+        raise ValueError(f"the checkpoint is not of log {origin}")
+    root = base64.b64decode(parts[2], validate=True)
+    if len(root) != 32:
+        raise ValueError("the checkpoint's root is not 32 bytes")
+    return int(parts[1]), root
+
+
+def merkle_root(leaves: list[bytes]) -> bytes:
+    """RFC 6962 §2.1: the root over leaf hashes (split at the largest power of two below n)."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    return _node(merkle_root(leaves[:k]), merkle_root(leaves[k:]))
+
+
+def leaf_of(payload: str) -> bytes:
+    return hashlib.sha256(b"\x00" + payload.encode("utf-8")).digest()
+
+
+# -- keys and their windows ---------------------------------------------------------------
+
+
+def header_keys(header: dict[str, Any], trusted: dict[str, Any] | None) -> dict[str, Any]:
+    if trusted is not None:
+        return trusted
+    try:
+        return {k: load_key(v) for k, v in dict(header.get("public_keys") or {}).items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise Failed("the header", f"bad public_keys: {exc}") from None
+
+
+def header_windows(header: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    windows = {}
+    listed = header.get("key_windows")
+    for key_id, window in (listed if isinstance(listed, dict) else {}).items():
+        try:
+            windows[key_id] = (_time(window.get("valid_from")), _time(window.get("valid_until")))
+        except (AttributeError, ValueError):
+            raise Failed("the header", f"bad key_windows for {key_id!r}") from None
+    return windows
+
+
+def _time(text: Any) -> datetime | None:
+    if text is None:
+        return None
+    at = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    if at.tzinfo is None:
+        raise ValueError("a time without a zone")
+    return at
+
+
+def check_window(rec: dict[str, Any], seq: int, windows: dict[str, tuple[Any, Any]]) -> None:
+    key_id = rec.get("key_id")
+    if not isinstance(key_id, str) or key_id not in windows:
+        return
+    recorded_at = json.loads(rec["payload"]).get("recorded_at")
+    try:
+        at = _time(recorded_at)
+    except ValueError:
+        raise Failed(f"seq {seq}", f"recorded_at {recorded_at!r} is not a time") from None
+    start, end = windows[key_id]
+    if at is None or (start is not None and at < start) or (end is not None and at >= end):
+        raise Failed(f"seq {seq}", f"signed by {key_id} at {recorded_at}, outside its window")
+
+
+# -- an export ----------------------------------------------------------------------------
+
+
+def verify_export(
+    lines: list[str], trusted: dict[str, Any] | None, trusted_checkpoint: str | None
+) -> tuple[int, list[str]]:
+    """``(records, problems)`` for an export's lines; every problem found, in file order."""
+    problems: list[str] = []
+    try:
+        header = json.loads(lines[0]) if lines else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("type") != "header":
+        return 0, ["FAILED at line 1: no header"]
+    if header.get("format") != FORMAT:
+        return 0, [f"FAILED at line 1: unknown format {header.get('format')!r}"]
+    try:
+        keys = header_keys(header, trusted)
+        windows = header_windows(header)
+    except Failed as failed:
+        return 0, [str(failed)]
+    site_id = header.get("site_id")
+    origin = header.get("origin") or ""
+    prev_seq, prev_hash, leaves = 0, GENESIS_HASH, []
+    embedded: str | None = None
+    after_checkpoint = False
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            problems.append(f"FAILED at line {lineno}: not JSON")
+            continue
+        kind = rec.get("type") if isinstance(rec, dict) else None
+        if kind == "checkpoint":
+            embedded = rec.get("note")
+            after_checkpoint = True
+            continue
+        if kind != "record":
+            problems.append(f"FAILED at line {lineno}: not a record")
+            continue
+        if after_checkpoint:
+            problems.append(f"FAILED at line {lineno}: a record after the checkpoint line")
+        seq = rec.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            problems.append(f"FAILED at line {lineno}: no integer seq")
+            continue
+        if seq != prev_seq + 1:
+            if seq > prev_seq + 1:
+                gap = (
+                    f"seq {prev_seq + 1}"
+                    if seq == prev_seq + 2
+                    else f"seqs {prev_seq + 1}..{seq - 1}"
+                )
+                problems.append(
+                    f"FAILED at seq {seq}: expected seq {prev_seq + 1}, found {seq}: {gap} missing"
+                )
+            else:
+                problems.append(
+                    f"FAILED at seq {seq}: expected seq {prev_seq + 1}, found {seq}: out of order"
+                )
+        try:
+            check_record(rec, seq=seq, site_id=site_id, prev_hash=prev_hash, keys=keys)
+            check_window(rec, seq, windows)
+        except Failed as failed:
+            problems.append(str(failed))
+        # Go on from what this record claims, so one bad record is one problem, not a cascade.
+        prev_seq = seq
+        prev_hash = rec.get("hash") if isinstance(rec.get("hash"), str) else prev_hash
+        payload = rec.get("payload")
+        leaves.append(leaf_of(payload) if isinstance(payload, str) else b"")
+    count = len(leaves)
+    if embedded is None:
+        problems.append(
+            f"FAILED at the end: no signed checkpoint after record {prev_seq}: the export was "
+            "cut short (or comes from a Sill without checkpoints)"
+        )
+    else:
+        problems += _against(embedded, "the export's checkpoint", origin, keys, leaves, exact=True)
+    if trusted_checkpoint is not None:
+        problems += _against(
+            trusted_checkpoint, "the trusted checkpoint", origin, keys, leaves, exact=False
+        )
+    return count, problems
+
+
+def _against(
+    note: str, what: str, origin: str, keys: dict[str, Any], leaves: list[bytes], *, exact: bool
+) -> list[str]:
+    try:
+        size, root = open_checkpoint(note, origin=origin, keys=keys)
+    except ValueError as exc:
+        return [f"FAILED at {what}: {exc}"]
+    if size > len(leaves):
+        return [
+            f"FAILED at {what}: it counts {size} records, the file holds {len(leaves)}: "
+            "records were removed from the end"
+        ]
+    if exact and size != len(leaves):
+        return [f"FAILED at {what}: it counts {size} records, the file holds {len(leaves)}"]
+    if merkle_root(leaves[:size]) != root:
+        return [
+            f"FAILED at {what}: the first {size} records do not hash to its root: records "
+            "were changed, inserted, removed or reordered"
+        ]
+    return []
+
+
+# -- a bundle -----------------------------------------------------------------------------
+
+BUNDLE_FORMAT = "sill-evidence-bundle-v1"
+
+
+def verify_bundle(
+    bundle: dict[str, Any], trusted: dict[str, Any] | None, trusted_checkpoint: str | None
+) -> tuple[int, list[str]]:
+    """``(records, problems)`` for one refund's evidence bundle."""
+    problems: list[str] = []
+    try:
+        keys = header_keys(bundle, trusted)
+        windows = header_windows(bundle)
+    except Failed as failed:
+        return 0, [str(failed)]
+    origin = bundle.get("origin") or ""
+    try:
+        size, root = open_checkpoint(bundle.get("checkpoint") or "", origin=origin, keys=keys)
+    except ValueError as exc:
+        return 0, [f"FAILED at the bundle's checkpoint: {exc}"]
+    if trusted_checkpoint is not None:
+        try:
+            trusted_size, trusted_root = open_checkpoint(
+                trusted_checkpoint, origin=origin, keys=keys
+            )
+        except ValueError as exc:
+            problems.append(f"FAILED at the trusted checkpoint: {exc}")
+        else:
+            if (trusted_size, trusted_root) != (size, root):
+                problems.append(
+                    "FAILED at the trusted checkpoint: it is not the bundle's checkpoint "
+                    f"(sizes {trusted_size} and {size}); fetch the consistency proof between them"
+                )
+    listed = bundle.get("records")
+    records: list[Any] = listed if isinstance(listed, list) else []
+    if not records:
+        problems.append("FAILED at the bundle: it holds no records")
+    mandate_sha256 = None
+    for rec in records:
+        seq = rec.get("seq") if isinstance(rec, dict) else None
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            problems.append("FAILED at a record: no integer seq")
+            continue
+        try:
+            check_record(
+                rec,
+                seq=seq,
+                site_id=bundle.get("site_id"),
+                prev_hash=rec.get("prev_hash", ""),
+                keys=keys,
+            )
+            check_window(rec, seq, windows)
+            proof = [base64.b64decode(h, validate=True) for h in rec.get("inclusion_proof") or []]
+            verify_inclusion(seq - 1, size, leaf_of(rec["payload"]), proof, root)
+        except Failed as failed:
+            problems.append(str(failed))
+            continue
+        except (ValueError, TypeError, KeyError) as exc:
+            problems.append(f"FAILED at seq {seq}: not in the checkpointed log: {exc}")
+            continue
+        body = json.loads(rec["payload"]).get("body") or {}
+        if isinstance(body, dict) and body.get("refund_id") != bundle.get("refund_id"):
+            problems.append(f"FAILED at seq {seq}: the record is about another refund")
+        if isinstance(body, dict) and body.get("mandate_sha256"):
+            mandate_sha256 = body["mandate_sha256"]
+    mandate = bundle.get("mandate")
+    if isinstance(mandate, dict):
+        try:
+            raw = base64.b64decode(mandate.get("bytes_b64") or "", validate=True)
+        except ValueError:
+            raw = None
+        if raw is None:
+            problems.append("FAILED at the mandate: its bytes are not base64")
+        elif mandate_sha256 is None:
+            problems.append("FAILED at the mandate: no decision record names its SHA-256")
+        elif hashlib.sha256(raw).hexdigest() != mandate_sha256:
+            problems.append("FAILED at the mandate: its bytes are not the ones the decision names")
+    return len(records), problems
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def verify_path(
+    path: str, trusted: dict[str, Any] | None, trusted_checkpoint: str | None
+) -> tuple[str, int, list[str]]:
+    """``(kind, records, problems)`` for the file at ``path`` (an export or a bundle)."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict) and whole.get("format") == BUNDLE_FORMAT:
+        count, problems = verify_bundle(whole, trusted, trusted_checkpoint)
+        return "bundle", count, problems
+    count, problems = verify_export(text.splitlines(), trusted, trusted_checkpoint)
+    return "export", count, problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Verify a Sill audit export (JSON lines).")
-    parser.add_argument("export", help="file written by `manage.py audit export`")
+    parser = argparse.ArgumentParser(description="Verify a Sill audit export or evidence bundle.")
+    parser.add_argument("file", help="written by `manage.py audit export` or `audit bundle`")
     parser.add_argument(
         "--public-key",
         action="append",
         metavar="KEY_ID=BASE64URL",
         help="a trusted public key; when given, the file's own keys are ignored (repeatable)",
+    )
+    parser.add_argument(
+        "--checkpoint", metavar="FILE", help="a signed checkpoint of the log you kept yourself"
     )
     args = parser.parse_args(argv)
     trusted = None
@@ -215,14 +577,21 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 parser.error(f"--public-key {item!r}: {exc}")
     try:
-        count = verify_file(args.export, trusted)
-    except Failed as failed:
-        print(failed, file=sys.stderr)
+        checkpoint = None
+        if args.checkpoint:
+            with open(args.checkpoint, encoding="utf-8") as fh:
+                checkpoint = fh.read()
+        kind, count, problems = verify_path(args.file, trusted, checkpoint)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"FAILED: cannot read a file: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"FAILED: cannot read {args.export}: {exc}", file=sys.stderr)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
         return 1
-    print(f"OK: {count} records")
+    if kind == "bundle":
+        print(f"OK: bundle of {count} records, each in the signed checkpoint")
+    else:
+        print(f"OK: {count} records, matching their signed checkpoint")
     return 0
 
 

@@ -1,8 +1,13 @@
-"""The policy API behind the gallery (session auth with CSRF, like the pages).
+"""The policy API: the gallery (session auth with CSRF, like the pages) and the rules.
 
 ``GET /api/v1/policy-templates``: the catalog, for any signed-in member.
 ``POST /api/v1/sites/{site}/rules/from-template``: apply (or, with ``dryRun``, preview) a
-template or pack on a site the user belongs to, as an owner or admin. Another site answers
+template or pack on a site the user belongs to, as an owner or admin.
+``GET /api/v1/sites/{site}/rules``: the active version, its rules and auto-refund (members);
+``POST`` the same path with one rule (``id`` optional, ``when`` with one or more conditions,
+``then``, ``mode``) adds it as a new version (owners, admins); ``DELETE
+/api/v1/sites/{site}/rules/{rule_id}`` removes one (a new version). The rules endpoints take a
+member's session (with CSRF) or API token (``manage.py members token``). Another site answers
 404, never 403, so site ids cannot be probed.
 """
 
@@ -13,17 +18,22 @@ from typing import Any, cast
 from django.contrib.auth.models import User
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from policies import catalog as cat
-from policies.rules import MODES
-from policies.services import ApplyResult, apply_catalog_item
+from policies.rules import MODES, json_safe_rules
+from policies.selectors import ActivePolicy, active_policy_for
+from policies.services import ApplyResult, add_rule, apply_catalog_item, delete_rule
 from sill.accounts import two_factor
 from sill.accounts.access import Cap, can
-from sill.accounts.models import Membership, Site
+from sill.accounts.api_auth import MemberTokenAuthentication
+from sill.accounts.models import Membership, MemberToken, Site
 from sill.errors import NotFound, PermissionDenied, SillError
+from sill.money import Money
 
 _ERROR = inline_serializer(
     "PolicyError",
@@ -98,12 +108,70 @@ class RulesFromTemplateApi(APIView):
         return Response(_result(result), status=201 if result.status == "applied" else 200)
 
 
+class RulesApi(APIView):
+    authentication_classes = [MemberTokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        operation_id="rules_list",
+        summary="The site's active policy: version, rules and auto-refund",
+        responses={200: dict, 401: _ERROR, 404: _ERROR},
+    )
+    def get(self, request: Request, site_id: str) -> Response:
+        site = _member_site(request, site_id, Cap.VIEW_RULES)
+        return Response(_policy(active_policy_for(site)))
+
+    @extend_schema(
+        operation_id="rules_add",
+        summary="Add one rule of the merchant's own (a new policy version)",
+        request=dict,
+        responses={201: dict, 400: _ERROR, 401: _ERROR, 403: _ERROR, 404: _ERROR, 409: _ERROR},
+    )
+    def post(self, request: Request, site_id: str) -> Response:
+        site = _member_site(request, site_id, Cap.EDIT_RULES)
+        if not isinstance(request.data, dict):
+            raise SillError("The body must be one rule, a JSON object.", code="malformed")
+        _require_two_factor(request, site)
+        label, rule = add_rule(site=site, actor=request.user, rule=request.data, field="rule")
+        return Response({"version": label, "rule": json_safe_rules([rule])[0]}, status=201)
+
+
+class RuleDeleteApi(APIView):
+    authentication_classes = [MemberTokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        operation_id="rules_delete",
+        summary="Delete one rule (a new policy version)",
+        responses={200: dict, 401: _ERROR, 403: _ERROR, 404: _ERROR},
+    )
+    def delete(self, request: Request, site_id: str, rule_id: str) -> Response:
+        site = _member_site(request, site_id, Cap.EDIT_RULES)
+        _require_two_factor(request, site)
+        label = delete_rule(site=site, actor=request.user, rule_id=rule_id)
+        return Response({"version": label, "deleted": rule_id})
+
+
+def _policy(active: ActivePolicy) -> dict[str, Any]:
+    return {
+        "version": active.label,
+        "rules": json_safe_rules(list(active.rules)),
+        "autoRefund": {
+            "enabled": active.auto_refund.enabled,
+            "cap": Money(active.auto_refund.cap_minor, active.auto_refund.currency).major_str(),
+            "currency": active.auto_refund.currency,
+        },
+    }
+
+
 def _user(request: Request) -> User:
     # IsAuthenticated, the default permission class, has run: never the anonymous user.
     return cast(User, request.user)
 
 
 def _member_site(request: Request, site_id: str, cap: Cap) -> Site:
+    if isinstance(request.auth, MemberToken) and request.auth.membership.site_id != site_id:
+        raise NotFound("No such site.")  # a token acts on its own site only
     membership = (
         Membership.objects.filter(user=_user(request), site_id=site_id)
         .select_related("site")
@@ -112,7 +180,11 @@ def _member_site(request: Request, site_id: str, cap: Cap) -> Site:
     if membership is None:
         raise NotFound("No such site.")
     if not can(membership, cap):
-        raise PermissionDenied("Changing rules needs an owner or an admin.")
+        raise PermissionDenied(
+            "Changing rules needs an owner or an admin."
+            if cap == Cap.EDIT_RULES
+            else "Your role cannot read the rules."
+        )
     return membership.site
 
 

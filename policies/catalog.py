@@ -329,3 +329,13 @@ def _whole(raw: Any, *, field: str, label: str) -> int:
     if text.isascii() and text.isdigit() and len(text) <= 9:
         return int(text)
     raise CatalogError(f"{label} is a whole number.", field=field)
+
+
+def rule_title(rule_id: str) -> str:
+    """A rule's name as its template titles it (``tpl-customer-monthly`` → "One refund per
+    customer per 30 days"); a merchant's own rule id in words."""
+    for template in TEMPLATES.values():
+        if rule_id in template.rule_ids:
+            return template.title
+    words = rule_id.removeprefix("tpl-").replace("-", " ").replace("_", " ").strip()
+    return words.capitalize() or "A rule"

@@ -25,9 +25,16 @@ from policies.rates import usd_minor
 from policies.types import RefundContext
 from policies.vocabulary import FACTS_VERSION, ratio, truncated
 from refunds.models import LIVE_STATUSES, Refund, RefundOrigin
+from sill.accounts.models import Site
 from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
 from sill.orders.outside import unrecorded_refunded_minor
-from sill.rails.base import ChargeReader, RefundFacts, RefundFactsReader, RefundFactsRequest
+from sill.rails.base import (
+    RAIL_REFUND_WINDOW_DAYS,
+    ChargeReader,
+    RefundFacts,
+    RefundFactsReader,
+    RefundFactsRequest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +89,12 @@ def read_refund_facts(context: RefundContext) -> dict[str, Any]:
         "refundAmountUsd": refund_usd,
         "refundFraction": ratio(prior + amount.amount_minor, charge.amount_minor),
         "refundChargeAgeDays": _age_days(rail.charge_created_at, now),
+        "refundWindowDaysLeft": _window_days_left(
+            context.site,
+            charge.rail,
+            rail.charge_created_at or charge.captured_at or charge.created_at,
+            now,
+        ),
         "refundCustomerAgeDays": _age_days(rail.customer_created_at, now),
         "refundCustomerCount90d": history_count,
         "refundCustomerAmount90dUsd": history_usd,
@@ -190,6 +203,15 @@ def _age_days(then: datetime | None, now: datetime) -> int | None:
     if then is None:
         return None
     return max(0, int((now - then).total_seconds()) // _DAY)
+
+
+def _window_days_left(site: Site, rail: str, paid_at: datetime | None, now: datetime) -> int | None:
+    """Days left in the tightest refund window that applies (the rail's, the merchant's)."""
+    windows = [d for d in (RAIL_REFUND_WINDOW_DAYS.get(rail), site.refund_window_days) if d]
+    age = _age_days(paid_at, now)
+    if not windows or age is None:
+        return None
+    return max(0, min(windows) - age)
 
 
 def _customer_refunds(context: RefundContext, customer: Customer | None) -> int | None:

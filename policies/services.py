@@ -20,7 +20,7 @@ from audit.services import append_record
 from policies.catalog import CatalogItem, build_rules
 from policies.engine import AutoRefund
 from policies.models import BASELINE_NUMBER, PolicyVersion
-from policies.rules import MAX_RULES, MODES, RuleError, json_safe_rules
+from policies.rules import MAX_RULES, MODES, RuleError, json_safe_rules, validate_rule
 from policies.selectors import (
     ActivePolicy,
     active_policy_for,
@@ -34,6 +34,7 @@ from sill.errors import NotFound, SillError
 from sill.money import Money
 
 MAX_CAP_MINOR = 10**12
+_ACTION_WORDS = {"allow": "allow", "require_approval": "hold for approval", "deny": "deny"}
 
 
 class PolicyConflict(SillError):
@@ -129,6 +130,106 @@ def set_rule_mode(*, site: Site, actor: Any, rule_id: str, mode: str) -> str:
             auto_refund=active.auto_refund,
             summary=f"Rule {rule_id} set to {mode}",
             detail={"change": "set_rule_mode", "rule_id": rule_id, "mode": mode},
+        )
+
+    return _change(site=site, actor=actor, edit=edit)
+
+
+def add_rule(
+    *, site: Site, actor: Any, rule: Any, field: str = "rule"
+) -> tuple[str, dict[str, Any]]:
+    """Add the merchant's own ``rule`` (validated here) to the active policy, as one new version.
+
+    Without an ``id`` the rule is named ``custom-<n>``, the first free number. Returns the
+    active version's label after and the rule as stored. ``RuleError`` for an invalid rule,
+    409 ``rule_exists`` for an id the policy already has, 409 ``too_many_rules``.
+    """
+    raw = dict(rule) if isinstance(rule, dict) else rule
+    stored: dict[str, Any] = {}
+
+    def edit(active: ActivePolicy) -> Edit:
+        candidate = raw
+        if isinstance(candidate, dict) and "id" not in candidate:
+            taken = {r["id"] for r in active.rules}
+            number = next(n for n in range(1, MAX_RULES + 2) if f"custom-{n}" not in taken)
+            candidate = {"id": f"custom-{number}", **candidate}
+        valid = validate_rule(candidate, field=field)
+        if active.rule(valid["id"]) is not None:
+            raise SillError(
+                f"The policy already has a rule {valid['id']!r}: pick another id.",
+                code="rule_exists",
+                field=f"{field}.id",
+                status=409,
+            )
+        _check_room(active, [valid])
+        stored.update(valid)
+        return Edit(
+            rules=[*active.rules, valid],
+            auto_refund=active.auto_refund,
+            summary=f"Rule {valid['id']} added: {_ACTION_WORDS[valid['then']['action']]}"
+            + (" (observe only)" if valid["mode"] == "observe" else ""),
+            detail={"change": "add_rule", "rule_id": valid["id"]},
+        )
+
+    label = _change(site=site, actor=actor, edit=edit)
+    return label, stored
+
+
+MAX_WINDOW_DAYS = 3650
+
+
+def set_refund_window(*, site: Site, actor: Any, days: int | None) -> None:
+    """The merchant's own refund window in days from payment (None: only the rails'). One
+    signed ``settings_change`` record per change."""
+    if days is not None and not 1 <= days <= MAX_WINDOW_DAYS:
+        raise SillError(
+            f"A refund window is 1 to {MAX_WINDOW_DAYS} days, or none.",
+            code="invalid_field",
+            field="days",
+        )
+    with transaction.atomic():
+        locked = Site.objects.select_for_update(no_key=True).get(pk=site.pk)
+        if locked.refund_window_days == days:
+            return
+        before = locked.refund_window_days
+        locked.refund_window_days = days
+        locked.save(update_fields=["refund_window_days"])
+        site.refund_window_days = days
+        append_record(
+            site=locked,
+            kind="settings_change",
+            body={
+                "change": "refund_window",
+                "actor": actor.get_username() if getattr(actor, "pk", None) else None,
+                "refund_window_days": days,
+                "previous_refund_window_days": before,
+            },
+        )
+
+
+def restore_version(*, site: Site, actor: Any, number: int) -> str:
+    """Make the rules and auto-refund of version ``number`` active again, as a new version.
+
+    NotFound for a version the site does not have; nothing is written when it is what is
+    active already.
+    """
+    old = PolicyVersion.objects.filter(site=site, number=number).first()
+    if old is None:
+        raise NotFound(f"No policy version v{number} on this site.")
+    wanted = AutoRefund(
+        enabled=old.auto_refund_enabled,
+        cap_minor=old.auto_refund_cap_minor,
+        currency=old.auto_refund_currency,
+    )
+
+    def edit(active: ActivePolicy) -> Edit | None:
+        if list(active.rules) == list(old.rules) and active.auto_refund == wanted:
+            return None
+        return Edit(
+            rules=list(old.rules),
+            auto_refund=wanted,
+            summary=f"Restored {old.label}",
+            detail={"change": "restore_version", "restored": old.label},
         )
 
     return _change(site=site, actor=actor, edit=edit)

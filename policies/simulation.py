@@ -64,6 +64,8 @@ class Change:
     refund_id: str
     active: str
     draft: str
+    amount_minor: int = 0
+    currency: str = ""
 
 
 @dataclass
@@ -76,6 +78,8 @@ class Preview:
     active: dict[str, int] = field(default_factory=dict)
     changed: int = 0
     changes: list[Change] = field(default_factory=list)
+    # currency → minor units of every request decided differently (not only those listed).
+    changed_amounts: dict[str, int] = field(default_factory=dict)
     rules: list[RuleImpact] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
@@ -101,8 +105,17 @@ class Preview:
             "outcomes": {"draft": self.draft, "active": self.active},
             "changed": self.changed,
             "changes": [
-                {"refundId": c.refund_id, "active": c.active, "draft": c.draft}
+                {
+                    "refundId": c.refund_id,
+                    "active": c.active,
+                    "draft": c.draft,
+                    "amountMinor": c.amount_minor,
+                    "currency": c.currency,
+                }
                 for c in self.changes
+            ],
+            "changedAmounts": [
+                {"currency": c, "amountMinor": m} for c, m in sorted(self.changed_amounts.items())
             ],
             "rules": [r.as_dict() for r in self.rules],
             "diff": {"added": self.added, "removed": self.removed, "changed": self.modified},
@@ -141,8 +154,19 @@ def simulate(
         active_counts[active_outcome] += 1
         if draft_outcome != active_outcome:
             preview.changed += 1
+            preview.changed_amounts[refund.currency] = (
+                preview.changed_amounts.get(refund.currency, 0) + refund.amount_minor
+            )
             if len(preview.changes) < MAX_CHANGES_LISTED:
-                preview.changes.append(Change(refund.id, active_outcome, draft_outcome))
+                preview.changes.append(
+                    Change(
+                        refund.id,
+                        active_outcome,
+                        draft_outcome,
+                        refund.amount_minor,
+                        refund.currency,
+                    )
+                )
         for fired in draft_eval.fired:
             impact = impacts[fired.id]
             impact.fired += 1

@@ -6,6 +6,9 @@ app_name = "policies"
 urlpatterns = [
     path("rules/", views.rules, name="rules"),
     path("rules/auto-refund/", views.auto_refund, name="auto-refund"),
+    path("rules/protect/", views.protect_add, name="protect-add"),
+    path("rules/window/", views.refund_window, name="refund-window"),
+    path("rules/versions/<int:number>/restore/", views.version_restore, name="version-restore"),
     path("rules/templates/", views.templates, name="templates"),
     path("rules/templates/<str:item_id>/", views.template_preview, name="template-preview"),
     path("rules/templates/<str:item_id>/apply/", views.template_apply, name="template-apply"),
@@ -16,5 +19,12 @@ urlpatterns = [
         "api/v1/sites/<str:site_id>/rules/from-template",
         api.RulesFromTemplateApi.as_view(),
         name="api-from-template",
+    ),
+    path("api/v1/sites/<str:site_id>/rules", api.RulesApi.as_view(), name="api-rules"),
+    # After from-template: a rule id never shadows it.
+    path(
+        "api/v1/sites/<str:site_id>/rules/<str:rule_id>",
+        api.RuleDeleteApi.as_view(),
+        name="api-rule",
     ),
 ]

@@ -18,22 +18,35 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from policies import catalog as cat
-from policies.forms import AutoRefundForm
+from policies.forms import AutoRefundForm, ProtectedRefundForm
 from policies.selectors import active_policy_for, versions_for
 from policies.services import (
     ApplyResult,
+    add_rule,
     apply_catalog_item,
     delete_rule,
+    restore_version,
     set_auto_refund,
+    set_refund_window,
     set_rule_mode,
 )
 from policies.vocabulary import FACTS, describe_condition
+from policies.warnings import policy_warnings
 from sill.accounts.access import Cap, site_view
 from sill.errors import NotFound, SillError
 from sill.http import SiteRequest
 from sill.money import Money
 
 # --- the rules page ---------------------------------------------------------------------------
+
+ACTION_WORDS = {"allow": "Allow", "require_approval": "Hold for approval", "deny": "Deny"}
+# A preview's outcomes, in words.
+OUTCOME_WORDS = {
+    "allow": "Refunded",
+    "auto_refund": "Auto-refunded",
+    "require_approval": "Held for approval",
+    "deny": "Denied",
+}
 
 
 @require_GET
@@ -92,6 +105,61 @@ def auto_refund(request: SiteRequest) -> HttpResponse:
     return render(request, template, context, status=422)
 
 
+@require_POST
+@site_view(Cap.EDIT_RULES)
+def refund_window(request: SiteRequest) -> HttpResponse:
+    """The merchant's own refund window (days from payment), or none."""
+    raw = request.POST.get("days", "").strip()
+    site = request.site_ctx.site
+    try:
+        if raw and not (raw.isascii() and raw.isdigit()):
+            raise SillError(
+                "Enter a whole number of days, or leave it empty.", code="invalid_field"
+            )
+        set_refund_window(site=site, actor=request.user, days=int(raw) if raw else None)
+    except SillError as exc:
+        return render(
+            request, "policies/rules.html", _rules_context(request, window_error=exc), status=422
+        )
+    days = site.refund_window_days
+    messages.success(
+        request,
+        f"Refunds are accepted for {days} days after payment."
+        if days
+        else "No refund window of your own: only the rails' limits apply.",
+    )
+    return redirect(f"{reverse('policies:rules')}#refund-window")
+
+
+@require_POST
+@site_view(Cap.EDIT_RULES)
+def version_restore(request: SiteRequest, number: int) -> HttpResponse:
+    return _rule_change(
+        request,
+        lambda site, actor: restore_version(site=site, actor=actor, number=number),
+        done=f"Restored v{number}.",
+    )
+
+
+@require_POST
+@site_view(Cap.EDIT_RULES)
+def protect_add(request: SiteRequest) -> HttpResponse:
+    """The "Protected refunds" form: one rule of the merchant's own (a new policy version)."""
+    site = request.site_ctx.site
+    form = ProtectedRefundForm(request.POST, currency=site.default_currency)
+    error: SillError | None = None
+    if form.is_valid():
+        try:
+            label, rule = add_rule(site=site, actor=request.user, rule=form.cleaned_data["rule"])
+        except SillError as exc:
+            error = exc
+        else:
+            messages.success(request, f"Rule {rule['id']} added. Active policy: {label}.")
+            return redirect(f"{reverse('policies:rules')}#rules-section")
+    context = _rules_context(request, protect_form=form, protect_error=error)
+    return render(request, "policies/rules.html", context, status=422)
+
+
 def _rule_change(request: SiteRequest, change: Any, *, done: str) -> HttpResponse:
     try:
         label = change(request.site_ctx.site, request.user)
@@ -117,6 +185,9 @@ def _rules_context(
     auto_notice: str = "",
     auto_error: SillError | None = None,
     oob: bool = False,
+    protect_form: ProtectedRefundForm | None = None,
+    protect_error: SillError | None = None,
+    window_error: SillError | None = None,
 ) -> dict[str, Any]:
     site = request.site_ctx.site
     active = active_policy_for(site)
@@ -142,6 +213,11 @@ def _rules_context(
         "auto_notice": auto_notice,
         "auto_error": auto_error,
         "facts": list(FACTS.values()),
+        "warnings": policy_warnings(list(active.rules), active.auto_refund),
+        "protect_form": protect_form or ProtectedRefundForm(currency=site.default_currency),
+        "protect_error": protect_error,
+        "window_error": window_error,
+        "window_days": site.refund_window_days,
         # htmx answers also refresh the history out of band: every change adds a version.
         "oob": oob,
     }
@@ -151,8 +227,10 @@ def _rule_rows(rules: Any) -> list[dict[str, Any]]:
     return [
         {
             "id": rule["id"],
+            "title": cat.rule_title(rule["id"]),
             "conditions": [describe_condition(f, c) for f, c in rule["when"].items()],
             "action": rule["then"]["action"],
+            "action_words": ACTION_WORDS.get(rule["then"]["action"], rule["then"]["action"]),
             "mode": rule.get("mode", "enforced"),
             "from_catalog": rule["id"].startswith("tpl-") or rule["id"] == "r07",
             "json": json.dumps(rule, indent=2),
@@ -244,9 +322,27 @@ def _preview_page(
             )
         except SillError as exc:
             error, status = exc, 422
+    site = request.site_ctx.site
+    active = active_policy_for(site)
+    preview = result.preview if result else None
     context = {
         "item": item,
         "mode": mode,
+        "warnings": (
+            policy_warnings([*active.rules, *result.rules], active.auto_refund) if result else []
+        ),
+        "affected": [
+            {
+                "change": change,
+                "amount": Money(change.amount_minor, change.currency),
+                "active": OUTCOME_WORDS.get(change.active, change.active),
+                "draft": OUTCOME_WORDS.get(change.draft, change.draft),
+            }
+            for change in (preview.changes if preview else [])
+        ],
+        "affected_money": [
+            Money(m, c) for c, m in sorted((preview.changed_amounts if preview else {}).items())
+        ],
         "params": [_param_field(p, params.get(p.name)) for p in item.params],
         "result": result,
         "preview": result.preview if result else None,

@@ -73,6 +73,14 @@ _SPECS: tuple[FactSpec, ...] = (
         "Whole days since the rail created the charge, on Sill's clock.",
     ),
     FactSpec(
+        "refundWindowDaysLeft",
+        "days",
+        "Days left to refund",
+        "Whole days left before the tightest refund window closes: the rail's (PayPal: 180 "
+        "days from payment) or the merchant's own (Rules → Refund window); unknown when no "
+        "window applies or the payment date is unknown.",
+    ),
+    FactSpec(
         "refundCustomerAgeDays",
         "days",
         "Customer age (days)",

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.apps import AppConfig
 
@@ -13,6 +13,18 @@ def _is_sills_refund(charge: Charge, provider_refund_id: str) -> bool:
     from refunds.models import Refund
 
     return Refund.objects.filter(charge=charge, provider_refund_id=provider_refund_id).exists()
+
+
+def _mandate_bytes(site: Any, refund_id: str) -> bytes | None:
+    """The mandate of an agent refund, as the agent sent it (for its evidence bundle)."""
+    from refunds.models import Refund
+
+    raw = (
+        Refund.objects.filter(site=site, pk=refund_id, mandate__isnull=False)
+        .values_list("mandate__raw", flat=True)
+        .first()
+    )
+    return bytes(raw) if raw is not None else None
 
 
 class RefundsConfig(AppConfig):
@@ -30,5 +42,8 @@ class RefundsConfig(AppConfig):
 
         register_own_refund_finder(_is_sills_refund)
         register_own_refund_report(apply_own_refund_report)
+        from audit.bundles import register_mandate_source
+
+        register_mandate_source(_mandate_bytes)
 
         site_created.connect(seed_site_reasons, dispatch_uid="refunds.seed_site_reasons")

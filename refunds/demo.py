@@ -114,7 +114,10 @@ def _ensure_agent(site: Site) -> Agent:
     key = _demo_signing_key()
     public = bytes(key.verify_key)
     agent, _ = Agent.objects.get_or_create(
-        site=site, agent_id=DEMO_AGENT_ID, defaults={"name": "Acme Shopper (demo agent)"}
+        site=site,
+        agent_id=DEMO_AGENT_ID,
+        # The demo agent may ask for refunds (new agents start with the refund method off).
+        defaults={"name": "Acme Shopper (demo agent)", "refund_enabled": True},
     )
     existing = AgentKey.objects.filter(agent=agent, key_id=DEMO_KEY_ID).first()
     if existing is not None and bytes(existing.public_key) != public:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from policies.catalog import TEMPLATES, rule_title  # noqa: F401  (re-exported)
 from refunds.models import Refund, RefundOrigin, RefundStatus
 from sill.money import Money, MoneyError, format_money
 from sill.rails import base as rails
@@ -38,7 +39,8 @@ OUTCOME_LABELS: dict[str, str] = {
     "rejected_by_reviewer": "Rejected by a reviewer",
     "live_not_allowed": "Live money is switched off",
     "refund_window_passed": "The refund window has passed",
-    "method_not_allowed": "This refund method is switched off",
+    "method_not_allowed": "This agent may not ask for refunds",
+    "agent_cap_exceeded": "Over the agent's refund cap",
     "rail_declined": "Declined by the rail",
     "rail_unavailable": "The rail was unavailable",
     "rail_timeout": "The rail did not answer in time",
@@ -50,6 +52,32 @@ OUTCOME_LABELS: dict[str, str] = {
     "not_at_rail": "The rail has no such refund",
     "failed_after_settlement": "Failed at the rail after it was settled",
 }
+
+# A rule's action (policies.engine), as the decider reads it.
+ACTION_LABELS: dict[str, str] = {
+    "allow": "Refund automatically",
+    "require_approval": "Hold for approval",
+    "deny": "Deny",
+}
+
+# A rule's mode: an observed rule only records what it would have done.
+MODE_LABELS: dict[str, str] = {"enforced": "enforced", "observe": "observed only"}
+
+
+def action_label(action: str) -> str:
+    return ACTION_LABELS.get(action, humanize(action)) if action else ""
+
+
+def labelled_rule(rule: dict[str, Any]) -> dict[str, Any]:
+    """A fired rule (``{"id", "action", "mode"}``) with ``title`` and ``action_label``."""
+    mode = str(rule.get("mode") or "")
+    return {
+        **rule,
+        "title": rule_title(str(rule.get("id") or "")),
+        "action_label": action_label(str(rule.get("action") or "")),
+        "mode_label": MODE_LABELS.get(mode, humanize(mode)),
+    }
+
 
 # ``Refund.status``, as the refund pages name it.
 STATUS_LABELS: dict[str, str] = {status.value: str(status.label) for status in RefundStatus}
@@ -68,6 +96,29 @@ def rail_label(rail: str) -> str:
     """The rail's name as merchants know it (``Stripe``, ``Mock``); a dash when there is none
     (a request rejected before its original was found)."""
     return rails.rail_label(rail) if rail else "—"
+
+
+# Who tells the buyer about a refund: Sill emails owners and admins, never the buyer, so the
+# confirmation before money moves says what the rail itself does.
+def buyer_label(name: str, email: str) -> str:
+    """``Ada Lovelace (ada@example.com)``; whichever of the two is known."""
+    if name and email:
+        return f"{name} ({email})"
+    return name or email or "the buyer"
+
+
+def money_confirmation(*, amount: Money, buyer: str, rail: str, email: str = "") -> str:
+    """The one sentence shown before money moves: amount, buyer, rail, and that the buyer is
+    emailed (Sill's confirmation, ``refunds.send_confirmation``, once the rail has refunded)."""
+    told = (
+        f"Sill emails {email} a confirmation once the refund goes through"
+        if email
+        else "the order has no email address, so nobody is emailed"
+    )
+    return (
+        f"Refund {format_money(amount)} to {buyer} on {rail_label(rail)}? The money goes back "
+        f"to the original payment, and {told}. This cannot be undone."
+    )
 
 
 def reason_label(refund: Refund) -> str:
@@ -93,9 +144,11 @@ def requester_label(refund: Refund) -> str:
     return "—"
 
 
-def deadline_text(at: datetime) -> str:
-    """``Mar 4, 17:30 UTC``: a held refund's deadline in the emails and refusal messages."""
-    return f"{at:%b} {at.day}, {at:%H:%M} UTC"
+def deadline_text(at: datetime, zone: tzinfo | None = None) -> str:
+    """``Mar 4, 12:30 EST``: a held refund's deadline in the emails, Slack and refusal
+    messages, in ``zone`` (the site's; UTC without one) with its abbreviation."""
+    local = at.astimezone(zone or UTC)
+    return f"{local:%b} {local.day}, {local:%H:%M} {local.tzname() or 'UTC'}"
 
 
 def fact_label(key: str) -> str:

@@ -8,7 +8,10 @@ one more check here.
 
 What remains refundable is the charge less every refund recorded on it: Sill's (settled, and
 reserved while processing or needing attention) and those made outside Sill that the rail
-reported. A held refund reserves nothing until it is approved, so holds do not lower it.
+reported. For a NEW refund, the charge's held refunds (awaiting approval) count too: nobody
+can ask for what an approver may still pay out, so a $99 charge with $99 held offers nothing.
+A held refund reserves nothing on the charge row until it is approved, so approving one checks
+what remains without the holds (it is never blocked by the other holds of its order).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from refunds.models import LIVE_STATUSES, RESERVED_STATUSES, Refund, RefundOrigin, RefundStatus
@@ -47,7 +51,10 @@ class Quote:
 
     order: Order
     charge: Charge
-    remaining: Money  # charged - refunded (by Sill or outside it) - reserved
+    # charged - refunded (by Sill or outside it) - reserved; for a new refund also - held.
+    remaining: Money
+    # What the charge's held refunds ask for (a new refund's quote only; zero otherwise).
+    held: Money | None = None
 
 
 class RefundRefused(SillError):
@@ -108,7 +115,9 @@ def quote_refund(
     REFUNDED order), an agent refund of this order already held, processing, needing attention
     or succeeded (``already_executed``, when ``origin`` is ``agent``), the rail switched off
     (``rail_disabled``, when ``check_rail``), an open dispute (``disputed``), nothing left
-    (``already_executed``).
+    (``already_executed``), or nothing left once the charge's held refunds are counted
+    (``exceeds_refundable``, naming what is awaiting approval). The quote's ``remaining`` is
+    then net of those holds, and ``held`` is their sum.
 
     Again for ``refund``, already decided, before its money moves (an approval, an execution):
     ``charge`` is the refund's own. Its original was found when it was opened; what may have
@@ -178,8 +187,27 @@ def quote_refund(
             order=order,
             charge=charge,
         )
-    own = refund.amount_minor if refund is not None and refund.status in RESERVED_STATUSES else 0
-    if refund is not None and refund.amount_minor > remaining.amount_minor + own:
+    if refund is None:
+        held, holds = held_total(charge)
+        if holds and remaining.amount_minor - held.amount_minor <= 0:
+            raise RefundRefused(
+                f"Nothing more can be refunded on order #{order.number} now: "
+                f"{format_money(held)} is awaiting approval, which takes all of the "
+                f"{format_money(remaining)} left of the {format_money(charge.amount)} charged. "
+                f"Approve or reject the held refund{'s' if holds > 1 else ''} first; nothing "
+                "was refunded.",
+                code="exceeds_refundable",
+                order=order,
+                charge=charge,
+            )
+        return Quote(
+            order=order,
+            charge=charge,
+            remaining=Money(remaining.amount_minor - held.amount_minor, remaining.currency),
+            held=held,
+        )
+    own = refund.amount_minor if refund.status in RESERVED_STATUSES else 0
+    if refund.amount_minor > remaining.amount_minor + own:
         raise RefundRefused(
             f"Only {remaining} of this charge is still refundable (it was refunded "
             f"since the request was held), less than the {refund.amount} held. "
@@ -189,6 +217,22 @@ def quote_refund(
             charge=charge,
         )
     return Quote(order=order, charge=charge, remaining=remaining)
+
+
+def held_refunds(charge: Charge) -> list[Refund]:
+    """The refunds of ``charge`` awaiting approval (status held), oldest first."""
+    return list(
+        Refund.objects.filter(charge=charge, status=RefundStatus.HELD).order_by("created_at", "id")
+    )
+
+
+def held_total(charge: Charge) -> tuple[Money, int]:
+    """What the held refunds of ``charge`` ask for, in its currency, and how many there are
+    (one query)."""
+    found = Refund.objects.filter(charge=charge, status=RefundStatus.HELD).aggregate(
+        total=Sum("amount_minor"), count=Count("id")
+    )
+    return Money(int(found["total"] or 0), charge.currency), int(found["count"])
 
 
 def live_refusal(
@@ -223,13 +267,32 @@ def live_refusal(
 def window_refusal(
     order: Order, charge: Charge, rail_facts: RefundFacts | None, *, now: datetime | None = None
 ) -> RefundRefused | None:
-    """``refund_window_passed`` when the rail's facts date the payment further back than the
-    rail lets a refund reach (``RAIL_REFUND_WINDOW_DAYS``: PayPal's 180 days); else None."""
+    """``refund_window_passed`` when the payment is older than the merchant's own refund
+    window (``Site.refund_window_days``, from Sill's record of the charge or the rail's date),
+    or when the rail's facts date it further back than the rail lets a refund reach
+    (``RAIL_REFUND_WINDOW_DAYS``: PayPal's 180 days); else None."""
+    now = now or timezone.now()
+    own = order.site.refund_window_days
+    paid = (
+        (rail_facts.charge_created_at if rail_facts is not None else None)
+        or charge.captured_at
+        or charge.created_at
+    )
+    if own and paid is not None and now - paid > timedelta(days=own):
+        return RefundRefused(
+            f"{order.site.name} refunds orders for {own} days after payment, and order "
+            f"#{order.number} was paid on {paid:%b %-d, %Y}: offer the customer something "
+            "else (store credit, a replacement), or change the refund window on Rules. "
+            "Nothing was refunded.",
+            code="refund_window_passed",
+            order=order,
+            charge=charge,
+        )
     days = RAIL_REFUND_WINDOW_DAYS.get(charge.rail)
     paid_at = rail_facts.charge_created_at if rail_facts is not None else None
     if days is None or paid_at is None:
         return None
-    if (now or timezone.now()) - paid_at <= timedelta(days=days):
+    if now - paid_at <= timedelta(days=days):
         return None
     label = rail_label(charge.rail)
     return RefundRefused(

@@ -7,6 +7,7 @@ transaction, so a decision and its record commit or vanish together.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -109,6 +110,13 @@ def record_decision(
             rules=[r.as_dict() for r in outcome.rules] if outcome else [],
             facts=refund.facts or {},
             auto_refund=bool(outcome and outcome.auto_refund),
+            # Binds the decision to the exact bytes the agent sent (its evidence bundle and
+            # receipt carry them): SHA-256 of the mandate as received, hex.
+            mandate_sha256=(
+                hashlib.sha256(bytes(refund.mandate.raw)).hexdigest()
+                if refund.mandate is not None
+                else None
+            ),
             reviewer=None,
             decided_at=now.isoformat(),
             expires_at=refund.expires_at.isoformat() if refund.expires_at else None,
@@ -236,6 +244,8 @@ def fail_refund(
             resolved_by=resolved_by.get_username() if resolved_by is not None else None,
         ),
     )
+    # Owners and admins hear of it once (refunds.review.failures), after the commit.
+    enqueue_on_commit("refunds.notify_failed", refund.id)
     return True
 
 

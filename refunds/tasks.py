@@ -19,7 +19,9 @@ from refunds.reconcile.attention import (
 from refunds.reconcile.rail_reports import notify_reversed
 from refunds.reconcile.runs import accounts_due, run_reconciliation
 from refunds.review.decisions import expire_held_refunds
+from refunds.review.failures import notify_failed
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
+from refunds.review.slack import respond
 
 
 def backoff_seconds(retries: int) -> float:
@@ -127,6 +129,24 @@ def notify_held_refund_task(refund_id: str) -> None:
 def notify_pending_held_refunds_task() -> int:
     """Notify held refunds the on-commit notification missed. Beat: every minute."""
     return notify_pending_held_refunds()
+
+
+@shared_task(
+    name="refunds.notify_failed",
+    ignore_result=True,
+    autoretry_for=(OSError,),  # SMTP errors are OSErrors; the claim was given back
+    max_retries=5,
+    retry_backoff=30,
+)
+def notify_failed_task(refund_id: str) -> None:
+    """Email the site's owners and admins, once, that a refund failed (enqueued on commit)."""
+    notify_failed(refund_id=refund_id)
+
+
+@shared_task(name="refunds.slack_respond", acks_late=True)
+def slack_respond_task(response_url: str, text: str) -> bool:
+    """Replace a clicked Slack message with the decision's outcome (enqueued on commit)."""
+    return respond(response_url=response_url, text=text)
 
 
 @shared_task(name="refunds.notify_reversed")

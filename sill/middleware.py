@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 
 
 class PermissionsPolicyMiddleware:
@@ -67,3 +68,28 @@ def _refusal(request: HttpRequest) -> HttpResponse:
         body = {"error": {"code": "malformed", "message": message, "field": None}}
         return JsonResponse(body, status=400)
     return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
+
+
+class SiteTimeZoneMiddleware:
+    """Times on every page in the current site's time zone (``Site.timezone``).
+
+    Django renders aware datetimes in the active zone; this activates the site's for a
+    signed-in member's request (the API's token callers are authenticated later, by DRF, and
+    get UTC). An unknown zone name falls back to UTC rather than failing the page.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        from sill.accounts.access import site_context
+
+        zone = None
+        if getattr(request, "user", None) is not None and request.user.is_authenticated:
+            ctx = site_context(request)
+            if ctx is not None:
+                zone = ctx.site.zone
+        if zone is None:
+            return self.get_response(request)
+        with timezone.override(zone):
+            return self.get_response(request)

@@ -23,6 +23,15 @@ SILL_DATA_DIR.mkdir(parents=True, exist_ok=True)
 PORT = env_int("PORT", 8000)
 # Where people reach Sill: used for links in emails and Slack messages.
 SILL_BASE_URL = env_str("SILL_BASE_URL", f"http://127.0.0.1:{PORT}")
+# Member invitations (sill/accounts/invites.py): how long an emailed link works, and how long a
+# password-reset link does (Django's PASSWORD_RESET_TIMEOUT, in seconds).
+SILL_INVITE_HOURS = env_int("SILL_INVITE_HOURS", 72)
+PASSWORD_RESET_TIMEOUT = env_int("SILL_PASSWORD_RESET_SECONDS", 2 * 3600)
+# Password reset: emails per mailbox per hour, and requests per client address per hour.
+SILL_PASSWORD_RESET_PER_HOUR = env_int("SILL_PASSWORD_RESET_PER_HOUR", 5)
+SILL_PASSWORD_RESET_ADDRESS_PER_HOUR = env_int("SILL_PASSWORD_RESET_ADDRESS_PER_HOUR", 30)
+# Settings → Rails' "Test connection": how long it waits for the provider.
+SILL_RAIL_CHECK_TIMEOUT_SECONDS = env_int("SILL_RAIL_CHECK_TIMEOUT_SECONDS", 5)
 
 _secret = env_str("SILL_SECRET_KEY")
 if _secret is None:
@@ -43,6 +52,21 @@ SILL_ALLOW_LIVE = env_bool("SILL_ALLOW_LIVE", default=False)
 # Ed25519 seed (base64url, 32 bytes) that signs audit records; generated under the data dir
 # in development when unset (see audit.keys).
 SILL_AUDIT_SIGNING_KEY = env_str("SILL_AUDIT_SIGNING_KEY")
+# Transparency log (audit/checkpoints.py): each site's log is named
+# "<SILL_AUDIT_ORIGIN>/<site id>" in its checkpoints; beat signs a checkpoint every N minutes
+# when the log has grown, and copies each one to a directory and/or POSTs it to an HTTPS
+# endpoint (text/plain), so a copy lives outside Sill's own database.
+SILL_AUDIT_ORIGIN = env_str("SILL_AUDIT_ORIGIN", "sill.example/audit")
+SILL_AUDIT_CHECKPOINT_MINUTES = env_int("SILL_AUDIT_CHECKPOINT_MINUTES", 5)
+SILL_AUDIT_CHECKPOINT_DIR = env_str("SILL_AUDIT_CHECKPOINT_DIR")
+SILL_AUDIT_CHECKPOINT_URL = env_str("SILL_AUDIT_CHECKPOINT_URL")
+# A rotated audit key starts signing this many seconds after `audit rotate-key` (every
+# process reloads the key list well within it), so no record is signed outside its key's window.
+SILL_AUDIT_KEY_SWITCH_SECONDS = env_int("SILL_AUDIT_KEY_SWITCH_SECONDS", 60)
+# Slack approvals (refunds/review/slack.py): the only hosts a click's response_url may name.
+SILL_SLACK_RESPONSE_HOSTS = tuple(
+    (env_str("SILL_SLACK_RESPONSE_HOSTS", "hooks.slack.com") or "").split(",")
+)
 
 INSTALLED_APPS = [
     # Django's admin with Sill's site class (sill/admin.py): superusers only, mounted only
@@ -89,6 +113,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # request.user.is_verified(): whether this session entered a second factor.
     "django_otp.middleware.OTPMiddleware",
+    # Times in the member's current site's zone (Site.timezone).
+    "sill.middleware.SiteTimeZoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "sill.accounts.sessions.SessionTimeoutMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.authentication import SessionAuthentication
 
@@ -14,6 +15,8 @@ urlpatterns = [
     path("", include("refunds.urls")),
     path("", include("policies.urls")),
     path("", include("audit.views")),
+    # The transparency log's public checkpoints, keys and proofs (no login).
+    path("", include("audit.api")),
     path("", include("sill.accounts.settings_urls")),
     path("", include("sill.rails.stripe_webhooks")),
     path("", include("sill.rails.woocommerce.webhooks")),
@@ -27,6 +30,13 @@ urlpatterns = [
             permission_classes=[SchemaAccess],
         ),
         name="api-schema",
+    ),
+    # Browsers ask for /favicon.ico whatever the page links; send them to the SVG one (its
+    # unhashed name: WhiteNoise serves it too, and no manifest is read at import time).
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url=f"{settings.STATIC_URL}favicon.svg", permanent=True),
+        name="favicon",
     ),
 ]
 # The Django admin exists only where an operator asked for it (sill/admin.py): otherwise 404.

@@ -52,6 +52,8 @@ MEMBERS_OBJ   = answers(OK,        OK,        OK,        OK,        OK,        N
 REVIEWERS     = answers(OK,        OK,        OK,        FORBIDDEN, FORBIDDEN, OK,        LOGIN)
 REVIEWERS_OBJ = answers(OK,        OK,        OK,        FORBIDDEN, FORBIDDEN, NOT_FOUND, LOGIN)
 REFUNDERS_OBJ = answers(OK,        OK,        FORBIDDEN, FORBIDDEN, OK,        NOT_FOUND, LOGIN)
+# A refund's page: the held queue's readers and those who make refunds (not staff without it).
+REFUND_READERS_OBJ = answers(OK,   OK,        OK,        FORBIDDEN, OK,        NOT_FOUND, LOGIN)
 MANAGERS      = answers(OK,        OK,        FORBIDDEN, FORBIDDEN, FORBIDDEN, OK,        LOGIN)
 MANAGERS_OBJ  = answers(OK,        OK,        FORBIDDEN, FORBIDDEN, FORBIDDEN, NOT_FOUND, LOGIN)
 OWNER_OBJ     = answers(OK,        FORBIDDEN, FORBIDDEN, FORBIDDEN, FORBIDDEN, NOT_FOUND, LOGIN)
@@ -59,6 +61,7 @@ OWNER_OBJ     = answers(OK,        FORBIDDEN, FORBIDDEN, FORBIDDEN, FORBIDDEN, N
 API_REFUNDERS_OBJ = answers(OK,    OK,        FORBIDDEN, FORBIDDEN, OK,        NOT_FOUND, UNAUTHORIZED)
 API_MANAGERS_OBJ  = answers(OK,    OK,        FORBIDDEN, FORBIDDEN, FORBIDDEN, NOT_FOUND, UNAUTHORIZED)
 API_MEMBERS   = answers(OK,        OK,        OK,        OK,        OK,        OK,        UNAUTHORIZED)
+API_MEMBERS_OBJ = answers(OK,      OK,        OK,        OK,        OK,        NOT_FOUND, UNAUTHORIZED)
 # The agent API takes an agent's bearer token only: a member's session is no credential.
 AGENT_ONLY    = answers(UNAUTHORIZED, UNAUTHORIZED, UNAUTHORIZED, UNAUTHORIZED, UNAUTHORIZED,
                         UNAUTHORIZED, UNAUTHORIZED)
@@ -66,6 +69,12 @@ AGENT_ONLY    = answers(UNAUTHORIZED, UNAUTHORIZED, UNAUTHORIZED, UNAUTHORIZED, 
 # unsigned body is refused as malformed.
 SIGNED        = answers(BAD_REQUEST, BAD_REQUEST, BAD_REQUEST, BAD_REQUEST, BAD_REQUEST,
                         BAD_REQUEST, BAD_REQUEST)
+# An emailed invitation link: anyone may open it; only its addressee (signed out, or signed in
+# as that address) may accept it, so another signed-in user's POST is refused.
+INVITE_LINK   = answers(FORBIDDEN, FORBIDDEN, FORBIDDEN, FORBIDDEN, FORBIDDEN, FORBIDDEN, OK)
+# Slack's clicks: a site without a signing secret has no endpoint (404 for everyone).
+SIGNED_OR_UNSET = answers(NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND,
+                          NOT_FOUND)
 # Sends everyone to the login page (signing out; the code step without a pending sign-in).
 TO_LOGIN      = answers(LOGIN,     LOGIN,     LOGIN,     LOGIN,     LOGIN,     LOGIN,     LOGIN)
 # DRF's session authentication has no challenge to offer, so DRF answers an anonymous
@@ -110,6 +119,13 @@ ARGS = (
     "template",  # a catalog template id (not a site object)
     "mandate",  # the mandate id of the held refund
     "site",  # the primary site's id
+    "invite",  # a pending invitation to the primary site (its pk)
+    "invite_token",  # the link token of a pending invitation to the primary site
+    "reset_uid",  # a password-reset link's user part (a made-up one: the link is invalid)
+    "reset_token",  # a password-reset link's token (made up)
+    "logged_site",  # the primary site's id, its log holding records and a signed checkpoint
+    "checkpoint_size",  # the size of that checkpoint
+    "version",  # the number of one of the primary site's policy versions
 )
 
 MATRIX: dict[str, Row] = {
@@ -118,10 +134,19 @@ MATRIX: dict[str, Row] = {
     "accounts:logout": row(POST=TO_LOGIN),
     "accounts:login-code": row(GET=TO_LOGIN, POST=TO_LOGIN),
     "accounts:switch_site": row(POST=MEMBERS),
+    "accounts:invite": row({"token": "invite_token"}, GET=EVERYONE, POST=INVITE_LINK),
+    "accounts:password-reset": row(GET=EVERYONE, POST=EVERYONE),
+    "accounts:password-reset-done": row(GET=EVERYONE),
+    "accounts:password-reset-complete": row(GET=EVERYONE),
+    "accounts:password-reset-confirm": row(
+        {"uidb64": "reset_uid", "token": "reset_token"}, GET=EVERYONE, POST=EVERYONE
+    ),
     # --- orders and refunds -------------------------------------------------------------------
     "orders:dashboard": row(GET=MEMBERS),
     "orders:list": row(GET=MEMBERS),
     "orders:detail": row({"order_id": "order"}, GET=MEMBERS_OBJ),
+    "refunds:list": row(GET=MEMBERS),
+    "refunds:detail": row({"refund_id": "held"}, GET=REFUND_READERS_OBJ),
     "refunds:order-refund": row({"order_id": "order"}, POST=REFUNDERS_OBJ),
     "refunds:order-refund-preview": row({"order_id": "order"}, GET=REFUNDERS_OBJ),
     "refunds:staff-refund-api": row({"order_id": "order"}, POST=API_REFUNDERS_OBJ),
@@ -138,6 +163,8 @@ MATRIX: dict[str, Row] = {
     "refunds:mandates": row(POST=SIGNED),
     "refunds:agent-me": row(GET=AGENT_ONLY),
     "refunds:refund-detail": row({"mandate_id": "mandate"}, GET=AGENT_ONLY),
+    "refunds:slack-interactions": row({"site_id": "site"}, POST=SIGNED_OR_UNSET),
+    "refunds:slack-settings": row(GET=MANAGERS, POST=MANAGERS),
     # --- refund reasons -----------------------------------------------------------------------
     "refunds:reasons": row(GET=MANAGERS),
     "refunds:reason-add": row(POST=MANAGERS),
@@ -149,6 +176,9 @@ MATRIX: dict[str, Row] = {
     # --- rules --------------------------------------------------------------------------------
     "policies:rules": row(GET=MEMBERS),
     "policies:auto-refund": row(POST=MANAGERS),
+    "policies:protect-add": row(POST=MANAGERS),
+    "policies:refund-window": row(POST=MANAGERS),
+    "policies:version-restore": row({"number": "version"}, POST=MANAGERS_OBJ),
     "policies:templates": row(GET=MEMBERS),
     "policies:template-preview": row({"item_id": "template"}, GET=MANAGERS),
     "policies:template-apply": row({"item_id": "template"}, POST=MANAGERS),
@@ -156,26 +186,41 @@ MATRIX: dict[str, Row] = {
     "policies:rule-delete": row({"rule_id": "rule"}, POST=MANAGERS_OBJ),
     "policies:api-templates": row(GET=SESSION_API_MEMBERS),
     "policies:api-from-template": row({"site_id": "site"}, POST=SESSION_API_MANAGERS_OBJ),
+    "policies:api-rules": row({"site_id": "site"}, GET=API_MEMBERS_OBJ, POST=API_MANAGERS_OBJ),
+    "policies:api-rule": row({"site_id": "site", "rule_id": "rule"}, DELETE=API_MANAGERS_OBJ),
     # --- activity -----------------------------------------------------------------------------
     "audit:activity": row(GET=REVIEWERS),
+    "refunds:evidence": row({"refund_id": "held"}, GET=REVIEWERS_OBJ),
+    # --- the transparency log: public by design (hashes and sizes only) ------------------------
+    "transparency:keys": row(GET=EVERYONE),
+    "transparency:checkpoint": row({"site_id": "logged_site"}, GET=EVERYONE),
+    "transparency:checkpoint-at": row(
+        {"site_id": "logged_site", "size": "checkpoint_size"}, GET=EVERYONE
+    ),
+    "transparency:inclusion-proof": row({"site_id": "logged_site"}, GET=EVERYONE),
+    "transparency:consistency-proof": row({"site_id": "logged_site"}, GET=EVERYONE),
     # --- settings -----------------------------------------------------------------------------
     "settings:index": row(GET=MANAGERS),
     "settings:members": row(GET=MANAGERS),
     "settings:member-add": row(POST=MANAGERS),
     "settings:member-change": row({"membership_id": "member"}, POST=MANAGERS_OBJ),
     "settings:member-remove": row({"membership_id": "member"}, POST=MANAGERS_OBJ),
+    "settings:invite-resend": row({"invite_id": "invite"}, POST=MANAGERS_OBJ),
+    "settings:invite-revoke": row({"invite_id": "invite"}, POST=MANAGERS_OBJ),
     "settings:agents": row(GET=MANAGERS),
     "settings:agent-key-add": row(POST=MANAGERS),
     "settings:agent-key-revoke": row({"key_pk": "key"}, POST=MANAGERS_OBJ),
     "settings:agent-deactivate": row({"agent_pk": "agent"}, POST=MANAGERS_OBJ),
     "settings:agent-reactivate": row({"agent_pk": "agent"}, POST=MANAGERS_OBJ),
     "settings:agent-token": row({"agent_pk": "agent"}, POST=MANAGERS_OBJ),
+    "settings:agent-refunds": row({"agent_pk": "agent"}, POST=MANAGERS_OBJ),
     "settings:rails": row(GET=MANAGERS),
     "settings:rails-paypal": row(POST=MANAGERS),
     "settings:rails-woocommerce": row(POST=MANAGERS),
     "settings:rails-shopify": row(POST=MANAGERS),
     "settings:rails-stripe": row(POST=MANAGERS),
     "settings:rails-enabled": row({"rail": "rail"}, POST=MANAGERS),
+    "settings:rails-test": row({"rail": "rail"}, POST=MANAGERS),
     "settings:account": row(GET=MEMBERS),
     "settings:account-logout": row(POST=MEMBERS),
     "settings:account-password": row(POST=MEMBERS),
@@ -191,4 +236,6 @@ MATRIX: dict[str, Row] = {
     "shopify-webhook": row({"site_id": "site"}, POST=SIGNED),
     # --- the API schema: a member's login when DEBUG is off -----------------------------------
     "api-schema": row(GET=API_MEMBERS),
+    # --- the favicon: a redirect to the static SVG, for everyone ------------------------------
+    "favicon": row(GET=EVERYONE),
 }

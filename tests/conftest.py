@@ -30,6 +30,17 @@ def _eager_celery(settings):
     app.conf.task_always_eager = False
 
 
+@pytest.fixture(autouse=True)
+def _fresh_audit_keys():
+    """Each test reads the rotated audit keys of its own database (a rolled-back rotation of
+    an earlier test must not linger in this process's cache)."""
+    from audit.keys import forget_rotated_keys
+
+    forget_rotated_keys()
+    yield
+    forget_rotated_keys()
+
+
 @pytest.fixture
 def needs_postgres() -> None:
     """Skip unless the suite runs on PostgreSQL (``DATABASE_URL``): SQLite has no row locks."""
@@ -100,7 +111,9 @@ def client_for(members: dict[str, Membership]) -> Callable[[str], Client]:
 
 @pytest.fixture
 def agent(site: Site) -> Agent:
-    return Agent.objects.create(site=site, agent_id="agent_test_shopper", name="Test shopper")
+    return Agent.objects.create(
+        site=site, agent_id="agent_test_shopper", name="Test shopper", refund_enabled=True
+    )
 
 
 @pytest.fixture

@@ -11,8 +11,10 @@ site's audit chain as it was.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -22,9 +24,12 @@ from django.shortcuts import resolve_url
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, include, path, reverse
 from django.urls.resolvers import RegexPattern
+from django.utils import timezone
 
-from audit.models import AuditRecord
+from audit.checkpoints import latest_checkpoint, write_checkpoint
+from audit.models import AuditCheckpoint, AuditRecord
 from policies.catalog import item_by_id
+from policies.models import PolicyVersion
 from policies.services import apply_catalog_item
 from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund, RefundReason
@@ -32,7 +37,7 @@ from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.reconcile.differences import Difference
 from refunds.reconcile.inbox import open_item
 from refunds.staff.services import create_staff_refund
-from sill.accounts.models import Membership, Site
+from sill.accounts.models import MemberInvite, Membership, Site
 from sill.accounts.services import add_member
 from sill.orders.models import Charge, Order
 from sill.rails.registry import ensure_mock_rail
@@ -151,7 +156,9 @@ class Objects:
         self.site = site
         self.other_site = other_site
         self.make_order = make_order
-        self.agent = site.agents.create(agent_id="agent_matrix", name="Matrix shopper")
+        self.agent = site.agents.create(
+            agent_id="agent_matrix", name="Matrix shopper", refund_enabled=True
+        )
 
     def persona(self, role: str) -> Membership:
         """The member acting as ``role``: the personas of tests/conftest.py's ``members`` and
@@ -223,6 +230,41 @@ def _rule(objects: Objects, request: pytest.FixtureRequest) -> str:
     return str(result.rules[0]["id"])
 
 
+def _invite(objects: Objects) -> MemberInvite:
+    """A pending invitation to the primary site, made directly (no email, no audit record)."""
+    now = timezone.now()
+    return MemberInvite.objects.create(
+        site=objects.site,
+        email="invitee@roasters.example",
+        role="staff",
+        token_sha256=hashlib.sha256(b"matrix-invite-token").hexdigest(),
+        sent_at=now,
+        expires_at=now + timedelta(hours=72),
+    )
+
+
+def _invite_token(objects: Objects, request: pytest.FixtureRequest) -> str:
+    _invite(objects)
+    return "matrix-invite-token"
+
+
+def _version(objects: Objects) -> int:
+    item = item_by_id("r07")
+    assert item is not None
+    apply_catalog_item(site=objects.site, actor=None, item=item)
+    return PolicyVersion.objects.filter(site=objects.site).values_list("number", flat=True)[0]
+
+
+def _checkpoint(objects: Objects) -> AuditCheckpoint:
+    objects.held()  # its decision is in the log
+    return write_checkpoint(site=objects.site) or latest_checkpoint(site_id=objects.site.pk)
+
+
+def _logged_site(objects: Objects) -> str:
+    _checkpoint(objects)
+    return objects.site.pk
+
+
 def _mandate(objects: Objects, request: pytest.FixtureRequest) -> str:
     refund = objects.held()
     assert refund.mandate is not None
@@ -245,12 +287,27 @@ BUILDERS: dict[str, Callable[[Objects, pytest.FixtureRequest], str]] = {
     "template": lambda o, r: "r07",
     "mandate": _mandate,
     "site": lambda o, r: o.site.pk,
+    "invite": lambda o, r: str(_invite(o).pk),
+    "invite_token": _invite_token,
+    "reset_uid": lambda o, r: "MTIzNDU2",
+    "reset_token": lambda o, r: "set-password",
+    "logged_site": lambda o, r: _logged_site(o),
+    "checkpoint_size": lambda o, r: str(_checkpoint(o).tree_size),
+    "version": lambda o, r: str(_version(o)),
 }
 
 
 # Path arguments that are no secret of the primary site (a catalog id, a rail's name, the
 # site id a webhook or API path carries).
-PUBLIC_ARGS = {"template", "rail", "site"}
+PUBLIC_ARGS = {
+    "template",
+    "rail",
+    "site",
+    "reset_uid",
+    "reset_token",
+    "logged_site",
+    "checkpoint_size",
+}
 
 
 # --- one test per (pattern, method, role) ------------------------------------------------

@@ -66,7 +66,9 @@ def test_it_answers_429_with_retry_after_over_an_agent_tokens_limit(agent, rates
 
 def test_a_limited_agent_does_not_affect_another(site, agent, rates):
     rates(agent_token=2)
-    other = Agent.objects.create(site=site, agent_id="agent_other", name="Other agent")
+    other = Agent.objects.create(
+        site=site, agent_id="agent_other", name="Other agent", refund_enabled=True
+    )
     limited, fine = issue_agent_token(agent=agent), issue_agent_token(agent=other)
     for _ in range(2):
         _agent_get(limited)
@@ -108,7 +110,9 @@ def test_it_bounds_unsigned_mandate_posts_per_address_before_the_signature_check
 def test_it_limits_signed_mandates_per_key_and_forged_ones_spend_nothing(site, agent, rates):
     rates(mandate_key=2)
     register_key(agent)
-    other = Agent.objects.create(site=site, agent_id="agent_other", name="Other agent")
+    other = Agent.objects.create(
+        site=site, agent_id="agent_other", name="Other agent", refund_enabled=True
+    )
     register_key(other)
 
     def mandate(of: Agent) -> bytes:

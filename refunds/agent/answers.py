@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from audit.models import AuditRecord
+from audit.receipts import receipt_for
 from refunds.models import Mandate, Refund
 from sill.money import Money
 from sill.orders.models import ChargeStatus, Order
@@ -37,7 +39,16 @@ def refund_payload(mandate: Mandate, refund: Refund | None) -> dict[str, Any]:
         "rail": refund.rail or None,
         "rules": list(refund.rules or []),
         "expires_at": _iso(refund.expires_at),
+        "receipt": _receipt(refund),
     }
+
+
+def _receipt(refund: Refund) -> dict[str, str] | None:
+    """Sill's signed statement of the decision (audit/receipts.py); None before it exists."""
+    if not refund.decision_hash:
+        return None
+    record = AuditRecord.objects.filter(site_id=refund.site_id, hash=refund.decision_hash).first()
+    return receipt_for(record) if record is not None else None
 
 
 def purchase_payload(mandate: Mandate, order: Order | None) -> dict[str, Any]:
@@ -61,4 +72,6 @@ def purchase_payload(mandate: Mandate, order: Order | None) -> dict[str, Any]:
         "rail": charge.rail if charge is not None else None,
         "rules": [],
         "expires_at": None,
+        # A purchase is not a refund decision: Sill signs receipts for refund decisions.
+        "receipt": None,
     }

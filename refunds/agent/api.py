@@ -39,6 +39,15 @@ _RESULT = inline_serializer(
         "rail": serializers.CharField(allow_null=True),
         "rules": serializers.ListField(child=serializers.DictField()),
         "expires_at": serializers.DateTimeField(allow_null=True),
+        "receipt": inline_serializer(
+            "DecisionReceipt",
+            {
+                "statement": serializers.CharField(),
+                "key_id": serializers.CharField(),
+                "signature": serializers.CharField(),
+            },
+            allow_null=True,
+        ),
     },
 )
 _ERROR = inline_serializer(
@@ -88,6 +97,12 @@ _EXAMPLE_RESULT: dict[str, Any] = {
     "rail": "stripe",
     "rules": [],
     "expires_at": None,
+    "receipt": {
+        "statement": '{"amount_minor":8900,"audit_leaf_hash":"…","audit_record_hash":"…",'
+        '"audit_seq":42,"currency":"USD","decision":"approved",…}',
+        "key_id": "sill-4f0c2a9d1e7b3c55",
+        "signature": "<86 base64url characters>",
+    },
 }
 
 

@@ -26,6 +26,7 @@ from policies.facts import prefetch_rail_facts
 from policies.types import RefundContext
 from refunds.agent import mandates
 from refunds.agent.answers import purchase_payload, refund_payload
+from refunds.agent.caps import agent_cap_refusal
 from refunds.agent.mandates import MandateError, VerifiedMandate
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
@@ -267,6 +268,10 @@ def _request_refund(
         )
         return record_decision(refund=refund, outcome=None, now=now)
 
+    agent = mandate.agent
+    if not agent.refund_enabled:
+        # The seed's refund method is switched on per agent; off, nothing is looked up.
+        return rejected("method_not_allowed")
     # The agent's and the customer's other decisions first (their sums are facts), then the
     # order: the lock order of refunds.locks. The order's customer never changes, so reading
     # it before the row lock is safe.
@@ -297,6 +302,8 @@ def _request_refund(
     if not isinstance(intent.scope, str):
         return rejected("scope_unsupported", **found)
     amount = min_money(quote.remaining, intent.max_amount)
+    if (over := agent_cap_refusal(agent=agent, site=site, amount=amount, now=now)) is not None:
+        return rejected(over, **found)
     context = RefundContext(
         site=site,
         order=quote.order,

@@ -13,7 +13,6 @@ moved); only an owner records what the provider's dashboard shows
 
 from __future__ import annotations
 
-import zoneinfo
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,7 +34,7 @@ from refunds.reconcile.inbox import (
     resolve_item,
 )
 from sill.accounts.access import Cap, site_view
-from sill.accounts.models import Role, Site
+from sill.accounts.models import Role
 from sill.errors import NotFound, SillError
 from sill.http import SiteRequest
 
@@ -110,13 +109,6 @@ def _status_words(status: str) -> str:
     return STATUS_LABELS.get(status) or humanize(status) if status else ""
 
 
-def _site_zone(site: Site) -> zoneinfo.ZoneInfo:
-    try:
-        return zoneinfo.ZoneInfo(site.timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return zoneinfo.ZoneInfo("UTC")
-
-
 def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> dict[str, Any]:
     site = request.site_ctx.site
     rows = []
@@ -140,7 +132,7 @@ def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> di
         "note_max": NOTE_MAX_LENGTH,
         "days": runs.reconcile_days(),
         "every": int(runs.run_interval().total_seconds() // 60),
-        "tz": _site_zone(site),
+        "tz": site.zone,
         "can_resolve_attention": request.site_ctx.role == Role.OWNER,
     }
 

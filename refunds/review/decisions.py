@@ -213,7 +213,7 @@ def already_decided_message(refund: Refund) -> str:
 
 
 def _expired_message(refund: Refund) -> str:
-    when = deadline_text(deadline(refund))
+    when = deadline_text(deadline(refund), refund.site.zone)
     return f"This refund expired at {when}, 24 hours after it was held. Nothing was refunded."
 
 

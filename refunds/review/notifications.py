@@ -8,15 +8,13 @@ win it, in any process) and gives it back if the email fails, so a retry sends i
 second path sends nothing.
 
 Slack is best effort: an incoming webhook that is down or slow (5 s timeout) is logged, never
-raised, so it can neither block nor repeat the email.
+raised, so it can neither block nor repeat the email. The Slack message carries the facts in
+words, the rules that held the refund and Approve / Reject buttons (refunds/review/slack.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.error
-import urllib.request
 from datetime import datetime
 
 from django.conf import settings
@@ -25,15 +23,22 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds.labels import deadline_text, refund_headline, requester_label
+from refunds.labels import (
+    action_label,
+    deadline_text,
+    refund_headline,
+    requester_label,
+    rule_title,
+)
 from refunds.models import Refund, RefundStatus
 from refunds.review.decisions import deadline
+from refunds.review.facts_words import fact_phrases
+from refunds.review.slack import post_held_message
 from refunds.services import HOLD_FOR
 from sill.accounts.models import Membership, Role
 
 logger = logging.getLogger(__name__)
 
-SLACK_TIMEOUT_SECONDS = 5
 SWEEP_LIMIT = 500
 
 
@@ -61,7 +66,9 @@ def notify_held_refund(*, refund_id: str) -> bool:
         Refund.objects.filter(pk=refund.pk).update(held_notified_at=None)
         raise
     if refund.site.slack_webhook_url:
-        post_to_slack(url=refund.site.slack_webhook_url, text=_slack_text(refund))
+        post_held_message(
+            url=refund.site.slack_webhook_url, refund=refund, review_url=review_url(refund)
+        )
     return True
 
 
@@ -112,10 +119,11 @@ def _email_deciders(refund: Refund) -> None:
         refund_headline(refund),
         f"Order: #{order.number} ({order.buyer_name or order.buyer_email})" if order else "",
         f"Requested by: {requester_label(refund)}",
-        f"Held by: {', '.join(r['id'] for r in refund.rules or [] if 'id' in r) or 'policy'}",
+        "Facts: " + (" · ".join(fact_phrases(refund.facts or {})) or "none recorded"),
+        "Held by: " + held_by(refund),
         "",
-        f"Decide before {deadline_text(deadline(refund))}. If nobody approves it by then, it "
-        "expires and nothing is refunded.",
+        f"Decide before {deadline_text(deadline(refund), refund.site.zone)}. If nobody "
+        "approves it by then, it expires and nothing is refunded.",
         "",
         f"Review it: {review_url(refund)}",
     ]
@@ -127,30 +135,11 @@ def _email_deciders(refund: Refund) -> None:
     )
 
 
-def _slack_text(refund: Refund) -> str:
-    order = f" for order #{refund.order.number}" if refund.order else ""
-    return (
-        f"Refund held for review on {refund.site.name}: {refund_headline(refund)}{order}. "
-        f"Decide before {deadline_text(deadline(refund))}: <{review_url(refund)}|review it>"
-    )
-
-
-def post_to_slack(*, url: str, text: str) -> bool:
-    """POST ``{"text": text}`` to a Slack incoming webhook; False (logged) on any failure."""
-    if not url.startswith(("https://", "http://")):
-        logger.warning("Slack webhook URL is not http(s); not posting")
-        return False
-    request = urllib.request.Request(  # noqa: S310 - scheme checked above
-        url,
-        data=json.dumps({"text": text}).encode("utf-8"),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=SLACK_TIMEOUT_SECONDS) as response:  # noqa: S310
-            response.read()
-            return True
-    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
-        # HTTPError (4xx/5xx) is a URLError too. The webhook holds a secret: never log it.
-        logger.warning("Slack webhook post failed: %s", exc)
-        return False
+def held_by(refund: Refund) -> str:
+    """The rules that held ``refund``, by their titles and what they do."""
+    rules = [
+        f"{rule_title(r['id'])} ({action_label(str(r.get('action', ''))).lower()})"
+        for r in refund.rules or []
+        if isinstance(r, dict) and "id" in r
+    ]
+    return "; ".join(rules) or "the site's policy"

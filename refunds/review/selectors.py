@@ -16,9 +16,11 @@ from django.utils import timezone
 from audit.selectors import records_about
 from refunds.labels import (
     REASON_LABELS,
-    fact_label,
-    fact_value,
+    buyer_label,
     humanize,
+    labelled_rule,
+    money_confirmation,
+    outcome_label,
     rail_label,
     reason_label,
     refund_headline,
@@ -26,9 +28,10 @@ from refunds.labels import (
 )
 from refunds.models import Refund, RefundOrigin, RefundStatus
 from refunds.review.decisions import deadline
+from refunds.review.facts_words import RawFact, fact_phrases, raw_facts
 from sill.accounts.models import Site
-from sill.money import MoneyError, exponent
-from sill.orders.models import Charge
+from sill.money import Money, MoneyError, exponent, format_money
+from sill.orders.models import Charge, Order
 from sill.rails.base import RailName
 from sill.rails.models import RailAccount, RailMode
 
@@ -158,13 +161,24 @@ class HeldRow:
     rail: str  # the rail's name as merchants know it ("Stripe", "Mock")
     overdue: bool = False
     just_held: bool = False  # less than a minute ago
+    # Each rule as {"id", "action", "mode", "title", "action_label"} (words for the ids).
     rules: list[dict[str, Any]] = field(default_factory=list)
+    buyer: str = ""  # "Ada (ada@example.com)"
+    confirm: str = ""  # the sentence shown before approving moves money
+    # Processing or needing attention: the row and the panel poll until it settles.
+    in_flight: bool = False
+
+    @property
+    def approve_label(self) -> str:
+        return f"Approve and refund {format_money(self.refund.amount)}"
 
 
 def held_row(refund: Refund) -> HeldRow:
     held = refund.status == RefundStatus.HELD
     due = deadline(refund) if held else refund.expires_at
     now = timezone.now()
+    order = refund.order
+    buyer = buyer_label(order.buyer_name, order.buyer_email) if order else "the buyer"
     return HeldRow(
         refund=refund,
         headline=refund_headline(refund),
@@ -175,8 +189,45 @@ def held_row(refund: Refund) -> HeldRow:
         rail=rail_label(refund.rail),
         overdue=held and due is not None and due <= now,
         just_held=now - refund.created_at < timedelta(minutes=1),
-        rules=holding_rules(refund),
+        rules=[labelled_rule(rule) for rule in holding_rules(refund)],
+        buyer=buyer,
+        confirm=money_confirmation(
+            amount=refund.amount,
+            buyer=buyer,
+            rail=refund.rail,
+            email=order.buyer_email if order else "",
+        ),
+        in_flight=refund.status in IN_FLIGHT,
     )
+
+
+IN_FLIGHT = (RefundStatus.PROCESSING, RefundStatus.NEEDS_ATTENTION)
+
+
+@dataclass(frozen=True)
+class HeldGroup:
+    """The held refunds of one order, as the held list groups them (oldest first)."""
+
+    order: Order | None
+    rows: list[HeldRow]
+
+    @property
+    def total(self) -> Money | None:
+        currencies = {row.refund.currency for row in self.rows}
+        if len(currencies) != 1:
+            return None
+        return Money(sum(row.refund.amount_minor for row in self.rows), currencies.pop())
+
+
+def group_by_order(rows: list[HeldRow]) -> list[HeldGroup]:
+    """``rows`` grouped by order, each group where its oldest hold was (no queries)."""
+    groups: dict[str, HeldGroup] = {}
+    for row in rows:
+        key = row.refund.order_id or f"refund:{row.refund.pk}"
+        if key not in groups:
+            groups[key] = HeldGroup(order=row.refund.order, rows=[])
+        groups[key].rows.append(row)
+    return list(groups.values())
 
 
 def holding_rules(refund: Refund) -> list[dict[str, Any]]:
@@ -202,16 +253,25 @@ def held_refund_for(site: Site, refund_id: str) -> Refund:
     return refund
 
 
-def prior_refunds_for(refund: Refund) -> list[Refund]:
+@dataclass(frozen=True)
+class PriorRefund:
+    refund: Refund
+    words: str  # its outcome or reason in words ("Rejected by a reviewer", "Defective")
+
+
+def prior_refunds_for(refund: Refund) -> list[PriorRefund]:
     """The order's other refunds (Sill's and those reported from outside), oldest first."""
     if refund.order_id is None:
         return []
-    return list(
+    prior = (
         Refund.objects.filter(site_id=refund.site_id, order_id=refund.order_id)
         .exclude(pk=refund.pk)
         .select_related("agent", "requested_by")
         .order_by("created_at", "id")
     )
+    return [
+        PriorRefund(refund=r, words=outcome_label(r.outcome_code) or reason_label(r)) for r in prior
+    ]
 
 
 _KIND_TONES = {
@@ -232,6 +292,8 @@ class DecisionEntry:
     at: datetime
     hash: str
     body: dict[str, Any]
+    rules: list[dict[str, Any]] = field(default_factory=list)  # labelled (refunds.labels)
+    reason: str = ""  # the record's outcome code in words
 
     @property
     def tone(self) -> str:
@@ -245,6 +307,8 @@ def decision_records_for(refund: Refund) -> list[DecisionEntry]:
     entries = []
     for record in records_about(site=refund.site, refund_id=refund.pk):
         body = json.loads(record.payload).get("body", {})
+        rules = body.get("rules") if isinstance(body.get("rules"), list) else []
+        reason = body.get("reason")
         entries.append(
             DecisionEntry(
                 seq=record.seq,
@@ -253,6 +317,8 @@ def decision_records_for(refund: Refund) -> list[DecisionEntry]:
                 at=record.created_at,
                 hash=record.hash,
                 body=body,
+                rules=[labelled_rule(r) for r in rules if isinstance(r, dict)],
+                reason=outcome_label(reason) if isinstance(reason, str) else "",
             )
         )
     return entries
@@ -302,18 +368,11 @@ def _shopify_domain(account: RailAccount | None) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class Fact:
-    label: str
-    value: str
+def fact_rows(refund: Refund) -> list[RawFact]:
+    """The facts the policy read when it held the refund, each labelled (the folded list)."""
+    return raw_facts(refund.facts if isinstance(refund.facts, dict) else {})
 
 
-def fact_rows(refund: Refund) -> list[Fact]:
-    """The facts the policy read when it held the refund, as a merchant reads them."""
-    facts = refund.facts if isinstance(refund.facts, dict) else {}
-    currency = facts.get("currency") if isinstance(facts.get("currency"), str) else None
-    return [
-        Fact(fact_label(key), fact_value(key, value, currency))
-        for key, value in facts.items()
-        if key != "currency"
-    ]
+def fact_words(refund: Refund) -> list[str]:
+    """The same facts as phrases for the decider ("100 % of the order", "paid today")."""
+    return fact_phrases(refund.facts if isinstance(refund.facts, dict) else {})

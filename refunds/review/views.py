@@ -5,6 +5,15 @@ from them is 403); other sites' refunds are 404. Each form posts with or without
 htmx gets the updated row or decision panel plus the nav counter (``hx-swap-oob``), a JSON
 client gets the refund's state or ``{"error": ...}``, a plain form is redirected back with a
 flash message.
+
+Money moves only on a confirmed approval: a form POST without ``confirmed=1`` (what sill.js
+adds once the dialog named by the form's ``data-confirm`` is confirmed) answers a confirmation
+(200, nothing decided): the page ``refunds/held_confirm.html``, or for htmx its card in place
+of the row or the decision panel. JSON callers are not forms and decide at once.
+
+Live status: a row or panel whose refund is in flight (processing, needs attention) polls
+``held-detail`` with htmx; the view picks the partial by ``HX-Target`` and renders it without
+the trigger once the refund is settled, which stops the polling.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from refunds.labels import rail_label
+from refunds.labels import outcome_label, rail_label
 from refunds.models import Refund, RefundStatus
 from refunds.review import selectors
 from refunds.review.decisions import approve_refund, reject_refund
@@ -40,6 +49,7 @@ def held(request: SiteRequest) -> HttpResponse:
     rows = [selectors.held_row(r) for r in selectors.held_refunds_for(site, filters)]
     context = {
         "rows": rows,
+        "groups": selectors.group_by_order(rows),
         "filters": filters,
         "options": selectors.held_filter_options(site),
         "can_decide": request.site_ctx.can(Cap.DECIDE_HELD),
@@ -52,6 +62,10 @@ def held(request: SiteRequest) -> HttpResponse:
 @site_view(Cap.VIEW_HELD)
 def held_detail(request: SiteRequest, refund_id: str) -> HttpResponse:
     refund = selectors.held_refund_for(request.site_ctx.site, refund_id)
+    if request.htmx and str(request.htmx.target or "").startswith("held-row-"):
+        # A decided row of the held list polls while its refund is in flight.
+        context = {**_panel_context(request, refund), "message": _status_message(refund)}
+        return render(request, "refunds/held.html#decided-row", context)
     if request.htmx and request.htmx.target == "decision-panel":
         # The panel polls while an approved refund executes on its rail.
         return render(
@@ -75,6 +89,8 @@ def reject(request: SiteRequest, refund_id: str) -> HttpResponse:
 def _decide(request: SiteRequest, refund_id: str, decide: Decide, *, done: str) -> HttpResponse:
     ctx = request.site_ctx
     refund = selectors.held_refund_for(ctx.site, refund_id)
+    if decide is approve_refund and _needs_confirmation(request, refund):
+        return _confirmation(request, refund)
     error: SillError | None = None
     try:
         decide(refund=refund, actor=ctx.user, note=request.POST.get("note", ""))
@@ -102,6 +118,49 @@ def _decide(request: SiteRequest, refund_id: str, decide: Decide, *, done: str) 
     return redirect(_next_url(request, refund))
 
 
+def _needs_confirmation(request: SiteRequest, refund: Refund) -> bool:
+    """A form's approval of a refund that is still held, not yet confirmed.
+
+    Anything else goes to the decision, which refuses it without moving money (already
+    decided, the requester approving) or is a JSON caller's (an API, not a form).
+    """
+    if _wants_json(request) or request.POST.get("confirmed") == "1":
+        return False
+    requester = refund.requested_by_id is not None and refund.requested_by_id == request.user.pk
+    return refund.status == RefundStatus.HELD and not requester
+
+
+def _confirmation(request: SiteRequest, refund: Refund) -> HttpResponse:
+    """What approving ``refund`` will do, to confirm (200; nothing was decided)."""
+    context = {
+        **_panel_context(request, refund),
+        "note": request.POST.get("note", "")[:2000],
+        "next": request.POST.get("next", ""),
+        "cancel_url": _next_url(request, refund),
+    }
+    if request.htmx:
+        target = str(request.htmx.target or "")
+        part = "confirm-row" if target.startswith("held-row-") else "confirm-panel"
+        return render(request, f"refunds/held_confirm.html#{part}", context)
+    return render(request, "refunds/held_confirm.html", context)
+
+
+def _status_message(refund: Refund) -> str:
+    """A decided refund's state in words, as a polled row shows it."""
+    if refund.status == RefundStatus.NEEDS_ATTENTION:
+        return (
+            f"Approved: the rail has not confirmed the refund of {refund.amount} yet; "
+            "an owner can check it on the order."
+        )
+    if refund.decision == "approved":
+        return _done_message(refund, "Approved")
+    if refund.status == RefundStatus.EXPIRED:
+        return "Expired: nobody decided within 24 hours; nothing was refunded."
+    if refund.status == RefundStatus.REJECTED:
+        return f"Rejected: nothing was refunded ({outcome_label(refund.outcome_code)})."
+    return ""
+
+
 def _done_message(refund: Refund, done: str) -> str:
     rail = rail_label(refund.rail)
     if refund.status == RefundStatus.SUCCEEDED:
@@ -109,7 +168,7 @@ def _done_message(refund: Refund, done: str) -> str:
     if refund.status == RefundStatus.PROCESSING:
         return f"{done}: {refund.amount} is being refunded on {rail}."
     if refund.status == RefundStatus.FAILED:
-        why = refund.failure_message or refund.outcome_code
+        why = refund.failure_message or outcome_label(refund.outcome_code)
         return f"{done}, but the rail refused the refund: {why}."
     return f"{done}: nothing was refunded."
 
@@ -160,6 +219,8 @@ def _detail_context(request: SiteRequest, refund: Refund) -> dict[str, Any]:
         "charge_link": selectors.charge_link(charge),
         "prior_refunds": selectors.prior_refunds_for(refund),
         "facts": selectors.fact_rows(refund),
+        "fact_phrases": selectors.fact_words(refund),
+        "outcome": outcome_label(refund.outcome_code),
         "records": selectors.decision_records_for(refund),
     }
 

@@ -35,7 +35,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from refunds.models import Refund, RefundStatus
-from refunds.quote import charged_charge
+from refunds.quote import charged_charge, held_total
 from refunds.reasons.selectors import pickable_reason
 from refunds.staff import idempotency
 from refunds.staff.forms import parse_money_field, parse_refund_size
@@ -44,6 +44,8 @@ from sill.accounts.access import Cap, can, site_context
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.api import StrictJSONParser
 from sill.errors import NotFound, PermissionDenied, SillError
+from sill.money import Money
+from sill.orders.models import Charge
 from sill.orders.selectors import order_for
 
 
@@ -101,7 +103,9 @@ _REFUND = inline_serializer(
         "requested_by": serializers.CharField(),
         "rules": serializers.ListField(child=serializers.DictField()),
         "provider_refund_id": serializers.CharField(allow_null=True),
-        "remaining": serializers.CharField(),
+        "remaining": serializers.CharField(
+            help_text="What is still refundable on the order, after its held refunds."
+        ),
         "order_status": serializers.CharField(),
         "message": serializers.CharField(),
         "created_at": serializers.DateTimeField(),
@@ -134,6 +138,11 @@ _MESSAGES: dict[str, str] = {
 }
 
 
+def _remaining_after_holds(charge: Charge) -> Money:
+    held, _count = held_total(charge)
+    return Money(max(0, charge.remaining.amount_minor - held.amount_minor), charge.currency)
+
+
 def refund_output(refund: Refund) -> dict[str, Any]:
     order = refund.order
     assert order is not None
@@ -158,7 +167,8 @@ def refund_output(refund: Refund) -> dict[str, Any]:
         "requested_by": refund.requested_by.get_username() if refund.requested_by else None,
         "rules": refund.rules,
         "provider_refund_id": refund.provider_refund_id or None,
-        "remaining": charge.remaining.major_str() if charge else "0",
+        # Net of the charge's held refunds, as a new refund's quote (and expectedRemaining) is.
+        "remaining": _remaining_after_holds(charge).major_str() if charge else "0",
         "order_status": order.status,
         "message": _MESSAGES.get(refund.status, ""),
         "created_at": refund.created_at.isoformat(),

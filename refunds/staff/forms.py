@@ -23,6 +23,23 @@ NOTE_MAX = 1000
 
 
 @dataclass(frozen=True)
+class StaffConfirmation:
+    """What a validated staff refund will do, shown before it is made (nothing moved yet).
+
+    ``fields`` are the submitted values to post again with ``confirmed=1`` and the same
+    ``idempotency_key``, so the confirmed submit is the request the user checked.
+    """
+
+    amount: Money
+    explanation: str
+    buyer: str
+    rail: str
+    sentence: str
+    fields: dict[str, str]
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
 class RefundSize:
     kind: RefundKind
     amount: Money | None = None
@@ -93,6 +110,7 @@ class StaffRefundForm(forms.Form):
         self.error: SillError | None = None
         self.notice = ""
         self.size: RefundSize | None = None
+        self.confirmation: StaffConfirmation | None = None
 
     @property
     def values(self) -> dict[str, str]:

@@ -148,6 +148,7 @@ def _amount_for(
     remaining: Money,
     amount: Money | None,
     percentage: Decimal | None,
+    held: Money | None = None,
 ) -> Money:
     if kind == "full":
         return remaining
@@ -163,8 +164,13 @@ def _amount_for(
                 "The amount must be more than zero.", code="invalid_field", field="amount"
             )
         if amount > remaining:
+            pending = (
+                f" ({format_money(held)} is awaiting approval and already counts)"
+                if held is not None and held.amount_minor
+                else ""
+            )
             raise SillError(
-                f"At most {format_money(remaining)} can be refunded on this order; "
+                f"At most {format_money(remaining)} can be refunded on this order{pending}; "
                 f"{format_money(amount)} is too much.",
                 code="exceeds_refundable",
                 field="amount",
@@ -231,7 +237,8 @@ def create_staff_refund(
     ``order_not_refundable`` (409) for PENDING, REFUNDED, CANCELLED or uncharged orders,
     ``order_changed`` (409) when ``expected`` no longer holds, ``rail_disabled`` (409),
     ``invalid_field`` / ``reason_not_leaf`` / ``reason_inactive`` / ``exceeds_refundable``
-    (400). Returns the refund as decided: processing (execution enqueued on commit), held for
+    (400). What remains counts the order's held refunds as spent (``refunds.quote``).
+    Returns the refund as decided: processing (execution enqueued on commit), held for
     review, or rejected by policy.
 
     ``on_opened(refund)`` runs inside the decision transaction once the refund row exists;
@@ -268,7 +275,12 @@ def create_staff_refund(
         _check_snapshot(order=locked, remaining=remaining, expected=expected)
         picked = pickable_reason(site, reason.pk if isinstance(reason, RefundReason) else reason)
         refund_amount = _amount_for(
-            kind=kind, order=locked, remaining=remaining, amount=amount, percentage=percentage
+            kind=kind,
+            order=locked,
+            remaining=remaining,
+            amount=amount,
+            percentage=percentage,
+            held=quote.held,
         )
         rail_account_for(site_id=site.pk, rail=charge.rail)  # RailDisabled (409) if off
         context = RefundContext(
@@ -317,9 +329,15 @@ def quote_staff_refund(
 ) -> StaffQuote:
     """The concrete amount of a refund, without locks (for the preview; the real refund
     recomputes it under the row locks). Raises the same ``SillError``s as the refund would."""
-    remaining = _quote(order, charge).remaining
+    quote = _quote(order, charge)
+    remaining = quote.remaining
     value = _amount_for(
-        kind=kind, order=order, remaining=remaining, amount=amount, percentage=percentage
+        kind=kind,
+        order=order,
+        remaining=remaining,
+        amount=amount,
+        percentage=percentage,
+        held=quote.held,
     )
     if kind == "percentage" and percentage is not None:
         result = percentage_of_total(total=order.total, percentage=percentage, remaining=remaining)
@@ -334,4 +352,6 @@ def quote_staff_refund(
         explanation = f"everything left to refund on this order ({format_money(remaining)})"
     else:
         explanation = f"{format_money(remaining)} is left to refund on this order"
+    if quote.held is not None and quote.held.amount_minor:
+        explanation += f", after the {format_money(quote.held)} awaiting approval"
     return StaffQuote(amount=value, remaining=remaining, explanation=explanation)

@@ -1,15 +1,14 @@
 """The order pages, under the ``orders:`` URL names the templates use.
 
-The order list is ``sill.orders``' own view; the dashboard and the order page show refunds,
-so they live here, and ``sill/urls.py`` includes this module by name (``sill`` never imports
-``refunds``). One module for the namespace: two includes under one namespace would not
-reverse.
+The dashboard, the order list and the order page show refunds, so they live here, and
+``sill/urls.py`` includes this module by name (``sill`` never imports ``refunds``). One
+module for the namespace: two includes under one namespace would not reverse.
 """
 
 from django.urls import path
 
 from refunds.staff import views
-from sill.orders.views import order_list
+from refunds.staff.list_views import order_list
 
 app_name = "orders"
 urlpatterns = [

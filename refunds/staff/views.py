@@ -5,9 +5,13 @@ shows the order, its Transactions tab and the refund panel; the dashboard (``ord
 its headline figures. Their URL names stay under ``orders:`` (``refunds.staff.urls``).
 
 The refund form posts to ``refunds:order-refund``; while typing, htmx asks
-``refunds:order-refund-preview`` for the concrete amount. A percentage refund is only made
-when the form carries the amount the user was shown (``confirmed_amount_minor``): without
-JavaScript, the first submit answers 422 with that amount, and the second submit confirms it.
+``refunds:order-refund-preview`` for the concrete amount. Money moves only on a submit with
+``confirmed=1``: a valid submit without it answers (200, nothing written, the key unclaimed)
+the confirmation in place of the form — the computed amount, the buyer, the rail and who
+emails the buyer — whose **Refund** button posts the same fields, the same idempotency key,
+the amount shown (``confirmed_amount_minor``) and ``confirmed=1``; **Change** gives the form
+back. A percentage refund is still only made when the form carries the amount the user was
+shown (``confirmed_amount_minor``), else 422 with that amount.
 
 Each rendered form carries a fresh idempotency key (``idempotency_key``, a hidden field): a
 double click or a browser retry of one form makes one refund, and the repeated submit answers
@@ -28,12 +32,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from refunds.labels import buyer_label, money_confirmation, rule_title
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge
-from refunds.reasons.selectors import reason_picker_for
+from refunds.reasons.selectors import pickable_reason, reason_picker_for
 from refunds.reconcile.views import attention_context, dashboard_attention
 from refunds.staff import idempotency
-from refunds.staff.forms import StaffRefundForm, parse_refund_size
+from refunds.staff.dashboard import dashboard_context
+from refunds.staff.forms import StaffConfirmation, StaffRefundForm, parse_refund_size
+from refunds.staff.listing import ListFilters, orders_with_refund_state
+from refunds.staff.order_status import order_refunds, refund_status_area
 from refunds.staff.selectors import Transaction, dashboard_figures, transactions_for
 from refunds.staff.services import (
     ROUNDING_RULE,
@@ -47,8 +55,9 @@ from sill.errors import SillError
 from sill.http import SiteRequest
 from sill.money import Money, format_money
 from sill.orders.models import Charge, ChargeStatus, Order
-from sill.orders.selectors import order_for, orders_for
+from sill.orders.selectors import order_for
 from sill.rails.base import rail_label
+from sill.rails.registry import rail_account_for
 from sill.rails.woocommerce.record import woocommerce_records_for
 
 KEY_FIELD = "idempotency_key"
@@ -62,10 +71,15 @@ FORM_WAIT_SECONDS = 10.0
 
 @site_view(Cap.VIEW_ORDERS)
 def dashboard(request: SiteRequest) -> HttpResponse:
+    """The to-do strip, 30 days of refunds as charts, the setup checklist and recent orders."""
     site = request.site_ctx.site
-    recent = orders_for(site)[:8]
-    figures = dashboard_figures(site)
-    context = {"recent": recent, "attention": dashboard_attention(request), **figures}
+    recent = orders_with_refund_state(site, ListFilters())[:8]
+    context = {
+        "recent": recent,
+        "attention": dashboard_attention(request),
+        **dashboard_figures(site),
+        **dashboard_context(request.site_ctx),
+    }
     return render(request, "orders/dashboard.html", context)
 
 
@@ -79,8 +93,10 @@ def order_detail_context(
     """What the order page shows; the refund POST view re-renders the page with it (422)."""
     charges = list(order.charges.prefetch_related("disputes"))
     transactions = transactions_for(order)
+    refunds = [t.obj for t in transactions if t.kind == "refund"]
     return {
         "order": order,
+        "status_area": refund_status_area(request.site_ctx, refunds),
         "items": list(order.items.all()),
         "charges": charges,
         "transactions": transactions,
@@ -98,7 +114,17 @@ def order_detail_context(
 
 @site_view(Cap.VIEW_ORDERS)
 def order_detail(request: SiteRequest, order_id: str) -> HttpResponse:
+    """The order page; ``?part=status`` answers only its refund status area (htmx polls it
+    every 3 s while a refund is in flight; the answer without a trigger stops the polling)."""
     order = order_for(request.site_ctx.site, order_id)
+    if request.GET.get("part") == "status":
+        area = refund_status_area(request.site_ctx, order_refunds(order))
+        return render(
+            request,
+            "orders/detail.html#refund_status",
+            # status_poll: the order's status badge follows, swapped out of band.
+            {"order": order, "status_area": area, "status_poll": True},
+        )
     tab = "transactions" if request.GET.get("tab") == "transactions" else "overview"
     context = order_detail_context(request, order, tab=tab)
     if request.htmx and request.htmx.target == "order-tab":
@@ -155,27 +181,39 @@ def refund_panel_context(
     if not ctx.can(Cap.REFUND):
         return {"allowed": False, "show_hint": ctx.role == Role.STAFF}
     charge = _first_charge(charges)
+    refunds = [t.obj for t in transactions if t.kind == "refund"]
+    # Awaiting approval: they count against what is left (refunds.quote), each one linked.
+    holds = (
+        [
+            r
+            for r in refunds
+            if isinstance(r, Refund) and r.status == RefundStatus.HELD and r.charge_id == charge.pk
+        ]
+        if charge is not None
+        else []
+    )
     panel: dict[str, Any] = {
         "allowed": True,
         "order": order,
         "refusal": refusal_for(order, charge),
+        "holds": holds,
         "can_manage_reasons": ctx.can(Cap.MANAGE_SETTINGS),
     }
     if panel["refusal"] is not None:
         return panel
     assert charge is not None
     form = form or StaffRefundForm(currency=order.currency)
-    refunds = [t.obj for t in transactions if t.kind == "refund"]
-    held = [r for r in refunds if isinstance(r, Refund) and r.status == RefundStatus.HELD]
+    held_minor = sum(r.amount_minor for r in holds)
+    remaining = Money(charge.remaining.amount_minor - held_minor, charge.currency)
     panel.update(
         form=form,
         data=form.values,
-        remaining=charge.remaining,
+        remaining=remaining,
         picker=reason_picker_for(ctx.site),
         # The snapshot is always fresh: after a refusal, submitting again is a deliberate act.
-        expected_remaining_minor=charge.remaining.amount_minor,
+        expected_remaining_minor=remaining.amount_minor,
         expected_refund_count=len(refunds),
-        held_total=Money(sum(r.amount_minor for r in held), order.currency) if held else None,
+        held_total=Money(held_minor, order.currency) if holds else None,
         placeholder=Money.zero(order.currency).major_str(),
         # Fresh for every rendered form (and every re-render after a refusal).
         idempotency_key=idempotency.new_idempotency_key(),
@@ -193,6 +231,13 @@ def _render_form(
     return render(request, template, context, status=status)
 
 
+def _rule_names(refund: Refund, action: str) -> str:
+    """The titles of the rules that took ``action`` (else of every rule that fired), quoted."""
+    fired = [r for r in refund.rules or [] if isinstance(r, dict)]
+    chosen = [r for r in fired if r.get("action") == action] or fired
+    return ", ".join(f"“{rule_title(str(r.get('id', '')))}”" for r in chosen) or "“a rule”"
+
+
 def _outcome_message(request: SiteRequest, refund: Refund) -> None:
     amount = format_money(refund.amount)
     rail = rail_label(refund.rail)
@@ -200,11 +245,14 @@ def _outcome_message(request: SiteRequest, refund: Refund) -> None:
         messages.warning(
             request,
             f"The refund of {amount} is held for review by an owner or admin "
-            "(a rule asked for approval). Nothing moves until it is approved.",
+            f"(your rule {_rule_names(refund, 'require_approval')} asked for approval). "
+            "Nothing moves until it is approved.",
         )
     elif refund.status == RefundStatus.REJECTED:
-        rules = ", ".join(r.get("id", "") for r in refund.rules) or "a policy"
-        messages.error(request, f"The refund of {amount} was refused by {rules}.")
+        rules = _rule_names(refund, "deny")
+        messages.error(
+            request, f"The refund of {amount} was denied by your rule {rules}; nothing moved."
+        )
     elif refund.status == RefundStatus.FAILED:
         messages.error(
             request, f"The refund of {amount} failed on the rail: {refund.failure_message}"
@@ -239,6 +287,47 @@ def _to_transactions(request: SiteRequest, order: Order) -> HttpResponse:
     return HttpResponseRedirect(url, status=303)
 
 
+def _confirm(
+    request: SiteRequest, order: Order, form: StaffRefundForm, *, key: str | None
+) -> HttpResponse:
+    """The confirmation of a valid refund (200, nothing written), or the form's refusal (422)."""
+    size = form.size
+    assert size is not None
+    charge = charged_charge(order)
+    try:
+        quote = quote_staff_refund(
+            order=order,
+            charge=charge,
+            kind=size.kind,
+            amount=size.amount,
+            percentage=size.percentage,
+        )
+        assert charge is not None  # the quote refuses an order without one
+        # What the refund itself would refuse before deciding, refused before confirming.
+        pickable_reason(request.site_ctx.site, form.values["reason"])
+        rail_account_for(site_id=order.site_id, rail=charge.rail)
+    except SillError as error:
+        form.error = error
+        return _render_form(request, order, form)
+    buyer = buyer_label(order.buyer_name, order.buyer_email)
+    fields = {
+        **{name: value for name, value in form.values.items() if value},
+        "confirmed_amount_minor": str(quote.amount.amount_minor),
+    }
+    form.confirmation = StaffConfirmation(
+        amount=quote.amount,
+        explanation=quote.explanation,
+        buyer=buyer,
+        rail=rail_label(charge.rail),
+        sentence=money_confirmation(
+            amount=quote.amount, buyer=buyer, rail=charge.rail, email=order.buyer_email
+        ),
+        fields=fields,
+        idempotency_key=key or idempotency.new_idempotency_key(),
+    )
+    return _render_form(request, order, form, status=200)
+
+
 @require_POST
 @site_view(Cap.REFUND)
 def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
@@ -256,6 +345,11 @@ def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
     size = form.size
     assert size is not None
     values = form.values
+    if request.POST.get("edit") == "1":  # "Change" on the confirmation: the form again
+        return _render_form(request, order, form, status=200)
+    if request.POST.get("confirmed") != "1":
+        # Money moves only on a confirmed submit: answer the computed amount to confirm.
+        return _confirm(request, order, form, key=key)
 
     def work(on_opened: Any) -> Refund:
         if size.kind == "percentage":

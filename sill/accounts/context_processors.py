@@ -11,6 +11,7 @@ from sill.accounts.access import Cap, site_context
 NAV: tuple[tuple[str, str, Cap], ...] = (
     ("Dashboard", "orders:dashboard", Cap.VIEW_ORDERS),
     ("Orders", "orders:list", Cap.VIEW_ORDERS),
+    ("Refunds", "refunds:list", Cap.VIEW_ORDERS),
     ("Held", "refunds:held", Cap.VIEW_HELD),
     ("Reconciliation", "refunds:reconcile", Cap.DECIDE_HELD),
     ("Rules", "policies:rules", Cap.VIEW_RULES),

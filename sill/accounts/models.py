@@ -28,9 +28,15 @@ class Site(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     # Optional Slack incoming webhook for held-refund notifications.
     slack_webhook_url = models.URLField(blank=True, max_length=500)
+    # The Slack app's signing secret, sealed with SECRET_KEY (sill.rails.secrets, bound to the
+    # site): it verifies the Approve / Reject clicks Slack sends (refunds/review/slack.py).
+    slack_signing_secret = models.BinaryField(blank=True, default=b"")
     # Owners and admins need a confirmed second factor, and a session verified with it, to
     # change anything an approver changes (sill/accounts/two_factor.py).
     require_two_factor = models.BooleanField(default=require_two_factor_default)
+    # The merchant's own refund window in days from payment (null: only the rails' windows);
+    # past it a refund is refused refund_window_passed before anything moves.
+    refund_window_days = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -43,6 +49,14 @@ class Site(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def zone(self) -> zoneinfo.ZoneInfo:
+        """The site's time zone; UTC when ``timezone`` names none (pages never fail on it)."""
+        try:
+            return zoneinfo.ZoneInfo(self.timezone or "UTC")
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            return zoneinfo.ZoneInfo("UTC")
 
 
 class Role(models.TextChoices):
@@ -60,12 +74,19 @@ class Membership(models.Model):
     role = models.CharField(max_length=16, choices=Role.choices)
     # Only meaningful for staff: owners and admins may always refund, reviewers never.
     can_refund = models.BooleanField(default=False)
+    # The member's Slack user id (U…), so a click on Approve in Slack acts as this member.
+    slack_user_id = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["site__name"]
         constraints = [
             models.UniqueConstraint(fields=["user", "site"], name="membership_one_per_site"),
+            models.UniqueConstraint(
+                fields=["site", "slack_user_id"],
+                condition=~Q(slack_user_id=""),
+                name="membership_one_slack_user_per_site",
+            ),
             models.CheckConstraint(
                 condition=Q(role__in=[r.value for r in Role]), name="membership_role_valid"
             ),
@@ -80,12 +101,23 @@ class Agent(models.Model):
     agent_id = models.CharField(max_length=100)
     name = models.CharField(max_length=200)
     active = models.BooleanField(default=True)
+    # The seed's refund method: off for a new agent until an owner or admin switches it on
+    # (Settings → Agents); an agent without it is refused method_not_allowed.
+    refund_enabled = models.BooleanField(default=False)
+    # Caps checked before the policy, in the site's currency; null is no cap.
+    refund_cap_minor = models.BigIntegerField(null=True, blank=True)
+    daily_refund_cap_minor = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["agent_id"]
         constraints = [
             models.UniqueConstraint(fields=["site", "agent_id"], name="agent_unique_per_site"),
+            models.CheckConstraint(
+                condition=(Q(refund_cap_minor__isnull=True) | Q(refund_cap_minor__gte=0))
+                & (Q(daily_refund_cap_minor__isnull=True) | Q(daily_refund_cap_minor__gte=0)),
+                name="agent_caps_not_negative",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -146,3 +178,47 @@ class MemberToken(models.Model):
     prefix = models.CharField(max_length=12)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+
+class MemberInvite(models.Model):
+    """An emailed invitation to join ``site`` as ``role`` (sill/accounts/invites.py).
+
+    Only the SHA-256 of the link's token is stored: a leaked database row opens nothing.
+    Resending replaces the hash (the old link stops working), revoking or accepting stamps
+    the row; a link works only while the row is pending and before ``expires_at``.
+    """
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="invites")
+    email = models.CharField(max_length=150)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    can_refund = models.BooleanField(default=False)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-sent_at"]
+        constraints = [
+            # One open invitation per address and site: inviting again replaces it.
+            models.UniqueConstraint(
+                fields=["site", "email"],
+                condition=Q(accepted_at__isnull=True, revoked_at__isnull=True),
+                name="memberinvite_one_pending",
+            ),
+            models.CheckConstraint(
+                condition=Q(role__in=[r.value for r in Role]), name="memberinvite_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"invite {self.email} @ {self.site_id} ({self.role})"
+
+    @property
+    def pending(self) -> bool:
+        return self.accepted_at is None and self.revoked_at is None

@@ -4,8 +4,9 @@ Every change to members, agents and agent keys writes its signed audit record he
 same transaction (``member_change``, ``agent_change``, ``key_change``; see
 :mod:`sill.accounts.admin_audit`). :func:`add_member` and :func:`add_agent_key` are the
 primitives the audited functions build on; ``add_member`` alone writes no record (it also
-seeds demo and test data): people go through :func:`invite_member` and operators through
-:func:`add_member_as_operator`.
+seeds demo and test data): people join through an emailed invitation
+(:mod:`sill.accounts.invites`, which uses the member rules below) and operators through
+:func:`add_member_as_operator` (``manage.py members add``).
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def issue_member_token(*, membership: Membership) -> str:
 # must). Each function refuses with a SillError before writing anything.
 
 
-def _lock_for_member_change(*memberships: Membership) -> None:
+def lock_for_member_change(*memberships: Membership) -> None:
     """Serialise member changes on a site and re-read the roles the rules depend on.
 
     Locking the site row means two owners demoting each other at the same moment run one
@@ -247,7 +248,7 @@ def _lock_for_member_change(*memberships: Membership) -> None:
             raise SillError("That member was removed meanwhile.", code="not_found") from None
 
 
-def _check_may_manage(*, actor: Membership, role: str, action: str) -> None:
+def check_may_manage(*, actor: Membership, role: str, action: str) -> None:
     if actor.role not in (Role.OWNER, Role.ADMIN):
         raise SillError("Only owners and admins manage members.", code="forbidden", status=403)
     if role == Role.OWNER and actor.role != Role.OWNER:
@@ -272,39 +273,6 @@ def _check_not_self(*, membership: Membership, actor: Membership, message: str) 
 
 
 @transaction.atomic
-def invite_member(
-    *, site: Site, actor: Membership, email: str, role: str, can_refund: bool = False
-) -> Membership:
-    """Add ``email`` to ``site`` as ``role``; refuses someone who is already a member.
-
-    A user who did not exist gets an unusable password (``user.has_usable_password()`` is
-    False): an operator sets one with ``manage.py members add --password``.
-    """
-    if role not in Role.values:
-        raise SillError(
-            f"Role must be one of {', '.join(Role.values)}.", code="invalid_field", field="role"
-        )
-    _lock_for_member_change(actor)
-    _check_may_manage(actor=actor, role=role, action="add")
-    email = email.strip().lower()
-    if Membership.objects.filter(site=site, user__username=email).exists():
-        raise SillError(
-            f"{email} is already a member of {site.name}; change their role in the list below.",
-            code="already_member",
-            field="email",
-        )
-    membership = add_member(
-        site=site, email=email, role=role, can_refund=role == Role.STAFF and can_refund
-    )
-    _record_member_change(
-        membership=membership,
-        actor=actor,
-        body={"action": "add", "member": email, **_member_state(membership)},
-    )
-    return membership
-
-
-@transaction.atomic
 def change_member_role(
     *, membership: Membership, actor: Membership, role: str, can_refund: bool = False
 ) -> Membership:
@@ -313,9 +281,9 @@ def change_member_role(
         raise SillError(
             f"Role must be one of {', '.join(Role.values)}.", code="invalid_field", field="role"
         )
-    _lock_for_member_change(membership, actor)
-    _check_may_manage(actor=actor, role=membership.role, action="change")
-    _check_may_manage(actor=actor, role=role, action="make someone")
+    lock_for_member_change(membership, actor)
+    check_may_manage(actor=actor, role=membership.role, action="change")
+    check_may_manage(actor=actor, role=role, action="make someone")
     if role != Role.OWNER:
         _check_not_last_owner(membership=membership, action="demote")
     _check_not_self(
@@ -350,8 +318,8 @@ def remove_member(*, membership: Membership, actor: Membership) -> None:
     site keeps their sessions: every request resolves the memberships afresh
     (``access.site_context``), so this site is out of their reach from the next request on.
     """
-    _lock_for_member_change(membership, actor)
-    _check_may_manage(actor=actor, role=membership.role, action="remove")
+    lock_for_member_change(membership, actor)
+    check_may_manage(actor=actor, role=membership.role, action="remove")
     _check_not_last_owner(membership=membership, action="remove")
     _check_not_self(
         membership=membership,
@@ -492,6 +460,46 @@ def set_agent_active(*, agent: Agent, actor: Any, active: bool) -> Agent:
         _who(actor),
     )
     return agent
+
+
+def set_agent_refunds(
+    *,
+    agent: Agent,
+    actor: Any,
+    enabled: bool,
+    cap_minor: int | None,
+    daily_cap_minor: int | None,
+) -> Agent:
+    """Switch the agent's refund method and set its caps (site currency minor units; None is
+    no cap). A change writes one ``agent_change`` record; no change writes nothing."""
+    for value in (cap_minor, daily_cap_minor):
+        if value is not None and not 0 <= value <= 10**12:
+            raise SillError("A cap is between 0 and 10,000,000,000.", code="invalid_field")
+    with transaction.atomic():
+        locked = (
+            Agent.objects.select_for_update(of=("self",)).select_related("site").get(pk=agent.pk)
+        )
+        before = (locked.refund_enabled, locked.refund_cap_minor, locked.daily_refund_cap_minor)
+        after = (enabled, cap_minor, daily_cap_minor)
+        if before != after:
+            locked.refund_enabled, locked.refund_cap_minor, locked.daily_refund_cap_minor = after
+            locked.save(
+                update_fields=["refund_enabled", "refund_cap_minor", "daily_refund_cap_minor"]
+            )
+            record_admin_change(
+                site=locked.site,
+                kind="agent_change",
+                actor=actor,
+                body={
+                    "action": "set_refunds",
+                    "agent_id": locked.agent_id,
+                    "refund_enabled": enabled,
+                    "refund_cap_minor": cap_minor,
+                    "daily_refund_cap_minor": daily_cap_minor,
+                    "currency": locked.site.default_currency,
+                },
+            )
+    return locked
 
 
 def _who(actor: Any) -> str:

@@ -173,13 +173,6 @@ class SessionRow:
     current: bool
 
 
-def site_zone(name: str) -> zoneinfo.ZoneInfo:
-    try:
-        return zoneinfo.ZoneInfo(name or "UTC")
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return zoneinfo.ZoneInfo("UTC")
-
-
 def sessions_of(*, user: Any, current_key: str | None, zone: zoneinfo.ZoneInfo) -> list[SessionRow]:
     """``user``'s sessions that are still alive, most recently used first, times in ``zone``."""
     now = timezone.now()

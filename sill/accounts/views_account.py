@@ -35,7 +35,7 @@ def _page(
     status: int = 200,
 ) -> HttpResponse:
     site, user = request.site_ctx.site, request.site_ctx.user
-    zone = sessions.site_zone(site.timezone)
+    zone = site.zone
     rows = sessions.sessions_of(user=user, current_key=request.session.session_key, zone=zone)
     return render(
         request,

@@ -26,6 +26,7 @@ from sill.accounts.agent_forms import AddKeyForm
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.errors import SillError
 from sill.http import SiteRequest
+from sill.money import Money, MoneyError, parse_major
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,15 @@ def _agents(site: Site) -> list[dict[str, Any]]:
         .annotate(active_tokens=Count("tokens", filter=Q(tokens__revoked_at__isnull=True)))
         .prefetch_related(Prefetch("keys", queryset=AgentKey.objects.order_by("valid_from", "pk")))
     )
-    return [{"agent": a, "keys": [_key_row(k, now) for k in a.keys.all()]} for a in agents]
+    return [
+        {
+            "agent": a,
+            "keys": [_key_row(k, now) for k in a.keys.all()],
+            "cap": Money(a.refund_cap_minor or 0, site.default_currency),
+            "daily_cap": Money(a.daily_refund_cap_minor or 0, site.default_currency),
+        }
+        for a in agents
+    ]
 
 
 def _blank_form() -> AddKeyForm:
@@ -160,6 +169,42 @@ def agent_reactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
 
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
+def agent_refunds(request: SiteRequest, agent_pk: int) -> HttpResponse:
+    """The agent's refund method (on/off) and its caps per refund and per day."""
+    agent = _agent_for(request, agent_pk)
+    currency = request.site_ctx.site.default_currency
+    try:
+        caps = [_cap(request.POST.get(name, ""), currency) for name in ("cap", "daily_cap")]
+        services.set_agent_refunds(
+            agent=agent,
+            actor=request.user,
+            enabled=request.POST.get("refund_enabled") == "on",
+            cap_minor=caps[0],
+            daily_cap_minor=caps[1],
+        )
+    except (SillError, MoneyError) as exc:
+        messages.error(request, f"Nothing changed for {agent.agent_id}: {exc}")
+        return HttpResponseRedirect(reverse("settings:agents"), status=303)
+    state = (
+        "may ask for refunds"
+        if request.POST.get("refund_enabled") == "on"
+        else "may not ask for refunds"
+    )
+    return _back(request, f"{agent.agent_id} {state}.")
+
+
+def _cap(text: str, currency: str) -> int | None:
+    text = text.strip().replace(",", "")
+    if not text:
+        return None
+    money = parse_major(text, currency)
+    if money.amount_minor < 0:
+        raise SillError("A cap cannot be negative.", code="invalid_field")
+    return money.amount_minor
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
 def agent_token_issue(request: SiteRequest, agent_pk: int) -> HttpResponse:
     agent = _agent_for(request, agent_pk)
     if not agent.active:
@@ -179,4 +224,5 @@ urlpatterns = [
     path("settings/agents/<int:agent_pk>/deactivate/", agent_deactivate, name="agent-deactivate"),
     path("settings/agents/<int:agent_pk>/reactivate/", agent_reactivate, name="agent-reactivate"),
     path("settings/agents/<int:agent_pk>/token/", agent_token_issue, name="agent-token"),
+    path("settings/agents/<int:agent_pk>/refunds/", agent_refunds, name="agent-refunds"),
 ]

@@ -3,6 +3,10 @@
 Views parse input, check access, call one service and render. Member actions answer htmx
 with the ``#members`` partial (200 on success, 422 with the refusal) and plain form posts
 with a 303 back to the page (success) or the whole page with 422 (refusal).
+
+Nobody is added directly from this page: the form sends an invitation by email
+(:mod:`sill.accounts.invites`), listed as pending until it is accepted, with Resend and
+Revoke. No page prints a shell command: an address is data, never part of a command line.
 """
 
 from __future__ import annotations
@@ -10,16 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import NoReverseMatch, path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from sill.accounts import services, two_factor
+from sill.accounts import invites, services, two_factor
 from sill.accounts.access import Cap, site_view
 from sill.accounts.member_forms import ROLE_HELP, AddMemberForm, ChangeMemberForm
-from sill.accounts.models import Membership, Role, Site
+from sill.accounts.models import MemberInvite, Membership, Role, Site
 from sill.errors import SillError
 from sill.http import SiteRequest
 
@@ -81,19 +87,21 @@ class MemberRow:
     # Why the acting user may not change this member ("" when they may).
     locked_because: str
     roles: list[tuple[str, str]]
-    password_command: str
+    # The account has no password yet (added by an operator without one): they set one with
+    # "Forgot password?" on the login page.
+    needs_password: bool
 
     @property
     def email(self) -> str:
         return self.membership.user.get_username()
 
 
-def _password_command(site: Site, membership: Membership) -> str:
-    refund = " --can-refund" if membership.can_refund else ""
-    return (
-        f"manage.py members add --site {site.pk} --email {membership.user.get_username()} "
-        f"--role {membership.role}{refund} --password …"
-    )
+@dataclass(frozen=True)
+class InviteRow:
+    invite: MemberInvite
+    expired: bool
+    # Why the acting user may not resend or revoke it ("" when they may).
+    locked_because: str
 
 
 def _roles_for(actor: Membership) -> list[tuple[str, str]]:
@@ -129,10 +137,26 @@ def _member_rows(site: Site, actor: Membership) -> list[MemberRow]:
                 is_you=m.pk == actor.pk,
                 locked_because=locked,
                 roles=actor_roles,
-                password_command="" if m.user.has_usable_password() else _password_command(site, m),
+                needs_password=not m.user.has_usable_password(),
             )
         )
     return rows
+
+
+def _invite_rows(site: Site, actor: Membership) -> list[InviteRow]:
+    now = timezone.now()
+    return [
+        InviteRow(
+            invite=invite,
+            expired=invite.expires_at <= now,
+            locked_because=(
+                "Only an owner can resend or revoke an owner's invite."
+                if invite.role == Role.OWNER and actor.role != Role.OWNER
+                else ""
+            ),
+        )
+        for invite in invites.pending_invites(site)
+    ]
 
 
 def _members_page(
@@ -151,6 +175,8 @@ def _members_page(
         {
             "site": ctx.site,
             "rows": _member_rows(ctx.site, ctx.membership),
+            "invites": _invite_rows(ctx.site, ctx.membership),
+            "invite_hours": settings.SILL_INVITE_HOURS,
             "roles": _roles_for(ctx.membership),
             "add_form": add_form or AddMemberForm(initial={"role": Role.STAFF}),
             "role_help": [(Role(value).label, text) for value, text in ROLE_HELP.items()],
@@ -189,6 +215,7 @@ def members(request: SiteRequest) -> HttpResponse:
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
 def member_add(request: SiteRequest) -> HttpResponse:
+    """Invite a member: the form's address gets an emailed link (nobody is added yet)."""
     ctx = request.site_ctx
     form = AddMemberForm(request.POST)
     if not form.is_valid():
@@ -197,7 +224,7 @@ def member_add(request: SiteRequest) -> HttpResponse:
         # A new owner is the most sensitive change: a fresh code (site_view answers the 403).
         two_factor.require_fresh(request, ctx.membership)
     try:
-        membership = services.invite_member(
+        invite = invites.create_invite(
             site=ctx.site,
             actor=ctx.membership,
             email=form.cleaned_data["email"],
@@ -207,15 +234,57 @@ def member_add(request: SiteRequest) -> HttpResponse:
     except SillError as error:
         form.add_refusal(error)
         return _members_page(request, add_form=form, status=422)
-    email = membership.user.get_username()
-    message = f"Added {email} as {membership.get_role_display().lower()}."
-    if not membership.user.has_usable_password():
-        # The row shows the full `manage.py members add … --password` command to run.
-        message += (
-            " They can't sign in until a password is set on the server with "
-            "manage.py members add --password: see their row below."
-        )
-    return _done(request, message)
+    except OSError:
+        # SMTP refused or unreachable: the transaction rolled back, so nothing was saved.
+        form.add_error(None, _EMAIL_FAILED)
+        return _members_page(request, add_form=form, status=422)
+    role = Role(invite.role).label.lower()
+    return _done(
+        request,
+        f"Invitation sent to {invite.email} as {role}. The link works for "
+        f"{settings.SILL_INVITE_HOURS} hours.",
+    )
+
+
+_EMAIL_FAILED = "Sill could not send the email, so nothing was saved. Try again in a moment."
+
+
+def _invite_for(request: SiteRequest, invite_id: int) -> MemberInvite:
+    # Scoped to the current site: another site's invite id is a 404.
+    return get_object_or_404(
+        MemberInvite.objects.select_related("site"), pk=invite_id, site=request.site_ctx.site
+    )
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def invite_resend(request: SiteRequest, invite_id: int) -> HttpResponse:
+    invite = _invite_for(request, invite_id)
+    if invite.role == Role.OWNER:
+        # A new link to become an owner: as sensitive as the first invitation.
+        two_factor.require_fresh(request, request.site_ctx.membership)
+    try:
+        invites.resend_invite(invite=invite, actor=request.site_ctx.membership)
+    except SillError as error:
+        return _members_page(request, error=error.message, status=422)
+    except OSError:
+        return _members_page(request, error=_EMAIL_FAILED, status=422)
+    return _done(
+        request, f"A new link was sent to {invite.email}; the previous one no longer works."
+    )
+
+
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def invite_revoke(request: SiteRequest, invite_id: int) -> HttpResponse:
+    invite = _invite_for(request, invite_id)
+    try:
+        invites.revoke_invite(invite=invite, actor=request.site_ctx.membership)
+    except SillError as error:
+        return _members_page(request, error=error.message, status=422)
+    return _done(
+        request, f"The invitation for {invite.email} was revoked; its link no longer works."
+    )
 
 
 @require_POST
@@ -262,4 +331,6 @@ urlpatterns: list[Any] = [
     path("settings/members/add/", member_add, name="member-add"),
     path("settings/members/<int:membership_id>/change/", member_change, name="member-change"),
     path("settings/members/<int:membership_id>/remove/", member_remove, name="member-remove"),
+    path("settings/members/invites/<int:invite_id>/resend/", invite_resend, name="invite-resend"),
+    path("settings/members/invites/<int:invite_id>/revoke/", invite_revoke, name="invite-revoke"),
 ]

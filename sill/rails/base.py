@@ -253,6 +253,25 @@ class ChargeFinder(Protocol):
     def find_charge(self, request: ChargeRequest) -> ChargeResult | None: ...
 
 
+# --- a connection check (Settings → Rails' "Test connection") ---------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    """What one cheap read that moves nothing says about the credentials' account.
+
+    ``name``: the account or shop as the provider names it ("" when it would not say);
+    ``test_mode``: True for test keys / a sandbox / a development store, None unknown;
+    ``missing_scopes``: permissions Sill needs that the credentials lack. A failed check is a
+    ``RailError`` whose ``code`` is ``bad_key``, ``missing_scope`` or ``unreachable`` (or the
+    rail's own), its message in words and free of secrets.
+    """
+
+    name: str
+    test_mode: bool | None = None
+    missing_scopes: tuple[str, ...] = ()
+
+
 # --- rail names ------------------------------------------------------------------------------
 
 

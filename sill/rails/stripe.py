@@ -25,6 +25,7 @@ from sill.rails.base import (
     ChargePending,
     ChargeRequest,
     ChargeResult,
+    ConnectionInfo,
     CustomerHistory,
     PermanentRailError,
     RailDispute,
@@ -90,6 +91,47 @@ class StripeRail:
             f"StripeRail(mode={self.mode!r}, connected_account={self.connected_account!r}, "
             f"api_base={self.api_base!r})"
         )
+
+    # --- Settings → Rails' connection check -------------------------------------------
+
+    def check_connection(self) -> ConnectionInfo:
+        """Read the balance (any working key may), then the account's name if the key may.
+
+        Restricted keys without account access, and localstripe, have no account to read:
+        the name is then the connected account id or "".
+        """
+        try:
+            balance = self._client.v1.balance.retrieve()
+        except stripe.AuthenticationError:
+            raise PermanentRailError(
+                "Stripe refused the API key: it is mistyped, rolled or deleted.", code="bad_key"
+            ) from None
+        except stripe.PermissionError:
+            raise PermanentRailError(
+                "The restricted key may not read the balance: give it Balance read access.",
+                code="missing_scope",
+            ) from None
+        except stripe.APIConnectionError:
+            raise RetryableRailError(
+                "Stripe could not be reached (no answer in time).", code="unreachable"
+            ) from None
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="connection check", read=True)
+        name = self.connected_account
+        try:
+            account = self._client.v1.accounts.retrieve_current()
+        except stripe.StripeError:
+            pass
+        else:
+            settings = getattr(account, "settings", None)
+            dashboard = getattr(settings, "dashboard", None) if settings else None
+            profile = getattr(account, "business_profile", None)
+            name = (
+                str(getattr(dashboard, "display_name", "") or "")
+                or str(getattr(profile, "name", "") or "")
+                or str(account.id or "")
+            )
+        return ConnectionInfo(name=name, test_mode=not bool(getattr(balance, "livemode", False)))
 
     # --- the protocol -------------------------------------------------------------------
 

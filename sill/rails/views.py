@@ -5,6 +5,8 @@ One page, one card per rail; with htmx each form swaps only its card (the view p
 re-renders it with the error (422). Saving Stripe credentials calls no provider (the first
 refund proves the key); saving a Shopify token, WooCommerce keys or PayPal credentials makes
 one read that moves nothing (scopes, one order, a token), so refused credentials save nothing.
+"Test connection" (POST, owners and admins) makes the rail's cheap read with the stored
+credentials and shows the answer on the card (sill/rails/connection.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.http import SiteRequest
 from sill.orders.models import Rail
-from sill.rails import services
+from sill.rails import connection, services
 from sill.rails.forms import EnabledForm, PayPalForm, ShopifyForm, StripeForm, WooCommerceForm
 from sill.rails.models import RailAccount, RailMode
 from sill.rails.paypal import connect as paypal_connect
@@ -86,6 +88,9 @@ class RailCard:
     stripe: StripeUnderneath | None = None
     # PayPal: the saved webhook id (deliveries are refused without it).
     webhook_id: str = ""
+    # "Test connection": offered when there is something to test; its answer after a POST.
+    testable: bool = False
+    check: connection.ConnectionCheck | None = None
 
     @property
     def enabled(self) -> bool:
@@ -99,6 +104,7 @@ def _card(site: Site, rail: str, account: RailAccount | None) -> RailCard:
         description=DESCRIPTIONS.get(rail, ""),
         available=rail in services.CONFIGURABLE_RAILS,
         account=account,
+        testable=connection.can_test(account),
     )
     if account is not None and account.has_secret:
         try:
@@ -224,6 +230,9 @@ def _context(card: RailCard | None) -> dict[str, Any]:
         "card": card,
         "show_api_base": settings.DEBUG,
         "allow_live": settings.SILL_ALLOW_LIVE,
+        # Webhook addresses as providers must call them: the configured base URL, never the
+        # Host header of this request.
+        "base_url": (settings.SILL_BASE_URL or "").rstrip("/"),
     }
 
 
@@ -419,6 +428,27 @@ def paypal_configure(request: SiteRequest) -> HttpResponse:
     return _done(request, Rail.PAYPAL, message)
 
 
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def rail_test_connection(request: SiteRequest, rail: str) -> HttpResponse:
+    """Check the stored credentials now; the card shows the answer (nothing is saved)."""
+    if rail not in Rail.values:
+        raise Http404
+    site = request.site_ctx.site
+    account = RailAccount.objects.filter(site=site, rail=rail).first()
+    card = _card(site, rail, account)
+    if account is None or not card.testable:
+        card.check = connection.ConnectionCheck(
+            rail=rail,
+            ok=False,
+            message=f"There is nothing to test yet: save {card.label} credentials first.",
+            code="not_configured",
+        )
+        return _render(request, card, status=422)
+    card.check = connection.test_connection(account)
+    return _render(request, card)
+
+
 urlpatterns = [
     path("settings/rails/", rails_settings, name="rails"),
     path("settings/rails/paypal/", paypal_configure, name="rails-paypal"),
@@ -426,4 +456,5 @@ urlpatterns = [
     path("settings/rails/shopify/", shopify_configure, name="rails-shopify"),
     path("settings/rails/stripe/", stripe_configure, name="rails-stripe"),
     path("settings/rails/<str:rail>/enabled/", rail_set_enabled, name="rails-enabled"),
+    path("settings/rails/<str:rail>/test/", rail_test_connection, name="rails-test"),
 ]

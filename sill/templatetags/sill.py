@@ -1,8 +1,12 @@
-"""Template filters every page uses: money per currency, and status badges."""
+"""Template filters every page uses: money per currency, status badges, and times."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from django import template
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
 from django.utils.html import format_html
 
 from sill.money import Money, MoneyError, format_money
@@ -49,3 +53,42 @@ def rail(name: str) -> str:
 def humanize_code(code: str) -> str:
     """``product_not_received`` → "Product not received" (a provider's code in words)."""
     return str(code or "").replace("_", " ").strip().capitalize() or "—"
+
+
+@register.filter
+def when(value: object, style: str = "") -> str:
+    """``{{ refund.created_at|when }}``: a time in the site's zone, with its abbreviation.
+
+    ``<time datetime="…Z" title="Tue, Dec 1, 2026, 10:39:07 EST">Dec 1, 10:39 EST</time>``;
+    the year shows when it is not this year's. ``|when:"ago"`` says "4 min ago" (or "in 3 h")
+    within a day of now and falls back to the date beyond; ``|when:"date"`` is the day only.
+    The zone is the active one (``SiteTimeZoneMiddleware`` activates the site's). A dash for
+    no time.
+    """
+    if not isinstance(value, datetime):
+        return "—"
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    now = timezone.localtime()
+    year = "" if local.year == now.year else ", Y"
+    full = date_format(local, "D, M j, Y, H:i:s T")
+    if style == "date":
+        text = date_format(local, f"M j{year or ', Y'}")
+    elif style == "ago" and abs(now - local) < timedelta(days=1):
+        text = relative(local, now)
+    else:
+        text = date_format(local, f"M j{year}, H:i T")
+    iso = value.astimezone(UTC).isoformat() if timezone.is_aware(value) else value.isoformat()
+    return format_html('<time datetime="{}" title="{}">{}</time>', iso, full, text)
+
+
+def relative(at: datetime, now: datetime) -> str:
+    """``4 min ago``, ``just now``, ``2 h ago``, ``in 3 h`` (within a day either way)."""
+    seconds = int((now - at).total_seconds())
+    future, seconds = seconds < 0, abs(seconds)
+    if seconds < 45:
+        return "just now" if not future else "in a moment"
+    if seconds < 3600:
+        amount = f"{max(1, round(seconds / 60))} min"
+    else:
+        amount = f"{round(seconds / 3600)} h"
+    return f"in {amount}" if future else f"{amount} ago"

@@ -44,14 +44,17 @@ def run(*args: str) -> str:
 # --- members ---------------------------------------------------------------------------------
 
 
-def test_adding_a_member_on_the_page_is_signed_with_its_actor(client_for, site):
+def test_inviting_a_member_on_the_page_is_signed_with_its_actor(client_for, site):
     response = client_for("admin").post(
         "/settings/members/add/", {"email": "New@Roasters.example", "role": "staff"}
     )
     assert response.status_code == 303
     [body] = bodies(site, "member_change")
-    assert body == {"action": "add", "member": "new@roasters.example", "role": "staff",
-                    "can_refund": False, "actor": "admin@roasters.example",
+    invite_id = body.pop("invite_id")
+    expires_at = body.pop("expires_at")
+    assert isinstance(invite_id, int) and expires_at
+    assert body == {"action": "invite", "member": "new@roasters.example", "role": "staff",
+                    "can_refund": False, "replaces": None, "actor": "admin@roasters.example",
                     "actor_name": "admin@roasters.example"}  # fmt: skip
     assert "OK" in verified()
 

@@ -1,4 +1,6 @@
-"""Settings → Members: who may open it, adding, changing and removing members, and the rules."""
+"""Settings → Members: who may open it, inviting, changing and removing members, and the rules.
+
+Invitations themselves (resend, revoke, the invitee's link) are in test_invites.py."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sill.accounts.models import Membership, Role
+from sill.accounts.models import MemberInvite, Membership, Role
 from sill.accounts.services import add_member
 from tests.conftest import PASSWORD
 
@@ -73,6 +75,7 @@ def test_adding_is_for_owners_and_admins(client_for, site, persona, expected):
     response = client_for(persona).post(ADD, {"email": "new@roasters.example", "role": "admin"})
     assert response.status_code == expected
     assert not Membership.objects.filter(user__username="new@roasters.example").exists()
+    assert not MemberInvite.objects.exists()
 
 
 @pytest.mark.parametrize("action", ["change", "remove"])
@@ -103,49 +106,51 @@ def test_actions_need_a_csrf_token(members, site):
 # --- adding ----------------------------------------------------------------------------------
 
 
-def test_an_admin_adds_staff_who_can_refund(client_for, site):
+def test_an_admin_invites_staff_who_can_refund(client_for, site, mailoutbox):
     admin = client_for("admin")
     response = admin.post(
         ADD, {"email": " New.Person@Roasters.example ", "role": "staff", "can_refund": "on"}
     )
     assert response.status_code == 303 and response["Location"] == URL
-    membership = Membership.objects.get(site=site, user__username="new.person@roasters.example")
-    assert (membership.role, membership.can_refund) == (Role.STAFF, True)
-    # A new user can't sign in until an operator sets a password; Sill never emails one.
-    assert not membership.user.has_usable_password()
+    # Nobody is added until the invitation is accepted.
+    assert not Membership.objects.filter(user__username="new.person@roasters.example").exists()
+    invite = MemberInvite.objects.get(site=site, email="new.person@roasters.example")
+    assert (invite.role, invite.can_refund, invite.pending) == (Role.STAFF, True, True)
+    (sent,) = mailoutbox
+    assert sent.to == ["new.person@roasters.example"]
     body = admin.get(URL).content.decode()
-    assert "Added new.person@roasters.example as staff." in body
-    assert "manage.py members add --site 01TESTSITE0000000000000001" in body
-    assert "--email new.person@roasters.example --role staff --can-refund --password" in body
+    assert "Invitation sent to new.person@roasters.example as staff." in body
+    assert f'id="invite-{invite.pk}"' in body and "Pending invitations" in body
+    assert "manage.py" not in body
 
 
-def test_adding_with_htmx_answers_the_list_with_the_notice(client_for, site):
+def test_inviting_with_htmx_answers_the_list_with_the_notice(client_for, site, mailoutbox):
     response = client_for("owner").post(
         ADD, {"email": "rev@roasters.example", "role": "reviewer"}, **HTMX
     )
     assert response.status_code == 200
     body = response.content.decode()
     assert body.lstrip().startswith('<section id="members">') and "<html" not in body
-    assert "Added rev@roasters.example as reviewer." in body and "--password" in body
-    assert Membership.objects.get(user__username="rev@roasters.example").role == Role.REVIEWER
+    assert "Invitation sent to rev@roasters.example as reviewer." in body
+    assert MemberInvite.objects.get(email="rev@roasters.example").role == Role.REVIEWER
 
 
-def test_can_refund_is_only_kept_for_staff(client_for, site):
+def test_can_refund_is_only_kept_for_staff(client_for, site, mailoutbox):
     client_for("owner").post(
         ADD, {"email": "a2@roasters.example", "role": "admin", "can_refund": "on"}
     )
-    assert Membership.objects.get(user__username="a2@roasters.example").can_refund is False
+    assert MemberInvite.objects.get(email="a2@roasters.example").can_refund is False
 
 
-def test_an_existing_user_of_another_site_keeps_their_password(client_for, members, site):
+def test_inviting_a_user_of_another_site_keeps_their_password(
+    client_for, members, site, mailoutbox
+):
     response = client_for("owner").post(ADD, {"email": "owner@other.example", "role": "reviewer"})
     assert response.status_code == 303
     user = get_user_model().objects.get(username="owner@other.example")
     assert user.check_password(PASSWORD)
-    assert set(user.memberships.values_list("site_id", "role")) == {
-        (site.pk, "reviewer"),
-        ("01TESTSITE0000000000000002", "owner"),
-    }
+    assert not user.memberships.filter(site=site).exists()
+    assert MemberInvite.objects.get(email="owner@other.example").site == site
 
 
 @pytest.mark.parametrize(
@@ -180,23 +185,22 @@ def test_adding_someone_who_is_already_a_member_is_refused(client_for, members, 
     assert snapshot(site) == before
 
 
-def test_an_admin_may_not_add_an_owner(client_for, site):
+def test_an_admin_may_not_invite_an_owner(client_for, site, mailoutbox):
     before = snapshot(site)
     users = get_user_model().objects.count()
     response = client_for("admin").post(
         ADD, {"email": "boss@roasters.example", "role": "owner"}, **HTMX
     )
     assert response.status_code == 422
-    assert "Only an owner can add an owner." in response.content.decode()
+    assert "Only an owner can invite an owner." in response.content.decode()
     assert snapshot(site) == before and get_user_model().objects.count() == users
+    assert not MemberInvite.objects.exists() and not mailoutbox
 
 
-def test_an_owner_adds_an_owner(client_for, site):
-    assert (
-        client_for("owner").post(ADD, {"email": "co@roasters.example", "role": "owner"}).status_code
-        == 303
-    )
-    assert Membership.objects.get(user__username="co@roasters.example").role == Role.OWNER
+def test_an_owner_invites_an_owner(client_for, site, mailoutbox):
+    response = client_for("owner").post(ADD, {"email": "co@roasters.example", "role": "owner"})
+    assert response.status_code == 303
+    assert MemberInvite.objects.get(email="co@roasters.example").role == Role.OWNER
 
 
 def test_admins_are_not_offered_the_owner_role(client_for):
@@ -349,4 +353,14 @@ def test_the_page_runs_a_constant_number_of_queries(client_for, site, members):
     for i in range(27):
         add_member(site=site, email=f"m{i}@roasters.example", role="staff", can_refund=i % 2 == 0)
     assert Membership.objects.filter(site=site).count() == 31
+    assert _queries_for_page(client) == few
+
+
+def test_pending_invitations_cost_no_query_each(client_for, site, members, mailoutbox):
+    client = client_for("owner")
+    client.post(ADD, {"email": "first@roasters.example", "role": "staff"})
+    few = _queries_for_page(client)
+    for i in range(12):
+        client.post(ADD, {"email": f"i{i}@roasters.example", "role": "reviewer"})
+    assert MemberInvite.objects.filter(site=site).count() == 13
     assert _queries_for_page(client) == few

@@ -64,8 +64,10 @@ def test_it_lists_my_sessions_and_marks_this_device(members, site):
     assert "This device" in body and body.index("Chrome 120") < body.index("This device")
     assert "127.0.0.1" in body and "Asia/Tokyo" in body
     tokyo = seen.astimezone(zoneinfo.ZoneInfo("Asia/Tokyo"))
-    assert f'datetime="{tokyo:%Y-%m-%dT%H:%M:%S}' in body and "+09:00" in body
-    assert f"{tokyo:%b} {tokyo.day}, {tokyo:%H:%M}" in body
+    # |when: the instant in UTC for machines, the site's zone with its abbreviation for people.
+    assert f'datetime="{seen.astimezone(zoneinfo.ZoneInfo("UTC")):%Y-%m-%dT%H:%M:%S}' in body
+    assert f"{tokyo:%b} {tokyo.day}, {tokyo.year}, {tokyo:%H:%M:%S} JST" in body
+    assert "42 min ago" in body
     # A session key is a password: pages name sessions by an opaque id only.
     assert key_of(here) not in body and key_of(phone) not in body
     assert f'value="{public_id(key_of(phone))}"' in body

@@ -13,6 +13,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from audit import chain, keys
 
+pytestmark = pytest.mark.django_db  # the rotated keys live in the database
+
 
 @pytest.fixture
 def data_dir(settings, tmp_path: Path) -> Path:

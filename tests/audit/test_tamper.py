@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 
-from audit import chain, keys
+from audit import chain, keys, merkle, note
 from audit.models import AuditChainHead, AuditKind, AuditRecord
 from audit.services import append_record
 from sill.accounts.models import Site
@@ -154,7 +154,7 @@ def test_it_passes_an_untouched_chain(site: Site, tmp_path: Path) -> None:
 
     result = run_standalone(tmp_path, str(export(site, tmp_path / "export.jsonl")))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "OK: 5 records"
+    assert result.stdout.strip() == "OK: 5 records, matching their signed checkpoint"
 
 
 @pytest.mark.parametrize("name", TAMPERS)
@@ -224,6 +224,16 @@ def test_it_trusts_only_the_keys_given_on_the_command_line(site: Site, tmp_path:
     lines = path.read_text().splitlines()
     header = json.loads(lines[0])
     header["public_keys"][forged_id] = chain.b64url_encode(bytes(attacker.verify_key))
+    # ...and the checkpoint line: Sill's signed tree still holds the genuine records (the
+    # forgery shows against it), so the attacker signs a checkpoint of the forged ones.
+    records = [json.loads(line) for line in lines[1:-1]]
+    root = merkle.root_of([merkle.record_leaf_hash(r["payload"]) for r in records])
+    forged = note.sign(
+        note.Checkpoint(origin=header["origin"], size=len(records), root=root).text(),
+        name=header["origin"],
+        signing_key=attacker,
+    )
+    lines[-1] = json.dumps({"type": "checkpoint", "note": forged})
     path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
 
     assert run_standalone(tmp_path, str(path)).returncode == 0  # consistent, but not genuine
@@ -247,7 +257,7 @@ def test_it_verifies_a_genuine_export_with_a_trusted_key(site: Site, tmp_path: P
 
     result = run_standalone(tmp_path, str(path), "--public-key", trusted)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "OK: 3 records"
+    assert result.stdout.strip() == "OK: 3 records, matching their signed checkpoint"
 
     other = nacl.signing.SigningKey.generate().verify_key
     result = run_standalone(
@@ -268,9 +278,12 @@ def test_it_exports_json_lines(site: Site) -> None:
         "type": "header",
         "format": "sill-audit-export-v1",
         "site_id": site.pk,
+        "origin": f"sill.example/audit/{site.pk}",
         "public_keys": {key_id: chain.b64url_encode(bytes(key.verify_key))},
+        "key_windows": {key_id: {"valid_from": None, "valid_until": None}},
     }
-    assert [line["seq"] for line in lines[1:]] == [1, 2]
+    assert [line["seq"] for line in lines[1:-1]] == [1, 2]
+    assert lines[-1]["type"] == "checkpoint" and lines[-1]["note"].split("\n")[1] == "2"
     assert set(lines[1]) == {
         "type", "site_id", "seq", "kind", "payload", "prev_hash", "hash", "signature", "key_id"
     }  # fmt: skip

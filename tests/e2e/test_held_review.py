@@ -34,7 +34,7 @@ def test_an_admin_approves_a_held_refund_and_sees_it_succeed(
     log_in(page, live_server.url, "admin@northwind-coffee.example")
     counter = page.locator("#held-count")
     expect(counter).to_have_text("1")
-    page.get_by_role("link", name=re.compile(r"^Held")).click()
+    page.get_by_role("link", name=re.compile(r"^Held \d")).click()  # the nav, with its count
     expect(page.get_by_role("heading", name="Held refunds")).to_be_visible()
     row = page.locator(f"#held-row-{demo_held.id}")
     expect(row).to_contain_text(HEADLINE)
@@ -45,11 +45,18 @@ def test_an_admin_approves_a_held_refund_and_sees_it_succeed(
     row.get_by_role("link", name=HEADLINE).click()
     expect(page.get_by_role("heading", name=HEADLINE)).to_be_visible()
     expect(page.get_by_text("Ceramic Pour-Over Dripper")).to_be_visible()
-    expect(page.get_by_text("Ada Lovelace")).to_be_visible()
+    expect(page.get_by_text("Ada Lovelace", exact=True)).to_be_visible()
     page.screenshot(path=screenshot_dir / "held-detail.png", full_page=True)
 
     page.get_by_label(re.compile("^Note")).fill("Wrong grind shipped; photos attached to ticket.")
     page.get_by_role("button", name="Approve and refund $89.00").click()
+    # One confirmation, naming the amount, the buyer and the rail, before money moves.
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Refund $89.00 to Ada Lovelace")
+    expect(dialog).to_contain_text("on Mock")
+    assert Refund.objects.get(pk=demo_held.pk).status == "held"
+    page.screenshot(path=screenshot_dir / "held-detail-confirm.png", full_page=True)
+    dialog.get_by_role("button", name="Approve and refund $89.00").click()
     panel = page.locator("#decision-panel")
     expect(panel).to_contain_text("Approved: $89.00 was refunded on Mock.")
     expect(panel).to_contain_text("Succeeded")
@@ -69,18 +76,13 @@ def test_an_owner_rejects_from_the_list_after_confirming(
 ):
     log_in(page, live_server.url, "owner@northwind-coffee.example")
     page.goto(f"{live_server.url}/held/")
-    dialogs: list[str] = []
-
-    def answer(dialog) -> None:
-        dialogs.append(dialog.message)
-        dialog.accept()
-
-    page.on("dialog", answer)
     row = page.locator(f"#held-row-{demo_held.id}")
     row.get_by_role("button", name="Reject").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Nothing will be refunded")
+    dialog.get_by_role("button", name="Reject").click()
     expect(row).to_contain_text("Rejected: nothing was refunded.")
     expect(page.locator("#held-count")).to_be_hidden()
-    assert dialogs and "Nothing will be refunded" in dialogs[0]
     page.screenshot(path=screenshot_dir / "held-rejected-row.png", full_page=True)
     demo_held.refresh_from_db()
     assert (demo_held.status, demo_held.outcome_code) == ("rejected", "rejected_by_reviewer")

@@ -109,7 +109,11 @@ def refund_from_the_order_page(
     expect(panel.get_by_role("radio", name="Fixed amount")).to_be_checked()
     expect(panel.locator("#refund-preview")).to_contain_text(f"You are refunding ${amount}")
     panel.get_by_label("Reason").select_option(label="Requested by customer")
-    panel.get_by_role("button", name="Refund").click()
+    panel.get_by_role("button", name="Refund", exact=True).click()
+    # The confirmation names the rail the money goes back on; confirming moves it.
+    confirm = panel.locator(".refund-confirm")
+    expect(confirm).to_contain_text(f"on {rail_words}?")
+    confirm.get_by_role("button", name=f"Refund ${amount}").click()
     expect(page).to_have_url(f"{base}/orders/{order.pk}/?tab=transactions")
     expect(page.get_by_role("status").first).to_contain_text(f"Refunded ${amount} on {rail_words}")
     heading = page.get_by_role("heading", name=f"Order #{order.number}")

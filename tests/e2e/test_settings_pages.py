@@ -13,7 +13,6 @@ KEY = "sk_test_51E2eKeyAbCdEfGhIjKlMnOpQrStUvWx0123456789wxyz"
 
 def test_it_configures_rails_and_manages_agent_keys(page: Page, live_server, screenshot_dir):
     load_demo()
-    page.on("dialog", lambda dialog: dialog.accept())
     page.goto(f"{live_server.url}/login/")
     page.get_by_label("Email").fill("owner@northwind-coffee.example")
     page.get_by_label("Password").fill(DEMO_PASSWORD)
@@ -47,6 +46,7 @@ def test_it_configures_rails_and_manages_agent_keys(page: Page, live_server, scr
     page.screenshot(path=screenshot_dir / "settings-agents.png", full_page=True)
     row = page.locator("tr", has_text="e2e-rotated")
     row.get_by_role("button", name="Revoke").click()
+    page.get_by_role("dialog").get_by_role("button", name="Revoke key").click()  # sill.js's dialog
     expect(page.locator("tr", has_text="e2e-rotated")).to_contain_text("Revoked")
     page.screenshot(path=screenshot_dir / "settings-agents-revoked.png", full_page=True)
     page.get_by_role("button", name="Issue token").first.click()

@@ -63,3 +63,41 @@ def test_a_reviewer_reads_the_rules(page: Page, live_server, site, owner, apply_
     expect(page.locator("#rules")).to_contain_text("tpl-disputed-deny")
     expect(page.get_by_role("button", name="Enforce")).to_have_count(0)
     expect(page.locator("#auto-refund-state")).to_have_text("Off")
+
+
+def test_an_owner_protects_refunds_previews_and_restores(
+    page: Page, live_server, site, screenshot_dir, client, sign, make_order, agent, mock_rail
+):
+    from tests.refunds.conftest import ORIGINAL, post, refund_intent
+
+    add_member(site=site, email="owner@roasters.example", role="owner", password=PASSWORD)
+    make_order(total="89.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
+    post(client, sign(refund_intent(ORIGINAL)))  # one approved agent refund to replay
+    log_in(page, live_server, "owner@roasters.example")
+    # The preview lists the refund the catalog's r07 would have held, with its money.
+    page.goto(f"{live_server.url}/rules/templates/r07/")
+    expect(page.locator("#preview-affected")).to_contain_text("$89.00")
+    expect(page.locator("#preview-affected")).to_contain_text("Held for approval")
+    page.screenshot(path=screenshot_dir / "rules-preview-affected.png", full_page=True)
+
+    page.goto(f"{live_server.url}/rules/")
+
+    # A rule of the merchant's own, in words: hold refunds of half the order or more.
+    protect = page.locator("#protect")
+    protect.get_by_label("When").select_option("refundFraction")
+    protect.get_by_label("Compares").select_option("gte")
+    protect.get_by_label("Value").fill("150")
+    protect.get_by_role("button", name="Add rule").click()
+    expect(page.locator("#protect .flash-error")).to_contain_text("from 0 to 100")
+    page.locator("#protect").get_by_label("Value").fill("50")
+    page.locator("#protect").get_by_label("Name (optional)").fill("half-or-more")
+    page.locator("#protect").get_by_role("button", name="Add rule").click()
+    expect(page.locator("#rule-half-or-more")).to_contain_text("Hold for approval")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.screenshot(path=screenshot_dir / "rules-editor.png", full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=screenshot_dir / "rules-editor-phone.png", full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.set_viewport_size({"width": 1440, "height": 900})
+
+    expect(page.locator("#versions")).to_contain_text("Rule half-or-more added")

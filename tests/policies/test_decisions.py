@@ -97,7 +97,9 @@ def test_auto_refund_approves_a_small_refund_from_the_agent_that_placed_the_orde
 def test_auto_refund_holds_the_same_refund_from_another_agent(
     agent_api, sign, order_for, apply_template, auto_refund, site
 ):
-    other = Agent.objects.create(site=site, agent_id="agent_other", name="Other shopper")
+    other = Agent.objects.create(
+        site=site, agent_id="agent_other", name="Other shopper", refund_enabled=True
+    )
     apply_template("r07")
     auto_refund("25.00")
     body = refund(agent_api, sign, order_for(by=other), "20.00")

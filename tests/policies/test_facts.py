@@ -96,6 +96,7 @@ def test_it_records_every_fact_of_a_customer_order(buy, customer, agent):
         "refundAmountUsd": 4000,
         "refundFraction": {"num": 4900, "den": 8900},
         "refundChargeAgeDays": 10,
+        "refundWindowDaysLeft": None,  # no window on a mock charge with no merchant window
         "refundCustomerAgeDays": 400,
         "refundCustomerCount90d": 3,
         "refundCustomerAmount90dUsd": 2600,
@@ -226,7 +227,9 @@ def test_a_staff_refund(buy):
 
 
 def test_the_agents_total_today_counts_its_live_refunds_in_every_currency(buy, agent, site):
-    other = Agent.objects.create(site=site, agent_id="agent_other", name="Other")
+    other = Agent.objects.create(
+        site=site, agent_id="agent_other", name="Other", refund_enabled=True
+    )
     order = buy()
     for amount, currency, status, who in [
         (1000, "USD", "succeeded", agent),

@@ -69,6 +69,7 @@ class ShopifyStub:
     plan: dict[str, Any] = field(
         default_factory=lambda: {"partnerDevelopment": True, "publicDisplayName": "Development"}
     )
+    shop_name: str = "Sill Dev Store"
     orders: dict[int, StubOrder] = field(default_factory=dict)
     customers: dict[int, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -265,6 +266,8 @@ class ShopifyStub:
                         },
                     }
                 }
+        elif op == "SillShop":
+            data = {"shop": {"name": self.shop_name, "myshopifyDomain": SHOP, "plan": self.plan}}
         elif op == "SillRefundPlan":
             order = self.orders.get(int(str(v["id"]).rsplit("/", 1)[-1]))
             node = None

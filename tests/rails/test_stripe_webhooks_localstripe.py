@@ -131,7 +131,7 @@ def test_a_dispute_reported_while_a_refund_is_held_refuses_its_approval(
     )
     assert deliver(site, body).status_code == 200
 
-    response = client_for("owner").post(f"/held/{answer['refund_id']}/approve/")
+    response = client_for("owner").post(f"/held/{answer['refund_id']}/approve/", {"confirmed": "1"})
     assert response.status_code in (200, 302, 409)
     refund = Refund.objects.get(pk=answer["refund_id"])
     assert (refund.status, refund.outcome_code) == ("rejected", "disputed")

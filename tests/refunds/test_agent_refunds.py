@@ -219,7 +219,9 @@ def test_another_agents_token_cannot_read_the_refund(api, sign, original, site):
     from sill.accounts.services import issue_agent_token
 
     body = api(sign(refund_intent(ORIGINAL))).json()
-    other = Agent.objects.create(site=site, agent_id="agent_other", name="Other")
+    other = Agent.objects.create(
+        site=site, agent_id="agent_other", name="Other", refund_enabled=True
+    )
     token = issue_agent_token(agent=other)
     response = Client().get(
         f"/api/v1/refunds/{body['mandate_id']}", headers={"Authorization": f"Bearer {token}"}

@@ -73,7 +73,10 @@ def test_it_emails_owners_and_admins_once_when_the_hold_commits(
     assert sorted(message.to) == ["admin@roasters.example", "owner@roasters.example"]
     assert "Refund request · Wrong item · up to $89.00" in message.subject
     assert f"/held/{held.id}/" in message.body
-    assert "agent_test_shopper" in message.body and "r07" in message.body
+    assert "agent_test_shopper" in message.body
+    # The rules that held it by name, and the facts in words (not codes).
+    assert "Held by: Human review on destructive actions (r07) (hold for approval)" in message.body
+    assert "Facts: " in message.body and "refundFraction" not in message.body
     # The sweep, a repeated hook and a direct call all find it already sent.
     assert notify_pending_held_refunds_task.apply().get() == 0
     with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
@@ -105,10 +108,15 @@ def test_it_posts_to_the_sites_slack_webhook(held, slack):
     held.site.save()
     assert notify_held_refund(refund_id=held.id) is True
     [(content_type, payload)] = slack.posts
-    assert content_type == "application/json"
-    assert set(payload) == {"text"}
+    assert content_type.startswith("application/json")
+    assert set(payload) == {"text", "blocks"}
     assert "Refund request · Wrong item · up to $89.00" in payload["text"]
-    assert f"/held/{held.id}/" in payload["text"]
+    section, actions = payload["blocks"]
+    assert "Facts: " in section["text"]["text"] and "Human review" in section["text"]["text"]
+    buttons = {b["action_id"]: b for b in actions["elements"]}
+    assert buttons["sill_approve"]["value"] == held.id and "confirm" in buttons["sill_approve"]
+    assert buttons["sill_reject"]["value"] == held.id
+    assert buttons["sill_open"]["url"].endswith(f"/held/{held.id}/")
     assert len(mail.outbox) == 1
 
 
@@ -116,7 +124,7 @@ def test_a_failing_slack_webhook_is_logged_and_the_email_still_goes(held, slack,
     slack.status = 500
     held.site.slack_webhook_url = slack.url
     held.site.save()
-    with caplog.at_level(logging.WARNING, logger="refunds.review.notifications"):
+    with caplog.at_level(logging.WARNING, logger="refunds.review.slack"):
         assert notify_held_refund(refund_id=held.id) is True
     assert len(slack.posts) == 1 and len(mail.outbox) == 1
     assert "Slack webhook post failed" in caplog.text
@@ -129,7 +137,7 @@ def test_an_unreachable_slack_webhook_does_not_raise(held, caplog):
         port = s.getsockname()[1]  # closed again: nothing listens there
     held.site.slack_webhook_url = f"http://127.0.0.1:{port}/hook"
     held.site.save()
-    with caplog.at_level(logging.WARNING, logger="refunds.review.notifications"):
+    with caplog.at_level(logging.WARNING, logger="refunds.review.slack"):
         assert notify_held_refund(refund_id=held.id) is True
     assert "Slack webhook post failed" in caplog.text
     assert len(mail.outbox) == 1

@@ -83,7 +83,9 @@ def test_it_gates_the_decisions(
     client_for, held, persona, expected, outcome, action, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
-        response = client_for(persona).post(f"/held/{held.id}/{action}/", {"note": "x"})
+        response = client_for(persona).post(
+            f"/held/{held.id}/{action}/", {"note": "x", "confirmed": "1"}
+        )
     assert response.status_code == expected
     if persona == "anonymous":
         assert response["Location"].startswith("/login/")
@@ -141,7 +143,9 @@ def test_the_list_shows_what_a_reviewer_needs(client_for, held):
     assert "agent_test_shopper" in body and "$89.00" in body
     assert f'data-countdown="{held.expires_at.isoformat()}"' in body
     assert "hours" in body and "left" in body  # the countdown without JavaScript
-    assert ">r07<" in body
+    # The rule by its title and its action in words, never the bare id or action code.
+    assert "Human review on destructive actions (r07)" in body and "Hold for approval" in body
+    assert "require_approval" not in body
     assert 'id="held-count">1<' in body
     # Reviewers inspect; they get no decision controls.
     assert "/approve/" not in body and "/reject/" not in body
@@ -174,7 +178,9 @@ def test_the_list_is_oldest_first(client_for, make_order, agent, members):
 def test_the_filters(client_for, make_order, agent, members, site):
     from sill.accounts.models import Agent
 
-    other_agent = Agent.objects.create(site=site, agent_id="agent_other", name="Other")
+    other_agent = Agent.objects.create(
+        site=site, agent_id="agent_other", name="Other", refund_enabled=True
+    )
     wrong = hold_refund(order=make_order(total="89.00"), agent=agent)
     defective = hold_refund(
         order=make_order(total="20.00"), agent=other_agent, reason_code="defective"
@@ -257,7 +263,8 @@ def test_a_plain_post_redirects_back_with_a_flash(
     client = client_for("admin")
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(
-            f"/held/{held.id}/approve/", {"note": "Photos check out", "next": "/held/"}
+            f"/held/{held.id}/approve/",
+            {"note": "Photos check out", "next": "/held/", "confirmed": "1"},
         )
     assert response.status_code == 302 and response["Location"] == "/held/"
     body = client.get("/held/").content.decode()
@@ -273,7 +280,7 @@ def test_a_plain_post_redirects_back_with_a_flash(
 def test_a_second_plain_post_is_told_it_was_already_decided(client_for, held):
     assert client_for("owner").post(f"/held/{held.id}/reject/").status_code == 302
     client = client_for("admin")
-    response = client.post(f"/held/{held.id}/approve/", follow=True)
+    response = client.post(f"/held/{held.id}/approve/", {"confirmed": "1"}, follow=True)
     body = response.content.decode()
     assert "This refund was already decided: rejected by owner@roasters.example" in body
     assert status_of(held) == "rejected"
@@ -288,11 +295,12 @@ def test_htmx_swaps_the_row_and_the_counter(
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(
             f"/held/{held.id}/approve/",
+            {"confirmed": "1"},
             headers={"HX-Request": "true", "HX-Target": f"held-row-{held.id}"},
         )
     assert response.status_code == 200
     body = response.content.decode()
-    assert f'<tr id="held-row-{held.id}" class="decided">' in body
+    assert f'<tr id="held-row-{held.id}" class="held-row decided"' in body
     assert "Approved: $89.00 is being refunded on Mock." in body
     assert 'id="held-count" hx-swap-oob="true">1<' in body
     assert "<html" not in body
@@ -304,7 +312,9 @@ def test_htmx_hides_the_counter_at_zero_and_a_second_decision_is_409(client_for,
     response = client_for("owner").post(f"/held/{held.id}/reject/", headers=headers)
     assert response.status_code == 200
     assert 'id="held-count" hx-swap-oob="true" hidden>0<' in response.content.decode()
-    again = client_for("admin").post(f"/held/{held.id}/approve/", headers=headers)
+    again = client_for("admin").post(
+        f"/held/{held.id}/approve/", {"confirmed": "1"}, headers=headers
+    )
     assert again.status_code == 409
     assert "already decided" in again.content.decode()
     assert status_of(held) == "rejected"
@@ -336,7 +346,9 @@ def test_the_panel_explains_a_refused_approval(client_for, held, original):
         opened_at=timezone.now(),
     )
     response = client_for("admin").post(
-        f"/held/{held.id}/approve/", headers={"HX-Request": "true", "HX-Target": "decision-panel"}
+        f"/held/{held.id}/approve/",
+        {"confirmed": "1"},
+        headers={"HX-Request": "true", "HX-Target": "decision-panel"},
     )
     assert response.status_code == 409
     body = response.content.decode()
@@ -348,7 +360,9 @@ def test_the_panel_explains_a_refused_approval(client_for, held, original):
 
 def test_an_expired_approval_is_explained_without_javascript(client_for, held, time_machine):
     time_machine.move_to(held.expires_at + timedelta(minutes=2), tick=False)
-    response = client_for("admin").post(f"/held/{held.id}/approve/", follow=True)
+    response = client_for("admin").post(
+        f"/held/{held.id}/approve/", {"confirmed": "1"}, follow=True
+    )
     body = response.content.decode()
     assert "This refund expired at" in body and "Nothing was refunded." in body
     assert status_of(held) == "expired"
@@ -363,7 +377,11 @@ def test_the_detail_shows_the_original_order_and_the_record(client_for, held, or
     assert f"Original order #{original.number}" in body
     assert "Settled total" in body and "$89.00" in body
     assert "Buyer" in body and "buyer@example.com" in body
-    assert "Refund customer count 90d" in body and "Refund customer refunds 30d" in body
+    # The facts as words, the raw ones folded away under their vocabulary labels.
+    assert "100 % of the order · paid yesterday · earlier refunds unknown" in body
+    assert "the agent placed the order" in body
+    assert "<summary>The facts as recorded</summary>" in body
+    assert "Customer&#x27;s Sill refunds (30 days)" in body
     assert "None: this is the first refund asked for on this order." in body
     assert "Escalated (held for review)" in body
     assert held.decision_hash[:16] in body
@@ -376,7 +394,13 @@ def test_the_detail_shows_the_original_order_and_the_record(client_for, held, or
 def test_the_detail_gives_deciders_the_forms(client_for, held):
     body = client_for("owner").get(f"/held/{held.id}/").content.decode()
     assert "Approve and refund $89.00" in body
-    assert f'formaction="/held/{held.id}/reject/"' in body and "hx-confirm=" in body
+    assert f'action="/held/{held.id}/reject/"' in body and "hx-confirm=" not in body
+    # One confirmation before money moves, naming amount, buyer and rail (sill.js's dialog).
+    assert (
+        'data-confirm="Refund $89.00 to Buyer (buyer@example.com) on Mock? The money goes back'
+        in body
+    )
+    assert 'data-confirm-button="Approve and refund $89.00"' in body
     assert 'name="note"' in body
 
 
@@ -399,7 +423,9 @@ def test_the_detail_lists_prior_refunds_of_the_order(client_for, original, agent
     current = hold_refund(order=original, agent=agent, amount_minor=7900)
     body = client_for("owner").get(f"/held/{current.id}/").content.decode()
     assert "Prior refunds of this order" in body
-    assert "staff@roasters.example" in body and "$10.00" in body and "rejected_by_reviewer" in body
+    assert (
+        "staff@roasters.example" in body and "$10.00" in body and "Rejected by a reviewer" in body
+    )
 
 
 @pytest.mark.parametrize(
@@ -439,7 +465,7 @@ def test_the_panel_polls_while_the_approved_refund_executes(client_for, held, me
     approve_refund(refund=held, actor=members["admin"].user)
     client = client_for("owner")
     body = client.get(f"/held/{held.id}/").content.decode()
-    assert 'hx-trigger="every 2s"' in body and "Refunding" in body
+    assert 'hx-trigger="every 3s"' in body and "Refunding" in body
     panel = client.get(
         f"/held/{held.id}/", headers={"HX-Request": "true", "HX-Target": "decision-panel"}
     ).content.decode()

@@ -24,7 +24,9 @@ def test_it_approves_only_from_a_verified_session(client_for, members, site, hel
     refused = client_for(persona).post(f"/held/{held.id}/approve/")
     assert refused.status_code == 403 and WORDS in refused.content.decode()
     assert status_of(held) == "held"
-    response = verified_client(members[persona], device).post(f"/held/{held.id}/approve/")
+    response = verified_client(members[persona], device).post(
+        f"/held/{held.id}/approve/", {"confirmed": "1"}
+    )
     assert response.status_code == 302
     assert status_of(held) != "held"
 

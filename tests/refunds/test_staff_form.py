@@ -20,7 +20,14 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def post_refund(django_capture_on_commit_callbacks):
     def post(client, order, data, **headers):
-        form = {"expected_remaining_minor": "", "expected_refund_count": "", "note": "", **data}
+        # confirmed=1: what the confirmation (or sill.js's dialog) adds before money moves.
+        form = {
+            "expected_remaining_minor": "",
+            "expected_refund_count": "",
+            "note": "",
+            "confirmed": "1",
+            **data,
+        }
         with django_capture_on_commit_callbacks(execute=True):
             return client.post(f"/orders/{order.id}/refund/", form, headers=headers)
 
@@ -347,7 +354,8 @@ def test_the_transactions_tab_shows_status_reason_who_when_and_provider_id(
     assert "card expired" in table and "“big customer”" in table
     done = Refund.objects.get(status="succeeded")
     assert done.provider_refund_id in table and done.provider_refund_id.startswith("mock_re_")
-    assert "Held for review" in client.get(f"/orders/{order.id}/").content.decode()
+    page = client.get(f"/orders/{order.id}/").content.decode()
+    assert "Awaiting approval" in page and "refund is awaiting approval" in page
 
 
 def _detail_queries(client, order) -> int:

@@ -23,7 +23,13 @@ def post_refund(client_for, order, django_capture_on_commit_callbacks):
     client = client_for("staff")
 
     def post(data: dict[str, str]):
-        form = {"expected_remaining_minor": "", "expected_refund_count": "", "note": "", **data}
+        form = {
+            "expected_remaining_minor": "",
+            "expected_refund_count": "",
+            "note": "",
+            "confirmed": "1",
+            **data,
+        }
         with django_capture_on_commit_callbacks(execute=True):
             return client.post(f"/orders/{order.id}/refund/", form)
 

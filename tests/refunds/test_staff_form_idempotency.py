@@ -44,7 +44,8 @@ def submit(django_capture_on_commit_callbacks, order, members):
             client = Client()
             client.force_login(members["staff"].user)
         with django_capture_on_commit_callbacks(execute=True):
-            return client.post(f"/orders/{order.id}/refund/", data, headers=headers), client
+            form = {"confirmed": "1", **data}  # as the confirmation posts it
+            return client.post(f"/orders/{order.id}/refund/", form, headers=headers), client
 
     return post
 
@@ -166,7 +167,7 @@ def test_access_is_checked_before_a_key_is_claimed(
         client.force_login(clerk.user)
     else:
         client.force_login(members[persona].user)
-    data = {"idempotency_key": "k-1", "kind": "full", "reason": str(leaf.pk)}
+    data = {"idempotency_key": "k-1", "kind": "full", "reason": str(leaf.pk), "confirmed": "1"}
     with django_capture_on_commit_callbacks(execute=True):
         answer = client.post(f"/orders/{order.id}/refund/", data)
     assert answer.status_code == status

@@ -97,6 +97,7 @@ def test_two_concurrent_form_submits_with_one_key_make_one_refund(order, leaf, m
         "reason": str(leaf.pk),
         "expected_remaining_minor": "",
         "expected_refund_count": "",
+        "confirmed": "1",
     }
 
     def work(i: int):

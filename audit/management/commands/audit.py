@@ -1,15 +1,24 @@
-"""``manage.py audit verify [--site S]`` and ``manage.py audit export --site S [--output F]``."""
+"""``manage.py audit verify [--site S] [--checkpoint FILE]``, ``audit export --site S
+[--output F]``, ``audit checkpoint [--site S]``, ``audit bundle --refund R [--output F]`` and
+``audit rotate-key``."""
 
 from __future__ import annotations
 
+import json
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
+from audit import bundles, keys
+from audit.checkpoints import CheckpointInconsistent, write_checkpoint
+from audit.models import AuditKind
 from audit.selectors import chain_verification, export_lines
+from audit.services import append_record
 from sill.accounts.models import Site
+from sill.errors import NotFound
 
 
 class Command(BaseCommand):
@@ -21,23 +30,55 @@ class Command(BaseCommand):
             "verify", help="Check every chain and signature; exit non-zero on the first bad record."
         )
         verify.add_argument("--site", help="Only this site (default: every site).")
+        verify.add_argument(
+            "--checkpoint",
+            help="A signed checkpoint of the site's log kept outside Sill (needs --site): the "
+            "log must hold at least its records and hash to its root.",
+        )
         export = actions.add_parser(
             "export", help="Write a site's records as JSON lines for audit/verify_export.py."
         )
         export.add_argument("--site", required=True)
         export.add_argument("--output", help="File to write (default: standard output).")
+        checkpoint = actions.add_parser(
+            "checkpoint", help="Sign a checkpoint of each log that grew since its last one."
+        )
+        checkpoint.add_argument("--site", help="Only this site (default: every site).")
+        bundle = actions.add_parser(
+            "bundle", help="Write one refund's evidence bundle (JSON) for audit/verify_export.py."
+        )
+        bundle.add_argument("--refund", required=True, help="The refund's id.")
+        bundle.add_argument("--output", help="File to write (default: standard output).")
+        actions.add_parser(
+            "rotate-key",
+            help="Make a new audit signing key; it signs from SILL_AUDIT_KEY_SWITCH_SECONDS on.",
+        )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "verify":
-            self.verify(options.get("site"))
+            self.verify(options.get("site"), options.get("checkpoint"))
+        elif action == "checkpoint":
+            self.checkpoint(options.get("site"))
+        elif action == "rotate-key":
+            self.rotate_key()
+        elif action == "bundle":
+            self.bundle(options["refund"], options.get("output"))
         else:
             self.export(options["site"], options.get("output"))
 
-    def verify(self, site_id: str | None) -> None:
+    def verify(self, site_id: str | None, checkpoint_file: str | None) -> None:
+        if checkpoint_file and not site_id:
+            raise CommandError("--checkpoint needs --site: a checkpoint is of one site's log")
+        note = None
+        if checkpoint_file:
+            try:
+                note = Path(checkpoint_file).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CommandError(f"cannot read {checkpoint_file}: {exc}") from None
         sites = [_site(site_id)] if site_id else list(Site.objects.order_by("pk"))
         failed = 0
         for site in sites:
-            result = chain_verification(site)
+            result = chain_verification(site, checkpoint_note=note)
             if result.ok:
                 self.stdout.write(f"site {site.pk}: {result.count} records OK")
             else:
@@ -47,6 +88,55 @@ class Command(BaseCommand):
                 )
         if failed:
             raise CommandError(f"{failed} audit chain(s) failed verification", returncode=1)
+
+    def checkpoint(self, site_id: str | None) -> None:
+        sites = [_site(site_id)] if site_id else list(Site.objects.order_by("pk"))
+        refused = 0
+        for site in sites:
+            try:
+                signed = write_checkpoint(site=site)
+            except CheckpointInconsistent as exc:
+                refused += 1
+                self.stderr.write(f"site {site.pk}: NOT SIGNED: {exc}")
+                continue
+            if signed is None:
+                self.stdout.write(f"site {site.pk}: unchanged since its last checkpoint")
+            else:
+                self.stdout.write(f"site {site.pk}: checkpoint at {signed.tree_size} records")
+        if refused:
+            raise CommandError(f"{refused} log(s) do not extend their checkpoint", returncode=1)
+
+    def bundle(self, refund_id: str, output: str | None) -> None:
+        try:
+            site = bundles.site_of_refund(refund_id)
+            document = bundles.refund_bundle(site=site, refund_id=refund_id)
+        except NotFound as exc:
+            raise CommandError(exc.message) from None
+        text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+        if output is None:
+            self.stdout.write(text, ending="")
+        else:
+            Path(output).write_text(text, encoding="utf-8")
+
+    def rotate_key(self) -> None:
+        with transaction.atomic():
+            try:
+                window = keys.rotate_key()
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            for site in Site.objects.order_by("pk"):
+                append_record(
+                    site=site,
+                    kind=AuditKind.KEY_CHANGE,
+                    body={
+                        "change": "audit_key_rotated",
+                        "key_id": window.key_id,
+                        "valid_from": window.valid_from.isoformat() if window.valid_from else None,
+                    },
+                )
+        self.stdout.write(
+            f"new audit key {window.key_id}, signing from {window.valid_from:%Y-%m-%d %H:%M:%S %Z}"
+        )
 
     def export(self, site_id: str, output: str | None) -> None:
         site = _site(site_id)

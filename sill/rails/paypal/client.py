@@ -101,6 +101,7 @@ class PayPalClient:
         self._session = requests.Session()
         digest = hashlib.sha256(client_secret.encode("utf-8")).hexdigest()
         self._cache_key = (self.api_base, client_id, digest)
+        self._last_app_id = ""
 
     def __repr__(self) -> str:
         return f"PayPalClient(api_base={self.api_base!r}, client_id={self.client_id!r})"
@@ -123,6 +124,12 @@ class PayPalClient:
         """Fetch (or reuse) the access token: Settings → Rails' check of the client id and
         secret. Raises ``PermanentRailError`` (``rail_auth_failed``) when PayPal refuses them."""
         TOKENS.get(self._cache_key, self._fetch_token)
+
+    def fresh_sign_in(self) -> str:
+        """Ask PayPal for a new access token, bypassing the cache (the connection check);
+        the app id PayPal names in its answer, or "". Raises like :meth:`sign_in`."""
+        self._fetch_token()
+        return self._last_app_id
 
     def verify_webhook_signature(
         self, *, headers: dict[str, str], webhook_id: str, event: bytes
@@ -219,6 +226,7 @@ class PayPalClient:
         if response.status_code >= 300:
             raise RetryableRailError(f"PayPal sign-in failed (HTTP {response.status_code})")
         data = _json(response, "sign-in")
+        self._last_app_id = str(data.get("app_id") or "")
         token = data.get("access_token")
         if not isinstance(token, str) or not token:
             raise RetryableRailError("PayPal sign-in answered no access token")

@@ -20,7 +20,13 @@ from django.db import transaction
 
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
-from sill.rails.base import PermanentRailError, RailError, RailName
+from sill.rails.base import (
+    ConnectionInfo,
+    PermanentRailError,
+    RailError,
+    RailName,
+    RetryableRailError,
+)
 from sill.rails.models import RailAccount, RailMode
 from sill.rails.paypal.client import LIVE_API, SANDBOX_API, PayPalClient
 from sill.rails.services import RailSettingsError, _check_api_base
@@ -164,3 +170,28 @@ def _check_credentials(client_id: str, secret: str, api_base: str, mode: str) ->
             code="rail_unavailable",
             field="client_id",
         ) from None
+
+
+def check_connection(
+    *, client_id: str, client_secret: str, api_base: str, mode: str, timeout: float
+) -> ConnectionInfo:
+    """Settings → Rails' "Test connection": a *fresh* OAuth token (never the cached one, so
+    a secret revoked since is found out). Raises ``PermanentRailError`` ``bad_key`` or
+    ``RetryableRailError`` ``unreachable``."""
+    where = "PayPal's sandbox" if mode == RailMode.TEST else "PayPal (live)"
+    client = PayPalClient(
+        client_id=client_id, client_secret=client_secret, api_base=api_base, timeout=timeout
+    )
+    try:
+        app = client.fresh_sign_in()
+    except PermanentRailError:
+        raise PermanentRailError(
+            f"{where} refused the client id and secret: they may be mistyped, from another "
+            "app, or (in sandbox mode) a live app's.",
+            code="bad_key",
+        ) from None
+    except RailError:
+        raise RetryableRailError(
+            f"{where} could not be reached (no answer in time).", code="unreachable"
+        ) from None
+    return ConnectionInfo(name=app or f"REST app {client_id[:8]}…", test_mode=mode == RailMode.TEST)

@@ -22,9 +22,10 @@ from audit.models import AuditKind
 from audit.services import append_record
 from sill.accounts.models import Site
 from sill.orders.models import Rail
-from sill.rails.base import PermanentRailError, RailError
+from sill.rails.base import ConnectionInfo, PermanentRailError, RailError, RetryableRailError
 from sill.rails.models import RailAccount
 from sill.rails.services import RailSettingsError, _check_api_base
+from sill.rails.shopify import queries
 from sill.rails.shopify.client import SHOP_DOMAIN_RE, ShopifyClient
 
 logger = logging.getLogger(__name__)
@@ -163,3 +164,36 @@ def _check_scopes(shop: str, token: str, api_base: str) -> list[str]:
             code="rail_unavailable",
             field="shop_domain",
         ) from None
+
+
+def check_connection(*, shop: str, token: str, api_base: str, timeout: float) -> ConnectionInfo:
+    """Settings → Rails' "Test connection": the token's scopes and the shop's name and plan.
+
+    Two reads that move nothing. Raises ``PermanentRailError`` ``bad_key`` (Shopify refused
+    the token) or ``RetryableRailError`` ``unreachable``; a token that lacks a scope Sill
+    needs is no error: ``missing_scopes`` names it.
+    """
+    client = ShopifyClient(shop_domain=shop, token=token, api_base=api_base, timeout=timeout)
+    try:
+        scopes = client.access_scopes()
+        result = client.execute(queries.SHOP, operation="SillShop")
+    except PermanentRailError as exc:
+        if exc.code == "shopify_unauthorized":
+            raise PermanentRailError(
+                f"Shopify refused the access token for {shop}: the app may be uninstalled or "
+                "the token revoked.",
+                code="bad_key",
+            ) from None
+        raise
+    except RetryableRailError:
+        raise RetryableRailError(
+            f"{shop} could not be reached (no answer in time).", code="unreachable"
+        ) from None
+    data = result.data.get("shop") or {}
+    plan = data.get("plan") or {}
+    development = plan.get("partnerDevelopment")
+    return ConnectionInfo(
+        name=str(data.get("name") or shop),
+        test_mode=bool(development) if isinstance(development, bool) else None,
+        missing_scopes=tuple(missing_scopes(scopes)),
+    )

@@ -4,6 +4,11 @@ MONEY = "shopMoney { amount currencyCode }"
 
 PLAN = "shop { plan { partnerDevelopment publicDisplayName } }"
 
+# Settings → Rails' "Test connection": the shop's name and whether it is a development store.
+SHOP = (
+    "query SillShop { shop { name myshopifyDomain plan { partnerDevelopment publicDisplayName } } }"
+)
+
 ORDER_FIELDS = f"""
 fragment SillOrder on Order {{
   id name createdAt updatedAt test email cancelledAt currencyCode

@@ -22,7 +22,13 @@ from django.db import transaction
 
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
-from sill.rails.base import PermanentRailError, RailError, RailName
+from sill.rails.base import (
+    ConnectionInfo,
+    PermanentRailError,
+    RailError,
+    RailName,
+    RetryableRailError,
+)
 from sill.rails.models import RailAccount
 from sill.rails.services import RailSettingsError
 from sill.rails.woocommerce.client import WooCannotWrite, WooClient
@@ -195,3 +201,39 @@ def _check_keys(url: str, consumer_key: str, consumer_secret: str) -> None:
 def _code(message: str) -> str:
     # "WooCommerce key check failed: woocommerce_rest_cannot_view — …" → the store's code.
     return message.split(": ", 1)[-1].split(" — ", 1)[0]
+
+
+def check_connection(
+    *, store_url: str, consumer_key: str, consumer_secret: str, timeout: float
+) -> ConnectionInfo:
+    """Settings → Rails' "Test connection": one order read (``WooClient.check_access``).
+
+    Raises ``PermanentRailError`` ``bad_key`` (the store refused the keys) or the store's
+    own refusal, ``RetryableRailError`` ``unreachable``. Whether the keys may *write* no read
+    can tell (see ``check_access``). WooCommerce has no test mode of its own: its payments run
+    on the Stripe rail, whose card says its mode.
+    """
+    client = WooClient(
+        store_url=store_url,
+        consumer_key=consumer_key,
+        consumer_secret=consumer_secret,
+        timeout=timeout,
+    )
+    try:
+        client.check_access()
+    except WooCannotWrite as exc:
+        raise PermanentRailError(
+            f"The store refused these keys ({_code(exc.message)}): check the consumer key and "
+            "secret, and that their user may read orders.",
+            code="bad_key",
+        ) from None
+    except PermanentRailError as exc:
+        raise PermanentRailError(
+            f"{store_url} did not answer as a WooCommerce store ({_code(exc.message)}).",
+            code="not_a_store",
+        ) from None
+    except RailError:
+        raise RetryableRailError(
+            f"{store_url} could not be reached (no answer in time).", code="unreachable"
+        ) from None
+    return ConnectionInfo(name=urlsplit(store_url).netloc or store_url)

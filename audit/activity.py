@@ -1,0 +1,343 @@
+"""Activity's reads: filters, rows in words (badge, actor, order number), and the exports.
+
+The page and both exports read the same filtered records (:class:`ActivityFilters`): kind,
+refund id (the indexed subject column, exact), and days from/to in the site's time zone.
+Rows are built from each record's signed body; order numbers for a page (or an export chunk)
+are looked up in one query. The JSONL export is the stored records exactly as signed (the
+chain fields), the CSV a spreadsheet's view of them, every cell safe from formula injection.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
+
+from django.db.models import QuerySet
+from django.http import QueryDict, StreamingHttpResponse
+
+from audit.chain import SUBJECT_MAX_LENGTH
+from audit.models import DECISION_KINDS, AuditKind, AuditRecord
+from sill.accounts.models import Site
+from sill.money import Money, MoneyError
+from sill.orders.models import Order
+from sill.rails.base import rail_label
+
+EXPORT_CHUNK = 500
+# The stored record, as signed and chained: what the JSONL export writes, one per line.
+JSONL_FIELDS = ("seq", "kind", "payload", "prev_hash", "hash", "signature", "key_id")
+CSV_HEADER = ["seq", "time", "kind", "refund", "order", "amount", "currency", "actor"]
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Records no person made: who they are "by" in words.
+SYSTEM = "Sill"
+
+
+# --- filters --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActivityFilters:
+    """Activity's filters, parsed from the query string (bad input is ignored, not an error)."""
+
+    kind: str = ""
+    refund: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+
+    @classmethod
+    def from_query(cls, query: QueryDict) -> ActivityFilters:
+        kind = query.get("kind", "")
+        return cls(
+            kind=kind if kind in AuditKind.values else "",
+            refund=query.get("refund", "").strip()[:SUBJECT_MAX_LENGTH],
+            date_from=_day(query.get("from", "")),
+            date_to=_day(query.get("to", "")),
+        )
+
+    @property
+    def active(self) -> bool:
+        return bool(self.kind or self.refund or self.date_from or self.date_to)
+
+    @property
+    def query(self) -> str:
+        """The filters as a query string (no page), for links that keep them."""
+        pairs = {
+            "kind": self.kind,
+            "refund": self.refund,
+            "from": self.date_from.isoformat() if self.date_from else "",
+            "to": self.date_to.isoformat() if self.date_to else "",
+        }
+        return urlencode({k: v for k, v in pairs.items() if v})
+
+    def apply(self, records: QuerySet[AuditRecord], zone: ZoneInfo) -> QuerySet[AuditRecord]:
+        """``records`` narrowed by these filters; the days are whole days in ``zone``."""
+        if self.kind:
+            records = records.filter(kind=self.kind)
+        if self.refund:
+            records = records.filter(subject_refund_id=self.refund)
+        if self.date_from:
+            records = records.filter(created_at__gte=datetime.combine(self.date_from, time(), zone))
+        if self.date_to:
+            end = datetime.combine(self.date_to + timedelta(days=1), time(), zone)
+            records = records.filter(created_at__lt=end)
+        return records
+
+
+def _day(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text.strip()[:10])
+    except ValueError:
+        return None
+
+
+def filtered_records(site: Site, filters: ActivityFilters) -> QuerySet[AuditRecord]:
+    """The site's records under ``filters``, in chain order."""
+    return filters.apply(AuditRecord.objects.filter(site=site), site.zone).order_by("seq")
+
+
+# --- rows -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActivityRow:
+    record: AuditRecord
+    body: dict[str, Any]
+    amount: Money | None
+    by: str
+    order_number: str = ""
+    # A small tag beside the kind ("auto-refund", "auto-refund on"), from what the body says.
+    tag: str = ""
+    # One line saying what an administrative or policy record changed ("" for the others).
+    summary: str = ""
+
+    @property
+    def refund_id(self) -> str:
+        value = self.body.get("refund_id")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def order_id(self) -> str:
+        value = self.body.get("order_id")
+        return value if isinstance(value, str) else ""
+
+
+def rows_for(site: Site, records: Iterable[AuditRecord]) -> list[ActivityRow]:
+    """``records`` as rows; their order numbers in one query."""
+    parsed = [(record, body_of(record)) for record in records]
+    numbers = order_numbers(site, {b["order_id"] for _, b in parsed if _is_id(b.get("order_id"))})
+    return [_row(record, body, numbers) for record, body in parsed]
+
+
+def order_numbers(site: Site, order_ids: set[str]) -> dict[str, str]:
+    """Order id → number for ``order_ids`` of ``site`` (one query; none for no ids)."""
+    if not order_ids:
+        return {}
+    rows = Order.objects.filter(site=site, pk__in=order_ids).values_list("pk", "number")
+    return {pk: str(number) for pk, number in rows}
+
+
+def body_of(record: AuditRecord) -> dict[str, Any]:
+    try:
+        body = json.loads(record.payload).get("body", {})
+    except (ValueError, AttributeError):  # shown as-is; `audit verify` reports the record
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _row(record: AuditRecord, body: dict[str, Any], numbers: dict[str, str]) -> ActivityRow:
+    amount = None
+    if isinstance(body.get("amount_minor"), int) and isinstance(body.get("currency"), str):
+        try:
+            amount = Money(body["amount_minor"], body["currency"])
+        except MoneyError:
+            amount = None
+    order_id = body.get("order_id")
+    return ActivityRow(
+        record=record,
+        body=body,
+        amount=amount,
+        by=actor_of(record.kind, body),
+        order_number=numbers.get(order_id, "") if isinstance(order_id, str) else "",
+        tag=tag_of(record.kind, body),
+        summary=summary_of(record.kind, body),
+    )
+
+
+def tag_of(kind: str, body: dict[str, Any]) -> str:
+    """What the body says about auto-refund, if anything.
+
+    A decision's ``auto_refund`` is a boolean (approved under the auto-refund cap); a policy
+    change's is the whole setting (``{"enabled", …}``), always present, so only a change *of*
+    that setting is tagged, with its new state.
+    """
+    if kind in DECISION_KINDS:
+        return "auto-refund" if body.get("auto_refund") is True else ""
+    if kind == AuditKind.POLICY_CHANGE and body.get("change") == "set_auto_refund":
+        return "auto-refund on" if body.get("enabled") is True else "auto-refund off"
+    return ""
+
+
+# Who acted, by the keys each kind's body uses (the first one present wins):
+#   actor_name  member, agent, key and rail changes (sill.accounts.admin_audit)
+#   actor       policy and reason changes, Shopify connects
+#   reviewer    a held refund's approval or rejection; acted_by who pressed the button
+#   resolved_by attention resolved, a reconciliation item resolved, a settlement recorded by hand
+_PERSON_KEYS = ("actor_name", "actor", "reviewer", "acted_by", "resolved_by")
+# Kinds Sill or the rail writes on its own; the refund's requester did not do them.
+_BY_SILL = frozenset(
+    {
+        AuditKind.SETTLEMENT,
+        AuditKind.NEEDS_ATTENTION,
+        AuditKind.LEASE_LOST,
+        AuditKind.RECONCILIATION_FOUND,
+    }
+)
+_BY_RAIL = frozenset(
+    {AuditKind.EXTERNAL_REFUND, AuditKind.DISPUTE, AuditKind.REFUND_REVERSED, AuditKind.CHARGE}
+)
+
+
+def actor_of(kind: str, body: dict[str, Any]) -> str:
+    """The person (or agent, or Sill, or the rail) a record names as having acted."""
+    for key in _PERSON_KEYS:
+        if _is_id(body.get(key)):
+            return str(body[key])
+    if kind == AuditKind.ESCALATED_REJECTED and body.get("reason") == "expired":
+        return f"{SYSTEM} (expired)"
+    if kind in _BY_RAIL:
+        rail = str(body.get("rail") or "")
+        if kind == AuditKind.CHARGE and _is_id(body.get("agent_id")):
+            return str(body["agent_id"])
+        return rail_label(rail) if rail else SYSTEM
+    if kind in _BY_SILL:
+        return SYSTEM
+    for key in ("agent_id", "requested_by"):
+        if _is_id(body.get(key)):
+            return str(body[key])
+    return SYSTEM if kind in DECISION_KINDS or "actor" in body else ""
+
+
+_VERBS = {
+    "add": "added",
+    "remove": "removed",
+    "password_set": "password set by an operator",
+    "create": "created",
+    "deactivate": "deactivated",
+    "reactivate": "reactivated",
+    "revoke": "revoked",
+    "replace": "replaced",
+    "connect": "connected",
+    "update": "settings saved",
+    "enable": "switched on",
+    "disable": "switched off",
+}
+
+
+def summary_of(kind: str, body: dict[str, Any]) -> str:
+    """Words for policy, member, agent, key and rail changes (never a secret: bodies hold none)."""
+    action = str(body.get("action", ""))
+    verb = _VERBS.get(action, action.replace("_", " "))
+    if kind == AuditKind.POLICY_CHANGE:
+        version = f"{body.get('previous_version', '?')} → {body.get('version', '?')}"
+        return f"{body.get('summary') or 'Rules changed'} ({version})"
+    if kind == AuditKind.MEMBER_CHANGE:
+        who = body.get("member", "")
+        if action == "role_change":
+            before = (body.get("before") or {}).get("role", "?")
+            return f"{who}: {before} → {body.get('role')}"
+        if action == "add":
+            return f"{who}: added as {body.get('role')}"
+        return f"{who}: {verb}"
+    if kind == AuditKind.AGENT_CHANGE:
+        return f"Agent {body.get('agent_id', '')} {verb}"
+    if kind == AuditKind.KEY_CHANGE:
+        return f"Key {body.get('key_id', '')} of {body.get('agent_id', '')} {verb}"
+    if kind == AuditKind.RAIL_CHANGE:
+        words = [f"{rail_label(str(body.get('rail', '')))} {verb}".strip()]
+        if body.get("mode") and body.get("mode_before") not in (None, body.get("mode")):
+            words.append(f"mode {body.get('mode_before')} → {body.get('mode')}")
+        elif body.get("mode") and action == "connect":
+            words.append(f"{body.get('mode')} mode")
+        if body.get("new_key"):
+            words.append("new key")
+        if body.get("webhook_secrets_changed"):
+            count = body.get("webhook_secrets_count")
+            words.append(f"webhook secrets changed: {count} secret{'s' if count != 1 else ''}")
+        return ", ".join(words)
+    return ""
+
+
+# --- exports ------------------------------------------------------------------------------------
+
+
+def jsonl_response(records: QuerySet[AuditRecord], *, filename: str) -> StreamingHttpResponse:
+    """The stored records, one JSON object per line, streamed in chain order."""
+
+    def lines() -> Iterator[str]:
+        for row in records.values(*JSONL_FIELDS).iterator(chunk_size=EXPORT_CHUNK):
+            yield json.dumps(row, ensure_ascii=False) + "\n"
+
+    response = StreamingHttpResponse(lines(), content_type="application/jsonl; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def safe_cell(value: object) -> str:
+    """``value`` as CSV text no spreadsheet evaluates (OWASP "CSV Injection")."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+class _Echo:
+    """A file-like object whose ``write`` hands back the line (Django's streaming CSV recipe)."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_response(
+    site: Site, records: QuerySet[AuditRecord], *, filename: str
+) -> StreamingHttpResponse:
+    """One line per record: seq, time (ISO, site zone), kind, refund, order number, amount
+    (major units), currency, actor. Order numbers are looked up once per chunk."""
+    writer = csv.writer(_Echo())
+    zone = site.zone
+
+    def chunks() -> Iterator[list[AuditRecord]]:
+        chunk: list[AuditRecord] = []
+        for record in records.iterator(chunk_size=EXPORT_CHUNK):
+            chunk.append(record)
+            if len(chunk) == EXPORT_CHUNK:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def lines() -> Iterator[str]:
+        yield writer.writerow(CSV_HEADER)
+        for chunk in chunks():
+            for row in rows_for(site, chunk):
+                cells = [
+                    row.record.seq,
+                    row.record.created_at.astimezone(zone).isoformat(),
+                    row.record.get_kind_display(),
+                    row.refund_id,
+                    row.order_number or row.order_id,
+                    row.amount.major_str() if row.amount else "",
+                    row.amount.currency if row.amount else "",
+                    row.by,
+                ]
+                yield writer.writerow([safe_cell(cell) for cell in cells])
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

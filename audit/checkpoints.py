@@ -1,0 +1,247 @@
+"""Signed checkpoints of each site's audit tree, and copies of them kept outside Sill.
+
+:func:`write_checkpoint` signs the tree as it stands (C2SP tlog-checkpoint, audit/note.py)
+after checking that it extends the previous checkpoint (a consistency proof from the stored
+tree, verified before anything is signed: Sill never signs two inconsistent views of a log).
+Beat calls :func:`write_due_checkpoints` every minute; a site's checkpoint is due when its log
+has grown and the last one is ``SILL_AUDIT_CHECKPOINT_MINUTES`` old. ``manage.py audit
+checkpoint`` writes one at once.
+
+A checkpoint kept only in Sill's database proves nothing against Sill's operator, so each is
+also published (:func:`publish_checkpoint`, on commit, retried by beat until it succeeds):
+written to ``SILL_AUDIT_CHECKPOINT_DIR/<site id>/checkpoint`` (the latest, replaced
+atomically) and ``…/checkpoints/<size>``, and/or POSTed as ``text/plain`` to
+``SILL_AUDIT_CHECKPOINT_URL`` (``{site_id}`` in it is replaced). Anyone can also fetch the
+latest at ``/audit/<site id>/checkpoint``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import requests
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit import keys, merkle, note, tree
+from audit.models import AuditChainHead, AuditCheckpoint
+from sill.accounts.models import Site
+
+log = logging.getLogger(__name__)
+
+PUBLISH_TIMEOUT_SECONDS = 10
+MAX_PUBLISH_ATTEMPTS = 20
+
+
+class CheckpointInconsistent(RuntimeError):
+    """The stored tree does not extend the last signed checkpoint: the log was rewritten."""
+
+
+@dataclass(frozen=True)
+class SignedCheckpoint:
+    """A checkpoint as an outsider reads it: the note, and what its text says."""
+
+    signed_note: str
+    checkpoint: note.Checkpoint
+    key_id: str
+
+
+def origin_for(site_id: str) -> str:
+    """The name of ``site_id``'s log, and of the key that signs its checkpoints."""
+    return f"{settings.SILL_AUDIT_ORIGIN}/{site_id}"
+
+
+def vkey_for(site_id: str, public_key: bytes) -> str:
+    return note.vkey(origin_for(site_id), public_key)
+
+
+def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
+    """Sign ``site``'s tree as it stands; None when it has not grown since the last one.
+
+    Raises :class:`CheckpointInconsistent` (and signs nothing) when the tree does not extend
+    the previous checkpoint.
+    """
+    with transaction.atomic():
+        # The head's lock holds appends back for the few milliseconds this takes, so size and
+        # root are read together.
+        head = AuditChainHead.objects.select_for_update().filter(site=site).first()
+        size = head.last_seq if head else 0
+        latest = latest_checkpoint(site_id=site.pk)
+        if size == 0 or (latest is not None and latest.tree_size >= size):
+            if latest is not None and latest.tree_size > size:
+                raise CheckpointInconsistent(
+                    f"site {site.pk}: the log has {size} records, its checkpoint says "
+                    f"{latest.tree_size}"
+                )
+            return None
+        assert head is not None
+        root = tree.root_from_frontier(tree.parse_frontier(head.tree_frontier))
+        if latest is not None:
+            stored = tree.StoredTree(site.pk, size)
+            try:
+                merkle.verify_consistency(
+                    latest.tree_size,
+                    size,
+                    bytes.fromhex(latest.root_hash),
+                    root,
+                    stored.consistency_proof(latest.tree_size),
+                )
+            except merkle.ProofError as exc:
+                raise CheckpointInconsistent(
+                    f"site {site.pk}: the tree at {size} does not extend the checkpoint at "
+                    f"{latest.tree_size}: {exc}"
+                ) from exc
+        now = timezone.now()
+        key_id, signing_key = keys.signing_key(now)
+        text = note.Checkpoint(origin=origin_for(site.pk), size=size, root=root).text()
+        signed = AuditCheckpoint.objects.create(
+            site=site,
+            tree_size=size,
+            root_hash=root.hex(),
+            note=note.sign(text, name=origin_for(site.pk), signing_key=signing_key),
+            key_id=key_id,
+            created_at=now,
+        )
+        if destinations():
+            # By name (audit.tasks imports this module); registered by audit.apps at startup.
+            transaction.on_commit(
+                lambda: current_app.tasks["audit.publish_checkpoint"].delay(signed.pk)
+            )
+        else:
+            AuditCheckpoint.objects.filter(pk=signed.pk).update(published_at=now)
+    return signed
+
+
+def write_due_checkpoints() -> int:
+    """Write a checkpoint for every site whose log grew and whose last one is old enough."""
+    due_before = timezone.now() - timedelta(minutes=settings.SILL_AUDIT_CHECKPOINT_MINUTES)
+    written = 0
+    for head in AuditChainHead.objects.filter(last_seq__gt=0).select_related("site"):
+        latest = latest_checkpoint(site_id=head.site_id)
+        if latest is not None and (
+            latest.tree_size >= head.last_seq or latest.created_at > due_before
+        ):
+            continue
+        try:
+            if write_checkpoint(site=head.site) is not None:
+                written += 1
+        except CheckpointInconsistent:
+            # Loud and not retried into a signature: an operator must look (audit verify).
+            log.exception("audit checkpoint refused for site %s", head.site_id)
+    return written
+
+
+def latest_checkpoint(*, site_id: str) -> AuditCheckpoint | None:
+    return AuditCheckpoint.objects.filter(site_id=site_id).order_by("-tree_size").first()
+
+
+def checkpoint_at(*, site_id: str, size: int) -> AuditCheckpoint | None:
+    return AuditCheckpoint.objects.filter(site_id=site_id, tree_size=size).first()
+
+
+def open_checkpoint(text: str, *, site_id: str) -> SignedCheckpoint:
+    """Verify a signed checkpoint of ``site_id``'s log under every audit key it may name.
+
+    Raises :class:`audit.note.NoteError` unless one of Sill's keys signed it for this origin.
+    """
+    origin = origin_for(site_id)
+    errors = []
+    for window in keys.key_windows().values():
+        try:
+            body = note.open_note(text, name=origin, public_key=window.public_key)
+        except note.NoteError as exc:
+            errors.append(str(exc))
+            continue
+        parsed = note.parse_checkpoint(body)
+        if parsed.origin != origin:
+            raise note.NoteError(f"the checkpoint is of log {parsed.origin!r}, not {origin!r}")
+        return SignedCheckpoint(signed_note=text, checkpoint=parsed, key_id=window.key_id)
+    raise note.NoteError(errors[-1] if errors else "no audit key is known")
+
+
+# -- publishing ---------------------------------------------------------------------------
+
+
+def destinations() -> list[str]:
+    found = []
+    if settings.SILL_AUDIT_CHECKPOINT_DIR:
+        found.append(f"dir:{settings.SILL_AUDIT_CHECKPOINT_DIR}")
+    if settings.SILL_AUDIT_CHECKPOINT_URL:
+        found.append(f"url:{settings.SILL_AUDIT_CHECKPOINT_URL}")
+    return found
+
+
+def publish_checkpoint(checkpoint_id: int) -> bool:
+    """Copy one checkpoint to every destination; True when all took it."""
+    checkpoint = AuditCheckpoint.objects.filter(pk=checkpoint_id).first()
+    if checkpoint is None or checkpoint.published_at is not None:
+        return True
+    try:
+        if settings.SILL_AUDIT_CHECKPOINT_DIR:
+            _write_files(Path(settings.SILL_AUDIT_CHECKPOINT_DIR), checkpoint)
+        if settings.SILL_AUDIT_CHECKPOINT_URL:
+            _post(settings.SILL_AUDIT_CHECKPOINT_URL, checkpoint)
+    except (OSError, requests.RequestException) as exc:
+        AuditCheckpoint.objects.filter(pk=checkpoint.pk).update(
+            publish_attempts=checkpoint.publish_attempts + 1,
+            last_publish_error=f"{type(exc).__name__}: {exc}"[:500],
+        )
+        log.warning("audit checkpoint %s not published: %s", checkpoint.pk, exc)
+        return False
+    AuditCheckpoint.objects.filter(pk=checkpoint.pk).update(
+        published_at=timezone.now(),
+        publish_attempts=checkpoint.publish_attempts + 1,
+        last_publish_error="",
+    )
+    return True
+
+
+def publish_pending() -> int:
+    """Beat: retry the checkpoints not yet published (oldest first, bounded attempts)."""
+    pending = AuditCheckpoint.objects.filter(
+        published_at__isnull=True, publish_attempts__lt=MAX_PUBLISH_ATTEMPTS
+    ).order_by("created_at")
+    return sum(1 for pk in pending.values_list("pk", flat=True)[:50] if publish_checkpoint(pk))
+
+
+def _write_files(root: Path, checkpoint: AuditCheckpoint) -> None:
+    folder = root / checkpoint.site_id
+    (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+    _atomic_write(folder / "checkpoints" / str(checkpoint.tree_size), checkpoint.note)
+    latest = folder / "checkpoint"
+    current = _size_in(latest)
+    if current is None or current < checkpoint.tree_size:
+        _atomic_write(latest, checkpoint.note)
+
+
+def _size_in(path: Path) -> int | None:
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+        return int(lines[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _post(url: str, checkpoint: AuditCheckpoint) -> None:
+    response = requests.post(
+        url.replace("{site_id}", checkpoint.site_id),
+        data=checkpoint.note.encode("utf-8"),
+        headers={
+            "Content-Type": "text/plain; charset=utf-8",
+            "X-Sill-Log-Origin": origin_for(checkpoint.site_id),
+        },
+        timeout=PUBLISH_TIMEOUT_SECONDS,
+    )
+    response.raise_for_status()

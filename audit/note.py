@@ -1,0 +1,150 @@
+"""C2SP signed notes and tlog checkpoints (c2sp.org/signed-note, c2sp.org/tlog-checkpoint).
+
+Pure logic, standard library and PyNaCl. A checkpoint's text is three lines — the log's origin,
+the tree size in decimal, the base64 root hash — and its signature lines follow a blank line:
+``— <key name> base64(4-byte key id || 64-byte Ed25519 signature)``. The key id is
+``SHA-256(key name || 0x0A || 0x01 || public key)[:4]``. Sill names each site's log (and its
+key, as the spec recommends) ``<SILL_AUDIT_ORIGIN>/<site id>``; one Ed25519 key signs every
+site's checkpoints, so each site has its own verifier key string (:func:`vkey`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+
+import nacl.exceptions
+import nacl.signing
+
+ED25519 = b"\x01"
+MAX_NOTE_BYTES = 16_384
+MAX_SIGNATURES = 16
+EM_DASH = "\u2014"
+
+
+class NoteError(ValueError):
+    """A note or checkpoint that is malformed or not signed by the expected key."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    origin: str
+    size: int
+    root: bytes
+
+    def text(self) -> str:
+        return f"{self.origin}\n{self.size}\n{base64.b64encode(self.root).decode('ascii')}\n"
+
+
+def key_id(name: str, public_key: bytes) -> bytes:
+    return hashlib.sha256(name.encode("utf-8") + b"\n" + ED25519 + public_key).digest()[:4]
+
+
+def vkey(name: str, public_key: bytes) -> str:
+    """The verifier key string ``<name>+<hex key id>+<base64(0x01 || public key)>``."""
+    encoded = base64.b64encode(ED25519 + public_key).decode("ascii")
+    return f"{name}+{key_id(name, public_key).hex()}+{encoded}"
+
+
+def parse_vkey(text: str) -> tuple[str, bytes]:
+    """``(name, public key)`` from a verifier key string; :class:`NoteError` if malformed."""
+    parts = text.strip().split("+")
+    if len(parts) != 3 or not parts[0]:
+        raise NoteError("a verifier key is <name>+<key id>+<base64 key>")
+    name, hex_id, encoded = parts
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        raise NoteError("the verifier key is not base64") from None
+    if len(raw) != 33 or raw[:1] != ED25519:
+        raise NoteError("only Ed25519 verifier keys are supported")
+    if key_id(name, raw[1:]).hex() != hex_id:
+        raise NoteError("the verifier key's id does not match its name and key")
+    return name, raw[1:]
+
+
+def sign(text: str, *, name: str, signing_key: nacl.signing.SigningKey) -> str:
+    """``text`` (ending in a newline) as a signed note with one signature by ``name``."""
+    _check_text(text)
+    _check_name(name)
+    signature = signing_key.sign(text.encode("utf-8")).signature
+    blob = key_id(name, bytes(signing_key.verify_key)) + signature
+    return f"{text}\n{EM_DASH} {name} {base64.b64encode(blob).decode('ascii')}\n"
+
+
+def open_note(note: str, *, name: str, public_key: bytes) -> str:
+    """The text of ``note`` if the key ``name`` / ``public_key`` signed it; else NoteError.
+
+    Signatures by other keys are ignored, as the spec requires; a signature that names this key
+    and does not verify refuses the note.
+    """
+    if len(note.encode("utf-8")) > MAX_NOTE_BYTES:
+        raise NoteError("the note is too large")
+    if not note.endswith("\n"):
+        raise NoteError("a note ends with a newline")
+    split = note.rfind("\n\n")
+    if split < 0:
+        raise NoteError("the note has no signature block")
+    text, block = note[: split + 1], note[split + 2 :]
+    _check_text(text)
+    lines = block[:-1].split("\n")
+    if not lines or len(lines) > MAX_SIGNATURES:
+        raise NoteError("the note has no or too many signatures")
+    wanted_id = key_id(name, public_key)
+    verified = False
+    for line in lines:
+        prefix = f"{EM_DASH} "
+        if not line.startswith(prefix):
+            raise NoteError("a signature line starts with an em dash and a space")
+        signer, _, encoded = line[len(prefix) :].partition(" ")
+        try:
+            blob = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            raise NoteError("a signature is not base64") from None
+        if len(blob) < 5:
+            raise NoteError("a signature is too short")
+        if signer != name or blob[:4] != wanted_id:
+            continue  # someone else's signature (a witness, an older key): not ours to judge
+        try:
+            nacl.signing.VerifyKey(public_key).verify(text.encode("utf-8"), blob[4:])
+        except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError, ValueError):
+            raise NoteError(f"the signature by {name} does not verify") from None
+        verified = True
+    if not verified:
+        raise NoteError(f"the note is not signed by {name}")
+    return text
+
+
+def parse_checkpoint(text: str) -> Checkpoint:
+    """The origin, size and root of a checkpoint's (verified) text."""
+    lines = text.split("\n")
+    if len(lines) < 4 or lines[-1] != "" or any(not line for line in lines[:-1]):
+        raise NoteError("a checkpoint has an origin, a size and a root hash line")
+    origin, size_text, root_text = lines[0], lines[1], lines[2]
+    if (
+        not size_text.isascii()
+        or not size_text.isdigit()
+        or (size_text != "0" and size_text[0] == "0")
+    ):
+        raise NoteError("the tree size is not a decimal number")
+    try:
+        root = base64.b64decode(root_text, validate=True)
+    except binascii.Error:
+        raise NoteError("the root hash is not base64") from None
+    if len(root) != 32:
+        raise NoteError("the root hash is not 32 bytes")
+    return Checkpoint(origin=origin, size=int(size_text), root=root)
+
+
+def _check_text(text: str) -> None:
+    if not text.endswith("\n"):
+        raise NoteError("a note's text ends with a newline")
+    if any(ord(c) < 0x20 and c != "\n" for c in text):
+        raise NoteError("a note holds no control characters")
+
+
+def _check_name(name: str) -> None:
+    if not name or "+" in name or any(c.isspace() for c in name):
+        raise NoteError("a key name is non-empty, without spaces or '+'")

@@ -1,0 +1,79 @@
+"""Telling a site's owners and admins that a refund failed: one email per failed refund.
+
+``refunds.services.fail_refund`` enqueues :func:`notify_failed` on the commit that made the
+refund ``failed``. ``failed`` is final and ``fail_refund`` changes a refund into it once (under
+its row lock), so each failed refund is enqueued once; a task delivered twice is stopped by
+an atomic claim in the cache (Redis in production), given back if the email cannot be sent
+so that the task's retry sends it. A refund that needs attention has its own, earlier email
+(``refunds.reconcile.attention.notify_attention``), and a settled refund that failed later
+its own (``refunds.reconcile.rail_reports.notify_reversed``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.mail import send_mail
+from django.urls import reverse
+
+from refunds.labels import outcome_label, rail_label, refund_headline
+from refunds.models import Refund, RefundStatus
+from refunds.review.notifications import decider_emails
+
+logger = logging.getLogger(__name__)
+
+# Long enough to outlast any redelivery or retry of the task.
+CLAIM_SECONDS = 7 * 24 * 3600
+
+
+def _claim_key(refund_id: str) -> str:
+    return f"sill:notified:{refund_id}:failed"
+
+
+def notify_failed(*, refund_id: str) -> bool:
+    """Email the owners and admins that ``refund_id`` failed, once. False when not sent: the
+    refund is not failed (or failed after settlement: that has its own email), or was told."""
+    refund = (
+        Refund.objects.select_related("site", "order", "agent", "requested_by")
+        .filter(pk=refund_id, status=RefundStatus.FAILED, reversed_at__isnull=True)
+        .first()
+    )
+    if refund is None or not cache.add(_claim_key(refund_id), 1, CLAIM_SECONDS):
+        return False
+    try:
+        return _email(refund)
+    except Exception:
+        cache.delete(_claim_key(refund_id))  # not sent: the retry may send it
+        raise
+
+
+def _email(refund: Refund) -> bool:
+    recipients = decider_emails(refund)
+    if not recipients:
+        logger.warning("refund %s failed; site %s has no owner or admin", refund.id, refund.site_id)
+        return False
+    order = refund.order
+    base = (getattr(settings, "SILL_BASE_URL", "") or "").rstrip("/")
+    what = outcome_label(refund.outcome_code) or "The rail refused it"
+    lines = [
+        f"A refund on {refund.site.name} failed at {rail_label(refund.rail)}: nothing was "
+        "refunded, so the buyer has not got the money back.",
+        "",
+        refund_headline(refund),
+        f"Order: #{order.number} ({order.buyer_name or order.buyer_email})" if order else "",
+        f"Why: {what}.",
+        f"The rail said: {refund.failure_message}" if refund.failure_message else "",
+        "",
+        "The amount is refundable again. Fix the cause if you can (a rail switched off, a "
+        "card that is closed), then refund again from the order page:",
+        base + reverse("orders:detail", args=[refund.order_id]) if order else base,
+    ]
+    send_mail(
+        subject=f"[Sill] Refund failed: {refund_headline(refund)}",
+        message="\n".join(line for line in lines if line is not None) + "\n",
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=recipients,
+    )
+    return True

@@ -1,0 +1,258 @@
+"""Held refunds in Slack: the message with the facts in words and Approve / Reject buttons,
+and the clicks Slack sends back (Slack's interactivity, verified with the app's signing
+secret through slack_sdk).
+
+A click is a POST to ``/slack/interactions/<site_id>`` (``payload=<JSON>``, signed with
+``X-Slack-Signature`` / ``X-Slack-Request-Timestamp``, five minutes' tolerance). The Slack user
+is mapped to a member of that site (``Membership.slack_user_id``) who may decide held refunds;
+the decision then runs through the same services as the browser — the re-checks at approval,
+maker-checker, expiry — and is audited the same way (the review record names the member; its
+note says it came from Slack). A site that requires two factors refuses decisions from Slack
+(Sill cannot see Slack's second factor) and links the refund page instead. The outcome replaces
+the message through the click's ``response_url`` (a Celery task, on commit), which must be a
+Slack host (``SILL_SLACK_RESPONSE_HOSTS``): the click's body is signed, but Sill posts nowhere
+else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from django.conf import settings
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.webhook import WebhookClient
+
+from refunds.labels import action_label, deadline_text, refund_headline, requester_label, rule_title
+from refunds.models import Refund, RefundStatus
+from refunds.queue import enqueue_on_commit
+from refunds.review.decisions import approve_refund, deadline, reject_refund
+from refunds.review.facts_words import fact_phrases
+from sill.accounts.access import Cap, can
+from sill.accounts.models import Membership, Site
+from sill.errors import SillError
+from sill.rails.secrets import RailSecretUnreadable, SecretBinding, decrypt_secret, encrypt_secret
+
+logger = logging.getLogger(__name__)
+
+APPROVE = "sill_approve"
+REJECT = "sill_reject"
+MAX_BODY_BYTES = 64 * 1024
+TIMEOUT_SECONDS = 5
+
+
+class SlackRefused(SillError):
+    """A click Sill does not act on; ``message`` is what the clicker is told (ephemeral)."""
+
+    code = "slack_refused"
+    status = 200  # Slack shows nothing for other statuses; the words go back in the body
+
+
+def seal_signing_secret(site: Site, secret: str) -> bytes:
+    return encrypt_secret(secret, binding=_binding(site))
+
+
+def _binding(site: Site) -> SecretBinding:
+    return SecretBinding(site_id=site.pk, rail="slack", field="signing_secret")
+
+
+def _signing_secret(site: Site) -> str:
+    try:
+        return decrypt_secret(bytes(site.slack_signing_secret or b""), binding=_binding(site))
+    except RailSecretUnreadable:
+        return ""
+
+
+# -- the message ---------------------------------------------------------------------------
+
+
+def held_message(refund: Refund, *, review_url: str) -> dict[str, Any]:
+    """``{"text", "blocks"}``: what the held refund is, the facts in words, the rules that held
+    it, and the buttons (an owner's or admin's click decides it; a reviewer's is refused)."""
+    order = refund.order
+    headline = refund_headline(refund)
+    facts = " · ".join(fact_phrases(refund.facts or {})) or "no facts recorded"
+    rules = [
+        f"{rule_title(r['id'])} — {action_label(str(r.get('action', '')))}"
+        for r in refund.rules or []
+        if isinstance(r, dict) and "id" in r
+    ]
+    text = f"Refund held for review on {refund.site.name}: {headline}"
+    due = deadline_text(deadline(refund), refund.site.zone)
+    lines = [
+        f"*{headline}*" + (f" for order #{order.number}" if order else ""),
+        f"Asked by {requester_label(refund)}. Decide before {due}.",
+        f"Facts: {facts}",
+        "Held by: " + ("; ".join(rules) if rules else "policy"),
+    ]
+    return {
+        "text": text,
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}},
+            {
+                "type": "actions",
+                "block_id": f"sill_decide:{refund.id}",
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": APPROVE,
+                        "style": "primary",
+                        "value": refund.id,
+                        "text": {"type": "plain_text", "text": f"Approve {headline}"[:75]},
+                        "confirm": {
+                            "title": {"type": "plain_text", "text": "Refund the customer?"},
+                            "text": {
+                                "type": "mrkdwn",
+                                "text": f"{headline}. The customer will be emailed.",
+                            },
+                            "confirm": {"type": "plain_text", "text": "Approve and refund"},
+                            "deny": {"type": "plain_text", "text": "Cancel"},
+                        },
+                    },
+                    {
+                        "type": "button",
+                        "action_id": REJECT,
+                        "style": "danger",
+                        "value": refund.id,
+                        "text": {"type": "plain_text", "text": "Reject"},
+                    },
+                    {
+                        "type": "button",
+                        "action_id": "sill_open",
+                        "url": review_url,
+                        "text": {"type": "plain_text", "text": "Review in Sill"},
+                    },
+                ],
+            },
+        ],
+    }
+
+
+def post_held_message(*, url: str, refund: Refund, review_url: str) -> bool:
+    """Post the held message to the site's incoming webhook; False (logged) on any failure."""
+    message = held_message(refund, review_url=review_url)
+    try:
+        response = WebhookClient(url, timeout=TIMEOUT_SECONDS).send(
+            text=message["text"], blocks=message["blocks"]
+        )
+    except Exception as exc:  # best effort: a Slack outage never blocks the email
+        logger.warning("Slack webhook post failed: %s", type(exc).__name__)
+        return False
+    if response.status_code != 200:
+        logger.warning("Slack webhook post failed: HTTP %s", response.status_code)
+        return False
+    return True
+
+
+# -- the clicks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Click:
+    action: str  # APPROVE | REJECT
+    refund_id: str
+    slack_user_id: str
+    response_url: str
+
+
+def verify_click(*, site: Site, body: bytes, timestamp: str | None, signature: str | None) -> Click:
+    """The click in ``body`` if Slack signed it for ``site``'s app; SillError otherwise
+    (``bad_signature`` 400 for a forged or stale request, ``malformed`` for the rest)."""
+    secret = _signing_secret(site)
+    if not secret:
+        raise SillError(
+            "Slack approvals are not set up for this site.", code="not_found", status=404
+        )
+    if len(body) > MAX_BODY_BYTES:
+        raise SillError("The request is too large.", code="too_large", status=413)
+    if not SignatureVerifier(secret).is_valid(body, timestamp, signature):
+        raise SillError("The Slack signature does not verify.", code="bad_signature", status=400)
+    try:
+        form = parse_qs(body.decode("utf-8"), strict_parsing=True, max_num_fields=4)
+        payload = json.loads(form["payload"][0])
+        action = payload["actions"][0]
+        click = Click(
+            action=str(action["action_id"]),
+            refund_id=str(action["value"]),
+            slack_user_id=str(payload["user"]["id"]),
+            response_url=str(payload["response_url"]),
+        )
+    except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError):
+        raise SillError("Not a Slack block action.", code="malformed", status=400) from None
+    if payload.get("type") != "block_actions" or click.action not in (APPROVE, REJECT):
+        raise SillError("Not an Approve or Reject click.", code="malformed", status=400)
+    return click
+
+
+def decide_click(*, site: Site, click: Click) -> Refund:
+    """Decide the held refund as the member behind the Slack user; SlackRefused says why not.
+
+    The message is replaced with the outcome once the decision commits.
+    """
+    membership = (
+        Membership.objects.select_related("user", "site")
+        .filter(site=site, slack_user_id=click.slack_user_id)
+        .first()
+    )
+    if membership is None or not membership.user.is_active:
+        raise SlackRefused("Your Slack user is not linked to a member of this site in Sill.")
+    if not can(membership, Cap.DECIDE_HELD):
+        raise SlackRefused("Only owners and admins decide held refunds; you can review it in Sill.")
+    if site.require_two_factor:
+        raise SlackRefused(
+            "This site asks for a second factor before a decision: decide it in Sill."
+        )
+    refund = (
+        Refund.objects.select_related("site", "order", "agent", "requested_by")
+        .filter(site=site, pk=click.refund_id)
+        .first()
+    )
+    if refund is None:
+        raise SlackRefused("That refund is not on this site.")
+    decide = approve_refund if click.action == APPROVE else reject_refund
+    try:
+        decided = decide(refund=refund, actor=membership.user, note="Decided in Slack")
+    except SillError as exc:
+        enqueue_on_commit(
+            "refunds.slack_respond", click.response_url, outcome_text(refund, exc.message)
+        )
+        raise SlackRefused(exc.message) from exc
+    who = membership.user.get_username()
+    enqueue_on_commit("refunds.slack_respond", click.response_url, outcome_text(decided, by=who))
+    return decided
+
+
+def outcome_text(refund: Refund, error: str = "", *, by: str = "") -> str:
+    headline = refund_headline(refund)
+    if error:
+        return f"{headline}: {error}"
+    outcomes: dict[str, str] = {
+        RefundStatus.PROCESSING: "approved: refunding on the rail now",
+        RefundStatus.SUCCEEDED: "approved and refunded",
+        RefundStatus.REJECTED: "rejected: nothing was refunded",
+        RefundStatus.EXPIRED: "expired: nothing was refunded",
+    }
+    words = outcomes.get(str(refund.status), str(refund.status))
+    return f"{headline} {words}" + (f" by {by}" if by else "") + "."
+
+
+def respond(*, response_url: str, text: str) -> bool:
+    """Replace the clicked message with ``text`` (the task behind ``refunds.slack_respond``)."""
+    host = urlsplit(response_url).hostname or ""
+    if (
+        urlsplit(response_url).scheme not in ("https", "http")
+        or host not in settings.SILL_SLACK_RESPONSE_HOSTS
+    ):
+        logger.warning("Slack response_url host %r is not a Slack host; not posting", host)
+        return False
+    try:
+        response = WebhookClient(response_url, timeout=TIMEOUT_SECONDS).send(
+            text=text, replace_original=True
+        )
+    except Exception as exc:  # the decision stands; the message stays as it was
+        logger.warning("Slack response failed: %s", type(exc).__name__)
+        return False
+    return response.status_code == 200

@@ -1,0 +1,44 @@
+"""Slack's interactivity endpoint: Approve / Reject clicks on held-refund messages."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from refunds.review.slack import SlackRefused, decide_click, verify_click
+from sill.accounts.models import Site
+from sill.errors import SillError
+
+
+@csrf_exempt  # Slack signs the request (X-Slack-Signature): that is the credential, not a cookie
+@require_POST
+def slack_interaction(request: HttpRequest, site_id: str) -> HttpResponse:
+    """Acknowledge within Slack's 3 s: the decision runs here, the message update on commit."""
+    site = Site.objects.filter(pk=site_id).first()
+    if site is None:
+        return JsonResponse(
+            {"error": {"code": "not_found", "message": "No such site.", "field": None}}, status=404
+        )
+    try:
+        click = verify_click(
+            site=site,
+            body=request.body,
+            timestamp=request.headers.get("X-Slack-Request-Timestamp"),
+            signature=request.headers.get("X-Slack-Signature"),
+        )
+        decide_click(site=site, click=click)
+    except SlackRefused as refused:
+        # Shown to the clicker only; the message itself stays as it is.
+        return JsonResponse(
+            {"response_type": "ephemeral", "replace_original": False, "text": refused.message}
+        )
+    except SillError as exc:
+        return JsonResponse(exc.as_dict(), status=exc.status)
+    return HttpResponse(status=200)
+
+
+urlpatterns = [
+    path("slack/interactions/<str:site_id>", slack_interaction, name="slack-interactions"),
+]

@@ -1,0 +1,161 @@
+"""Reads for the order and refund lists: filters, refund state per order, always per site.
+
+``ListFilters.parse`` reads ``?q=&status=&from=&to=`` once for the page, its CSV export and
+its pager. ``from`` and ``to`` are days in the site's time zone, both included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import QueryDict
+
+from refunds.models import Refund, RefundStatus
+from sill.accounts.models import Site
+from sill.orders.models import Order, OrderStatus
+from sill.orders.selectors import orders_for
+
+# The order list's refund filters, next to the order statuses in one ``status`` picker.
+REFUND_FILTERS: dict[str, str] = {
+    "refund_failed": "Refund failed",
+    "refund_attention": "Refund needs attention",
+    "refund_held": "Refund held",
+}
+# The refund list's status picker: "failures" is failed or needs attention.
+REFUND_STATUS_FILTERS: dict[str, str] = {
+    "failures": "Failed or needs attention",
+    "failed_open": "Failed, not refunded again",
+    **{s.value: str(s.label) for s in RefundStatus},
+}
+# A refund made after a failed one supersedes it: the failure is no longer a to-do.
+SUPERSEDING = (RefundStatus.PROCESSING, RefundStatus.NEEDS_ATTENTION, RefundStatus.SUCCEEDED)
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    q: str = ""
+    status: str = ""
+    origin: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+    error: str = ""
+
+    @classmethod
+    def parse(cls, params: QueryDict, *, statuses: set[str]) -> ListFilters:
+        errors = []
+        days: list[date | None] = []
+        for name, label in (("from", "From"), ("to", "To")):
+            raw = params.get(name, "").strip()
+            try:
+                days.append(date.fromisoformat(raw) if raw else None)
+            except ValueError:
+                days.append(None)
+                errors.append(f"{label} is not a date (use YYYY-MM-DD); it was left out.")
+        status = params.get("status", "")
+        origin = params.get("origin", "")
+        return cls(
+            q=params.get("q", "")[:200].strip(),
+            status=status if status in statuses else "",
+            origin=origin if origin in ("agent", "staff") else "",
+            date_from=days[0],
+            date_to=days[1],
+            error=" ".join(errors),
+        )
+
+    @property
+    def active(self) -> bool:
+        return bool(self.q or self.status or self.origin or self.date_from or self.date_to)
+
+    def query(self, **extra: Any) -> str:
+        """The filters as a query string (for the pager and the CSV link)."""
+        pairs = {
+            "q": self.q,
+            "status": self.status,
+            "origin": self.origin,
+            "from": self.date_from.isoformat() if self.date_from else "",
+            "to": self.date_to.isoformat() if self.date_to else "",
+            **{k: str(v) for k, v in extra.items()},
+        }
+        return urlencode({k: v for k, v in pairs.items() if v})
+
+    def window(self, site: Site) -> Q:
+        """``created_at`` within the days, in the site's zone (``to`` is included)."""
+        q = Q()
+        if self.date_from:
+            q &= Q(created_at__gte=datetime.combine(self.date_from, time.min, tzinfo=site.zone))
+        if self.date_to:
+            end = datetime.combine(self.date_to + timedelta(days=1), time.min, tzinfo=site.zone)
+            q &= Q(created_at__lt=end)
+        return q
+
+
+def order_statuses() -> set[str]:
+    return set(OrderStatus.values) | set(REFUND_FILTERS)
+
+
+def superseded() -> Exists:
+    """For a refund (``OuterRef``): a later refund of its order is moving or moved money."""
+    return Exists(
+        Refund.objects.filter(
+            order=OuterRef("order"), created_at__gt=OuterRef("created_at"), status__in=SUPERSEDING
+        )
+    )
+
+
+def _open_failure() -> Exists:
+    """A failed refund of the order (``OuterRef``) that no later refund replaced."""
+    return Exists(
+        Refund.objects.filter(order=OuterRef("pk"), status=RefundStatus.FAILED).exclude(
+            superseded()
+        )
+    )
+
+
+def orders_with_refund_state(site: Site, filters: ListFilters) -> QuerySet[Order]:
+    """The site's orders (newest first), each with ``refund_failed``, ``refund_attention`` and
+    ``refund_held`` flags; ``status`` may be an order status or one of ``REFUND_FILTERS``."""
+    order_status = filters.status if filters.status in OrderStatus.values else ""
+    qs = (
+        orders_for(site, q=filters.q, status=order_status)
+        .filter(filters.window(site))
+        .annotate(
+            refund_failed=_open_failure(),
+            refund_attention=Exists(
+                Refund.objects.filter(order=OuterRef("pk"), status=RefundStatus.NEEDS_ATTENTION)
+            ),
+            refund_held=Exists(
+                Refund.objects.filter(order=OuterRef("pk"), status=RefundStatus.HELD)
+            ),
+        )
+    )
+    if filters.status in REFUND_FILTERS:
+        qs = qs.filter(**{filters.status: True})
+    return qs
+
+
+def refunds_for(site: Site, filters: ListFilters) -> QuerySet[Refund]:
+    """The site's refunds, newest first, with their order, agent and requester (one query)."""
+    qs = Refund.objects.filter(site=site).select_related(
+        "order", "agent", "requested_by", "decided_by"
+    )
+    if filters.status == "failures":
+        qs = qs.filter(status__in=[RefundStatus.FAILED, RefundStatus.NEEDS_ATTENTION])
+    elif filters.status == "failed_open":
+        qs = qs.filter(status=RefundStatus.FAILED).exclude(superseded())
+    elif filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.origin:
+        qs = qs.filter(origin=filters.origin)
+    if filters.q:
+        q = filters.q
+        qs = qs.filter(
+            Q(order__number__iexact=q.lstrip("#"))
+            | Q(order__buyer_email__icontains=q)
+            | Q(id=q)
+            | Q(provider_refund_id=q)
+        )
+    return qs.filter(filters.window(site)).order_by("-created_at", "-id")

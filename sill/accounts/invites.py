@@ -1,0 +1,302 @@
+"""Inviting members by email: invite, resend, revoke, and the invitee's accept.
+
+Contracts:
+
+- A link is ``{SILL_BASE_URL}/invite/<token>/`` with a random 256-bit token; only its SHA-256
+  is stored (:class:`~sill.accounts.models.MemberInvite`). It works once, while the invite is
+  pending, until ``SILL_INVITE_HOURS`` after it was (re)sent. Resending makes a new token (the
+  old link stops working); revoking and accepting close the invite. The base URL is the
+  configured one, never the request's Host header.
+- Who may invite whom are the member rules of :mod:`sill.accounts.services`: owners and
+  admins invite; only an owner invites an owner (or resends / revokes an owner's invite).
+- Every invite, resend, revoke and accept writes a signed ``member_change`` record in the
+  same transaction as the change; the email is sent inside it too, so an email that could not
+  be sent leaves nothing behind (the page says so).
+- Accepting: a new address (no user, or a user without a usable password) sets a password
+  with Django's validators and is then sent to log in; an existing user with a password
+  joins without any password change, once signed in as that user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import transaction
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from sill.accounts import services
+from sill.accounts.admin_audit import record_admin_change
+from sill.accounts.models import MemberInvite, Membership, Role, Site
+from sill.errors import SillError
+
+logger = logging.getLogger(__name__)
+
+
+class InviteUnusable(SillError):
+    """The link opens no invite: unknown (mistyped, tampered, replaced), used, revoked or
+    expired. ``code`` says which; the message says what to do."""
+
+    status = 410
+
+
+def _sha256(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _new_token() -> tuple[str, str]:
+    token = secrets.token_urlsafe(32)
+    return token, _sha256(token)
+
+
+def invite_url(token: str) -> str:
+    base = (settings.SILL_BASE_URL or "").rstrip("/")
+    return f"{base}/invite/{token}/"
+
+
+def _lifetime() -> timedelta:
+    return timedelta(hours=int(settings.SILL_INVITE_HOURS))
+
+
+def _state(invite: MemberInvite) -> dict[str, Any]:
+    return {
+        "invite_id": invite.pk,
+        "member": invite.email,
+        "role": invite.role,
+        "can_refund": invite.can_refund,
+        "expires_at": invite.expires_at.isoformat(),
+    }
+
+
+def _record(invite: MemberInvite, *, action: str, actor: Any, **extra: Any) -> None:
+    body = {"action": action, **_state(invite), **extra}
+    record_admin_change(site=invite.site, kind="member_change", actor=actor, body=body)
+
+
+def _send(invite: MemberInvite, token: str, *, inviter: Any) -> None:
+    context = {
+        "site": invite.site,
+        "invite": invite,
+        "url": invite_url(token),
+        "inviter": inviter.get_username() if inviter is not None else "",
+        "role": Role(invite.role).label,
+        "hours": int(settings.SILL_INVITE_HOURS),
+    }
+    send_mail(
+        subject=f"You're invited to {invite.site.name} on Sill",
+        message=render_to_string("accounts/email/invite.txt", context),
+        from_email=None,
+        recipient_list=[invite.email],
+    )
+
+
+def pending_invites(site: Site) -> list[MemberInvite]:
+    """The site's open invites (expired ones included: they can be resent), newest first."""
+    return list(
+        MemberInvite.objects.filter(site=site, accepted_at=None, revoked_at=None)
+        .select_related("invited_by")
+        .order_by("-sent_at", "-pk")
+    )
+
+
+@transaction.atomic
+def create_invite(
+    *, site: Site, actor: Membership, email: str, role: str, can_refund: bool = False
+) -> MemberInvite:
+    """Invite ``email`` to ``site`` as ``role`` and email the link.
+
+    An open invite for the same address is replaced (its link stops working). Someone who is
+    already a member is refused: change their role in the list instead.
+    """
+    if role not in Role.values:
+        raise SillError(
+            f"Role must be one of {', '.join(Role.values)}.", code="invalid_field", field="role"
+        )
+    services.lock_for_member_change(actor)
+    services.check_may_manage(actor=actor, role=role, action="invite")
+    email = email.strip().lower()
+    if Membership.objects.filter(site=site, user__username=email).exists():
+        raise SillError(
+            f"{email} is already a member of {site.name}; change their role in the list below.",
+            code="already_member",
+            field="email",
+        )
+    replaced = (
+        MemberInvite.objects.select_for_update()
+        .filter(site=site, email=email, accepted_at=None, revoked_at=None)
+        .first()
+    )
+    now = timezone.now()
+    if replaced is not None:
+        services.check_may_manage(actor=actor, role=replaced.role, action="replace the invite of")
+        replaced.revoked_at = now
+        replaced.save(update_fields=["revoked_at"])
+    token, digest = _new_token()
+    invite = MemberInvite.objects.create(
+        site=site,
+        email=email,
+        role=role,
+        can_refund=role == Role.STAFF and can_refund,
+        invited_by=actor.user,
+        token_sha256=digest,
+        sent_at=now,
+        expires_at=now + _lifetime(),
+    )
+    _record(
+        invite,
+        action="invite",
+        actor=actor,
+        replaces=replaced.pk if replaced is not None else None,
+    )
+    _send(invite, token, inviter=actor.user)
+    logger.info("invite %s sent on site %s by %s", invite.pk, site.pk, actor.user.get_username())
+    return invite
+
+
+def _locked_pending(invite: MemberInvite) -> MemberInvite:
+    locked = (
+        MemberInvite.objects.select_for_update()
+        .select_related("site")
+        .filter(pk=invite.pk, accepted_at=None, revoked_at=None)
+        .first()
+    )
+    if locked is None:
+        raise SillError(
+            f"The invite for {invite.email} was accepted or revoked meanwhile.",
+            code="invite_closed",
+        )
+    return locked
+
+
+@transaction.atomic
+def resend_invite(*, invite: MemberInvite, actor: Membership) -> MemberInvite:
+    """Email a new link for ``invite`` (a fresh expiry); the previous link stops working."""
+    services.lock_for_member_change(actor)
+    invite = _locked_pending(invite)
+    services.check_may_manage(actor=actor, role=invite.role, action="resend the invite of")
+    token, digest = _new_token()
+    now = timezone.now()
+    invite.token_sha256 = digest
+    invite.sent_at = now
+    invite.expires_at = now + _lifetime()
+    invite.save(update_fields=["token_sha256", "sent_at", "expires_at"])
+    _record(invite, action="invite_resend", actor=actor)
+    _send(invite, token, inviter=actor.user)
+    return invite
+
+
+@transaction.atomic
+def revoke_invite(*, invite: MemberInvite, actor: Membership) -> MemberInvite:
+    """Close ``invite``: its link stops working. Revoking twice is refused (nothing to do)."""
+    services.lock_for_member_change(actor)
+    invite = _locked_pending(invite)
+    services.check_may_manage(actor=actor, role=invite.role, action="revoke the invite of")
+    invite.revoked_at = timezone.now()
+    invite.save(update_fields=["revoked_at"])
+    _record(invite, action="invite_revoke", actor=actor)
+    return invite
+
+
+# --- the invitee's side ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenInvite:
+    """A usable invite, and what accepting it takes."""
+
+    invite: MemberInvite
+    # The user the address already names, if any.
+    user: Any
+    # True: the address has no password yet, so accepting sets one.
+    needs_password: bool
+
+
+def open_invite(token: str, *, for_update: bool = False) -> OpenInvite:
+    """The invite ``token`` opens, or :class:`InviteUnusable` saying why not."""
+    if not token or len(token) > 100:
+        raise InviteUnusable(_UNKNOWN, code="invite_unknown")
+    invites = MemberInvite.objects.select_related("site", "invited_by")
+    if for_update:
+        invites = invites.select_for_update(of=("self",))
+    invite = invites.filter(token_sha256=_sha256(token)).first()
+    if invite is None:
+        raise InviteUnusable(_UNKNOWN, code="invite_unknown")
+    who = invite.invited_by.get_username() if invite.invited_by else "an owner or admin"
+    if invite.accepted_at is not None:
+        raise InviteUnusable(
+            "This invitation was already used. Log in with the password you set, or use "
+            "“Forgot password?” on the login page.",
+            code="invite_used",
+        )
+    if invite.revoked_at is not None:
+        raise InviteUnusable(
+            f"This invitation was withdrawn. Ask {who} for a new one if you still need access.",
+            code="invite_revoked",
+        )
+    if invite.expires_at <= timezone.now():
+        raise InviteUnusable(
+            f"This invitation expired. Ask {who} to resend it from Settings → Members.",
+            code="invite_expired",
+        )
+    user = get_user_model().objects.filter(username=invite.email).first()
+    return OpenInvite(
+        invite=invite,
+        user=user,
+        needs_password=user is None or not user.has_usable_password(),
+    )
+
+
+_UNKNOWN = (
+    "This invitation link is not valid: it may be mistyped, or a newer email replaced it. "
+    "Use the link in the most recent invitation email, or ask for a new one."
+)
+
+
+@transaction.atomic
+def accept_invite(*, token: str, user: Any = None, password: str | None = None) -> Membership:
+    """Join the invite's site, once.
+
+    With ``password`` (an address without one; the caller has run the password validators):
+    the user is created or given that password. Otherwise ``user`` must be the signed-in user
+    the address names. Writes the ``invite_accept`` record, signed by the new member.
+    """
+    opened = open_invite(token, for_update=True)
+    invite = opened.invite
+    if password is not None:
+        if not opened.needs_password:
+            raise SillError(
+                "This address already has a Sill password: log in to accept.", code="forbidden"
+            )
+        member_user = opened.user
+        if member_user is None:
+            member_user = get_user_model().objects.create(username=invite.email, email=invite.email)
+        member_user.set_password(password)
+        member_user.save(update_fields=["password"])
+    else:
+        if user is None or opened.user is None or user.pk != opened.user.pk:
+            raise SillError(
+                f"This invitation is for {invite.email}: log in as that address to accept it.",
+                code="forbidden",
+                status=403,
+            )
+        member_user = user
+    Site.objects.select_for_update().filter(pk=invite.site_id).exists()
+    if Membership.objects.filter(site=invite.site, user=member_user).exists():
+        raise SillError(
+            f"{invite.email} is already a member of {invite.site.name}.", code="already_member"
+        )
+    membership = Membership.objects.create(
+        site=invite.site, user=member_user, role=invite.role, can_refund=invite.can_refund
+    )
+    invite.accepted_at = timezone.now()
+    invite.save(update_fields=["accepted_at"])
+    _record(invite, action="invite_accept", actor=member_user, password_set=password is not None)
+    return membership

@@ -1,0 +1,86 @@
+"""The stored Merkle tree grows with every append, proves any record, and can be rebuilt."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from django.apps import apps
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from audit import merkle, tree
+from audit.models import AuditChainHead, AuditKind, AuditRecord, AuditTreeNode
+from audit.services import append_record
+from sill.accounts.models import Site
+
+pytestmark = pytest.mark.django_db
+
+
+def append(site: Site, n: int) -> None:
+    for i in range(n):
+        with transaction.atomic():
+            append_record(site=site, kind=AuditKind.SETTLEMENT, body={"refund_id": f"rf_{i}"})
+
+
+def leaves(site: Site) -> list[bytes]:
+    payloads = (
+        AuditRecord.objects.filter(site=site).order_by("seq").values_list("payload", flat=True)
+    )
+    return [merkle.record_leaf_hash(p) for p in payloads]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 13])
+def test_the_stored_tree_is_the_tree_of_the_records(site: Site, n: int):
+    append(site, n)
+    expected = merkle.root_of(leaves(site))
+    head = AuditChainHead.objects.get(site=site)
+    assert tree.root_from_frontier(tree.parse_frontier(head.tree_frontier)) == expected
+    assert tree.StoredTree(site.pk, n).root() == expected
+    # Every complete subtree is stored once: n leaves and n - popcount(n) inner nodes.
+    assert AuditTreeNode.objects.filter(site=site).count() == 2 * n - bin(n).count("1")
+
+
+def test_stored_proofs_verify_for_every_record_and_prefix(site: Site):
+    append(site, 11)
+    hashes = leaves(site)
+    for size in (5, 8, 11):
+        stored = tree.StoredTree(site.pk, size)
+        root = merkle.root_of(hashes[:size])
+        for index in range(size):
+            merkle.verify_inclusion(index, size, hashes[index], stored.inclusion_proof(index), root)
+        for size1 in range(1, size + 1):
+            merkle.verify_consistency(
+                size1, size, merkle.root_of(hashes[:size1]), root, stored.consistency_proof(size1)
+            )
+
+
+def test_a_proof_costs_one_query(site: Site, django_assert_num_queries):
+    append(site, 21)
+    stored = tree.StoredTree(site.pk, 21)
+    with django_assert_num_queries(1):
+        stored.inclusion_proof(6)
+
+
+def test_an_append_writes_the_tree_in_one_insert(site: Site):
+    append(site, 3)
+    with CaptureQueriesContext(connection) as captured, transaction.atomic():
+        append_record(site=site, kind=AuditKind.SETTLEMENT, body={"refund_id": "rf_x"})
+    statements = [
+        q["sql"].split()[0] for q in captured if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))
+    ]
+    # Head lock, record, the leaf and the two nodes it completes (one insert), head update.
+    assert statements == ["SELECT", "INSERT", "INSERT", "UPDATE"]
+
+
+def test_the_migration_builds_the_tree_of_an_existing_log(site: Site):
+    append(site, 9)
+    expected = merkle.root_of(leaves(site))
+    AuditTreeNode.objects.filter(site=site).delete()
+    AuditChainHead.objects.filter(site=site).update(tree_frontier="")
+
+    importlib.import_module("audit.migrations.0006_merkle_tree").build_trees(apps, None)
+
+    head = AuditChainHead.objects.get(site=site)
+    assert tree.root_from_frontier(tree.parse_frontier(head.tree_frontier)) == expected
+    assert tree.StoredTree(site.pk, 9).root() == expected

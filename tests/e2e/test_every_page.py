@@ -1,0 +1,176 @@
+"""The sweep: every page each role may open, on a desktop (1440 x 900) and a phone (390 x 844).
+
+For each page: no horizontal overflow on the phone (``scrollWidth`` ≤ the viewport; the
+failure names what sticks out), no serious or critical axe-core violation, no console error or
+uncaught exception, and a screenshot under ``screenshot_dir()/sweep/<role>/``. One browser
+context per role and viewport, logged in once. Every problem of a role is collected and reported
+together, so one run lists everything to fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import NoReverseMatch, reverse
+from playwright.sync_api import Browser, Page
+
+from policies.catalog import TEMPLATES
+from policies.services import apply_catalog_item
+from refunds.demo import DEMO_AGENT_ID, DEMO_ORDER_MANDATE, DEMO_PASSWORD, load_demo
+from refunds.models import Refund
+from sill.accounts.models import Agent
+from sill.orders.models import Order
+from tests.authorization_matrix import MATRIX, OK
+from tests.e2e.accessibility import ConsoleErrors, horizontal_overflow, run_axe
+from tests.refunds.conftest import hold_refund
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
+# The demo's users, by the authorization matrix's role names ("refunder": staff who may refund).
+ROLES = {
+    "owner": "owner@northwind-coffee.example",
+    "admin": "admin@northwind-coffee.example",
+    "reviewer": "reviewer@northwind-coffee.example",
+    "refunder": "staff@northwind-coffee.example",
+}
+TEMPLATE = "large-refund"
+
+
+@dataclass(frozen=True)
+class Visit:
+    slug: str
+    url_name: str
+    kwargs: dict[str, str]
+    query: str = ""
+
+
+@dataclass(frozen=True)
+class Demo:
+    order_id: str
+    held_id: str
+
+
+@pytest.fixture
+def demo() -> Demo:
+    """The demo site with one held refund (the real agent path) and one rule from a template."""
+    site = load_demo().site
+    order = Order.objects.get(site=site, source_mandate_id=DEMO_ORDER_MANDATE)
+    held: Refund = hold_refund(
+        order=order, agent=Agent.objects.get(site=site, agent_id=DEMO_AGENT_ID)
+    )
+    owner = get_user_model().objects.get(username=ROLES["owner"])
+    apply_catalog_item(site=site, actor=owner, item=TEMPLATES[TEMPLATE])
+    return Demo(order_id=str(order.id), held_id=str(held.id))
+
+
+def visits(demo: Demo) -> list[Visit]:
+    return [
+        Visit("dashboard", "orders:dashboard", {}),
+        Visit("orders", "orders:list", {}),
+        Visit("order", "orders:detail", {"order_id": demo.order_id}),
+        Visit(
+            "order-transactions", "orders:detail", {"order_id": demo.order_id}, "?tab=transactions"
+        ),
+        Visit("refunds", "refunds:list", {}),
+        Visit("held", "refunds:held", {}),
+        Visit("held-detail", "refunds:held-detail", {"refund_id": demo.held_id}),
+        Visit("refund", "refunds:detail", {"refund_id": demo.held_id}),
+        Visit("reconcile", "refunds:reconcile", {}),
+        Visit("rules", "policies:rules", {}),
+        Visit("rule-templates", "policies:templates", {}),
+        Visit("rule-template-preview", "policies:template-preview", {"item_id": TEMPLATE}),
+        Visit("activity", "audit:activity", {}),
+        Visit("settings", "settings:index", {}),
+        Visit("reasons", "refunds:reasons", {}),
+        Visit("rails", "settings:rails", {}),
+        Visit("agents", "settings:agents", {}),
+        Visit("members", "settings:members", {}),
+        Visit("account", "settings:account", {}),
+        Visit("two-factor-setup", "settings:two-factor-setup", {}),
+    ]
+
+
+def allowed(visit: Visit, role: str) -> bool:
+    row = MATRIX.get(visit.url_name)
+    return row is not None and row.methods.get("GET", {}).get(role) == OK
+
+
+def check(
+    page: Page, errors: ConsoleErrors, *, label: str, phone: bool, status: int | None = None
+) -> list[str]:
+    """Every problem on the page now showing, each line prefixed with ``label``."""
+    found = []
+    if phone and (overflow := horizontal_overflow(page)):
+        found.append(overflow)
+    found += run_axe(page)
+    found += errors.take(expected_status=status)
+    return [f"{label}: {line}" for line in found]
+
+
+def sign_in(page: Page, base: str, email: str) -> None:
+    """Log in and wait to leave the login page (not for the dashboard: a broken dashboard is a
+    finding of the sweep, not a reason to stop it)."""
+    page.goto(f"{base}/login/")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(DEMO_PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(lambda url: "/login/" not in url)
+
+
+def sweep(
+    browser: Browser, base: str, role: str, pages: list[tuple[str, str, int]], shots
+) -> list[str]:
+    """Visit ``pages`` ((slug, path, expected status)) at both viewports as ``role``."""
+    problems: list[str] = []
+    for viewport, size in VIEWPORTS.items():
+        context = browser.new_context(viewport=size, bypass_csp=True)
+        page = context.new_page()
+        errors = ConsoleErrors(page)
+        if role != "anonymous":
+            sign_in(page, base, ROLES[role])
+            errors.take()  # the dashboard after login is checked in its own turn
+        for slug, path, status in pages:
+            response = page.goto(f"{base}{path}")
+            assert response is not None
+            label = f"{role} {viewport} {slug} ({path})"
+            if response.status != status:
+                problems.append(f"{label}: answered {response.status}, expected {status}")
+            problems += check(page, errors, label=label, phone=viewport == "phone", status=status)
+            page.screenshot(path=shots / role / f"{slug}-{viewport}.png", full_page=True)
+        context.close()
+    return problems
+
+
+@pytest.fixture
+def shots(screenshot_dir):
+    path = screenshot_dir / "sweep"
+    for role in (*ROLES, "anonymous"):
+        (path / role).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+def test_every_page_of_a_role_fits_a_phone_and_passes_axe(role, browser, live_server, demo, shots):
+    pages = []
+    for visit in visits(demo):
+        if not allowed(visit, role):
+            continue
+        try:
+            path = reverse(visit.url_name, kwargs=visit.kwargs) + visit.query
+        except NoReverseMatch:  # a page another change has not added yet
+            continue
+        pages.append((visit.slug, path, 200))
+    pages.append(("not-found", "/orders/no-such-order/", 404))
+    if role == "reviewer":
+        pages.append(("forbidden", reverse("settings:index"), 403))
+    problems = sweep(browser, live_server.url, role, pages, shots)
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)
+
+
+def test_the_signed_out_pages_fit_a_phone_and_pass_axe(browser, live_server, demo, shots):
+    pages = [("login", reverse("accounts:login"), 200), ("not-found", "/no-such-page/", 404)]
+    problems = sweep(browser, live_server.url, "anonymous", pages, shots)
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)

@@ -1,0 +1,112 @@
+"""The dashboard directs: a to-do strip linking to its lists, 30 days of refunds as inline
+SVG with a table alternative, and a setup checklist on an empty site; its query count is
+fixed, whatever the number of refunds."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from refunds.execution import execute_refund
+from refunds.models import Refund
+from refunds.staff.charts import nice_max, percentile
+from sill.orders.models import Charge
+from tests.refunds.conftest import hold_refund
+
+pytestmark = pytest.mark.django_db
+
+
+def _script(rail, **config):
+    rail.config = config
+    rail.save()
+
+
+def test_the_to_do_strip_counts_held_failed_and_attention_and_links_to_lists(
+    client_for, make_order, order, staff_refund, mock_rail, members
+):
+    _script(mock_rail, refund="decline")
+    assert execute_refund(staff_refund(order).id) == "failed"
+    _script(mock_rail)
+    hold_refund(order=make_order(total="99.00"), requested_by=members["staff"].user)
+    body = client_for("owner").get("/").content.decode()
+    assert '<a href="/refunds/?status=failed_open"><strong class="todo-count">1</strong>' in body
+    assert '<a href="/held/"><strong class="todo-count">1</strong>' in body
+    assert 'href="/refunds/?status=needs_attention"' in body
+    assert 'href="/reconcile/"' in body
+    # Staff see no links to pages they cannot open.
+    staff = client_for("staff").get("/").content.decode()
+    assert 'href="/held/"' not in staff and 'href="/reconcile/"' not in staff
+    # The list the strip links to shows that refund.
+    failed = client_for("owner").get("/refunds/", {"status": "failed_open"}).content.decode()
+    assert f"#{order.number}" in failed
+
+
+def test_the_charts_are_inline_svg_with_a_title_and_a_table(
+    client_for, order, staff_refund, mock_rail
+):
+    assert execute_refund(staff_refund(order).id) == "succeeded"
+    body = client_for("admin").get("/").content.decode()
+    assert body.count('role="img"') >= 3
+    assert '<title id="per-day-svg-title">Refunds per day for the last 30 days' in body
+    assert "Show as a table" in body
+    assert "Defective" in body  # the top reason, in words
+    assert "Approved by the rules" in body
+    assert "<script" not in body.split("</main>")[0].split("<main")[-1]
+
+
+def test_an_empty_site_gets_a_setup_checklist(client_for, site):
+    body = client_for("owner").get("/").content.decode()
+    assert "Finish setting up" in body
+    for url in (
+        "/settings/rails/",
+        "/settings/reasons/",
+        "/settings/members/",
+        "/settings/agents/",
+    ):
+        assert f'href="{url}"' in body
+    assert "(done)" in body  # the owner has colleagues (the test personas)
+    assert "(not done yet)" in body
+    assert "Finish setting up" not in client_for("reviewer").get("/").content.decode()
+
+
+def test_the_dashboard_query_count_does_not_grow_with_refunds(
+    client_for, make_order, staff_refund, mock_rail, django_assert_max_num_queries
+):
+    client = client_for("owner")
+    assert execute_refund(staff_refund(make_order()).id) == "succeeded"
+    client.get("/")
+    with django_assert_max_num_queries(30) as first:
+        client.get("/")
+    baseline = len(first.captured_queries)
+    for days in range(20):
+        order = make_order(days_ago=days)
+        refund = staff_refund(order)
+        Refund.objects.filter(pk=refund.pk).update(
+            status="failed", created_at=timezone.now() - timedelta(days=days)
+        )
+        Charge.objects.filter(order=order).update(amount_reserved_minor=0)
+    with django_assert_max_num_queries(baseline):
+        client.get("/")
+
+
+def test_chart_arithmetic():
+    assert [nice_max(v) for v in (0, 1, 3, 7, 12, 51)] == [1, 1, 5, 10, 20, 100]
+    assert percentile([], 0.5) is None
+    assert percentile([10, 20, 30, 40], 0.5) == 25
+    assert percentile([1.0] * 9 + [100.0], 0.9) == pytest.approx(10.9)
+
+
+def test_approval_time_is_measured_from_held_to_decided(client_for, order, members):
+    from refunds.models import Decision
+
+    refund = hold_refund(order=order, requested_by=members["staff"].user)
+    Refund.objects.filter(pk=refund.pk).update(
+        decided_at=refund.created_at + timedelta(minutes=12),
+        decided_by=members["owner"].user,
+        status="rejected",
+        decision=Decision.ESCALATED,
+    )
+    body = client_for("owner").get("/").content.decode()
+    assert "1 decision" in body and "12 min" in body

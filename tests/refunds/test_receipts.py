@@ -1,0 +1,90 @@
+"""Decision receipts: the mandate answer and GET /api/v1/refunds/{mandate_id} carry Sill's
+signed statement of the decision, which an agent checks offline with only PyNaCl and the key
+published at /.well-known/sill-audit-keys.json; a changed byte fails."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from audit.models import AuditRecord
+from sill.accounts.services import issue_agent_token
+from tests.refunds.conftest import ORIGINAL, post, refund_intent
+
+pytestmark = pytest.mark.django_db
+
+# The whole check an agent runs: PyNaCl, the answer, the published keys. Nothing of Sill.
+AGENT_SCRIPT = """
+import base64, json, sys
+import nacl.signing
+answer, published = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+receipt = answer["receipt"]
+key = next(k for k in published["keys"] if k["key_id"] == receipt["key_id"])
+public = base64.urlsafe_b64decode(key["public_key"] + "==")
+signature = base64.urlsafe_b64decode(receipt["signature"] + "==")
+nacl.signing.VerifyKey(public).verify(b"sill-receipt-v1:" + receipt["statement"].encode(), signature)
+stated = json.loads(receipt["statement"])
+assert stated["mandate_id"] == answer["mandate_id"] and stated["decision"] == answer["decision"]
+print(stated["audit_seq"], stated["amount_minor"], stated["mandate_sha256"])
+"""
+
+
+def run_agent_check(tmp_path: Path, answer: dict, published: dict) -> subprocess.CompletedProcess:
+    (tmp_path / "check.py").write_text(AGENT_SCRIPT)
+    (tmp_path / "answer.json").write_text(json.dumps(answer))
+    (tmp_path / "keys.json").write_text(json.dumps(published))
+    return subprocess.run(
+        [sys.executable, "-I", str(tmp_path / "check.py"), "answer.json", "keys.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_answer_carries_a_receipt_an_agent_verifies_offline(
+    client: Client, sign, original, agent, tmp_path: Path
+):
+    body = sign(refund_intent(ORIGINAL))
+    answer = post(client, body).json()
+    published = client.get("/.well-known/sill-audit-keys.json").json()
+
+    result = run_agent_check(tmp_path, answer, published)
+    assert result.returncode == 0, result.stderr
+    seq, amount, mandate_sha256 = result.stdout.split()
+    record = AuditRecord.objects.get(site=original.site, seq=int(seq))
+    assert record.kind == "approved" and int(amount) == 8900
+    assert mandate_sha256 == hashlib.sha256(body).hexdigest()  # the bytes the agent sent
+
+    token = issue_agent_token(agent=agent)
+    again = client.get(
+        f"/api/v1/refunds/{answer['mandate_id']}", HTTP_AUTHORIZATION=f"Bearer {token}"
+    ).json()
+    assert json.loads(again["receipt"]["statement"]) == json.loads(answer["receipt"]["statement"])
+
+
+@pytest.mark.parametrize("part", ["statement", "signature"])
+def test_a_changed_byte_fails(client: Client, sign, original, tmp_path: Path, part: str):
+    answer = post(client, sign(refund_intent(ORIGINAL))).json()
+    published = client.get("/.well-known/sill-audit-keys.json").json()
+    text = answer["receipt"][part]
+    if part == "statement":
+        changed = text.replace('"amount_minor":8900', '"amount_minor":8901')
+    else:
+        changed = ("B" if text[10] != "B" else "C").join([text[:10], text[11:]])
+    assert changed != text
+    answer["receipt"][part] = changed
+    assert run_agent_check(tmp_path, answer, published).returncode == 1
+
+
+def test_a_rejected_refund_has_a_receipt_of_its_rejection(client: Client, sign, agent, site):
+    answer = post(client, sign(refund_intent("mnd_01K6HXAVBQ8G8PYZKN9JXJEPTZ"))).json()
+    assert answer["decision"] == "rejected"
+    stated = json.loads(answer["receipt"]["statement"])
+    assert stated["decision"] == "rejected" and stated["refund_id"] == answer["refund_id"]

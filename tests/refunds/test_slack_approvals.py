@@ -1,0 +1,278 @@
+"""Approve and Reject from Slack: clicks signed as Slack signs them, sent to Sill's
+interactivity endpoint; the Slack user mapped to a member who may decide; the browser's
+re-checks, maker-checker, expiry and two-factor policy; the message replaced through the
+click's response_url (a loopback stand-in for Slack, driven through slack_sdk)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from audit.models import AuditRecord
+from refunds.models import Refund
+from refunds.review.slack import seal_signing_secret
+from tests.refunds.conftest import hold_refund
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+
+
+class Slack(BaseHTTPRequestHandler):
+    """What Slack's response_url receives."""
+
+    received: list[dict] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        Slack.received.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def slack(settings) -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), Slack)
+    Slack.received = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings.SILL_SLACK_RESPONSE_HOSTS = ("127.0.0.1",)
+    yield f"http://127.0.0.1:{server.server_port}/actions/T1/123/abc"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def linked(site, members):
+    site.slack_signing_secret = seal_signing_secret(site, SECRET)
+    site.save()
+    for role, slack_id in (("owner", "U0OWNER"), ("admin", "U0ADMIN"), ("reviewer", "U0REVIEW")):
+        members[role].slack_user_id = slack_id
+        members[role].save()
+    return members
+
+
+@pytest.fixture
+def held(original, agent) -> Refund:
+    return hold_refund(order=original, agent=agent)
+
+
+def click(
+    site, refund_id: str, *, user: str, action: str = "sill_approve", response_url: str,
+    secret: str = SECRET, age: int = 0,
+):  # fmt: skip
+    payload = {
+        "type": "block_actions",
+        "user": {"id": user, "username": "someone", "team_id": "T1"},
+        "team": {"id": "T1"},
+        "response_url": response_url,
+        "actions": [
+            {
+                "action_id": action,
+                "block_id": f"sill_decide:{refund_id}",
+                "value": refund_id,
+                "type": "button",
+            }
+        ],
+    }
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    timestamp = str(int(time.time()) - age)
+    base = b"v0:" + timestamp.encode() + b":" + body
+    signature = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    return Client().post(
+        f"/slack/interactions/{site.pk}",
+        data=body,
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_SLACK_REQUEST_TIMESTAMP=timestamp,
+        HTTP_X_SLACK_SIGNATURE=signature,
+    )
+
+
+def test_an_owner_approves_in_slack_and_the_message_says_so(
+    site, linked, held, slack, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = click(site, held.id, user="U0OWNER", response_url=slack)
+    assert answer.status_code == 200
+    held.refresh_from_db()
+    assert held.status in ("processing", "succeeded")
+    assert held.decided_by == linked["owner"].user
+    review = AuditRecord.objects.filter(site=site, kind="escalated_approved").get()
+    body = json.loads(review.payload)["body"]
+    assert body["reviewer"] == "owner@roasters.example" and body["note"] == "Decided in Slack"
+    [update] = Slack.received
+    assert update["replace_original"] is True
+    assert "approved" in update["text"] and "owner@roasters.example" in update["text"]
+
+
+def test_reject_in_slack(site, linked, held, slack, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        click(site, held.id, user="U0ADMIN", action="sill_reject", response_url=slack)
+    held.refresh_from_db()
+    assert held.status == "rejected" and held.outcome_code == "rejected_by_reviewer"
+    assert "rejected" in Slack.received[0]["text"]
+
+
+@pytest.mark.parametrize(
+    "forgery", [{"secret": "not-the-secret"}, {"age": 600}], ids=["forged", "stale"]
+)
+def test_a_forged_or_stale_click_is_refused_and_changes_nothing(site, linked, held, slack, forgery):
+    answer = click(site, held.id, user="U0OWNER", response_url=slack, **forgery)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "bad_signature"
+    held.refresh_from_db()
+    assert held.status == "held" and Slack.received == []
+
+
+def test_a_reviewers_slack_user_may_not_decide(site, linked, held, slack):
+    answer = click(site, held.id, user="U0REVIEW", response_url=slack)
+    assert answer.status_code == 200 and answer.json()["response_type"] == "ephemeral"
+    assert "Only owners and admins" in answer.json()["text"]
+    held.refresh_from_db()
+    assert held.status == "held" and Slack.received == []
+
+
+def test_an_unlinked_slack_user_may_not_decide(site, linked, held, slack):
+    answer = click(site, held.id, user="U0STRANGER", response_url=slack)
+    assert "not linked" in answer.json()["text"]
+    held.refresh_from_db()
+    assert held.status == "held"
+
+
+def test_a_site_that_requires_two_factors_decides_in_sill_only(site, linked, held, slack):
+    site.require_two_factor = True
+    site.save()
+    answer = click(site, held.id, user="U0OWNER", response_url=slack)
+    assert "second factor" in answer.json()["text"]
+    held.refresh_from_db()
+    assert held.status == "held"
+
+
+def test_maker_checker_holds_in_slack(site, linked, order, slack):
+    mine = hold_refund(order=order, requested_by=linked["owner"].user, reason_label="")
+    answer = click(site, mine.id, user="U0OWNER", response_url=slack)
+    assert "another owner or admin" in answer.json()["text"]
+    mine.refresh_from_db()
+    assert mine.status == "held"
+
+
+def test_an_expired_hold_is_not_approved_from_slack(
+    site, linked, held, slack, django_capture_on_commit_callbacks
+):
+    Refund.objects.filter(pk=held.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = click(site, held.id, user="U0OWNER", response_url=slack)
+    refused = answer.json()["text"]
+    held.refresh_from_db()
+    assert held.status == "expired" and held.outcome_code == "expired"
+    [update] = Slack.received  # the message says so too, and nothing was refunded
+    assert update["text"].endswith(refused)
+
+
+def test_another_sites_refund_is_not_found(site, other_site, linked, slack, make_order, agent):
+    other_site.slack_signing_secret = seal_signing_secret(other_site, SECRET)
+    other_site.save()
+    held = hold_refund(order=make_order(), agent=agent)
+    answer = click(other_site, held.id, user="U0OWNER", response_url=slack)
+    assert "not linked" in answer.json()["text"] or "not on this site" in answer.json()["text"]
+    held.refresh_from_db()
+    assert held.status == "held"
+
+
+def test_sill_posts_the_outcome_only_to_slack(
+    site, linked, held, settings, django_capture_on_commit_callbacks
+):
+    settings.SILL_SLACK_RESPONSE_HOSTS = ("hooks.slack.com",)
+    with django_capture_on_commit_callbacks(execute=True):
+        click(site, held.id, user="U0OWNER", response_url="http://169.254.169.254/latest")
+    held.refresh_from_db()
+    assert held.status in ("processing", "succeeded")  # decided; the odd URL just not called
+
+
+def test_a_site_without_slack_set_up_has_no_endpoint(site, members, held):
+    answer = click(site, held.id, user="U0OWNER", response_url="https://hooks.slack.com/x")
+    assert answer.status_code == 404
+
+
+def test_a_malformed_click_is_refused(site, linked):
+    body = b"payload=%7Bnot-json"
+    timestamp = str(int(time.time()))
+    signature = (
+        "v0="
+        + hmac.new(
+            SECRET.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256
+        ).hexdigest()
+    )
+    answer = Client().post(
+        f"/slack/interactions/{site.pk}", data=body, content_type="application/x-www-form-urlencoded",
+        HTTP_X_SLACK_REQUEST_TIMESTAMP=timestamp, HTTP_X_SLACK_SIGNATURE=signature,
+    )  # fmt: skip
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "malformed"
+
+
+# -- Settings → Slack ------------------------------------------------------------------------
+
+HOOK = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXX"
+
+
+def test_an_owner_sets_up_slack_and_links_members(client_for, site, members):
+    owner = client_for("owner")
+    page = owner.get("/settings/slack/")
+    assert page.status_code == 200 and f"/slack/interactions/{site.pk}" in page.content.decode()
+    answer = owner.post(
+        "/settings/slack/",
+        {
+            "webhook_url": HOOK,
+            "signing_secret": SECRET.replace("yyyzzz", "abcdef"),
+            f"slack_{members['admin'].pk}": "u0admin",
+        },
+    )
+    assert answer.status_code == 302
+    site.refresh_from_db()
+    members["admin"].refresh_from_db()
+    assert site.slack_webhook_url == HOOK and site.slack_signing_secret
+    assert members["admin"].slack_user_id == "U0ADMIN"
+    record = AuditRecord.objects.filter(site=site, kind="settings_change").get()
+    assert HOOK not in record.payload and "abcdef" not in record.payload  # secrets stay out
+    page = owner.get("/settings/slack/").content.decode()
+    assert "abcdef" not in page and HOOK not in page  # write-only
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"webhook_url": "https://evil.example/services/T000/B000/XXXX"},
+        {"signing_secret": "not-hex"},
+        {"slack_ADMIN": "not an id"},
+        {"slack_ADMIN": "U0SAME", "slack_OWNER": "U0SAME"},
+    ],
+)
+def test_bad_settings_change_nothing(client_for, site, members, bad):
+    body = {
+        key.replace("ADMIN", str(members["admin"].pk)).replace("OWNER", str(members["owner"].pk)): v
+        for key, v in bad.items()
+    }
+    answer = client_for("owner").post("/settings/slack/", body)
+    assert answer.status_code == 422
+    site.refresh_from_db()
+    assert not site.slack_webhook_url and not site.slack_signing_secret
+    assert not AuditRecord.objects.filter(site=site, kind="settings_change").exists()
+
+
+def test_only_managers_see_slack_settings(client_for):
+    assert client_for("reviewer").get("/settings/slack/").status_code == 403
+    assert client_for("staff").post("/settings/slack/", {"webhook_url": HOOK}).status_code == 403
