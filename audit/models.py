@@ -113,6 +113,8 @@ class AuditRecord(models.Model):
             # Lookups are per site, in chain order (audit.selectors.records_about).
             models.Index(fields=["site", "subject_refund_id", "seq"], name="auditrecord_refund"),
             models.Index(fields=["site", "subject_order_id", "seq"], name="auditrecord_order"),
+            # Activity's date filter (audit/activity.py).
+            models.Index(fields=["site", "created_at"], name="auditrecord_site_time"),
         ]
 
     def __str__(self) -> str:

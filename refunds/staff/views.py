@@ -197,6 +197,8 @@ def refund_panel_context(
         "order": order,
         "refusal": refusal_for(order, charge),
         "holds": holds,
+        # Staff with the refund permission cannot open /held/: their link is the refund page.
+        "can_view_held": ctx.can(Cap.VIEW_HELD),
         "can_manage_reasons": ctx.can(Cap.MANAGE_SETTINGS),
     }
     if panel["refusal"] is not None:
