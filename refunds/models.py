@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -115,6 +117,10 @@ RESERVED_STATUSES = (RefundStatus.PROCESSING, RefundStatus.NEEDS_ATTENTION)
 
 
 class Refund(models.Model):
+    # Not a column: the decision's audit record, kept by record_decision for the request that
+    # wrote it (the answer's receipt reads it instead of the database).
+    decision_record: Any = None
+
     id = models.CharField(primary_key=True, max_length=40, default=_refund_id, editable=False)
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="refunds")
     # Null only for a rejected request whose original order Sill could not find.

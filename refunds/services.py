@@ -124,6 +124,8 @@ def record_decision(
     )
     refund.decision_hash = record.hash
     refund.save(update_fields=["decision_hash", "updated_at"])
+    # Kept on the instance for the answer's receipt (refunds.agent.answers), not re-read.
+    refund.decision_record = record
     return refund
 
 

@@ -47,7 +47,12 @@ def _receipt(refund: Refund) -> dict[str, str] | None:
     """Sill's signed statement of the decision (audit/receipts.py); None before it exists."""
     if not refund.decision_hash:
         return None
-    record = AuditRecord.objects.filter(site_id=refund.site_id, hash=refund.decision_hash).first()
+    # The record just written by this request (refunds.services.record_decision), or read.
+    record = getattr(refund, "decision_record", None)
+    if record is None or record.hash != refund.decision_hash:
+        record = AuditRecord.objects.filter(
+            site_id=refund.site_id, hash=refund.decision_hash
+        ).first()
     return receipt_for(record) if record is not None else None
 
 

@@ -48,6 +48,11 @@ SETTINGS_PAGES: tuple[tuple[str, str, str], ...] = (
     ),
     ("Rails", "settings:rails", "The payment providers refunds go back through."),
     (
+        "Slack",
+        "refunds:slack-settings",
+        "Held refunds in a Slack channel, approved or rejected from there.",
+    ),
+    (
         "Your account",
         "settings:account",
         "Your password, and the devices where you are signed in.",

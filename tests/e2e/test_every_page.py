@@ -88,6 +88,7 @@ def visits(demo: Demo) -> list[Visit]:
         Visit("rails", "settings:rails", {}),
         Visit("agents", "settings:agents", {}),
         Visit("members", "settings:members", {}),
+        Visit("slack", "refunds:slack-settings", {}),
         Visit("account", "settings:account", {}),
         Visit("two-factor-setup", "settings:two-factor-setup", {}),
     ]
