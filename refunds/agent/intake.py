@@ -173,7 +173,16 @@ def _store(verified: VerifiedMandate) -> Mandate:
         )
     if Mandate.objects.filter(site=site, mandate_id=verified.mandate_id).exists():
         raise _Raced
-    if Mandate.objects.filter(agent=agent, nonce=verified.nonce).exists():
+    # The same mandate may have committed between the two reads (an identical send running
+    # beside this one): its nonce is then ours, and the answer is the stored one, not replay.
+    holder = (
+        Mandate.objects.filter(agent=agent, nonce=verified.nonce)
+        .values_list("mandate_id", flat=True)
+        .first()
+    )
+    if holder == verified.mandate_id:
+        raise _Raced
+    if holder is not None:
         raise MandateError(
             "replay", "this nonce was already used by another mandate", field="signed.nonce"
         )
