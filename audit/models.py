@@ -235,3 +235,29 @@ class AuditKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key_id} from {self.valid_from:%Y-%m-%d %H:%M}"
+
+
+class AuditVerification(models.Model):
+    """One check of a site's whole log, run by a worker (audit/verification.py), never inside
+    a page request; Activity shows its progress and result."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        OK = "ok", "Verified"
+        FAILED = "failed", "Broken"
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="audit_verifications")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.RUNNING)
+    requested_by = models.CharField(max_length=254, blank=True, default="")
+    total = models.BigIntegerField(default=0)
+    checked = models.BigIntegerField(default=0)
+    first_bad_seq = models.BigIntegerField(null=True, blank=True)
+    problem = models.TextField(blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["site", "-started_at"], name="auditverification_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.site_id} verification {self.status}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db.models import QuerySet
@@ -14,6 +14,7 @@ from audit.models import AuditChainHead, AuditRecord
 from sill.accounts.models import Site
 
 EXPORT_FORMAT = "sill-audit-export-v1"
+PROGRESS_EVERY = 1000
 CHAIN_FIELDS = ("site_id", "seq", "kind", "payload", "prev_hash", "hash", "signature", "key_id")
 
 
@@ -52,7 +53,12 @@ def chain_rows_for(site: Site) -> Iterator[dict[str, Any]]:
     return AuditRecord.objects.filter(site=site).order_by("seq").values(*CHAIN_FIELDS).iterator()
 
 
-def chain_verification(site: Site, *, checkpoint_note: str | None = None) -> chain.VerifyResult:
+def chain_verification(
+    site: Site,
+    *,
+    checkpoint_note: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> chain.VerifyResult:
     """Verify ``site``'s whole chain against Sill's keys (and their windows), its chain head,
     its Merkle tree and a signed checkpoint.
 
@@ -60,6 +66,7 @@ def chain_verification(site: Site, *, checkpoint_note: str | None = None) -> cha
     operator who removed records and rewound the head), else the latest Sill signed. A log
     with fewer records than the checkpoint counts, or whose first records hash to another
     root, fails; so does a chain head or a stored tree that disagrees with the records.
+    ``progress(n)`` is told every :data:`PROGRESS_EVERY` records how many passed so far.
     """
     head_row = AuditChainHead.objects.filter(site=site).first()
     head = (head_row.last_seq, head_row.last_hash) if head_row else (0, chain.GENESIS_HASH)
@@ -73,7 +80,7 @@ def chain_verification(site: Site, *, checkpoint_note: str | None = None) -> cha
     else:
         latest = checkpoints.latest_checkpoint(site_id=site.pk)
         anchor = (latest.tree_size, bytes.fromhex(latest.root_hash)) if latest else None
-    roots = _TreeRoots(anchor[0] if anchor else 0)
+    roots = _TreeRoots(anchor[0] if anchor else 0, progress)
     rows = (
         AuditRecord.objects.filter(site=site)
         .order_by("seq")
@@ -122,8 +129,9 @@ class _TreeRoots:
     """Grows the tree over the records as they are verified: its root at ``anchor_size``
     (a checkpoint's size) and at the end."""
 
-    def __init__(self, anchor_size: int) -> None:
+    def __init__(self, anchor_size: int, progress: Callable[[int], None] | None = None) -> None:
         self.anchor_size = anchor_size
+        self.progress = progress
         self.edge: list[bytes] = []
         self.size = 0
         self.at_anchor: bytes | None = None
@@ -138,6 +146,8 @@ class _TreeRoots:
             self.last_hash = row["hash"]
             if self.size == self.anchor_size:
                 self.at_anchor = tree.root_from_frontier(self.edge)
+            if self.progress is not None and self.size % PROGRESS_EVERY == 0:
+                self.progress(self.size)
 
     def root(self) -> bytes:
         return tree.root_from_frontier(self.edge)

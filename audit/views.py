@@ -2,20 +2,23 @@
 
 ``?kind=&refund=&from=&to=`` filter the records (``audit.activity.ActivityFilters``; days in
 the site's time zone); ``?format=jsonl`` and ``?format=csv`` download every record under the
-same filters, streamed in chain order. ``?verify=1`` checks the whole chain in the request
-(unchanged here: moving it out of the request is its own change).
+same filters, streamed in chain order. "Verify chain" is a POST that starts a background
+check of the whole log (audit/verification.py); the page shows the latest one and, while it
+runs, polls its progress (``?part=verification``). No page request verifies the chain itself.
 """
 
 from __future__ import annotations
 
 from django.core.paginator import Paginator
 from django.http import HttpResponse, StreamingHttpResponse
-from django.shortcuts import render
-from django.urls import path
+from django.shortcuts import redirect, render
+from django.urls import path, reverse
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
-from audit import activity, selectors
+from audit import activity
 from audit.models import AuditKind
+from audit.verification import latest_verification, start_verification
 from sill.accounts.access import Cap, site_view
 from sill.http import SiteRequest
 
@@ -34,8 +37,10 @@ def activity_page(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
         if export == "jsonl":
             return activity.jsonl_response(records, filename=filename)
         return activity.csv_response(site, records, filename=filename)
+    verification = latest_verification(site)
+    if request.GET.get("part") == "verification":
+        return render(request, "audit/activity.html#verification", {"verification": verification})
     page = Paginator(records.order_by("-seq"), PAGE_SIZE).get_page(request.GET.get("page"))
-    verification = selectors.chain_verification(site) if request.GET.get("verify") else None
     return render(
         request,
         "audit/activity.html",
@@ -50,5 +55,18 @@ def activity_page(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
     )
 
 
+@require_POST
+@site_view(Cap.VIEW_ACTIVITY)
+def verify_start(request: SiteRequest) -> HttpResponse:
+    """Start (or join) the background check of the whole log; it only reads."""
+    verification = start_verification(site=request.site_ctx.site, actor=request.user)
+    if request.htmx:
+        return render(request, "audit/activity.html#verification", {"verification": verification})
+    return redirect(f"{reverse('audit:activity')}#verification")
+
+
 app_name = "audit"
-urlpatterns = [path("activity/", activity_page, name="activity")]
+urlpatterns = [
+    path("activity/", activity_page, name="activity"),
+    path("activity/verify/", verify_start, name="activity-verify"),
+]

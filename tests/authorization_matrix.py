@@ -190,6 +190,7 @@ MATRIX: dict[str, Row] = {
     "policies:api-rule": row({"site_id": "site", "rule_id": "rule"}, DELETE=API_MANAGERS_OBJ),
     # --- activity -----------------------------------------------------------------------------
     "audit:activity": row(GET=REVIEWERS),
+    "audit:activity-verify": row(POST=REVIEWERS),
     "refunds:evidence": row({"refund_id": "held"}, GET=REVIEWERS_OBJ),
     # --- the transparency log: public by design (hashes and sizes only) ------------------------
     "transparency:keys": row(GET=EVERYONE),

@@ -4,6 +4,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from audit.models import AuditVerification
 from audit.services import append_record
 
 pytestmark = pytest.mark.django_db
@@ -48,10 +49,48 @@ def test_it_lists_only_this_sites_records_with_money_formatted(client_for, site,
     assert "rf_theirs" not in body
 
 
-def test_it_verifies_the_chain_on_demand(client_for, site):
+def test_it_verifies_the_chain_in_the_background_on_demand(
+    client_for, site, django_capture_on_commit_callbacks
+):
     _record(site, 3)
-    body = client_for("owner").get("/activity/", {"verify": 1}).content.decode()
-    assert "Chain verified: 3 records" in body
+    client = client_for("reviewer")
+    # A page request never verifies: it shows the latest check, here none.
+    assert "Chain verified" not in client.get("/activity/").content.decode()
+    with django_capture_on_commit_callbacks(execute=True):  # the worker, eagerly
+        answer = client.post("/activity/verify/")
+    assert answer.status_code == 302
+    body = client.get("/activity/").content.decode()
+    assert "Chain verified" in body and "3 records" in body
+
+
+def test_a_running_check_shows_its_progress_and_polls(client_for, site):
+    _record(site, 2)
+    client = client_for("owner")
+    client.post("/activity/verify/")  # not committed to a worker in this test: still running
+    part = client.get("/activity/", {"part": "verification"}).content.decode()
+    assert "0 of 2 records checked" in part and 'hx-trigger="every 2s"' in part
+    client.post("/activity/verify/")  # asking again joins the running one
+    assert AuditVerification.objects.filter(site=site).count() == 1
+
+
+def test_a_broken_chain_is_reported(client_for, site, django_capture_on_commit_callbacks):
+    from django.db import connection as conn
+
+    _record(site, 3)
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "UPDATE audit_auditrecord SET payload = replace(payload, '8900', '8901') "
+            "WHERE site_id = %s AND seq = 2",
+            [site.pk],
+        )
+    with django_capture_on_commit_callbacks(execute=True):
+        client_for("owner").post("/activity/verify/")
+    body = client_for("owner").get("/activity/").content.decode()
+    assert "Chain broken at seq 2" in body
+
+
+def test_staff_cannot_start_a_check(client_for):
+    assert client_for("staff").post("/activity/verify/").status_code == 403
 
 
 def test_it_shows_an_empty_state(client_for):

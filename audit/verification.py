@@ -1,0 +1,83 @@
+"""Verifying a site's whole log in the background: Activity's "Verify chain".
+
+:func:`start_verification` records the request and enqueues ``audit.verify_chain`` on commit;
+the worker runs :func:`run_verification`, which writes progress every 1,000 records and the
+result (:func:`audit.selectors.chain_verification`: chain, signatures, key windows, chain head,
+stored tree, latest checkpoint). A page request never verifies the chain itself. One check per
+site runs at a time: asking again while one runs answers that one.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from celery import current_app
+from django.db import transaction
+from django.utils import timezone
+
+from audit.models import AuditChainHead, AuditVerification
+from audit.selectors import chain_verification
+from sill.accounts.models import Site
+
+log = logging.getLogger(__name__)
+
+# A running check older than this is taken as lost (its worker died): a new one may start.
+STALE_AFTER = timedelta(minutes=15)
+
+
+def start_verification(*, site: Site, actor: Any) -> AuditVerification:
+    now = timezone.now()
+    with transaction.atomic():
+        running = (
+            AuditVerification.objects.select_for_update()
+            .filter(
+                site=site, status=AuditVerification.Status.RUNNING, started_at__gt=now - STALE_AFTER
+            )
+            .first()
+        )
+        if running is not None:
+            return running
+        total = AuditChainHead.objects.filter(site=site).values_list("last_seq", flat=True).first()
+        verification = AuditVerification.objects.create(
+            site=site,
+            requested_by=actor.get_username() if getattr(actor, "pk", None) else "",
+            total=total or 0,
+            started_at=now,
+        )
+        # By name: audit.tasks imports this module (registered by audit.apps at startup).
+        transaction.on_commit(
+            lambda: current_app.tasks["audit.verify_chain"].delay(verification.pk)
+        )
+    return verification
+
+
+def run_verification(verification_id: int) -> str:
+    verification = (
+        AuditVerification.objects.select_related("site").filter(pk=verification_id).first()
+    )
+    if verification is None or verification.status != AuditVerification.Status.RUNNING:
+        return "nothing to do"
+
+    def progress(checked: int) -> None:
+        AuditVerification.objects.filter(pk=verification_id).update(checked=checked)
+
+    result = chain_verification(verification.site, progress=progress)
+    AuditVerification.objects.filter(pk=verification_id).update(
+        status=AuditVerification.Status.OK if result.ok else AuditVerification.Status.FAILED,
+        checked=result.count,
+        first_bad_seq=result.first_bad_seq,
+        problem=result.problem,
+        finished_at=timezone.now(),
+    )
+    if not result.ok:
+        log.warning(
+            "audit chain of site %s broken at seq %s: %s",
+            verification.site_id, result.first_bad_seq, result.problem,
+        )  # fmt: skip
+    return "ok" if result.ok else "failed"
+
+
+def latest_verification(site: Site) -> AuditVerification | None:
+    return AuditVerification.objects.filter(site=site).order_by("-started_at").first()
