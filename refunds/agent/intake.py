@@ -101,12 +101,13 @@ def _earlier(
 
 def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     now = now or timezone.now()
-    doc = mandates.parse_document(raw)
-    mandate_id, site_id, _agent_id, _key_id = mandates.peek_identity(doc)
-    body_sha256 = mandates.document_sha256(doc)
+    # Parsed and canonicalised once: the resend check, the signature and the digest share it.
+    loaded = mandates.load_mandate(raw)
+    mandate_id, site_id, _agent_id, _key_id = mandates.peek_identity(loaded.doc)
+    body_sha256 = loaded.sha256
     if (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)) is not None:
         return answer
-    verified = mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now)
+    verified = mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now, loaded=loaded)
     # The key's rate limit, counted only now that the signature holds (sill/api.py).
     spend_mandate_budget(site_id=site_id, agent_id=verified.agent_id, key_id=verified.key_id)
     prefetched = _prefetch_rail_facts(verified, now=now)

@@ -334,6 +334,32 @@ def parse_document(raw: bytes) -> dict[str, Any]:
     return _load(raw)[0]
 
 
+@dataclass(frozen=True)
+class LoadedMandate:
+    """A body parsed and canonicalised once (:func:`load_mandate`): what every later step
+    reads instead of parsing or canonicalising it again."""
+
+    doc: dict[str, Any]
+    canonical: bytes  # RFC 8785 bytes of the whole document
+    sha256: str  # hex digest of ``canonical``: tells an identical resend from another body
+
+    @property
+    def signed_bytes(self) -> bytes:
+        """The RFC 8785 bytes of ``signed``, cut from the document's: JCS writes a member's
+        value exactly as it writes it alone, and ``signed`` sorts after ``envelope``, the
+        only other key."""
+        head = b'{"envelope":' + canonical_json(self.doc["envelope"]) + b',"signed":'
+        if self.canonical.startswith(head) and self.canonical.endswith(b"}"):
+            return self.canonical[len(head) : -1]
+        return canonical_json(self.doc["signed"])  # never expected; correct regardless
+
+
+def load_mandate(raw: bytes) -> LoadedMandate:
+    """Parse, shape-check and canonicalise ``raw`` once; :class:`MandateError` otherwise."""
+    doc, canonical = _load(raw)
+    return LoadedMandate(doc=doc, canonical=canonical, sha256=hashlib.sha256(canonical).hexdigest())
+
+
 def peek_identity(doc: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """``(mandate_id, site_id, agent_id, key_id)`` so the caller can find an earlier copy."""
     return _check_shape(doc)
@@ -408,8 +434,8 @@ def verify_ed25519(public_key: bytes, message: bytes, signature: bytes) -> bool:
     return True
 
 
-def _check_signature(key: KeyRecord, signed: Mapping[str, Any], signature: bytes) -> None:
-    if not verify_ed25519(key.public_key, signing_input(signed), signature):
+def _check_signature(key: KeyRecord, signed_bytes: bytes, signature: bytes) -> None:
+    if not verify_ed25519(key.public_key, DOMAIN_TAG + signed_bytes, signature):
         _fail("bad_signature", "The signature does not match.", "envelope.signature")
 
 
@@ -710,16 +736,24 @@ def _check_schema(signed: Mapping[str, Any]) -> _Checked:
 
 
 def verify_mandate(
-    raw: bytes, *, key_lookup: KeyLookup, now: datetime, check_time: bool = True
+    raw: bytes,
+    *,
+    key_lookup: KeyLookup,
+    now: datetime,
+    check_time: bool = True,
+    loaded: LoadedMandate | None = None,
 ) -> VerifiedMandate:
     """Verify ``raw`` end to end or raise :class:`MandateError` (order in the module doc).
 
     ``key_lookup(site_id, agent_id, key_id)`` returns the agent's key or ``None``. With
-    ``check_time=False`` only ``expired``/``not_yet_valid`` are skipped.
+    ``check_time=False`` only ``expired``/``not_yet_valid`` are skipped. ``loaded`` is
+    ``raw`` already parsed and canonicalised by :func:`load_mandate` (the intake does it once
+    for the resend check): its bytes serve the signature check and the digest.
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be timezone-aware")
-    doc, canonical = _load(raw)
+    loaded = loaded or load_mandate(raw)
+    doc = loaded.doc
     mandate_id, site_id, agent_id, key_id = _check_shape(doc)
     signed, envelope = doc["signed"], doc["envelope"]
     if envelope["algorithm"] != ALGORITHM:
@@ -733,7 +767,7 @@ def verify_mandate(
         issued_at=parse_timestamp(signed.get("issued_at")),
         now=now,
     )
-    _check_signature(key, signed, _decode_signature(envelope["signature"]))
+    _check_signature(key, loaded.signed_bytes, _decode_signature(envelope["signature"]))
     checked = _check_schema(signed)
     if check_time:
         if now > checked.expires_at:
@@ -753,5 +787,5 @@ def verify_mandate(
         intent=checked.intent,
         signed=signed,
         raw=bytes(raw),
-        body_sha256=hashlib.sha256(canonical).hexdigest(),
+        body_sha256=loaded.sha256,
     )

@@ -46,7 +46,8 @@ def test_the_reproduced_defect_a_held_99_order_offers_no_full_refund(
     assert "Full refund" not in body  # it offered "Full refund · $99.00" before
     assert "$99.00 is awaiting approval" in body
     assert "A $99.00 refund is awaiting approval" in body
-    assert f'href="/held/{held.id}/"' in body
+    # Staff cannot open /held/: the link is the refund page, which they may open.
+    assert f'href="/refunds/{held.id}/"' in body
 
 
 def test_holds_beyond_the_charge_say_how_much_awaits_approval(client_for, order99, members, leaf):
@@ -67,7 +68,7 @@ def test_the_form_offers_what_remains_after_holds_and_links_each_hold(
     assert 'Full refund <span class="muted">· $49.00</span>' in body
     assert "A $20.00 refund is awaiting approval" in body
     assert "A $30.00 refund is awaiting approval" in body
-    assert f'href="/held/{first.id}/"' in body and f'href="/held/{second.id}/"' in body
+    assert f'href="/refunds/{first.id}/"' in body and f'href="/refunds/{second.id}/"' in body
     assert 'name="expected_remaining_minor" value="4900"' in body
 
 

@@ -996,3 +996,21 @@ def test_it_verifies_what_the_documented_snippet_signs() -> None:
 
     assert mandate.intent.max_amount == Money(8900, "USD")
     assert MANDATE_ID_RE.match(mandate.mandate_id)
+
+
+@pytest.mark.parametrize(
+    "signed",
+    [
+        {"b": 1, "a": "x"},
+        {"emoji": "\U0001f600", "é": [1, {"z": None, "a": True}], "n": -0},
+        {"deep": {"x": {"y": {"z": "a NUL-free 'quoted' \\ line"}}}},
+    ],
+)
+def test_the_signed_bytes_cut_from_the_document_are_its_own_canonical_bytes(signed):
+    from refunds.agent import mandates
+
+    envelope = {"algorithm": "ed25519", "key_id": "k", "signature": "s"}
+    signed = {"mandate_id": "mnd_1", "site_id": "S", "agent_id": "a", **signed}
+    loaded = mandates.load_mandate(json.dumps({"signed": signed, "envelope": envelope}).encode())
+    assert loaded.signed_bytes == mandates.canonical_json(loaded.doc["signed"])
+    assert loaded.sha256 == mandates.document_sha256(loaded.doc)
