@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db.models import Q, QuerySet
 from django.http import Http404, QueryDict
@@ -68,6 +69,17 @@ class HeldFilters:
         return bool(
             self.reason or self.agent or self.amount_min is not None or self.amount_max is not None
         )
+
+    @property
+    def query(self) -> str:
+        """The filters as a query string (for the pager's links); "" without any."""
+        values = {
+            "reason": self.reason,
+            "agent": self.agent,
+            "amount_min": "" if self.amount_min is None else str(self.amount_min),
+            "amount_max": "" if self.amount_max is None else str(self.amount_max),
+        }
+        return urlencode({k: v for k, v in values.items() if v})
 
 
 def _decimal(text: str) -> Decimal | None:

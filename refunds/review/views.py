@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
@@ -35,6 +36,8 @@ from sill.accounts.access import Cap, site_view
 from sill.errors import SillError
 from sill.http import SiteRequest
 
+HELD_PAGE_SIZE = 50
+
 
 class Decide(Protocol):
     """``approve_refund`` or ``reject_refund``."""
@@ -46,8 +49,13 @@ class Decide(Protocol):
 def held(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
     filters = selectors.HeldFilters.from_query(request.GET)
-    rows = [selectors.held_row(r) for r in selectors.held_refunds_for(site, filters)]
+    # A page of holds, oldest first (bounded work however many wait); groups within the page.
+    page = Paginator(selectors.held_refunds_for(site, filters), HELD_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    rows = [selectors.held_row(r) for r in page.object_list]
     context = {
+        "page": page,
         "rows": rows,
         "groups": selectors.group_by_order(rows),
         "filters": filters,
