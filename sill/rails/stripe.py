@@ -11,6 +11,8 @@ scrubbed of it (and of anything shaped like a Stripe key) before it is raised.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import re
 from collections.abc import Iterator
@@ -61,6 +63,19 @@ _REFUND_STATES: dict[str, RefundState] = {
 }
 
 
+@functools.lru_cache(maxsize=256)
+def _http_client(key_fingerprint: str, timeout: float) -> stripe.RequestsClient:
+    # stripe's RequestsClient keeps one requests.Session per thread: calls on one thread reuse
+    # its TLS connections. One client per key, so no two merchants share a session (cookies).
+    return stripe.RequestsClient(timeout=timeout)
+
+
+def http_client_for(secret_key: str, timeout: float) -> stripe.RequestsClient:
+    """The kept-alive HTTP client for ``secret_key`` (cached by the key's SHA-256, never the
+    key itself): a new StripeRail per call no longer means a new TLS session per call."""
+    return _http_client(hashlib.sha256(secret_key.encode("utf-8")).hexdigest(), timeout)
+
+
 class StripeRail:
     name = "stripe"
 
@@ -83,7 +98,7 @@ class StripeRail:
             base_addresses={"api": api_base} if api_base else None,
             # Sill retries itself, always with the same key, after looking the refund up.
             max_network_retries=0,
-            http_client=stripe.RequestsClient(timeout=timeout),
+            http_client=http_client_for(secret_key, timeout),
         )
 
     def __repr__(self) -> str:

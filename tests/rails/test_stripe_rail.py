@@ -246,3 +246,11 @@ def test_a_lookup_without_connection_is_retryable_not_ambiguous():
         rail.find_refund(request)
 
     assert caught.value.retryable and not caught.value.ambiguous
+
+
+def test_one_key_keeps_one_http_client_alive_and_keys_never_share_one():
+    from sill.rails.stripe import http_client_for
+
+    assert http_client_for("sk_test_one", 20.0) is http_client_for("sk_test_one", 20.0)
+    assert http_client_for("sk_test_one", 20.0) is not http_client_for("sk_test_two", 20.0)
+    assert http_client_for("sk_test_one", 20.0) is not http_client_for("sk_test_one", 5.0)
