@@ -4,8 +4,8 @@
 origins; an empty list switches the feature off everywhere, e.g. ``camera=()``), which Django
 has no setting for.
 
-``RefuseNulMiddleware`` refuses NUL characters in query strings and form fields before any
-view reads them. No input of Sill's has a use for NUL, and PostgreSQL cannot store or even
+``RefuseNulMiddleware`` refuses NUL characters in the path, query strings and form fields
+before any view reads them. No input of Sill's has a use for NUL, and PostgreSQL cannot store or even
 compare it (``text fields cannot contain NUL``): left alone, a ``?q=%00`` would be a 500 on
 PostgreSQL and a silent difference on SQLite. JSON bodies are checked where they are parsed
 (the mandate parser; DRF's CharField refuses NUL).
@@ -46,6 +46,9 @@ class RefuseNulMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "\x00" in request.path:
+            # A path argument (a site, order or refund id) reaches a query as text too.
+            return _refusal(request)
         fields = [request.GET]
         if request.method == "POST" and request.content_type in (
             "application/x-www-form-urlencoded",

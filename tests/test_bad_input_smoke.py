@@ -105,6 +105,17 @@ def mock_rail(site):
     return ensure_mock_rail(site)
 
 
+def test_a_nul_in_a_path_argument_is_a_400_on_every_route(client_for, urls):
+    # Seen: /audit/%00/checkpoint reached PostgreSQL ("text fields cannot contain NUL"): a 500.
+    client = client_for("owner")
+    for route in urls:
+        if "<" not in route:
+            continue
+        url = _fill(route, "a\x00b")
+        assert client.get(url).status_code == 400, url
+        assert client.post(url).status_code == 400, url
+
+
 def test_a_nul_in_a_query_or_form_is_a_400(client_for):
     client = client_for("owner")
     assert client.get("/orders/", {"q": "a\x00b"}).status_code == 400
