@@ -5,8 +5,8 @@ origins; an empty list switches the feature off everywhere, e.g. ``camera=()``),
 has no setting for.
 
 ``RefuseNulMiddleware`` refuses NUL characters in the path, query strings and form fields
-before any view reads them. No input of Sill's has a use for NUL, and PostgreSQL cannot store or even
-compare it (``text fields cannot contain NUL``): left alone, a ``?q=%00`` would be a 500 on
+before any view reads them. No input of Sill's has a use for NUL, and PostgreSQL cannot store
+or even compare it (``text fields cannot contain NUL``): left alone, a ``?q=%00`` would be a 500 on
 PostgreSQL and a silent difference on SQLite. JSON bodies are checked where they are parsed
 (the mandate parser; DRF's CharField refuses NUL).
 """
