@@ -58,5 +58,7 @@ format: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Every bench/[!_]*.py on SQLite, then on PostgreSQL + Redis when DATABASE_URL / REDIS_URL are
+# set; one table at the end, figures in var/bench/<UTC time>.json. BENCH_ARGS=--quick: short.
 bench: $(VENV)/.installed-dev
-	@for script in bench/[!_]*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+	$(BIN)/python bench/_run.py $(BENCH_ARGS)

@@ -9,7 +9,6 @@ runs, polls its progress (``?part=verification``). No page request verifies the 
 
 from __future__ import annotations
 
-from django.core.paginator import Paginator
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
@@ -21,6 +20,7 @@ from audit.models import AuditKind
 from audit.verification import latest_verification, start_verification
 from sill.accounts.access import Cap, site_view
 from sill.http import SiteRequest
+from sill.paging import BoundedPaginator
 
 PAGE_SIZE = 50
 
@@ -40,7 +40,7 @@ def activity_page(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
     verification = latest_verification(site)
     if request.GET.get("part") == "verification":
         return render(request, "audit/activity.html#verification", {"verification": verification})
-    page = Paginator(records.order_by("-seq"), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = BoundedPaginator(records.order_by("-seq"), PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
         "audit/activity.html",

@@ -222,6 +222,15 @@ _TEMPLATES: tuple[Template, ...] = (
         when=lambda v: {"refundReason": "none"},
     ),
     Template(
+        id="credit-new-customer",
+        title="Credits to new customers wait for a human",
+        summary="Hold a Stripe customer-balance credit to a customer the rail created fewer "
+        "than a number of days ago (or whose age it cannot say). Refunds are not affected.",
+        action="require_approval",
+        params=(Param("creditCustomerDays", "Customer younger than (days)", "days", 30, 1, 3650),),
+        when=lambda v: {"creditCustomerAgeDays": {"lt": v["creditCustomerDays"]}},
+    ),
+    Template(
         id="r07",
         title="Human review on destructive actions (r07)",
         summary="Escalate every agent refund to an owner or admin.",

@@ -35,7 +35,7 @@ def decide_refund(context: RefundContext) -> PolicyOutcome:
     ``require_approval`` into ``allow`` (``auto_refund=True``) for an agent refund at or
     under the cap whose agent placed the original order; it never overrides ``deny``.
     """
-    policy = active_policy_for(context.site)
+    policy = context.policy or active_policy_for(context.site)
     snapshot = read_refund_facts(context)
     evaluation = evaluate(policy.compiled, prepare_facts(snapshot))
     action, auto = apply_auto_refund(evaluation.action, policy.auto_refund, snapshot)

@@ -18,7 +18,7 @@ Semantics (issue 4, seed "Refund rules"):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal, TypeGuard
 
@@ -29,10 +29,47 @@ Action = Literal["allow", "require_approval", "deny"]
 Mode = Literal["enforced", "observe"]
 SEVERITY: dict[str, int] = {"allow": 0, "require_approval": 1, "deny": 2}
 _BY_SEVERITY: tuple[Action, ...] = ("allow", "require_approval", "deny")
+_MAX_CACHED_OUTCOMES = 4096  # distinct sets of fired rules kept per policy
 
-# A prepared numeric value: (numerator, denominator > 0, is a truncated lower bound).
-Number = tuple[int, int, bool]
-PreparedFacts = dict[str, Any]
+
+class LowerBound(int):
+    """A truncated figure: the real value is at least this (``{"value", "truncated"}``)."""
+
+    __slots__ = ()
+
+
+class PreparedFacts(dict[str, Any]):
+    """A stored snapshot as the checks read it: each fact normalised at most once.
+
+    A check reads the stored value first (``raw``): an integer fact holding a plain int, a
+    boolean fact a bool, a text fact a str is already what it compares, so the usual read is
+    one dict lookup and no work at all. Anything else (unknown, truncated, the share refunded,
+    malformed) goes through :meth:`value` once per evaluation: every rule and, in a preview,
+    both policies read the cached result. Prepared values: integer facts an ``int``
+    (:class:`LowerBound` when truncated), the share refunded a ``(num, den)`` pair
+    (``den > 0``), booleans and text as they are; anything unknown or malformed is ``None``.
+    """
+
+    # The dict itself holds the values prepared so far; ``raw`` is the stored snapshot.
+    __slots__ = ("raw",)
+    raw: Mapping[str, Any]
+
+    def value(self, name: str) -> Any:
+        """The prepared value of fact ``name`` (``None`` when unknown or malformed)."""
+        if name in self:
+            return self[name]
+        raw = self.raw.get(name)
+        value = raw if raw.__class__ is _EXACT.get(name) else _prepare(name, raw)
+        self[name] = value
+        return value
+
+
+# A value already in its prepared form, by fact: what most snapshots hold (no work to do).
+_EXACT: dict[str, type] = {
+    name: int if spec.kind in INTEGER_KINDS else bool if spec.kind == "bool" else str
+    for name, spec in FACTS.items()
+    if spec.kind != "ratio"
+}
 Check = Callable[[PreparedFacts], bool | None]
 
 
@@ -51,20 +88,27 @@ class CompiledRule:
     id: str
     severity: int
     enforced: bool
-    checks: tuple[Check, ...]
+    check: Check  # the rule's conditions together: True, False or None (unknown)
     fired: FiredRule
-
-
-@dataclass(frozen=True)
-class CompiledPolicy:
-    rules: tuple[CompiledRule, ...]
-    source: tuple[dict[str, Any], ...]  # the validated rules this was compiled from
 
 
 @dataclass(frozen=True)
 class Evaluation:
     action: Action
     fired: tuple[FiredRule, ...]
+
+
+@dataclass(frozen=True)
+class CompiledPolicy:
+    rules: tuple[CompiledRule, ...]
+    source: tuple[dict[str, Any], ...]  # the validated rules this was compiled from
+    # (bit, check) of the deny and require_approval rules, then of the allow rules: what
+    # :func:`evaluate` runs.
+    restrictive: tuple[tuple[int, Check], ...] = field(repr=False, compare=False, default=())
+    permissive: tuple[tuple[int, Check], ...] = field(repr=False, compare=False, default=())
+    # The Evaluation of each set of fired rules met so far (a bit mask): a decision allocates
+    # nothing for the rules that do not fire, and nothing at all for a set seen before.
+    outcomes: dict[int, Evaluation] = field(repr=False, compare=False, default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,32 +132,51 @@ def compile_policy(rules: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> 
                 id=rule["id"],
                 severity=SEVERITY[action],
                 enforced=mode == "enforced",
-                checks=checks,
+                check=checks[0] if len(checks) == 1 else _all_of(checks),
                 fired=FiredRule(rule["id"], action, mode),
             )
         )
-    return CompiledPolicy(rules=tuple(compiled), source=tuple(rules))
+    return CompiledPolicy(
+        rules=tuple(compiled),
+        source=tuple(rules),
+        restrictive=tuple((1 << i, r.check) for i, r in enumerate(compiled) if r.severity),
+        permissive=tuple((1 << i, r.check) for i, r in enumerate(compiled) if not r.severity),
+    )
 
 
 def evaluate(policy: CompiledPolicy, facts: PreparedFacts) -> Evaluation:
-    """The outcome of ``policy`` on prepared facts (see :func:`prepare_facts`)."""
-    worst = 0
-    fired: list[FiredRule] = []
-    for rule in policy.rules:
-        result: bool | None = True
-        for check in rule.checks:
-            value = check(facts)
-            if value is False:
-                result = False
-                break
-            if value is None:
-                result = None
-        if result is False or (result is None and rule.severity == 0):
-            continue
-        fired.append(rule.fired)
-        if rule.enforced and rule.severity > worst:
-            worst = rule.severity
-    return Evaluation(action=_BY_SEVERITY[worst], fired=tuple(fired))
+    """The outcome of ``policy`` on prepared facts (see :func:`prepare_facts`).
+
+    A rule fires when its conditions hold (``True``), or when one is unknown (``None``),
+    none is false and the rule is restrictive (deny or require_approval).
+    """
+    fired = 0
+    for bit, check in policy.restrictive:
+        if check(facts) is not False:  # holds, or unknown: the restrictive branch
+            fired |= bit
+    for bit, check in policy.permissive:
+        if check(facts) is True:  # an allow rule never fires on a guess
+            fired |= bit
+    outcome = policy.outcomes.get(fired)
+    if outcome is None:
+        outcome = _outcome(policy, fired)
+    return outcome
+
+
+def _outcome(policy: CompiledPolicy, fired_bits: int) -> Evaluation:
+    fired = tuple(rule.fired for i, rule in enumerate(policy.rules) if fired_bits >> i & 1)
+    worst = max(
+        (
+            rule.severity
+            for i, rule in enumerate(policy.rules)
+            if fired_bits >> i & 1 and rule.enforced
+        ),
+        default=0,
+    )
+    outcome = Evaluation(action=_BY_SEVERITY[worst], fired=fired)
+    if len(policy.outcomes) < _MAX_CACHED_OUTCOMES:
+        policy.outcomes[fired_bits] = outcome
+    return outcome
 
 
 def apply_auto_refund(
@@ -138,36 +201,41 @@ def apply_auto_refund(
 
 
 def prepare_facts(snapshot: Mapping[str, Any]) -> PreparedFacts:
-    """Read a stored snapshot back into the evaluator's values; anything malformed is unknown."""
-    prepared: PreparedFacts = {}
-    for name, spec in FACTS.items():
-        raw = snapshot.get(name)
-        value: Any = None
-        if raw is None:
-            pass
-        elif spec.kind in INTEGER_KINDS:
-            if _is_int(raw):
-                value = (raw, 1, False)
-            elif (
-                spec.truncatable
-                and isinstance(raw, Mapping)
-                and raw.get("truncated") is True
-                and _is_int(raw.get("value"))
-            ):
-                value = (raw["value"], 1, True)
-        elif spec.kind == "ratio":
-            if isinstance(raw, Mapping):
-                num, den = raw.get("num"), raw.get("den")
-                if _is_int(num) and _is_int(den) and den > 0:
-                    value = (num, den, False)
-            elif _is_int(raw):
-                value = (raw, 1, False)
-        elif spec.kind == "bool":
-            value = raw if isinstance(raw, bool) else None
-        elif isinstance(raw, str):
-            value = raw
-        prepared[name] = value
-    return prepared
+    """The evaluator's view of a stored snapshot; anything malformed is unknown.
+
+    Nothing is read until a check asks (see :class:`PreparedFacts`)."""
+    facts = PreparedFacts()
+    facts.raw = snapshot
+    return facts
+
+
+def _prepare(name: str, raw: Any) -> Any:
+    """``raw`` (not already in its prepared form) as the checks read it; ``None`` if unknown."""
+    spec = FACTS[name]
+    if raw is None:
+        return None
+    if spec.kind in INTEGER_KINDS:
+        if _is_int(raw):  # an int subclass (not bool): the plain int it equals
+            return int(raw)
+        if (
+            spec.truncatable
+            and isinstance(raw, Mapping)
+            and raw.get("truncated") is True
+            and _is_int(raw.get("value"))
+        ):
+            return LowerBound(raw["value"])
+        return None
+    if spec.kind == "ratio":
+        if isinstance(raw, Mapping):
+            num, den = raw.get("num"), raw.get("den")
+            if _is_int(num) and _is_int(den) and den > 0:
+                return (int(num), int(den))
+        elif _is_int(raw):
+            return (int(raw), 1)
+        return None
+    if spec.kind == "bool":
+        return raw if isinstance(raw, bool) else None
+    return str(raw) if isinstance(raw, str) else None
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -175,75 +243,181 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 
 # --- compiling conditions into checks ---------------------------------------------------------
+#
+# Each check reads one prepared fact and answers True, False or None (unknown). Integer facts
+# compare as ints with int bounds (a validated bound of an integer fact is an int); the share
+# refunded compares as integer cross-products (value >= p/q  <=>  num * q >= p * den). A
+# prepared int is either exact (``int``) or a :class:`LowerBound`; the exact case is tested
+# first, by class, so the usual path is one comparison.
+
+
+def _all_of(checks: tuple[Check, ...]) -> Check:
+    def check_all(facts: PreparedFacts) -> bool | None:
+        result: bool | None = True
+        for check in checks:
+            value = check(facts)
+            if value is False:
+                return False
+            if value is None:
+                result = None
+        return result
+
+    return check_all
 
 
 def _compile_condition(fact: str, cond: Any) -> Check:
     spec = FACTS[fact]
     if isinstance(cond, Mapping):
-        return _range_check(fact, cond)
+        if spec.kind == "ratio":
+            return _ratio_range_check(fact, cond)
+        return _int_range_check(fact, cond)
     values = cond if isinstance(cond, list) else [cond]
     if spec.kind in INTEGER_KINDS or spec.kind == "ratio":
-        return _number_in_check(fact, [to_fraction(v) for v in values])
+        return _number_in_check(fact, [to_fraction(v) for v in values], ratio=spec.kind == "ratio")
     allowed = frozenset(values)
 
+    exact = _EXACT.get(fact)
+
     def check_in(facts: PreparedFacts) -> bool | None:
-        value = facts.get(fact)
-        if value is None:
-            return None
+        value = facts.raw.get(fact)
+        if value.__class__ is not exact:
+            value = facts.value(fact)
+            if value is None:
+                return None
         return value in allowed
 
     return check_in
 
 
-def _range_check(fact: str, cond: Mapping[str, Any]) -> Check:
+def _bound(value: Any) -> int | Fraction:
+    exact = to_fraction(value)
+    return exact.numerator if exact.denominator == 1 else exact
+
+
+def _int_range_check(fact: str, cond: Mapping[str, Any]) -> Check:
     low_key = "gt" if "gt" in cond else "gte" if "gte" in cond else None
     high_key = "lt" if "lt" in cond else "lte" if "lte" in cond else None
-    low = to_fraction(cond[low_key]) if low_key else None
-    high = to_fraction(cond[high_key]) if high_key else None
-    # Bounds as integer pairs: value >= p/q  <=>  num * q >= p * den (den > 0). No floats.
-    lp, lq = (low.numerator, low.denominator) if low is not None else (0, 1)
-    hp, hq = (high.numerator, high.denominator) if high is not None else (0, 1)
+    low = _bound(cond[low_key]) if low_key else 0
+    high = _bound(cond[high_key]) if high_key else 0
+    if high_key is None:
+        # The usual rule: one lower bound. A lower bound that reaches it proves it; one that
+        # does not says nothing (unknown).
+        if low_key == "gt":
+
+            def check_gt(facts: PreparedFacts) -> bool | None:
+                value = facts.raw.get(fact)
+                if value.__class__ is int:
+                    return value > low
+                value = facts.value(fact)
+                return None if value is None or value <= low else True
+
+            return check_gt
+
+        def check_gte(facts: PreparedFacts) -> bool | None:
+            value = facts.raw.get(fact)
+            if value.__class__ is int:
+                return value >= low
+            value = facts.value(fact)
+            return None if value is None or value < low else True
+
+        return check_gte
+    if low_key is None:
+        # One upper bound: a lower bound already above it disproves it, else unknown.
+        if high_key == "lt":
+
+            def check_lt(facts: PreparedFacts) -> bool | None:
+                value = facts.raw.get(fact)
+                if value.__class__ is int:
+                    return value < high
+                value = facts.value(fact)
+                return None if value is None or value < high else False
+
+            return check_lt
+
+        def check_lte(facts: PreparedFacts) -> bool | None:
+            value = facts.raw.get(fact)
+            if value.__class__ is int:
+                return value <= high
+            value = facts.value(fact)
+            return None if value is None or value <= high else False
+
+        return check_lte
     low_strict = low_key == "gt"
     high_strict = high_key == "lt"
-    has_low = low is not None
-    has_high = high is not None
 
-    def check_range(facts: PreparedFacts) -> bool | None:
-        value: Number | None = facts.get(fact)
+    def check_between(facts: PreparedFacts) -> bool | None:
+        value = facts.value(fact)
         if value is None:
             return None
-        num, den, is_lower_bound = value
+        if value >= high if high_strict else value > high:
+            # Even a lower bound above the upper bound settles it: the real value is larger.
+            return False
+        exact = value.__class__ is int
+        if not (value > low if low_strict else value >= low):
+            # A lower bound that does not reach the bound says nothing: unknown.
+            return False if exact else None
+        # Within both; a lower bound under the ceiling may still be above it in truth.
+        return True if exact else None
+
+    return check_between
+
+
+def _ratio_range_check(fact: str, cond: Mapping[str, Any]) -> Check:
+    low_key = "gt" if "gt" in cond else "gte" if "gte" in cond else None
+    high_key = "lt" if "lt" in cond else "lte" if "lte" in cond else None
+    low = to_fraction(cond[low_key]) if low_key else Fraction(0)
+    high = to_fraction(cond[high_key]) if high_key else Fraction(0)
+    lp, lq = low.numerator, low.denominator
+    hp, hq = high.numerator, high.denominator
+    low_strict = low_key == "gt"
+    high_strict = high_key == "lt"
+    has_low = low_key is not None
+    has_high = high_key is not None
+
+    def check_ratio(facts: PreparedFacts) -> bool | None:
+        value: tuple[int, int] | None = facts.value(fact)
+        if value is None:
+            return None
+        num, den = value
         if has_high:
             a, b = num * hq, hp * den
             if a >= b if high_strict else a > b:
-                # Even a lower bound above the upper bound settles it: the real value is larger.
                 return False
         if has_low:
             a, b = num * lq, lp * den
             if not (a > b if low_strict else a >= b):
-                # A lower bound that does not reach the bound says nothing: unknown.
-                return None if is_lower_bound else False
-        if is_lower_bound and has_high:
-            # The bound read is under the ceiling, but the real figure may not be.
-            return None
+                return False
         return True
 
-    return check_range
+    return check_ratio
 
 
-def _number_in_check(fact: str, values: list[Fraction]) -> Check:
-    allowed = frozenset(values)
+def _number_in_check(fact: str, values: list[Fraction], *, ratio: bool) -> Check:
+    if ratio:
+        allowed_ratios = frozenset(values)
+
+        def check_ratio_in(facts: PreparedFacts) -> bool | None:
+            value: tuple[int, int] | None = facts.value(fact)
+            if value is None:
+                return None
+            num, den = value
+            return (num if den == 1 else Fraction(num, den)) in allowed_ratios
+
+        return check_ratio_in
+    allowed = frozenset(values)  # Fraction(n) == n and hashes alike: ints find them
     largest = max(values)
 
     def check_number_in(facts: PreparedFacts) -> bool | None:
-        value: Number | None = facts.get(fact)
+        value = facts.raw.get(fact)
+        if value.__class__ is int:
+            return value in allowed
+        value = facts.value(fact)
+        if value.__class__ is int:
+            return value in allowed
         if value is None:
             return None
-        num, den, is_lower_bound = value
-        if is_lower_bound:
-            # The real figure is at least num: above every listed value it matches none.
-            return False if Fraction(num, den) > largest else None
-        return (num if den == 1 else Fraction(num, den)) in allowed
+        # A lower bound: above every listed value it matches none; otherwise unknown.
+        return False if value > largest else None
 
     return check_number_in
 

@@ -35,6 +35,7 @@ from sill.rails.base import (
     RefundFactsReader,
     RefundFactsRequest,
 )
+from sill.rails.models import RailAccount
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +51,10 @@ _logged: set[tuple[str, str, str]] = set()
 def read_refund_facts(context: RefundContext) -> dict[str, Any]:
     """The JSON-safe fact snapshot of the refund ``context`` describes."""
     order, charge, amount, now = context.order, context.charge, context.amount, context.now
-    customer = _customer(order.customer_id)
     rail = context.rail_facts
     if rail is None:
         rail = _read_rail(
-            site_id=context.site.pk, charge=charge, customer=customer,
+            site_id=context.site.pk, charge=charge, customer=_customer(order.customer_id),
             currency=amount.currency, now=now,
         )  # fmt: skip
 
@@ -79,7 +79,7 @@ def read_refund_facts(context: RefundContext) -> dict[str, Any]:
             history_usd = truncated(usd) if history.truncated else usd
 
     disputed = rail.charge_disputed
-    if disputed is not True and _open_dispute_in_sill(charge.pk):
+    if disputed is not True and _open_dispute_in_sill(charge):
         # Sill recorded a dispute (a webhook) the rail's answer does not show: disputed.
         disputed = True
 
@@ -98,7 +98,7 @@ def read_refund_facts(context: RefundContext) -> dict[str, Any]:
         "refundCustomerAgeDays": _age_days(rail.customer_created_at, now),
         "refundCustomerCount90d": history_count,
         "refundCustomerAmount90dUsd": history_usd,
-        "refundCustomerRefunds30d": _customer_refunds(context, customer),
+        "refundCustomerRefunds30d": _customer_refunds(context, order.customer_id),
         "refundAgentTotalTodayUsd": _agent_total_today_usd(context, refund_usd),
         "refundDisputed": disputed,
         # A Shopify refund carries no reason (seed 002): its reason fact is always none.
@@ -117,7 +117,7 @@ def _customer(customer_id: int | None) -> Customer | None:
 
 
 def prefetch_rail_facts(
-    *, site_id: str, order: Order, charge: Charge, now: datetime
+    *, site_id: str, order: Order, charge: Charge, now: datetime, account: RailAccount | None = None
 ) -> RefundFacts:
     """The rail's facts for refunding ``charge``, read before the caller locks anything.
 
@@ -128,10 +128,12 @@ def prefetch_rail_facts(
     charge is disputed and Sill has no open dispute — a refund or dispute was made outside
     Sill and its webhook has not arrived: the charge is brought up to date from the rail
     first (:func:`sill.rails.charge_sync.sync_charge`), so the quote counts it too.
+
+    ``account``: the site's enabled account for the charge's rail, when the caller read it.
     """
     facts = _read_rail(
         site_id=site_id, charge=charge, customer=_customer(order.customer_id),
-        currency=order.currency, now=now,
+        currency=order.currency, now=now, account=account,
     )  # fmt: skip
     return _caught_up(site_id=site_id, charge=charge, facts=facts)
 
@@ -141,7 +143,7 @@ def _caught_up(*, site_id: str, charge: Charge, facts: RefundFacts) -> RefundFac
     from sill.rails.registry import rail_for
 
     behind = unrecorded_refunded_minor(charge, facts.charge_refunded_minor) > 0
-    dispute_unseen = facts.charge_disputed is True and not _open_dispute_in_sill(charge.pk)
+    dispute_unseen = facts.charge_disputed is True and not _open_dispute_in_sill(charge)
     if not (behind or dispute_unseen):
         return facts
     try:
@@ -159,18 +161,27 @@ def _caught_up(*, site_id: str, charge: Charge, facts: RefundFacts) -> RefundFac
     if dispute_unseen and synced.disputes_read:
         # Stripe's ``disputed`` stays true after a dispute is won: the listed disputes say
         # whether one is open.
-        return replace(facts, charge_disputed=_open_dispute_in_sill(charge.pk))
+        return replace(facts, charge_disputed=_open_dispute_in_sill(charge, fresh=True))
     return facts
 
 
 def _read_rail(
-    *, site_id: str, charge: Charge, customer: Customer | None, currency: str, now: datetime
+    *,
+    site_id: str,
+    charge: Charge,
+    customer: Customer | None,
+    currency: str,
+    now: datetime,
+    account: RailAccount | None = None,
 ) -> RefundFacts:
-    from sill.rails.registry import rail_for
+    from sill.rails.registry import rail_for, rail_from_account
 
     rail_name = charge.rail
     try:
-        rail = rail_for(site_id=site_id, rail=rail_name)
+        if account is not None and account.rail == rail_name:
+            rail = rail_from_account(account)
+        else:
+            rail = rail_for(site_id=site_id, rail=rail_name)
         if not isinstance(rail, RefundFactsReader):
             _log_once(site_id, rail_name, "reader", "the rail cannot read refund facts")
             return RefundFacts()
@@ -195,8 +206,13 @@ def _read_rail(
         return RefundFacts()
 
 
-def _open_dispute_in_sill(charge_id: str) -> bool:
-    return Dispute.objects.filter(charge_id=charge_id, status__in=OPEN_DISPUTE_STATUSES).exists()
+def _open_dispute_in_sill(charge: Charge, *, fresh: bool = False) -> bool:
+    """Whether Sill records an open dispute of ``charge``: from the charge itself when it was
+    read with the quote's checks (``refunds.quote.charged_charge``), unless ``fresh``."""
+    known = None if fresh else getattr(charge, "quote_disputed", None)
+    if known is not None:
+        return bool(known)
+    return Dispute.objects.filter(charge_id=charge.pk, status__in=OPEN_DISPUTE_STATUSES).exists()
 
 
 def _age_days(then: datetime | None, now: datetime) -> int | None:
@@ -214,12 +230,12 @@ def _window_days_left(site: Site, rail: str, paid_at: datetime | None, now: date
     return max(0, min(windows) - age)
 
 
-def _customer_refunds(context: RefundContext, customer: Customer | None) -> int | None:
-    if customer is None:
+def _customer_refunds(context: RefundContext, customer_id: int | None) -> int | None:
+    if customer_id is None:
         return None
     return Refund.objects.filter(
         site=context.site,
-        order__customer=customer,
+        order__customer_id=customer_id,
         status__in=LIVE_STATUSES,
         created_at__gte=context.now - timedelta(days=CUSTOMER_REFUNDS_DAYS),
     ).count()

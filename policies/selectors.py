@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,8 +16,9 @@ from django.utils import timezone
 from policies.engine import BASELINE_POLICY, AutoRefund, CompiledPolicy, compile_policy
 from policies.models import PolicyVersion
 from policies.simulation import Preview, SimulatedRefund, simulate
+from policies.subjects import Subject, rules_for
 from policies.types import BASELINE_VERSION
-from refunds.models import Refund
+from refunds.models import Refund, RefundKind
 from sill.accounts.models import Site
 
 PREVIEW_DAYS = 30
@@ -30,12 +31,18 @@ class ActivePolicy:
     label: str  # "v1-default" or "v<number>"
     number: int
     rules: tuple[dict[str, Any], ...]
-    compiled: CompiledPolicy
+    compiled: CompiledPolicy  # the rules that apply to refunds (policies.subjects)
     auto_refund: AutoRefund
     version: PolicyVersion | None  # None for the baseline
+    # The rules that apply to customer credits (amount, origin, reason, the customer's age).
+    credit: CompiledPolicy = BASELINE_POLICY
 
     def rule(self, rule_id: str) -> dict[str, Any] | None:
         return next((r for r in self.rules if r["id"] == rule_id), None)
+
+    def reads(self, fact: str) -> bool:
+        """Whether a rule of this version (observed ones too) reads ``fact``."""
+        return any(fact in rule.get("when", {}) for rule in self.rules)
 
 
 def baseline_for(site: Site) -> ActivePolicy:
@@ -54,12 +61,13 @@ def active_policy_for(site: Site) -> ActivePolicy:
     version = PolicyVersion.objects.filter(site=site, active=True).defer("rules").first()
     if version is None:
         return baseline_for(site)
-    compiled = _compiled(version)
+    compiled = _compiled(version, "refund")
     return ActivePolicy(
         label=version.label,
         number=version.number,
         rules=compiled.source,
         compiled=compiled,
+        credit=_compiled(version, "credit"),
         auto_refund=AutoRefund(
             enabled=version.auto_refund_enabled,
             cap_minor=version.auto_refund_cap_minor,
@@ -98,7 +106,7 @@ def preview_for(
     """
     now = now or timezone.now()
     active = active_policy_for(site)
-    draft = compile_policy(rules)
+    draft = compile_policy(rules_for(rules, "refund"))
     return simulate(
         draft=draft,
         active=active.compiled,
@@ -114,7 +122,8 @@ def refund_requests_for(site: Site, *, since: datetime) -> list[SimulatedRefund]
     Requests refused before the policy step (no amount, no snapshot) are not policy matters.
     """
     rows = (
-        Refund.objects.filter(site=site, created_at__gte=since)
+        # Refunds only: customer credits are decided by the rules that apply to them.
+        Refund.objects.filter(site=site, created_at__gte=since, kind=RefundKind.REFUND)
         .filter(Q(facts__isnull=False) | Q(amount_minor__gt=0))
         .order_by()
         .values_list("id", "facts", "amount_minor", "currency")
@@ -129,23 +138,29 @@ _cache: OrderedDict[str, CompiledPolicy] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def _compiled(version: PolicyVersion) -> CompiledPolicy:
-    """Compiled rules of ``version``, compiled once per distinct rule set.
+def _compile(rules: list[dict[str, Any]], subject: Subject) -> CompiledPolicy:
+    # Only the rules that apply to ``subject``; ``source`` keeps every rule of the version.
+    return replace(compile_policy(rules_for(rules, subject)), source=tuple(rules))
+
+
+def _compiled(version: PolicyVersion, subject: Subject) -> CompiledPolicy:
+    """Compiled rules of ``version`` that apply to ``subject``, compiled once per distinct
+    rule set.
 
     Keyed by the digest of the rules (not the row id, which a rolled-back test transaction or
     a restored database can hand out again), so a hit always holds these very rules.
     """
-    key = version.rules_digest
+    key = f"{version.rules_digest}:{subject}"
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
             return hit
     rules = PolicyVersion.objects.values_list("rules", flat=True).get(pk=version.pk)
-    if rules_digest(rules or []) != key:
+    if rules_digest(rules or []) != version.rules_digest:
         # Never trust a digest that does not match its rules: compile without caching.
-        return compile_policy(rules or [])
-    compiled = compile_policy(rules or [])
+        return _compile(rules or [], subject)
+    compiled = _compile(rules or [], subject)
     with _cache_lock:
         _cache[key] = compiled
         while len(_cache) > _CACHE_SIZE:

@@ -54,3 +54,6 @@ class RefundContext:
     reason: str | None  # the agent's reason code or the staff reason's code; None if none
     now: datetime
     rail_facts: RefundFacts | None = None
+    # The site's active policy (policies.selectors.ActivePolicy) when the caller read it
+    # already (to know which decision locks it needs); None: read by the decision.
+    policy: Any = None

@@ -143,6 +143,13 @@ _SPECS: tuple[FactSpec, ...] = (
         "Agent placed the order",
         "The agent asking for the refund is the agent that placed the original order.",
     ),
+    FactSpec(
+        "creditCustomerAgeDays",
+        "days",
+        "Credited customer's age (days)",
+        "Customer credits only: whole days since the rail created the customer whose balance "
+        "is credited; unknown when the rail could not say.",
+    ),
     FactSpec("rail", "enum", "Rail", "The rail that took the payment.", values=RAIL_NAMES),
     FactSpec("currency", "text", "Currency", "The refund's ISO 4217 currency code."),
 )

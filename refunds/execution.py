@@ -30,9 +30,11 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -41,6 +43,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from audit.services import append_record
+from refunds.credit_rail import credit_request, creditor_for
 from refunds.models import Refund, RefundStatus
 from refunds.quote import RefundRefused, quote_refund
 from refunds.services import (
@@ -205,7 +208,7 @@ def execute_refund(refund_id: str) -> str:
     token = claim(refund_id)
     if token is None:
         return "not-claimed"
-    refund = Refund.objects.select_related("charge", "order", "site").get(pk=refund_id)
+    refund = Refund.objects.select_related("charge", "order", "site", "customer").get(pk=refund_id)
     try:
         return _attempt(refund, token)
     except LeaseLost:
@@ -213,34 +216,75 @@ def execute_refund(refund_id: str) -> str:
         return "lease-lost"
 
 
-def _attempt(refund: Refund, token: str) -> str:
+@dataclass(frozen=True)
+class _RailCalls:
+    """What one attempt asks the rail: a refund of a charge, or a customer-balance credit
+    (``refunds.credit_rail``); the same key and the same lookup on every attempt."""
+
+    rail: Callable[[], Any]
+    find: Callable[[Any], RefundResult | None]
+    call: Callable[[Any], RefundResult]
+    # Refused before the call (a dispute opened since the decision): code and message.
+    refusal: Callable[[], RefundRefused | None]
+
+
+def _rail_calls(refund: Refund) -> _RailCalls:
+    if refund.is_credit:
+        credit = credit_request(refund)
+        return _RailCalls(
+            rail=lambda: creditor_for(refund.site_id),
+            find=lambda rail: rail.find_credit(credit),
+            call=lambda rail: rail.credit_customer(credit),
+            refusal=lambda: None,  # a credit draws on no charge
+        )
     request = refund_request(refund)
+
+    def refusal() -> RefundRefused | None:
+        try:
+            # A dispute opened after the decision: the bank is already moving this money.
+            quote_refund(order=refund.order, charge=refund.charge, refund=refund)
+        except RefundRefused as refused:
+            return refused
+        return None
+
+    return _RailCalls(
+        rail=lambda: rail_for(site_id=refund.site_id, rail=refund.rail),
+        find=lambda rail: rail.find_refund(request),
+        call=lambda rail: rail.refund(request),
+        refusal=refusal,
+    )
+
+
+def find_at_rail(refund: Refund) -> RefundResult | None:
+    """Ask the rail for what an earlier attempt of ``refund`` made (by its key), if anything."""
+    calls = _rail_calls(refund)
+    return calls.find(calls.rail())
+
+
+def _attempt(refund: Refund, token: str) -> str:
+    calls = _rail_calls(refund)
     # Whether this refund may exist at the rail: an earlier attempt, or this one once called.
     reached = refund.rail_attempted_at is not None
     looking_up = reached
     try:
         failpoint("before_rail_call")
-        rail = rail_for(site_id=refund.site_id, rail=refund.rail)
+        rail = calls.rail()
         result: RefundResult | None = None
         if looking_up:
-            result = rail.find_refund(request)
+            result = calls.find(rail)
         looking_up = False
-        if result is None:
-            try:
-                # A dispute opened after the decision: the bank is already moving this money.
-                quote_refund(order=refund.order, charge=refund.charge, refund=refund)
-            except RefundRefused as refused:
-                # Safe to fail: nothing was ever sent, or the rail just said none exists.
-                fail_refund(
-                    refund_id=refund.id, code=refused.code, message=refused.message, token=token
-                )
-                return "failed"
+        if result is None and (refused := calls.refusal()) is not None:
+            # Safe to fail: nothing was ever sent, or the rail just said none exists.
+            fail_refund(
+                refund_id=refund.id, code=refused.code, message=refused.message, token=token
+            )
+            return "failed"
         if result is None:
             if not _mark_rail_attempted(refund.id, token):
                 raise LeaseLost(refund.id)
             reached = True
             with _lease_kept(refund.id, token):
-                result = rail.refund(request)
+                result = calls.call(rail)
             failpoint("after_rail_call")
     except RailDisabled as exc:
         if not reached:

@@ -51,6 +51,8 @@ OUTCOME_LABELS: dict[str, str] = {
     "execution_error": "Sill hit an unexpected error",
     "not_at_rail": "The rail has no such refund",
     "failed_after_settlement": "Failed at the rail after it was settled",
+    "unknown_customer": "Sill does not know this customer",
+    "currency_mismatch": "Not the customer's balance currency",
 }
 
 # A rule's action (policies.engine), as the decider reads it.
@@ -129,8 +131,23 @@ def reason_label(refund: Refund) -> str:
     return "No reason given"
 
 
+def credit_confirmation(*, amount: Money, customer: str, email: str = "") -> str:
+    """The sentence shown before a customer-balance credit moves money."""
+    told = (
+        f"Sill emails {email} once it is credited"
+        if email
+        else "the customer has no email address, so nobody is emailed"
+    )
+    return (
+        f"Credit {format_money(amount)} to {customer}'s Stripe balance? Their next invoices "
+        f"draw on it, and {told}. This cannot be undone."
+    )
+
+
 def refund_headline(refund: Refund) -> str:
     """``Refund request · Wrong item · up to $89.00`` (the seed's Held orders headline)."""
+    if refund.is_credit:
+        return f"Customer credit · {reason_label(refund)} · {format_money(refund.amount)}"
     kind = "Refund request" if refund.origin == RefundOrigin.AGENT else "Staff refund"
     return f"{kind} · {reason_label(refund)} · up to {format_money(refund.amount)}"
 

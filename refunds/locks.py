@@ -15,6 +15,11 @@ Why advisory locks rather than ``SELECT … FOR UPDATE`` on the Agent and Custom
   customers, agent settings, key changes) and would need a row to exist (a guest checkout
   has no customer).
 
+Agent intake takes a scope's lock only when something acts on its sum (:func:`decision_scope`:
+the agent's daily cap, or a rule reading the agent's or the customer's sum): otherwise one
+agent's decisions on different orders would queue behind one another for a sum nobody reads.
+Staff refunds and held approvals always take both.
+
 A transaction-scoped advisory lock is none of that: it is released at commit or rollback,
 with the decision it protects, and it conflicts only with itself.
 
@@ -34,11 +39,16 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connection
 
 from sill.errors import SillError
+
+if TYPE_CHECKING:
+    from policies.selectors import ActivePolicy
+    from sill.accounts.models import Agent
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +73,28 @@ class Busy(SillError):
 
     code = "busy"
     status = 503
+
+
+# The facts that sum over other orders' refunds (policies.facts), by the scope they sum over.
+AGENT_SUM_FACTS = ("refundAgentTotalTodayUsd",)
+CUSTOMER_SUM_FACTS = ("refundCustomerRefunds30d",)
+
+
+@dataclass(frozen=True)
+class Scope:
+    agent: bool
+    customer: bool
+
+
+def decision_scope(*, agent: Agent | None, policy: ActivePolicy) -> Scope:
+    """Which scope locks a decision needs: the agent's when its daily cap or a rule reads the
+    agent's sum; the customer's when a rule reads the customer's. A sum nothing acts on needs
+    no lock (it is recorded as read, perhaps without a decision still in flight)."""
+    daily_cap = agent is not None and agent.daily_refund_cap_minor is not None
+    return Scope(
+        agent=daily_cap or any(policy.reads(f) for f in AGENT_SUM_FACTS),
+        customer=any(policy.reads(f) for f in CUSTOMER_SUM_FACTS),
+    )
 
 
 def _int4(value: int) -> int:

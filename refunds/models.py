@@ -12,7 +12,7 @@ from treebeard.mp_tree import MP_Node
 from sill.accounts.models import Agent, Site
 from sill.ids import new_id
 from sill.money import Money
-from sill.orders.models import CURRENCY_RE, Charge, Order
+from sill.orders.models import CURRENCY_RE, Charge, Customer, Order
 
 # The reason services refuse longer names with a message instead of a database error.
 REASON_NAME_MAX = 120
@@ -50,6 +50,7 @@ def _refund_id() -> str:
 class MandateAction(models.TextChoices):
     REQUEST_REFUND = "request_refund", "Refund request"
     PURCHASE = "purchase", "Purchase"
+    CREDIT_CUSTOMER = "credit_customer", "Customer credit"
 
 
 class Mandate(models.Model):
@@ -84,6 +85,14 @@ class Mandate(models.Model):
 class RefundOrigin(models.TextChoices):
     AGENT = "agent", "Agent"
     STAFF = "staff", "Staff"
+
+
+class RefundKind(models.TextChoices):
+    """What gives the money back: a refund of a charge, or a credit to the customer's balance
+    at the rail (Stripe's customer balance: the customer's next invoices draw on it)."""
+
+    REFUND = "refund", "Refund"
+    CUSTOMER_CREDIT = "customer_credit", "Customer credit"
 
 
 class RefundStatus(models.TextChoices):
@@ -131,6 +140,12 @@ class Refund(models.Model):
         Charge, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
     )
     origin = models.CharField(max_length=10, choices=RefundOrigin.choices)
+    kind = models.CharField(max_length=20, choices=RefundKind.choices, default=RefundKind.REFUND)
+    # A customer credit's customer (a credit names no order or charge); null for refunds,
+    # whose customer is their order's.
+    customer = models.ForeignKey(
+        Customer, on_delete=models.PROTECT, null=True, blank=True, related_name="credits"
+    )
     mandate = models.OneToOneField(
         Mandate, on_delete=models.PROTECT, null=True, blank=True, related_name="refund"
     )
@@ -219,6 +234,14 @@ class Refund(models.Model):
                 condition=Q(origin__in=[o.value for o in RefundOrigin]),
                 name="refund_origin_valid",
             ),
+            # A credit names its customer and never an order or a charge; a refund no customer.
+            models.CheckConstraint(
+                condition=(
+                    Q(kind="refund", customer__isnull=True)
+                    | Q(kind="customer_credit", order__isnull=True, charge__isnull=True)
+                ),
+                name="refund_kind_valid",
+            ),
             # Money moves only for a positive amount.
             models.CheckConstraint(
                 condition=~Q(status__in=["processing", "needs_attention", "succeeded"])
@@ -246,8 +269,14 @@ class Refund(models.Model):
         return Money(self.amount_minor, self.currency)
 
     @property
+    def is_credit(self) -> bool:
+        return self.kind == RefundKind.CUSTOMER_CREDIT
+
+    @property
     def idempotency_key(self) -> str:
         """The key every rail call for this refund carries, on every attempt."""
+        if self.is_credit:
+            return f"sill-credit-{self.id}"
         return f"sill-refund-{self.id}"
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Sum
+from django.db.models import Count, Exists, OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from refunds.models import LIVE_STATUSES, RESERVED_STATUSES, Refund, RefundOrigin, RefundStatus
@@ -37,6 +37,7 @@ from sill.orders.models import (
 )
 from sill.orders.outside import unrecorded_refunded_minor
 from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail_label
+from sill.rails.models import RailAccount
 from sill.rails.registry import RailDisabled, rail_account_for
 from sill.rails.woocommerce import woocommerce_stripe_refusal
 
@@ -82,16 +83,48 @@ class RefundRefused(SillError):
         self.dispute = dispute
 
 
-def charged_charge(order: Order, *, lock: bool = False) -> Charge | None:
-    """The order's first successful charge: the original a refund goes back to."""
+def charged_charge(order: Order, *, lock: bool = False, checks: bool = False) -> Charge | None:
+    """The order's first successful charge: the original a refund goes back to.
+
+    ``checks``: the same query also answers what :func:`quote_refund` asks of a new refund's
+    other rows (an open dispute, an agent refund of the order already live, the charge's
+    held refunds), so the quote reads them with the charge instead of one query each.
+    """
     qs = Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED).order_by("created_at")
+    if checks:
+        qs = qs.annotate(**_CHECKS)
     if lock:
-        qs = qs.select_for_update()
+        # Only the charge: the subqueries' rows are read, not locked.
+        qs = qs.select_for_update(of=("self",))
     return qs.first()
 
 
+_HELD = Refund.objects.filter(charge=OuterRef("pk"), status=RefundStatus.HELD).order_by()
+_CHECKS = {
+    "quote_disputed": Exists(
+        Dispute.objects.filter(charge=OuterRef("pk"), status__in=OPEN_DISPUTE_STATUSES)
+    ),
+    "quote_agent_refund": Exists(
+        Refund.objects.filter(
+            order=OuterRef("order_id"), origin=RefundOrigin.AGENT, status__in=LIVE_STATUSES
+        )
+    ),
+    "quote_held_minor": Subquery(
+        _HELD.values("charge").annotate(total=Sum("amount_minor")).values("total")
+    ),
+    "quote_held_count": Subquery(
+        _HELD.values("charge").annotate(count=Count("id")).values("count")
+    ),
+}
+
+
 def open_dispute(charge: Charge) -> Dispute | None:
-    """The buyer's bank's open dispute of ``charge``, newest first: refunding would pay twice."""
+    """The buyer's bank's open dispute of ``charge``, newest first: refunding would pay twice.
+
+    No query when ``charge`` was read with :func:`charged_charge`'s ``checks`` and has none.
+    """
+    if getattr(charge, "quote_disputed", None) is False:
+        return None
     return (
         Dispute.objects.filter(charge=charge, status__in=OPEN_DISPUTE_STATUSES)
         .order_by("-opened_at")
@@ -107,6 +140,7 @@ def quote_refund(
     check_rail: bool = False,
     refund: Refund | None = None,
     rail_facts: RefundFacts | None = None,
+    rail_account: RailAccount | None = None,
 ) -> Quote:
     """What may be refunded of ``order`` on ``charge``; else :class:`RefundRefused`.
 
@@ -131,6 +165,10 @@ def quote_refund(
     money is refused ``live_not_allowed`` (after ``rail_disabled``) unless ``SILL_ALLOW_LIVE``
     is set (:func:`live_refusal`).
 
+    ``rail_account``: the charge's enabled rail account, when the caller already read it
+    (``check_rail`` then asks nothing more). ``order.site`` is read for the refund window:
+    callers that have the site set it on the order.
+
     Callers hold the order's and the charge's row locks when they act on the answer.
     """
     if refund is None:
@@ -141,21 +179,22 @@ def quote_refund(
             "The original charge is no longer refundable.", code="exceeds_refundable"
         )
     assert order is not None and charge is not None
-    live_agent_refunds = Refund.objects.filter(
-        order=order, origin=RefundOrigin.AGENT, status__in=LIVE_STATUSES
-    )
-    if origin == RefundOrigin.AGENT and live_agent_refunds.exists():
+    if origin == RefundOrigin.AGENT and _live_agent_refund(order, charge):
         raise RefundRefused(
             f"An agent already asked for a refund of order #{order.number}: one per order.",
             code="already_executed",
             order=order,
             charge=charge,
         )
-    if refund is None and (
-        needs_stripe := woocommerce_stripe_refusal(site_id=order.site_id, order_id=order.pk)
+    # A WooCommerce order's charge is on Stripe (its order sync records it so): no other
+    # rail's charge needs the look-up.
+    if (
+        refund is None
+        and charge.rail == RailName.STRIPE
+        and (needs_stripe := woocommerce_stripe_refusal(site_id=order.site_id, order_id=order.pk))
     ):
         raise RefundRefused(needs_stripe.message, code="rail_disabled", order=order, charge=charge)
-    if check_rail:
+    if check_rail and rail_account is None:
         try:
             rail_account_for(site_id=order.site_id, rail=charge.rail)
         except RailDisabled as exc:
@@ -188,7 +227,7 @@ def quote_refund(
             charge=charge,
         )
     if refund is None:
-        held, holds = held_total(charge)
+        held, holds = held_total(charge)  # read with the charge when it has ``checks``
         if holds and remaining.amount_minor - held.amount_minor <= 0:
             raise RefundRefused(
                 f"Nothing more can be refunded on order #{order.number} now: "
@@ -229,10 +268,22 @@ def held_refunds(charge: Charge) -> list[Refund]:
 def held_total(charge: Charge) -> tuple[Money, int]:
     """What the held refunds of ``charge`` ask for, in its currency, and how many there are
     (one query)."""
+    if (count := getattr(charge, "quote_held_count", False)) is not False:
+        held_minor = getattr(charge, "quote_held_minor", None)
+        return Money(int(held_minor or 0), charge.currency), int(count or 0)
     found = Refund.objects.filter(charge=charge, status=RefundStatus.HELD).aggregate(
         total=Sum("amount_minor"), count=Count("id")
     )
     return Money(int(found["total"] or 0), charge.currency), int(found["count"])
+
+
+def _live_agent_refund(order: Order, charge: Charge) -> bool:
+    """Whether an agent refund of ``order`` is held, processing, needing attention or done."""
+    if (known := getattr(charge, "quote_agent_refund", None)) is not None:
+        return bool(known)
+    return Refund.objects.filter(
+        order=order, origin=RefundOrigin.AGENT, status__in=LIVE_STATUSES
+    ).exists()
 
 
 def live_refusal(

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from audit.models import AuditRecord
 from audit.services import append_record
 from policies.decide import decide_refund
 from policies.types import PolicyOutcome, RefundContext
@@ -83,6 +84,10 @@ def refund_body(refund: Refund, **extra: Any) -> dict[str, Any]:
         "reason_path": refund.reason_path or None,
         "note": refund.note or None,
     }
+    if refund.is_credit:
+        # A customer-balance credit names its customer (the rail's id) instead of an order.
+        body["kind"] = refund.kind
+        body["customer"] = refund.customer.rail_customer_id if refund.customer else None
     body.update(extra)
     return body
 
@@ -93,13 +98,33 @@ def record_decision(
     outcome: PolicyOutcome | None,
     now: datetime,
 ) -> Refund:
-    """Write the decision record for a freshly created refund and remember its hash."""
+    """Write the decision record of a fresh refund, the refund carrying the record's hash.
+
+    ``refund`` is best still unsaved (:func:`unsaved_refund`): its INSERT then carries
+    ``decision_hash`` and runs just before the audit append takes the site's chain-head lock
+    (``audit.services.append_record``'s ``before_lock``), so nothing else of the decision
+    runs under that lock. A refund already saved (:func:`new_refund`) gets its hash with one
+    UPDATE. Either way the caller's other writes (the reservation) come first.
+    """
     kinds: dict[str, str] = {
         RefundStatus.PROCESSING: "approved",
         RefundStatus.HELD: "escalated",
         RefundStatus.REJECTED: "rejected",
     }
     kind = kinds[refund.status]
+    unsaved = refund._state.adding
+
+    def write(record: AuditRecord) -> None:
+        refund.decision_hash = record.hash
+        if unsaved:
+            refund.save(force_insert=True)
+
+    def rewrite(record: AuditRecord) -> None:
+        # Another append won the head between the record's signing and the lock: the refund
+        # row (already inserted) takes the rebuilt record's hash.
+        refund.decision_hash = record.hash
+        Refund.objects.filter(pk=refund.pk).update(decision_hash=record.hash)
+
     record = append_record(
         site=refund.site,
         kind=kind,
@@ -121,9 +146,12 @@ def record_decision(
             decided_at=now.isoformat(),
             expires_at=refund.expires_at.isoformat() if refund.expires_at else None,
         ),
+        before_lock=write,
+        rehashed=rewrite,
     )
-    refund.decision_hash = record.hash
-    refund.save(update_fields=["decision_hash", "updated_at"])
+    if not unsaved:
+        refund.decision_hash = record.hash
+        refund.save(update_fields=["decision_hash", "updated_at"])
     # Kept on the instance for the answer's receipt (refunds.agent.answers), not re-read.
     refund.decision_record = record
     return refund
@@ -138,7 +166,8 @@ def reserve(*, refund: Refund, charge: Charge) -> None:
     Charge.objects.filter(pk=charge.pk).update(
         amount_reserved_minor=F("amount_reserved_minor") + refund.amount_minor
     )
-    charge.refresh_from_db(fields=["amount_reserved_minor"])
+    # The caller holds the charge's row lock: nobody else changed it since it was read.
+    charge.amount_reserved_minor += refund.amount_minor
 
 
 def _locked_for_change(refund_id: str, *, token: str | None) -> Refund:
@@ -149,7 +178,7 @@ def _locked_for_change(refund_id: str, *, token: str | None) -> Refund:
     """
     refund = (
         Refund.objects.select_for_update(of=("self",))
-        .select_related("site", "order")
+        .select_related("site", "order", "customer")
         .get(pk=refund_id)
     )
     if token is not None and refund.lease_token != token:
@@ -176,12 +205,14 @@ def settle_refund(
     if refund.status not in RESERVED_STATUSES:
         return False
     failpoint("in_settlement")
-    order = Order.objects.select_for_update().get(pk=refund.order_id)
-    charge = Charge.objects.select_for_update().get(pk=refund.charge_id)
-    Charge.objects.filter(pk=charge.pk).update(
-        amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor,
-        amount_refunded_minor=F("amount_refunded_minor") + refund.amount_minor,
-    )
+    order = None
+    if not refund.is_credit:  # a customer credit draws on no charge and changes no order
+        order = Order.objects.select_for_update().get(pk=refund.order_id)
+        charge = Charge.objects.select_for_update().get(pk=refund.charge_id)
+        Charge.objects.filter(pk=charge.pk).update(
+            amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor,
+            amount_refunded_minor=F("amount_refunded_minor") + refund.amount_minor,
+        )
     transition(refund, RefundStatus.SUCCEEDED)
     refund.provider_refund_id = provider_refund_id
     refund.settled_at = now
@@ -189,15 +220,16 @@ def settle_refund(
     refund.next_check_at = None
     refund.failure_message = ""
     refund.save()
-    refresh_refund_status(order)
-    # A WooCommerce order's refund ran on Stripe: record it on the Woo order too (on commit,
-    # retried; never the refund's failure).
-    queue_woocommerce_record(
-        order=order,
-        refund_id=refund.id,
-        amount=refund.amount,
-        reason=refund.reason_label or refund.reason_code or "Refund",
-    )
+    if order is not None:
+        refresh_refund_status(order)
+        # A WooCommerce order's refund ran on Stripe: record it on the Woo order too (on
+        # commit, retried; never the refund's failure).
+        queue_woocommerce_record(
+            order=order,
+            refund_id=refund.id,
+            amount=refund.amount,
+            reason=refund.reason_label or refund.reason_code or "Refund",
+        )
     append_record(
         site=refund.site,
         kind="settlement",
@@ -331,10 +363,17 @@ def flag_refund_for_attention(
 
 def new_refund(**fields: Any) -> Refund:
     """Create a refund row; origin, decision and status must be consistent."""
+    refund = unsaved_refund(**fields)
+    refund.save(force_insert=True)
+    return refund
+
+
+def unsaved_refund(**fields: Any) -> Refund:
+    """A refund checked like :func:`new_refund`'s but not inserted yet: :func:`record_decision`
+    inserts it with its decision hash (one INSERT instead of an INSERT and an UPDATE)."""
     refund = Refund(**fields)
     if refund.origin not in RefundOrigin.values or refund.decision not in Decision.values:
         raise SillError("invalid refund", code="invalid_field")
-    refund.save(force_insert=True)
     return refund
 
 
@@ -358,18 +397,20 @@ def decide_and_open(*, context: RefundContext, fields: dict[str, Any]) -> Refund
         "rules": [r.as_dict() for r in outcome.rules],
     }
     if outcome.action == "deny":
-        refund = new_refund(
+        refund = unsaved_refund(
             **fields, decision=Decision.REJECTED, status=RefundStatus.REJECTED,
             outcome_code="policy_denied",
         )  # fmt: skip
     elif outcome.action == "require_approval":
-        refund = new_refund(
+        refund = unsaved_refund(
             **fields, decision=Decision.ESCALATED, status=RefundStatus.HELD,
             expires_at=context.now + HOLD_FOR,
         )  # fmt: skip
         notify_hold(refund)
     else:
-        refund = new_refund(**fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING)
+        refund = unsaved_refund(
+            **fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING
+        )
         reserve(refund=refund, charge=context.charge)
         enqueue_execution(refund)
     return record_decision(refund=refund, outcome=outcome, now=context.now)

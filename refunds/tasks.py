@@ -89,7 +89,10 @@ def notify_attention_task(refund_id: str) -> None:
 @shared_task(name="refunds.send_confirmation", ignore_result=True)
 def send_refund_confirmation_task(refund_id: str) -> None:
     """Tell the buyer their refund went through."""
-    refund = Refund.objects.select_related("order", "site").get(pk=refund_id)
+    refund = Refund.objects.select_related("order", "site", "customer").get(pk=refund_id)
+    if refund.is_credit:
+        _send_credit_confirmation(refund)
+        return
     order = refund.order
     if order is None or not order.buyer_email:
         return
@@ -104,6 +107,23 @@ def send_refund_confirmation_task(refund_id: str) -> None:
         ),
         from_email=settings.DEFAULT_FROM_EMAIL,
         recipient_list=[order.buyer_email],
+    )
+
+
+def _send_credit_confirmation(refund: Refund) -> None:
+    customer = refund.customer
+    if customer is None or not customer.email:
+        return
+    send_mail(
+        subject=f"A credit from {refund.site.name}",
+        message=(
+            f"Hello {customer.name or ''},\n\n"
+            f"We have added {refund.amount} to your account balance with {refund.site.name}. "
+            "It is taken off your next invoices automatically.\n\n"
+            f"{refund.site.name}\n"
+        ),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[customer.email],
     )
 
 

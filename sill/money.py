@@ -55,6 +55,8 @@ def exponent(currency: str) -> int:
 
 
 def normalize_currency(currency: str) -> str:
+    if type(currency) is str and currency in KNOWN_CURRENCIES:
+        return currency  # the common case (every Money is built through here): no regex
     if not isinstance(currency, str) or not _CODE_RE.match(currency.upper()):
         raise MoneyError(f"{currency!r} is not a 3-letter ISO 4217 currency code")
     code = currency.upper()

@@ -32,6 +32,9 @@ SILL_PASSWORD_RESET_PER_HOUR = env_int("SILL_PASSWORD_RESET_PER_HOUR", 5)
 SILL_PASSWORD_RESET_ADDRESS_PER_HOUR = env_int("SILL_PASSWORD_RESET_ADDRESS_PER_HOUR", 30)
 # Settings → Rails' "Test connection": how long it waits for the provider.
 SILL_RAIL_CHECK_TIMEOUT_SECONDS = env_int("SILL_RAIL_CHECK_TIMEOUT_SECONDS", 5)
+# A refund decision's fact reads from the rail (sill/rails/fact_reads.py): how long each waits.
+# A read without an answer by then leaves its facts unknown, and rules hold or deny.
+SILL_RAIL_FACT_TIMEOUT_SECONDS = env_float("SILL_RAIL_FACT_TIMEOUT_SECONDS", 3.0)
 
 _secret = env_str("SILL_SECRET_KEY")
 if _secret is None:

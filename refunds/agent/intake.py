@@ -19,31 +19,45 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Subquery
 from django.utils import timezone
 
 from policies.facts import prefetch_rail_facts
+from policies.selectors import active_policy_for
 from policies.types import RefundContext
 from refunds.agent import mandates
 from refunds.agent.answers import purchase_payload, refund_payload
 from refunds.agent.caps import agent_cap_refusal
+from refunds.agent.credits import CustomerRead, open_credit, read_customer
 from refunds.agent.mandates import MandateError, VerifiedMandate
-from refunds.locks import lock_decision_scope, retry_on_conflict
+from refunds.locks import decision_scope, lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
 from refunds.quote import RefundRefused, charged_charge, original_refusal, quote_refund
-from refunds.services import decide_and_open, new_refund, record_decision
-from sill.accounts.models import Agent, AgentKey, Site
+from refunds.services import decide_and_open, record_decision, unsaved_refund
+from sill.accounts.models import Agent, AgentKey
 from sill.api import spend_mandate_budget
 from sill.money import min_money
-from sill.orders.models import Charge, Order
+from sill.orders.models import Charge, ChargeStatus, Order
 from sill.orders.purchases import Purchase, place_order
 from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts
+from sill.rails.models import RailAccount
 from sill.rails.woocommerce.models import WooOrderLink
 
 
 class _Raced(Exception):
-    """Another request stored this mandate id after our first look."""
+    """Another request stored this mandate id (or used its nonce) after our first look."""
+
+
+@dataclass(frozen=True)
+class _Prefetched:
+    """The refund's original as read before the decision's transaction (unlocked): its order
+    and first successful charge, the charge's enabled rail account, and the rail's facts."""
+
+    order: Order
+    charge: Charge
+    account: RailAccount | None
+    facts: RefundFacts
 
 
 @dataclass(frozen=True)
@@ -60,8 +74,23 @@ def _key_lookup(site_id: str, agent_id: str, key_id: str) -> mandates.KeyRecord 
         .only("public_key", "valid_from", "valid_until", "revoked_at")
         .first()
     )
-    if key is None:
-        return None
+    return _key_record(key) if key is not None else None
+
+
+def _agent_key(site_id: str, agent_id: str, key_id: str, *, mandate_id: str) -> AgentKey | None:
+    """The active agent's key, with its agent and site (the decision reuses them), and as
+    ``earlier_sha256`` the digest of the site's mandate ``mandate_id`` if one is stored: one
+    query for the resend check and the key."""
+    earlier = Mandate.objects.filter(site_id=site_id, mandate_id=mandate_id)
+    return (
+        AgentKey.objects.select_related("agent__site")
+        .filter(agent__site_id=site_id, agent__agent_id=agent_id, agent__active=True, key_id=key_id)
+        .annotate(earlier_sha256=Subquery(earlier.values("body_sha256")[:1]))
+        .first()
+    )
+
+
+def _key_record(key: AgentKey) -> mandates.KeyRecord:
     return mandates.KeyRecord(
         public_key=bytes(key.public_key),
         valid_from=key.valid_from,
@@ -103,16 +132,35 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     now = now or timezone.now()
     # Parsed and canonicalised once: the resend check, the signature and the digest share it.
     loaded = mandates.load_mandate(raw)
-    mandate_id, site_id, _agent_id, _key_id = mandates.peek_identity(loaded.doc)
+    identity = mandates.peek_identity(loaded.doc)
+    mandate_id, site_id, agent_id, key_id = identity
     body_sha256 = loaded.sha256
-    if (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)) is not None:
+    key = _agent_key(site_id, agent_id, key_id, mandate_id=mandate_id)
+    # No key (or an inactive agent) says nothing about stored mandates: look them up alone.
+    maybe_resent = key is None or getattr(key, "earlier_sha256", None) is not None
+    if maybe_resent and (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)):
         return answer
-    verified = mandates.verify_mandate(raw, key_lookup=_key_lookup, now=now, loaded=loaded)
+
+    def key_lookup(*asked: str) -> mandates.KeyRecord | None:
+        if asked != identity[1:]:  # never expected: verify_mandate asks for the same key
+            return _key_lookup(*asked)
+        return _key_record(key) if key is not None else None
+
+    verified = mandates.verify_mandate(raw, key_lookup=key_lookup, now=now, loaded=loaded)
+    assert key is not None  # the signature verified with it
     # The key's rate limit, counted only now that the signature holds (sill/api.py).
     spend_mandate_budget(site_id=site_id, agent_id=verified.agent_id, key_id=verified.key_id)
     prefetched = _prefetch_rail_facts(verified, now=now)
+    # A credit's customer is read at the rail now, outside the transaction, like refund facts.
+    credit_read = read_customer(verified) if verified.action == "credit_customer" else None
     try:
-        body = _decide(verified=verified, now=now, prefetched=prefetched)
+        body = _decide(
+            verified=verified,
+            agent=key.agent,
+            now=now,
+            prefetched=prefetched,
+            credit_read=credit_read,
+        )
     except (IntegrityError, _Raced):
         # A concurrent identical send won the insert: answer what it stored. Otherwise the
         # nonce was used by another mandate of this agent.
@@ -126,7 +174,12 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
 
 @retry_on_conflict  # a deadlock or serialization failure runs it again; never a 500
 def _decide(
-    *, verified: VerifiedMandate, now: datetime, prefetched: tuple[str, RefundFacts] | None
+    *,
+    verified: VerifiedMandate,
+    agent: Agent,
+    now: datetime,
+    prefetched: _Prefetched | None,
+    credit_read: CustomerRead | None = None,
 ) -> dict[str, Any]:
     """Store, decide and answer ``verified`` in one transaction (step 3 above).
 
@@ -134,7 +187,10 @@ def _decide(
     passes through to ``submit_mandate``, which answers it as a resend or a replay.
     """
     with transaction.atomic():
-        mandate = _store(verified)
+        mandate = _store(verified, agent=agent)
+        if credit_read is not None:
+            credit = open_credit(mandate=mandate, verified=verified, read=credit_read, now=now)
+            return refund_payload(mandate, credit)
         if verified.action == "request_refund":
             refund = _request_refund(
                 mandate=mandate, verified=verified, now=now, prefetched=prefetched
@@ -163,63 +219,66 @@ def _decide(
         return purchase_payload(mandate, order)
 
 
-def _store(verified: VerifiedMandate) -> Mandate:
-    site = Site.objects.get(pk=verified.site_id)
-    agent = Agent.objects.get(site=site, agent_id=verified.agent_id)
+def _store(verified: VerifiedMandate, *, agent: Agent) -> Mandate:
+    """Insert the mandate as received; ``_Raced`` when its id or nonce is already stored.
+
+    The unique constraints on (site, mandate_id) and (agent, nonce) are the checks: a
+    conflicting INSERT ends this transaction, and ``submit_mandate`` answers it as a resend
+    (the same mandate, stored by an identical send running beside this one) or a replay.
+    """
+    site = agent.site  # read with the key (``_agent_key``)
     if verified.intent.merchant != site.merchant_domain:
         raise MandateError(
             "invalid_field",
             f"merchant {verified.intent.merchant!r} is not this site's merchant",
             field="signed.intent.merchant",
         )
-    if Mandate.objects.filter(site=site, mandate_id=verified.mandate_id).exists():
-        raise _Raced
-    # The same mandate may have committed between the two reads (an identical send running
-    # beside this one): its nonce is then ours, and the answer is the stored one, not replay.
-    holder = (
-        Mandate.objects.filter(agent=agent, nonce=verified.nonce)
-        .values_list("mandate_id", flat=True)
-        .first()
-    )
-    if holder == verified.mandate_id:
-        raise _Raced
-    if holder is not None:
-        raise MandateError(
-            "replay", "this nonce was already used by another mandate", field="signed.nonce"
+    try:
+        return Mandate.objects.create(
+            site=site,
+            agent=agent,
+            mandate_id=verified.mandate_id,
+            key_id=verified.key_id,
+            nonce=verified.nonce,
+            action=verified.action,
+            raw=verified.raw,
+            body_sha256=verified.body_sha256,
+            issued_at=verified.issued_at,
+            expires_at=verified.expires_at,
         )
-    return Mandate.objects.create(
-        site=site,
-        agent=agent,
-        mandate_id=verified.mandate_id,
-        key_id=verified.key_id,
-        nonce=verified.nonce,
-        action=verified.action,
-        raw=verified.raw,
-        body_sha256=verified.body_sha256,
-        issued_at=verified.issued_at,
-        expires_at=verified.expires_at,
-    )
+    except IntegrityError:
+        # No savepoint: the transaction is over either way (this leaves ``atomic`` at once).
+        raise _Raced from None
 
 
-def _prefetch_rail_facts(
-    verified: VerifiedMandate, *, now: datetime
-) -> tuple[str, RefundFacts] | None:
-    """The rail's facts about the original charge, read before any transaction or lock.
+def _prefetch_rail_facts(verified: VerifiedMandate, *, now: datetime) -> _Prefetched | None:
+    """The original and the rail's facts about its charge, read before any transaction or lock.
 
     A provider's network calls (Stripe: up to three) must not hold the order's row lock, nor
-    SQLite's write lock, while they wait. Returns (charge id, facts), or None when there is
-    no charged original to ask about (the request will be rejected anyway).
+    SQLite's write lock, while they wait. None when there is no charged original to ask about
+    (the request will be rejected anyway, from what the transaction reads).
     """
     intent = verified.intent
     if not isinstance(intent, mandates.RefundIntent):
         return None
-    order = originals(verified.site_id, intent).first()
-    charge = charged_charge(order) if order is not None else None
+    # The order with its first successful charge in one query; the order alone only if none.
+    charge = (
+        Charge.objects.select_related("order")
+        .filter(order__in=originals(verified.site_id, intent), status=ChargeStatus.SUCCEEDED)
+        .order_by("created_at")
+        .first()
+    )
+    order = charge.order if charge is not None else originals(verified.site_id, intent).first()
     if original_refusal(order, charge) is not None:
         return None
     assert order is not None and charge is not None
-    facts = prefetch_rail_facts(site_id=verified.site_id, order=order, charge=charge, now=now)
-    return charge.pk, facts
+    account = RailAccount.objects.filter(
+        site_id=verified.site_id, rail=charge.rail, enabled=True
+    ).first()
+    facts = prefetch_rail_facts(
+        site_id=verified.site_id, order=order, charge=charge, now=now, account=account
+    )
+    return _Prefetched(order=order, charge=charge, account=account, facts=facts)
 
 
 def originals(site_id: str, intent: mandates.RefundIntent) -> QuerySet[Order]:
@@ -254,7 +313,7 @@ def _request_refund(
     mandate: Mandate,
     verified: VerifiedMandate,
     now: datetime,
-    prefetched: tuple[str, RefundFacts] | None = None,
+    prefetched: _Prefetched | None = None,
 ) -> Refund:
     intent = verified.intent
     assert isinstance(intent, mandates.RefundIntent)
@@ -270,7 +329,7 @@ def _request_refund(
     }
 
     def rejected(code: str, **found: Any) -> Refund:
-        refund = new_refund(
+        refund = unsaved_refund(
             **{**base, **found},
             decision=Decision.REJECTED,
             status=RefundStatus.REJECTED,
@@ -284,23 +343,40 @@ def _request_refund(
         return rejected("method_not_allowed")
     # The agent's and the customer's other decisions first (their sums are facts), then the
     # order: the lock order of refunds.locks. The order's customer never changes, so reading
-    # it before the row lock is safe.
-    customer_id = originals(site.pk, intent).values_list("customer_id", flat=True).first()
-    lock_decision_scope(agent_id=mandate.agent_id, customer_id=customer_id)
+    # it before the row lock is safe (so is reading it before the transaction).
+    if prefetched is not None:
+        customer_id = prefetched.order.customer_id
+        named = Order.objects.filter(site_id=site.pk, pk=prefetched.order.pk)
+    else:
+        customer_id = originals(site.pk, intent).values_list("customer_id", flat=True).first()
+        named = originals(site.pk, intent)
+    # Only the sums a rule or a cap acts on need the scope locks (refunds.locks): decisions
+    # of one agent on different orders do not queue behind one another for nothing.
+    policy = active_policy_for(site)
+    scope = decision_scope(agent=agent, policy=policy)
+    lock_decision_scope(
+        agent_id=mandate.agent_id if scope.agent else None,
+        customer_id=customer_id if scope.customer else None,
+    )
     # The row lock on the order serialises every refund of this order (DESIGN: reserve).
-    order = originals(site.pk, intent).select_for_update().first()
-    charge = charged_charge(order, lock=True) if order is not None else None
+    order = named.select_for_update().first()
+    if order is not None:
+        order.site = site  # the quote's refund window reads it: no second read of the site
+    # Locked, with what the quote asks of the charge's other rows (disputes, refunds).
+    charge = charged_charge(order, lock=True, checks=True) if order is not None else None
     # A mandate in the wrong currency is the agent's error (422), before any business refusal.
     if order is not None and original_refusal(order, charge) is None:
         _check_currency(intent.currency, order.currency)
     try:
-        rail_facts = prefetched[1] if prefetched and charge and prefetched[0] == charge.pk else None
+        same = prefetched is not None and charge is not None and prefetched.charge.pk == charge.pk
+        rail_facts = prefetched.facts if same and prefetched else None
         quote = quote_refund(
             order=order,
             charge=charge,
             origin=RefundOrigin.AGENT,
             check_rail=True,
             rail_facts=rail_facts,
+            rail_account=prefetched.account if same and prefetched else None,
         )
     except RefundRefused as refused:
         if refused.charge is None:  # no refundable original: the rejection names no charge
@@ -325,5 +401,6 @@ def _request_refund(
         reason=intent.reason_code,
         now=now,
         rail_facts=rail_facts,
+        policy=policy,
     )
     return decide_and_open(context=context, fields=base)

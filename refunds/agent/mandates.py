@@ -49,6 +49,7 @@ decimal for that double; otherwise two different amounts could share one signatu
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -62,7 +63,7 @@ import nacl.exceptions
 import nacl.signing
 import rfc8785
 
-from sill import jsonbody
+from sill import jcs, jsonbody
 from sill.errors import SillError
 from sill.money import Money, MoneyError, normalize_currency, parse_major
 
@@ -77,11 +78,12 @@ MAX_TEXT = 255
 MANDATE_ID_RE = re.compile(r"\Amnd_[0-9A-HJKMNP-TV-Z]{26}\Z")
 NONCE_RE = re.compile(r"\A[A-Za-z0-9_-]{16,128}\Z")
 SIGNATURE_RE = re.compile(r"\A[A-Za-z0-9_-]{86}\Z")
+_CANONICAL_LAST = frozenset("AQgw")  # base64url digits 0, 16, 32, 48: low 4 bits zero
 _TIMESTAMP_RE = re.compile(
     r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\Z"
 )
 
-ACTIONS = ("request_refund", "purchase")
+ACTIONS = ("request_refund", "purchase", "credit_customer")
 REASON_CODES = ("requested_by_customer", "defective", "not_received", "wrong_item", "other")
 REFUND_FORBIDDEN_FIELDS = ("sku", "line_items", "quoted_total", "buyer")
 PAYMENT_RAILS = ("mock", "stripe", "shopify", "woocommerce", "paypal")
@@ -138,7 +140,10 @@ _INTENT_KEYS = {
         "buyer",
         "payment",
     ),
+    "credit_customer": ("action", "merchant", "customer", "amount", "currency", "reason_code"),
 }
+# A Stripe customer id (the customer whose balance a credit_customer intent credits).
+CUSTOMER_ID_RE = re.compile(r"^cus_[A-Za-z0-9]{1,64}$")
 _SCOPE_ITEM_KEYS = ("sku", "quantity")
 _ORIGINAL_ORDER_KEYS = ("rail", "id")
 # Stores whose orders do not come from a purchase mandate: a refund names them by the store's
@@ -216,6 +221,20 @@ class PurchaseIntent:
 
 
 @dataclass(frozen=True)
+class CreditIntent:
+    """Credit ``amount`` to a customer's balance at the rail (Stripe's customer balance)."""
+
+    merchant: str
+    customer: str  # the rail's customer id, e.g. Stripe's cus_…
+    amount: Money
+    currency: str
+    reason_code: str
+
+
+Intent = RefundIntent | PurchaseIntent | CreditIntent
+
+
+@dataclass(frozen=True)
 class VerifiedMandate:
     mandate_id: str
     site_id: str
@@ -225,8 +244,8 @@ class VerifiedMandate:
     issued_at: datetime
     expires_at: datetime
     replay_window_seconds: int
-    action: str  # "request_refund" | "purchase"
-    intent: RefundIntent | PurchaseIntent
+    action: str  # "request_refund" | "purchase" | "credit_customer"
+    intent: Intent
     signed: dict[str, Any]  # as parsed (Decimal amounts)
     raw: bytes  # the exact request body
     body_sha256: str  # hex sha256 of JCS({"signed", "envelope"}); whitespace-insensitive
@@ -238,20 +257,16 @@ KeyLookup = Callable[[str, str, str], KeyRecord | None]
 # --- canonical form and signing ----------------------------------------------------------
 
 
-def canonicalisable(value: Any) -> Any:
-    """``value`` as a standard JSON parser would hold it: every ``Decimal`` becomes a float."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {key: canonicalisable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [canonicalisable(item) for item in value]
-    return value
+canonicalisable = jcs.canonicalisable  # every Decimal as the float a plain parser reads
+_jcs_string = jcs.string
 
 
 def canonical_json(value: Any) -> bytes:
-    """RFC 8785 (JCS) bytes of ``value``; also a valid JSON body for tests and the CLI."""
-    return rfc8785.dumps(canonicalisable(value))
+    """RFC 8785 (JCS) bytes of ``value``; also a valid JSON body for tests and the CLI.
+
+    Exactly ``rfc8785.dumps(canonicalisable(value))``, written by the C JSON encoder when it
+    can be (:mod:`sill.jcs`; a test holds the two equal)."""
+    return jcs.canonical(value)
 
 
 def signing_input(signed: Mapping[str, Any]) -> bytes:
@@ -285,12 +300,16 @@ def _fail(code: str, message: str, field: str | None = None) -> NoReturn:
     raise MandateError(code, message, field=field)
 
 
-def _load(raw: bytes) -> tuple[dict[str, Any], bytes]:
-    """Parse and shape-check ``raw``; return the document and its canonical bytes.
+def _load(raw: bytes) -> LoadedMandate:
+    """Parse, shape-check and canonicalise ``raw``, each once.
 
     The JSON rules (UTF-8, depth, duplicate keys, constants, number range, NUL and lone
     surrogates) are the project's, in :func:`sill.jsonbody.loads`; the depth is counted on
     the raw bytes, so a deeply nested body is refused before anything walks it.
+
+    The document's canonical bytes are put together from its two members' rather than
+    written again: JCS writes a member's value exactly as it writes it alone, the shape
+    check leaves exactly ``envelope`` and ``signed``, and ``envelope`` sorts first.
     """
     if len(raw) > MAX_BODY_BYTES:
         _fail("too_large", f"The body is larger than {MAX_BODY_BYTES} bytes.")
@@ -298,12 +317,27 @@ def _load(raw: bytes) -> tuple[dict[str, Any], bytes]:
         doc = jsonbody.loads(bytes(raw))
     except jsonbody.MalformedJSON as exc:
         _fail("malformed", exc.message)
-    _check_shape(doc)
+    identity = _check_shape(doc)
+    envelope = doc["envelope"]
     try:
-        canonical = canonical_json(doc)
+        signed_bytes = canonical_json(doc["signed"])
+        # Three strings under fixed keys (the shape check allows no other): JCS escapes a
+        # string exactly as the C encoder's encode_basestring does, and nothing is sorted.
+        envelope_bytes = (
+            f'{{"algorithm":{_jcs_string(envelope["algorithm"])},'
+            f'"key_id":{_jcs_string(envelope["key_id"])},'
+            f'"signature":{_jcs_string(envelope["signature"])}}}'
+        ).encode()
     except (rfc8785.CanonicalizationError, RecursionError, ValueError):
         _fail("malformed", "The body holds a value JSON canonicalisation (RFC 8785) refuses.")
-    return doc, canonical
+    canonical = b'{"envelope":' + envelope_bytes + b',"signed":' + signed_bytes + b"}"
+    return LoadedMandate(
+        doc=doc,
+        canonical=canonical,
+        sha256=hashlib.sha256(canonical).hexdigest(),
+        signed_bytes=signed_bytes,
+        identity=identity,
+    )
 
 
 def _check_shape(doc: Any) -> tuple[str, str, str, str]:
@@ -331,7 +365,7 @@ def _check_shape(doc: Any) -> tuple[str, str, str, str]:
 
 def parse_document(raw: bytes) -> dict[str, Any]:
     """Size, JSON and top-level shape checks only; numbers with a fraction come back Decimal."""
-    return _load(raw)[0]
+    return _load(raw).doc
 
 
 @dataclass(frozen=True)
@@ -342,22 +376,13 @@ class LoadedMandate:
     doc: dict[str, Any]
     canonical: bytes  # RFC 8785 bytes of the whole document
     sha256: str  # hex digest of ``canonical``: tells an identical resend from another body
-
-    @property
-    def signed_bytes(self) -> bytes:
-        """The RFC 8785 bytes of ``signed``, cut from the document's: JCS writes a member's
-        value exactly as it writes it alone, and ``signed`` sorts after ``envelope``, the
-        only other key."""
-        head = b'{"envelope":' + canonical_json(self.doc["envelope"]) + b',"signed":'
-        if self.canonical.startswith(head) and self.canonical.endswith(b"}"):
-            return self.canonical[len(head) : -1]
-        return canonical_json(self.doc["signed"])  # never expected; correct regardless
+    signed_bytes: bytes  # RFC 8785 bytes of ``signed``: what the signature covers
+    identity: tuple[str, str, str, str]  # (mandate_id, site_id, agent_id, key_id)
 
 
 def load_mandate(raw: bytes) -> LoadedMandate:
     """Parse, shape-check and canonicalise ``raw`` once; :class:`MandateError` otherwise."""
-    doc, canonical = _load(raw)
-    return LoadedMandate(doc=doc, canonical=canonical, sha256=hashlib.sha256(canonical).hexdigest())
+    return _load(raw)
 
 
 def peek_identity(doc: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -401,12 +426,12 @@ def _decode_signature(text: str) -> bytes:
     field = "envelope.signature"
     if not SIGNATURE_RE.match(text):
         _fail("bad_signature", "The signature must be 86 base64url characters, unpadded.", field)
-    signature = base64.urlsafe_b64decode(text + "==")
-    # 86 characters carry 516 bits; the 4 spare bits must be zero or one signature would
-    # have 16 spellings (and a resend with another spelling would look like a conflict).
-    if _b64url(signature) != text:
+    # 86 characters carry 516 bits; the 4 spare bits (the low bits of the last character)
+    # must be zero or one signature would have 16 spellings (and a resend with another
+    # spelling would look like a conflict): A, Q, g and w are the characters whose are.
+    if text[-1] not in _CANONICAL_LAST:
         _fail("bad_signature", "The signature is not canonical base64url.", field)
-    return signature
+    return base64.urlsafe_b64decode(text + "==")
 
 
 def verify_ed25519(public_key: bytes, message: bytes, signature: bytes) -> bool:
@@ -421,17 +446,27 @@ def verify_ed25519(public_key: bytes, message: bytes, signature: bytes) -> bool:
     (``a * B``) always passes, and a signature Sill accepts is accepted by every RFC 8032
     verifier, cofactored or not (with a torsion-free key, ``R`` then has no torsion either).
     """
-    if len(public_key) != nacl.bindings.crypto_sign_PUBLICKEYBYTES:
-        return False
     if len(signature) != nacl.bindings.crypto_sign_BYTES:
         return False
-    if not nacl.bindings.crypto_core_ed25519_is_valid_point(bytes(public_key)):
+    if not _usable_key(bytes(public_key)):
         return False
     try:
-        nacl.signing.VerifyKey(bytes(public_key)).verify(bytes(message), bytes(signature))
+        nacl.bindings.crypto_sign_open(bytes(signature) + bytes(message), bytes(public_key))
     except nacl.exceptions.BadSignatureError:
         return False
     return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _usable_key(public_key: bytes) -> bool:
+    """Whether ``public_key`` is 32 bytes naming a point of the prime-order subgroup.
+
+    The subgroup check costs about as much as a verification; it depends on the key's bytes
+    alone, so each key is checked once per process.
+    """
+    if len(public_key) != nacl.bindings.crypto_sign_PUBLICKEYBYTES:
+        return False
+    return bool(nacl.bindings.crypto_core_ed25519_is_valid_point(public_key))
 
 
 def _check_signature(key: KeyRecord, signed_bytes: bytes, signature: bytes) -> None:
@@ -455,10 +490,16 @@ def _check_forbidden(signed: Mapping[str, Any]) -> None:
 
 
 def _only(obj: Any, allowed: tuple[str, ...], path: str) -> None:
-    if isinstance(obj, dict):
+    # The set test runs in C on the keys' cached hashes; only a refusal walks them in order.
+    if isinstance(obj, dict) and not obj.keys() <= _as_set(allowed):
         for name in obj:
             if name not in allowed:
                 _fail("unknown_field", f"{path}.{name} is not a known field.", f"{path}.{name}")
+
+
+@functools.cache
+def _as_set(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(names)
 
 
 def _items(value: Any) -> list[tuple[int, Any]]:
@@ -491,10 +532,14 @@ def _invalid(path: str, message: str) -> NoReturn:
     _fail("invalid_field", f"{path} {message}.", path)
 
 
+_MISSING: Any = object()
+
+
 def _get(obj: Mapping[str, Any], name: str, path: str) -> Any:
-    if name not in obj:
+    value = obj.get(name, _MISSING)
+    if value is _MISSING:
         _invalid(f"{path}.{name}", "is required")
-    return obj[name]
+    return value
 
 
 def _object(obj: Mapping[str, Any], name: str, path: str) -> dict[str, Any]:
@@ -544,20 +589,19 @@ def _currency(obj: Mapping[str, Any], name: str, path: str) -> str:
 
 
 def _amount(obj: Mapping[str, Any], name: str, path: str, currency: str) -> Money:
-    field = f"{path}.{name}"
     value = _get(obj, name, path)
     if isinstance(value, bool) or not isinstance(value, int | Decimal):
-        _invalid(field, "must be a JSON number in major units (89.00), not a string")
+        _invalid(f"{path}.{name}", "must be a JSON number in major units (89.00), not a string")
     try:
         money = parse_major(value, currency)
     except MoneyError as exc:
-        _invalid(field, f"is not a valid {currency} amount ({exc})")
+        _invalid(f"{path}.{name}", f"is not a valid {currency} amount ({exc})")
     if money.amount_minor <= 0:
-        _invalid(field, "must be greater than zero")
+        _invalid(f"{path}.{name}", "must be greater than zero")
     # The signature covers float(value); only the shortest decimal of that double is accepted,
     # so no other amount can ride on the same signature.
     if isinstance(value, Decimal) and Decimal(repr(float(value))) != value:
-        _invalid(field, "has more significant digits than a JSON number carries exactly")
+        _invalid(f"{path}.{name}", "has more significant digits than a JSON number carries exactly")
     return money
 
 
@@ -632,6 +676,21 @@ def _original(intent: Mapping[str, Any], path: str) -> tuple[str, OriginalOrder 
     return "", OriginalOrder(rail=rail, order_id=found.group(1))
 
 
+def _credit_intent(intent: Mapping[str, Any], path: str) -> CreditIntent:
+    merchant = _text(intent, "merchant", path)
+    customer = _get(intent, "customer", path)
+    if not isinstance(customer, str) or not CUSTOMER_ID_RE.match(customer):
+        _invalid(f"{path}.customer", "must be the customer's Stripe id (cus_…)")
+    currency = _currency(intent, "currency", path)
+    return CreditIntent(
+        merchant=merchant,
+        customer=customer,
+        amount=_amount(intent, "amount", path, currency),
+        currency=currency,
+        reason_code=_choice(intent, "reason_code", path, REASON_CODES),
+    )
+
+
 def _purchase_intent(intent: Mapping[str, Any], path: str) -> PurchaseIntent:
     merchant = _text(intent, "merchant", path)
     currency = _currency(intent, "currency", path)
@@ -684,10 +743,12 @@ class _Checked:
     expires_at: datetime
     replay_window_seconds: int
     action: str
-    intent: RefundIntent | PurchaseIntent
+    intent: Intent
 
 
-def _check_schema(signed: Mapping[str, Any]) -> _Checked:
+def _check_schema(signed: Mapping[str, Any], *, issued_at: datetime | None) -> _Checked:
+    """The schema passes (module doc, step 6); ``issued_at`` is ``signed["issued_at"]``
+    already read by :func:`parse_timestamp` (None: absent or not a timestamp)."""
     _check_forbidden(signed)
     _check_unknown(signed)
     path = "signed"
@@ -695,7 +756,9 @@ def _check_schema(signed: Mapping[str, Any]) -> _Checked:
         _invalid("signed.mandate_id", "must be mnd_ followed by a 26-character ULID")
     for name in ("site_id", "agent_id"):
         _text(signed, name, path)
-    issued_at = _timestamp(signed, "issued_at", path)
+    if issued_at is None:
+        _timestamp(signed, "issued_at", path)  # raises: required, or not a timestamp
+    assert issued_at is not None
     expires_at = _timestamp(signed, "expires_at", path)
     nonce = _get(signed, "nonce", path)
     if not isinstance(nonce, str) or not NONCE_RE.match(nonce):
@@ -724,9 +787,11 @@ def _check_schema(signed: Mapping[str, Any]) -> _Checked:
                 _text(obj, key, f"signed.{name}")
     intent_value = _object(signed, "intent", path)
     action = _choice(intent_value, "action", "signed.intent", ACTIONS)
-    intent: RefundIntent | PurchaseIntent
+    intent: Intent
     if action == "request_refund":
         intent = _refund_intent(intent_value, "signed.intent")
+    elif action == "credit_customer":
+        intent = _credit_intent(intent_value, "signed.intent")
     else:
         intent = _purchase_intent(intent_value, "signed.intent")
     return _Checked(nonce, issued_at, expires_at, window, action, intent)
@@ -754,7 +819,7 @@ def verify_mandate(
         raise ValueError("now must be timezone-aware")
     loaded = loaded or load_mandate(raw)
     doc = loaded.doc
-    mandate_id, site_id, agent_id, key_id = _check_shape(doc)
+    mandate_id, site_id, agent_id, key_id = loaded.identity  # shape checked by load_mandate
     signed, envelope = doc["signed"], doc["envelope"]
     if envelope["algorithm"] != ALGORITHM:
         _fail(
@@ -762,13 +827,10 @@ def verify_mandate(
             f"Only {ALGORITHM} signatures are accepted.",
             "envelope.algorithm",
         )
-    key = _check_key(
-        key_lookup(site_id, agent_id, key_id),
-        issued_at=parse_timestamp(signed.get("issued_at")),
-        now=now,
-    )
+    issued_at = parse_timestamp(signed.get("issued_at"))  # read once: the key, then the schema
+    key = _check_key(key_lookup(site_id, agent_id, key_id), issued_at=issued_at, now=now)
     _check_signature(key, loaded.signed_bytes, _decode_signature(envelope["signature"]))
-    checked = _check_schema(signed)
+    checked = _check_schema(signed, issued_at=issued_at)
     if check_time:
         if now > checked.expires_at:
             _fail("expired", "The mandate has expired.", "signed.expires_at")

@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.services import append_record
-from refunds.execution import attention_recheck, claim, record_result, refund_request, release
+from refunds.execution import attention_recheck, claim, find_at_rail, record_result, release
 from refunds.labels import refund_headline
 from refunds.models import Refund, RefundStatus
 from refunds.review.notifications import decider_emails
@@ -30,7 +30,7 @@ from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
 from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.rails.base import RailError
-from sill.rails.registry import RailDisabled, rail_for
+from sill.rails.registry import RailDisabled
 
 logger = logging.getLogger(__name__)
 
@@ -186,11 +186,10 @@ def check_refund_at_rail(refund_id: str) -> str:
     token = claim(refund_id, status=RefundStatus.NEEDS_ATTENTION)
     if token is None:
         return "not-claimed"
-    refund = Refund.objects.select_related("charge", "site").get(pk=refund_id)
+    refund = Refund.objects.select_related("charge", "site", "customer").get(pk=refund_id)
     try:
         try:
-            rail = rail_for(site_id=refund.site_id, rail=refund.rail)
-            result = rail.find_refund(refund_request(refund))
+            result = find_at_rail(refund)
         except (RailDisabled, RailError) as exc:
             return _still_unknown(refund, token, getattr(exc, "message", str(exc)))
         except Exception as exc:

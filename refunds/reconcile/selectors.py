@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db.models import QuerySet
 
 from refunds.models import ReconciliationItem, ReconciliationRun, Refund
@@ -9,6 +11,11 @@ from refunds.reconcile.attention import attention_refunds_for
 from sill.accounts.models import Site
 
 RESOLVED_SHOWN = 50
+# The inbox shows this many open differences a page, and the refunds waiting longest for
+# attention (counted up to ATTENTION_COUNTED): its work does not grow with the backlog.
+OPEN_PAGE_SIZE = 25
+ATTENTION_SHOWN = 25
+ATTENTION_COUNTED = 1000
 RUNS_LOOKED_AT = 20
 
 
@@ -44,6 +51,24 @@ def latest_runs_for(site: Site) -> list[ReconciliationRun]:
     return sorted(latest.values(), key=lambda r: r.rail)
 
 
-def attention_for(site: Site) -> list[Refund]:
+@dataclass(frozen=True)
+class Attention:
+    """The refunds that need attention as the inbox shows them: the longest waiting first."""
+
+    refunds: list[Refund]  # at most ATTENTION_SHOWN
+    count: int  # all of them, up to ATTENTION_COUNTED
+    more: bool  # more than ATTENTION_COUNTED
+
+    def __bool__(self) -> bool:
+        return bool(self.refunds)
+
+
+def attention_for(site: Site) -> Attention:
     """The site's refunds that need attention: shown in the inbox, resolved on their order."""
-    return list(attention_refunds_for(site))
+    flagged = attention_refunds_for(site)
+    counted = flagged.order_by()[: ATTENTION_COUNTED + 1].count()
+    return Attention(
+        refunds=list(flagged[:ATTENTION_SHOWN]),
+        count=min(counted, ATTENTION_COUNTED),
+        more=counted > ATTENTION_COUNTED,
+    )

@@ -37,6 +37,7 @@ from sill.accounts.access import Cap, site_view
 from sill.accounts.models import Role
 from sill.errors import NotFound, SillError
 from sill.http import SiteRequest
+from sill.paging import BoundedPaginator
 
 
 def attention_context(request: SiteRequest, *, refunds: list[Any]) -> dict[str, Any]:
@@ -111,8 +112,14 @@ def _status_words(status: str) -> str:
 
 def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> dict[str, Any]:
     site = request.site_ctx.site
+    page = BoundedPaginator(selectors.open_items_for(site), selectors.OPEN_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    items = list(page.object_list)
+    if failed is not None and all(item.pk != failed.item.pk for item in items):
+        items.insert(0, failed.item)  # the refused form shows its message on any page
     rows = []
-    for item in selectors.open_items_for(site):
+    for item in items:
         row = ItemRow(
             item=item,
             sill_status=_status_words(item.sill_status),
@@ -124,6 +131,7 @@ def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> di
             )
         rows.append(row)
     return {
+        "page": page,
         "rows": rows,
         "attention": selectors.attention_for(site),
         "resolved": selectors.resolved_items_for(site),

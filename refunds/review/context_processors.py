@@ -6,7 +6,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from refunds.review.selectors import held_count_for
+from refunds.review.selectors import HELD_COUNTED, held_count_for
 from sill.accounts.access import Cap, site_context
 
 
@@ -15,4 +15,5 @@ def held_count(request: HttpRequest) -> dict[str, Any]:
     ctx = site_context(request)
     if ctx is None:
         return {}
-    return {"held_count": held_count_for(ctx.site) if ctx.can(Cap.VIEW_HELD) else 0}
+    count = held_count_for(ctx.site) if ctx.can(Cap.VIEW_HELD) else 0
+    return {"held_count": min(count, HELD_COUNTED), "held_count_more": count > HELD_COUNTED}

@@ -90,7 +90,9 @@ def approve_refund(
         # counts towards (its agent, its order's customer) never changes.
         lock_decision_scope(
             agent_id=refund.agent_id,
-            customer_id=Order.objects.filter(pk=refund.order_id)
+            customer_id=refund.customer_id
+            if refund.is_credit
+            else Order.objects.filter(pk=refund.order_id)
             .values_list("customer_id", flat=True)
             .first(),
         )
@@ -104,6 +106,9 @@ def approve_refund(
                 locked, status=RefundStatus.EXPIRED, outcome_code="expired", now=now, actor=actor
             )
             refusal = ("expired", _expired_message(locked))
+        elif locked.is_credit:
+            # A credit draws on no charge: nothing to re-quote (the rail checks the currency).
+            return _approve(locked, quote=None, actor=actor, note=note, now=now)
         else:
             order, charge = _lock_money_rows(locked)
             try:
@@ -223,7 +228,9 @@ def _lock_money_rows(refund: Refund) -> tuple[Order | None, Charge | None]:
     return order, Charge.objects.select_for_update().filter(pk=refund.charge_id).first()
 
 
-def _approve(refund: Refund, *, quote: Quote, actor: Any, note: str, now: datetime) -> Refund:
+def _approve(
+    refund: Refund, *, quote: Quote | None, actor: Any, note: str, now: datetime
+) -> Refund:
     escalated_hash = refund.decision_hash
     transition(refund, RefundStatus.PROCESSING)
     refund.decision = Decision.APPROVED
@@ -231,8 +238,9 @@ def _approve(refund: Refund, *, quote: Quote, actor: Any, note: str, now: dateti
     refund.decided_at = now
     refund.review_note = note
     refund.outcome_code = ""
-    reserve(refund=refund, charge=quote.charge)
-    record = append_record(
+    if quote is not None:
+        reserve(refund=refund, charge=quote.charge)
+    append_record(
         site=refund.site,
         kind="escalated_approved",
         body=refund_body(
@@ -242,12 +250,13 @@ def _approve(refund: Refund, *, quote: Quote, actor: Any, note: str, now: dateti
             note=note or None,
             escalated_hash=escalated_hash or None,
             rules=list(refund.rules or []),
-            recheck=_recheck_facts(quote.remaining),
+            recheck=_recheck_facts(quote.remaining) if quote is not None else {},
             decided_at=now.isoformat(),
         ),
+        # The refund's UPDATE carries the record's hash and runs before the chain head lock.
+        before_lock=lambda rec: _save_with_hash(refund, rec.hash),
+        rehashed=lambda rec: _rehash(refund, rec.hash),
     )
-    refund.decision_hash = record.hash
-    refund.save()
     enqueue_execution(refund)
     return refund
 
@@ -274,7 +283,7 @@ def _close(
     refund.decided_by = reviewer
     refund.decided_at = now
     refund.review_note = note
-    record = append_record(
+    append_record(
         site=refund.site,
         kind="escalated_rejected",
         body=refund_body(
@@ -289,7 +298,18 @@ def _close(
             expires_at=deadline(refund).isoformat(),
             decided_at=now.isoformat(),
         ),
+        before_lock=lambda rec: _save_with_hash(refund, rec.hash),
+        rehashed=lambda rec: _rehash(refund, rec.hash),
     )
-    refund.decision_hash = record.hash
-    refund.save()
     return refund
+
+
+def _save_with_hash(refund: Refund, decision_hash: str) -> None:
+    refund.decision_hash = decision_hash
+    refund.save()
+
+
+def _rehash(refund: Refund, decision_hash: str) -> None:
+    # Another append won the chain head after the refund was saved: it takes the new hash.
+    refund.decision_hash = decision_hash
+    Refund.objects.filter(pk=refund.pk).update(decision_hash=decision_hash)

@@ -140,6 +140,14 @@ def _customer_age(value: Any, _facts: Mapping[str, Any]) -> str:
     return f"a customer for {value} day{'s' if value != 1 else ''}"
 
 
+def _credited_customer_age(value: Any, _facts: Mapping[str, Any]) -> str:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return "credited customer's age unknown"
+    if value <= 0:
+        return "credited customer new since today"
+    return f"credited customer known to Stripe for {value} day{'s' if value != 1 else ''}"
+
+
 def _refunded_charges_90d(value: Any, _facts: Mapping[str, Any]) -> str:
     number, at_least = _bound(value)
     if number is None:
@@ -222,6 +230,7 @@ _PHRASES: dict[str, Phrase] = {
     "refundReason": _reason,
     "refundDisputed": _disputed,
     "refundCustomerAgeDays": _customer_age,
+    "creditCustomerAgeDays": _credited_customer_age,
     "refundCustomerCount90d": _refunded_charges_90d,
     "refundCustomerAmount90dUsd": _refunded_amount_90d,
     "refundAgentTotalTodayUsd": _agent_today,

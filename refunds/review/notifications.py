@@ -33,7 +33,7 @@ from refunds.labels import (
 from refunds.models import Refund, RefundStatus
 from refunds.review.decisions import deadline
 from refunds.review.facts_words import fact_phrases
-from refunds.review.slack import post_held_message
+from refunds.review.slack import post_held_message, webhook_url
 from refunds.services import HOLD_FOR
 from sill.accounts.models import Membership, Role
 
@@ -48,7 +48,7 @@ def notify_held_refund(*, refund_id: str) -> bool:
     Returns False when there is nothing to send: already notified, or no longer held.
     """
     refund = (
-        Refund.objects.select_related("site", "order", "agent", "requested_by")
+        Refund.objects.select_related("site", "order", "agent", "requested_by", "customer")
         .filter(pk=refund_id, status=RefundStatus.HELD)
         .first()
     )
@@ -65,10 +65,8 @@ def notify_held_refund(*, refund_id: str) -> bool:
         # Not sent: give the claim back so the retry (or the next sweep) sends it.
         Refund.objects.filter(pk=refund.pk).update(held_notified_at=None)
         raise
-    if refund.site.slack_webhook_url:
-        post_held_message(
-            url=refund.site.slack_webhook_url, refund=refund, review_url=review_url(refund)
-        )
+    if hook := webhook_url(refund.site):
+        post_held_message(url=hook, refund=refund, review_url=review_url(refund))
     return True
 
 
@@ -105,6 +103,14 @@ def decider_emails(refund: Refund) -> list[str]:
     return sorted(e for e in emails if "@" in e)
 
 
+def _credited(refund: Refund) -> str:
+    customer = refund.customer if refund.is_credit else None
+    if customer is None:
+        return ""
+    who = customer.name or customer.email or customer.rail_customer_id
+    return f"Credit to: {who}'s Stripe balance (customer {customer.rail_customer_id})"
+
+
 def _email_deciders(refund: Refund) -> None:
     recipients = decider_emails(refund)
     if not recipients:
@@ -118,6 +124,7 @@ def _email_deciders(refund: Refund) -> None:
         "",
         refund_headline(refund),
         f"Order: #{order.number} ({order.buyer_name or order.buyer_email})" if order else "",
+        _credited(refund),
         f"Requested by: {requester_label(refund)}",
         "Facts: " + (" · ".join(fact_phrases(refund.facts or {})) or "none recorded"),
         "Held by: " + held_by(refund),

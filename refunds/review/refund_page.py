@@ -51,7 +51,7 @@ def refund_for(site: Site, refund_id: str) -> Refund:
     refund = (
         Refund.objects.filter(site=site, pk=refund_id)
         .select_related("site", "order", "order__customer", "charge", "agent", "requested_by")
-        .select_related("decided_by", "mandate", "order__placed_by_agent")
+        .select_related("decided_by", "mandate", "order__placed_by_agent", "customer")
         .first()
     )
     if refund is None:
@@ -69,7 +69,10 @@ def evidence_url(refund: Refund) -> str | None:
 
 def headline(refund: Refund) -> str:
     """``Staff refund of $12.00 · Damaged in transit`` (what it is, not what it may become)."""
-    kind = "Agent refund" if refund.origin == RefundOrigin.AGENT else "Staff refund"
+    if refund.is_credit:
+        kind = "Customer credit"
+    else:
+        kind = "Agent refund" if refund.origin == RefundOrigin.AGENT else "Staff refund"
     return f"{kind} of {format_money(refund.amount)} · {reason_label(refund)}"
 
 
@@ -103,6 +106,7 @@ def _context(refund: Refund) -> dict[str, Any]:
         "live": refund.status in LIVE,
         "order": order,
         "buyer": buyer_label(order.buyer_name, order.buyer_email) if order else "",
+        "customer": refund.customer,
         "charge": refund.charge,
         "timeline": timeline_for(refund),
         "was_held": refund.expires_at is not None,

@@ -18,6 +18,7 @@ from audit.selectors import records_about
 from refunds.labels import (
     REASON_LABELS,
     buyer_label,
+    credit_confirmation,
     humanize,
     labelled_rule,
     money_confirmation,
@@ -39,8 +40,15 @@ from sill.rails.models import RailAccount, RailMode
 STAFF_FILTER = "staff"
 
 
+# The nav's counter counts held refunds up to this many ("999+" past it): bounded work on
+# every page however long the queue grows.
+HELD_COUNTED = 999
+
+
 def held_count_for(site: Site) -> int:
-    return Refund.objects.filter(site=site, status=RefundStatus.HELD).count()
+    """The site's held refunds, up to ``HELD_COUNTED + 1`` (more reads "999+")."""
+    held = Refund.objects.filter(site=site, status=RefundStatus.HELD).order_by()
+    return int(held[: HELD_COUNTED + 1].count())
 
 
 # --- the held list ----------------------------------------------------------------------
@@ -94,7 +102,7 @@ def held_refunds_for(site: Site, filters: HeldFilters | None = None) -> QuerySet
     """The site's held refunds, oldest first (the one that expires soonest on top)."""
     filters = filters or HeldFilters()
     qs = Refund.objects.filter(site=site, status=RefundStatus.HELD).select_related(
-        "order", "agent", "requested_by"
+        "order", "agent", "requested_by", "customer"
     )
     if filters.reason:
         qs = qs.filter(Q(reason_code=filters.reason) | Q(reason_label=filters.reason))
@@ -136,10 +144,17 @@ class FilterOptions:
     agents: list[tuple[str, str]]
 
 
+# The filter pickers read the reasons and requesters of at most this many held refunds (the
+# oldest, which expire first): bounded work on every page of the held list.
+OPTIONS_SCANNED = 1000
+
+
 def held_filter_options(site: Site) -> FilterOptions:
-    """The reasons and requesters that occur among the site's held refunds (one query)."""
+    """The reasons and requesters that occur among the site's held refunds (one query; the
+    oldest ``OPTIONS_SCANNED`` of them when more wait)."""
+    oldest = Refund.objects.filter(site=site, status=RefundStatus.HELD).order_by("created_at", "id")
     rows = (
-        Refund.objects.filter(site=site, status=RefundStatus.HELD)
+        Refund.objects.filter(pk__in=oldest.values("pk")[:OPTIONS_SCANNED])
         .order_by()
         .values_list("reason_code", "reason_label", "agent__agent_id", "origin")
         .distinct()
@@ -182,7 +197,8 @@ class HeldRow:
 
     @property
     def approve_label(self) -> str:
-        return f"Approve and refund {format_money(self.refund.amount)}"
+        verb = "credit" if self.refund.is_credit else "refund"
+        return f"Approve and {verb} {format_money(self.refund.amount)}"
 
 
 def held_row(refund: Refund) -> HeldRow:
@@ -190,7 +206,19 @@ def held_row(refund: Refund) -> HeldRow:
     due = deadline(refund) if held else refund.expires_at
     now = timezone.now()
     order = refund.order
-    buyer = buyer_label(order.buyer_name, order.buyer_email) if order else "the buyer"
+    if refund.is_credit:
+        customer = refund.customer
+        email = customer.email if customer is not None else ""
+        buyer = buyer_label(customer.name, email) if customer is not None else "the customer"
+        confirm = credit_confirmation(amount=refund.amount, customer=buyer, email=email)
+    else:
+        buyer = buyer_label(order.buyer_name, order.buyer_email) if order else "the buyer"
+        confirm = money_confirmation(
+            amount=refund.amount,
+            buyer=buyer,
+            rail=refund.rail,
+            email=order.buyer_email if order else "",
+        )
     return HeldRow(
         refund=refund,
         headline=refund_headline(refund),
@@ -203,12 +231,7 @@ def held_row(refund: Refund) -> HeldRow:
         just_held=now - refund.created_at < timedelta(minutes=1),
         rules=[labelled_rule(rule) for rule in holding_rules(refund)],
         buyer=buyer,
-        confirm=money_confirmation(
-            amount=refund.amount,
-            buyer=buyer,
-            rail=refund.rail,
-            email=order.buyer_email if order else "",
-        ),
+        confirm=confirm,
         in_flight=refund.status in IN_FLIGHT,
     )
 
@@ -257,7 +280,7 @@ def held_refund_for(site: Site, refund_id: str) -> Refund:
     refund = (
         Refund.objects.filter(site=site, pk=refund_id, expires_at__isnull=False)
         .select_related("site", "order", "order__customer", "charge", "agent", "requested_by")
-        .select_related("decided_by", "mandate")
+        .select_related("decided_by", "mandate", "customer")
         .first()
     )
     if refund is None:

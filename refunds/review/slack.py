@@ -59,6 +59,29 @@ def _binding(site: Site) -> SecretBinding:
     return SecretBinding(site_id=site.pk, rail="slack", field="signing_secret")
 
 
+WEBHOOK_FIELD = "webhook_url"
+
+
+def _webhook_binding(site: Site) -> SecretBinding:
+    return SecretBinding(site_id=site.pk, rail="slack", field=WEBHOOK_FIELD)
+
+
+def seal_webhook_url(site: Site, url: str) -> bytes:
+    return encrypt_secret(url, binding=_webhook_binding(site))
+
+
+def webhook_url(site: Site) -> str:
+    """The site's Slack incoming webhook, or "" when none is set or it cannot be opened (a
+    SECRET_KEY rotated without the old key kept): then Slack is skipped, with a warning."""
+    try:
+        return decrypt_secret(
+            bytes(site.slack_webhook_sealed or b""), binding=_webhook_binding(site)
+        )
+    except RailSecretUnreadable:
+        logger.warning("site %s: the Slack webhook cannot be decrypted; set it again", site.pk)
+        return ""
+
+
 def _signing_secret(site: Site) -> str:
     try:
         return decrypt_secret(bytes(site.slack_signing_secret or b""), binding=_binding(site))

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_http_methods
 
 from audit.models import AuditKind
 from audit.services import append_record
-from refunds.review.slack import seal_signing_secret
+from refunds.review.slack import seal_signing_secret, seal_webhook_url, webhook_url
 from sill.accounts.access import Cap, site_view
 from sill.accounts.models import Membership, Role, Site
 from sill.http import SiteRequest
@@ -61,7 +61,7 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
         ],
         "errors": errors,
         "secret_set": bool(site.slack_signing_secret),
-        "webhook_set": bool(site.slack_webhook_url),
+        "webhook_set": bool(site.slack_webhook_sealed),
         "request_url": base + reverse("refunds:slack-interactions", args=[site.pk]),
     }
     return render(request, "refunds/slack_settings.html", context, status=422 if errors else 200)
@@ -91,11 +91,11 @@ def _save(request: SiteRequest, site: Site, members: list[Membership]) -> dict[s
     changed: list[str] = []
     try:
         with transaction.atomic():
-            if clear_webhook and site.slack_webhook_url:
-                site.slack_webhook_url = ""
+            if clear_webhook and site.slack_webhook_sealed:
+                site.slack_webhook_sealed = b""
                 changed.append("webhook cleared")
-            elif webhook and webhook != site.slack_webhook_url:
-                site.slack_webhook_url = webhook
+            elif webhook and webhook != webhook_url(site):
+                site.slack_webhook_sealed = seal_webhook_url(site, webhook)
                 changed.append("webhook set")
             if data.get("clear_secret") == "on" and site.slack_signing_secret:
                 site.slack_signing_secret = b""
@@ -103,7 +103,7 @@ def _save(request: SiteRequest, site: Site, members: list[Membership]) -> dict[s
             elif secret:
                 site.slack_signing_secret = seal_signing_secret(site, secret)
                 changed.append("signing secret set")
-            site.save(update_fields=["slack_webhook_url", "slack_signing_secret"])
+            site.save(update_fields=["slack_webhook_sealed", "slack_signing_secret"])
             links = []
             for member in members:
                 if member.slack_user_id != wanted[member.pk]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
@@ -35,8 +34,9 @@ from refunds.review.decisions import approve_refund, reject_refund
 from sill.accounts.access import Cap, site_view
 from sill.errors import SillError
 from sill.http import SiteRequest
+from sill.paging import BoundedPaginator
 
-HELD_PAGE_SIZE = 50
+HELD_PAGE_SIZE = 25
 
 
 class Decide(Protocol):
@@ -50,7 +50,7 @@ def held(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
     filters = selectors.HeldFilters.from_query(request.GET)
     # A page of holds, oldest first (bounded work however many wait); groups within the page.
-    page = Paginator(selectors.held_refunds_for(site, filters), HELD_PAGE_SIZE).get_page(
+    page = BoundedPaginator(selectors.held_refunds_for(site, filters), HELD_PAGE_SIZE).get_page(
         request.GET.get("page")
     )
     rows = [selectors.held_row(r) for r in page.object_list]

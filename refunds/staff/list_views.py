@@ -1,7 +1,9 @@
 """The order list (``orders:list``) and the refund list (``refunds:list``), with CSV export.
 
-Both read ``?q=&status=&from=&to=`` (``listing.ListFilters``), page by 25 and answer
-``?format=csv`` with every matching row, streamed, under the same filters. The order list
+Both read ``?q=&status=&from=&to=`` (``listing.ListFilters``), page by 25 with bounded work
+(``sill.paging.BoundedPaginator``: a capped count; the order list pages over ids and reads
+each order's rail and refund state for its page's 25 orders only) and answer ``?format=csv``
+with every matching row, streamed, under the same filters. The order list
 lives here rather than in ``sill.orders`` because it shows each order's refund state
 (``sill`` never imports ``refunds``).
 """
@@ -11,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
@@ -25,13 +26,16 @@ from refunds.staff.listing import (
     REFUND_FILTERS,
     REFUND_STATUS_FILTERS,
     ListFilters,
+    order_page_rows,
     order_statuses,
+    orders_matching,
     orders_with_refund_state,
     refunds_for,
 )
 from sill.accounts.access import Cap, site_view
 from sill.http import SiteRequest
 from sill.orders.models import Order, OrderStatus
+from sill.paging import BoundedPaginator
 from sill.rails.base import rail_label
 
 PAGE_SIZE = 25
@@ -89,14 +93,18 @@ def _order_rows(request: SiteRequest, orders: QuerySet[Order]) -> Iterator[list[
 def order_list(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
     site = request.site_ctx.site
     filters = ListFilters.parse(request.GET, statuses=order_statuses())
-    orders = orders_with_refund_state(site, filters)
     if _wants_csv(request):
         return csv_response(
             filename=f"orders-{_stamp()}.csv",
             header=ORDER_CSV_HEADER,
-            rows=_order_rows(request, orders),
+            rows=_order_rows(request, orders_with_refund_state(site, filters)),
         )
-    page = Paginator(orders, PAGE_SIZE).get_page(request.GET.get("page"))
+    # Page over the ids alone; the page's 25 orders are then read with their refund state.
+    page = BoundedPaginator(
+        orders_matching(site, filters).values_list("pk", flat=True),
+        PAGE_SIZE,
+        rows=lambda ids: order_page_rows(site, ids),
+    ).get_page(request.GET.get("page"))
     context = {
         "page": page,
         "filters": filters,
@@ -130,6 +138,8 @@ def refund_row(refund: Refund, *, can_view_held: bool) -> RefundRow:
         link = reverse("refunds:held-detail", args=[refund.pk])
     elif refund.order_id:
         link = reverse("orders:detail", args=[refund.order_id])
+    elif refund.is_credit:
+        link = reverse("refunds:detail", args=[refund.pk])
     else:
         link = ""
     return RefundRow(
@@ -184,7 +194,7 @@ def refund_list(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
             header=REFUND_CSV_HEADER,
             rows=_refund_csv_rows(request, refunds),
         )
-    page = Paginator(refunds, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = BoundedPaginator(refunds, PAGE_SIZE).get_page(request.GET.get("page"))
     can_view_held = ctx.can(Cap.VIEW_HELD)
     context = {
         "page": page,

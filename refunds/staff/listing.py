@@ -11,12 +11,12 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import QueryDict
 
 from refunds.models import Refund, RefundStatus
 from sill.accounts.models import Site
-from sill.orders.models import Order, OrderStatus
+from sill.orders.models import Charge, Order, OrderStatus
 from sill.orders.selectors import orders_for
 
 # The order list's refund filters, next to the order statuses in one ``status`` picker.
@@ -115,32 +115,59 @@ def _open_failure() -> Exists:
     )
 
 
-def orders_with_refund_state(site: Site, filters: ListFilters) -> QuerySet[Order]:
-    """The site's orders (newest first), each with ``refund_failed``, ``refund_attention`` and
-    ``refund_held`` flags; ``status`` may be an order status or one of ``REFUND_FILTERS``."""
+def _refund_state_filters() -> dict[str, Exists]:
+    return {
+        "refund_failed": _open_failure(),
+        "refund_attention": Exists(
+            Refund.objects.filter(order=OuterRef("pk"), status=RefundStatus.NEEDS_ATTENTION)
+        ),
+        "refund_held": Exists(
+            Refund.objects.filter(order=OuterRef("pk"), status=RefundStatus.HELD)
+        ),
+    }
+
+
+def orders_matching(site: Site, filters: ListFilters) -> QuerySet[Order]:
+    """The site's orders under ``filters`` (newest first), without per-row annotations:
+    ``status`` may be an order status or one of ``REFUND_FILTERS`` (a filter, not a column)."""
     order_status = filters.status if filters.status in OrderStatus.values else ""
-    qs = (
-        orders_for(site, q=filters.q, status=order_status)
-        .filter(filters.window(site))
-        .annotate(
-            refund_failed=_open_failure(),
-            refund_attention=Exists(
-                Refund.objects.filter(order=OuterRef("pk"), status=RefundStatus.NEEDS_ATTENTION)
-            ),
-            refund_held=Exists(
-                Refund.objects.filter(order=OuterRef("pk"), status=RefundStatus.HELD)
-            ),
-        )
-    )
+    qs = orders_for(site, q=filters.q, status=order_status).filter(filters.window(site))
     if filters.status in REFUND_FILTERS:
-        qs = qs.filter(**{filters.status: True})
+        qs = qs.filter(_refund_state_filters()[filters.status])
     return qs
+
+
+def with_refund_state(orders: QuerySet[Order]) -> QuerySet[Order]:
+    """``orders``, each with ``rail`` (its first charge's) and the ``refund_failed``,
+    ``refund_attention`` and ``refund_held`` flags: per-row subqueries, for a page of rows."""
+    first_rail = Charge.objects.filter(order=OuterRef("pk")).order_by("created_at", "id")
+    return orders.annotate(rail=Subquery(first_rail.values("rail")[:1]), **_refund_state_filters())
+
+
+def orders_with_refund_state(site: Site, filters: ListFilters) -> QuerySet[Order]:
+    """:func:`orders_matching`, annotated by :func:`with_refund_state` (the CSV export, and
+    short lists that slice it)."""
+    return with_refund_state(orders_matching(site, filters))
+
+
+def order_page_rows(site: Site, ids: list[str]) -> list[Order]:
+    """The orders ``ids`` (one page of :func:`orders_matching`), in that order, annotated:
+    one query over those rows only."""
+    found = {
+        order.pk: order
+        for order in with_refund_state(
+            Order.objects.filter(site=site, pk__in=ids).select_related(
+                "customer", "placed_by_agent"
+            )
+        )
+    }
+    return [found[pk] for pk in ids if pk in found]
 
 
 def refunds_for(site: Site, filters: ListFilters) -> QuerySet[Refund]:
     """The site's refunds, newest first, with their order, agent and requester (one query)."""
     qs = Refund.objects.filter(site=site).select_related(
-        "order", "agent", "requested_by", "decided_by"
+        "order", "agent", "requested_by", "decided_by", "customer"
     )
     if filters.status == "failures":
         qs = qs.filter(status__in=[RefundStatus.FAILED, RefundStatus.NEEDS_ATTENTION])

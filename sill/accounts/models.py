@@ -26,8 +26,10 @@ class Site(models.Model):
     merchant_domain = models.CharField(max_length=253, unique=True)
     default_currency = models.CharField(max_length=3, default="USD")
     timezone = models.CharField(max_length=64, default="UTC")
-    # Optional Slack incoming webhook for held-refund notifications.
-    slack_webhook_url = models.URLField(blank=True, max_length=500)
+    # Optional Slack incoming webhook for held-refund notifications. Its URL is a credential
+    # (anyone holding it may post to the channel): sealed like the signing secret, bound to
+    # the site (refunds/review/slack.py: webhook_url, seal_webhook_url).
+    slack_webhook_sealed = models.BinaryField(blank=True, default=b"")
     # The Slack app's signing secret, sealed with SECRET_KEY (sill.rails.secrets, bound to the
     # site): it verifies the Approve / Reject clicks Slack sends (refunds/review/slack.py).
     slack_signing_secret = models.BinaryField(blank=True, default=b"")

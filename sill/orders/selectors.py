@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from sill.accounts.models import Site
@@ -10,13 +10,12 @@ from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Dispute, Order, Or
 
 
 def orders_for(site: Site, *, q: str = "", status: str = "") -> QuerySet[Order]:
-    """The site's orders, newest first, searchable by number, email or mandate id."""
-    first_rail = Charge.objects.filter(order=OuterRef("pk")).order_by("created_at").values("rail")
-    qs = (
-        Order.objects.filter(site=site)
-        .select_related("customer", "placed_by_agent")
-        .annotate(rail=Subquery(first_rail[:1]), item_count=Count("items"))
-    )
+    """The site's orders, newest first, searchable by number, email or mandate id.
+
+    No per-row annotations: a list pages over these and reads what it shows for its page's
+    rows only (``refunds.staff.listing``), so nothing is computed for every order.
+    """
+    qs = Order.objects.filter(site=site).select_related("customer", "placed_by_agent")
     q = q.strip()
     if q:
         qs = qs.filter(

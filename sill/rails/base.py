@@ -111,6 +111,44 @@ class Rail(Protocol):
         ...
 
 
+# --- customer-balance credits (optional: Stripe) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreditRequest:
+    """Credit ``amount`` to a customer's balance at the rail, once per idempotency key."""
+
+    credit_id: str  # Sill's id of the credit (a Refund row), also sent as metadata
+    idempotency_key: str  # "sill-credit-<credit id>", identical on every attempt
+    amount: Money
+    provider_customer_id: str
+    description: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreditCustomer:
+    """What the rail says about the customer a credit would go to."""
+
+    exists: bool  # False: no such customer, or it was deleted
+    currency: str | None = None  # the balance's currency (upper case); None: none set yet
+    created_at: datetime | None = None
+    balance_minor: int | None = None  # the rail's sign: negative is credit the customer holds
+
+
+@runtime_checkable
+class CustomerCreditor(Protocol):
+    """A rail that can credit a customer's balance (Stripe's customer balance)."""
+
+    def read_credit_customer(self, provider_customer_id: str) -> CreditCustomer: ...
+
+    def credit_customer(self, request: CreditRequest) -> RefundResult: ...
+
+    def find_credit(self, request: CreditRequest) -> RefundResult | None:
+        """The credit made earlier for ``request`` (by its metadata), if any."""
+        ...
+
+
 # --- facts for the policy engine (optional: a rail without them gives unknown facts) -----------
 
 

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Sum
+from django.db.models import Exists, F, OuterRef, Sum
 
 from sill.ids import new_ulid
 from sill.money import Money
@@ -233,19 +233,23 @@ class MockRail:
         if script == "fail":
             self._answer()
             raise RetryableRailError("mock rail: facts unavailable (scripted)")
-        charges = Charge.objects.filter(order__site_id=self.site_id)
-        charge = (
-            charges.filter(pk=request.sill_charge_id).first()
-            if request.sill_charge_id
-            else charges.filter(provider_charge_id=request.provider_charge_id).first()
+        # The charge and whether it is disputed in one query.
+        charges = Charge.objects.filter(order__site_id=self.site_id).annotate(
+            disputed=Exists(
+                Dispute.objects.filter(charge=OuterRef("pk"), status__in=OPEN_DISPUTE_STATUSES)
+            )
         )
+        found = (
+            charges.filter(pk=request.sill_charge_id)
+            if request.sill_charge_id
+            else charges.filter(provider_charge_id=request.provider_charge_id)
+        )
+        charge = found.only("captured_at", "created_at").first()
         facts = RefundFacts()
         if charge is not None:
             facts = RefundFacts(
                 charge_created_at=charge.captured_at or charge.created_at,
-                charge_disputed=Dispute.objects.filter(
-                    charge=charge, status__in=OPEN_DISPUTE_STATUSES
-                ).exists(),
+                charge_disputed=bool(charge.disputed),
             )
         if script == "no_customers":
             return facts

@@ -96,6 +96,7 @@ def _stripe(account: RailAccount) -> Rail:
         connected_account=account.connected_account,
         api_base=account.api_base,
         mode=account.mode,
+        fact_timeout=float(settings.SILL_RAIL_FACT_TIMEOUT_SECONDS),
     )
 
 

@@ -14,20 +14,25 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypedDict, cast
 
 import stripe
 
 from sill.money import Money
+from sill.rails import keepalive
 from sill.rails.base import (
     AmbiguousRailError,
     ChargePending,
     ChargeRequest,
     ChargeResult,
     ConnectionInfo,
+    CreditCustomer,
+    CreditRequest,
     CustomerHistory,
     PermanentRailError,
     RailDispute,
@@ -41,6 +46,7 @@ from sill.rails.base import (
     RefundWindowPassed,
     RetryableRailError,
 )
+from sill.rails.fact_reads import read_at_once
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +70,21 @@ _REFUND_STATES: dict[str, RefundState] = {
 
 
 @functools.lru_cache(maxsize=256)
-def _http_client(key_fingerprint: str, timeout: float) -> stripe.RequestsClient:
-    # stripe's RequestsClient keeps one requests.Session per thread: calls on one thread reuse
-    # its TLS connections. One client per key, so no two merchants share a session (cookies).
-    return stripe.RequestsClient(timeout=timeout)
+def _http_client(key_fingerprint: str, timeout: float, pid: int) -> stripe.RequestsClient:
+    # One kept-alive session per key (sill.rails.keepalive), shared by every thread and by
+    # both timeouts (calls, fact reads): the concurrent fact reads reuse its connections.
+    # ``pid``: a forked worker makes its own (its parent's sockets are not its to reuse).
+    return stripe.RequestsClient(
+        timeout=timeout, session=keepalive.session_for("stripe", key_fingerprint)
+    )
 
 
 def http_client_for(secret_key: str, timeout: float) -> stripe.RequestsClient:
     """The kept-alive HTTP client for ``secret_key`` (cached by the key's SHA-256, never the
     key itself): a new StripeRail per call no longer means a new TLS session per call."""
-    return _http_client(hashlib.sha256(secret_key.encode("utf-8")).hexdigest(), timeout)
+    return _http_client(
+        hashlib.sha256(secret_key.encode("utf-8")).hexdigest(), timeout, os.getpid()
+    )
 
 
 class StripeRail:
@@ -87,18 +98,24 @@ class StripeRail:
         api_base: str = "",
         mode: str = "test",
         timeout: float = 20.0,
+        fact_timeout: float = 3.0,
     ) -> None:
         self.connected_account = connected_account
         self.api_base = api_base
         self.mode = mode
+        self.fact_timeout = fact_timeout
         self._secret_key = secret_key
-        self._client = stripe.StripeClient(
-            secret_key,
-            stripe_account=connected_account or None,
-            base_addresses={"api": api_base} if api_base else None,
+        self._client = self._sdk(timeout)
+        self._fact_client: stripe.StripeClient | None = None
+
+    def _sdk(self, timeout: float) -> stripe.StripeClient:
+        return stripe.StripeClient(
+            self._secret_key,
+            stripe_account=self.connected_account or None,
+            base_addresses={"api": self.api_base} if self.api_base else None,
             # Sill retries itself, always with the same key, after looking the refund up.
             max_network_retries=0,
-            http_client=http_client_for(secret_key, timeout),
+            http_client=http_client_for(self._secret_key, timeout),
         )
 
     def __repr__(self) -> str:
@@ -271,6 +288,67 @@ class StripeRail:
             self._raise(exc, doing="refund lookup", read=True)
         return None
 
+    # --- customer-balance credits ------------------------------------------------------
+
+    def read_credit_customer(self, provider_customer_id: str) -> CreditCustomer:
+        """The customer's balance currency and age (``customers.retrieve``)."""
+        try:
+            customer = self._client.v1.customers.retrieve(provider_customer_id)
+        except stripe.InvalidRequestError as exc:
+            if getattr(exc, "code", None) == "resource_missing":
+                return CreditCustomer(exists=False)
+            self._raise(exc, doing="customer lookup", read=True)
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="customer lookup", read=True)
+        if getattr(customer, "deleted", False):
+            return CreditCustomer(exists=False)
+        currency = getattr(customer, "currency", None)
+        created = getattr(customer, "created", None)
+        balance = getattr(customer, "balance", None)
+        return CreditCustomer(
+            exists=True,
+            currency=str(currency).upper() if currency else None,
+            created_at=datetime.fromtimestamp(int(created), tz=UTC) if created else None,
+            balance_minor=int(balance) if isinstance(balance, int) else None,
+        )
+
+    def credit_customer(self, request: CreditRequest) -> RefundResult:
+        """A customer balance transaction crediting ``request.amount`` (Stripe's sign: a
+        credit is negative), with Sill's idempotency key and ``sill_credit_id`` metadata."""
+        params: stripe.params.CustomerBalanceTransactionCreateParams = {
+            "amount": -request.amount.amount_minor,
+            "currency": request.amount.currency.lower(),
+            "metadata": {
+                **request.metadata,
+                "sill_credit_id": request.credit_id,
+                "sill_idempotency_key": request.idempotency_key,
+            },
+        }
+        if request.description:
+            params["description"] = request.description[:350]
+        try:
+            txn = self._client.v1.customers.balance_transactions.create(
+                request.provider_customer_id,
+                params=params,
+                options={"idempotency_key": request.idempotency_key},
+            )
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="customer credit")
+        return _credit_result(txn)
+
+    def find_credit(self, request: CreditRequest) -> RefundResult | None:
+        """The balance transaction an earlier attempt made (by ``sill_credit_id``), if any."""
+        try:
+            page = self._client.v1.customers.balance_transactions.list(
+                request.provider_customer_id, params={"limit": 100}
+            )
+            for txn in page.auto_paging_iter():
+                if _metadata(txn).get("sill_credit_id") == request.credit_id:
+                    return _credit_result(txn)
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="customer credit lookup", read=True)
+        return None
+
     # --- what Stripe holds for a charge, and its events ---------------------------------
 
     def list_refunds(self, provider_charge_id: str) -> list[RailRefund]:
@@ -335,44 +413,78 @@ class StripeRail:
     def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
         """The charge, its customer and the customer's 90-day history, as Stripe reports them.
 
-        Three independent reads; one that fails (a restricted key that cannot read customers,
-        a deleted customer, a timeout) leaves its facts unknown instead of failing the rest.
-        The history is one page of ``history_limit`` charges: ``has_more`` means truncated.
+        Three independent reads, made at once (sill.rails.fact_reads) when the request names
+        the customer; otherwise the charge is read first (it names the customer), then the
+        other two at once. Each waits at most ``fact_timeout`` seconds; one that fails or
+        times out (a restricted key that cannot read customers, a deleted customer, a slow
+        answer) leaves its facts unknown instead of failing the rest. The history is one page
+        of ``history_limit`` charges: ``has_more`` means truncated.
         """
-        charge_created_at: datetime | None = None
-        disputed: bool | None = None
-        refunded: int | None = None
+        if self._fact_client is None:
+            self._fact_client = self._sdk(self.fact_timeout)
+        client = self._fact_client
         customer_id = request.provider_customer_id
-        try:
-            charge = self._client.v1.charges.retrieve(request.provider_charge_id)
-            charge_created_at = datetime.fromtimestamp(int(charge.created), tz=UTC)
-            if str(charge.currency).upper() == request.currency:
-                refunded = int(charge.amount_refunded or 0)
-            flag = getattr(charge, "disputed", None)
-            disputed = flag if isinstance(flag, bool) else None
-            if not customer_id:
-                owner = getattr(charge, "customer", None)
-                customer_id = owner if isinstance(owner, str) else getattr(owner, "id", "") or ""
-        except stripe.StripeError as exc:
-            self._note_unreadable("charge", exc)
+        reads: dict[str, Any] = {"charge": lambda: self._charge_facts(client, request)}
+        if customer_id:
+            reads |= self._customer_reads(client, customer_id, request)
+        found = read_at_once(reads, timeout=self.fact_timeout, rail="Stripe")
+        charge: _ChargeFacts = found["charge"] or _ChargeFacts()
+        if not customer_id and charge.customer_id:
+            customer_id = charge.customer_id
+            found |= read_at_once(
+                self._customer_reads(client, customer_id, request),
+                timeout=self.fact_timeout,
+                rail="Stripe",
+            )
         if not customer_id:
             # A guest checkout: no customer, so no age and no history.
             return RefundFacts(
-                charge_created_at=charge_created_at,
-                charge_disputed=disputed,
-                charge_refunded_minor=refunded,
+                charge_created_at=charge.created_at,
+                charge_disputed=charge.disputed,
+                charge_refunded_minor=charge.refunded,
             )
         return RefundFacts(
-            charge_created_at=charge_created_at,
-            charge_disputed=disputed,
-            charge_refunded_minor=refunded,
-            customer_created_at=self._customer_created_at(customer_id),
-            history=self._customer_history(customer_id, request),
+            charge_created_at=charge.created_at,
+            charge_disputed=charge.disputed,
+            charge_refunded_minor=charge.refunded,
+            customer_created_at=found["customer"],
+            history=found["customer history"],
         )
 
-    def _customer_created_at(self, customer_id: str) -> datetime | None:
+    def _customer_reads(
+        self, client: stripe.StripeClient, customer_id: str, request: RefundFactsRequest
+    ) -> dict[str, Any]:
+        return {
+            "customer": lambda: self._customer_created_at(client, customer_id),
+            "customer history": lambda: self._customer_history(client, customer_id, request),
+        }
+
+    def _charge_facts(
+        self, client: stripe.StripeClient, request: RefundFactsRequest
+    ) -> _ChargeFacts | None:
         try:
-            customer = self._client.v1.customers.retrieve(customer_id)
+            charge = client.v1.charges.retrieve(request.provider_charge_id)
+        except stripe.StripeError as exc:
+            self._note_unreadable("charge", exc)
+            return None
+        flag = getattr(charge, "disputed", None)
+        owner = getattr(charge, "customer", None)
+        return _ChargeFacts(
+            created_at=datetime.fromtimestamp(int(charge.created), tz=UTC),
+            disputed=flag if isinstance(flag, bool) else None,
+            refunded=(
+                int(charge.amount_refunded or 0)
+                if str(charge.currency).upper() == request.currency
+                else None
+            ),
+            customer_id=owner if isinstance(owner, str) else getattr(owner, "id", "") or "",
+        )
+
+    def _customer_created_at(
+        self, client: stripe.StripeClient, customer_id: str
+    ) -> datetime | None:
+        try:
+            customer = client.v1.customers.retrieve(customer_id)
         except stripe.StripeError as exc:
             self._note_unreadable("customer", exc)
             return None
@@ -382,12 +494,12 @@ class StripeRail:
         return datetime.fromtimestamp(int(created), tz=UTC)
 
     def _customer_history(
-        self, customer_id: str, request: RefundFactsRequest
+        self, client: stripe.StripeClient, customer_id: str, request: RefundFactsRequest
     ) -> CustomerHistory | None:
         # created[gt] = since - 1 s is created >= since (and all localstripe supports).
         since = int(request.history_since.timestamp()) - 1
         try:
-            page = self._client.v1.charges.list(
+            page = client.v1.charges.list(
                 params={
                     "customer": customer_id,
                     "created": {"gt": since},
@@ -469,6 +581,16 @@ class StripeRail:
         raise error from None
 
 
+@dataclass(frozen=True)
+class _ChargeFacts:
+    """What the charge read gave (``None``: Stripe did not say)."""
+
+    created_at: datetime | None = None
+    disputed: bool | None = None
+    refunded: int | None = None
+    customer_id: str = ""
+
+
 # PaymentIntent states in which the buyer may be charged but the payment is not finished.
 _UNFINISHED_INTENT_STATES = frozenset({"processing", "requires_action", "requires_capture"})
 # How many pages of 100 intents ``find_charge`` lists where search is unavailable.
@@ -510,6 +632,15 @@ def _rail_refund(refund: Any) -> RailRefund:
         sill_refund_id=str(_metadata(refund).get("sill_refund_id") or ""),
         reason=str(getattr(refund, "reason", "") or ""),
         failure_reason=str(getattr(refund, "failure_reason", "") or ""),
+    )
+
+
+def _credit_result(txn: Any) -> RefundResult:
+    # A balance transaction takes effect when it is created: there is no pending state.
+    return RefundResult(
+        provider_refund_id=str(txn.id),
+        state="succeeded",
+        amount=Money(-int(txn.amount), str(txn.currency).upper()),
     )
 
 

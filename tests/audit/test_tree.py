@@ -69,8 +69,9 @@ def test_an_append_writes_the_tree_in_one_insert(site: Site):
     statements = [
         q["sql"].split()[0] for q in captured if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))
     ]
-    # Head lock, record, the leaf and the two nodes it completes (one insert), head update.
-    assert statements == ["SELECT", "INSERT", "INSERT", "UPDATE"]
+    # Head read, head update (the lock, taken last), record, the leaf and the two nodes it
+    # completes (one insert).
+    assert statements == ["SELECT", "UPDATE", "INSERT", "INSERT"]
 
 
 def test_the_migration_builds_the_tree_of_an_existing_log(site: Site):

@@ -10,18 +10,22 @@ together, so one run lists everything to fix.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
 from policies.catalog import TEMPLATES
 from policies.services import apply_catalog_item
 from refunds.demo import DEMO_AGENT_ID, DEMO_ORDER_MANDATE, DEMO_PASSWORD, load_demo
-from refunds.models import Refund
-from sill.accounts.models import Agent
-from sill.orders.models import Order
+from refunds.models import Decision, Refund, RefundKind, RefundOrigin, RefundStatus
+from refunds.services import new_refund, record_decision
+from sill.accounts.models import Agent, Site
+from sill.orders.models import Customer, Order
 from tests.authorization_matrix import MATRIX, OK
 from tests.e2e.accessibility import ConsoleErrors, horizontal_overflow, run_axe
 from tests.refunds.conftest import hold_refund
@@ -51,6 +55,25 @@ class Visit:
 class Demo:
     order_id: str
     held_id: str
+    credit_id: str
+
+
+def hold_credit(site: Site, agent: Agent) -> Refund:
+    """A held Stripe customer-balance credit (its pages never call the rail)."""
+    customer = Customer.objects.create(
+        site=site, rail_customer_id="cus_SweepCredit001", email="cora@example.com", name="Cora"
+    )
+    now = timezone.now()
+    with transaction.atomic():
+        credit = new_refund(
+            site=site, kind=RefundKind.CUSTOMER_CREDIT, origin=RefundOrigin.AGENT, agent=agent,
+            customer=customer, amount_minor=1250, currency="USD", rail="stripe",
+            reason_code="not_received", decision=Decision.ESCALATED, status=RefundStatus.HELD,
+            expires_at=now + timedelta(hours=24),
+            facts={"refundAmount": 1250, "creditCustomerAgeDays": 3, "refundOrigin": "agent"},
+            rules=[{"id": "tpl-credit-new-customer", "action": "require_approval", "mode": "enforced"}],
+        )  # fmt: skip
+        return record_decision(refund=credit, outcome=None, now=now)
 
 
 @pytest.fixture
@@ -63,7 +86,8 @@ def demo() -> Demo:
     )
     owner = get_user_model().objects.get(username=ROLES["owner"])
     apply_catalog_item(site=site, actor=owner, item=TEMPLATES[TEMPLATE])
-    return Demo(order_id=str(order.id), held_id=str(held.id))
+    credit = hold_credit(site, Agent.objects.get(site=site, agent_id=DEMO_AGENT_ID))
+    return Demo(order_id=str(order.id), held_id=str(held.id), credit_id=str(credit.id))
 
 
 def visits(demo: Demo) -> list[Visit]:
@@ -78,6 +102,8 @@ def visits(demo: Demo) -> list[Visit]:
         Visit("held", "refunds:held", {}),
         Visit("held-detail", "refunds:held-detail", {"refund_id": demo.held_id}),
         Visit("refund", "refunds:detail", {"refund_id": demo.held_id}),
+        Visit("held-credit", "refunds:held-detail", {"refund_id": demo.credit_id}),
+        Visit("credit", "refunds:detail", {"refund_id": demo.credit_id}),
         Visit("reconcile", "refunds:reconcile", {}),
         Visit("rules", "policies:rules", {}),
         Visit("rule-templates", "policies:templates", {}),

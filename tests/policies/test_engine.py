@@ -83,6 +83,8 @@ CASES = [
     ("refundWindowDaysLeft", {"lt": 7}, 170, False),
     ("refundCustomerAgeDays", {"lt": 30}, 29, True),
     ("refundCustomerAgeDays", {"lt": 30}, 400, False),
+    ("creditCustomerAgeDays", {"lt": 30}, 3, True),
+    ("creditCustomerAgeDays", {"lt": 30}, 400, False),
     ("refundCustomerCount90d", {"gte": 3}, 3, True),
     ("refundCustomerCount90d", {"gte": 3}, 2, False),
     ("refundCustomerAmount90dUsd", {"gt": 10000}, 10001, True),

@@ -16,6 +16,7 @@ from django.db import transaction
 
 from refunds.review.decisions import reject_refund
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
+from refunds.review.slack import seal_webhook_url
 from refunds.services import notify_hold
 from refunds.tasks import notify_pending_held_refunds_task
 from tests.refunds.conftest import hold_refund
@@ -104,7 +105,7 @@ def test_it_tells_nobody_about_a_refund_that_is_no_longer_held(held, members):
 
 
 def test_it_posts_to_the_sites_slack_webhook(held, slack):
-    held.site.slack_webhook_url = slack.url
+    held.site.slack_webhook_sealed = seal_webhook_url(held.site, slack.url)
     held.site.save()
     assert notify_held_refund(refund_id=held.id) is True
     [(content_type, payload)] = slack.posts
@@ -122,7 +123,7 @@ def test_it_posts_to_the_sites_slack_webhook(held, slack):
 
 def test_a_failing_slack_webhook_is_logged_and_the_email_still_goes(held, slack, caplog):
     slack.status = 500
-    held.site.slack_webhook_url = slack.url
+    held.site.slack_webhook_sealed = seal_webhook_url(held.site, slack.url)
     held.site.save()
     with caplog.at_level(logging.WARNING, logger="refunds.review.slack"):
         assert notify_held_refund(refund_id=held.id) is True
@@ -135,12 +136,32 @@ def test_an_unreachable_slack_webhook_does_not_raise(held, caplog):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    held.site.slack_webhook_url = f"http://127.0.0.1:{port}/hook"
+    held.site.slack_webhook_sealed = seal_webhook_url(held.site, f"http://127.0.0.1:{port}/hook")
     held.site.save()
     with caplog.at_level(logging.WARNING, logger="refunds.review.slack"):
         assert notify_held_refund(refund_id=held.id) is True
     assert "Slack webhook post failed" in caplog.text
     assert len(mail.outbox) == 1
+
+
+def test_a_webhook_sealed_under_another_key_is_skipped_and_the_email_still_goes(
+    held, slack, caplog, settings
+):
+    held.site.slack_webhook_sealed = seal_webhook_url(held.site, slack.url)
+    held.site.save()
+    settings.SECRET_KEY = "another-key-" + "x" * 50  # rotated without keeping the old key
+    with caplog.at_level(logging.WARNING, logger="refunds.review.slack"):
+        assert notify_held_refund(refund_id=held.id) is True
+    assert slack.posts == [] and len(mail.outbox) == 1
+    assert "Slack webhook cannot be decrypted" in caplog.text
+
+
+def test_the_webhook_is_bound_to_its_site(held, slack, other_site):
+    # A sealed URL copied onto another site's row does not open there.
+    held.site.slack_webhook_sealed = seal_webhook_url(other_site, slack.url)
+    held.site.save()
+    assert notify_held_refund(refund_id=held.id) is True
+    assert slack.posts == []
 
 
 def test_an_email_that_fails_is_sent_by_the_next_attempt(held, settings):

@@ -1014,3 +1014,18 @@ def test_the_signed_bytes_cut_from_the_document_are_its_own_canonical_bytes(sign
     loaded = mandates.load_mandate(json.dumps({"signed": signed, "envelope": envelope}).encode())
     assert loaded.signed_bytes == mandates.canonical_json(loaded.doc["signed"])
     assert loaded.sha256 == mandates.document_sha256(loaded.doc)
+
+
+@pytest.mark.parametrize(
+    "key_id", ["k", 'quote " and \\ backslash', "tab\tnew\nline\x01", "é \u2028 \ufffd \U0001f600"]
+)
+def test_the_document_bytes_put_together_are_its_canonical_bytes(key_id: str) -> None:
+    from refunds.agent import mandates
+
+    envelope = {"signature": "s", "key_id": key_id, "algorithm": "ed25519"}
+    signed = {"mandate_id": "mnd_1", "site_id": "S", "agent_id": "a", "n": Decimal("89.00")}
+    raw = json.dumps({"envelope": envelope, "signed": mandates.canonicalisable(signed)}).encode()
+    loaded = mandates.load_mandate(raw)
+    assert loaded.canonical == rfc8785.dumps(mandates.canonicalisable(loaded.doc))
+    assert loaded.signed_bytes == rfc8785.dumps(mandates.canonicalisable(loaded.doc["signed"]))
+    assert loaded.identity == ("mnd_1", "S", "a", key_id)

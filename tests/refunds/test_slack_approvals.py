@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.models import Refund
-from refunds.review.slack import seal_signing_secret
+from refunds.review.slack import seal_signing_secret, webhook_url
 from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
@@ -244,7 +244,9 @@ def test_an_owner_sets_up_slack_and_links_members(client_for, site, members):
     assert answer.status_code == 302
     site.refresh_from_db()
     members["admin"].refresh_from_db()
-    assert site.slack_webhook_url == HOOK and site.slack_signing_secret
+    assert webhook_url(site) == HOOK and site.slack_signing_secret
+    # Sealed at rest: the URL is a credential, never a plain column.
+    assert HOOK.encode() not in bytes(site.slack_webhook_sealed)
     assert members["admin"].slack_user_id == "U0ADMIN"
     record = AuditRecord.objects.filter(site=site, kind="settings_change").get()
     assert HOOK not in record.payload and "abcdef" not in record.payload  # secrets stay out
@@ -269,7 +271,7 @@ def test_bad_settings_change_nothing(client_for, site, members, bad):
     answer = client_for("owner").post("/settings/slack/", body)
     assert answer.status_code == 422
     site.refresh_from_db()
-    assert not site.slack_webhook_url and not site.slack_signing_secret
+    assert not site.slack_webhook_sealed and not site.slack_signing_secret
     assert not AuditRecord.objects.filter(site=site, kind="settings_change").exists()
 
 

@@ -44,4 +44,8 @@ def rail_from_account(account: RailAccount) -> Rail:
         api_base=api_base_for(account),
         timeout=float(getattr(settings, "SILL_PAYPAL_TIMEOUT_SECONDS", 20)),
     )
-    return PayPalRail(client=client, mode=account.mode)
+    return PayPalRail(
+        client=client,
+        mode=account.mode,
+        fact_timeout=float(settings.SILL_RAIL_FACT_TIMEOUT_SECONDS),
+    )

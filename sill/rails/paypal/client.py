@@ -9,6 +9,9 @@ process, until a minute before PayPal says it expires; one lock makes concurrent
 it once. A 401 on a call means the token was revoked early: it is dropped and fetched once
 more. The client secret and tokens never appear in ``repr`` or in an error message.
 
+Connections are kept alive: every client for the same API address and credentials uses one
+``requests.Session`` of the process (sill.rails.keepalive), shared safely by its threads.
+
 Errors become ``RailError``: 429 and 5xx retryable; 422 ``UNPROCESSABLE_ENTITY`` permanent,
 keeping PayPal's issue code (``PayPalRefused.issue``) in the message; a timeout or dropped
 connection after the request left is *ambiguous* for a write (PayPal may have acted) and
@@ -25,6 +28,7 @@ from typing import Any
 
 import requests
 
+from sill.rails import keepalive
 from sill.rails.base import (
     AmbiguousRailError,
     PermanentRailError,
@@ -98,8 +102,8 @@ class PayPalClient:
         self.api_base = api_base.rstrip("/")
         self.timeout = timeout
         self._secret = client_secret
-        self._session = requests.Session()
         digest = hashlib.sha256(client_secret.encode("utf-8")).hexdigest()
+        self._session = keepalive.session_for("paypal", self.api_base, client_id, digest)
         self._cache_key = (self.api_base, client_id, digest)
         self._last_app_id = ""
 
@@ -108,8 +112,9 @@ class PayPalClient:
 
     # --- calls ------------------------------------------------------------------------------
 
-    def get(self, path: str, *, doing: str) -> dict[str, Any]:
-        return self._call("GET", path, doing=doing, write=False)
+    def get(self, path: str, *, doing: str, timeout: float | None = None) -> dict[str, Any]:
+        """``timeout``: this read's own bound (a fact read's), instead of the client's."""
+        return self._call("GET", path, doing=doing, write=False, timeout=timeout)
 
     def post(
         self, path: str, body: dict[str, Any], *, doing: str, request_id: str = ""
@@ -171,9 +176,11 @@ class PayPalClient:
         body: dict[str, Any] | None = None,
         data: bytes | None = None,
         headers: dict[str, str] | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
+        seconds = self.timeout if timeout is None else timeout
         for attempt in (1, 2):
-            token = TOKENS.get(self._cache_key, self._fetch_token)
+            token = TOKENS.get(self._cache_key, lambda: self._fetch_token(seconds))
             try:
                 response = self._session.request(
                     method,
@@ -185,7 +192,7 @@ class PayPalClient:
                         "Authorization": f"Bearer {token}",
                         "Accept": "application/json",
                     },
-                    timeout=self.timeout,
+                    timeout=seconds,
                 )
             except requests.ConnectTimeout:
                 raise RetryableRailError(f"PayPal {doing}: PayPal could not be reached") from None
@@ -205,14 +212,14 @@ class PayPalClient:
             raise self._error(response, doing)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _fetch_token(self) -> tuple[str, float]:
+    def _fetch_token(self, timeout: float | None = None) -> tuple[str, float]:
         try:
             response = self._session.post(
                 self.api_base + "/v1/oauth2/token",
                 data={"grant_type": "client_credentials"},
                 auth=(self.client_id, self._secret),
                 headers={"Accept": "application/json"},
-                timeout=self.timeout,
+                timeout=self.timeout if timeout is None else timeout,
             )
         except requests.RequestException:
             # Nothing was refunded yet: only the token was asked for.

@@ -37,6 +37,7 @@ from sill.rails.base import (
     RefundWindowPassed,
     RetryableRailError,
 )
+from sill.rails.fact_reads import read_at_once
 from sill.rails.paypal.client import PayPalClient
 
 REFUND_WINDOW_DAYS = RAIL_REFUND_WINDOW_DAYS["paypal"]
@@ -58,9 +59,12 @@ class PayPalRail:
     name = "paypal"
     refund_window_days = REFUND_WINDOW_DAYS
 
-    def __init__(self, *, client: PayPalClient, mode: str = "test") -> None:
+    def __init__(
+        self, *, client: PayPalClient, mode: str = "test", fact_timeout: float = 3.0
+    ) -> None:
         self.client = client
         self.mode = mode
+        self.fact_timeout = fact_timeout
 
     def __repr__(self) -> str:
         return f"PayPalRail(mode={self.mode!r}, client={self.client!r})"
@@ -102,9 +106,11 @@ class PayPalRail:
 
     # --- reads ------------------------------------------------------------------------------
 
-    def capture(self, capture_id: str) -> dict[str, Any]:
+    def capture(self, capture_id: str, *, timeout: float | None = None) -> dict[str, Any]:
         return self.client.get(
-            f"/v2/payments/captures/{quote(capture_id, safe='')}", doing="capture lookup"
+            f"/v2/payments/captures/{quote(capture_id, safe='')}",
+            doing="capture lookup",
+            timeout=timeout,
         )
 
     def window_passed(self, captured_at: datetime, *, now: datetime | None = None) -> bool:
@@ -112,14 +118,27 @@ class PayPalRail:
 
     def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
         """The capture's time (``charge_created_at``) and, when its order can be read, what
-        PayPal counts as refunded on it. PayPal has no customer history to offer."""
+        PayPal counts as refunded on it. PayPal has no customer history to offer.
+
+        The order is named by the capture, so the two reads follow each other; together they
+        wait at most ``fact_timeout`` seconds (sill.rails.fact_reads), and what was not read
+        by then is unknown."""
+        found = read_at_once(
+            {"capture": lambda: self._facts(request)}, timeout=self.fact_timeout, rail="PayPal"
+        )
+        return found["capture"] or RefundFacts(live_money=self.mode == "live")
+
+    def _facts(self, request: RefundFactsRequest) -> RefundFacts:
+        timeout = self.fact_timeout
         try:
-            capture = self.capture(request.provider_charge_id)
+            capture = self.capture(request.provider_charge_id, timeout=timeout)
         except (RetryableRailError, PermanentRailError):
             return RefundFacts(live_money=self.mode == "live")
         refunded: int | None = None
         try:
-            refunds = self._order_refunds(request.provider_charge_id, capture=capture)
+            refunds = self._order_refunds(
+                request.provider_charge_id, capture=capture, timeout=timeout
+            )
         except (RetryableRailError, PermanentRailError):
             refunds = None
         if refunds is not None:
@@ -139,15 +158,19 @@ class PayPalRail:
         )
 
     def _order_refunds(
-        self, capture_id: str, *, capture: dict[str, Any] | None = None
+        self,
+        capture_id: str,
+        *,
+        capture: dict[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> list[dict[str, Any]] | None:
         """The refunds of ``capture_id`` listed on its checkout order; ``None`` when the
         capture names no order to read."""
-        capture = capture if capture is not None else self.capture(capture_id)
+        capture = capture if capture is not None else self.capture(capture_id, timeout=timeout)
         order_path = _link(capture, "up")
         if not order_path or "/v2/checkout/orders/" not in order_path:
             return None
-        order = self.client.get(order_path, doing="refund lookup")
+        order = self.client.get(order_path, doing="refund lookup", timeout=timeout)
         found: list[dict[str, Any]] = []
         for unit in order.get("purchase_units") or []:
             payments = unit.get("payments") if isinstance(unit, dict) else None

@@ -28,4 +28,8 @@ def rail_from_account(account: RailAccount) -> Rail:
         timeout=float(getattr(settings, "SILL_SHOPIFY_TIMEOUT_SECONDS", 20)),
     )
     # Read at every build: rails are built for each attempt, so the check is per request.
-    return ShopifyRail(client=client, allow_live=bool(settings.SILL_ALLOW_LIVE))
+    return ShopifyRail(
+        client=client,
+        allow_live=bool(settings.SILL_ALLOW_LIVE),
+        fact_timeout=float(settings.SILL_RAIL_FACT_TIMEOUT_SECONDS),
+    )

@@ -2,9 +2,11 @@
 
 ShopifyAPI keeps its session (site, access token) in per-thread class state, so every call
 activates this client's session and clears it afterwards: a worker thread never carries one
-site's token into another site's call. ``shopify.GraphQL`` posts to
-``<site>/graphql.json``; its ``execute`` has no timeout and prints error bodies to stdout, so
-the subclass below only adds a timeout and returns the error instead.
+site's token into another site's call. ``shopify.GraphQL`` (which builds the endpoint,
+``<site>/graphql.json``, and the token header) sends with ``urllib``: a new connection per
+call, no timeout, error bodies printed to stdout. The subclass below sends the same request
+on the shop's kept-alive session instead (sill.rails.keepalive: one per shop and token), with
+a timeout, and returns the error instead of printing it.
 
 Errors become ``RailError``s that say what Shopify's answer means (see :meth:`execute`), with
 the token scrubbed from every message. Throttling follows Shopify's cost-based limit: a
@@ -20,18 +22,17 @@ import json
 import logging
 import math
 import re
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyactiveresource.connection
+import requests
 import shopify
 
+from sill.rails import keepalive
 from sill.rails.base import (
     AmbiguousRailError,
     PermanentRailError,
@@ -67,25 +68,21 @@ class GraphQLResult:
 
 
 class _GraphQL(shopify.GraphQL):
-    """``shopify.GraphQL`` with a timeout, returning HTTP errors instead of printing them."""
+    """``shopify.GraphQL`` on a kept-alive session with a timeout; answers every status."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, session: requests.Session, timeout: float) -> None:
         super().__init__()
+        self.session = session
         self.timeout = timeout
 
-    def post(self, query: str, variables: dict[str, Any], operation_name: str) -> tuple[int, Any]:
+    def post(self, query: str, variables: dict[str, Any], operation_name: str) -> requests.Response:
         headers = self.merge_headers(
             {"Accept": "application/json", "Content-Type": "application/json"}, self.headers
         )
         body = json.dumps(
             {"query": query, "variables": variables, "operationName": operation_name}
         ).encode("utf-8")
-        request = urllib.request.Request(self.endpoint, body, headers)  # noqa: S310
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
-                return response.status, response.read().decode("utf-8")
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc
+        return self.session.post(self.endpoint, data=body, headers=headers, timeout=self.timeout)
 
 
 class ShopifyClient:
@@ -105,9 +102,20 @@ class ShopifyClient:
         self.api_version = api_version
         self.timeout = timeout
         self._token = token
+        self._http = keepalive.session_for("shopify", shop_domain, self.api_base, token)
 
     def __repr__(self) -> str:
         return f"ShopifyClient(shop_domain={self.shop_domain!r}, api_base={self.api_base!r})"
+
+    def with_timeout(self, timeout: float) -> ShopifyClient:
+        """The same shop and token (and kept-alive session) with another timeout."""
+        return ShopifyClient(
+            shop_domain=self.shop_domain,
+            token=self._token,
+            api_base=self.api_base,
+            api_version=self.api_version,
+            timeout=timeout,
+        )
 
     @contextmanager
     def _session(self) -> Iterator[None]:
@@ -178,29 +186,28 @@ class ShopifyClient:
         doing = f"Shopify {operation}"
         try:
             with self._session():
-                status, payload = _GraphQL(self.timeout).post(query, variables, operation)
-        except TimeoutError:
-            raise self._lost(doing, "no answer in time", mutation) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError | socket.timeout):
-                raise self._lost(doing, "no answer in time", mutation) from None
-            # Refused or unresolvable: the request never reached Shopify.
+                response = _GraphQL(self._http, self.timeout).post(query, variables, operation)
+        except requests.ConnectTimeout:
             raise RetryableRailError(f"{doing}: Shopify could not be reached") from None
-        if isinstance(payload, urllib.error.HTTPError):
-            self._raise_http(doing, status, payload, mutation)
+        except requests.Timeout:
+            raise self._lost(doing, "no answer in time", mutation) from None
+        except requests.RequestException:
+            # Refused, unresolvable or dropped: retryable (a refundCreate carries its
+            # @idempotent key, so sending it again cannot refund twice).
+            raise RetryableRailError(f"{doing}: Shopify could not be reached") from None
+        status = response.status_code
+        if status >= 400:
+            self._raise_http(doing, status, response.headers, mutation)
         try:
-            answer = json.loads(payload)
+            answer = json.loads(response.text)
         except ValueError:
             raise self._lost(doing, "an answer that is not JSON", mutation) from None
         return self._read_answer(doing, answer)
 
-    def _raise_http(
-        self, doing: str, status: int, exc: urllib.error.HTTPError, mutation: bool
-    ) -> None:
+    def _raise_http(self, doing: str, status: int, headers: Any, mutation: bool) -> None:
         if status == 429:
             raise ShopifyThrottled(
-                f"{doing}: rate limited (429)", retry_after=_retry_after(exc.headers)
+                f"{doing}: rate limited (429)", retry_after=_retry_after(headers)
             )
         if status in (401, 403):
             raise PermanentRailError(

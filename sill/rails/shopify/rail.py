@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +40,7 @@ from sill.rails.base import (
     RefundRequest,
     RefundResult,
 )
+from sill.rails.fact_reads import read_at_once
 from sill.rails.shopify import queries
 from sill.rails.shopify.client import ShopifyClient
 from sill.rails.shopify.orders import (
@@ -75,9 +77,12 @@ def live_money(shop: Any, order: Any) -> bool | None:
 class ShopifyRail:
     name = "shopify"
 
-    def __init__(self, *, client: ShopifyClient, allow_live: bool = False) -> None:
+    def __init__(
+        self, *, client: ShopifyClient, allow_live: bool = False, fact_timeout: float = 3.0
+    ) -> None:
         self.client = client
         self.allow_live = allow_live
+        self.fact_timeout = fact_timeout
 
     def __repr__(self) -> str:
         return f"ShopifyRail({self.client!r}, allow_live={self.allow_live})"
@@ -222,15 +227,30 @@ class ShopifyRail:
     def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
         """The order (created, refunded, disputes), the live-money check, the customer.
 
-        Two reads; one that fails leaves its facts unknown. Without ``read_customers`` the
-        customer's age and history are unknown, logged once per shop and process.
+        Two independent reads, made at once (sill.rails.fact_reads), each waiting at most
+        ``fact_timeout`` seconds; one that fails or times out leaves its facts unknown.
+        Without ``read_customers`` the customer's age and history are unknown, logged once per
+        shop and process.
         """
+        client = self.client.with_timeout(self.fact_timeout)
+        reads: dict[str, Any] = {"order": lambda: self._order_facts(client, request)}
+        if request.provider_customer_id:
+            # Not for a guest checkout, or a customer read without read_customers.
+            reads["customer"] = lambda: self._customer_facts(client, request)
+        found = read_at_once(reads, timeout=self.fact_timeout, rail="Shopify")
+        base: RefundFacts = found["order"] or RefundFacts()
+        if not request.provider_customer_id:
+            return base
+        customer_created, history = found["customer"] or (None, None)
+        return replace(base, customer_created_at=customer_created, history=history)
+
+    def _order_facts(self, client: ShopifyClient, request: RefundFactsRequest) -> RefundFacts:
         created: datetime | None = None
         disputed: bool | None = None
         refunded: int | None = None
         live: bool | None = None
         try:
-            data = self.client.execute(
+            data = client.execute(
                 queries.CHARGE_FACTS,
                 {"id": request.provider_charge_id},
                 operation="SillChargeFacts",
@@ -245,30 +265,19 @@ class ShopifyRail:
                     refunded = total_refunded.amount_minor
         except RailError as exc:
             logger.warning("Shopify order could not be read for refund facts: %s", exc.message)
-        base = RefundFacts(
-            charge_created_at=created,
-            charge_disputed=disputed,
-            charge_refunded_minor=refunded,
-            live_money=live,
-        )
-        if not request.provider_customer_id:
-            return base  # a guest checkout, or a customer read without read_customers
-        customer_created, history = self._customer_facts(request)
         return RefundFacts(
             charge_created_at=created,
             charge_disputed=disputed,
             charge_refunded_minor=refunded,
             live_money=live,
-            customer_created_at=customer_created,
-            history=history,
         )
 
     def _customer_facts(
-        self, request: RefundFactsRequest
+        self, client: ShopifyClient, request: RefundFactsRequest
     ) -> tuple[datetime | None, CustomerHistory | None]:
         since = request.history_since.astimezone(UTC).isoformat()
         try:
-            result = self.client.execute(
+            result = client.execute(
                 queries.CUSTOMER_FACTS,
                 {
                     "id": request.provider_customer_id,

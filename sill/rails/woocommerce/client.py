@@ -5,15 +5,23 @@ auth; over plain http (allowed only for a loopback test store) the client signs 
 with OAuth 1.0a, as WooCommerce requires there. The client returns a raw ``requests``
 response and never raises for a status: this module turns statuses into ``RailError``s and
 keeps the consumer secret out of every message.
+
+``woocommerce.API`` sends every request with ``requests.request``: a new session, so a new
+connection, per call. :class:`_KeptAliveAPI` sends the same request (the client's own URL
+and authentication, above) on the store's kept-alive session instead (sill.rails.keepalive:
+one per store and keys).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import urlencode
 
 import requests
 from woocommerce import API
 
+from sill.rails import keepalive
 from sill.rails.base import AmbiguousRailError, PermanentRailError, RailError, RetryableRailError
 
 PAGE_SIZE = 100
@@ -26,13 +34,63 @@ class WooCannotWrite(PermanentRailError):
     code = "woocommerce_read_only"
 
 
+class _KeptAliveAPI(API):
+    """``woocommerce.API`` whose requests go through one kept-alive session.
+
+    The library exposes no session; its one sending function, ``API.__request`` (name-mangled
+    to ``_API__request``), is overridden here with the same steps (its own URL and OAuth
+    helpers, basic auth over https) and ``session.request`` in place of ``requests.request``.
+    """
+
+    def __init__(self, *, session: requests.Session, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.session = session
+
+    def _API__request(  # the library's name-mangled method
+        self,
+        method: str,
+        endpoint: str,
+        data: Any,
+        params: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> requests.Response:
+        params = dict(params or {})
+        url = self._API__get_url(endpoint)
+        auth = None
+        headers = {"user-agent": self.user_agent, "accept": "application/json"}
+        if self.is_ssl and not self.query_string_auth:
+            auth = requests.auth.HTTPBasicAuth(self.consumer_key, self.consumer_secret)
+        elif self.is_ssl:
+            params.update(
+                {"consumer_key": self.consumer_key, "consumer_secret": self.consumer_secret}
+            )
+        else:
+            url = f"{url}?{urlencode(params)}"
+            url = self._API__get_oauth_url(url, method, **kwargs)
+        body = None
+        if data is not None:
+            body = json.dumps(data, ensure_ascii=False).encode("utf-8")
+            headers["content-type"] = "application/json;charset=utf-8"
+        return self.session.request(
+            method=method,
+            url=url,
+            verify=self.verify_ssl,
+            auth=auth,
+            params=params,
+            data=body,
+            timeout=self.timeout,
+            headers=headers,
+        )
+
+
 class WooClient:
     def __init__(
         self, *, store_url: str, consumer_key: str, consumer_secret: str, timeout: float = 20.0
     ) -> None:
         self.store_url = store_url
         self._secret = consumer_secret
-        self._api = API(
+        self._api = _KeptAliveAPI(
+            session=keepalive.session_for("woocommerce", store_url, consumer_key, consumer_secret),
             url=store_url,
             consumer_key=consumer_key,
             consumer_secret=consumer_secret,

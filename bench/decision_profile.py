@@ -1,0 +1,228 @@
+"""Where one approved agent refund decision spends its time, in-process (issue 18, point 1).
+
+Prints, from one run on this machine (PostgreSQL + Redis when DATABASE_URL / REDIS_URL are
+set, else SQLite and the embedded broker):
+- the queries one approved decision sends (every statement, SAVEPOINTs included), against
+  the goal of a handful (12);
+- approved decisions per second through Django's test client (middleware, DRF, intake,
+  commit, on-commit enqueue), against the trivial authenticated ``GET /api/v1/agent``
+  measured the same way in the same run; and the process CPU of each, likewise;
+- a cProfile (process CPU time) of the decisions split into SQL (the cursor and the commit:
+  the driver's work, building statements and reading rows excluded), canonicalisation
+  (RFC 8785), ed25519 (signing and verifying), rendering (DRF's JSON renderer), the
+  on-commit enqueue (Celery's ``apply_async``) and the rest, as shares of the decision.
+
+Run: `.venv/bin/python bench/decision_profile.py [--decisions N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import figure, finish
+from _setup import django_setup
+
+QUERY_GOAL = 12
+
+# (category, predicate on cProfile's (file, line, function) key). The first match wins and
+# only the outermost call of a category counts, so nested calls are not counted twice.
+CATEGORIES: list[tuple[str, Callable[[tuple[str, int, str]], bool]]] = [
+    ("sql", lambda k: k[0].endswith("django/db/backends/utils.py") and k[2] == "_execute"),
+    ("sql", lambda k: k[0].endswith("django/db/backends/base/base.py") and k[2] == "_commit"),
+    ("canonicalisation", lambda k: "rfc8785" in k[0] and k[2] == "dumps"),
+    ("ed25519", lambda k: k[0].endswith("nacl/bindings/crypto_sign.py")),
+    ("rendering", lambda k: k[0].endswith("rest_framework/renderers.py") and k[2] == "render"),
+    ("enqueue", lambda k: k[0].endswith("celery/app/task.py") and k[2] == "apply_async"),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--decisions", type=int, default=150)
+    parser.add_argument("--top", type=int, default=0, help="also print the N costliest functions")
+    args = parser.parse_args()
+    django_setup("decision_profile")
+
+    import secrets as pysecrets
+
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+    from nacl.signing import SigningKey
+
+    from refunds.agent.mandates import canonical_json, sign_mandate
+    from refunds.demo import DEMO_SITE_ID, load_demo
+    from sill.accounts.models import Agent, AgentKey, Site
+    from sill.accounts.services import issue_agent_token
+    from sill.ids import new_ulid
+    from sill.money import parse_major
+    from sill.orders.models import Charge, ChargeStatus, Order
+    from sill.orders.services import NewLine, create_order
+
+    load_demo()
+    site = Site.objects.get(pk=DEMO_SITE_ID)
+    agent = Agent.objects.get(site=site, agent_id="agent_acme_shopper")
+    key = SigningKey(bytes(range(7, 39)))
+    AgentKey.objects.get_or_create(
+        agent=agent,
+        key_id="bench",
+        defaults={
+            "public_key": bytes(key.verify_key),
+            "valid_from": datetime(2026, 1, 1, tzinfo=UTC),
+        },
+    )  # a database kept from an earlier run has it
+    token = issue_agent_token(agent=agent)
+
+    warm, profiled = 10, 30
+    n = args.decisions + warm + profiled + 1
+    originals = []
+    for i in range(n):
+        mandate_id = f"mnd_{new_ulid()}"
+        order = create_order(
+            site=site, lines=[NewLine(sku="B", name="Bench", quantity=1, unit_price=parse_major("20.00", "USD"))],
+            currency="USD", buyer_name="Bench", buyer_email=f"b{i}@example.com",
+            source_mandate_id=mandate_id, placed_by_agent=agent,
+        )  # fmt: skip
+        Order.objects.filter(pk=order.pk).update(status="PAID")
+        Charge.objects.create(
+            order=order, rail="mock", amount_minor=2000, currency="USD",
+            status=ChargeStatus.SUCCEEDED, captured_at=datetime.now(UTC),
+        )  # fmt: skip
+        originals.append(mandate_id)
+
+    def body(original: str) -> bytes:
+        now = datetime.now(UTC).replace(microsecond=0)
+        signed = {
+            "mandate_id": f"mnd_{new_ulid()}", "site_id": site.id, "agent_id": agent.agent_id,
+            "issued_at": now.isoformat().replace("+00:00", "Z"),
+            "expires_at": (now + timedelta(seconds=280)).isoformat().replace("+00:00", "Z"),
+            "nonce": pysecrets.token_urlsafe(16), "replay_window_seconds": 300,
+            "intent": {
+                "action": "request_refund", "merchant": site.merchant_domain,
+                "original_mandate_id": original, "reason_code": "wrong_item", "scope": "full",
+                "max_amount": Decimal("20.00"), "currency": "USD",
+            },
+        }  # fmt: skip
+        return canonical_json(sign_mandate(signed, key, "bench"))
+
+    bodies = [body(o) for o in originals]
+    client = Client()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+    def decide(payload: bytes) -> None:
+        answer = client.post("/api/v1/mandates", data=payload, content_type="application/json")
+        if answer.status_code != 201 or answer.json()["decision"] != "approved":
+            raise SystemExit(f"not an approved decision: {answer.status_code} {answer.content!r}")
+
+    def trivial() -> None:
+        answer = client.get("/api/v1/agent", **auth)
+        if answer.status_code != 200:
+            raise SystemExit(f"GET /api/v1/agent: {answer.status_code}")
+
+    for payload in bodies[:warm]:
+        decide(payload)
+    for _ in range(50):
+        trivial()
+    bodies = bodies[warm:]
+
+    # Queries of one decision, every statement counted.
+    with CaptureQueriesContext(connection) as captured:
+        decide(bodies.pop())
+    statements = [q["sql"] for q in captured.captured_queries]
+    savepoints = sum(s.startswith(("SAVEPOINT", "RELEASE SAVEPOINT")) for s in statements)
+
+    # Throughput and CPU: the trivial GET, then the decisions, then the GET again (averaged,
+    # so a drift of the machine's load during the run does not favour either side).
+    def run(fn: Callable[[], None], count: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(count):
+            fn()
+        return (time.perf_counter() - wall) / count, (time.process_time() - cpu) / count
+
+    gets = max(200, args.decisions)
+    get_wall1, get_cpu1 = run(trivial, gets)
+    queue = iter(bodies[: args.decisions])
+    dec_wall, dec_cpu = run(lambda: decide(next(queue)), args.decisions)
+    get_wall2, get_cpu2 = run(trivial, gets)
+    get_wall, get_cpu = (get_wall1 + get_wall2) / 2, (get_cpu1 + get_cpu2) / 2
+    bodies = bodies[args.decisions :]
+
+    # The profile, over decisions not yet sent.
+    # CPU time, not wall time: waiting for PostgreSQL is not the web process's cost.
+    profiler = cProfile.Profile(time.process_time)
+    profiler.enable()
+    for payload in bodies[:profiled]:
+        decide(payload)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    shares = _shares(stats)
+    if args.top:
+        stats.sort_stats("tottime").print_stats(args.top)
+        stats.sort_stats("cumulative").print_stats(args.top)
+
+    total = shares.pop("total")
+    print(f"one approved decision: {len(statements)} statements ({savepoints} savepoint ones)")
+    for sql in statements:
+        print("   ", sql[:110])
+    print(
+        f"profile of {profiled} decisions ({total / profiled * 1000:.2f} ms CPU each under cProfile):"
+    )
+    for name, seconds in shares.items():
+        print(f"    {name:18} {seconds / total:6.1%}  {seconds / profiled * 1000:7.2f} ms")
+
+    figure(
+        "queries per approved decision", value=len(statements), baseline_name="goal",
+        baseline=QUERY_GOAL, unit="queries", goal="<= 1.0",
+    )  # fmt: skip
+    figure(
+        "approved decisions in-process", value=1 / dec_wall,
+        baseline_name="GET /api/v1/agent in-process", baseline=1 / get_wall, unit="/s",
+        goal=">= 0.5",
+    )  # fmt: skip
+    figure(
+        "CPU per approved decision", value=dec_cpu * 1000,
+        baseline_name="CPU per GET /api/v1/agent", baseline=get_cpu * 1000, unit="ms",
+    )  # fmt: skip
+    for name, seconds in shares.items():
+        figure(
+            f"decision time in {name}", value=seconds / profiled * 1000,
+            baseline_name="decision under cProfile", baseline=total / profiled * 1000, unit="ms",
+        )  # fmt: skip
+    finish(__file__)
+
+
+def _shares(stats: pstats.Stats) -> dict[str, float]:
+    """Seconds per category (outermost calls only) and in the rest; ``total`` is all of it."""
+    raw = stats.stats  # type: ignore[attr-defined]  # {key: (cc, nc, tt, ct, callers)}
+    keyed: dict[tuple[str, int, str], str] = {}
+    for key in raw:
+        for name, matches in CATEGORIES:
+            if matches(key):
+                keyed[key] = name
+                break
+    shares = {name: 0.0 for name, _ in CATEGORIES}
+    for key, name in keyed.items():
+        _cc, _nc, _tt, ct, callers = raw[key]
+        # Subtract the time spent in calls from inside the same category (nesting).
+        nested = sum(v[3] for caller, v in callers.items() if keyed.get(caller) == name)
+        shares[name] += ct - nested
+    # Building statements and turning rows into objects: Django's ORM code itself (its own
+    # time only, so the SQL it runs is not counted again).
+    shares["orm"] = sum(v[2] for key, v in raw.items() if "django/db/models/" in key[0])
+    total = sum(tt for _cc, _nc, tt, _ct, _callers in raw.values())
+    shares["rest"] = total - sum(shares.values())
+    shares["total"] = total
+    return shares
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""Stripe customer-balance credits (issue 17, point 4): a ``credit_customer`` mandate is
+verified, quoted from Sill's records and the rail's customer, decided by the rules that apply
+to credits, held like a refund when a rule says so, and executed once as a customer balance
+transaction with Sill's idempotency key — recovered by lookup, never by a new key.
+
+The rail is a loopback Stripe speaking the wire format (localstripe has no balance
+transactions: tests/rails/stripe_balance_stub.py) driven through the real stripe SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.core import mail
+
+from audit.models import AuditRecord
+from policies.catalog import item_by_id
+from policies.services import apply_catalog_item
+from refunds.execution import RetryLater, execute_refund
+from refunds.models import Refund, RefundKind, RefundStatus
+from refunds.review.decisions import approve_refund
+from sill.accounts.models import Agent, Site
+from sill.orders.models import Customer
+from sill.rails.models import RailAccount
+from tests.rails.stripe_balance_stub import KEY, BalanceStub, serving_balance_stub
+from tests.refunds.conftest import post
+
+pytestmark = pytest.mark.django_db
+
+CUSTOMER = "cus_CreditCora0001"
+
+
+def credit_intent(**overrides: Any) -> dict[str, Any]:
+    intent: dict[str, Any] = {
+        "action": "credit_customer",
+        "merchant": "roasters.example",
+        "customer": CUSTOMER,
+        "amount": Decimal("12.50"),
+        "currency": "USD",
+        "reason_code": "not_received",
+    }
+    intent.update(overrides)
+    return intent
+
+
+@pytest.fixture
+def stub() -> Iterator[BalanceStub]:
+    with serving_balance_stub() as running:
+        running.add_customer(CUSTOMER)
+        yield running
+
+
+@pytest.fixture
+def stripe_rail(site: Site, stub: BalanceStub) -> RailAccount:
+    account = RailAccount(site=site, rail="stripe", api_base=stub.url)
+    account.set_secret(KEY)
+    account.save()
+    return account
+
+
+@pytest.fixture
+def cora(site: Site) -> Customer:
+    return Customer.objects.create(
+        site=site, rail_customer_id=CUSTOMER, email="cora@example.com", name="Cora"
+    )
+
+
+@pytest.fixture
+def send(
+    client: Any, sign: Callable[..., bytes], django_capture_on_commit_callbacks: Any
+) -> Callable[..., Any]:
+    """POST a signed credit mandate and run what it enqueued (the execution, emails)."""
+
+    def run(**overrides: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return post(client, sign(credit_intent(**overrides)))
+
+    return run
+
+
+def _apply(site: Site, owner: Any, item_id: str) -> None:
+    item = item_by_id(item_id)
+    assert item is not None
+    apply_catalog_item(site=site, actor=owner, item=item)
+
+
+@pytest.fixture
+def owner(members: dict[str, Any]) -> Any:
+    return members["owner"].user
+
+
+def test_an_approved_credit_is_one_balance_transaction_with_sills_key(
+    send, stub, stripe_rail, cora, site
+):
+    answer = send()
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    assert (body["decision"], body["amount"], body["currency"], body["rail"]) == (
+        "approved", "12.50", "USD", "stripe",
+    )  # fmt: skip
+    refund = Refund.objects.get(pk=body["refund_id"])
+    assert refund.kind == RefundKind.CUSTOMER_CREDIT
+    assert refund.status == RefundStatus.SUCCEEDED
+    assert (refund.order_id, refund.charge_id, refund.customer_id) == (None, None, cora.pk)
+    [posted] = stub.posts()
+    assert posted.path == f"/v1/customers/{CUSTOMER}/balance_transactions"
+    assert posted.headers["Idempotency-Key"] == f"sill-credit-{refund.id}"
+    assert (posted.params["amount"], posted.params["currency"]) == ("-1250", "usd")
+    assert posted.params["metadata[sill_credit_id]"] == refund.id
+    assert refund.provider_refund_id == stub.transactions[CUSTOMER][0]["id"]
+    assert stub.customers[CUSTOMER]["balance"] == -1250  # Stripe's sign: credit held
+    # The same audit records and receipt as a refund.
+    kinds = list(
+        AuditRecord.objects.filter(site=site, subject_refund_id=refund.id)
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )
+    assert kinds == ["approved", "settlement"]
+    assert body["receipt"]["statement"]
+    decision = AuditRecord.objects.get(site=site, kind="approved", subject_refund_id=refund.id)
+    assert decision.hash == refund.decision_hash
+    assert '"creditCustomerAgeDays":400' in decision.payload
+    assert f'"customer":"{CUSTOMER}"' in decision.payload
+    assert '"kind":"customer_credit"' in decision.payload
+    # The customer hears of it.
+    [email] = mail.outbox
+    assert email.to == ["cora@example.com"]
+    assert "12.50" in email.body and "account balance" in email.body
+
+
+def test_a_customer_without_a_balance_currency_takes_the_sites(send, stub, stripe_rail, cora):
+    answer = send(currency="EUR", amount=Decimal("5.00"))
+    body = answer.json()
+    assert (body["decision"], body["reason"]) == ("rejected", "currency_mismatch")
+    assert stub.posts() == []
+
+
+def test_another_currency_than_the_customers_balance_is_currency_mismatch(
+    send, stub, stripe_rail, cora
+):
+    stub.customers[CUSTOMER]["currency"] = "eur"
+    assert send().json()["reason"] == "currency_mismatch"
+    answer = send(currency="EUR", amount=Decimal("5.00"))
+    assert answer.json()["decision"] == "approved"
+    assert [p.params["currency"] for p in stub.posts()] == ["eur"]
+
+
+def test_a_customer_sill_does_not_know_is_refused_before_the_rail(send, stub, stripe_rail, cora):
+    stub.add_customer("cus_Stranger0001")
+    body = send(customer="cus_Stranger0001").json()
+    assert (body["decision"], body["reason"]) == ("rejected", "unknown_customer")
+    assert stub.posts() == []
+
+
+def test_a_customer_deleted_at_stripe_is_unknown(send, stub, stripe_rail, cora):
+    stub.delete_customer(CUSTOMER)
+    assert send().json()["reason"] == "unknown_customer"
+    assert stub.posts() == []
+
+
+def test_without_a_stripe_rail_the_credit_is_refused(send, cora):
+    body = send().json()
+    assert (body["decision"], body["reason"]) == ("rejected", "rail_disabled")
+
+
+def test_an_agent_whose_refund_method_is_off_cannot_credit(send, stub, stripe_rail, cora, agent):
+    Agent.objects.filter(pk=agent.pk).update(refund_enabled=False)
+    assert send().json()["reason"] == "method_not_allowed"
+    assert stub.posts() == []
+
+
+def test_the_agents_cap_counts_credits(send, stub, stripe_rail, cora, agent):
+    Agent.objects.filter(pk=agent.pk).update(refund_cap_minor=1000)
+    assert send().json()["reason"] == "agent_cap_exceeded"
+    assert send(amount=Decimal("9.00")).json()["decision"] == "approved"
+
+
+@pytest.mark.parametrize(
+    ("intent", "code", "field"),
+    [
+        ({"customer": "cora"}, "invalid_field", "signed.intent.customer"),
+        ({"customer": 7}, "invalid_field", "signed.intent.customer"),
+        ({"amount": "12.50"}, "invalid_field", "signed.intent.amount"),
+        ({"amount": Decimal("-1.00")}, "invalid_field", "signed.intent.amount"),
+        ({"amount": Decimal("1.001")}, "invalid_field", "signed.intent.amount"),
+        ({"currency": "usd"}, "invalid_field", "signed.intent.currency"),
+        ({"reason_code": "because"}, "invalid_field", "signed.intent.reason_code"),
+        ({"order": "x"}, "unknown_field", "signed.intent.order"),
+    ],
+)
+def test_a_malformed_credit_intent_is_refused_and_changes_nothing(
+    send, stub, stripe_rail, cora, intent, code, field
+):
+    answer = send(**intent)
+    assert answer.status_code == 422
+    assert answer.json()["error"]["code"] == code
+    assert answer.json()["error"]["field"] == field
+    assert not Refund.objects.exists()
+    assert stub.seen == []
+
+
+def test_the_new_customer_template_holds_a_credit_until_an_owner_approves(
+    send, stub, stripe_rail, cora, site, owner
+):
+    _apply(site, owner, "credit-new-customer")
+    assert send().json()["decision"] == "approved"
+    stub.add_customer("cus_NewComer00001", days_old=3)
+    Customer.objects.create(site=site, rail_customer_id="cus_NewComer00001", email="n@example.com")
+    body = send(customer="cus_NewComer00001").json()
+    assert (body["decision"], body["status"]) == ("escalated", "held")
+    assert body["rules"] == [
+        {"id": "tpl-credit-new-customer", "action": "require_approval", "mode": "enforced"}
+    ]
+    held = Refund.objects.get(pk=body["refund_id"])
+    assert len(stub.posts()) == 1  # only the first credit moved
+    approve_refund(refund=held, actor=owner)
+    assert execute_refund(held.pk) == "succeeded"
+    held.refresh_from_db()
+    assert held.status == RefundStatus.SUCCEEDED
+    assert len(stub.posts()) == 2
+    assert AuditRecord.objects.filter(subject_refund_id=held.pk, kind="escalated_approved").exists()
+
+
+def test_charge_rules_do_not_judge_credits_and_credit_rules_do_not_judge_refunds(
+    send, stub, stripe_rail, cora, site, owner, sign, client, original,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    # "No refund on a disputed charge" reads a charge fact a credit does not have: unknown
+    # would deny every credit. The credit template reads a fact a refund does not have.
+    _apply(site, owner, "disputed-deny")
+    _apply(site, owner, "credit-new-customer")
+    assert send().json()["decision"] == "approved"
+    from tests.refunds.conftest import ORIGINAL, refund_intent
+
+    with django_capture_on_commit_callbacks(execute=True):
+        refund = post(client, sign(refund_intent(ORIGINAL))).json()
+    assert (refund["decision"], refund["rules"]) == ("approved", [])
+
+
+def test_a_lost_answer_is_recovered_with_the_same_key_and_credits_once(
+    client, sign, stub, stripe_rail, cora, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        body = post(client, sign(credit_intent())).json()
+    assert body["decision"] == "approved" and callbacks
+    stub.drop_next_post = True
+    with pytest.raises(RetryLater) as lost:
+        execute_refund(body["refund_id"])
+    assert lost.value.ambiguous
+    refund = Refund.objects.get(pk=body["refund_id"])
+    assert refund.status == RefundStatus.PROCESSING  # never failed on a lost answer
+    assert len(stub.transactions[CUSTOMER]) == 1  # Stripe did it
+    assert execute_refund(refund.pk) == "succeeded"
+    refund.refresh_from_db()
+    assert refund.provider_refund_id == stub.transactions[CUSTOMER][0]["id"]
+    assert len(stub.transactions[CUSTOMER]) == 1
+    # The retry looked the credit up by its metadata before calling again: one POST only.
+    assert len(stub.posts()) == 1
+
+
+def test_a_permanent_refusal_at_the_rail_fails_the_credit_without_moving_money(
+    client, sign, stub, stripe_rail, cora, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        body = post(client, sign(credit_intent())).json()
+    stub.customers[CUSTOMER]["currency"] = "eur"  # changed at Stripe after the decision
+    assert execute_refund(body["refund_id"]) == "failed"
+    refund = Refund.objects.get(pk=body["refund_id"])
+    assert refund.status == RefundStatus.FAILED
+    assert "currency" in refund.failure_message
+    assert stub.transactions.get(CUSTOMER, []) == []
+
+
+def test_an_identical_resend_answers_the_stored_credit(client, sign, stub, stripe_rail, cora):
+    body = sign(credit_intent())
+    first = post(client, body)
+    again = post(client, body)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["refund_id"] == first.json()["refund_id"]
+    assert Refund.objects.count() == 1
+
+
+@pytest.mark.parametrize("persona", ["owner", "reviewer"])
+def test_a_held_credit_reads_as_a_credit_on_every_page(
+    send, stub, stripe_rail, cora, site, owner, client_for, persona
+):
+    _apply(site, owner, "r07")  # every agent request waits for a human
+    body = send().json()
+    assert body["status"] == "held"
+    browser = client_for(persona)
+    refund_id = body["refund_id"]
+    for url in ("/held/", f"/held/{refund_id}/", f"/refunds/{refund_id}/", "/refunds/"):
+        page = browser.get(url)
+        assert page.status_code == 200, url
+        text = page.content.decode()
+        assert "Customer credit" in text, url
+    detail = browser.get(f"/held/{body['refund_id']}/").content.decode()
+    assert "cora@example.com" in detail and "$12.50" in detail
+    assert "balance" in detail
+    assert browser.get("/").status_code == 200  # the dashboard counts it among the held
+    if persona == "owner":
+        evidence = browser.get(f"/refunds/{refund_id}/evidence.json")
+        assert evidence.status_code == 200
+        [email] = [m for m in mail.outbox if "Held for review" in m.subject]
+        assert "Customer credit" in email.subject
+        assert f"Credit to: Cora's Stripe balance (customer {CUSTOMER})" in email.body
+
+
+def test_an_owner_approves_a_held_credit_in_the_browser_and_a_reviewer_cannot(
+    send, stub, stripe_rail, cora, site, owner, client_for, django_capture_on_commit_callbacks
+):
+    _apply(site, owner, "r07")
+    refund_id = send().json()["refund_id"]
+    url = f"/held/{refund_id}/approve/"
+    assert client_for("reviewer").post(url, {"confirmed": "1"}).status_code == 403
+    browser = client_for("owner")
+    unconfirmed = browser.post(url)  # no money moves without the confirmation
+    assert unconfirmed.status_code == 200
+    assert "Stripe balance" in unconfirmed.content.decode()
+    assert Refund.objects.get(pk=refund_id).status == RefundStatus.HELD
+    with django_capture_on_commit_callbacks(execute=True):
+        browser.post(url, {"confirmed": "1"})
+    refund = Refund.objects.get(pk=refund_id)
+    assert refund.status == RefundStatus.SUCCEEDED
+    assert len(stub.posts()) == 1
