@@ -393,9 +393,18 @@ def decide_and_open(*, context: RefundContext, fields: dict[str, Any]) -> Refund
         "rail": context.charge.rail,
         "amount_minor": context.amount.amount_minor,
         "currency": context.amount.currency,
-        "facts": outcome.facts,
-        "rules": [r.as_dict() for r in outcome.rules],
     }
+    return open_decided(outcome=outcome, fields=fields, now=context.now, charge=context.charge)
+
+
+def open_decided(
+    *, outcome: PolicyOutcome, fields: dict[str, Any], now: datetime, charge: Charge | None
+) -> Refund:
+    """Open a refund (or credit) as ``outcome`` decided it: rejected ``policy_denied``, held for
+    24 hours (owners and admins told on commit), or approved — reserved on ``charge`` when it
+    draws on one (a credit does not) and executed once this transaction commits — and write
+    its decision record, in the caller's transaction."""
+    fields = {**fields, "facts": outcome.facts, "rules": [r.as_dict() for r in outcome.rules]}
     if outcome.action == "deny":
         refund = unsaved_refund(
             **fields, decision=Decision.REJECTED, status=RefundStatus.REJECTED,
@@ -404,16 +413,17 @@ def decide_and_open(*, context: RefundContext, fields: dict[str, Any]) -> Refund
     elif outcome.action == "require_approval":
         refund = unsaved_refund(
             **fields, decision=Decision.ESCALATED, status=RefundStatus.HELD,
-            expires_at=context.now + HOLD_FOR,
+            expires_at=now + HOLD_FOR,
         )  # fmt: skip
         notify_hold(refund)
     else:
         refund = unsaved_refund(
             **fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING
         )
-        reserve(refund=refund, charge=context.charge)
+        if charge is not None:
+            reserve(refund=refund, charge=charge)
         enqueue_execution(refund)
-    return record_decision(refund=refund, outcome=outcome, now=context.now)
+    return record_decision(refund=refund, outcome=outcome, now=now)
 
 
 def enqueue_execution(refund: Refund) -> None:

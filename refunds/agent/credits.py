@@ -33,13 +33,7 @@ from refunds.agent.mandates import CreditIntent, VerifiedMandate
 from refunds.credit_rail import CREDIT_RAIL, creditor_for
 from refunds.locks import lock_decision_scope
 from refunds.models import Decision, Mandate, Refund, RefundKind, RefundOrigin, RefundStatus
-from refunds.services import (
-    HOLD_FOR,
-    enqueue_execution,
-    notify_hold,
-    record_decision,
-    unsaved_refund,
-)
+from refunds.services import open_decided, record_decision, unsaved_refund
 from sill.orders.models import Customer
 from sill.rails.base import CreditCustomer, RailError
 from sill.rails.registry import RailDisabled
@@ -132,26 +126,5 @@ def open_credit(
             customer_created_at=read.customer.created_at,
         )
     )
-    fields = {
-        **base,
-        **found,
-        "facts": outcome.facts,
-        "rules": [r.as_dict() for r in outcome.rules],
-    }
-    if outcome.action == "deny":
-        refund = unsaved_refund(
-            **fields, decision=Decision.REJECTED, status=RefundStatus.REJECTED,
-            outcome_code="policy_denied",
-        )  # fmt: skip
-    elif outcome.action == "require_approval":
-        refund = unsaved_refund(
-            **fields, decision=Decision.ESCALATED, status=RefundStatus.HELD,
-            expires_at=now + HOLD_FOR,
-        )  # fmt: skip
-        notify_hold(refund)
-    else:
-        refund = unsaved_refund(
-            **fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING
-        )
-        enqueue_execution(refund)
-    return record_decision(refund=refund, outcome=outcome, now=now)
+    # Nothing is reserved: a credit draws on no charge.
+    return open_decided(outcome=outcome, fields={**base, **found}, now=now, charge=None)
