@@ -24,3 +24,30 @@ def django_setup(name: str) -> Path:
     django.setup()
     call_command("migrate", verbosity=0)
     return data_dir
+
+
+def paid_agent_orders(site: object, agent: object, count: int) -> list[str]:
+    """``count`` paid $20.00 orders placed by ``agent`` on the mock rail, each with its own
+    buyer (so its own customer); the purchase mandate ids a refund mandate names them by."""
+    from datetime import UTC, datetime
+
+    from sill.ids import new_ulid
+    from sill.money import parse_major
+    from sill.orders.models import Charge, ChargeStatus, Order
+    from sill.orders.services import NewLine, create_order
+
+    originals = []
+    for i in range(count):
+        mandate_id = f"mnd_{new_ulid()}"
+        order = create_order(
+            site=site, lines=[NewLine(sku="B", name="Bench", quantity=1, unit_price=parse_major("20.00", "USD"))],
+            currency="USD", buyer_name="Bench", buyer_email=f"b{i}-{mandate_id[-6:].lower()}@example.com",
+            source_mandate_id=mandate_id, placed_by_agent=agent,
+        )  # fmt: skip
+        Order.objects.filter(pk=order.pk).update(status="PAID")
+        Charge.objects.create(
+            order=order, rail="mock", amount_minor=2000, currency="USD",
+            status=ChargeStatus.SUCCEEDED, captured_at=datetime.now(UTC),
+        )  # fmt: skip
+        originals.append(mandate_id)
+    return originals

@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import figure, finish, quick
-from _setup import ROOT, django_setup
+from _setup import ROOT, django_setup, paid_agent_orders
 
 WORKERS = (1, 2, 4)
 # The acceptance figure: 4 workers' p99 at 8 clients may be this much above 2 workers'.
@@ -164,10 +164,6 @@ class World:
         from refunds.demo import DEMO_SITE_ID, load_demo
         from sill.accounts.models import Agent, AgentKey, Site
         from sill.accounts.services import issue_agent_token
-        from sill.ids import new_ulid
-        from sill.money import parse_major
-        from sill.orders.models import Charge, ChargeStatus, Order
-        from sill.orders.services import NewLine, create_order
 
         load_demo()
         site = Site.objects.get(pk=DEMO_SITE_ID)
@@ -178,20 +174,7 @@ class World:
             valid_from=datetime(2026, 1, 1, tzinfo=UTC),
         )  # fmt: skip
         token = issue_agent_token(agent=agent)
-        originals = []
-        for i in range(orders):
-            mandate_id = f"mnd_{new_ulid()}"
-            order = create_order(
-                site=site, lines=[NewLine(sku="B", name="Bench", quantity=1, unit_price=parse_major("20.00", "USD"))],
-                currency="USD", buyer_name="Bench", buyer_email=f"b{i}@example.com",
-                source_mandate_id=mandate_id, placed_by_agent=agent,
-            )  # fmt: skip
-            Order.objects.filter(pk=order.pk).update(status="PAID")
-            Charge.objects.create(
-                order=order, rail="mock", amount_minor=2000, currency="USD",
-                status=ChargeStatus.SUCCEEDED, captured_at=datetime.now(UTC),
-            )  # fmt: skip
-            originals.append(mandate_id)
+        originals = paid_agent_orders(site, agent, orders)
         return cls(site, agent, key, token, originals)
 
     def _body(self, original: str, signer) -> bytes:

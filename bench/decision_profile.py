@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import figure, finish
-from _setup import django_setup
+from _setup import django_setup, paid_agent_orders
 
 QUERY_GOAL = 12
 
@@ -64,9 +64,6 @@ def main() -> None:
     from sill.accounts.models import Agent, AgentKey, Site
     from sill.accounts.services import issue_agent_token
     from sill.ids import new_ulid
-    from sill.money import parse_major
-    from sill.orders.models import Charge, ChargeStatus, Order
-    from sill.orders.services import NewLine, create_order
 
     load_demo()
     site = Site.objects.get(pk=DEMO_SITE_ID)
@@ -84,20 +81,7 @@ def main() -> None:
 
     warm, profiled = 10, 30
     n = args.decisions + warm + profiled + 1
-    originals = []
-    for i in range(n):
-        mandate_id = f"mnd_{new_ulid()}"
-        order = create_order(
-            site=site, lines=[NewLine(sku="B", name="Bench", quantity=1, unit_price=parse_major("20.00", "USD"))],
-            currency="USD", buyer_name="Bench", buyer_email=f"b{i}@example.com",
-            source_mandate_id=mandate_id, placed_by_agent=agent,
-        )  # fmt: skip
-        Order.objects.filter(pk=order.pk).update(status="PAID")
-        Charge.objects.create(
-            order=order, rail="mock", amount_minor=2000, currency="USD",
-            status=ChargeStatus.SUCCEEDED, captured_at=datetime.now(UTC),
-        )  # fmt: skip
-        originals.append(mandate_id)
+    originals = paid_agent_orders(site, agent, n)
 
     def body(original: str) -> bytes:
         now = datetime.now(UTC).replace(microsecond=0)
