@@ -97,6 +97,13 @@ def _order_of(customer: Customer, order: Order) -> Order:
     return order
 
 
+def _with_daily_cap(agent: Any) -> None:
+    # Agent intake takes the agent's scope lock only when something acts on the agent's sum
+    # (refunds.locks.decision_scope): a daily cap does.
+    agent.daily_refund_cap_minor = 1_000_000_00
+    agent.save(update_fields=["daily_refund_cap_minor"])
+
+
 def _retries(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
 
@@ -105,6 +112,7 @@ def test_it_retries_a_mandate_whose_transaction_was_a_deadlock_victim(
     agent, sign, make_order, mock_rail, caplog
 ):
     order = make_order(total="89.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
+    _with_daily_cap(agent)
     (scope,) = scope_keys(agent_id=agent.pk, customer_id=None)
     body = sign(refund_intent(ORIGINAL, max_amount=Decimal("10.00")))
 
@@ -190,6 +198,7 @@ def test_it_answers_a_mandate_503_busy_after_the_retries_run_out(
     agent, sign, make_order, mock_rail, caplog
 ):
     order = make_order(total="89.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
+    _with_daily_cap(agent)
     (scope,) = scope_keys(agent_id=agent.pk, customer_id=None)
     body = sign(refund_intent(ORIGINAL, max_amount=Decimal("10.00")))
 
