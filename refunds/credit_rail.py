@@ -28,6 +28,8 @@ def credit_request(refund: Refund) -> CreditRequest:
         idempotency_key=refund.idempotency_key,
         amount=refund.amount,
         provider_customer_id=customer.rail_customer_id,
-        description=f"Credit from {refund.site.merchant_domain} ({refund.id})",
+        # Only what never changes: a retry with the same key and other parameters is refused
+        # by Stripe (idempotency_error), so nothing the merchant can edit goes in here.
+        description=f"Sill credit {refund.id}",
         metadata={"sill_refund_id": refund.id},
     )

@@ -326,3 +326,19 @@ def test_an_owner_approves_a_held_credit_in_the_browser_and_a_reviewer_cannot(
     refund = Refund.objects.get(pk=refund_id)
     assert refund.status == RefundStatus.SUCCEEDED
     assert len(stub.posts()) == 1
+
+
+def test_every_attempt_asks_the_rail_the_same_even_after_the_site_changes(
+    client, sign, stub, stripe_rail, cora, site, django_capture_on_commit_callbacks
+):
+    # Stripe refuses a reused idempotency key with other parameters: what a credit sends must
+    # not follow anything the merchant can edit between two attempts.
+    from refunds.credit_rail import credit_request
+
+    with django_capture_on_commit_callbacks(execute=False):
+        body = post(client, sign(credit_intent())).json()
+    refund = Refund.objects.select_related("site", "customer").get(pk=body["refund_id"])
+    first = credit_request(refund)
+    Site.objects.filter(pk=site.pk).update(merchant_domain="renamed.example", name="Renamed")
+    again = credit_request(Refund.objects.select_related("site", "customer").get(pk=refund.pk))
+    assert again == first
