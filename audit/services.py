@@ -15,9 +15,9 @@ from audit.models import (
     AuditChainHead,
     AuditKind,
     AuditRecord,
-    AuditTreeNode,
 )
 from sill.accounts.models import Site
+from sill.sql import cols, fetch_row
 
 
 class AuditOutsideTransaction(RuntimeError):
@@ -72,16 +72,19 @@ def append_record(
     # in between. The lock is then held for the record's two INSERTs and the COMMIT only; the
     # signing, hashing and the caller's ``before_lock`` write run outside it. On a lost race
     # the locked path below builds it again (seqs stay gap-free, the chain unbroken).
-    head = AuditChainHead.objects.filter(site=site).first()
+    # Hand-written SQL to the INSERTs (issue 18: the ORM spent more CPU building these
+    # statements than the database running them); the rare locked path stays ORM.
+    head_cols = cols(AuditChainHead, "h")
+    row = fetch_row(
+        f'SELECT {head_cols.sql} FROM "audit_auditchainhead" "h" WHERE "h"."site_id" = %s',  # noqa: S608
+        [site.pk],
+    )
+    head = head_cols.build(row) if row is not None else None
     if head is not None:
         record, nodes, frontier = _build(site, kind, body_bytes, subjects, head)
         if before_lock is not None:
             before_lock(record)
-        won = AuditChainHead.objects.filter(site=site, last_seq=head.last_seq).update(
-            last_seq=record.seq, last_hash=record.hash, tree_frontier=frontier
-        )
-        if won:
-            _save(record, nodes)
+        if _append_on(head, record, nodes, frontier):
             return record
 
     # The row lock serialises appends per site on PostgreSQL (SQLite's IMMEDIATE transactions
@@ -109,8 +112,9 @@ def _build(
     body_bytes: bytes,
     subjects: dict[str, str],
     head: AuditChainHead,
-) -> tuple[AuditRecord, list[AuditTreeNode], str]:
-    """The record that follows ``head``, its tree nodes and the tree's new edge (no writes)."""
+) -> tuple[AuditRecord, list[tuple[int, int, str]], str]:
+    """The record that follows ``head``, its tree nodes as ``(level, index, hash)`` and the
+    tree's new edge (no writes)."""
     seq = head.last_seq + 1
     # Taken after ``head`` was read: every record already on it was timed before this one.
     recorded_at = _now_ms()
@@ -136,10 +140,7 @@ def _build(
         created_at=recorded_at,
         **subjects,
     )
-    nodes = [
-        AuditTreeNode(site_id=site.pk, level=level, index=index, hash=node.hex())
-        for level, index, node in grown
-    ]
+    nodes = [(level, index, node.hex()) for level, index, node in grown]
     return record, nodes, tree.format_frontier(edge)
 
 
@@ -158,9 +159,98 @@ def _payload_bytes(*, site_id: str, seq: int, kind: str, stamp: str, body: bytes
     )  # fmt: skip
 
 
-def _save(record: AuditRecord, nodes: list[AuditTreeNode]) -> None:
-    record.save(force_insert=True)
-    AuditTreeNode.objects.bulk_create(nodes)
+# Every column but the auto id, in the order _save gives the values
+# (tests/audit/test_append_sql.py holds these lists to the models).
+_INSERT_RECORD_INTO = (
+    'INSERT INTO "audit_auditrecord" ("site_id", "seq", "kind", "payload", "prev_hash", "hash",'
+    ' "signature", "key_id", "created_at", "subject_refund_id", "subject_order_id")'
+)
+_RECORD_VALUES = "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+_INSERT_RECORD = f"{_INSERT_RECORD_INTO} VALUES ({_RECORD_VALUES})"
+_TAKE_HEAD = (
+    'UPDATE "audit_auditchainhead" SET "last_seq" = %s, "last_hash" = %s, "tree_frontier" = %s'
+    ' WHERE "site_id" = %s AND "last_seq" = %s'
+)
+_INSERT_TREE_NODES = 'INSERT INTO "audit_audittreenode" ("site_id", "level", "index", "hash")'
+
+
+def _append_on(
+    head: AuditChainHead, record: AuditRecord, nodes: list[tuple[int, int, str]], frontier: str
+) -> bool:
+    """Move the site's head from ``head`` to ``record`` and INSERT the record and its tree
+    nodes, if no other append moved the head meanwhile (False then, and nothing written).
+
+    The UPDATE takes the head's row lock, held until COMMIT. On PostgreSQL the UPDATE and both
+    INSERTs are one statement (data-modifying CTEs, the INSERTs reading the UPDATE's row), so
+    the lock is held for one round trip and the COMMIT: a worker descheduled between two
+    statements no longer keeps every other append of the site waiting (issue 18, point 3).
+    """
+    take: list[Any] = [record.seq, record.hash, frontier, head.site_id, head.last_seq]
+    if connection.vendor != "postgresql":  # SQLite: its writers are serialised anyway
+        with connection.cursor() as cursor:
+            cursor.execute(_TAKE_HEAD, take)
+            won = cursor.rowcount == 1
+        if won:
+            _save(record, nodes)
+        return won
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # Formatted in: the constants above and placeholders; every value is a parameter.
+            f'WITH "won" AS ({_TAKE_HEAD} RETURNING "site_id"),'  # noqa: S608
+            f' "record" AS ({_INSERT_RECORD_INTO} SELECT {_RECORD_VALUES} FROM "won"'
+            ' RETURNING "id"),'
+            f' "nodes" AS ({_INSERT_TREE_NODES} SELECT "v".* FROM (VALUES {_node_rows(nodes)})'
+            ' AS "v" CROSS JOIN "won")'
+            ' SELECT "id" FROM "record"',
+            [*take, *_record_values(record), *_node_values(record, nodes)],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    _saved(record, row[0])
+    return True
+
+
+def _save(record: AuditRecord, nodes: list[tuple[int, int, str]]) -> None:
+    """INSERT ``record`` and its tree nodes, one statement each; ``record`` then reads as
+    saved (its id set, ``_state`` no longer adding), as after ``record.save()``."""
+    returning = connection.features.can_return_columns_from_insert
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _INSERT_RECORD + (' RETURNING "id"' if returning else ""), _record_values(record)
+        )
+        pk = cursor.fetchone()[0] if returning else cursor.lastrowid
+        cursor.execute(
+            f"{_INSERT_TREE_NODES} VALUES {_node_rows(nodes)}", _node_values(record, nodes)
+        )
+    _saved(record, pk)
+
+
+def _record_values(record: AuditRecord) -> list[Any]:
+    created_at = AuditRecord._meta.get_field("created_at").get_db_prep_value(
+        record.created_at, connection
+    )
+    return [
+        record.site_id, record.seq, record.kind, record.payload, record.prev_hash, record.hash,
+        record.signature, record.key_id, created_at, record.subject_refund_id,
+        record.subject_order_id,
+    ]  # fmt: skip
+
+
+def _node_rows(nodes: list[tuple[int, int, str]]) -> str:
+    # grow() always gives the leaf: there is at least one node.
+    return ", ".join(["(%s, %s, %s, %s)"] * len(nodes))
+
+
+def _node_values(record: AuditRecord, nodes: list[tuple[int, int, str]]) -> list[Any]:
+    return [value for node in nodes for value in (record.site_id, *node)]
+
+
+def _saved(record: AuditRecord, pk: int) -> None:
+    """``record`` reads as saved, as after ``record.save()``."""
+    record.pk = pk
+    record._state.adding = False
+    record._state.db = connection.alias
 
 
 def _now_ms() -> datetime:

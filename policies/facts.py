@@ -19,12 +19,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Sum
 
 from policies.rates import usd_minor
 from policies.types import RefundContext
 from policies.vocabulary import FACTS_VERSION, ratio, truncated
-from refunds.models import LIVE_STATUSES, Refund, RefundOrigin
+from refunds.models import LIVE_STATUSES, RefundOrigin
 from sill.accounts.models import Site
 from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
 from sill.orders.outside import unrecorded_refunded_minor
@@ -36,6 +35,7 @@ from sill.rails.base import (
     RefundFactsRequest,
 )
 from sill.rails.models import RailAccount
+from sill.sql import cols, fetch_row
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ HISTORY_DAYS = 90
 CUSTOMER_REFUNDS_DAYS = 30
 HISTORY_PAGE = 100
 _DAY = 86400
+_LIVE = ", ".join(["%s"] * len(LIVE_STATUSES))  # placeholders for LIVE_STATUSES
 
 # (site, rail, what) already logged by this process: say it once, at the first refund.
 _logged: set[tuple[str, str, str]] = set()
@@ -113,7 +114,13 @@ def read_refund_facts(context: RefundContext) -> dict[str, Any]:
 def _customer(customer_id: int | None) -> Customer | None:
     if customer_id is None:
         return None
-    return Customer.objects.filter(pk=customer_id).first()
+    # Hand-written (sill.sql): every decision on a customer's order reads it.
+    customer = cols(Customer, "cu")
+    row = fetch_row(
+        f"SELECT {customer.sql} FROM orders_customer cu WHERE cu.id = %s",  # noqa: S608
+        [customer_id],
+    )
+    return None if row is None else customer.build(row)
 
 
 def prefetch_rail_facts(
@@ -233,12 +240,22 @@ def _window_days_left(site: Site, rail: str, paid_at: datetime | None, now: date
 def _customer_refunds(context: RefundContext, customer_id: int | None) -> int | None:
     if customer_id is None:
         return None
-    return Refund.objects.filter(
-        site=context.site,
-        order__customer_id=customer_id,
-        status__in=LIVE_STATUSES,
-        created_at__gte=context.now - timedelta(days=CUSTOMER_REFUNDS_DAYS),
-    ).count()
+    # Hand-written (sill.sql): every decision on a customer's order counts them. The join
+    # leaves out refunds without an order (customer credits), as ``order__customer_id`` does.
+    since = context.now - timedelta(days=CUSTOMER_REFUNDS_DAYS)
+    row = fetch_row(
+        f"""SELECT COUNT(*) FROM refunds_refund r
+        JOIN orders_order o ON o.id = r.order_id
+        WHERE r.site_id = %s AND o.customer_id = %s AND r.status IN ({_LIVE})
+            AND r.created_at >= %s""",  # noqa: S608  (formatted in: placeholders only)
+        [
+            context.site.pk,
+            customer_id,
+            *LIVE_STATUSES,
+            connection.ops.adapt_datetimefield_value(since),
+        ],
+    )
+    return int(row[0]) if row is not None else 0
 
 
 def _agent_total_today_usd(context: RefundContext, refund_usd: int | None) -> int | None:
@@ -250,20 +267,26 @@ def _agent_total_today_usd(context: RefundContext, refund_usd: int | None) -> in
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         tz = zoneinfo.ZoneInfo("UTC")
     midnight = context.now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
-    totals = (
-        Refund.objects.filter(
-            site=context.site,
-            agent=context.agent,
-            status__in=LIVE_STATUSES,
-            created_at__gte=midnight,
+    # Hand-written (sill.sql): every agent decision sums them. Any origin counts (the
+    # agent's refunds, whoever made them), as before.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT r.currency, SUM(r.amount_minor) FROM refunds_refund r
+            WHERE r.site_id = %s AND r.agent_id = %s AND r.status IN ({_LIVE})
+                AND r.created_at >= %s
+            GROUP BY r.currency""",  # noqa: S608  (formatted in: placeholders only)
+            [
+                context.site.pk,
+                context.agent.pk,
+                *LIVE_STATUSES,
+                connection.ops.adapt_datetimefield_value(midnight),
+            ],
         )
-        .order_by()  # no default ordering in the GROUP BY
-        .values_list("currency")
-        .annotate(total=Sum("amount_minor"))
-    )
+        totals = cursor.fetchall()
     total = refund_usd
     for currency, minor in totals:
-        usd = usd_minor(minor or 0, currency)
+        # int(): PostgreSQL's SUM of a bigint is a numeric (a Decimal), as the ORM converts.
+        usd = usd_minor(int(minor or 0), currency)
         if usd is None:
             return None
         total += usd

@@ -20,8 +20,11 @@ from policies.subjects import Subject, rules_for
 from policies.types import BASELINE_VERSION
 from refunds.models import Refund, RefundKind
 from sill.accounts.models import Site
+from sill.sql import cols, fetch_row
 
 PREVIEW_DAYS = 30
+# ``.defer("rules")``: every field of a version but its rules.
+_ALL_BUT_RULES = tuple(f.name for f in PolicyVersion._meta.concrete_fields if f.name != "rules")
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def baseline_for(site: Site) -> ActivePolicy:
 
 def active_policy_for(site: Site) -> ActivePolicy:
     """The site's active policy, compiled (once per version, then from the cache)."""
-    version = PolicyVersion.objects.filter(site=site, active=True).defer("rules").first()
+    version = _active_version(site)
     if version is None:
         return baseline_for(site)
     compiled = _compiled(version, "refund")
@@ -75,6 +78,20 @@ def active_policy_for(site: Site) -> ActivePolicy:
         ),
         version=version,
     )
+
+
+def _active_version(site: Site) -> PolicyVersion | None:
+    """The site's active version without its rules (the compile cache has them), in
+    hand-written SQL (``sill.sql``): every decision reads it."""
+    version = cols(PolicyVersion, "v", only=_ALL_BUT_RULES)
+    row = fetch_row(
+        f"""SELECT {version.sql} FROM policies_policyversion v
+        WHERE v.site_id = %s AND v.active = %s
+        ORDER BY v.site_id, v.number DESC
+        LIMIT 1""",  # noqa: S608  (formatted in: the column list only)
+        [site.pk, True],
+    )
+    return None if row is None else version.build(row)
 
 
 def rules_digest(rules: list[dict[str, Any]]) -> str:

@@ -259,6 +259,13 @@ class Refund(models.Model):
             models.Index(fields=["site", "status"]),
             models.Index(fields=["site", "-created_at"]),
             models.Index(fields=["status", "next_check_at"]),
+            # The agent's refunds today (a policy fact and the daily cap, summed on every
+            # agent decision): today's rows only, from the index alone on PostgreSQL.
+            models.Index(
+                fields=["agent", "created_at"],
+                include=["status", "currency", "amount_minor"],
+                name="refund_agent_day_idx",
+            ),
         ]
 
     def __str__(self) -> str:

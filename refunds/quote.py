@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Exists, OuterRef, Subquery, Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from refunds.models import LIVE_STATUSES, RESERVED_STATUSES, Refund, RefundOrigin, RefundStatus
@@ -40,6 +40,7 @@ from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail
 from sill.rails.models import RailAccount
 from sill.rails.registry import RailDisabled, rail_account_for
 from sill.rails.woocommerce import woocommerce_stripe_refusal
+from sill.sql import cols, fetch_row, for_update
 
 # Rails whose credentials do not say whether they move real money: refunds need the charge's
 # own facts to say it is a test (see live_refusal).
@@ -90,32 +91,62 @@ def charged_charge(order: Order, *, lock: bool = False, checks: bool = False) ->
     other rows (an open dispute, an agent refund of the order already live, the charge's
     held refunds), so the quote reads them with the charge instead of one query each.
     """
-    qs = Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED).order_by("created_at")
     if checks:
-        qs = qs.annotate(**_CHECKS)
+        return _charge_with_checks(order, lock=lock)
+    qs = Charge.objects.filter(order=order, status=ChargeStatus.SUCCEEDED).order_by("created_at")
     if lock:
         # Only the charge: the subqueries' rows are read, not locked.
         qs = qs.select_for_update(of=("self",))
     return qs.first()
 
 
-_HELD = Refund.objects.filter(charge=OuterRef("pk"), status=RefundStatus.HELD).order_by()
-_CHECKS = {
-    "quote_disputed": Exists(
-        Dispute.objects.filter(charge=OuterRef("pk"), status__in=OPEN_DISPUTE_STATUSES)
-    ),
-    "quote_agent_refund": Exists(
-        Refund.objects.filter(
-            order=OuterRef("order_id"), origin=RefundOrigin.AGENT, status__in=LIVE_STATUSES
-        )
-    ),
-    "quote_held_minor": Subquery(
-        _HELD.values("charge").annotate(total=Sum("amount_minor")).values("total")
-    ),
-    "quote_held_count": Subquery(
-        _HELD.values("charge").annotate(count=Count("id")).values("count")
-    ),
-}
+def _charge_with_checks(order: Order, *, lock: bool) -> Charge | None:
+    """:func:`charged_charge` with the quote's checks, in hand-written SQL (``sill.sql``: an
+    agent decision runs it every time, and building the queryset cost more than running it).
+
+    Sets ``quote_disputed`` (an open dispute of the charge), ``quote_agent_refund`` (an agent
+    refund of the order held, processing, needing attention or done), ``quote_held_minor``
+    and ``quote_held_count`` (the charge's held refunds). Only the charge is locked: the
+    subqueries' rows are read, not locked.
+    """
+    charge = cols(Charge, "c")
+    disputes = ", ".join(["%s"] * len(OPEN_DISPUTE_STATUSES))
+    live = ", ".join(["%s"] * len(LIVE_STATUSES))
+    row = fetch_row(
+        # Formatted in: the model's column list and placeholders only (values are parameters).
+        f"""SELECT {charge.sql},
+            EXISTS (SELECT 1 FROM orders_dispute d
+                    WHERE d.charge_id = c.id AND d.status IN ({disputes})),
+            EXISTS (SELECT 1 FROM refunds_refund r
+                    WHERE r.order_id = c.order_id AND r.origin = %s AND r.status IN ({live})),
+            (SELECT SUM(h.amount_minor) FROM refunds_refund h
+             WHERE h.charge_id = c.id AND h.status = %s),
+            (SELECT COUNT(*) FROM refunds_refund h WHERE h.charge_id = c.id AND h.status = %s)
+        FROM orders_charge c
+        WHERE c.order_id = %s AND c.status = %s
+        ORDER BY c.created_at
+        LIMIT 1{for_update("c") if lock else ""}""",  # noqa: S608
+        [
+            *sorted(OPEN_DISPUTE_STATUSES),
+            RefundOrigin.AGENT,
+            *LIVE_STATUSES,
+            RefundStatus.HELD,
+            RefundStatus.HELD,
+            order.pk,
+            ChargeStatus.SUCCEEDED,
+        ],
+    )
+    if row is None:
+        return None
+    found = charge.build(row)
+    disputed, agent_refund, held_minor, held_count = row[len(charge) :]
+    found.quote_disputed = bool(disputed)  # type: ignore[attr-defined]
+    found.quote_agent_refund = bool(agent_refund)  # type: ignore[attr-defined]
+    found.quote_held_minor = held_minor  # type: ignore[attr-defined]
+    found.quote_held_count = held_count  # type: ignore[attr-defined]
+    # The charge belongs to ``order``: the quote and the policy read it without a query.
+    found.order = order
+    return found
 
 
 def open_dispute(charge: Charge) -> Dispute | None:

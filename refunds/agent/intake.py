@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet, Subquery
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from policies.facts import prefetch_rail_facts
@@ -34,7 +34,7 @@ from refunds.locks import decision_scope, lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
 from refunds.quote import RefundRefused, charged_charge, original_refusal, quote_refund
 from refunds.services import decide_and_open, record_decision, unsaved_refund
-from sill.accounts.models import Agent, AgentKey
+from sill.accounts.models import Agent, AgentKey, Site
 from sill.api import spend_mandate_budget
 from sill.money import min_money
 from sill.orders.models import Charge, ChargeStatus, Order
@@ -43,6 +43,7 @@ from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts
 from sill.rails.models import RailAccount
 from sill.rails.woocommerce.models import WooOrderLink
+from sill.sql import cols, fetch_row, for_update, insert
 
 
 class _Raced(Exception):
@@ -80,14 +81,27 @@ def _key_lookup(site_id: str, agent_id: str, key_id: str) -> mandates.KeyRecord 
 def _agent_key(site_id: str, agent_id: str, key_id: str, *, mandate_id: str) -> AgentKey | None:
     """The active agent's key, with its agent and site (the decision reuses them), and as
     ``earlier_sha256`` the digest of the site's mandate ``mandate_id`` if one is stored: one
-    query for the resend check and the key."""
-    earlier = Mandate.objects.filter(site_id=site_id, mandate_id=mandate_id)
-    return (
-        AgentKey.objects.select_related("agent__site")
-        .filter(agent__site_id=site_id, agent__agent_id=agent_id, agent__active=True, key_id=key_id)
-        .annotate(earlier_sha256=Subquery(earlier.values("body_sha256")[:1]))
-        .first()
+    query for the resend check and the key (hand-written: every mandate runs it)."""
+    key, agent, site = cols(AgentKey, "k"), cols(Agent, "a"), cols(Site, "s")
+    row = fetch_row(
+        f"""SELECT {key.sql}, {agent.sql}, {site.sql},
+            (SELECT m.body_sha256 FROM refunds_mandate m
+             WHERE m.site_id = %s AND m.mandate_id = %s LIMIT 1)
+        FROM accounts_agentkey k
+        JOIN accounts_agent a ON a.id = k.agent_id
+        JOIN accounts_site s ON s.id = a.site_id
+        WHERE a.site_id = %s AND a.agent_id = %s AND a.active = %s AND k.key_id = %s
+        ORDER BY k.id
+        LIMIT 1""",  # noqa: S608  (formatted in: column lists only)
+        [site_id, mandate_id, site_id, agent_id, True, key_id],
     )
+    if row is None:
+        return None
+    found = key.build(row)
+    found.agent = agent.build(row, len(key))
+    found.agent.site = site.build(row, len(key) + len(agent))
+    found.earlier_sha256 = row[-1]  # type: ignore[attr-defined]
+    return found
 
 
 def _key_record(key: AgentKey) -> mandates.KeyRecord:
@@ -234,17 +248,19 @@ def _store(verified: VerifiedMandate, *, agent: Agent) -> Mandate:
             field="signed.intent.merchant",
         )
     try:
-        return Mandate.objects.create(
-            site=site,
-            agent=agent,
-            mandate_id=verified.mandate_id,
-            key_id=verified.key_id,
-            nonce=verified.nonce,
-            action=verified.action,
-            raw=verified.raw,
-            body_sha256=verified.body_sha256,
-            issued_at=verified.issued_at,
-            expires_at=verified.expires_at,
+        return insert(
+            Mandate(
+                site=site,
+                agent=agent,
+                mandate_id=verified.mandate_id,
+                key_id=verified.key_id,
+                nonce=verified.nonce,
+                action=verified.action,
+                raw=verified.raw,
+                body_sha256=verified.body_sha256,
+                issued_at=verified.issued_at,
+                expires_at=verified.expires_at,
+            )
         )
     except IntegrityError:
         # No savepoint: the transaction is over either way (this leaves ``atomic`` at once).
@@ -261,24 +277,67 @@ def _prefetch_rail_facts(verified: VerifiedMandate, *, now: datetime) -> _Prefet
     intent = verified.intent
     if not isinstance(intent, mandates.RefundIntent):
         return None
-    # The order with its first successful charge in one query; the order alone only if none.
-    charge = (
-        Charge.objects.select_related("order")
-        .filter(order__in=originals(verified.site_id, intent), status=ChargeStatus.SUCCEEDED)
-        .order_by("created_at")
-        .first()
-    )
+    # The order with its first successful charge (and its rail account) in one query; the
+    # order alone only if none.
+    if intent.original_order is None:
+        charge, account = _charged_original(verified.site_id, intent.original_mandate_id)
+    else:
+        charge = (
+            Charge.objects.select_related("order")
+            .filter(order__in=originals(verified.site_id, intent), status=ChargeStatus.SUCCEEDED)
+            .order_by("created_at")
+            .first()
+        )
+        account = None
+        if charge is not None:
+            account = RailAccount.objects.filter(
+                site_id=verified.site_id, rail=charge.rail, enabled=True
+            ).first()
     order = charge.order if charge is not None else originals(verified.site_id, intent).first()
     if original_refusal(order, charge) is not None:
         return None
     assert order is not None and charge is not None
-    account = RailAccount.objects.filter(
-        site_id=verified.site_id, rail=charge.rail, enabled=True
-    ).first()
     facts = prefetch_rail_facts(
         site_id=verified.site_id, order=order, charge=charge, now=now, account=account
     )
     return _Prefetched(order=order, charge=charge, account=account, facts=facts)
+
+
+def _charged_original(
+    site_id: str, mandate_id: str | None
+) -> tuple[Charge | None, RailAccount | None]:
+    """The first successful charge of the order purchase mandate ``mandate_id`` placed, with
+    its order, and the site's enabled account of the charge's rail (or None): one
+    hand-written query, as every agent refund of a mandate-placed order reads it."""
+    charge, order, account = cols(Charge, "c"), cols(Order, "o"), cols(RailAccount, "ra")
+    row = fetch_row(
+        f"""SELECT {charge.sql}, {order.sql}, {account.sql}
+        FROM orders_charge c
+        JOIN orders_order o ON o.id = c.order_id
+        LEFT JOIN rails_railaccount ra
+            ON ra.site_id = o.site_id AND ra.rail = c.rail AND ra.enabled = %s
+        WHERE o.site_id = %s AND o.source_mandate_id = %s AND c.status = %s
+        ORDER BY c.created_at
+        LIMIT 1""",  # noqa: S608  (formatted in: column lists only)
+        [True, site_id, mandate_id, ChargeStatus.SUCCEEDED],
+    )
+    if row is None:
+        return None, None
+    found = charge.build(row)
+    found.order = order.build(row, len(charge))
+    at = len(charge) + len(order)
+    return found, account.build(row, at) if row[at] is not None else None
+
+
+def _locked_order(site_id: str, order_id: str) -> Order | None:
+    """The site's order ``order_id``, its row locked until the transaction ends."""
+    order = cols(Order, "o")
+    row = fetch_row(
+        f"SELECT {order.sql} FROM orders_order o WHERE o.site_id = %s AND o.id = %s"  # noqa: S608
+        + for_update(),
+        [site_id, order_id],
+    )
+    return order.build(row) if row is not None else None
 
 
 def originals(site_id: str, intent: mandates.RefundIntent) -> QuerySet[Order]:
@@ -346,10 +405,8 @@ def _request_refund(
     # it before the row lock is safe (so is reading it before the transaction).
     if prefetched is not None:
         customer_id = prefetched.order.customer_id
-        named = Order.objects.filter(site_id=site.pk, pk=prefetched.order.pk)
     else:
         customer_id = originals(site.pk, intent).values_list("customer_id", flat=True).first()
-        named = originals(site.pk, intent)
     # Only the sums a rule or a cap acts on need the scope locks (refunds.locks): decisions
     # of one agent on different orders do not queue behind one another for nothing.
     policy = active_policy_for(site)
@@ -359,7 +416,10 @@ def _request_refund(
         customer_id=customer_id if scope.customer else None,
     )
     # The row lock on the order serialises every refund of this order (DESIGN: reserve).
-    order = named.select_for_update().first()
+    if prefetched is not None:
+        order = _locked_order(site.pk, prefetched.order.pk)
+    else:
+        order = originals(site.pk, intent).select_for_update().first()
     if order is not None:
         order.site = site  # the quote's refund window reads it: no second read of the site
     # Locked, with what the quote asks of the charge's other rows (disputes, refunds).

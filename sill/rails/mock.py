@@ -34,8 +34,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Sum
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Sum
 
 from sill.ids import new_ulid
 from sill.money import Money
@@ -52,6 +52,7 @@ from sill.rails.base import (
     RetryableRailError,
 )
 from sill.rails.models import MockCallCount, MockEntryKind, MockLedgerEntry
+from sill.sql import cols, fetch_row
 
 CHARGE_SCRIPTS = frozenset({"succeed", "decline", "timeout", "timeout_after_effect"})
 REFUND_SCRIPTS = frozenset(
@@ -219,60 +220,82 @@ class MockRail:
         pages it (newest first, one page of ``history_limit`` whatever the currency), so
         truncation behaves the same on both rails.
         """
-        from django.db.models.functions import Coalesce
-
         from sill.orders.models import (
             OPEN_DISPUTE_STATUSES,
             Charge,
             ChargeStatus,
             Customer,
-            Dispute,
         )
 
         script = str(self.config.get("facts", "succeed"))
         if script == "fail":
             self._answer()
             raise RetryableRailError("mock rail: facts unavailable (scripted)")
-        # The charge and whether it is disputed in one query.
-        charges = Charge.objects.filter(order__site_id=self.site_id).annotate(
-            disputed=Exists(
-                Dispute.objects.filter(charge=OuterRef("pk"), status__in=OPEN_DISPUTE_STATUSES)
-            )
+        # The charge and whether it is disputed in one query, hand-written (sill.sql): every
+        # decision on a mock charge reads it.
+        charge = cols(Charge, "c", only=("captured_at", "created_at"))
+        disputes = ", ".join(["%s"] * len(OPEN_DISPUTE_STATUSES))
+        if request.sill_charge_id:
+            column, value = "c.id", request.sill_charge_id
+        else:
+            column, value = "c.provider_charge_id", request.provider_charge_id
+        row = fetch_row(
+            f"""SELECT {charge.sql},
+                EXISTS (SELECT 1 FROM orders_dispute d
+                        WHERE d.charge_id = c.id AND d.status IN ({disputes}))
+            FROM orders_charge c
+            JOIN orders_order o ON o.id = c.order_id
+            WHERE o.site_id = %s AND {column} = %s
+            ORDER BY c.created_at
+            LIMIT 1""",  # noqa: S608  (formatted in: a column list, a column, placeholders)
+            [*sorted(OPEN_DISPUTE_STATUSES), self.site_id, value],
         )
-        found = (
-            charges.filter(pk=request.sill_charge_id)
-            if request.sill_charge_id
-            else charges.filter(provider_charge_id=request.provider_charge_id)
-        )
-        charge = found.only("captured_at", "created_at").first()
         facts = RefundFacts()
-        if charge is not None:
+        if row is not None:
+            found = charge.build(row)
             facts = RefundFacts(
-                charge_created_at=charge.captured_at or charge.created_at,
-                charge_disputed=bool(charge.disputed),
+                charge_created_at=found.captured_at or found.created_at,
+                charge_disputed=bool(row[len(charge)]),
             )
         if script == "no_customers":
             return facts
-        customers = Customer.objects.filter(site_id=self.site_id)
+        # The customer, then its page of history: hand-written too (sill.sql), as every
+        # decision on a customer's order reads them.
+        customer_key: int | str
         if request.sill_customer_id is not None:
-            customer = customers.filter(pk=request.sill_customer_id).first()
+            by, customer_key = "cu.id", request.sill_customer_id
         elif request.provider_customer_id:
-            customer = customers.filter(rail_customer_id=request.provider_customer_id).first()
+            by, customer_key = "cu.rail_customer_id", request.provider_customer_id
         else:
-            customer = None
-        if customer is None:
             return facts
-        page = list(
-            Charge.objects.filter(
-                order__site_id=self.site_id,
-                order__customer=customer,
-                status=ChargeStatus.SUCCEEDED,
-            )
-            .annotate(made_at=Coalesce("captured_at", "created_at"))
-            .filter(made_at__gte=request.history_since)
-            .order_by("-made_at", "-pk")
-            .values_list("currency", "amount_refunded_minor")[: request.history_limit + 1]
+        found_customer = cols(Customer, "cu", only=("provider_created_at", "created_at"))
+        row = fetch_row(
+            f"""SELECT {found_customer.sql} FROM orders_customer cu
+            WHERE cu.site_id = %s AND {by} = %s
+            ORDER BY cu.id
+            LIMIT 1""",  # noqa: S608  (formatted in: a column list and a column)
+            [self.site_id, customer_key],
         )
+        if row is None:
+            return facts
+        customer = found_customer.build(row)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """SELECT c.currency, c.amount_refunded_minor FROM orders_charge c
+                JOIN orders_order o ON o.id = c.order_id
+                WHERE o.site_id = %s AND o.customer_id = %s AND c.status = %s
+                    AND COALESCE(c.captured_at, c.created_at) >= %s
+                ORDER BY COALESCE(c.captured_at, c.created_at) DESC, c.id DESC
+                LIMIT %s""",
+                [
+                    self.site_id,
+                    customer.pk,
+                    ChargeStatus.SUCCEEDED,
+                    connection.ops.adapt_datetimefield_value(request.history_since),
+                    request.history_limit + 1,
+                ],
+            )
+            page = cursor.fetchall()
         truncated = len(page) > request.history_limit
         refunded = [
             minor

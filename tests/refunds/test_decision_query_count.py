@@ -20,6 +20,8 @@ last), the record and tree INSERTs, COMMIT. It was 35 before issue 18.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -71,9 +73,9 @@ def test_an_approved_decision_costs_a_known_number_of_queries(
     )
     assert answer.json()["decision"] == "approved"
     # The receipt reuses the record the decision wrote: no second read of it.
-    assert sum('FROM "audit_auditrecord"' in s for s in statements) == 0
+    assert not any(re.search(r"FROM \W?audit_auditrecord", s) for s in statements)
     # One dispute check in the transaction (with the charge), none repeated by the facts.
-    assert sum('"orders_dispute"' in s for s in statements) == 2  # the rail's and Sill's
+    assert sum("orders_dispute" in s for s in statements) == 2  # the rail's and Sill's
     assert len(statements) <= APPROVED_DECISION_QUERIES, "\n".join(s[:120] for s in statements)
 
 

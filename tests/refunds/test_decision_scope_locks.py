@@ -41,7 +41,10 @@ def _race(site: Any, agent: Agent, make_order: Any, *, wait: float) -> dict[str,
     answers: dict[str, Any] = {}
 
     def pause(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
-        if sql.startswith('UPDATE "audit_auditchainhead"') and not a_paused.is_set():
+        if (
+            sql.startswith(('UPDATE "audit_auditchainhead"', 'WITH "won" AS (UPDATE'))
+            and not a_paused.is_set()
+        ):
             a_paused.set()
             answers["b_while_a_open"] = b_done.wait(timeout=wait)
         return execute(sql, params, many, context)

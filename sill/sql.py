@@ -1,0 +1,149 @@
+"""Hand-written reads for the hot path: the SQL is written by hand, the columns and their
+conversions come from the models.
+
+An approved agent decision is CPU-bound in Django's ORM *building* its statements (issue 18:
+about half of the decision's CPU went to compiling querysets, not to running them). The few
+reads on that path are written here as SQL text, and their rows become model instances the
+way the ORM makes them (``Model.from_db``, the backend's and each field's converters: SQLite
+datetimes, booleans, JSON), so the code after them cannot tell the difference.
+
+Usage::
+
+    key, agent = cols(AgentKey, "k"), cols(Agent, "a")
+    row = fetch_row(f"SELECT {key.sql}, {agent.sql} FROM accounts_agentkey k JOIN ... ", [..])
+    if row is not None:
+        k = key.build(row)              # columns 0 .. len(key) - 1
+        k.agent = agent.build(row, len(key))
+
+Only fields of the model's own table are selected (``concrete_fields``, or the ``only`` names);
+relations are joined by hand and set on the instances, as above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Generic, TypeVar
+
+from django.db import connection, connections
+from django.db.models import Field, Model
+
+M = TypeVar("M", bound=Model)
+
+Converter = Callable[[Any, Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class Columns(Generic[M]):
+    """The select list of ``model`` under table alias ``alias``, and how its values become an
+    instance."""
+
+    model: type[M]
+    alias: str
+    fields: tuple[Field[Any, Any], ...]
+    sql: str
+    attnames: tuple[str, ...]
+    converters: tuple[tuple[tuple[Converter, Any], ...], ...]
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def build(self, row: Sequence[Any], start: int = 0) -> M:
+        """The instance whose columns start at ``row[start]``, as the ORM would load it."""
+        values = list(row[start : start + len(self.fields)])
+        for i, steps in enumerate(self.converters):
+            for convert, expression in steps:
+                values[i] = convert(values[i], expression, connection)
+        return self.model.from_db(connection.alias, self.attnames, values)
+
+
+def cols(model: type[M], alias: str, only: tuple[str, ...] | None = None) -> Columns[M]:
+    """The columns of ``model`` (all concrete fields, or the primary key and ``only``) selected
+    as ``"alias"."column"``, for the default connection's backend."""
+    return _cols(model, alias, only, connection.vendor)
+
+
+@cache
+def _cols(model: type[M], alias: str, only: tuple[str, ...] | None, vendor: str) -> Columns[M]:
+    fields = tuple(
+        f
+        for f in model._meta.concrete_fields
+        if only is None or f.primary_key or f.name in only or f.attname in only
+    )
+    quote = connection.ops.quote_name
+    converters = []
+    for f in fields:
+        expression = f.get_col(alias)
+        # Field.get_db_converters is Django's (the ORM's compiler calls it), not in the stubs.
+        steps = connection.ops.get_db_converters(expression) + f.get_db_converters(connection)  # type: ignore[attr-defined]
+        converters.append(tuple((step, expression) for step in steps))
+    return Columns(
+        model=model,
+        alias=alias,
+        fields=fields,
+        sql=", ".join(f"{quote(alias)}.{quote(f.column)}" for f in fields),
+        attnames=tuple(f.attname for f in fields),
+        converters=tuple(converters),
+    )
+
+
+def fetch_row(sql: str, params: Sequence[Any], using: str = "default") -> tuple[Any, ...] | None:
+    """The first row ``sql`` answers, or None."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def for_update(*aliases: str) -> str:
+    """``FOR UPDATE OF …`` where the backend locks rows; nothing on SQLite, whose writers hold
+    the whole database (``BEGIN IMMEDIATE``) instead."""
+    if not connection.features.has_select_for_update:
+        return ""
+    if aliases and connection.features.has_select_for_update_of:
+        return " FOR UPDATE OF " + ", ".join(connection.ops.quote_name(a) for a in aliases)
+    return " FOR UPDATE"
+
+
+def insert(obj: M) -> M:
+    """INSERT ``obj`` as ``obj.save(force_insert=True)`` would, with a statement written once
+    per model: each field's ``pre_save`` (``auto_now_add``…) and ``get_db_prep_save``, the
+    auto primary key read back. No signals are sent (Sill connects none to these models).
+    A unique or check violation raises ``IntegrityError`` as ``save`` does."""
+    meta = obj._meta
+    pk_set = obj.pk is not None
+    sql, fields, returning = _insert_sql(type(obj), pk_set, connection.vendor)
+    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        if returning:
+            assert meta.auto_field is not None
+            value = cursor.fetchone()[0] if _returns(connection) else cursor.lastrowid
+            setattr(obj, meta.auto_field.attname, value)
+    obj._state.adding = False
+    obj._state.db = connection.alias
+    return obj
+
+
+def _returns(conn: Any) -> bool:
+    return bool(conn.features.can_return_columns_from_insert)
+
+
+@cache
+def _insert_sql(
+    model: type[Model], pk_set: bool, vendor: str
+) -> tuple[str, tuple[Field[Any, Any], ...], bool]:
+    meta = model._meta
+    fields = tuple(f for f in meta.local_concrete_fields if pk_set or f is not meta.auto_field)
+    returning = not pk_set and meta.auto_field is not None
+    quote = connection.ops.quote_name
+    # Formatted in: the model's table and column names, and placeholders.
+    sql = "INSERT INTO {} ({}) VALUES ({})".format(  # noqa: S608
+        quote(meta.db_table),
+        ", ".join(quote(f.column) for f in fields),
+        ", ".join(["%s"] * len(fields)),
+    )
+    if returning and _returns(connection):
+        assert meta.auto_field is not None
+        sql += f" RETURNING {quote(meta.auto_field.column)}"
+    return sql, fields, returning
