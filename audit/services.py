@@ -17,7 +17,7 @@ from audit.models import (
     AuditRecord,
 )
 from sill.accounts.models import Site
-from sill.sql import cols, fetch_row
+from sill.sql import cols, fetch_row, for_update
 
 
 class AuditOutsideTransaction(RuntimeError):
@@ -88,21 +88,31 @@ def append_record(
             return record
 
     # The row lock serialises appends per site on PostgreSQL (SQLite's IMMEDIATE transactions
-    # already serialise writers). get_or_create creates the head on a site's first append in
-    # a savepoint; if a concurrent transaction created it first, the IntegrityError is caught
-    # and the locked get() retried, which waits for that transaction to finish.
-    locked, _ = AuditChainHead.objects.select_for_update().get_or_create(
-        site=site, defaults={"last_seq": 0, "last_hash": chain.GENESIS_HASH}
+    # already serialise writers). Hand-written like the optimistic path: under contention this
+    # path runs about as often, and all of it runs under the lock. On a site's first append
+    # get_or_create creates the head in a savepoint; if a concurrent transaction created it
+    # first, the IntegrityError is caught and the locked get() retried, which waits for that
+    # transaction to finish.
+    row = fetch_row(
+        f'SELECT {head_cols.sql} FROM "audit_auditchainhead" "h" WHERE "h"."site_id" = %s'  # noqa: S608
+        + for_update(),
+        [site.pk],
     )
+    if row is not None:
+        locked = head_cols.build(row)
+    else:
+        locked, _ = AuditChainHead.objects.select_for_update().get_or_create(
+            site=site, defaults={"last_seq": 0, "last_hash": chain.GENESIS_HASH}
+        )
     record, nodes, frontier = _build(site, kind, body_bytes, subjects, locked)
     if head is None:
         if before_lock is not None:
             before_lock(record)
     elif rehashed is not None:
         rehashed(record)
-    locked.last_seq, locked.last_hash, locked.tree_frontier = record.seq, record.hash, frontier
-    locked.save(update_fields=["last_seq", "last_hash", "tree_frontier"])
-    _save(record, nodes)
+    # The head is locked: nothing can move it between the read and this write.
+    if not _append_on(locked, record, nodes, frontier):
+        raise RuntimeError(f"site {site.pk}: the locked audit chain head moved")
     return record
 
 

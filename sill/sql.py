@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Generic, TypeVar
 
-from django.db import connection, connections
+from django.db import connection
 from django.db.models import Field, Model
 
 M = TypeVar("M", bound=Model)
@@ -88,11 +88,11 @@ def _cols(model: type[M], alias: str, only: tuple[str, ...] | None, vendor: str)
     )
 
 
-def fetch_row(sql: str, params: Sequence[Any], using: str = "default") -> tuple[Any, ...] | None:
+def fetch_row(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     """The first row ``sql`` answers, or None."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+    with connection.cursor() as c:
+        c.execute(sql, params)
+        return c.fetchone()
 
 
 def for_update(*aliases: str) -> str:
@@ -114,11 +114,11 @@ def insert(obj: M) -> M:
     pk_set = obj.pk is not None
     sql, fields, returning = _insert_sql(type(obj), pk_set, connection.vendor)
     values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
+    with connection.cursor() as c:
+        c.execute(sql, values)
         if returning:
             assert meta.auto_field is not None
-            value = cursor.fetchone()[0] if _returns(connection) else cursor.lastrowid
+            value = c.fetchone()[0] if _returns(connection) else c.lastrowid
             setattr(obj, meta.auto_field.attname, value)
     obj._state.adding = False
     obj._state.db = connection.alias
