@@ -93,6 +93,8 @@ def main() -> None:
             drive(port, "GET", "/api/v1/agent", [None] * 20, auth, 200, 4)  # warm every worker
         for c in (1, 4, 8):
             trivial[c] = drive(ports[2], "GET", "/api/v1/agent", [None] * n, auth, 200, c)
+        # The machine's own answer to more workers than cores, with no decision work at all.
+        trivial_on4 = drive(ports[4], "GET", "/api/v1/agent", [None] * n, auth, 200, 8)
         forged = drive(ports[2], "POST", "/api/v1/mandates", world.forged(n), {}, 401, 4)
         decided = {4: drive(ports[2], "POST", "/api/v1/mandates", world.decisions(n), {}, 201, 4)}
         decided[1] = drive(
@@ -137,6 +139,10 @@ def main() -> None:
             "noise: p99, 8 clients, 2 workers, last round vs first", value=at8[2][-1].percentile(99),
             baseline_name="first round", baseline=at8[2][0].percentile(99), unit="ms",
         )  # fmt: skip
+    figure(
+        "trivial GET p99, 8 clients: 4 workers vs 2", value=trivial_on4.percentile(99),
+        baseline_name="2 workers", baseline=trivial[8].percentile(99), unit="ms",
+    )  # fmt: skip
     figure(
         "approved decision p99, 8 clients: 4 workers vs 2", value=four.percentile(99),
         baseline_name="2 workers", baseline=decided[8].percentile(99), unit="ms",
