@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import sys
 import time
@@ -126,18 +127,40 @@ def main() -> None:
 
     # Throughput and CPU: the trivial GET, then the decisions, then the GET again (averaged,
     # so a drift of the machine's load during the run does not favour either side).
-    def run(fn: Callable[[], None], count: int) -> tuple[float, float]:
-        wall, cpu = time.perf_counter(), time.process_time()
+    # The database server's own CPU for this process's connection, where it can be read: a
+    # PostgreSQL backend on this machine (its /proc entry). None otherwise (SQLite runs in
+    # this process, so its work is already in the process's CPU).
+    backend_stat: Path | None = None
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend_stat = Path(f"/proc/{cursor.fetchone()[0]}/stat")
+        if not backend_stat.exists():
+            backend_stat = None
+
+    def db_cpu() -> float:
+        if backend_stat is None:
+            return 0.0
+        fields = backend_stat.read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def run(fn: Callable[[], None], count: int) -> tuple[float, float, float]:
+        wall, cpu, db = time.perf_counter(), time.process_time(), db_cpu()
         for _ in range(count):
             fn()
-        return (time.perf_counter() - wall) / count, (time.process_time() - cpu) / count
+        return (
+            (time.perf_counter() - wall) / count,
+            (time.process_time() - cpu) / count,
+            (db_cpu() - db) / count,
+        )
 
     gets = max(200, args.decisions)
-    get_wall1, get_cpu1 = run(trivial, gets)
+    get_wall1, get_cpu1, get_db1 = run(trivial, gets)
     queue = iter(bodies[: args.decisions])
-    dec_wall, dec_cpu = run(lambda: decide(next(queue)), args.decisions)
-    get_wall2, get_cpu2 = run(trivial, gets)
+    dec_wall, dec_cpu, dec_db = run(lambda: decide(next(queue)), args.decisions)
+    get_wall2, get_cpu2, get_db2 = run(trivial, gets)
     get_wall, get_cpu = (get_wall1 + get_wall2) / 2, (get_cpu1 + get_cpu2) / 2
+    get_db = (get_db1 + get_db2) / 2
     bodies = bodies[args.decisions :]
 
     # The profile, over decisions not yet sent.
@@ -176,6 +199,11 @@ def main() -> None:
         "CPU per approved decision", value=dec_cpu * 1000,
         baseline_name="CPU per GET /api/v1/agent", baseline=get_cpu * 1000, unit="ms",
     )  # fmt: skip
+    if backend_stat is not None:
+        figure(
+            "database server CPU per approved decision", value=dec_db * 1000,
+            baseline_name="per GET /api/v1/agent", baseline=max(get_db, 1e-6) * 1000, unit="ms",
+        )  # fmt: skip
     for name, seconds in shares.items():
         figure(
             f"decision time in {name}", value=seconds / profiled * 1000,
