@@ -16,6 +16,7 @@ from audit.models import (
     AuditKind,
     AuditRecord,
 )
+from sill import sql
 from sill.accounts.models import Site
 from sill.sql import cols, fetch_row, for_update
 
@@ -197,13 +198,13 @@ def _append_on(
     """
     take: list[Any] = [record.seq, record.hash, frontier, head.site_id, head.last_seq]
     if connection.vendor != "postgresql":  # SQLite: its writers are serialised anyway
-        with connection.cursor() as cursor:
+        with sql.cursor() as cursor:
             cursor.execute(_TAKE_HEAD, take)
             won = cursor.rowcount == 1
         if won:
             _save(record, nodes)
         return won
-    with connection.cursor() as cursor:
+    with sql.cursor() as cursor:
         cursor.execute(
             # Formatted in: the constants above and placeholders; every value is a parameter.
             f'WITH "won" AS ({_TAKE_HEAD} RETURNING "site_id"),'  # noqa: S608
@@ -225,7 +226,7 @@ def _save(record: AuditRecord, nodes: list[tuple[int, int, str]]) -> None:
     """INSERT ``record`` and its tree nodes, one statement each; ``record`` then reads as
     saved (its id set, ``_state`` no longer adding), as after ``record.save()``."""
     returning = connection.features.can_return_columns_from_insert
-    with connection.cursor() as cursor:
+    with sql.cursor() as cursor:
         cursor.execute(
             _INSERT_RECORD + (' RETURNING "id"' if returning else ""), _record_values(record)
         )

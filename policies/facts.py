@@ -24,6 +24,7 @@ from policies.rates import usd_minor
 from policies.types import RefundContext
 from policies.vocabulary import FACTS_VERSION, ratio, truncated
 from refunds.models import LIVE_STATUSES, RefundOrigin
+from sill import sql
 from sill.accounts.models import Site
 from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
 from sill.orders.outside import unrecorded_refunded_minor
@@ -269,7 +270,7 @@ def _agent_total_today_usd(context: RefundContext, refund_usd: int | None) -> in
     midnight = context.now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
     # Hand-written (sill.sql): every agent decision sums them. Any origin counts (the
     # agent's refunds, whoever made them), as before.
-    with connection.cursor() as cursor:
+    with sql.cursor() as cursor:
         cursor.execute(
             f"""SELECT r.currency, SUM(r.amount_minor) FROM refunds_refund r
             WHERE r.site_id = %s AND r.agent_id = %s AND r.status IN ({_LIVE})

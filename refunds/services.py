@@ -11,7 +11,7 @@ import hashlib
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -21,6 +21,7 @@ from policies.decide import decide_refund
 from policies.types import PolicyOutcome, RefundContext
 from refunds.models import RESERVED_STATUSES, Decision, Refund, RefundOrigin, RefundStatus
 from refunds.queue import enqueue_on_commit
+from sill import sql
 from sill.errors import SillError
 from sill.failpoints import failpoint
 from sill.orders.models import Charge, Order
@@ -165,7 +166,7 @@ def reserve(*, refund: Refund, charge: Charge) -> None:
             f"only {charge.remaining} is refundable", code="exceeds_refundable", field="amount"
         )
     # Hand-written: every approved decision runs it (the ORM's UPDATE cost more to build).
-    with connection.cursor() as cursor:
+    with sql.cursor() as cursor:
         cursor.execute(
             "UPDATE orders_charge SET amount_reserved_minor = amount_reserved_minor + %s"
             " WHERE id = %s",

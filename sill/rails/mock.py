@@ -37,6 +37,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Sum
 
+from sill import sql
 from sill.ids import new_ulid
 from sill.money import Money
 from sill.rails.base import (
@@ -279,7 +280,7 @@ class MockRail:
         if row is None:
             return facts
         customer = found_customer.build(row)
-        with connection.cursor() as cursor:
+        with sql.cursor() as cursor:
             cursor.execute(
                 """SELECT c.currency, c.amount_refunded_minor FROM orders_charge c
                 JOIN orders_order o ON o.id = c.order_id
