@@ -122,3 +122,21 @@ def test_for_update_locks_where_the_backend_locks_rows() -> None:
         assert for_update() == " FOR UPDATE"
     else:
         assert for_update("c") == "" and for_update() == ""
+
+
+def _prepared() -> list[str]:
+    with connection.cursor() as c:
+        c.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in c.fetchall()]
+
+
+def test_postgresql_prepares_these_statements_and_not_the_orms(site: Site) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    for _ in range(2):
+        assert fetch_row("SELECT %s::text AS sill_probe", ["x"]) == ("x",)
+    assert sum("sill_probe" in s for s in _prepared()) == 1  # prepared once, then reused
+    before = len(_prepared())
+    for n in range(10):
+        assert not Site.objects.filter(name=f"no such site {n}").exists()
+    assert len(_prepared()) == before  # the ORM's statements are bound client-side
