@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Generic, TypeVar
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Field, Model
 
@@ -52,11 +52,12 @@ class Columns(Generic[M]):
 
     def build(self, row: Sequence[Any], start: int = 0) -> M:
         """The instance whose columns start at ``row[start]``, as the ORM would load it."""
+        db = _db()
         values = list(row[start : start + len(self.fields)])
         for i, steps in enumerate(self.converters):
             for convert, expression in steps:
-                values[i] = convert(values[i], expression, connection)
-        return self.model.from_db(connection.alias, self.attnames, values)
+                values[i] = convert(values[i], expression, db)
+        return self.model.from_db(db.alias, self.attnames, values)
 
 
 def cols(model: type[M], alias: str, only: tuple[str, ...] | None = None) -> Columns[M]:
@@ -100,7 +101,7 @@ def cursor() -> Any:
     """A cursor of the default connection for the hot path's statements.
 
     On PostgreSQL each statement run through it is prepared on the connection the first time
-    (parsed and planned once; then only bound and run: about a third of the database's CPU
+    (parsed and planned once; then only bound and run: about half of the database's CPU
     per agent decision, bench/decision_profile.py), connections being persistent
     (``conn_max_age``). Django's wrapper is kept (``execute_wrapper``, its database errors,
     the query log with the statement's values written in); only the driver's cursor binds
@@ -110,33 +111,55 @@ def cursor() -> Any:
     client-side anyway) and only these ask. Behind PgBouncer in transaction mode, use a
     version with protocol-level prepared statements (1.21 or later). Elsewhere a plain cursor.
     """
-    if connection.vendor != "postgresql":
-        return connection.cursor()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw_connection: Any = connection.connection
+    db = _db()
+    if db.vendor != "postgresql":
+        return db.cursor()
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    raw_connection: Any = db.connection
     if raw_connection.prepare_threshold is None:
         raw_connection.prepare_threshold = _ONLY_WHEN_ASKED
-    preparing, debug_wrapper = _postgresql_classes()
-    with connection.wrap_database_errors:
-        raw = preparing(raw_connection)
-        _match_time_zone(raw)
-        connection.validate_thread_sharing()
-        if connection.queries_logged:
-            return debug_wrapper(raw, connection)
-        return CursorWrapper(raw, connection)
+    pg = _postgresql()
+    with db.wrap_database_errors:
+        raw = pg.preparing(raw_connection)
+        # What Django's create_cursor does: timestamps in the connection's time zone when the
+        # connection's loader was set up for another.
+        loader = raw_connection.adapters.get_loader(pg.timestamptz_oid, pg.text)
+        if db.timezone != loader.timezone:
+            pg.register_tzloader(db.timezone, raw)
+        db.validate_thread_sharing()
+        return pg.debug_wrapper(raw, db) if db.queries_logged else CursorWrapper(raw, db)
+
+
+def _db() -> Any:
+    """The default connection's wrapper itself: ``django.db.connection`` is a proxy that
+    looks the thread's connection up again on every attribute (a measurable share of these
+    statements' CPU)."""
+    return connections[DEFAULT_DB_ALIAS]
 
 
 # psycopg prepares a statement after this many runs unless asked: never, in practice.
 _ONLY_WHEN_ASKED = 2**31 - 1
 
 
+@dataclass(frozen=True)
+class _PostgreSQL:
+    preparing: type
+    debug_wrapper: type
+    timestamptz_oid: int
+    text: Any
+    register_tzloader: Callable[[Any, Any], None]
+
+
 @cache
-def _postgresql_classes() -> tuple[type, type]:
+def _postgresql() -> _PostgreSQL:
     # Imported here: the PostgreSQL backend module needs psycopg, SQLite set-ups need not.
     from django.db.backends.postgresql.base import (  # type: ignore[attr-defined]  # psycopg 3
+        TIMESTAMPTZ_OID,
         ServerBindingCursor,
+        register_tzloader,
     )
+    from psycopg.pq import Format
 
     class PreparingCursor(ServerBindingCursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
@@ -151,21 +174,13 @@ def _postgresql_classes() -> tuple[type, type]:
             with self.debug_sql(shown, None):
                 return CursorWrapper.execute(self, sql, params)
 
-    return PreparingCursor, PreparedDebugWrapper
-
-
-def _match_time_zone(raw: Any) -> None:
-    """What Django's ``create_cursor`` does: the cursor reads timestamps in the connection's
-    time zone when the connection's loader was set up for another."""
-    from django.db.backends.postgresql.base import (  # type: ignore[attr-defined]  # psycopg 3
-        TIMESTAMPTZ_OID,
-        register_tzloader,
+    return _PostgreSQL(
+        preparing=PreparingCursor,
+        debug_wrapper=PreparedDebugWrapper,
+        timestamptz_oid=TIMESTAMPTZ_OID,
+        text=Format.TEXT,
+        register_tzloader=register_tzloader,
     )
-    from psycopg.pq import Format
-
-    loader = connection.connection.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
-    if connection.timezone != loader.timezone:
-        register_tzloader(connection.timezone, raw)
 
 
 def for_update(*aliases: str) -> str:
@@ -185,16 +200,17 @@ def insert(obj: M) -> M:
     A unique or check violation raises ``IntegrityError`` as ``save`` does."""
     meta = obj._meta
     pk_set = obj.pk is not None
-    sql, fields, returning = _insert_sql(type(obj), pk_set, connection.vendor)
-    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    db = _db()
+    sql, fields, returning = _insert_sql(type(obj), pk_set, db.vendor)
+    values = [f.get_db_prep_save(f.pre_save(obj, True), db) for f in fields]
     with cursor() as c:
         c.execute(sql, values)
         if returning:
             assert meta.auto_field is not None
-            value = c.fetchone()[0] if _returns(connection) else c.lastrowid
+            value = c.fetchone()[0] if _returns(db) else c.lastrowid
             setattr(obj, meta.auto_field.attname, value)
     obj._state.adding = False
-    obj._state.db = connection.alias
+    obj._state.db = db.alias
     return obj
 
 
