@@ -36,7 +36,7 @@ from sill.rails.base import (
     RefundFactsRequest,
 )
 from sill.rails.models import RailAccount
-from sill.sql import cols, fetch_row
+from sill.sql import cols, fetch_row, placeholders
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ HISTORY_DAYS = 90
 CUSTOMER_REFUNDS_DAYS = 30
 HISTORY_PAGE = 100
 _DAY = 86400
-_LIVE = ", ".join(["%s"] * len(LIVE_STATUSES))  # placeholders for LIVE_STATUSES
+_LIVE = placeholders(LIVE_STATUSES)
 
 # (site, rail, what) already logged by this process: say it once, at the first refund.
 _logged: set[tuple[str, str, str]] = set()

@@ -40,7 +40,7 @@ from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail
 from sill.rails.models import RailAccount
 from sill.rails.registry import RailDisabled, rail_account_for
 from sill.rails.woocommerce import woocommerce_stripe_refusal
-from sill.sql import cols, fetch_row, for_update
+from sill.sql import cols, fetch_row, for_update, placeholders
 
 # Rails whose credentials do not say whether they move real money: refunds need the charge's
 # own facts to say it is a test (see live_refusal).
@@ -110,8 +110,7 @@ def _charge_with_checks(order: Order, *, lock: bool) -> Charge | None:
     subqueries' rows are read, not locked.
     """
     charge = cols(Charge, "c")
-    disputes = ", ".join(["%s"] * len(OPEN_DISPUTE_STATUSES))
-    live = ", ".join(["%s"] * len(LIVE_STATUSES))
+    disputes, live = placeholders(OPEN_DISPUTE_STATUSES), placeholders(LIVE_STATUSES)
     row = fetch_row(
         # Formatted in: the model's column list and placeholders only (values are parameters).
         f"""SELECT {charge.sql},

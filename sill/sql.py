@@ -21,7 +21,7 @@ relations are joined by hand and set on the instances, as above.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Generic, TypeVar
@@ -183,6 +183,11 @@ def _postgresql() -> _PostgreSQL:
     )
 
 
+def placeholders(values: Sized) -> str:
+    """``%s, %s, …``, one per value, for an ``IN (…)`` or ``VALUES (…)`` list."""
+    return ", ".join(["%s"] * len(values))
+
+
 def for_update(*aliases: str) -> str:
     """``FOR UPDATE OF …`` where the backend locks rows; nothing on SQLite, whose writers hold
     the whole database (``BEGIN IMMEDIATE``) instead."""
@@ -230,7 +235,7 @@ def _insert_sql(
     sql = "INSERT INTO {} ({}) VALUES ({})".format(  # noqa: S608
         quote(meta.db_table),
         ", ".join(quote(f.column) for f in fields),
-        ", ".join(["%s"] * len(fields)),
+        placeholders(fields),
     )
     if returning and _returns(connection):
         assert meta.auto_field is not None

@@ -53,7 +53,7 @@ from sill.rails.base import (
     RetryableRailError,
 )
 from sill.rails.models import MockCallCount, MockEntryKind, MockLedgerEntry
-from sill.sql import cols, fetch_row
+from sill.sql import cols, fetch_row, placeholders
 
 CHARGE_SCRIPTS = frozenset({"succeed", "decline", "timeout", "timeout_after_effect"})
 REFUND_SCRIPTS = frozenset(
@@ -235,7 +235,7 @@ class MockRail:
         # The charge and whether it is disputed in one query, hand-written (sill.sql): every
         # decision on a mock charge reads it.
         charge = cols(Charge, "c", only=("captured_at", "created_at"))
-        disputes = ", ".join(["%s"] * len(OPEN_DISPUTE_STATUSES))
+        disputes = placeholders(OPEN_DISPUTE_STATUSES)
         if request.sill_charge_id:
             column, value = "c.id", request.sill_charge_id
         else:
