@@ -217,6 +217,9 @@ SILL_BROKER_URL = env_str("SILL_BROKER_URL") or REDIS_URL or "filesystem://"
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object]
 if not SILL_BROKER_URL.startswith("filesystem:"):
     CELERY_BROKER_URL = SILL_BROKER_URL
+    if SILL_BROKER_URL.startswith(("redis://", "rediss://")):
+        # kombu's Redis transport, with one client per channel rather than per publish.
+        CELERY_BROKER_TRANSPORT = "sill.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": SILL_BROKER_VISIBILITY_TIMEOUT,
         # kombu scans for expired unacked messages every interval x throttle seconds (10 x 10

@@ -102,6 +102,8 @@ class Broker:
     url: str
     transport_options: dict[str, object]
     worker_env: dict[str, str]
+    # CELERY_BROKER_TRANSPORT for it (None: kombu's transport for the URL's scheme).
+    transport: str | None = None
 
 
 def embedded_broker(folder: Path) -> Broker:
@@ -141,6 +143,7 @@ def redis_broker(url: str, *, visibility_timeout: int) -> Broker:
             "SILL_BROKER_URL": url,
             "SILL_BROKER_VISIBILITY_TIMEOUT": str(visibility_timeout),
         },
+        transport="sill.broker:Transport",  # what settings choose for a redis:// broker
     )
 
 
@@ -150,7 +153,7 @@ def publishing_to(broker: Broker) -> Iterator[None]:
     and ``running_worker`` purges there. Start workers with ``**broker.worker_env``."""
     from sill.celery import app
 
-    saved = (app.conf.broker_url, app.conf.broker_transport_options)
+    saved = (app.conf.broker_url, app.conf.broker_transport_options, app.conf.broker_transport)
 
     def drop_connections() -> None:
         # The app caches its connection and producer pools for the broker it first used.
@@ -159,8 +162,9 @@ def publishing_to(broker: Broker) -> Iterator[None]:
 
     drop_connections()
     app.conf.broker_url, app.conf.broker_transport_options = broker.url, broker.transport_options
+    app.conf.broker_transport = broker.transport
     try:
         yield
     finally:
         drop_connections()
-        app.conf.broker_url, app.conf.broker_transport_options = saved
+        (app.conf.broker_url, app.conf.broker_transport_options, app.conf.broker_transport) = saved
