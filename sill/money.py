@@ -137,6 +137,10 @@ def min_money(a: Money, b: Money) -> Money:
     return a if a <= b else b
 
 
+_FLOAT_TYPES = (bool, float)
+_MINOR_LIMIT = 10**18  # |amount_minor| stays below it
+
+
 def parse_major(value: Decimal | str | int, currency: str) -> Money:
     """Convert major units to ``Money`` exactly; refuse what the currency cannot hold.
 
@@ -145,9 +149,11 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
     ``"1e3"``, ``"1_000"``). Floats are refused: read JSON with ``parse_float=Decimal``.
     """
     code = normalize_currency(currency)
-    if isinstance(value, bool | float):
+    if isinstance(value, Decimal):  # the common case (a JSON amount), tested first
+        dec = value
+    elif isinstance(value, _FLOAT_TYPES):
         raise MoneyError("amounts must be decimal strings or Decimal, never float")
-    if isinstance(value, str):
+    elif isinstance(value, str):
         text = value.strip()
         # ASCII digits only: ``\d`` and ``Decimal()`` also read Arabic-Indic or fullwidth digits.
         if not _AMOUNT_RE.fullmatch(text):
@@ -158,25 +164,26 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
             raise MoneyError(f"{value!r} is not a decimal amount") from exc
     elif isinstance(value, int):
         dec = Decimal(value)
-    elif isinstance(value, Decimal):
-        dec = value
     else:
         raise MoneyError(f"cannot read an amount from {type(value).__name__}")
     if not dec.is_finite():
         raise MoneyError("amount must be finite")
-    exp = exponent(code)
+    exp = _EXPONENTS.get(code, 2)  # exponent(code), without normalising code again
     # Both refused before scaleb(), which overflows the decimal context on Decimal("1e999999")
     # and silently rounds Decimal("1e-999999999") to zero.
-    if dec and dec.adjusted() >= 18:
-        raise MoneyError("amount is too large")
-    if dec and dec.adjusted() < -exp:
-        raise MoneyError(f"{code} amounts have at most {exp} decimal place(s)")
+    if dec:
+        adjusted = dec.adjusted()
+        if adjusted >= 18:
+            raise MoneyError("amount is too large")
+        if adjusted < -exp:
+            raise MoneyError(f"{code} amounts have at most {exp} decimal place(s)")
     scaled = dec.scaleb(exp)
-    if scaled != scaled.to_integral_value():
+    minor = int(scaled)  # truncated: equal to scaled exactly when scaled is a whole number
+    if scaled != minor:
         raise MoneyError(f"{code} amounts have at most {exp} decimal place(s)")
-    if abs(scaled) >= Decimal(10) ** 18:
+    if abs(minor) >= _MINOR_LIMIT:
         raise MoneyError("amount is too large")
-    return Money(int(scaled), code)
+    return Money(minor, code)
 
 
 def format_money(money: Money) -> str:

@@ -1029,3 +1029,212 @@ def test_the_document_bytes_put_together_are_its_canonical_bytes(key_id: str) ->
     assert loaded.canonical == rfc8785.dumps(mandates.canonicalisable(loaded.doc))
     assert loaded.signed_bytes == rfc8785.dumps(mandates.canonicalisable(loaded.doc["signed"]))
     assert loaded.identity == ("mnd_1", "S", "a", key_id)
+
+
+# --- fast paths: the same answer as the detailed checks, for every input ------------------
+
+
+def _order_refund() -> dict[str, Any]:
+    signed = refund_signed(
+        original_order={"rail": "shopify", "id": "gid://shopify/Order/450789469"},
+        scope=[{"sku": "ETH-250", "quantity": 2}, {"sku": "COL-500", "quantity": 1}],
+    )
+    del signed["intent"]["original_mandate_id"]
+    return signed
+
+
+def _bare_refund() -> dict[str, Any]:
+    signed = refund_signed(max_amount=Decimal("1234567890123456.8"))
+    del signed["principal"], signed["protocol_context"]
+    return signed
+
+
+def _credit() -> dict[str, Any]:
+    signed = refund_signed()
+    signed["intent"] = {
+        "action": "credit_customer",
+        "merchant": "northwind-coffee.example",
+        "customer": "cus_Q8sLm2Vx7Tb4",
+        "amount": Decimal("5.00"),
+        "currency": "USD",
+        "reason_code": "other",
+    }
+    return signed
+
+
+SCHEMA_BASES = [refund_signed(), _order_refund(), _bare_refund(), _credit(), purchase_signed()]
+# Values each field is set to in turn: wrong types, edge lengths, and values right for some
+# other field, so that a variant can get far into the checks.
+ODD_VALUES: list[Any] = [
+    DELETE,
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    30,
+    300,
+    301,
+    10**15,
+    Decimal("0"),
+    Decimal("-1"),
+    Decimal("20.50"),
+    Decimal("20.5000"),
+    Decimal("1.001"),
+    Decimal("1E+2"),
+    Decimal("30.0"),
+    Decimal("1234567890123456.7"),
+    "",
+    " ",
+    "\u2003",
+    "x",
+    "x" * 255,
+    "x" * 256,
+    "full",
+    "partial",
+    "USD",
+    "usd",
+    "JPY",
+    "XYZ",
+    "request_refund",
+    "purchase",
+    "wrong_item",
+    "shopify",
+    "woocommerce",
+    "450789469",
+    "0450789469",
+    "gid://shopify/Order/450789469",
+    "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN",
+    "mnd_123",
+    "Q8sLm2Vx7Tb4Nc1Rp9Kd3w",
+    "cus_Q8sLm2Vx7Tb4",
+    stamp(ISSUED - timedelta(seconds=1)),
+    stamp(ISSUED),
+    stamp(ISSUED + timedelta(seconds=29, microseconds=999999)),
+    stamp(ISSUED + timedelta(seconds=30)),
+    stamp(ISSUED + timedelta(seconds=31)),
+    "2026-09-30T15:38:30.000000001+00:00",
+    "2026-09-30T15:38:30",
+    [],
+    ["ETH-250"],
+    [{}],
+    [{"sku": "ETH-250", "quantity": 1}],
+    [{"sku": "ETH-250", "quantity": 1, "price": 1}],
+    [{"sku": "ETH-250", "quantity": 1}] * 101,
+    {},
+    {"x": "y"},
+    {"type": "human", "verification": "delegated"},
+    {"protocol": "a2a", "version": "1.2"},
+    {"rail": "shopify", "id": "450789469"},
+    {"rail": "shopify", "id": "450789469", "x": 1},
+    {"rail": "mock", "id": "450789469"},
+]
+
+
+INTENT_EXTRAS = (*REFUND_FORBIDDEN_FIELDS, "original_order", "original_mandate_id")
+
+
+def _paths(value: Any, prefix: str = "") -> list[str]:
+    """Every dotted path into ``value``, and a new key under each object."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        # Under an intent, also the fields a refund must not carry, and both ways of naming
+        # the original order (a refund takes exactly one).
+        added = INTENT_EXTRAS if "action" in value else ()
+        names = [*value, "extra", *(name for name in added if name not in value)]
+        for name in names:
+            found.append(f"{prefix}{name}")
+            if name in value:
+                found += _paths(value[name], f"{prefix}{name}.")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found.append(f"{prefix}{i}")
+            found += _paths(item, f"{prefix}{i}.")
+    return found
+
+
+def _outcome(check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        return check(*args, **kwargs)
+    except MandateError as exc:
+        return (exc.code, exc.message, exc.field, exc.status)
+
+
+def _variants(base: dict[str, Any]) -> list[dict[str, Any]]:
+    """``base``, and ``base`` with each of its paths set to each odd value (or removed)."""
+    variants = [base]
+    for path in _paths(base):
+        *parents, last = path.split(".")
+        parent: Any = base
+        for part in parents:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        removable = isinstance(parent, dict) and last in parent
+        variants += [
+            mutated(base, path, value) for value in ODD_VALUES if value is not DELETE or removable
+        ]
+    return variants
+
+
+@pytest.mark.parametrize("base", SCHEMA_BASES, ids=lambda s: s["intent"]["action"])
+def test_the_schema_fast_path_answers_as_the_detailed_checks(base: dict[str, Any]) -> None:
+    from refunds.agent import mandates
+
+    envelope = {"algorithm": "ed25519", "key_id": KEY_ID, "signature": "s"}
+    fast = 0
+    for signed in _variants(base):
+        try:  # the schema only ever sees what the shape check lets through
+            peek_identity({"signed": signed, "envelope": envelope})
+        except MandateError:
+            continue
+        issued_at = mandates.parse_timestamp(signed.get("issued_at"))
+        expected = _outcome(mandates._check_schema_in_detail, signed, issued_at=issued_at)
+        assert _outcome(mandates._check_schema, signed, issued_at=issued_at) == expected, signed
+        answer = _outcome(mandates._well_formed_refund, signed, issued_at)
+        if answer is not None:  # it answered itself (None: it left the input to the rest)
+            assert answer == expected, signed
+            fast += isinstance(answer[-1], RefundIntent)
+    # The fast path took the refund variants that pass, so the loop above held it to account.
+    assert (fast > 50) == (base["intent"]["action"] == "request_refund")
+
+
+def test_the_shape_fast_path_answers_as_the_detailed_checks() -> None:
+    from refunds.agent import mandates
+
+    base = {
+        "signed": {"mandate_id": "mnd_1", "site_id": SITE, "agent_id": AGENT, "nonce": "n"},
+        "envelope": {"algorithm": "ed25519", "key_id": KEY_ID, "signature": "s"},
+    }
+    for doc in [*_variants(base), [], "signed", {"signed": base["signed"]}]:
+        expected = _outcome(mandates._check_shape_in_detail, doc)
+        assert _outcome(mandates._check_shape, doc) == expected, doc
+    assert mandates._well_formed_shape(base) == ("mnd_1", SITE, AGENT, KEY_ID)
+
+
+@settings(max_examples=1000)
+@given(st.integers(min_value=1, max_value=10**15 - 1), st.sampled_from([0, 2, 3, 4]))
+def test_an_amount_below_the_bound_is_always_the_shortest_decimal_of_its_double(
+    minor: int, exponent: int
+) -> None:
+    from refunds.agent import mandates
+
+    # What lets _amount skip its shortest-decimal test below the bound.
+    assert minor < mandates._SHORT_ENOUGH_MINOR == 10**15
+    for amount in (Decimal(minor).scaleb(-exponent), Decimal(f"{minor}.000e-{exponent}")):
+        assert Decimal(repr(float(amount))) == amount
+
+
+def test_it_builds_its_records_equal_to_their_constructors() -> None:
+    import dataclasses
+
+    from refunds.agent import mandates
+
+    raw = body(_order_refund())
+    mandate = verify(raw)
+    for built in (mandates.load_mandate(raw), mandate, mandate.intent, verify(body(REFUND)).intent):
+        rebuilt = dataclasses.replace(built)  # through the dataclass's own __init__
+        assert rebuilt == built
+        assert vars(rebuilt) == vars(built)
+        assert list(vars(built)) == [field.name for field in dataclasses.fields(built)]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(built, dataclasses.fields(built)[0].name, None)
