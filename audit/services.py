@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ def append_record(
     body: Mapping[str, Any],
     before_lock: Callable[[AuditRecord], None] | None = None,
     rehashed: Callable[[AuditRecord], None] | None = None,
+    writes: Callable[[AuditRecord], Sequence[sql.Write]] | None = None,
 ) -> AuditRecord:
     """Append a signed record of ``kind`` with ``body`` to ``site``'s chain.
 
@@ -47,10 +48,16 @@ def append_record(
     For decision kinds ``body["decision"]`` defaults to the kind. Raises ``ValueError`` for an
     unknown kind.
 
+    ``writes(record)``: the caller's writes that carry the record's hash (a decision's refund
+    row, its reservation), sent with the append itself, which writes them only if it moves
+    the head: in its one statement on PostgreSQL, after the head UPDATE on SQLite. If another
+    append moved the head first, nothing was written and they are asked for again with the
+    record built anew.
+
     ``before_lock(record)``: called with the record (hash and signature final, not saved yet)
-    before the head is locked, for a write that must carry the record's hash (a decision's
-    refund row). If another append of the site commits in between, the record is built again
-    on the new head and ``rehashed(record)`` is called with it, under the lock.
+    before the head is locked, for a write of the caller's own that must carry its hash. If
+    another append of the site commits in between, the record is built again on the new head
+    and ``rehashed(record)`` is called with it.
     """
     if not connection.in_atomic_block:
         raise AuditOutsideTransaction(
@@ -70,30 +77,43 @@ def append_record(
 
     # Optimistic first: build and sign the record on the head as last committed, unlocked,
     # then take the head's row lock with an UPDATE that succeeds only if no other append came
-    # in between. The lock is then held for the record's two INSERTs and the COMMIT only; the
-    # signing, hashing and the caller's ``before_lock`` write run outside it. On a lost race
-    # the locked path below builds it again (seqs stay gap-free, the chain unbroken).
-    # Hand-written SQL to the INSERTs (issue 18: the ORM spent more CPU building these
-    # statements than the database running them); the rare locked path stays ORM.
+    # in between. The lock is then held for that one statement (with the record's INSERTs and
+    # the caller's ``writes``) and the COMMIT; the signing, hashing and ``before_lock`` run
+    # outside it. A lost race builds the record again on the new head, unlocked, a few times
+    # (appends that queued on the head all lose at once when it moves: rebuilding under the
+    # lock made them wait for one another in turn), then under the lock (seqs stay gap-free,
+    # the chain unbroken). Hand-written SQL (issue 18: the ORM spent more CPU building these
+    # statements than the database running them).
     head_cols = cols(AuditChainHead, "h")
-    row = fetch_row(
-        f'SELECT {head_cols.sql} FROM "audit_auditchainhead" "h" WHERE "h"."site_id" = %s',  # noqa: S608
-        [site.pk],
-    )
-    head = head_cols.build(row) if row is not None else None
-    if head is not None:
+    wrote_before = False
+
+    def build_on(head: AuditChainHead) -> tuple[AuditRecord, list[Any], str, list[sql.Write]]:
+        nonlocal wrote_before
         record, nodes, frontier = _build(site, kind, body_bytes, subjects, head)
-        if before_lock is not None:
+        if wrote_before and rehashed is not None:
+            rehashed(record)
+        elif not wrote_before and before_lock is not None:
             before_lock(record)
-        if _append_on(head, record, nodes, frontier):
+        wrote_before = True
+        return record, nodes, frontier, list(writes(record)) if writes is not None else []
+
+    for _attempt in range(_UNLOCKED_ATTEMPTS):
+        row = fetch_row(
+            f'SELECT {head_cols.sql} FROM "audit_auditchainhead" "h" WHERE "h"."site_id" = %s',  # noqa: S608
+            [site.pk],
+        )
+        if row is None:
+            break  # the site's first append: the locked path creates the head
+        head = head_cols.build(row)
+        record, nodes, frontier, extra = build_on(head)
+        if _append_on(head, record, nodes, frontier, extra):
             return record
 
     # The row lock serialises appends per site on PostgreSQL (SQLite's IMMEDIATE transactions
-    # already serialise writers). Hand-written like the optimistic path: under contention this
-    # path runs about as often, and all of it runs under the lock. On a site's first append
-    # get_or_create creates the head in a savepoint; if a concurrent transaction created it
-    # first, the IntegrityError is caught and the locked get() retried, which waits for that
-    # transaction to finish.
+    # already serialise writers, so there the first attempt always wins). On a site's first
+    # append get_or_create creates the head in a savepoint; if a concurrent transaction
+    # created it first, the IntegrityError is caught and the locked get() retried, which
+    # waits for that transaction to finish.
     row = fetch_row(
         f'SELECT {head_cols.sql} FROM "audit_auditchainhead" "h" WHERE "h"."site_id" = %s'  # noqa: S608
         + for_update(),
@@ -105,16 +125,15 @@ def append_record(
         locked, _ = AuditChainHead.objects.select_for_update().get_or_create(
             site=site, defaults={"last_seq": 0, "last_hash": chain.GENESIS_HASH}
         )
-    record, nodes, frontier = _build(site, kind, body_bytes, subjects, locked)
-    if head is None:
-        if before_lock is not None:
-            before_lock(record)
-    elif rehashed is not None:
-        rehashed(record)
+    record, nodes, frontier, extra = build_on(locked)
     # The head is locked: nothing can move it between the read and this write.
-    if not _append_on(locked, record, nodes, frontier):
+    if not _append_on(locked, record, nodes, frontier, extra):
         raise RuntimeError(f"site {site.pk}: the locked audit chain head moved")
     return record
+
+
+# Lost races rebuilt without the head's lock before an append takes it to build on.
+_UNLOCKED_ATTEMPTS = 3
 
 
 def _build(
@@ -186,40 +205,65 @@ _INSERT_TREE_NODES = 'INSERT INTO "audit_audittreenode" ("site_id", "level", "in
 
 
 def _append_on(
-    head: AuditChainHead, record: AuditRecord, nodes: list[tuple[int, int, str]], frontier: str
+    head: AuditChainHead,
+    record: AuditRecord,
+    nodes: list[tuple[int, int, str]],
+    frontier: str,
+    writes: Sequence[sql.Write] = (),
 ) -> bool:
-    """Move the site's head from ``head`` to ``record`` and INSERT the record and its tree
-    nodes, if no other append moved the head meanwhile (False then, and nothing written).
+    """Move the site's head from ``head`` to ``record``, INSERT the record and its tree nodes
+    and run ``writes``, if no other append moved the head meanwhile (False then, and nothing
+    written).
 
-    The UPDATE takes the head's row lock, held until COMMIT. On PostgreSQL the UPDATE and both
-    INSERTs are one statement (data-modifying CTEs, the INSERTs reading the UPDATE's row), so
-    the lock is held for one round trip and the COMMIT: a worker descheduled between two
-    statements no longer keeps every other append of the site waiting (issue 18, point 3).
+    The UPDATE takes the head's row lock, held until COMMIT. On PostgreSQL it and everything
+    else are one statement (data-modifying CTEs, each reading the UPDATE's row), so the lock
+    is held for one round trip and the COMMIT: a worker descheduled between two statements
+    no longer keeps every other append of the site waiting (issue 18, point 3).
     """
     take: list[Any] = [record.seq, record.hash, frontier, head.site_id, head.last_seq]
     if connection.vendor != "postgresql":  # SQLite: its writers are serialised anyway
         with sql.cursor() as cursor:
             cursor.execute(_TAKE_HEAD, take)
             won = cursor.rowcount == 1
+            for write in writes if won else ():
+                cursor.execute(write.alone, write.params)
         if won:
             _save(record, nodes)
+            _done(writes)
         return won
+    won = '"won"'  # the head UPDATE's row: the writes' row source
+    carried = "".join(
+        f', "w{i}" AS ({write.given.format(source=won)})' for i, write in enumerate(writes)
+    )
     with sql.cursor() as cursor:
         cursor.execute(
-            # Formatted in: the constants above and placeholders; every value is a parameter.
+            # Formatted in: the constants above, the writes' SQL and placeholders; every
+            # value is a parameter.
             f'WITH "won" AS ({_TAKE_HEAD} RETURNING "site_id"),'  # noqa: S608
             f' "record" AS ({_INSERT_RECORD_INTO} SELECT {_RECORD_VALUES} FROM "won"'
             ' RETURNING "id"),'
             f' "nodes" AS ({_INSERT_TREE_NODES} SELECT "v".* FROM (VALUES {_node_rows(nodes)})'
-            ' AS "v" CROSS JOIN "won")'
+            f' AS "v" CROSS JOIN "won"){carried}'
             ' SELECT "id" FROM "record"',
-            [*take, *_record_values(record), *_node_values(record, nodes)],
+            [
+                *take,
+                *_record_values(record),
+                *_node_values(record, nodes),
+                *(value for write in writes for value in write.params),
+            ],
         )
         row = cursor.fetchone()
     if row is None:
         return False
     _saved(record, row[0])
+    _done(writes)
     return True
+
+
+def _done(writes: Sequence[sql.Write]) -> None:
+    for write in writes:
+        if write.done is not None:
+            write.done()
 
 
 def _save(record: AuditRecord, nodes: list[tuple[int, int, str]]) -> None:

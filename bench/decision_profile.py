@@ -3,7 +3,7 @@
 Prints, from one run on this machine (PostgreSQL + Redis when DATABASE_URL / REDIS_URL are
 set, else SQLite and the embedded broker):
 - the queries one approved decision sends (every statement, SAVEPOINTs included), against
-  the goal of a handful (12);
+  the goal of a handful (12, on PostgreSQL);
 - approved decisions per second through Django's test client (middleware, DRF, intake,
   commit, on-commit enqueue), against the trivial authenticated ``GET /api/v1/agent``
   measured the same way in the same run; and the process CPU of each, likewise;
@@ -186,9 +186,12 @@ def main() -> None:
     for name, seconds in shares.items():
         print(f"    {name:18} {seconds / total:6.1%}  {seconds / profiled * 1000:7.2f} ms")
 
+    # The goal is PostgreSQL's: SQLite has no data-modifying WITH, so the audit append's
+    # writes (the head, the record, its tree nodes, the refund, the reservation) go one by one.
     figure(
         "queries per approved decision", value=len(statements), baseline_name="goal",
-        baseline=QUERY_GOAL, unit="queries", goal="<= 1.0",
+        baseline=QUERY_GOAL, unit="queries",
+        goal="<= 1.0" if connection.vendor == "postgresql" else "",
     )  # fmt: skip
     figure(
         "approved decisions in-process", value=1 / dec_wall,

@@ -20,7 +20,7 @@ from policies.subjects import Subject, rules_for
 from policies.types import BASELINE_VERSION
 from refunds.models import Refund, RefundKind
 from sill.accounts.models import Site
-from sill.sql import cols, fetch_row
+from sill.sql import Columns, cols, fetch_row
 
 PREVIEW_DAYS = 30
 # ``.defer("rules")``: every field of a version but its rules.
@@ -59,9 +59,23 @@ def baseline_for(site: Site) -> ActivePolicy:
     )
 
 
-def active_policy_for(site: Site) -> ActivePolicy:
-    """The site's active policy, compiled (once per version, then from the cache)."""
-    version = _active_version(site)
+class Unread:
+    """The type of :data:`UNREAD`: "not read yet", where None means "read: there is none"."""
+
+
+UNREAD = Unread()
+
+
+def active_policy_for(
+    site: Site, *, version: PolicyVersion | Unread | None = UNREAD
+) -> ActivePolicy:
+    """The site's active policy, compiled (once per version, then from the cache).
+
+    ``version``: the site's active version (None: it has none) when the caller read it with
+    :func:`active_version_columns` in a query of its own; else it is read here.
+    """
+    if isinstance(version, Unread):
+        version = _active_version(site)
     if version is None:
         return baseline_for(site)
     compiled = _compiled(version, "refund")
@@ -80,10 +94,16 @@ def active_policy_for(site: Site) -> ActivePolicy:
     )
 
 
+def active_version_columns(alias: str) -> Columns[PolicyVersion]:
+    """The columns :func:`active_policy_for` needs of a version (all but its rules: the
+    compile cache has them), for a caller that joins the site's active version
+    (``ON v.site_id = … AND v.active``: at most one, by ``policyversion_one_active``)."""
+    return cols(PolicyVersion, alias, only=_ALL_BUT_RULES)
+
+
 def _active_version(site: Site) -> PolicyVersion | None:
-    """The site's active version without its rules (the compile cache has them), in
-    hand-written SQL (``sill.sql``): every decision reads it."""
-    version = cols(PolicyVersion, "v", only=_ALL_BUT_RULES)
+    """The site's active version without its rules, in hand-written SQL (``sill.sql``)."""
+    version = active_version_columns("v")
     row = fetch_row(
         f"""SELECT {version.sql} FROM policies_policyversion v
         WHERE v.site_id = %s AND v.active = %s

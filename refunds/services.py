@@ -27,7 +27,7 @@ from sill.failpoints import failpoint
 from sill.orders.models import Charge, Order
 from sill.orders.services import refresh_refund_status
 from sill.rails.woocommerce.record import queue_woocommerce_record
-from sill.sql import insert
+from sill.sql import insert_write
 
 HOLD_FOR = timedelta(hours=24)
 
@@ -99,14 +99,17 @@ def record_decision(
     refund: Refund,
     outcome: PolicyOutcome | None,
     now: datetime,
+    along: sql.Write | None = None,
 ) -> Refund:
     """Write the decision record of a fresh refund, the refund carrying the record's hash.
 
     ``refund`` is best still unsaved (:func:`unsaved_refund`): its INSERT then carries
-    ``decision_hash`` and runs just before the audit append takes the site's chain-head lock
-    (``audit.services.append_record``'s ``before_lock``), so nothing else of the decision
-    runs under that lock. A refund already saved (:func:`new_refund`) gets its hash with one
-    UPDATE. Either way the caller's other writes (the reservation) come first.
+    ``decision_hash`` and goes with the audit append itself (``append_record``'s ``writes``:
+    one statement on PostgreSQL, written only when the append takes the site's chain head),
+    so no round trip of the decision runs between its record's signing and the head's lock.
+    ``along``: another write of the decision's to send with it (the reservation,
+    :func:`reservation`). A refund already saved (:func:`new_refund`) gets its hash with one
+    UPDATE after the append, ``along`` before it. The caller's other writes come first.
     """
     kinds: dict[str, str] = {
         RefundStatus.PROCESSING: "approved",
@@ -115,17 +118,16 @@ def record_decision(
     }
     kind = kinds[refund.status]
     unsaved = refund._state.adding
+    carried = [along] if along is not None else []
+    if along is not None and not unsaved:
+        with sql.cursor() as cursor:
+            cursor.execute(along.alone, along.params)
+        carried = []
 
-    def write(record: AuditRecord) -> None:
+    def writes(record: AuditRecord) -> list[sql.Write]:
         refund.decision_hash = record.hash
-        if unsaved:
-            insert(refund)  # refund.save(force_insert=True), its statement written once
-
-    def rewrite(record: AuditRecord) -> None:
-        # Another append won the head between the record's signing and the lock: the refund
-        # row (already inserted) takes the rebuilt record's hash.
-        refund.decision_hash = record.hash
-        Refund.objects.filter(pk=refund.pk).update(decision_hash=record.hash)
+        # refund.save(force_insert=True), its statement written once (sill.sql)
+        return [insert_write(refund), *carried] if unsaved else []
 
     record = append_record(
         site=refund.site,
@@ -148,8 +150,7 @@ def record_decision(
             decided_at=now.isoformat(),
             expires_at=refund.expires_at.isoformat() if refund.expires_at else None,
         ),
-        before_lock=write,
-        rehashed=rewrite,
+        writes=writes,
     )
     if not unsaved:
         refund.decision_hash = record.hash
@@ -161,19 +162,29 @@ def record_decision(
 
 def reserve(*, refund: Refund, charge: Charge) -> None:
     """Hold ``refund.amount`` on the (locked) charge; the database refuses an over-reservation."""
+    held = reservation(refund=refund, charge=charge)
+    with sql.cursor() as cursor:
+        cursor.execute(held.alone, held.params)
+
+
+def reservation(*, refund: Refund, charge: Charge) -> sql.Write:
+    """The UPDATE that holds ``refund.amount`` on the (locked) charge, for the caller to send
+    (:func:`reserve`, or with the decision's audit append: :func:`record_decision`'s
+    ``along``); the charge in memory counts it already. ``exceeds_refundable`` past what
+    remains; the database refuses an over-reservation too."""
     if refund.amount_minor > charge.remaining.amount_minor:
         raise SillError(
             f"only {charge.remaining} is refundable", code="exceeds_refundable", field="amount"
         )
-    # Hand-written: every approved decision runs it (the ORM's UPDATE cost more to build).
-    with sql.cursor() as cursor:
-        cursor.execute(
-            "UPDATE orders_charge SET amount_reserved_minor = amount_reserved_minor + %s"
-            " WHERE id = %s",
-            [refund.amount_minor, charge.pk],
-        )
-    # The caller holds the charge's row lock: nobody else changed it since it was read.
+    # The caller holds the charge's row lock: nobody else changes it before the UPDATE runs.
     charge.amount_reserved_minor += refund.amount_minor
+    # Hand-written: every approved decision runs it (the ORM's UPDATE cost more to build).
+    return sql.update_write(
+        "orders_charge",
+        '"amount_reserved_minor" = "amount_reserved_minor" + %s',
+        [refund.amount_minor],
+        pk=charge.pk,
+    )
 
 
 def _locked_for_change(refund_id: str, *, token: str | None) -> Refund:
@@ -411,6 +422,7 @@ def open_decided(
     draws on one (a credit does not) and executed once this transaction commits — and write
     its decision record, in the caller's transaction."""
     fields = {**fields, "facts": outcome.facts, "rules": [r.as_dict() for r in outcome.rules]}
+    along = None
     if outcome.action == "deny":
         refund = unsaved_refund(
             **fields, decision=Decision.REJECTED, status=RefundStatus.REJECTED,
@@ -427,9 +439,10 @@ def open_decided(
             **fields, decision=Decision.APPROVED, status=RefundStatus.PROCESSING
         )
         if charge is not None:
-            reserve(refund=refund, charge=charge)
+            # Sent with the refund's INSERT and the audit append: no round trip of its own.
+            along = reservation(refund=refund, charge=charge)
         enqueue_execution(refund)
-    return record_decision(refund=refund, outcome=outcome, now=now)
+    return record_decision(refund=refund, outcome=outcome, now=now, along=along)
 
 
 def enqueue_execution(refund: Refund) -> None:

@@ -7,12 +7,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 
 from refunds.models import Mandate
 from sill.accounts.models import Agent, Site
 from sill.rails.models import RailAccount
-from sill.sql import cols, fetch_row, for_update, insert
+from sill.sql import (
+    cols,
+    fast_timestamptz_loader,
+    fetch_row,
+    for_update,
+    insert,
+    insert_write,
+    update_write,
+)
+from sill.sql import cursor as sql_cursor
 
 pytestmark = pytest.mark.django_db
 
@@ -116,6 +125,66 @@ def test_insert_refuses_what_the_constraints_refuse(site: Site, agent: Agent) ->
     assert Mandate.objects.filter(mandate_id="mnd_same").count() == 1
 
 
+def _mandate(site: Site, agent: Agent, mandate_id: str) -> Mandate:
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    return Mandate(
+        site=site, agent=agent, mandate_id=mandate_id, key_id="k1", nonce=f"n-{mandate_id}",
+        action="request_refund", raw=b"{}", body_sha256="0" * 64, issued_at=at, expires_at=at,
+    )  # fmt: skip
+
+
+def test_an_insert_write_alone_stores_what_insert_would(site: Site, agent: Agent) -> None:
+    mandate = _mandate(site, agent, "mnd_write")
+    mandate.pk = 10_000  # an insert_write reads nothing back: the caller sets the key
+    write = insert_write(mandate)
+    assert mandate._state.adding
+    with sql_cursor() as c:
+        c.execute(write.alone, write.params)
+    assert write.done is not None
+    write.done()
+    assert not mandate._state.adding
+    stored = Mandate.objects.get(pk=10_000)
+    assert (stored.mandate_id, stored.nonce, stored.agent_id) == (
+        "mnd_write",
+        "n-mnd_write",
+        agent.pk,
+    )
+
+
+@pytest.mark.parametrize("matched", [True, False])
+def test_writes_given_a_row_source_write_only_when_it_has_a_row(
+    site: Site, agent: Agent, matched: bool
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the given forms are for PostgreSQL's data-modifying WITH")
+    mandate = _mandate(site, agent, "mnd_given")
+    mandate.pk = 10_001
+    writes = [
+        insert_write(mandate),
+        update_write("accounts_agent", '"name" = %s', ["Renamed"], pk=agent.pk),
+    ]
+    source = '"src"'
+    carried = ", ".join(
+        f'"w{i}" AS ({w.given.format(source=source)})' for i, w in enumerate(writes)
+    )
+    with sql_cursor() as c:
+        c.execute(
+            f'WITH "src" AS (SELECT 1 WHERE %s), {carried} SELECT 1',
+            [matched, *(v for w in writes for v in w.params)],
+        )
+    agent.refresh_from_db()
+    assert Mandate.objects.filter(pk=10_001).exists() is matched
+    assert (agent.name == "Renamed") is matched
+
+
+def test_a_write_that_fails_raises_and_writes_nothing(site: Site, agent: Agent) -> None:
+    write = update_write("accounts_agent", '"agent_id" = %s', [None], pk=agent.pk)
+    with pytest.raises(IntegrityError), transaction.atomic(), sql_cursor() as c:
+        c.execute(write.alone, write.params)
+    agent.refresh_from_db()
+    assert agent.agent_id
+
+
 def test_for_update_locks_where_the_backend_locks_rows() -> None:
     if connection.vendor == "postgresql":
         assert for_update("c") == ' FOR UPDATE OF "c"'
@@ -140,3 +209,66 @@ def test_postgresql_prepares_these_statements_and_not_the_orms(site: Site) -> No
     for n in range(10):
         assert not Site.objects.filter(name=f"no such site {n}").exists()
     assert len(_prepared()) == before  # the ORM's statements are bound client-side
+
+
+# Edge values for the timestamp loaders: fractions of every length, offsets PostgreSQL folds
+# into UTC, the range's ends, a leap day, NULL.
+TIMESTAMPS = [
+    "2026-12-02 01:05:28.123456+00",
+    "2026-12-02 01:05:28+00",
+    "2026-12-02 01:05:28.1+00",
+    "2026-03-29 01:30:00.5+01",
+    "2026-10-25 02:30:00-07:30",
+    "2028-02-29 23:59:59.999999+14",
+    "0001-01-01 00:00:00+00",
+    "9999-12-31 23:59:59.999999+00",
+    None,
+]
+
+
+def _read(cursor: object, raw_cursor: object) -> tuple[object, ...]:
+    sql = "SELECT " + ", ".join(["%s::timestamptz"] * len(TIMESTAMPS))
+    raw_cursor.execute(sql, TIMESTAMPS)  # type: ignore[attr-defined]
+    return tuple(raw_cursor.fetchone())  # type: ignore[attr-defined]
+
+
+def test_postgresql_reads_timestamps_with_the_c_loader_as_django_would() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's loaders are PostgreSQL's")
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg.pq import Format
+
+    connection.ensure_connection()
+    loader = connection.connection.adapters.get_loader(1184, Format.TEXT)
+    assert loader.__name__ == "UtcTimestamptzLoader"
+    with connection.cursor() as ours, connection.cursor() as djangos:
+        register_tzloader(connection.timezone, djangos.cursor)  # Django's own, on this one
+        fast, slow = _read(ours, ours.cursor), _read(djangos, djangos.cursor)
+    assert fast == slow
+    for a, b in zip(fast, slow, strict=True):
+        assert type(a) is type(b)
+        if a is not None:
+            assert a.tzinfo is b.tzinfo is UTC  # type: ignore[attr-defined]
+    # The hot path's prepared cursors read them the same way.
+    with sql_cursor() as hot:
+        assert _read(hot, hot) == slow
+
+
+def test_another_session_time_zone_keeps_djangos_loader() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's loaders are PostgreSQL's")
+    from psycopg.pq import Format
+
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        other.ensure_connection()
+        raw = other.connection
+        raw.execute("SET TIME ZONE 'Europe/Paris'")
+        from django.db.backends.postgresql.psycopg_any import register_tzloader
+
+        register_tzloader(other.timezone, raw)  # as Django set the connection up
+        fast_timestamptz_loader(sender=type(other), connection=other)
+        loader = raw.adapters.get_loader(1184, Format.TEXT)
+        assert loader.__name__ == "SpecificTzLoader"
+    finally:
+        other.close()

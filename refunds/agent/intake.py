@@ -23,7 +23,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from policies.facts import prefetch_rail_facts
-from policies.selectors import active_policy_for
+from policies.models import PolicyVersion
+from policies.selectors import UNREAD, Unread, active_policy_for, active_version_columns
 from policies.types import RefundContext
 from refunds.agent import mandates
 from refunds.agent.answers import purchase_payload, refund_payload
@@ -79,27 +80,38 @@ def _key_lookup(site_id: str, agent_id: str, key_id: str) -> mandates.KeyRecord 
 
 
 def _agent_key(site_id: str, agent_id: str, key_id: str, *, mandate_id: str) -> AgentKey | None:
-    """The active agent's key, with its agent and site (the decision reuses them), and as
-    ``earlier_sha256`` the digest of the site's mandate ``mandate_id`` if one is stored: one
-    query for the resend check and the key (hand-written: every mandate runs it)."""
+    """The active agent's key, with its agent and site (the decision reuses them); as
+    ``earlier_sha256`` the digest of the site's mandate ``mandate_id`` if one is stored; and
+    as ``policy_version`` the site's active policy version (None: the baseline). One query
+    for the resend check, the key and the policy (hand-written: every mandate runs it).
+
+    The version is read here, before the decision's transaction, rather than inside it: the
+    read takes no lock either way, so a version activated while the request runs is missed
+    (or not) just as it would be a few milliseconds later.
+    """
     key, agent, site = cols(AgentKey, "k"), cols(Agent, "a"), cols(Site, "s")
+    version = active_version_columns("v")
     row = fetch_row(
-        f"""SELECT {key.sql}, {agent.sql}, {site.sql},
+        f"""SELECT {key.sql}, {agent.sql}, {site.sql}, {version.sql},
             (SELECT m.body_sha256 FROM refunds_mandate m
              WHERE m.site_id = %s AND m.mandate_id = %s LIMIT 1)
         FROM accounts_agentkey k
         JOIN accounts_agent a ON a.id = k.agent_id
         JOIN accounts_site s ON s.id = a.site_id
+        LEFT JOIN policies_policyversion v ON v.site_id = s.id AND v.active = %s
         WHERE a.site_id = %s AND a.agent_id = %s AND a.active = %s AND k.key_id = %s
         ORDER BY k.id
         LIMIT 1""",  # noqa: S608  (formatted in: column lists only)
-        [site_id, mandate_id, site_id, agent_id, True, key_id],
+        [site_id, mandate_id, True, site_id, agent_id, True, key_id],
     )
     if row is None:
         return None
     found = key.build(row)
     found.agent = agent.build(row, len(key))
-    found.agent.site = site.build(row, len(key) + len(agent))
+    at = len(key) + len(agent)
+    found.agent.site = site.build(row, at)
+    at += len(site)
+    found.policy_version = version.build(row, at) if row[at] is not None else None  # type: ignore[attr-defined]
     found.earlier_sha256 = row[-1]  # type: ignore[attr-defined]
     return found
 
@@ -174,6 +186,7 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
             now=now,
             prefetched=prefetched,
             credit_read=credit_read,
+            policy_version=key.policy_version,  # type: ignore[attr-defined]  # read by _agent_key
         )
     except (IntegrityError, _Raced):
         # A concurrent identical send won the insert: answer what it stored. Otherwise the
@@ -194,43 +207,55 @@ def _decide(
     now: datetime,
     prefetched: _Prefetched | None,
     credit_read: CustomerRead | None = None,
+    policy_version: PolicyVersion | Unread | None = UNREAD,
 ) -> dict[str, Any]:
     """Store, decide and answer ``verified`` in one transaction (step 3 above).
 
     An ``IntegrityError`` (a concurrent insert of this mandate or nonce) is not retried: it
     passes through to ``submit_mandate``, which answers it as a resend or a replay.
     """
+    # The answer (its receipt signed) is built after COMMIT: the decision's audit append
+    # holds the site's chain head locked until then, and nothing else should run under it.
     with transaction.atomic():
         mandate = _store(verified, agent=agent)
         if credit_read is not None:
             credit = open_credit(mandate=mandate, verified=verified, read=credit_read, now=now)
-            return refund_payload(mandate, credit)
-        if verified.action == "request_refund":
+        elif verified.action == "request_refund":
             refund = _request_refund(
-                mandate=mandate, verified=verified, now=now, prefetched=prefetched
+                mandate=mandate,
+                verified=verified,
+                now=now,
+                prefetched=prefetched,
+                policy_version=policy_version,
             )
-            return refund_payload(mandate, refund)
-        intent = verified.intent
-        assert isinstance(intent, mandates.PurchaseIntent)
-        order = place_order(
-            purchase=Purchase(
-                site=mandate.site,
-                agent=mandate.agent,
-                mandate_id=mandate.mandate_id,
-                lines=[
-                    NewLine(
-                        sku=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price
-                    )
-                    for li in intent.line_items
-                ],
-                currency=intent.currency,
-                buyer_name=intent.buyer_name,
-                buyer_email=intent.buyer_email,
-                rail=intent.payment_rail,
-                payment_method=intent.payment_method,
-            )
+        else:
+            # A purchase's answer shows its charge as the transaction left it (a worker
+            # may charge it as soon as it commits).
+            return purchase_payload(mandate, _purchase(mandate, verified))
+    return refund_payload(mandate, credit if credit_read is not None else refund)
+
+
+def _purchase(mandate: Mandate, verified: VerifiedMandate) -> Order:
+    """Place the order a purchase mandate asks for (in the caller's transaction)."""
+    intent = verified.intent
+    assert isinstance(intent, mandates.PurchaseIntent)
+    order = place_order(
+        purchase=Purchase(
+            site=mandate.site,
+            agent=mandate.agent,
+            mandate_id=mandate.mandate_id,
+            lines=[
+                NewLine(sku=li.sku, name=li.name, quantity=li.quantity, unit_price=li.unit_price)
+                for li in intent.line_items
+            ],
+            currency=intent.currency,
+            buyer_name=intent.buyer_name,
+            buyer_email=intent.buyer_email,
+            rail=intent.payment_rail,
+            payment_method=intent.payment_method,
         )
-        return purchase_payload(mandate, order)
+    )
+    return order
 
 
 def _store(verified: VerifiedMandate, *, agent: Agent) -> Mandate:
@@ -373,6 +398,7 @@ def _request_refund(
     verified: VerifiedMandate,
     now: datetime,
     prefetched: _Prefetched | None = None,
+    policy_version: PolicyVersion | Unread | None = UNREAD,
 ) -> Refund:
     intent = verified.intent
     assert isinstance(intent, mandates.RefundIntent)
@@ -409,7 +435,7 @@ def _request_refund(
         customer_id = originals(site.pk, intent).values_list("customer_id", flat=True).first()
     # Only the sums a rule or a cap acts on need the scope locks (refunds.locks): decisions
     # of one agent on different orders do not queue behind one another for nothing.
-    policy = active_policy_for(site)
+    policy = active_policy_for(site, version=policy_version)
     scope = decision_scope(agent=agent, policy=policy)
     lock_decision_scope(
         agent_id=mandate.agent_id if scope.agent else None,

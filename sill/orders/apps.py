@@ -5,3 +5,11 @@ class OrdersConfig(AppConfig):
     name = "sill.orders"
     label = "orders"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
+        from sill.sql import fast_timestamptz_loader
+
+        # Every PostgreSQL connection reads timestamps with psycopg's C loader (sill/sql.py).
+        connection_created.connect(fast_timestamptz_loader, dispatch_uid="sill-timestamptz")

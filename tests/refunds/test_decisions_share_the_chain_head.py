@@ -120,3 +120,30 @@ def test_a_decision_commits_while_another_is_open_up_to_its_append(
     seqs = list(AuditRecord.objects.filter(site=site).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
     assert chain_verification(site).ok
+
+
+def test_the_answer_and_its_receipt_are_built_after_the_decision_commits(
+    site, agent, original, monkeypatch
+):
+    """The receipt's signature (and the rest of the answer) is not made while the decision's
+    transaction, and so the site's chain head lock, is still open."""
+    import nacl.signing
+
+    register_key(agent)
+    signed: list[tuple[bytes, bool]] = []
+    sign = nacl.signing.SigningKey.sign
+
+    def watched(self, message, encoder=None):  # PyNaCl's, called through
+        signed.append((bytes(message)[:16], connection.in_atomic_block))
+        return sign(self, message) if encoder is None else sign(self, message, encoder)
+
+    body = signed_body(
+        refund_intent(original.source_mandate_id), site_id=site.id, agent_id=agent.agent_id
+    )
+    monkeypatch.setattr(nacl.signing.SigningKey, "sign", watched)
+    answer = post(Client(), body)
+    assert answer.status_code == 201 and answer.json()["decision"] == "approved", answer.content
+    receipts = [inside for prefix, inside in signed if prefix.startswith(b"sill-receipt-v1:")]
+    records = [inside for prefix, inside in signed if not prefix.startswith(b"sill-receipt-v1:")]
+    assert receipts == [False]  # after COMMIT
+    assert records and all(records)  # the decision record: signed in its transaction
