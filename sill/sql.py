@@ -17,6 +17,11 @@ Usage::
 
 Only fields of the model's own table are selected (``concrete_fields``, or the ``only`` names);
 relations are joined by hand and set on the instances, as above.
+
+Also here: :func:`insert` and the :class:`Write` forms another statement can carry
+(``insert_write``, ``update_write``: a decision's refund row and reservation ride on its audit
+append), the prepared PostgreSQL cursor (:func:`cursor`), and the C loader for timestamps
+(:func:`fast_timestamptz_loader`).
 """
 
 from __future__ import annotations

@@ -147,3 +147,61 @@ def test_the_answer_and_its_receipt_are_built_after_the_decision_commits(
     records = [inside for prefix, inside in signed if not prefix.startswith(b"sill-receipt-v1:")]
     assert receipts == [False]  # after COMMIT
     assert records and all(records)  # the decision record: signed in its transaction
+
+
+def test_concurrent_decisions_of_one_site_each_write_once(site, agent, make_order, mock_rail):
+    """Four clients at once on one site, so appends lose the head to one another and build
+    again: every decision is written once (one refund row, one reservation, one record naming
+    it, carrying its hash), and the chain stays gap-free and valid."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL row locks")
+    register_key(agent)
+    bodies = []
+    for n in range(16):
+        order = make_order(
+            total="7.00",
+            placed_by_agent=agent,
+            source_mandate_id=f"mnd_01K6HXAVBQ8G8PYZKN9JXJE{n:03d}",
+            email=f"buyer{n}@example.com",
+        )
+        intent = refund_intent(order.source_mandate_id, max_amount=Decimal("7.00"))
+        bodies.append(signed_body(intent, site_id=site.id, agent_id=agent.agent_id))
+    answers: list[Any] = []
+    lock = threading.Lock()
+
+    def client(mine: list[bytes]) -> None:
+        try:
+            for body in mine:
+                response = post(Client(), body)
+                with lock:
+                    answers.append(response)
+        except Exception as exc:  # examined below
+            with lock:
+                answers.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client, args=(bodies[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert len(answers) == 16
+    for response in answers:
+        assert not isinstance(response, Exception), response
+        assert response.status_code == 201 and response.json()["decision"] == "approved"
+    refunds = list(Refund.objects.filter(site=site).select_related("charge"))
+    assert len(refunds) == 16
+    records = {r.hash: r for r in AuditRecord.objects.filter(site=site)}
+    for refund in refunds:
+        # Reserved once (the executions ran on commit here, so it moved to refunded).
+        charge = refund.charge
+        assert charge.amount_reserved_minor + charge.amount_refunded_minor == 700
+        assert refund.amount_minor == 700
+        record = records[refund.decision_hash]
+        assert f'"refund_id":"{refund.pk}"' in record.payload
+    assert sum('"kind":"approved"' in r.payload for r in records.values()) == 16
+    seqs = sorted(r.seq for r in records.values())
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert chain_verification(site).ok
