@@ -38,6 +38,19 @@ def _writes_head(sql: str) -> bool:
     return sql.startswith(('UPDATE "audit_auditchainhead"', 'WITH "won" AS (UPDATE'))
 
 
+def _full_refund(make_order, site, agent, suffix: str, *, total: str, buyer: str) -> bytes:
+    """A signed full refund of a new paid order ``agent`` placed (its purchase mandate id
+    ending in the three characters ``suffix``), bought by a customer of its own."""
+    order = make_order(
+        total=total,
+        placed_by_agent=agent,
+        source_mandate_id=f"mnd_01K6HXAVBQ8G8PYZKN9JXJE{suffix}",
+        email=f"{buyer}@example.com",
+    )
+    intent = refund_intent(order.source_mandate_id, max_amount=Decimal(total))
+    return signed_body(intent, site_id=site.id, agent_id=agent.agent_id)
+
+
 def test_a_decision_commits_while_another_is_open_up_to_its_append(
     site, agent, make_order, mock_rail
 ):
@@ -49,14 +62,9 @@ def test_a_decision_commits_while_another_is_open_up_to_its_append(
     bodies = {}
     for name, who in (("a", agent), ("b", other)):
         register_key(who)
-        order = make_order(
-            total="20.00",
-            placed_by_agent=who,
-            source_mandate_id=f"mnd_01K6HXAVBQ8G8PYZKN9JXJEP{name.upper()}{name.upper()}",
-            email=f"{name}@example.com",
+        bodies[name] = _full_refund(
+            make_order, site, who, f"P{name.upper()}{name.upper()}", total="20.00", buyer=name
         )
-        intent = refund_intent(order.source_mandate_id, max_amount=Decimal("20.00"))
-        bodies[name] = signed_body(intent, site_id=site.id, agent_id=who.agent_id)
     # A decision record exists already: the site's chain head is there to be read unlocked.
     first = post(Client(), signed_body(
         refund_intent(make_order(total="5.00", placed_by_agent=agent,
@@ -156,16 +164,10 @@ def test_concurrent_decisions_of_one_site_each_write_once(site, agent, make_orde
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL row locks")
     register_key(agent)
-    bodies = []
-    for n in range(16):
-        order = make_order(
-            total="7.00",
-            placed_by_agent=agent,
-            source_mandate_id=f"mnd_01K6HXAVBQ8G8PYZKN9JXJE{n:03d}",
-            email=f"buyer{n}@example.com",
-        )
-        intent = refund_intent(order.source_mandate_id, max_amount=Decimal("7.00"))
-        bodies.append(signed_body(intent, site_id=site.id, agent_id=agent.agent_id))
+    bodies = [
+        _full_refund(make_order, site, agent, f"{n:03d}", total="7.00", buyer=f"buyer{n}")
+        for n in range(16)
+    ]
     answers: list[Any] = []
     lock = threading.Lock()
 
