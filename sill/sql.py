@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Generic, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -189,6 +189,10 @@ def _db() -> Any:
     return connections[DEFAULT_DB_ALIAS]
 
 
+# How many of the statements run through cursor() psycopg's conversions are kept for (there
+# are a few dozen, and IN lists of a few lengths).
+_CONVERTED_STATEMENTS = 256
+
 # psycopg prepares a statement after this many runs unless asked: never, in practice.
 _ONLY_WHEN_ASKED = 2**31 - 1
 
@@ -200,6 +204,7 @@ class _PostgreSQL:
     timestamptz_oid: int
     text: Any
     register_tzloader: Callable[[Any, Any], None]
+    converted: Any  # the statements' conversions, an lru_cache (its cache_info() for tests)
 
 
 @cache
@@ -210,9 +215,33 @@ def _postgresql() -> _PostgreSQL:
         ServerBindingCursor,
         register_tzloader,
     )
+    from psycopg._queries import PostgresQuery, _query2pg_nocache
     from psycopg.pq import Format
 
+    @lru_cache(maxsize=_CONVERTED_STATEMENTS)
+    def converted(query: str, encoding: str) -> Any:
+        return _query2pg_nocache(query.encode(encoding), encoding)
+
+    class WrittenOnceQuery(PostgresQuery):
+        """psycopg rewrites each statement's ``%s`` into ``$n`` with a regular expression and
+        remembers the result only for statements under 4 kB and 50 parameters (against
+        ORMs' ever-different multi-row INSERTs). The statements run here are written once in
+        Sill's code, so every one is remembered, the audit append's (which carries the
+        decision's refund INSERT: past both limits) included: it was rewritten on every
+        decision (about 5 % of a decision's CPU, bench/decision_profile.py)."""
+
+        def convert(self, query: Any, vars: Any) -> None:
+            if vars is None or not isinstance(query, str):
+                return super().convert(query, vars)
+            self.query, self._want_formats, self._order, self._parts = converted(
+                query, self._tx.encoding
+            )
+            self.dump(vars)
+            return None
+
     class PreparingCursor(ServerBindingCursor):
+        _query_cls = WrittenOnceQuery
+
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             return super().execute(query, params, **{**kwargs, "prepare": True})
 
@@ -231,6 +260,7 @@ def _postgresql() -> _PostgreSQL:
         timestamptz_oid=TIMESTAMPTZ_OID,
         text=Format.TEXT,
         register_tzloader=register_tzloader,
+        converted=converted,
     )
 
 

@@ -211,6 +211,29 @@ def test_postgresql_prepares_these_statements_and_not_the_orms(site: Site) -> No
     assert len(_prepared()) == before  # the ORM's statements are bound client-side
 
 
+def test_postgresql_converts_a_long_statement_once_and_binds_every_value() -> None:
+    """The audit append is past psycopg's own cache limits (4 kB, 50 parameters): converted
+    once per process here, each run still binding its own values."""
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's statement conversion")
+    from sill.sql import _postgresql
+
+    converted = _postgresql().converted
+    values = 60
+    sql = "SELECT " + ", ".join(f"%s::bigint AS sill_long_{'x' * 60}_{i}" for i in range(values))
+    assert len(sql) > 4096
+    before = converted.cache_info()
+    for run in range(3):
+        params = [run * 1000 + i for i in range(values)]
+        assert fetch_row(sql, params) == tuple(params)
+    after = converted.cache_info()
+    assert after.misses - before.misses == 1
+    assert after.hits - before.hits == 2
+    # A statement with no values is not converted (psycopg sends it as written).
+    assert fetch_row("SELECT 1 AS sill_no_values", None) == (1,)
+    assert converted.cache_info().misses == after.misses
+
+
 # Edge values for the timestamp loaders: fractions of every length, offsets PostgreSQL folds
 # into UTC, the range's ends, a leap day, NULL.
 TIMESTAMPS = [
