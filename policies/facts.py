@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from policies.rates import usd_minor
 from policies.types import RefundContext
 from policies.vocabulary import FACTS_VERSION, ratio, truncated
-from refunds.models import LIVE_STATUSES, RefundOrigin
+from refunds.models import LIVE_STATUSES, PERIOD_SECONDS, RefundOrigin
 from sill import sql
 from sill.accounts.models import Site
 from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
@@ -268,30 +268,50 @@ def _agent_total_today_usd(context: RefundContext, refund_usd: int | None) -> in
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         tz = zoneinfo.ZoneInfo("UTC")
     midnight = context.now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
-    # Hand-written (sill.sql): every agent decision sums them. Any origin counts (the
-    # agent's refunds, whoever made them), as before.
+    totals = agent_live_totals(context.agent.pk, midnight)
+    if totals is None:  # a midnight off the quarter-hours (no zone in use has one)
+        totals = agent_live_refunds_since(context.site.pk, context.agent.pk, midnight)
+    total = refund_usd
+    for currency, minor in totals:
+        usd = usd_minor(minor, currency)
+        if usd is None:
+            return None
+        total += usd
+    return total
+
+
+def agent_live_totals(agent_id: int, since: datetime) -> list[tuple[str, int]] | None:
+    """The agent's live refunds created at or after ``since``, summed by currency, from the
+    quarter-hour totals the database keeps (``refunds.models.AgentRefundTotal``): a few
+    rows, however many refunds the agent made. None when ``since`` does not start a
+    quarter-hour (the totals cannot split one). A currency whose refunds all stopped counting
+    is left out, as it is when counted from the refunds."""
+    seconds = int(since.timestamp())
+    if since.microsecond or seconds % PERIOD_SECONDS:
+        return None
+    # Hand-written (sill.sql): every agent decision reads it.
+    with sql.cursor() as cursor:
+        cursor.execute(
+            """SELECT t.currency, SUM(t.amount_minor) FROM refunds_agentrefundtotal t
+            WHERE t.agent_id = %s AND t.period >= %s
+            GROUP BY t.currency HAVING SUM(t.amount_minor) <> 0""",
+            [agent_id, seconds // PERIOD_SECONDS],
+        )
+        # int(): PostgreSQL's SUM of a bigint is a numeric (a Decimal), as the ORM converts.
+        return [(currency, int(minor or 0)) for currency, minor in cursor.fetchall()]
+
+
+def agent_live_refunds_since(site_id: str, agent_id: int, since: datetime) -> list[tuple[str, int]]:
+    """The same sums counted from the refunds themselves (every one since ``since``)."""
     with sql.cursor() as cursor:
         cursor.execute(
             f"""SELECT r.currency, SUM(r.amount_minor) FROM refunds_refund r
             WHERE r.site_id = %s AND r.agent_id = %s AND r.status IN ({_LIVE})
                 AND r.created_at >= %s
             GROUP BY r.currency""",  # noqa: S608  (formatted in: placeholders only)
-            [
-                context.site.pk,
-                context.agent.pk,
-                *LIVE_STATUSES,
-                connection.ops.adapt_datetimefield_value(midnight),
-            ],
+            [site_id, agent_id, *LIVE_STATUSES, connection.ops.adapt_datetimefield_value(since)],
         )
-        totals = cursor.fetchall()
-    total = refund_usd
-    for currency, minor in totals:
-        # int(): PostgreSQL's SUM of a bigint is a numeric (a Decimal), as the ORM converts.
-        usd = usd_minor(int(minor or 0), currency)
-        if usd is None:
-            return None
-        total += usd
-    return total
+        return [(currency, int(minor or 0)) for currency, minor in cursor.fetchall()]
 
 
 def _log_once(site_id: str, rail: str, what: str, message: str) -> None:

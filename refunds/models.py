@@ -439,6 +439,61 @@ class ReconciliationItem(models.Model):
         return f"{self.site_id}/{self.key}"
 
 
+# AgentRefundTotal.period: quarter-hours since the Unix epoch. Every time zone in use today
+# is a whole number of quarter-hours off UTC, so each site-local midnight starts one.
+PERIOD_SECONDS = 900
+
+
+class AgentRefundTotal(models.Model):
+    """An agent's live refunds (``LIVE_STATUSES``) by currency and by the quarter-hour they
+    were created in: what the agent's refunds today sum to, read from a few rows instead of
+    every refund the agent made today (``policies.facts``, the daily cap's fact).
+
+    Kept by database triggers on ``refunds_refund`` (migration 0017), so that no write path,
+    ORM ``save()``, queryset ``update()`` or hand-written SQL, can forget it. A refund created
+    live adds its amount to the one ``inserted`` row of its agent, quarter-hour and currency;
+    any later change of what a refund counts (it fails, expires, is rejected or reversed)
+    adds a ``changed`` row of its own, minus what it counted and plus what it counts now.
+    ``changed`` rows are only ever inserted: refund updates (workers, reviewers) never wait
+    for the row a decision is adding to, and take no lock a decision holds, whatever order
+    they lock the audit chain head in.
+    """
+
+    class Kind(models.TextChoices):
+        INSERTED = "inserted", "Inserted"
+        CHANGED = "changed", "Changed"
+
+    # No database foreign key: a trigger writes these rows, also while Django deletes an
+    # agent's rows in its own order; the agent's deletion still deletes them (CASCADE).
+    # agent_total_period_idx starts with the agent: no index of its own.
+    agent = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
+    period = models.BigIntegerField()  # created_at's quarter-hour since the epoch, UTC
+    currency = models.CharField(max_length=3)
+    amount_minor = models.BigIntegerField()
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "period", "currency"],
+                condition=Q(kind="inserted"),
+                name="agent_total_one_inserted_row",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["agent", "period"],
+                include=["currency", "amount_minor"],
+                name="agent_total_period_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"agent {self.agent_id}, period {self.period}: {self.amount_minor} {self.currency}"
+
+
 class ReconciliationRun(models.Model):
     """One pass of reconciliation over one rail account of a site (the beat task's claim).
 

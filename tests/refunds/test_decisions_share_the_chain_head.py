@@ -26,6 +26,7 @@ from django.test import Client
 
 from audit.models import AuditRecord
 from audit.selectors import chain_verification
+from policies.facts import agent_live_refunds_since, agent_live_totals
 from refunds.models import Refund
 from sill.accounts.models import Agent
 from tests.refunds.conftest import post, refund_intent, register_key, signed_body
@@ -207,3 +208,8 @@ def test_concurrent_decisions_of_one_site_each_write_once(site, agent, make_orde
     seqs = sorted(r.seq for r in records.values())
     assert seqs == list(range(1, len(seqs) + 1))
     assert chain_verification(site).ok
+    # The agent's kept daily totals (written by the concurrent appends' refund INSERTs).
+    first = min(r.created_at for r in refunds).replace(second=0, microsecond=0)
+    since = first.replace(minute=first.minute - first.minute % 15)
+    assert agent_live_totals(agent.pk, since) == [("USD", 16 * 700)]
+    assert agent_live_refunds_since(site.pk, agent.pk, since) == [("USD", 16 * 700)]
