@@ -79,7 +79,10 @@ class AuditRecordQuerySet(models.QuerySet["AuditRecord"]):
 
 
 class AuditRecord(models.Model):
-    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="audit_records")
+    # (site, seq) is unique and indexed: no index of the site alone (one less per append).
+    site = models.ForeignKey(
+        Site, on_delete=models.PROTECT, db_index=False, related_name="audit_records"
+    )
     seq = models.BigIntegerField()
     kind = models.CharField(max_length=32, choices=AuditKind.choices)
     # The exact RFC 8785 text that was hashed (a JSONField would re-serialise it).
@@ -166,7 +169,10 @@ class AuditTreeNode(models.Model):
     beside the record that completes it; proofs read them.
     """
 
-    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="audit_tree_nodes")
+    # (site, level, index) is unique and indexed: no index of the site alone.
+    site = models.ForeignKey(
+        Site, on_delete=models.PROTECT, db_index=False, related_name="audit_tree_nodes"
+    )
     level = models.PositiveSmallIntegerField()
     index = models.BigIntegerField()
     hash = models.CharField(max_length=64)

@@ -60,8 +60,13 @@ class Mandate(models.Model):
     constraint makes an identical resend find its earlier answer instead of acting again.
     """
 
-    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="mandates")
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="mandates")
+    # Both lead a unique index below ((site, mandate_id), (agent, nonce)): no index alone.
+    site = models.ForeignKey(
+        Site, on_delete=models.CASCADE, db_index=False, related_name="mandates"
+    )
+    agent = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, db_index=False, related_name="mandates"
+    )
     mandate_id = models.CharField(max_length=64)
     key_id = models.CharField(max_length=100)
     nonce = models.CharField(max_length=128)
@@ -131,7 +136,9 @@ class Refund(models.Model):
     decision_record: Any = None
 
     id = models.CharField(primary_key=True, max_length=40, default=_refund_id, editable=False)
-    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="refunds")
+    # The site leads (site, status) and (site, -created_at), the agent refund_agent_day_idx:
+    # neither has an index of its own (each would be written on every refund).
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, db_index=False, related_name="refunds")
     # Null only for a rejected request whose original order Sill could not find.
     order = models.ForeignKey(
         Order, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
@@ -150,7 +157,12 @@ class Refund(models.Model):
         Mandate, on_delete=models.PROTECT, null=True, blank=True, related_name="refund"
     )
     agent = models.ForeignKey(
-        Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
+        Agent,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        db_index=False,
+        related_name="refunds",
     )
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

@@ -1,0 +1,34 @@
+"""Migration helper: drop the index Django made for a foreign key alone, and nothing else.
+
+``AlterField(db_index=False)`` on a foreign key drops the constraint, drops the index and
+adds the constraint back, which on PostgreSQL checks every row of the table again while
+holding off its writers: minutes of refused refunds on a large audit log. Dropping the index
+is all that changes. Migrations pair this with the ``AlterField`` as state only
+(``SeparateDatabaseAndState``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def drop_single_column_indexes(schema_editor: Any, table: str, column: str) -> None:
+    """Drop the non-unique indexes on ``table`` of ``column`` alone (PostgreSQL's
+    ``varchar_pattern_ops`` twin included); indexes of several columns stay."""
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, table)
+    for name, info in sorted(constraints.items()):
+        alone = info["columns"] == [column]
+        if alone and info["index"] and not info["unique"] and not info["primary_key"]:
+            schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name)}")
+
+
+def restore(schema_editor: Any, model: Any, field_name: str) -> None:
+    """Undo: the indexes Django makes for a foreign key with ``db_index=True``, named as it
+    names them (its schema editor's own builders)."""
+    field = model._meta.get_field(field_name)
+    schema_editor.execute(schema_editor._create_index_sql(model, fields=[field]))
+    like = getattr(schema_editor, "_create_like_index_sql", None)  # PostgreSQL's
+    if like is not None and (statement := like(model, field)) is not None:
+        schema_editor.execute(statement)
