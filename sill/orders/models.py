@@ -116,6 +116,21 @@ class Order(models.Model):
         return Money(self.total_minor, self.currency)
 
 
+class OrderNumberCounter(models.Model):
+    """The last sequential order number Sill gave a site's orders (``next_order_number``).
+
+    One row per site, taken with a row lock by the transaction creating the order: two
+    purchases at once get consecutive numbers, the second once the first has committed,
+    and a number is found from this row, not from every order number of the site.
+    """
+
+    site = models.OneToOneField(Site, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    last_number = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.site_id}: {self.last_number}"
+
+
 class LineItem(models.Model):
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
     sku = models.CharField(max_length=100)

@@ -17,6 +17,7 @@ from sill.orders.models import (
     Customer,
     LineItem,
     Order,
+    OrderNumberCounter,
     OrderStatus,
 )
 
@@ -52,13 +53,56 @@ class NewLine:
     unit_price: Money
 
 
+# Sill's own numbers start after this; a numbered order is counted up to this many digits
+# (the counter is a bigint).
+NUMBERS_BEFORE_THE_FIRST = 1000
+_COUNTED_DIGITS = 15
+
+
 def next_order_number(site: Site) -> str:
-    """The next sequential number; the (site, number) constraint catches a racing writer."""
+    """Take the site's next sequential order number, in the caller's transaction.
+
+    The site's counter row stays locked until that transaction ends, so two orders created
+    at once never take the same number (the second waits for the first to commit): before,
+    both read the highest number and the second hit the (site, number) constraint, which
+    agent intake answered as a replayed nonce. The first number taken on a site starts from
+    its highest numbered order, read once.
+    """
+    counters = OrderNumberCounter.objects.select_for_update()
+    counter = counters.filter(site=site).first()
+    if counter is None:
+        OrderNumberCounter.objects.bulk_create(
+            [OrderNumberCounter(site=site, last_number=_highest_number(site))],
+            ignore_conflicts=True,  # a concurrent first number made it: take the next
+        )
+        counter = counters.get(site=site)
+    counter.last_number += 1
+    counter.save(update_fields=["last_number"])
+    return str(counter.last_number)
+
+
+def _counted(number: str) -> int | None:
+    if number.isascii() and number.isdigit() and len(number) <= _COUNTED_DIGITS:
+        return int(number)
+    return None
+
+
+def _highest_number(site: Site) -> int:
     numbers = Order.objects.filter(site=site, number__regex=r"^[0-9]+$").values_list(
         "number", flat=True
     )
-    highest = max((int(n) for n in numbers), default=1000)
-    return str(highest + 1)
+    counted = (n for n in map(_counted, numbers) if n is not None)
+    return max(counted, default=NUMBERS_BEFORE_THE_FIRST)
+
+
+def _number_taken(site: Site, number: str) -> None:
+    """An order created with a number of its own (a store's, synced): the site's next
+    sequential number comes after it."""
+    counted = _counted(number)
+    if counted is not None:
+        OrderNumberCounter.objects.filter(site=site, last_number__lt=counted).update(
+            last_number=counted
+        )
 
 
 @transaction.atomic
@@ -79,6 +123,8 @@ def create_order(
     total = Money.zero(currency)
     for line in lines:
         total = total + Money(line.unit_price.amount_minor * line.quantity, currency)
+    if number:
+        _number_taken(site, number)
     order = Order.objects.create(
         site=site,
         number=number or next_order_number(site),

@@ -1,0 +1,99 @@
+"""Order numbers of agent purchases: sequential per site, taken from a counter row (not by
+reading every order number of the site), and never the cause of a refused purchase.
+
+Two purchases on one site at once both read the highest number before either committed and
+chose the same next one: the second INSERT hit the (site, number) constraint, which agent
+intake answered as a replayed nonce (409 ``replay``) for a purchase nobody had sent before.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from sill.money import parse_major
+from sill.orders.models import Order
+from sill.orders.services import NewLine, create_order, next_order_number
+from tests.refunds.conftest import post, purchase_intent
+
+pytestmark = pytest.mark.django_db
+
+
+def _numbered(site, number: str | None = None) -> Order:
+    line = NewLine(sku="SKU-1", name="Item", quantity=1, unit_price=parse_major("5.00", "USD"))
+    return create_order(
+        site=site, lines=[line], currency="USD", buyer_name="Buyer",
+        buyer_email="buyer@example.com", number=number,
+    )  # fmt: skip
+
+
+def test_numbers_follow_the_highest_number_and_each_other(site) -> None:
+    _numbered(site, "1041")
+    _numbered(site, "#1100")  # not a number: not counted
+    _numbered(site, "1007")
+    assert [next_order_number(site) for _ in range(3)] == ["1042", "1043", "1044"]
+
+
+def test_a_numbered_order_made_elsewhere_moves_the_next_number_past_it(site) -> None:
+    assert next_order_number(site) == "1001"
+    _numbered(site, "5000")  # e.g. a WooCommerce order synced with its number
+    assert next_order_number(site) == "5001"
+    _numbered(site, "2000")
+    assert next_order_number(site) == "5002"
+
+
+def test_the_next_number_reads_one_row_however_many_orders(
+    site, django_assert_max_num_queries
+) -> None:
+    for n in range(20):
+        _numbered(site, str(3000 + n))
+    next_order_number(site)
+    with django_assert_max_num_queries(2):
+        assert next_order_number(site) == "3021"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_purchases_at_once_both_get_an_order(site, agent, sign, mock_rail) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL's concurrent writers")
+    bodies = [sign(purchase_intent(buyer={"name": n, "email": f"{n}@example.com"})) for n in "ab"]
+    first_numbered, second_done = threading.Event(), threading.Event()
+    answers: dict[str, Any] = {}
+
+    def hold_after_the_order_insert(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith('INSERT INTO "orders_order"') and not first_numbered.is_set():
+            first_numbered.set()
+            # B takes its number and tries its INSERT while A's is uncommitted.
+            second_done.wait(timeout=3)
+        return result
+
+    def run_a() -> None:
+        try:
+            with connection.execute_wrapper(hold_after_the_order_insert):
+                answers["a"] = post(Client(), bodies[0])
+        finally:
+            connection.close()
+
+    def run_b() -> None:
+        try:
+            assert first_numbered.wait(timeout=30)
+            answers["b"] = post(Client(), bodies[1])
+        finally:
+            second_done.set()
+            connection.close()
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for name in "ab":
+        assert answers[name].status_code == 201, answers[name].content
+    numbers = sorted(Order.objects.filter(site=site).values_list("number", flat=True))
+    assert len(numbers) == 2 and len(set(numbers)) == 2
