@@ -494,13 +494,10 @@ class AgentRefundTotal(models.Model):
                 name="agent_total_one_inserted_row",
             ),
         ]
-        indexes = [
-            models.Index(
-                fields=["agent", "period"],
-                include=["currency", "amount_minor"],
-                name="agent_total_period_idx",
-            ),
-        ]
+        # No INCLUDE of the amount: a row whose indexed columns do not change is updated in
+        # place (PostgreSQL's HOT update), with no new entry in any index, and the decision's
+        # upsert changes only the amount.
+        indexes = [models.Index(fields=["agent", "period"], name="agent_total_period_idx")]
 
     def __str__(self) -> str:
         return f"agent {self.agent_id}, period {self.period}: {self.amount_minor} {self.currency}"

@@ -195,11 +195,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "indexes": [
-                    models.Index(
-                        fields=["agent", "period"],
-                        include=("currency", "amount_minor"),
-                        name="agent_total_period_idx",
-                    )
+                    models.Index(fields=["agent", "period"], name="agent_total_period_idx")
                 ],
                 "constraints": [
                     models.UniqueConstraint(
