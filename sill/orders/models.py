@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Upper
 
 from sill.accounts.models import Agent, Site
 from sill.ids import new_id
@@ -37,7 +38,13 @@ class Customer(models.Model):
                 name="customer_rail_id_unique_per_site",
             ),
         ]
-        indexes = [models.Index(fields=["site", "email"])]
+        indexes = [
+            models.Index(fields=["site", "email"]),
+            # A purchase finds its buyer by email whatever the case (``email__iexact``, which
+            # PostgreSQL runs as UPPER(email) = UPPER(%s)): without this, every purchase read
+            # all of its site's customers.
+            models.Index(F("site"), Upper("email"), name="customer_site_email_upper"),
+        ]
 
     def __str__(self) -> str:
         return self.name or self.email

@@ -97,3 +97,26 @@ def test_two_purchases_at_once_both_get_an_order(site, agent, sign, mock_rail) -
         assert answers[name].status_code == 201, answers[name].content
     numbers = sorted(Order.objects.filter(site=site).values_list("number", flat=True))
     assert len(numbers) == 2 and len(set(numbers)) == 2
+
+
+@pytest.mark.postgres
+def test_a_purchase_finds_its_buyer_by_an_index(site, agent, sign, mock_rail) -> None:
+    """The buyer is looked up by email in any case: by the (site, UPPER(email)) index, not
+    by reading every customer of the site."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's plans")
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        answer = post(Client(), sign(purchase_intent()))
+    assert answer.status_code == 201, answer.content
+    lookups = [
+        q["sql"] for q in captured.captured_queries if q["sql"].startswith("SELECT")
+        and 'FROM "orders_customer"' in q["sql"] and "UPPER" in q["sql"]
+    ]  # fmt: skip
+    assert lookups
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + lookups[0])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "customer_site_email_upper" in plan, plan
