@@ -63,3 +63,29 @@ def analyze() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
+
+
+# Decisions a bench sends before it measures anything (see history()).
+HISTORY = 200
+
+
+def history(bodies: list[bytes]) -> None:
+    """Send ``bodies`` (approved refund decisions) in this process, then gather statistics:
+    the site has a history of refunds, mandates and audit records before the measured
+    servers start, as a merchant's database has.
+
+    On a database created a moment ago those tables are empty, and a statement PostgreSQL
+    plans once for a connection (the prepared ones of ``sill.sql``, the foreign-key checks)
+    is planned for an empty table: a scan of the whole table, which costs more with every
+    refund the bench adds. A server's connections last a minute (``conn_max_age``) and
+    autovacuum analyses growing tables, so production sees that for a database's first
+    minute only; a bench run would see it throughout.
+    """
+    from django.test import Client
+
+    client = Client()
+    for body in bodies:
+        answer = client.post("/api/v1/mandates", data=body, content_type="application/json")
+        if answer.status_code != 201 or answer.json()["decision"] != "approved":
+            raise SystemExit(f"history: not an approved decision: {answer.content[:300]!r}")
+    analyze()

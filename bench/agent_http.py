@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import figure, finish, quick
-from _setup import ROOT, django_setup, paid_agent_orders
+from _setup import HISTORY, ROOT, django_setup, history, paid_agent_orders
 
 WORKERS = (1, 2, 4)
 # The acceptance figure: 4 workers' p99 at 8 clients may be this much above 2 workers'.
@@ -84,8 +84,9 @@ def main() -> None:
     n, rounds = args.requests, args.rounds
     data_dir = django_setup("http")
     warm = WARM_DECISIONS_PER_WORKER * sum(WORKERS)
-    world = World.create(orders=warm + rounds * n + n // 2 + 2 * rounds * n + n)
-    print(f"({len(world.originals)} orders ready)", flush=True)
+    world = World.create(orders=HISTORY + warm + rounds * n + n // 2 + 2 * rounds * n + n)
+    history(world.decisions(HISTORY))
+    print(f"({len(world.originals)} orders ready, {HISTORY} decided before)", flush=True)
 
     env = {**os.environ, "SILL_DATA_DIR": str(data_dir), "SILL_TESTING": "1"}
     with ExitStack() as stack:

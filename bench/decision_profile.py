@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import figure, finish
-from _setup import django_setup, paid_agent_orders
+from _setup import HISTORY, django_setup, history, paid_agent_orders
 
 QUERY_GOAL = 12
 
@@ -81,7 +81,7 @@ def main() -> None:
     token = issue_agent_token(agent=agent)
 
     warm, profiled = 10, 30
-    n = args.decisions + warm + profiled + 1
+    n = HISTORY + args.decisions + warm + profiled + 1
     originals = paid_agent_orders(site, agent, n)
 
     def body(original: str) -> bytes:
@@ -100,6 +100,8 @@ def main() -> None:
         return canonical_json(sign_mandate(signed, key, "bench"))
 
     bodies = [body(o) for o in originals]
+    history(bodies[:HISTORY])
+    bodies = bodies[HISTORY:]
     client = Client()
     auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
 
