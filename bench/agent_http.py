@@ -79,7 +79,7 @@ def merged(loads: list[Load]) -> Load:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=60 if quick() else 200)
-    parser.add_argument("--rounds", type=int, default=1 if quick() else 2)
+    parser.add_argument("--rounds", type=int, default=1 if quick() else 4)
     args = parser.parse_args()
     n, rounds = args.requests, args.rounds
     data_dir = django_setup("http")
