@@ -32,3 +32,20 @@ def restore(schema_editor: Any, model: Any, field_name: str) -> None:
     like = getattr(schema_editor, "_create_like_index_sql", None)  # PostgreSQL's
     if like is not None and (statement := like(model, field)) is not None:
         schema_editor.execute(statement)
+
+
+def dropping(app_label: str, fields: list[tuple[str, str]]) -> tuple[Any, Any]:
+    """The forward and backward functions of a ``RunPython`` dropping (and restoring) the
+    own indexes of ``fields``, (model name, field name) pairs of ``app_label``."""
+
+    def drop(apps: Any, schema_editor: Any) -> None:
+        for model_name, field_name in fields:
+            model = apps.get_model(app_label, model_name)
+            column = model._meta.get_field(field_name).column
+            drop_single_column_indexes(schema_editor, model._meta.db_table, column)
+
+    def undo(apps: Any, schema_editor: Any) -> None:
+        for model_name, field_name in fields:
+            restore(schema_editor, apps.get_model(app_label, model_name), field_name)
+
+    return drop, undo

@@ -14,16 +14,7 @@ from sill import indexes
 FIELDS = [("auditrecord", "site"), ("audittreenode", "site")]
 
 
-def drop(apps, schema_editor) -> None:
-    for model_name, field_name in FIELDS:
-        model = apps.get_model("audit", model_name)
-        column = model._meta.get_field(field_name).column
-        indexes.drop_single_column_indexes(schema_editor, model._meta.db_table, column)
-
-
-def restore(apps, schema_editor) -> None:
-    for model_name, field_name in FIELDS:
-        indexes.restore(schema_editor, apps.get_model("audit", model_name), field_name)
+drop, restore = indexes.dropping("audit", FIELDS)
 
 
 class Migration(migrations.Migration):

@@ -1,5 +1,6 @@
 """The foreign keys whose column leads a unique or composite index lose their index of the
-column alone: mandate.agent, mandate.site, refund.agent, refund.site (one index write less per row, on every decision).
+column alone: mandate.agent, mandate.site, refund.agent, refund.site (one index write less
+per row, on every decision).
 
 Only the indexes are dropped (``sill.indexes``): ``AlterField`` would also drop and re-add each
 foreign key constraint, checking the whole table again while its writers wait.
@@ -13,16 +14,7 @@ from sill import indexes
 FIELDS = [("mandate", "agent"), ("mandate", "site"), ("refund", "agent"), ("refund", "site")]
 
 
-def drop(apps, schema_editor) -> None:
-    for model_name, field_name in FIELDS:
-        model = apps.get_model("refunds", model_name)
-        column = model._meta.get_field(field_name).column
-        indexes.drop_single_column_indexes(schema_editor, model._meta.db_table, column)
-
-
-def restore(apps, schema_editor) -> None:
-    for model_name, field_name in FIELDS:
-        indexes.restore(schema_editor, apps.get_model("refunds", model_name), field_name)
+drop, restore = indexes.dropping("refunds", FIELDS)
 
 
 class Migration(migrations.Migration):
