@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from sill.accounts.models import Agent, Site
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
@@ -35,9 +35,32 @@ class Purchase:
     payment_method: str
 
 
+# pg_advisory_xact_lock(int4, int4) namespace of a buyer's first purchase (refunds.locks
+# keeps its namespaces apart from this one).
+BUYER_NAMESPACE = 0x5111_B0E1
+
+
+def _lock_buyer(site: Site, email: str) -> None:
+    """Wait until no other purchase of this buyer on this site is in flight (until the
+    caller's transaction ends): two first purchases at once each looked the buyer up, found
+    nobody and created a customer. On SQLite, whose writers are serialised, nothing to do.
+    Taken before the order number's row lock, which is always last."""
+    if connection.vendor != "postgresql":
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("place_order() must run inside transaction.atomic()")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+            [BUYER_NAMESPACE, f"{site.pk}:{email.lower()}"],
+        )
+
+
 def place_order(*, purchase: Purchase) -> Order:
-    """Create the order ``purchase`` describes; charge it after commit."""
+    """Create the order ``purchase`` describes; charge it after commit (in the caller's
+    transaction)."""
     site = purchase.site
+    _lock_buyer(site, purchase.buyer_email)
     customer = (
         Customer.objects.filter(site=site, email__iexact=purchase.buyer_email)
         .order_by("pk")

@@ -120,3 +120,50 @@ def test_a_purchase_finds_its_buyer_by_an_index(site, agent, sign, mock_rail) ->
         cursor.execute("EXPLAIN " + lookups[0])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "customer_site_email_upper" in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_first_purchases_of_one_buyer_make_one_customer(site, agent, sign, mock_rail) -> None:
+    """A buyer Sill has not seen, buying twice at once: both orders are the one customer's.
+    Before, each purchase looked the buyer up, found nobody, and created a customer."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL's concurrent writers")
+    from sill.orders.models import Customer
+
+    buyer = {"name": "Grace Hopper", "email": "grace@example.com"}
+    bodies = [sign(purchase_intent(buyer=buyer)) for _ in range(2)]
+    first_created, second_done = threading.Event(), threading.Event()
+    answers: dict[str, Any] = {}
+
+    def hold_after_the_customer_insert(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith('INSERT INTO "orders_customer"') and not first_created.is_set():
+            first_created.set()
+            second_done.wait(timeout=3)  # B looks the buyer up while A's customer is new
+        return result
+
+    def run_a() -> None:
+        try:
+            with connection.execute_wrapper(hold_after_the_customer_insert):
+                answers["a"] = post(Client(), bodies[0])
+        finally:
+            connection.close()
+
+    def run_b() -> None:
+        try:
+            assert first_created.wait(timeout=30)
+            answers["b"] = post(Client(), bodies[1])
+        finally:
+            second_done.set()
+            connection.close()
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for name in "ab":
+        assert answers[name].status_code == 201, answers[name].content
+    assert Customer.objects.filter(site=site, email__iexact=buyer["email"]).count() == 1
+    assert Order.objects.filter(site=site, customer__email=buyer["email"]).count() == 2
