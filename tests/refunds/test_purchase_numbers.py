@@ -56,36 +56,33 @@ def test_the_next_number_reads_one_row_however_many_orders(
         assert next_order_number(site) == "3021"
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_two_purchases_at_once_both_get_an_order(site, agent, sign, mock_rail) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL's concurrent writers")
-    bodies = [sign(purchase_intent(buyer={"name": n, "email": f"{n}@example.com"})) for n in "ab"]
-    first_numbered, second_done = threading.Event(), threading.Event()
+def _send_while_the_first_is_open(bodies: list[bytes], held: str) -> dict[str, Any]:
+    """Send ``bodies[0]`` (A), stopped right after its statement starting ``held`` with its
+    transaction open, and ``bodies[1]`` (B) meanwhile; A goes on when B is done (or after
+    3 s, when B waits for A). Both answers, by "a" and "b"."""
+    a_held, b_done = threading.Event(), threading.Event()
     answers: dict[str, Any] = {}
 
-    def hold_after_the_order_insert(execute, sql, params, many, context):
+    def hold(execute, sql, params, many, context):
         result = execute(sql, params, many, context)
-        if sql.startswith('INSERT INTO "orders_order"') and not first_numbered.is_set():
-            first_numbered.set()
-            # B takes its number and tries its INSERT while A's is uncommitted.
-            second_done.wait(timeout=3)
+        if sql.startswith(held) and not a_held.is_set():
+            a_held.set()
+            b_done.wait(timeout=3)
         return result
 
     def run_a() -> None:
         try:
-            with connection.execute_wrapper(hold_after_the_order_insert):
+            with connection.execute_wrapper(hold):
                 answers["a"] = post(Client(), bodies[0])
         finally:
             connection.close()
 
     def run_b() -> None:
         try:
-            assert first_numbered.wait(timeout=30)
+            assert a_held.wait(timeout=30)
             answers["b"] = post(Client(), bodies[1])
         finally:
-            second_done.set()
+            b_done.set()
             connection.close()
 
     threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
@@ -95,6 +92,17 @@ def test_two_purchases_at_once_both_get_an_order(site, agent, sign, mock_rail) -
         thread.join(timeout=60)
     for name in "ab":
         assert answers[name].status_code == 201, answers[name].content
+    return answers
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_purchases_at_once_both_get_an_order(site, agent, sign, mock_rail) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL's concurrent writers")
+    bodies = [sign(purchase_intent(buyer={"name": n, "email": f"{n}@example.com"})) for n in "ab"]
+    # B takes its number and tries its INSERT while A's is uncommitted.
+    _send_while_the_first_is_open(bodies, 'INSERT INTO "orders_order"')
     numbers = sorted(Order.objects.filter(site=site).values_list("number", flat=True))
     assert len(numbers) == 2 and len(set(numbers)) == 2
 
@@ -133,37 +141,7 @@ def test_two_first_purchases_of_one_buyer_make_one_customer(site, agent, sign, m
 
     buyer = {"name": "Grace Hopper", "email": "grace@example.com"}
     bodies = [sign(purchase_intent(buyer=buyer)) for _ in range(2)]
-    first_created, second_done = threading.Event(), threading.Event()
-    answers: dict[str, Any] = {}
-
-    def hold_after_the_customer_insert(execute, sql, params, many, context):
-        result = execute(sql, params, many, context)
-        if sql.startswith('INSERT INTO "orders_customer"') and not first_created.is_set():
-            first_created.set()
-            second_done.wait(timeout=3)  # B looks the buyer up while A's customer is new
-        return result
-
-    def run_a() -> None:
-        try:
-            with connection.execute_wrapper(hold_after_the_customer_insert):
-                answers["a"] = post(Client(), bodies[0])
-        finally:
-            connection.close()
-
-    def run_b() -> None:
-        try:
-            assert first_created.wait(timeout=30)
-            answers["b"] = post(Client(), bodies[1])
-        finally:
-            second_done.set()
-            connection.close()
-
-    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    for name in "ab":
-        assert answers[name].status_code == 201, answers[name].content
+    # B looks the buyer up while A's new customer is uncommitted.
+    _send_while_the_first_is_open(bodies, 'INSERT INTO "orders_customer"')
     assert Customer.objects.filter(site=site, email__iexact=buyer["email"]).count() == 1
     assert Order.objects.filter(site=site, customer__email=buyer["email"]).count() == 2
