@@ -215,32 +215,13 @@ def _postgresql() -> _PostgreSQL:
         ServerBindingCursor,
         register_tzloader,
     )
-    from psycopg._queries import PostgresQuery, _query2pg_nocache
     from psycopg.pq import Format
 
-    @lru_cache(maxsize=_CONVERTED_STATEMENTS)
-    def converted(query: str, encoding: str) -> Any:
-        return _query2pg_nocache(query.encode(encoding), encoding)
-
-    class WrittenOnceQuery(PostgresQuery):
-        """psycopg rewrites each statement's ``%s`` into ``$n`` with a regular expression and
-        remembers the result only for statements under 4 kB and 50 parameters (against
-        ORMs' ever-different multi-row INSERTs). The statements run here are written once in
-        Sill's code, so every one is remembered, the audit append's (which carries the
-        decision's refund INSERT: past both limits) included: it was rewritten on every
-        decision (about 5 % of a decision's CPU, bench/decision_profile.py)."""
-
-        def convert(self, query: Any, vars: Any) -> None:
-            if vars is None or not isinstance(query, str):
-                return super().convert(query, vars)
-            self.query, self._want_formats, self._order, self._parts = converted(
-                query, self._tx.encoding
-            )
-            self.dump(vars)
-            return None
+    written_once, converted = _written_once_query()
 
     class PreparingCursor(ServerBindingCursor):
-        _query_cls = WrittenOnceQuery
+        if written_once is not None:
+            _query_cls = written_once
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             return super().execute(query, params, **{**kwargs, "prepare": True})
@@ -378,3 +359,37 @@ def _insert_sql(
         assert meta.auto_field is not None
         sql += f" RETURNING {quote(meta.auto_field.column)}"
     return sql, fields, returning
+
+
+def _written_once_query() -> tuple[type | None, Any]:
+    """psycopg's query class for the statements run here, and its conversion cache; (None,
+    None) when this psycopg lacks the internals it builds on (its own class is then used:
+    the same statements, each converted on every run past psycopg's cache limits).
+    tests/test_sql.py fails if that happens, so an upgrade shows it."""
+    try:
+        from psycopg._queries import PostgresQuery, _query2pg_nocache
+    except ImportError:  # pragma: no cover - another psycopg
+        return None, None
+
+    @lru_cache(maxsize=_CONVERTED_STATEMENTS)
+    def converted(query: str, encoding: str) -> Any:
+        return _query2pg_nocache(query.encode(encoding), encoding)
+
+    class WrittenOnceQuery(PostgresQuery):
+        """psycopg rewrites each statement's ``%s`` into ``$n`` with a regular expression and
+        remembers the result only for statements under 4 kB and 50 parameters (against
+        ORMs' ever-different multi-row INSERTs). The statements run here are written once in
+        Sill's code, so every one is remembered, the audit append's (which carries the
+        decision's refund INSERT: past both limits) included: it was rewritten on every
+        decision (about 5 % of a decision's CPU, bench/decision_profile.py)."""
+
+        def convert(self, query: Any, vars: Any) -> None:
+            if vars is None or not isinstance(query, str):
+                return super().convert(query, vars)
+            self.query, self._want_formats, self._order, self._parts = converted(
+                query, self._tx.encoding
+            )
+            self.dump(vars)
+            return None
+
+    return WrittenOnceQuery, converted

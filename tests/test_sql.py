@@ -219,6 +219,7 @@ def test_postgresql_converts_a_long_statement_once_and_binds_every_value() -> No
     from sill.sql import _postgresql
 
     converted = _postgresql().converted
+    assert converted is not None, "this psycopg lacks the internals sill.sql converts with"
     values = 60
     sql = "SELECT " + ", ".join(f"%s::bigint AS sill_long_{'x' * 60}_{i}" for i in range(values))
     assert len(sql) > 4096
