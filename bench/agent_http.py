@@ -15,7 +15,11 @@ database, and drives them from client threads in this process, a new connection 
 - decisions/s at 8 clients with 1, 2 and 4 workers (against 1 worker);
 - the acceptance figure: p99 of approved decisions at 8 clients with 4 workers against 2
   workers, goal "<= 1.1" (no worse; see README "Performance" for why 10 %). The 2- and
-  4-worker rounds alternate, so drift on the machine hits both alike.
+  4-worker rounds alternate, so drift on the machine hits both alike;
+- where the machine's CPU goes (Linux, from /proc), per request in the 4-client rounds:
+  the whole machine, the web workers, the database server and the rest (this client, the
+  broker, the kernel), each for approved decisions against the GET. Once the cores are busy,
+  the decisions' rate against the GET's cannot exceed the inverse of the first ratio.
 
 Celery: no worker runs. An approved decision enqueues ``refunds.execute`` on commit (one
 message to the embedded broker on SQLite, to Redis with REDIS_URL): that publish is part of
@@ -54,6 +58,8 @@ WORKERS = (1, 2, 4)
 P99_TOLERANCE = 1.1
 # Unmeasured decisions sent to each server first, per worker (see main()).
 WARM_DECISIONS_PER_WORKER = 8
+# The session ids of the gunicorn servers this run started (their workers share them).
+SERVER_SESSIONS: set[int] = set()
 
 
 @dataclass
@@ -108,16 +114,19 @@ def main() -> None:
         # The two goals against the baseline at 4 clients: rounds alternate between the
         # baseline, the refusals and the decisions, so drift on the machine hits all alike.
         at4: dict[str, list[Load]] = {"trivial": [], "forged": [], "decided": []}
+        cpu = {"trivial": CPU(), "decided": CPU()}
         for _ in range(rounds):
-            at4["trivial"].append(
-                drive(ports[2], "GET", "/api/v1/agent", [None] * 2 * n, auth, 200, 4)
-            )
+            with cpu["trivial"].measuring(2 * n):
+                at4["trivial"].append(
+                    drive(ports[2], "GET", "/api/v1/agent", [None] * 2 * n, auth, 200, 4)
+                )
             at4["forged"].append(
                 drive(ports[2], "POST", "/api/v1/mandates", world.forged(n), {}, 401, 4)
             )
-            at4["decided"].append(
-                drive(ports[2], "POST", "/api/v1/mandates", world.decisions(n), {}, 201, 4)
-            )
+            with cpu["decided"].measuring(n):
+                at4["decided"].append(
+                    drive(ports[2], "POST", "/api/v1/mandates", world.decisions(n), {}, 201, 4)
+                )
         trivial[4], forged = merged(at4["trivial"]), merged(at4["forged"])
         decided = {4: merged(at4["decided"])}
         decided[1] = drive(
@@ -142,6 +151,15 @@ def main() -> None:
         "approved decisions, 4 clients, 2 workers", value=decided[4].rate,
         baseline_name="GET /api/v1/agent", baseline=trivial[4].rate, unit="req/s", goal=">= 0.5",
     )  # fmt: skip
+    if cpu["decided"].readable:
+        for part in CPU.PARTS:
+            figure(
+                f"{part} CPU per approved decision, 4 clients, 2 workers",
+                value=cpu["decided"].per_request(part),
+                baseline_name="per GET /api/v1/agent",
+                baseline=cpu["trivial"].per_request(part),
+                unit="ms",
+            )
     for c in (1, 4, 8):
         for p in (50, 90, 99):
             figure(
@@ -268,13 +286,78 @@ def gunicorn(workers: int, env: dict[str, str], data_dir: Path) -> Iterator[int]
          "--workers", str(workers), "--log-level", "warning", "--backlog", "256"],
         cwd=ROOT, env=env, start_new_session=True, stdout=log, stderr=log,
     )  # fmt: skip
+    SERVER_SESSIONS.add(server.pid)
     try:
         _wait(port, server, log.name)
         yield port
     finally:
+        SERVER_SESSIONS.discard(server.pid)
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
         log.close()
+
+
+class CPU:
+    """CPU time of the machine and of its parts over measured batches, from /proc (Linux;
+    elsewhere ``readable`` is False and nothing is counted).
+
+    Parts: the gunicorn servers' processes (their sessions), the PostgreSQL server's
+    processes, and the rest of the machine's busy time (user, system and interrupt time of
+    /proc/stat: this client, the broker, the kernel's own threads).
+    """
+
+    PARTS = ("machine", "web workers", "database server", "rest of the machine")
+
+    def __init__(self) -> None:
+        self.readable = Path("/proc/stat").exists()
+        self.seconds = dict.fromkeys(self.PARTS, 0.0)
+        self.requests = 0
+
+    @contextmanager
+    def measuring(self, requests: int) -> Iterator[None]:
+        before = self._now() if self.readable else None
+        yield
+        if before is None:
+            return
+        after = self._now()
+        (machine0, processes0), (machine1, processes1) = before, after
+        # Per process, so one that exits meanwhile takes only its own time along (a
+        # process that started meanwhile counts from zero).
+        for pid, (part, used) in processes1.items():
+            self.seconds[part] += used - processes0.get(pid, (part, 0.0))[1]
+        self.seconds["machine"] += machine1 - machine0
+        self.requests += requests
+
+    def per_request(self, part: str) -> float:
+        """Milliseconds of ``part`` per request measured."""
+        seconds = self.seconds[part]
+        if part == "rest of the machine":
+            seconds = self.seconds["machine"] - self.seconds["web workers"]
+            seconds -= self.seconds["database server"]
+        return seconds / max(1, self.requests) * 1000
+
+    @staticmethod
+    def _now() -> tuple[float, dict[int, tuple[str, float]]]:
+        """The machine's busy seconds, and each web or database process's part and seconds."""
+        tick = os.sysconf("SC_CLK_TCK")
+        processes = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat.rpartition(")")[2].split()
+            used = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+            if int(fields[3]) in SERVER_SESSIONS:
+                processes[int(entry.name)] = ("web workers", used)
+            elif name.startswith("postgres"):
+                processes[int(entry.name)] = ("database server", used)
+        # The first line of /proc/stat: user nice system idle iowait irq softirq steal ...
+        times = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return (times[0] + times[1] + times[2] + times[5] + times[6]) / tick, processes
 
 
 def _free_port() -> int:

@@ -9,14 +9,28 @@ startup, so every process has it registered). The registry's task is used rather
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from celery import current_app
 from django.db import transaction
 
 
-def enqueue_on_commit(task_name: str, *args: object) -> None:
+def enqueue_on_commit(task_name: str, *args: object, shown: Sequence[object] = ()) -> None:
     """Send ``task_name(*args)`` to the broker once the current transaction commits.
 
     Nothing is sent if it rolls back; outside a transaction it is sent at once (Django's
     ``on_commit`` semantics).
+
+    What the message's headers show of the arguments (Celery's ``argsrepr``: monitoring, and
+    the worker's failure log records) is ``args``, or ``shown`` in their place when one of
+    them is a secret (a capability URL, say): the arguments themselves travel in the body.
     """
-    transaction.on_commit(lambda: current_app.tasks[task_name].delay(*args))
+    argsrepr = repr(tuple(shown or args))
+
+    def send() -> None:
+        # Any: celery-types' apply_async lacks Celery's documented argsrepr/kwargsrepr.
+        task: Any = current_app.tasks[task_name]
+        task.apply_async(args, argsrepr=argsrepr, kwargsrepr="{}")
+
+    transaction.on_commit(send)

@@ -49,3 +49,43 @@ def dropping(app_label: str, fields: list[tuple[str, str]]) -> tuple[Any, Any]:
             restore(schema_editor, apps.get_model(app_label, model_name), field_name)
 
     return drop, undo
+
+
+def dropping_pattern_twins(app_label: str, fields: list[tuple[str, str]]) -> tuple[Any, Any]:
+    """The forward and backward functions of a ``RunPython`` dropping (and restoring) the
+    ``varchar_pattern_ops`` index PostgreSQL gets beside the index of each varchar key in
+    ``fields``, (model name, field name) pairs of ``app_label``.
+
+    Django makes that twin for ``LIKE 'prefix%'`` lookups; Sill's ids and keys are only ever
+    compared whole, so the twin is written on every INSERT and read by nothing. Other
+    databases have no twins: nothing to do there.
+    """
+
+    def drop(apps: Any, schema_editor: Any) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        for model_name, field_name in fields:
+            model = apps.get_model(app_label, model_name)
+            column = model._meta.get_field(field_name).column
+            with schema_editor.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+                    " AND tablename = %s AND indexdef LIKE %s",
+                    [model._meta.db_table, f"%USING btree ({column} varchar_pattern_ops)"],
+                )
+                names = [name for (name,) in cursor.fetchall()]
+            for name in names:
+                schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name)}")
+
+    def undo(apps: Any, schema_editor: Any) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        for model_name, field_name in fields:
+            model = apps.get_model(app_label, model_name)
+            statement = schema_editor._create_like_index_sql(
+                model, model._meta.get_field(field_name)
+            )
+            if statement is not None:
+                schema_editor.execute(statement)
+
+    return drop, undo

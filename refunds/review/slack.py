@@ -239,13 +239,20 @@ def decide_click(*, site: Site, click: Click) -> Refund:
     try:
         decided = decide(refund=refund, actor=membership.user, note="Decided in Slack")
     except SillError as exc:
-        enqueue_on_commit(
-            "refunds.slack_respond", click.response_url, outcome_text(refund, exc.message)
-        )
+        _respond_on_commit(click, outcome_text(refund, exc.message))
         raise SlackRefused(exc.message) from exc
     who = membership.user.get_username()
-    enqueue_on_commit("refunds.slack_respond", click.response_url, outcome_text(decided, by=who))
+    _respond_on_commit(click, outcome_text(decided, by=who))
     return decided
+
+
+def _respond_on_commit(click: Click, text: str) -> None:
+    """Replace the clicked message with ``text`` once the decision commits. The response_url
+    is a capability (anyone holding it may post into the channel for half an hour): the
+    task's headers, which monitoring and the worker's failure logs show, never carry it."""
+    enqueue_on_commit(
+        "refunds.slack_respond", click.response_url, text, shown=("<response_url>", text)
+    )
 
 
 def outcome_text(refund: Refund, error: str = "", *, by: str = "") -> str:

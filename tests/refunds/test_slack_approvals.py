@@ -278,3 +278,34 @@ def test_bad_settings_change_nothing(client_for, site, members, bad):
 def test_only_managers_see_slack_settings(client_for):
     assert client_for("reviewer").get("/settings/slack/").status_code == 403
     assert client_for("staff").post("/settings/slack/", {"webhook_url": HOOK}).status_code == 403
+
+
+def test_the_response_url_stays_out_of_the_task_headers(
+    site, linked, held, slack, django_capture_on_commit_callbacks
+):
+    """Slack's response_url lets anyone holding it post into the channel: the queued task
+    carries it in its body, but the headers (what monitoring and failure logs show) do not."""
+    from celery.signals import before_task_publish
+
+    from sill.celery import app
+
+    published: list[dict] = []
+
+    def seen(sender=None, headers=None, body=None, **_):
+        published.append({"task": sender, **headers})
+
+    before_task_publish.connect(seen)
+    eager, app.conf.task_always_eager = app.conf.task_always_eager, False
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            answer = click(site, held.id, user="U0OWNER", response_url=slack)
+    finally:
+        app.conf.task_always_eager = eager
+        before_task_publish.disconnect(seen)
+        app.control.purge()
+    assert answer.status_code == 200
+    [respond] = [p for p in published if p["task"] == "refunds.slack_respond"]
+    assert slack not in respond["argsrepr"] and "<response_url>" in respond["argsrepr"]
+    assert "approved" in respond["argsrepr"]  # the outcome text is no secret
+    [execute] = [p for p in published if p["task"] == "refunds.execute"]
+    assert execute["argsrepr"] == repr((held.id,))
