@@ -333,7 +333,12 @@ def _charged_original(
 ) -> tuple[Charge | None, RailAccount | None]:
     """The first successful charge of the order purchase mandate ``mandate_id`` placed, with
     its order, and the site's enabled account of the charge's rail (or None): one
-    hand-written query, as every agent refund of a mandate-placed order reads it."""
+    hand-written query, as every agent refund of a mandate-placed order reads it.
+
+    ``source_mandate_id <> ''`` is the predicate of the unique index the order is found by
+    (store orders have no mandate): written out, it lets the prepared statement's generic
+    plan use that index, so PostgreSQL stops planning the statement afresh on every run
+    (tests/refunds/test_decision_plans.py)."""
     charge, order, account = cols(Charge, "c"), cols(Order, "o"), cols(RailAccount, "ra")
     row = fetch_row(
         f"""SELECT {charge.sql}, {order.sql}, {account.sql}
@@ -341,7 +346,8 @@ def _charged_original(
         JOIN orders_order o ON o.id = c.order_id
         LEFT JOIN rails_railaccount ra
             ON ra.site_id = o.site_id AND ra.rail = c.rail AND ra.enabled = %s
-        WHERE o.site_id = %s AND o.source_mandate_id = %s AND c.status = %s
+        WHERE o.site_id = %s AND o.source_mandate_id = %s AND o.source_mandate_id <> ''
+            AND c.status = %s
         ORDER BY c.created_at
         LIMIT 1""",  # noqa: S608  (formatted in: column lists only)
         [True, site_id, mandate_id, ChargeStatus.SUCCEEDED],
