@@ -27,7 +27,6 @@ from sill.failpoints import failpoint
 from sill.orders.models import Charge, Order
 from sill.orders.services import refresh_refund_status
 from sill.rails.woocommerce.record import queue_woocommerce_record
-from sill.sql import insert_write
 
 HOLD_FOR = timedelta(hours=24)
 
@@ -124,10 +123,13 @@ def record_decision(
             cursor.execute(along.alone, along.params)
         carried = []
 
+    # refund.save(force_insert=True), its statement written once (sill.sql); its values
+    # prepared before the append reads the chain head (only the record's hash waits for it).
+    insert_refund = sql.insert_write_later(refund, "decision_hash") if unsaved else None
+
     def writes(record: AuditRecord) -> list[sql.Write]:
         refund.decision_hash = record.hash
-        # refund.save(force_insert=True), its statement written once (sill.sql)
-        return [insert_write(refund), *carried] if unsaved else []
+        return [insert_refund(record.hash), *carried] if insert_refund is not None else []
 
     record = append_record(
         site=refund.site,

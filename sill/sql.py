@@ -308,18 +308,37 @@ class Write:
 def insert_write(obj: Model) -> Write:
     """The INSERT :func:`insert` sends for ``obj``, as a :class:`Write`; ``obj``'s primary key
     must be set (nothing is read back)."""
+    return _insert_write(obj, None)(None)
+
+
+def insert_write_later(obj: Model, field: str) -> Callable[[Any], Write]:
+    """:func:`insert_write` for ``obj`` with the value of ``field`` (an attname) given later:
+    ``write(value)`` is the :class:`Write` with it. Every other value is prepared now
+    (``pre_save``, ``get_db_prep_save``), once: a decision's refund INSERT carries its audit
+    record's hash, and an append that lost its race to another builds the record again on
+    the new head; only the hash changes, the refund's other values stay as they were."""
+    return _insert_write(obj, field)
+
+
+def _insert_write(obj: Model, late: str | None) -> Callable[[Any], Write]:
     assert obj.pk is not None, "insert_write needs the primary key set"
     db = _db()
     sql, fields, _returning = _insert_sql(type(obj), True, db.vendor)
-    values = tuple(f.get_db_prep_save(f.pre_save(obj, True), db) for f in fields)
+    values = [f.get_db_prep_save(f.pre_save(obj, True), db) for f in fields if f.attname != late]
+    at = next((i for i, f in enumerate(fields) if f.attname == late), None)
+    if late is not None and at is None:
+        raise ValueError(f"{type(obj).__name__} has no column {late!r}")
     into, _, _ = sql.partition(" VALUES ")
-    return Write(
-        alone=sql,
-        # Formatted in: the model's table and columns, and placeholders.
-        given=f"{into} SELECT {placeholders(fields)} FROM {{source}}",  # noqa: S608
-        params=values,
-        done=lambda: _inserted(obj, db),
-    )
+    # Formatted in: the model's table and columns, and placeholders.
+    given = f"{into} SELECT {placeholders(fields)} FROM {{source}}"  # noqa: S608
+
+    def write(value: Any) -> Write:
+        params = values
+        if at is not None:
+            params = [*values[:at], fields[at].get_db_prep_save(value, db), *values[at:]]
+        return Write(alone=sql, given=given, params=tuple(params), done=lambda: _inserted(obj, db))
+
+    return write
 
 
 def update_write(table: str, assignments: str, params: Sequence[Any], *, pk: Any) -> Write:

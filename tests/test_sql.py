@@ -19,6 +19,7 @@ from sill.sql import (
     for_update,
     insert,
     insert_write,
+    insert_write_later,
     update_write,
 )
 from sill.sql import cursor as sql_cursor
@@ -149,6 +150,32 @@ def test_an_insert_write_alone_stores_what_insert_would(site: Site, agent: Agent
         "n-mnd_write",
         agent.pk,
     )
+
+
+def test_an_insert_write_later_prepares_the_rest_once_and_takes_the_field_late(
+    site: Site, agent: Agent
+) -> None:
+    mandate = _mandate(site, agent, "mnd_later")
+    mandate.pk = 10_002
+    write = insert_write_later(mandate, "body_sha256")
+    received = mandate.received_at  # auto_now_add: set once, when the other values were
+    first, second = write("a" * 64), write("b" * 64)
+    assert mandate.received_at == received
+    assert first.alone == second.alone == insert_write(mandate).alone
+    assert [p for p in first.params if p != "a" * 64] == [p for p in second.params if p != "b" * 64]
+    with sql_cursor() as c:
+        c.execute(second.alone, second.params)
+    assert second.done is not None
+    second.done()
+    assert not mandate._state.adding
+    stored = Mandate.objects.get(pk=10_002)
+    assert (stored.body_sha256, stored.mandate_id, stored.received_at) == (
+        "b" * 64,
+        "mnd_later",
+        received,
+    )
+    with pytest.raises(ValueError, match="no column"):
+        insert_write_later(mandate, "no_such_field")
 
 
 @pytest.mark.parametrize("matched", [True, False])

@@ -33,7 +33,13 @@ from refunds.agent.credits import CustomerRead, open_credit, read_customer
 from refunds.agent.mandates import MandateError, VerifiedMandate
 from refunds.locks import decision_scope, lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Mandate, Refund, RefundOrigin, RefundStatus
-from refunds.quote import RefundRefused, charged_charge, original_refusal, quote_refund
+from refunds.quote import (
+    RefundRefused,
+    charged_charge,
+    locked_order_and_charge,
+    original_refusal,
+    quote_refund,
+)
 from refunds.services import decide_and_open, record_decision, unsaved_refund
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.api import spend_mandate_budget
@@ -44,7 +50,7 @@ from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts
 from sill.rails.models import RailAccount
 from sill.rails.woocommerce.models import WooOrderLink
-from sill.sql import cols, fetch_row, for_update, insert
+from sill.sql import cols, fetch_row, insert
 
 
 class _Raced(Exception):
@@ -360,17 +366,6 @@ def _charged_original(
     return found, account.build(row, at) if row[at] is not None else None
 
 
-def _locked_order(site_id: str, order_id: str) -> Order | None:
-    """The site's order ``order_id``, its row locked until the transaction ends."""
-    order = cols(Order, "o")
-    row = fetch_row(
-        f"SELECT {order.sql} FROM orders_order o WHERE o.site_id = %s AND o.id = %s"  # noqa: S608
-        + for_update(),
-        [site_id, order_id],
-    )
-    return order.build(row) if row is not None else None
-
-
 def originals(site_id: str, intent: mandates.RefundIntent) -> QuerySet[Order]:
     """The site's order the refund intent names (at most one): the order its purchase mandate
     placed, or the store order (``original_order``) whose charge on that rail carries the
@@ -447,15 +442,16 @@ def _request_refund(
         agent_id=mandate.agent_id if scope.agent else None,
         customer_id=customer_id if scope.customer else None,
     )
-    # The row lock on the order serialises every refund of this order (DESIGN: reserve).
+    # The row lock on the order serialises every refund of this order (DESIGN: reserve). Its
+    # charge is locked too, read with what the quote asks of the charge's other rows
+    # (disputes, refunds): with the order, in one statement, when the prefetch found it.
     if prefetched is not None:
-        order = _locked_order(site.pk, prefetched.order.pk)
+        order, charge = locked_order_and_charge(site.pk, prefetched.order.pk)
     else:
         order = originals(site.pk, intent).select_for_update().first()
+        charge = charged_charge(order, lock=True, checks=True) if order is not None else None
     if order is not None:
         order.site = site  # the quote's refund window reads it: no second read of the site
-    # Locked, with what the quote asks of the charge's other rows (disputes, refunds).
-    charge = charged_charge(order, lock=True, checks=True) if order is not None else None
     # A mandate in the wrong currency is the agent's error (422), before any business refusal.
     if order is not None and original_refusal(order, charge) is None:
         _check_currency(intent.currency, order.currency)
