@@ -35,6 +35,8 @@ class CreditContext:
     rail: str
     customer_created_at: datetime | None  # what the rail said; None when it could not say
     origin: Literal["agent", "staff"] = "agent"
+    # As RefundContext's: the agent's refunds today when already read; None: read by the facts.
+    agent_totals_today: list[tuple[str, int]] | None = None
 
 
 def credit_facts(context: CreditContext) -> dict[str, Any]:

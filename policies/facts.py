@@ -263,14 +263,12 @@ def _agent_total_today_usd(context: RefundContext, refund_usd: int | None) -> in
     """This agent's refunds since local midnight, this one included, in US cents."""
     if context.origin != RefundOrigin.AGENT or context.agent is None or refund_usd is None:
         return None
-    try:
-        tz = zoneinfo.ZoneInfo(context.site.timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        tz = zoneinfo.ZoneInfo("UTC")
-    midnight = context.now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
-    totals = agent_live_totals(context.agent.pk, midnight)
-    if totals is None:  # a midnight off the quarter-hours (no zone in use has one)
-        totals = agent_live_refunds_since(context.site.pk, context.agent.pk, midnight)
+    totals = context.agent_totals_today
+    if totals is None:
+        midnight = agent_day_start(context.site, context.now)
+        totals = agent_live_totals(context.agent.pk, midnight)
+        if totals is None:  # a midnight off the quarter-hours (no zone in use has one)
+            totals = agent_live_refunds_since(context.site.pk, context.agent.pk, midnight)
     total = refund_usd
     for currency, minor in totals:
         usd = usd_minor(minor, currency)
@@ -280,25 +278,65 @@ def _agent_total_today_usd(context: RefundContext, refund_usd: int | None) -> in
     return total
 
 
+def agent_day_start(site: Site, now: datetime) -> datetime:
+    """The local midnight that began ``now``'s day in the site's zone (UTC if the site's zone
+    is unknown): where an agent's refunds "today" start."""
+    try:
+        tz = zoneinfo.ZoneInfo(site.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        tz = zoneinfo.ZoneInfo("UTC")
+    return now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
 def agent_live_totals(agent_id: int, since: datetime) -> list[tuple[str, int]] | None:
     """The agent's live refunds created at or after ``since``, summed by currency, from the
     quarter-hour totals the database keeps (``refunds.models.AgentRefundTotal``): a few
     rows, however many refunds the agent made. None when ``since`` does not start a
     quarter-hour (the totals cannot split one). A currency whose refunds all stopped counting
     is left out, as it is when counted from the refunds."""
-    seconds = int(since.timestamp())
-    if since.microsecond or seconds % PERIOD_SECONDS:
+    period = _period(since)
+    if period is None:
         return None
     # Hand-written (sill.sql): every agent decision reads it.
     with sql.cursor() as cursor:
-        cursor.execute(
-            """SELECT t.currency, SUM(t.amount_minor) FROM refunds_agentrefundtotal t
-            WHERE t.agent_id = %s AND t.period >= %s
-            GROUP BY t.currency HAVING SUM(t.amount_minor) <> 0""",
-            [agent_id, seconds // PERIOD_SECONDS],
-        )
+        cursor.execute(_TOTALS, [agent_id, period])
         # int(): PostgreSQL's SUM of a bigint is a numeric (a Decimal), as the ORM converts.
         return [(currency, int(minor or 0)) for currency, minor in cursor.fetchall()]
+
+
+def agent_live_totals_select(agent_id: int, since: datetime) -> sql.Carried | None:
+    """:func:`agent_live_totals` as one value another statement selects (the agent intake's
+    order lock carries it: no round trip of its own); :func:`agent_totals_from` reads it.
+    None when ``since`` does not start a quarter-hour."""
+    period = _period(since)
+    if period is None:
+        return None
+    return sql.Carried(
+        # One text value, "USD 700,EUR 300" ('' for none). Formatted in: the constant below.
+        "COALESCE((SELECT string_agg(x.currency || ' ' || x.minor, ',')"  # noqa: S608
+        f" FROM ({_TOTALS}) x), '')",
+        (agent_id, period),
+    )
+
+
+def agent_totals_from(value: str) -> list[tuple[str, int]]:
+    """The sums :func:`agent_live_totals_select` selected, as :func:`agent_live_totals` gives
+    them."""
+    sums = (part.partition(" ") for part in value.split(",") if part)
+    return [(currency, int(minor)) for currency, _, minor in sums]
+
+
+_TOTALS = """SELECT t.currency, SUM(t.amount_minor) AS minor FROM refunds_agentrefundtotal t
+            WHERE t.agent_id = %s AND t.period >= %s
+            GROUP BY t.currency HAVING SUM(t.amount_minor) <> 0"""
+
+
+def _period(since: datetime) -> int | None:
+    """The quarter-hour ``since`` starts (the totals' ``period``), or None if it starts none."""
+    seconds = int(since.timestamp())
+    if since.microsecond or seconds % PERIOD_SECONDS:
+        return None
+    return seconds // PERIOD_SECONDS
 
 
 def agent_live_refunds_since(site_id: str, agent_id: int, since: datetime) -> list[tuple[str, int]]:

@@ -57,3 +57,7 @@ class RefundContext:
     # The site's active policy (policies.selectors.ActivePolicy) when the caller read it
     # already (to know which decision locks it needs); None: read by the decision.
     policy: Any = None
+    # The agent's live refunds since its day began (``policies.facts.agent_day_start``),
+    # summed by currency, when the caller read them already (with the order's lock: agent
+    # intake); None: read by the facts.
+    agent_totals_today: list[tuple[str, int]] | None = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -41,7 +42,7 @@ from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail
 from sill.rails.models import RailAccount
 from sill.rails.registry import RailDisabled, rail_account_for
 from sill.rails.woocommerce import woocommerce_stripe_refusal
-from sill.sql import cols, fetch_row, for_update, placeholders
+from sill.sql import Carried, cols, fetch_row, for_update, placeholders
 
 # Rails whose credentials do not say whether they move real money: refunds need the charge's
 # own facts to say it is a test (see live_refusal).
@@ -126,16 +127,20 @@ def _charge_with_checks(order: Order, *, lock: bool) -> Charge | None:
     return _checked(charge.build(row), row[len(charge) :], order)
 
 
-def locked_order_and_charge(site_id: str, order_id: str) -> tuple[Order | None, Charge | None]:
+def locked_order_and_charge(
+    site_id: str, order_id: str, *, also: Carried | None = None
+) -> tuple[Order | None, Charge | None, Any]:
     """The site's order ``order_id`` and its charge as ``charged_charge(order, lock=True,
     checks=True)`` reads it, both row-locked until the transaction ends: the order first,
-    then the charge (the lock order of ``refunds.locks``). (None, None) without that order.
+    then the charge (the lock order of ``refunds.locks``). (None, None, None) without that
+    order.
 
     One statement on PostgreSQL (an agent decision runs it every time: one round trip fewer
     than locking the order, then reading its charge): the order is locked in the sub-select
     the join starts from, the charge in the ``LATERAL`` one run for it, as the two statements
-    would. SQLite, which has no ``LATERAL`` (nor row locks: its writers are serialised),
-    runs the two.
+    would. ``also``: a value the same statement selects for the caller (the third item; None
+    when not selected). SQLite, which has no ``LATERAL`` (nor row locks: its writers are
+    serialised), runs the two statements and selects nothing ``also`` asks.
     """
     order = cols(Order, "o")
     if connection.vendor != "postgresql":
@@ -145,14 +150,14 @@ def locked_order_and_charge(site_id: str, order_id: str) -> tuple[Order | None, 
             [site_id, order_id],
         )
         if row is None:
-            return None, None
+            return None, None, None
         found = order.build(row)
-        return found, charged_charge(found, lock=True, checks=True)
+        return found, charged_charge(found, lock=True, checks=True), None
     charge = cols(Charge, "c")
     checks, params = _checks()
     row = fetch_row(
-        # Formatted in: the models' column lists and placeholders only.
-        f"""SELECT {order.sql}, {charge.sql}, {checks}
+        # Formatted in: the models' column lists, the caller's expression and placeholders.
+        f"""SELECT {order.sql}, {charge.sql}, {checks}, {also.sql if also else "NULL"}
         FROM (SELECT {order.sql} FROM orders_order o WHERE o.site_id = %s AND o.id = %s
               FOR UPDATE) o
         LEFT JOIN LATERAL (
@@ -161,15 +166,16 @@ def locked_order_and_charge(site_id: str, order_id: str) -> tuple[Order | None, 
             ORDER BY c.created_at
             LIMIT 1
             FOR UPDATE) c ON TRUE""",  # noqa: S608
-        [*params, site_id, order_id, ChargeStatus.SUCCEEDED],
+        [*params, *(also.params if also else ()), site_id, order_id, ChargeStatus.SUCCEEDED],
     )
     if row is None:
-        return None, None
+        return None, None, None
     found = order.build(row)
     at = len(order)
+    carried = row[-1]
     if row[at] is None:  # the charge's id: the order has no successful charge
-        return found, None
-    return found, _checked(charge.build(row, at), row[at + len(charge) :], found)
+        return found, None, carried
+    return found, _checked(charge.build(row, at), row[at + len(charge) : -1], found), carried
 
 
 def _checks() -> tuple[str, list[object]]:

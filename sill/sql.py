@@ -263,6 +263,16 @@ def for_update(*aliases: str) -> str:
 Statement = tuple[str, Sequence[Any]]  # SQL with %s placeholders, and its parameters
 
 
+@dataclass(frozen=True)
+class Carried:
+    """A value for another statement to select, so that reading it costs no round trip of its
+    own: ``sql`` is a scalar expression (a sub-select) with ``%s`` placeholders, ``params``
+    their values."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+
 def insert(obj: M) -> M:
     """INSERT ``obj`` as ``obj.save(force_insert=True)`` would, with a statement written once
     per model: each field's ``pre_save`` (``auto_now_add``…) and ``get_db_prep_save``, the

@@ -11,17 +11,26 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Sum
-
-from refunds.models import LIVE_STATUSES, Refund
+from policies.facts import agent_day_start, agent_live_refunds_since, agent_live_totals
 from sill.accounts.models import Agent, Site
 from sill.money import Money
 
 CODE = "agent_cap_exceeded"
 
 
-def agent_cap_refusal(*, agent: Agent, site: Site, amount: Money, now: datetime) -> str | None:
-    """``agent_cap_exceeded`` when ``amount`` is over one of the agent's caps; else None."""
+def agent_cap_refusal(
+    *,
+    agent: Agent,
+    site: Site,
+    amount: Money,
+    now: datetime,
+    today: list[tuple[str, int]] | None = None,
+) -> str | None:
+    """``agent_cap_exceeded`` when ``amount`` is over one of the agent's caps; else None.
+
+    ``today``: the agent's live refunds since its day began, summed by currency, when the
+    caller read them already (agent intake, with the order's lock); else read here, from the
+    kept quarter-hour totals as the policy's facts read them."""
     per_refund, per_day = agent.refund_cap_minor, agent.daily_refund_cap_minor
     if per_refund is None and per_day is None:
         return None
@@ -30,13 +39,12 @@ def agent_cap_refusal(*, agent: Agent, site: Site, amount: Money, now: datetime)
     if per_refund is not None and amount.amount_minor > per_refund:
         return CODE
     if per_day is not None:
-        midnight = now.astimezone(site.zone).replace(hour=0, minute=0, second=0, microsecond=0)
-        today = Refund.objects.filter(
-            agent=agent,
-            status__in=LIVE_STATUSES,
-            currency=site.default_currency,
-            created_at__gte=midnight,
-        ).aggregate(total=Sum("amount_minor"))["total"]
-        if (today or 0) + amount.amount_minor > per_day:
+        if today is None:
+            midnight = agent_day_start(site, now)
+            today = agent_live_totals(agent.pk, midnight)
+            if today is None:  # a midnight off the quarter-hours
+                today = agent_live_refunds_since(site.pk, agent.pk, midnight)
+        spent = dict(today).get(site.default_currency, 0)
+        if spent + amount.amount_minor > per_day:
             return CODE
     return None

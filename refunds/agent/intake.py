@@ -22,7 +22,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from policies.facts import prefetch_rail_facts
+from policies.facts import (
+    agent_day_start,
+    agent_live_totals_select,
+    agent_totals_from,
+    prefetch_rail_facts,
+)
 from policies.models import PolicyVersion
 from policies.selectors import UNREAD, Unread, active_policy_for, active_version_columns
 from policies.types import RefundContext
@@ -445,8 +450,16 @@ def _request_refund(
     # The row lock on the order serialises every refund of this order (DESIGN: reserve). Its
     # charge is locked too, read with what the quote asks of the charge's other rows
     # (disputes, refunds): with the order, in one statement, when the prefetch found it.
+    # The same statement reads the agent's refunds today for the policy's facts (under the
+    # agent's scope lock when a rule or cap acts on them: refunds.locks).
+    totals: list[tuple[str, int]] | None = None
     if prefetched is not None:
-        order, charge = locked_order_and_charge(site.pk, prefetched.order.pk)
+        carried = agent_live_totals_select(agent.pk, agent_day_start(site, now))
+        order, charge, selected = locked_order_and_charge(
+            site.pk, prefetched.order.pk, also=carried
+        )
+        if selected is not None:  # selected (PostgreSQL): else the facts read them
+            totals = agent_totals_from(selected)
     else:
         order = originals(site.pk, intent).select_for_update().first()
         charge = charged_charge(order, lock=True, checks=True) if order is not None else None
@@ -476,7 +489,8 @@ def _request_refund(
     if not isinstance(intent.scope, str):
         return rejected("scope_unsupported", **found)
     amount = min_money(quote.remaining, intent.max_amount)
-    if (over := agent_cap_refusal(agent=agent, site=site, amount=amount, now=now)) is not None:
+    over = agent_cap_refusal(agent=agent, site=site, amount=amount, now=now, today=totals)
+    if over is not None:
         return rejected(over, **found)
     context = RefundContext(
         site=site,
@@ -490,5 +504,6 @@ def _request_refund(
         now=now,
         rail_facts=rail_facts,
         policy=policy,
+        agent_totals_today=totals,
     )
     return decide_and_open(context=context, fields=base)

@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from refunds.demo import DEMO_AGENT_ID, load_demo
 from refunds.models import Refund
 from sill.accounts.models import Agent
+from sill.orders.models import Charge
 from tests.refunds.conftest import ORIGINAL, post, refund_intent
 
 pytestmark = pytest.mark.django_db
@@ -65,6 +67,38 @@ def test_the_daily_cap_counts_the_agents_refunds_since_midnight(
     Refund.objects.filter(order=first).update(created_at=timezone.now() - timedelta(days=2))
     body = post(client, sign(refund_intent(second.source_mandate_id, max_amount=60.00))).json()
     assert body["decision"] == "approved"
+
+
+def test_the_daily_cap_reads_the_agents_sum_in_the_sites_currency_with_the_order_lock(
+    client, sign, agent, site, make_order, mock_rail
+):
+    """The cap counts what the policy's facts count (the kept quarter-hour totals), in the
+    site's currency only; on PostgreSQL the sum comes with the order's lock, so a capped
+    agent's decision costs no query more than an uncapped one's."""
+    agent.daily_refund_cap_minor = 10000
+    agent.save()
+    for total, currency in (("50.00", "USD"), ("80.00", "EUR")):
+        earlier = make_order(total=total, currency=currency)
+        Refund.objects.create(
+            site=site, order=earlier, charge=Charge.objects.get(order=earlier), origin="agent",
+            agent=agent, amount_minor=earlier.total_minor, currency=currency,
+            decision="approved", status="succeeded",
+        )  # fmt: skip
+    make_order(total="60.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
+    statements: list[str] = []
+
+    def record(execute, sql, params, many, context):  # every statement, as sent
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        body = post(client, sign(refund_intent(ORIGINAL, max_amount=60.00))).json()
+    assert body["reason"] == "agent_cap_exceeded"  # $50 + $60 over $100; the EUR do not count
+    body = post(client, sign(refund_intent(ORIGINAL, max_amount=50.00))).json()
+    assert body["decision"] == "approved"  # $50 + $50 fits
+    assert not [s for s in statements if 'SUM("refunds_refund"."amount_minor")' in s]
+    apart = [s for s in statements if s.lstrip().startswith("SELECT t.currency")]
+    assert len(apart) == (0 if connection.vendor == "postgresql" else 1), "\n".join(statements)
 
 
 def test_settings_switch_the_method_and_set_caps_audited(client_for, site, agent, members):

@@ -12,9 +12,11 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge, locked_order_and_charge
 from sill.orders.models import Charge, ChargeStatus, Dispute, DisputeStatus, Order
-from tests.refunds.conftest import hold_refund
+from sill.sql import Carried
+from tests.refunds.conftest import ORIGINAL, hold_refund, post, refund_intent
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +58,7 @@ def test_it_reads_the_first_successful_charge_with_the_quote_checks(order, site,
     )  # fmt: skip
 
     with transaction.atomic():
-        found, charge = locked_order_and_charge(site.pk, order.pk)
+        found, charge, selected = locked_order_and_charge(site.pk, order.pk)
     expected_order, expected_charge = _two_reads(site.pk, order.pk)
 
     assert found == expected_order and charge is not None and charge.pk == first.pk
@@ -67,17 +69,18 @@ def test_it_reads_the_first_successful_charge_with_the_quote_checks(order, site,
         2,
     )
     assert charge.order is found  # the quote reads the order through the charge: no query
+    assert selected is None  # nothing else asked
 
 
 def test_an_order_without_a_successful_charge_comes_without_one(make_order, site):
     unpaid = make_order(charged=False)
     with transaction.atomic():
-        assert locked_order_and_charge(site.pk, unpaid.pk) == (unpaid, None)
+        assert locked_order_and_charge(site.pk, unpaid.pk) == (unpaid, None, None)
 
 
 def test_another_sites_order_is_not_found(order, other_site):
     with transaction.atomic():
-        assert locked_order_and_charge(other_site.pk, order.pk) == (None, None)
+        assert locked_order_and_charge(other_site.pk, order.pk) == (None, None, None)
 
 
 @pytest.mark.postgres
@@ -103,3 +106,47 @@ def test_both_rows_stay_locked_until_the_transaction_ends(order, site):
         assert not locked("orders_charge", charge.pk)
     finally:
         other.close()
+
+
+def test_it_selects_what_the_caller_carries_on_postgresql_only(order, make_order, site):
+    carried = Carried("(SELECT %s::text || o.id)", ("order ",))
+    unpaid = make_order(charged=False)
+    with transaction.atomic():
+        _, _, selected = locked_order_and_charge(site.pk, order.pk, also=carried)
+        _, _, unpaid_selected = locked_order_and_charge(site.pk, unpaid.pk, also=carried)
+    if connection.vendor == "postgresql":
+        assert (selected, unpaid_selected) == (f"order {order.pk}", f"order {unpaid.pk}")
+    else:  # two statements of its own there, and nothing carried
+        assert (selected, unpaid_selected) == (None, None)
+
+
+def test_an_agent_decision_reads_its_refunds_today_with_the_order_lock(
+    client, sign, agent, site, make_order, mock_rail, django_capture_on_commit_callbacks
+):
+    """The agent's sum comes with the order's lock on PostgreSQL: the decision's facts show
+    the same total as the facts read on their own (every currency, live refunds only)."""
+    for amount, currency, status in [
+        (1000, "USD", RefundStatus.SUCCEEDED),
+        (2000, "EUR", RefundStatus.HELD),  # 2000 EUR cents x 1.08 = 2160 US cents
+        (5000, "USD", RefundStatus.REJECTED),  # refused: moved nothing
+    ]:
+        earlier = make_order(total="90.00", currency=currency)
+        Refund.objects.create(
+            site=site, order=earlier, charge=Charge.objects.get(order=earlier), origin="agent",
+            agent=agent, amount_minor=amount, currency=currency, decision="approved",
+            status=status,
+        )  # fmt: skip
+    original = make_order(total="10.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
+    statements: list[str] = []
+
+    def record(execute, sql, params, many, context):  # every statement, as sent
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record), django_capture_on_commit_callbacks():
+        answer = post(client, sign(refund_intent(ORIGINAL)))
+    assert answer.status_code == 201 and answer.json()["decision"] == "approved", answer.content
+    refund = Refund.objects.get(order=original)
+    assert refund.facts["refundAgentTotalTodayUsd"] == 1000 + 2160 + 1000
+    apart = [s for s in statements if s.lstrip().startswith("SELECT t.currency")]
+    assert len(apart) == (0 if connection.vendor == "postgresql" else 1)
