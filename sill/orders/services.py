@@ -68,17 +68,26 @@ def next_order_number(site: Site) -> str:
     agent intake answered as a replayed nonce. The first number taken on a site starts from
     its highest numbered order, read once.
     """
+    counter = _locked_counter(site)
+    counter.last_number += 1
+    counter.save(update_fields=["last_number"])
+    return str(counter.last_number)
+
+
+def _locked_counter(site: Site) -> OrderNumberCounter:
+    """The site's counter row, locked until the caller's transaction ends; made first (from
+    the site's highest numbered order) if the site has none yet."""
     counters = OrderNumberCounter.objects.select_for_update()
     counter = counters.filter(site=site).first()
     if counter is None:
         OrderNumberCounter.objects.bulk_create(
             [OrderNumberCounter(site=site, last_number=_highest_number(site))],
-            ignore_conflicts=True,  # a concurrent first number made it: take the next
+            # Made meanwhile by a concurrent transaction: this INSERT waits for it to end,
+            # then the locked read below finds its row as it committed it.
+            ignore_conflicts=True,
         )
         counter = counters.get(site=site)
-    counter.last_number += 1
-    counter.save(update_fields=["last_number"])
-    return str(counter.last_number)
+    return counter
 
 
 def _counted(number: str) -> int | None:
@@ -97,12 +106,19 @@ def _highest_number(site: Site) -> int:
 
 def _number_taken(site: Site, number: str) -> None:
     """An order created with a number of its own (a store's, synced): the site's next
-    sequential number comes after it."""
+    sequential number comes after it.
+
+    Through the counter row, made here if the site has none yet: otherwise a site's first
+    sequential number, taken while such an order was being created, was seeded from the
+    numbers committed before it (not this one), and the counter later reached this number
+    and collided with it. Now the first number waits for this transaction and counts it."""
     counted = _counted(number)
-    if counted is not None:
-        OrderNumberCounter.objects.filter(site=site, last_number__lt=counted).update(
-            last_number=counted
-        )
+    if counted is None:
+        return
+    counter = _locked_counter(site)
+    if counter.last_number < counted:
+        counter.last_number = counted
+        counter.save(update_fields=["last_number"])
 
 
 @transaction.atomic

@@ -9,10 +9,11 @@ intake answered as a replayed nonce (409 ``replay``) for a purchase nobody had s
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 
 from sill.money import parse_major
@@ -145,3 +146,39 @@ def test_two_first_purchases_of_one_buyer_make_one_customer(site, agent, sign, m
     _send_while_the_first_is_open(bodies, 'INSERT INTO "orders_customer"')
     assert Customer.objects.filter(site=site, email__iexact=buyer["email"]).count() == 1
     assert Order.objects.filter(site=site, customer__email=buyer["email"]).count() == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_sites_first_number_counts_a_numbered_order_being_made_meanwhile(site) -> None:
+    """A store order synced with its own number (5000) while the site, which has no counter
+    yet, takes its first sequential number: the first number waits for the synced order and
+    comes after it. Before, it was seeded from the numbers already committed (1001), and the
+    counter later reached 5000 and collided with the synced order."""
+    made, numbered = threading.Event(), {}
+
+    def sync() -> None:
+        try:
+            with transaction.atomic():
+                numbered["synced"] = _numbered(site, "5000").number
+                made.set()
+                time.sleep(0.5)  # open while the first sequential number is asked for
+        finally:
+            made.set()
+            connection.close()
+
+    def purchase() -> None:
+        try:
+            assert made.wait(timeout=30)
+            numbered["first"] = _numbered(site).number
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sync), threading.Thread(target=purchase)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert numbered == {"synced": "5000", "first": "5001"}
+    with transaction.atomic():
+        assert next_order_number(site) == "5002"
