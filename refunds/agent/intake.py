@@ -14,11 +14,13 @@ steps matters:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -55,7 +57,7 @@ from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts
 from sill.rails.models import RailAccount
 from sill.rails.woocommerce.models import WooOrderLink
-from sill.sql import cols, fetch_row, insert
+from sill.sql import Columns, cols, fetch_row, insert
 
 
 class _Raced(Exception):
@@ -71,6 +73,15 @@ class _Prefetched:
     charge: Charge
     account: RailAccount | None
     facts: RefundFacts
+
+
+@dataclass(frozen=True)
+class _Charged:
+    """What :func:`_charged_original` answers for ``mandate_id``, read with the agent's key."""
+
+    mandate_id: str
+    charge: Charge | None
+    account: RailAccount | None
 
 
 @dataclass(frozen=True)
@@ -90,30 +101,53 @@ def _key_lookup(site_id: str, agent_id: str, key_id: str) -> mandates.KeyRecord 
     return _key_record(key) if key is not None else None
 
 
-def _agent_key(site_id: str, agent_id: str, key_id: str, *, mandate_id: str) -> AgentKey | None:
+def _agent_key(
+    site_id: str,
+    agent_id: str,
+    key_id: str,
+    *,
+    mandate_id: str,
+    original_mandate_id: str | None = None,
+) -> AgentKey | None:
     """The active agent's key, with its agent and site (the decision reuses them); as
-    ``earlier_sha256`` the digest of the site's mandate ``mandate_id`` if one is stored; and
-    as ``policy_version`` the site's active policy version (None: the baseline). One query
-    for the resend check, the key and the policy (hand-written: every mandate runs it).
+    ``earlier_sha256`` the digest of the site's mandate ``mandate_id`` if one is stored; as
+    ``policy_version`` the site's active policy version (None: the baseline); and as
+    ``charged`` what :func:`_charged_original` reads for ``original_mandate_id`` (a
+    refund's original as its body names it before verification; None reads nothing). One
+    query for the resend check, the key, the policy and the original (hand-written: every
+    mandate runs it).
 
     The version is read here, before the decision's transaction, rather than inside it: the
     read takes no lock either way, so a version activated while the request runs is missed
-    (or not) just as it would be a few milliseconds later.
+    (or not) just as it would be a few milliseconds later. So is the original, which the
+    decision's transaction reads again under its lock; nothing read here is used unless the
+    signature verifies, and only for the original the verified mandate names.
     """
     key, agent, site = cols(AgentKey, "k"), cols(Agent, "a"), cols(Site, "s")
     version = active_version_columns("v")
+    original, *_ = _charged_original_select()
     row = fetch_row(
-        f"""SELECT {key.sql}, {agent.sql}, {site.sql}, {version.sql},
+        f"""SELECT {key.sql}, {agent.sql}, {site.sql}, {version.sql}, x.*,
             (SELECT m.body_sha256 FROM refunds_mandate m
              WHERE m.site_id = %s AND m.mandate_id = %s LIMIT 1)
         FROM accounts_agentkey k
         JOIN accounts_agent a ON a.id = k.agent_id
         JOIN accounts_site s ON s.id = a.site_id
         LEFT JOIN policies_policyversion v ON v.site_id = s.id AND v.active = %s
+        LEFT JOIN ({original}) x ON 1 = 1
         WHERE a.site_id = %s AND a.agent_id = %s AND a.active = %s AND k.key_id = %s
         ORDER BY k.id
-        LIMIT 1""",  # noqa: S608  (formatted in: column lists only)
-        [site_id, mandate_id, True, site_id, agent_id, True, key_id],
+        LIMIT 1""",  # noqa: S608  (formatted in: column lists and a constant query only)
+        [
+            site_id,
+            mandate_id,
+            True,
+            *_charged_original_params(site_id, original_mandate_id),
+            site_id,
+            agent_id,
+            True,
+            key_id,
+        ],
     )
     if row is None:
         return None
@@ -123,6 +157,9 @@ def _agent_key(site_id: str, agent_id: str, key_id: str, *, mandate_id: str) -> 
     found.agent.site = site.build(row, at)
     at += len(site)
     found.policy_version = version.build(row, at) if row[at] is not None else None  # type: ignore[attr-defined]
+    at += len(version)
+    if original_mandate_id is not None:
+        found.charged = _Charged(original_mandate_id, *_charged_from(row, at))  # type: ignore[attr-defined]
     found.earlier_sha256 = row[-1]  # type: ignore[attr-defined]
     return found
 
@@ -172,7 +209,13 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     identity = mandates.peek_identity(loaded.doc)
     mandate_id, site_id, agent_id, key_id = identity
     body_sha256 = loaded.sha256
-    key = _agent_key(site_id, agent_id, key_id, mandate_id=mandate_id)
+    key = _agent_key(
+        site_id,
+        agent_id,
+        key_id,
+        mandate_id=mandate_id,
+        original_mandate_id=mandates.peek_original_mandate_id(loaded.doc),
+    )
     # No key (or an inactive agent) says nothing about stored mandates: look them up alone.
     maybe_resent = key is None or getattr(key, "earlier_sha256", None) is not None
     if maybe_resent and (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)):
@@ -187,7 +230,7 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     assert key is not None  # the signature verified with it
     # The key's rate limit, counted only now that the signature holds (sill/api.py).
     spend_mandate_budget(site_id=site_id, agent_id=verified.agent_id, key_id=verified.key_id)
-    prefetched = _prefetch_rail_facts(verified, now=now)
+    prefetched = _prefetch_rail_facts(verified, now=now, charged=getattr(key, "charged", None))
     # A credit's customer is read at the rail now, outside the transaction, like refund facts.
     credit_read = read_customer(verified) if verified.action == "credit_customer" else None
     try:
@@ -303,7 +346,9 @@ def _store(verified: VerifiedMandate, *, agent: Agent) -> Mandate:
         raise _Raced from None
 
 
-def _prefetch_rail_facts(verified: VerifiedMandate, *, now: datetime) -> _Prefetched | None:
+def _prefetch_rail_facts(
+    verified: VerifiedMandate, *, now: datetime, charged: _Charged | None = None
+) -> _Prefetched | None:
     """The original and the rail's facts about its charge, read before any transaction or lock.
 
     A provider's network calls (Stripe: up to three) must not hold the order's row lock, nor
@@ -313,10 +358,13 @@ def _prefetch_rail_facts(verified: VerifiedMandate, *, now: datetime) -> _Prefet
     intent = verified.intent
     if not isinstance(intent, mandates.RefundIntent):
         return None
-    # The order with its first successful charge (and its rail account) in one query; the
-    # order alone only if none.
+    # The order with its first successful charge (and its rail account) in one query (read
+    # with the key, ``charged``, when it named this original); the order alone only if none.
     if intent.original_order is None:
-        charge, account = _charged_original(verified.site_id, intent.original_mandate_id)
+        if charged is not None and charged.mandate_id == intent.original_mandate_id:
+            charge, account = charged.charge, charged.account
+        else:
+            charge, account = _charged_original(verified.site_id, intent.original_mandate_id)
     else:
         charge = (
             Charge.objects.select_related("order")
@@ -344,15 +392,32 @@ def _charged_original(
 ) -> tuple[Charge | None, RailAccount | None]:
     """The first successful charge of the order purchase mandate ``mandate_id`` placed, with
     its order, and the site's enabled account of the charge's rail (or None): one
-    hand-written query, as every agent refund of a mandate-placed order reads it.
+    hand-written query (:func:`_charged_original_select`). Agent intake reads it with the
+    key (:func:`_agent_key`); this is for an original that read did not name."""
+    sql, *_ = _charged_original_select()
+    row = fetch_row(sql, _charged_original_params(site_id, mandate_id))
+    return _charged_from(row, 0) if row is not None else (None, None)
+
+
+def _charged_original_select() -> tuple[str, Columns[Charge], Columns[Order], Columns[RailAccount]]:
+    """The query :func:`_charged_original` runs and its columns, for this connection's
+    database (:func:`_charged_original_select_on`)."""
+    return _charged_original_select_on(connection.vendor)
+
+
+@cache
+def _charged_original_select_on(
+    vendor: str,
+) -> tuple[str, Columns[Charge], Columns[Order], Columns[RailAccount]]:
+    """The query :func:`_charged_original` runs, and its three models' columns (in the order
+    it selects them; all NULL in a row of ``LEFT JOIN (query)`` that found no charge).
 
     ``source_mandate_id <> ''`` is the predicate of the unique index the order is found by
     (store orders have no mandate): written out, it lets the prepared statement's generic
     plan use that index, so PostgreSQL stops planning the statement afresh on every run
     (tests/refunds/test_decision_plans.py)."""
     charge, order, account = cols(Charge, "c"), cols(Order, "o"), cols(RailAccount, "ra")
-    row = fetch_row(
-        f"""SELECT {charge.sql}, {order.sql}, {account.sql}
+    sql = f"""SELECT {charge.sql}, {order.sql}, {account.sql}
         FROM orders_charge c
         JOIN orders_order o ON o.id = c.order_id
         LEFT JOIN rails_railaccount ra
@@ -360,14 +425,24 @@ def _charged_original(
         WHERE o.site_id = %s AND o.source_mandate_id = %s AND o.source_mandate_id <> ''
             AND c.status = %s
         ORDER BY c.created_at
-        LIMIT 1""",  # noqa: S608  (formatted in: column lists only)
-        [True, site_id, mandate_id, ChargeStatus.SUCCEEDED],
-    )
-    if row is None:
+        LIMIT 1"""  # noqa: S608  (formatted in: column lists only)
+    return sql, charge, order, account
+
+
+def _charged_original_params(site_id: str, mandate_id: str | None) -> list[object]:
+    return [True, site_id, mandate_id, ChargeStatus.SUCCEEDED]
+
+
+def _charged_from(row: Sequence[Any], at: int) -> tuple[Charge | None, RailAccount | None]:
+    """The charge (with its order) and account :func:`_charged_original_select`'s columns
+    hold from ``row[at]`` on: (None, None) where they are NULL."""
+    _sql, charge, order, account = _charged_original_select()
+    if row[at] is None:  # the charge's id
         return None, None
-    found = charge.build(row)
-    found.order = order.build(row, len(charge))
-    at = len(charge) + len(order)
+    found = charge.build(row, at)
+    at += len(charge)
+    found.order = order.build(row, at)
+    at += len(order)
     return found, account.build(row, at) if row[at] is not None else None
 
 

@@ -444,6 +444,18 @@ def peek_identity(doc: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return _check_shape(doc)
 
 
+def peek_original_mandate_id(doc: Mapping[str, Any]) -> str | None:
+    """The purchase mandate a refund mandate names as its original, read before verification
+    so the key's lookup can read the original's charge with it; None unless the body names one
+    well-formed (verification then decides what the body means)."""
+    signed = doc.get("signed")
+    intent = signed.get("intent") if isinstance(signed, dict) else None
+    if not isinstance(intent, dict) or intent.get("action") != "request_refund":
+        return None
+    original = intent.get("original_mandate_id")
+    return original if isinstance(original, str) and MANDATE_ID_RE.match(original) else None
+
+
 def parse_timestamp(value: Any) -> datetime | None:
     """An RFC 3339 timestamp (``Z`` or an offset) as aware UTC, or ``None``."""
     if not isinstance(value, str):

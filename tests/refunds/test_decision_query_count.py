@@ -9,9 +9,9 @@ request runs it in autocommit): so each count here is the production one plus 2
 first, on another order: a site's first append creates its chain head, the first signing
 loads the audit keys, a policy version is compiled once; the counts are the steady state.
 
-An approved decision in production on PostgreSQL, 9: before the transaction the key (with
-its agent, its site, the site's active policy version and the resend check), the original's
-charge with its order and rail account, the mock rail's facts (the charge and its disputes);
+An approved decision in production on PostgreSQL, 8: before the transaction the key (with
+its agent, its site, the site's active policy version, the resend check and the original's
+charge with its order and rail account), the mock rail's facts (the charge and its disputes);
 then BEGIN, the mandate INSERT, the order and its charge locked with the quote's disputes and
 refunds and the agent's refunds today (one statement, ``refunds.quote.locked_order_and_charge``
 carrying ``policies.facts.agent_live_totals_select``), the chain head read, the append (the head UPDATE, its lock taken last, with the record and
@@ -20,7 +20,8 @@ one statement), COMMIT. SQLite has no data-modifying WITH and sends the append's
 one, nor ``LATERAL``: it reads the order, the charge and the agent's sum in three. It was 35
 before issue 18, 18 before the hand-written reads (``sill.sql``), 14 before the policy version
 came with the key and the refund and its reservation with the append, 11 before the order,
-its charge and the agent's sum came in one statement.
+its charge and the agent's sum came in one statement, 9 before the original's charge came
+with the key.
 """
 
 from __future__ import annotations
@@ -48,12 +49,12 @@ RESERVATION = 0 if connection.vendor == "postgresql" else 1
 # policy's facts, in a third (+1).
 SPLIT = 0 if connection.vendor == "postgresql" else 1
 TOTALS = 0 if connection.vendor == "postgresql" else 1
-APPROVED_DECISION_QUERIES = 11 + APPEND + RESERVATION + SPLIT + TOTALS
+APPROVED_DECISION_QUERIES = 10 + APPEND + RESERVATION + SPLIT + TOTALS
 # The policy's rule holds it: no reservation.
-HELD_DECISION_QUERIES = 11 + APPEND + SPLIT + TOTALS
+HELD_DECISION_QUERIES = 10 + APPEND + SPLIT + TOTALS
 # A second agent refund of the same order: refused by the quote (already_executed) with the
 # original's locks, before any reservation or fact.
-REJECTED_DECISION_QUERIES = 11 + APPEND + SPLIT
+REJECTED_DECISION_QUERIES = 10 + APPEND + SPLIT
 # A forged signature: the key (with the resend check), nothing written.
 BAD_SIGNATURE_QUERIES = 1
 
