@@ -7,6 +7,12 @@ set, else SQLite and the embedded broker):
 - approved decisions per second through Django's test client (middleware, DRF, intake,
   commit, on-commit enqueue), against the trivial authenticated ``GET /api/v1/agent``
   measured the same way in the same run; and the process CPU of each, likewise;
+- the process CPU of each stage of a decision (``STAGES``: the request's middleware, the
+  mandate's parse, the key's read, the signature check, the rail's facts, the mandate INSERT,
+  the order's lock, quote and policy, the audit append, COMMIT, the enqueue, the answer...),
+  measured with a CPU clock around each stage's function, each stage's own time (stages it
+  calls excluded): they add up to the decision's CPU, and timing them costs about a
+  microsecond a stage, where cProfile's per-call hook inflates call-heavy code several times;
 - a cProfile (process CPU time) of the decisions split into SQL (the cursor and the commit:
   the driver's work, building statements and reading rows excluded), canonicalisation
   (RFC 8785), ed25519 (signing and verifying), rendering (DRF's JSON renderer), the
@@ -27,6 +33,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import figure, finish
@@ -44,6 +51,81 @@ CATEGORIES: list[tuple[str, Callable[[tuple[str, int, str]], bool]]] = [
     ("rendering", lambda k: k[0].endswith("rest_framework/renderers.py") and k[2] == "render"),
     ("enqueue", lambda k: k[0].endswith("celery/app/task.py") and k[2] == "apply_async"),
 ]
+
+
+# (label, module, attribute): the functions whose calls are a decision's stages, outermost
+# first. An attribute "Class.method" is a method; a plain function is replaced wherever a
+# module holds it (``from x import f`` binds it in the importing module too).
+STAGES: list[tuple[str, str, str]] = [
+    ("request: middleware, routing", "django.core.handlers.base", "BaseHandler.get_response"),
+    ("DRF dispatch", "rest_framework.views", "APIView.dispatch"),
+    ("intake (the rest)", "refunds.agent.intake", "submit_mandate"),
+    ("parse and canonicalise", "refunds.agent.mandates", "load_mandate"),
+    ("key, agent, site, original", "refunds.agent.intake", "_agent_key"),
+    ("signature check", "refunds.agent.mandates", "verify_mandate"),
+    ("rate limit", "refunds.agent.intake", "spend_mandate_budget"),
+    ("rail facts", "refunds.agent.intake", "_prefetch_rail_facts"),
+    ("mandate INSERT", "refunds.agent.intake", "_store"),
+    ("decision (the rest)", "refunds.agent.intake", "_request_refund"),
+    ("order and charge lock", "refunds.quote", "locked_order_and_charge"),
+    ("quote", "refunds.quote", "quote_refund"),
+    ("policy", "policies.decide", "decide_refund"),
+    ("refund built", "refunds.services", "unsaved_refund"),
+    ("decision record (the rest)", "refunds.services", "record_decision"),
+    ("audit append", "audit.services", "append_record"),
+    ("COMMIT", "django.db.backends.base.base", "BaseDatabaseWrapper._commit"),
+    ("enqueue (Celery)", "celery.app.task", "Task.apply_async"),
+    ("answer and receipt", "refunds.agent.intake", "refund_payload"),
+    ("JSON rendering", "rest_framework.renderers", "JSONRenderer.render"),
+]
+
+
+class StageClock:
+    """Process CPU per stage (:data:`STAGES`), each stage's own: a stage called inside another
+    is subtracted from the outer one, so the stages and the caller's rest add up to the whole."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, float] = {label: 0.0 for label, _m, _a in STAGES}
+        self._inner: list[float] = []  # per open stage: CPU its inner stages took
+
+    def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        clock, own, inner = time.process_time, self.own, self._inner
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = clock()
+            inner.append(0.0)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                took = clock() - start
+                nested = inner.pop()
+                own[label] += took - nested
+                if inner:
+                    inner[-1] += took
+
+        return timed
+
+    def install(self) -> None:
+        import importlib
+
+        for label, module_name, attribute in STAGES:
+            module = importlib.import_module(module_name)
+            owner_name, _, name = attribute.rpartition(".")
+            if owner_name:
+                owner = getattr(module, owner_name)
+                setattr(owner, name, self._wrap(label, owner.__dict__[name]))
+                continue
+            original = getattr(module, name)
+            timed = self._wrap(label, original)
+            for loaded in list(sys.modules.values()):
+                names = getattr(loaded, "__dict__", None) or {}
+                for key, value in list(names.items()):
+                    if value is original:
+                        setattr(loaded, key, timed)
+
+    def reset(self) -> None:
+        self.own = dict.fromkeys(self.own, 0.0)
+        self._inner.clear()
 
 
 def main() -> None:
@@ -81,7 +163,7 @@ def main() -> None:
     token = issue_agent_token(agent=agent)
 
     warm, profiled = 10, 30
-    n = HISTORY + args.decisions + warm + profiled + 1
+    n = HISTORY + 2 * args.decisions + warm + profiled + 1
     originals = paid_agent_orders(site, agent, n)
 
     def body(original: str) -> bytes:
@@ -173,6 +255,18 @@ def main() -> None:
         decide(payload)
     profiler.disable()
     stats = pstats.Stats(profiler)
+
+    # Each stage's CPU, over decisions not yet sent (the clock stays on the functions after).
+    bodies = bodies[profiled:]
+    staged = min(len(bodies), args.decisions)
+    stages = StageClock()
+    stages.install()
+    stage_cpu = time.process_time()
+    for payload in bodies[:staged]:
+        decide(payload)
+    stage_cpu = (time.process_time() - stage_cpu) / staged
+    bodies = bodies[staged:]
+
     shares = _shares(stats)
     if args.top:
         stats.sort_stats("tottime").print_stats(args.top)
@@ -187,6 +281,17 @@ def main() -> None:
     )
     for name, seconds in shares.items():
         print(f"    {name:18} {seconds / total:6.1%}  {seconds / profiled * 1000:7.2f} ms")
+
+    print(f"CPU of each stage of a decision ({staged} decisions, {stage_cpu * 1000:.2f} ms each):")
+    staged_total = sum(stages.own.values())
+    rows = [
+        *stages.own.items(),
+        ("outside the stages (test client)", stage_cpu * staged - staged_total),
+    ]
+    for name, seconds in rows:
+        print(
+            f"    {name:34} {seconds / staged * 1000:6.3f} ms  {seconds / (stage_cpu * staged):6.1%}"
+        )
 
     # The goal is PostgreSQL's: SQLite has no data-modifying WITH, so the audit append's
     # writes (the head, the record, its tree nodes, the refund, the reservation) go one by one.
@@ -208,6 +313,11 @@ def main() -> None:
         figure(
             "database server CPU per approved decision", value=dec_db * 1000,
             baseline_name="per GET /api/v1/agent", baseline=max(get_db, 1e-6) * 1000, unit="ms",
+        )  # fmt: skip
+    for name, seconds in stages.own.items():
+        figure(
+            f"decision CPU in stage: {name}", value=seconds / staged * 1000,
+            baseline_name="CPU per decision (stages timed)", baseline=stage_cpu * 1000, unit="ms",
         )  # fmt: skip
     for name, seconds in shares.items():
         figure(
