@@ -7,11 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from django.test import Client
+from django.core.cache import cache
+from django.test import Client, override_settings
 
 from sill.accounts.models import Agent
 from sill.accounts.services import issue_agent_token, issue_member_token
@@ -207,3 +210,65 @@ def test_production_has_every_limit_on_by_default_and_refuses_a_bad_rate(tmp_pat
     assert "'address': None" in off.stdout
     bad = _production(tmp_path, "check", SILL_RATE_ADDRESS="lots")
     assert bad.returncode != 0 and "SILL_RATE_ADDRESS must look like" in bad.stderr
+
+
+def _racing(attempt, *, threads: int, each: int) -> int:
+    """How many of ``threads`` x ``each`` calls of ``attempt()``, started together, passed."""
+    start = threading.Barrier(threads)
+
+    def run() -> int:
+        cache.get("throttle_warm")  # this thread's connection made before the race
+        start.wait()
+        return sum(bool(attempt()) for _ in range(each))
+
+    with ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(lambda _: run(), range(threads)))
+
+
+def _budget():
+    """sill.api's key budget and its refusal (imported once DRF's views are: they import it)."""
+    from rest_framework import views  # noqa: F401
+
+    from sill.api import RateLimited, spend_mandate_budget
+
+    return spend_mandate_budget, RateLimited
+
+
+def _spent(ident: str) -> bool:
+    spend_mandate_budget, RateLimited = _budget()
+    try:
+        spend_mandate_budget(site_id="site_race", agent_id="agent_race", key_id=ident)
+    except RateLimited:
+        return False
+    return True
+
+
+def test_requests_racing_each_other_pass_no_more_than_the_limit(rates, monkeypatch):
+    # The counters are shared (Redis in CI, each thread with its own connection): requests
+    # that read the same count at once must not all pass, nor overwrite one another's counts.
+    # (DRF's own window let 96 of these 96 through.) The clock stays mid-window: a window
+    # that ended during the test would rightly give a second budget.
+    monkeypatch.setattr("sill.api._Throttle.timer", lambda self: 1_000_030.0)
+    rates(mandate_key=30)
+    assert _racing(lambda: _spent("key_a"), threads=8, each=12) == 30
+    # Per hour too, and each key's budget its own.
+    with override_settings(SILL_API_RATES={"mandate_key": "25/hour"}):
+        assert _racing(lambda: _spent("key_b"), threads=8, each=10) == 25
+        assert _spent("key_c")
+
+
+def test_a_refused_request_waits_for_the_next_window_and_its_full_budget(rates, monkeypatch):
+    rates(mandate_key=3)
+    now = [1_000_000.0]
+    monkeypatch.setattr("sill.api._Throttle.timer", lambda self: now[0])
+    spend_mandate_budget, RateLimited = _budget()
+    assert [_spent("key_d") for _ in range(5)] == [True, True, True, False, False]
+    with pytest.raises(RateLimited) as refused:
+        spend_mandate_budget(site_id="site_race", agent_id="agent_race", key_id="key_d")
+    # Retry-After: until the window (a clock minute) ends; 1,000,000 s is 40 s into one.
+    assert refused.value.retry_after == 20
+    # The next window has the full budget, whatever was refused before; so has the one after.
+    now[0] += 20
+    assert [_spent("key_d") for _ in range(4)] == [True, True, True, False]
+    now[0] += 60
+    assert [_spent("key_d") for _ in range(4)] == [True, True, True, False]

@@ -77,9 +77,8 @@ def _count(key: str) -> tuple[int, int]:
     started = cache.get_or_set(f"{key}:start", now, WINDOW_SECONDS) or now
     try:
         count = cache.incr(key)
-    except ValueError:
-        cache.set(key, 1, WINDOW_SECONDS)
-        count = 1
+    except ValueError:  # the window's first request, or one racing it: add() lets one win
+        count = 1 if cache.add(key, 1, WINDOW_SECONDS) else cache.incr(key)
     return count, max(1, int(started) + WINDOW_SECONDS - now)
 
 
