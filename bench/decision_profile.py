@@ -8,7 +8,7 @@ set, else SQLite and the embedded broker):
   commit, on-commit enqueue), against the trivial authenticated ``GET /api/v1/agent``
   measured the same way in the same run; and the process CPU of each, likewise;
 - the process CPU of each stage of a decision (``STAGES``: the request's middleware, the
-  mandate's parse, the key's read, the signature check, the rail's facts, the mandate INSERT,
+  mandate's parse, the key's read, the verification, the rail's facts, the mandate INSERT,
   the order's lock, quote and policy, the audit append, COMMIT, the enqueue, the answer...),
   measured with a CPU clock around each stage's function, each stage's own time (stages it
   calls excluded): they add up to the decision's CPU, and timing them costs about a
@@ -62,7 +62,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("intake (the rest)", "refunds.agent.intake", "submit_mandate"),
     ("parse and canonicalise", "refunds.agent.mandates", "load_mandate"),
     ("key, agent, site, original", "refunds.agent.intake", "_agent_key"),
-    ("signature check", "refunds.agent.mandates", "verify_mandate"),
+    ("verification: signature, schema", "refunds.agent.mandates", "verify_mandate"),
     ("rate limit", "refunds.agent.intake", "spend_mandate_budget"),
     ("rail facts", "refunds.agent.intake", "_prefetch_rail_facts"),
     ("mandate INSERT", "refunds.agent.intake", "_store"),
@@ -122,10 +122,6 @@ class StageClock:
                 for key, value in list(names.items()):
                     if value is original:
                         setattr(loaded, key, timed)
-
-    def reset(self) -> None:
-        self.own = dict.fromkeys(self.own, 0.0)
-        self._inner.clear()
 
 
 def main() -> None:
