@@ -335,20 +335,17 @@ def main() -> None:
             "database server CPU per approved decision", value=dec_db * 1000,
             baseline_name="per GET /api/v1/agent", baseline=max(get_db, 1e-6) * 1000, unit="ms",
         )  # fmt: skip
-    for name, seconds in decision_stages.items():
-        if seconds:
-            figure(
-                f"decision CPU in stage: {name}", value=seconds / staged * 1000,
-                baseline_name="CPU per decision (stages timed)", baseline=stage_cpu * 1000,
-                unit="ms",
-            )  # fmt: skip
-    for name, seconds in get_stages.items():
-        if seconds:
-            figure(
-                f"GET CPU in stage: {name}", value=seconds / gets * 1000,
-                baseline_name="CPU per GET (stages timed)", baseline=get_stage_cpu * 1000,
-                unit="ms",
-            )  # fmt: skip
+    for what, own, count, each in (
+        ("decision", decision_stages, staged, stage_cpu),
+        ("GET", get_stages, gets, get_stage_cpu),
+    ):
+        for name, seconds in own.items():
+            if seconds:
+                figure(
+                    f"{what} CPU in stage: {name}", value=seconds / count * 1000,
+                    baseline_name=f"CPU per {what} (stages timed)", baseline=each * 1000,
+                    unit="ms",
+                )  # fmt: skip
     for name, seconds in shares.items():
         figure(
             f"decision time in {name}", value=seconds / profiled * 1000,
