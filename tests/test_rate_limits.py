@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from django.test import Client, override_settings
 from sill.accounts.models import Agent
 from sill.accounts.services import issue_agent_token, issue_member_token
 from tests.refunds.conftest import ORIGINAL, refund_intent, register_key, signed_body
+from tests.threads import run_concurrently
 
 pytestmark = pytest.mark.django_db
 
@@ -214,28 +214,30 @@ def test_production_has_every_limit_on_by_default_and_refuses_a_bad_rate(tmp_pat
 
 def _racing(attempt, *, threads: int, each: int) -> int:
     """How many of ``threads`` x ``each`` calls of ``attempt()``, started together, passed."""
-    start = threading.Barrier(threads)
+    connected = threading.Barrier(threads)
 
-    def run() -> int:
-        cache.get("throttle_warm")  # this thread's connection made before the race
-        start.wait()
+    def run(_i: int) -> int:
+        cache.get("throttle_warm")  # this thread's cache connection made before the race
+        connected.wait(timeout=30)
         return sum(bool(attempt()) for _ in range(each))
 
-    with ThreadPoolExecutor(threads) as pool:
-        return sum(pool.map(lambda _: run(), range(threads)))
+    passed = run_concurrently(threads, run)
+    assert all(isinstance(n, int) for n in passed), passed
+    return sum(passed)
 
 
 def _budget():
-    """sill.api's key budget and its refusal (imported once DRF's views are: they import it)."""
+    """sill.api's key budget, its refusal and its throttles' base class (imported once DRF's
+    views are: they import sill.api, which imported first would find DRF half-loaded)."""
     from rest_framework import views  # noqa: F401
 
-    from sill.api import RateLimited, spend_mandate_budget
+    from sill.api import RateLimited, _Throttle, spend_mandate_budget
 
-    return spend_mandate_budget, RateLimited
+    return spend_mandate_budget, RateLimited, _Throttle
 
 
 def _spent(ident: str) -> bool:
-    spend_mandate_budget, RateLimited = _budget()
+    spend_mandate_budget, RateLimited, _throttle = _budget()
     try:
         spend_mandate_budget(site_id="site_race", agent_id="agent_race", key_id=ident)
     except RateLimited:
@@ -248,7 +250,7 @@ def test_requests_racing_each_other_pass_no_more_than_the_limit(rates, monkeypat
     # that read the same count at once must not all pass, nor overwrite one another's counts.
     # (DRF's own window let 96 of these 96 through.) The clock stays mid-window: a window
     # that ended during the test would rightly give a second budget.
-    monkeypatch.setattr("sill.api._Throttle.timer", lambda self: 1_000_030.0)
+    monkeypatch.setattr(_budget()[2], "timer", lambda self: 1_000_030.0)
     rates(mandate_key=30)
     assert _racing(lambda: _spent("key_a"), threads=8, each=12) == 30
     # Per hour too, and each key's budget its own.
@@ -260,8 +262,8 @@ def test_requests_racing_each_other_pass_no_more_than_the_limit(rates, monkeypat
 def test_a_refused_request_waits_for_the_next_window_and_its_full_budget(rates, monkeypatch):
     rates(mandate_key=3)
     now = [1_000_000.0]
-    monkeypatch.setattr("sill.api._Throttle.timer", lambda self: now[0])
-    spend_mandate_budget, RateLimited = _budget()
+    spend_mandate_budget, RateLimited, throttle = _budget()
+    monkeypatch.setattr(throttle, "timer", lambda self: now[0])
     assert [_spent("key_d") for _ in range(5)] == [True, True, True, False, False]
     with pytest.raises(RateLimited) as refused:
         spend_mandate_budget(site_id="site_race", agent_id="agent_race", key_id="key_d")

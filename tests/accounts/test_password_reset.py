@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -18,6 +17,7 @@ from qsessions.models import Session
 
 from sill.accounts.services import add_member
 from tests.conftest import PASSWORD
+from tests.threads import run_concurrently
 
 pytestmark = pytest.mark.django_db
 RESET = "/password/reset/"
@@ -148,13 +148,14 @@ def test_requests_racing_at_the_start_of_a_window_are_all_counted():
     from sill.accounts.views_password import _count
 
     threads, each = 8, 5
-    start = threading.Barrier(threads)
+    connected = threading.Barrier(threads)
 
-    def run() -> list[int]:
-        cache.get("sill:pwreset:other")  # this thread's connection made before the race
-        start.wait()
+    def run(_i: int) -> list[int]:
+        cache.get("sill:pwreset:other")  # this thread's cache connection made before the race
+        connected.wait(timeout=30)
         return [_count("sill:pwreset:race")[0] for _ in range(each)]
 
-    with ThreadPoolExecutor(threads) as pool:
-        counts = [n for counted in pool.map(lambda _: run(), range(threads)) for n in counted]
+    results = run_concurrently(threads, run)
+    assert all(isinstance(counted, list) for counted in results), results
+    counts = [n for counted in results for n in counted]
     assert sorted(counts) == list(range(1, threads * each + 1))
