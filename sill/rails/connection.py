@@ -7,12 +7,15 @@ WooCommerce: one order; PayPal: a fresh OAuth token; mock: nothing to reach) and
 :class:`ConnectionCheck` in words. Secrets are never in the answer or the log: the rail
 modules' messages are scrubbed, and this module adds only names it chose.
 
-One answer per site and rail is kept for ``DEBOUNCE_SECONDS``: pressing the button again at
-once shows the same answer instead of calling the provider again.
+One answer per site, rail and set of credentials is kept for ``DEBOUNCE_SECONDS``: pressing
+the button again at once shows the same answer instead of calling the provider again, and
+saving other credentials (or mode, address, account or settings) is checked at once.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
 
@@ -59,7 +62,7 @@ def can_test(account: RailAccount | None) -> bool:
 
 def test_connection(account: RailAccount) -> ConnectionCheck:
     """Check ``account``'s credentials now (or answer the check made in the last seconds)."""
-    key = f"sill:railcheck:{account.site_id}:{account.rail}"
+    key = debounce_key(account)
     cached = cache.get(key)
     if isinstance(cached, ConnectionCheck):
         return cached
@@ -69,6 +72,23 @@ def test_connection(account: RailAccount) -> ConnectionCheck:
         "connection check of the %s rail of site %s: %s", account.rail, account.site_id, check.code
     )
     return check
+
+
+def debounce_key(account: RailAccount) -> str:
+    """The cache key of ``account``'s last answer: the site, the rail and a digest of what the
+    answer depends on, so a change to any of it is checked anew. The secret enters only as a
+    digest of its ciphertext."""
+    state = [
+        account.enabled,
+        account.mode,
+        hashlib.sha256(bytes(account.secret_encrypted)).hexdigest(),
+        account.api_base,
+        account.connected_account,
+        account.config,
+    ]
+    text = json.dumps(state, sort_keys=True, default=str, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    return f"sill:railcheck:{account.site_id}:{account.rail}:{digest}"
 
 
 def _check(account: RailAccount) -> ConnectionCheck:

@@ -13,6 +13,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
+from sill.rails.connection import debounce_key
 from sill.rails.models import RailAccount
 from sill.rails.paypal.client import PayPalClient
 from sill.rails.registry import ensure_mock_rail
@@ -92,7 +93,7 @@ def test_shopify_names_the_shop_and_a_missing_scope(client_for, shopify, shopify
     assert "Connected to Sill Dev Store · development store" in body
     assert "Missing scope" not in body
     shopify.scopes = ["read_orders", "read_customers"]
-    cache.delete(f"sill:railcheck:{shopify_account.site_id}:shopify")  # past the debounce
+    cache.delete(debounce_key(shopify_account))  # past the debounce
     _, body = check(client_for("owner"), "shopify")
     assert "Connected to Sill Dev Store · development store" in body
     assert "Missing scope: write_orders." in body
@@ -164,6 +165,28 @@ def test_a_repeat_within_seconds_does_not_call_the_provider_again(
     _, body = check(client, "paypal")
     assert "Connected to APP-80W284485P519543T" in body  # the same answer, from seconds ago
     assert paypal.token_requests == 1
+
+
+def test_new_credentials_are_checked_at_once_not_answered_from_the_debounce(
+    client_for, site, localstripe_url
+):
+    # Seen: a wrong key tested, the right one saved, tested again at once: the card still
+    # said the key was refused, the answer of seconds before.
+    account = stripe_account(site, enabled=True, api_base=localstripe_url)
+    account.set_secret("rk_test_not_a_key_localstripe_takes")
+    account.save()
+    client = client_for("owner")
+    _, body = check(client, "stripe")
+    assert "Stripe refused the API key" in body
+    right = "sk_test_SillConnectionCheck0002"
+    saved = client.post("/settings/rails/stripe/", {"secret_key": right, "mode": "test"})
+    assert saved.status_code == 303
+    assert RailAccount.objects.get(pk=account.pk).get_secret() == right
+    _, body = check(client, "stripe")
+    assert "Connected to Stripe · test mode" in body
+    assert "Stripe refused the API key" not in body
+    # Unchanged credentials are still answered from the debounce, under the new ones' key.
+    assert cache.get(debounce_key(RailAccount.objects.get(pk=account.pk))).ok
 
 
 def test_without_htmx_the_whole_page_shows_the_answer(client_for, site):
