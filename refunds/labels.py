@@ -144,6 +144,12 @@ def credit_confirmation(*, amount: Money, customer: str, email: str = "") -> str
     )
 
 
+def money_words(refund: Refund) -> tuple[str, str]:
+    """``("refund", "refunded")``, or ``("credit", "credited")`` for a customer credit: what
+    pages and emails call it and what happens to the money."""
+    return ("credit", "credited") if refund.is_credit else ("refund", "refunded")
+
+
 def refund_headline(refund: Refund) -> str:
     """``Refund request · Wrong item · up to $89.00`` (the seed's Held orders headline)."""
     if refund.is_credit:

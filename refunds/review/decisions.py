@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import append_record
-from refunds.labels import deadline_text
+from refunds.labels import deadline_text, money_words
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Refund, RefundStatus
 from refunds.quote import Quote, RefundRefused, quote_refund
@@ -209,17 +209,19 @@ def _lock_held(refund: Refund) -> Refund:
 
 def already_decided_message(refund: Refund) -> str:
     who = refund.decided_by.get_username() if refund.decided_by is not None else None
+    noun, done = money_words(refund)
     if refund.status == RefundStatus.EXPIRED:
-        return "This refund was already decided: it expired after 24 hours; nothing was refunded."
+        return f"This {noun} was already decided: it expired after 24 hours; nothing was {done}."
     by = f" by {who}" if who else ""
     if refund.decision == Decision.APPROVED:
-        return f"This refund was already decided: approved{by}."
-    return f"This refund was already decided: rejected{by} ({refund.outcome_code or 'rejected'})."
+        return f"This {noun} was already decided: approved{by}."
+    return f"This {noun} was already decided: rejected{by} ({refund.outcome_code or 'rejected'})."
 
 
 def _expired_message(refund: Refund) -> str:
     when = deadline_text(deadline(refund), refund.site.zone)
-    return f"This refund expired at {when}, 24 hours after it was held. Nothing was refunded."
+    noun, done = money_words(refund)
+    return f"This {noun} expired at {when}, 24 hours after it was held. Nothing was {done}."
 
 
 def _lock_money_rows(refund: Refund) -> tuple[Order | None, Charge | None]:

@@ -31,9 +31,11 @@ class RawFact:
     value: str
 
 
-def fact_phrases(facts: Mapping[str, Any]) -> list[str]:
-    """The facts as phrases, most telling first; unknown values said as unknown."""
+def fact_phrases(facts: Mapping[str, Any], *, credit: bool = False) -> list[str]:
+    """The facts as phrases, most telling first; unknown values said as unknown. ``credit``:
+    the facts of a customer credit, which pays nothing back on a charge."""
     phrases: list[str] = []
+    words_for = {**_PHRASES, **_CREDIT_PHRASES} if credit else _PHRASES
     currency = facts.get("currency") if isinstance(facts.get("currency"), str) else None
     # The decider's order (the stored JSON's key order is the database's, not ours), then
     # any fact this module does not know yet.
@@ -42,7 +44,7 @@ def fact_phrases(facts: Mapping[str, Any]) -> list[str]:
         if key in SILENT:
             continue
         value = facts[key]
-        words = _PHRASES.get(key)
+        words = words_for.get(key)
         phrase = words(value, facts) if words else _fallback(key, value, currency)
         if phrase:
             phrases.append(phrase)
@@ -220,6 +222,18 @@ def _rail(value: Any, _facts: Mapping[str, Any]) -> str:
     return f"paid on {rail_label(str(value))}" if value else ""
 
 
+def _agent_today_credit(value: Any, facts: Mapping[str, Any]) -> str:
+    shown = _usd(value)
+    if shown is None:
+        return ""
+    # The agent's total counts its refunds and its credits alike.
+    return f"{shown} refunded or credited by this agent today, this one included"
+
+
+def _rail_credit(value: Any, _facts: Mapping[str, Any]) -> str:
+    return f"credited through {rail_label(str(value))}" if value else ""
+
+
 _PHRASES: dict[str, Phrase] = {
     "refundFraction": _fraction,
     "refundChargeAgeDays": _charge_age,
@@ -236,4 +250,9 @@ _PHRASES: dict[str, Phrase] = {
     "refundAgentTotalTodayUsd": _agent_today,
     "refundAmountUsd": _amount_usd,
     "rail": _rail,
+}
+# A credit's own words for the facts it shares with refunds.
+_CREDIT_PHRASES: dict[str, Phrase] = {
+    "refundAgentTotalTodayUsd": _agent_today_credit,
+    "rail": _rail_credit,
 }

@@ -26,6 +26,7 @@ from django.utils import timezone
 from refunds.labels import (
     action_label,
     deadline_text,
+    money_words,
     refund_headline,
     requester_label,
     rule_title,
@@ -119,18 +120,21 @@ def _email_deciders(refund: Refund) -> None:
         )
         return
     order = refund.order
+    done = money_words(refund)[1]
+    what = "A customer credit" if refund.is_credit else "A refund"
+    facts = " · ".join(fact_phrases(refund.facts or {}, credit=refund.is_credit))
     lines = [
-        f"A refund on {refund.site.name} is waiting for an owner or admin.",
+        f"{what} on {refund.site.name} is waiting for an owner or admin.",
         "",
         refund_headline(refund),
         f"Order: #{order.number} ({order.buyer_name or order.buyer_email})" if order else "",
         _credited(refund),
         f"Requested by: {requester_label(refund)}",
-        "Facts: " + (" · ".join(fact_phrases(refund.facts or {})) or "none recorded"),
+        "Facts: " + (facts or "none recorded"),
         "Held by: " + held_by(refund),
         "",
         f"Decide before {deadline_text(deadline(refund), refund.site.zone)}. If nobody "
-        "approves it by then, it expires and nothing is refunded.",
+        f"approves it by then, it expires and nothing is {done}.",
         "",
         f"Review it: {review_url(refund)}",
     ]

@@ -26,7 +26,14 @@ from django.conf import settings
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
-from refunds.labels import action_label, deadline_text, refund_headline, requester_label, rule_title
+from refunds.labels import (
+    action_label,
+    deadline_text,
+    money_words,
+    refund_headline,
+    requester_label,
+    rule_title,
+)
 from refunds.models import Refund, RefundStatus
 from refunds.queue import enqueue_on_commit
 from refunds.review.decisions import approve_refund, deadline, reject_refund
@@ -97,7 +104,9 @@ def held_message(refund: Refund, *, review_url: str) -> dict[str, Any]:
     it, and the buttons (an owner's or admin's click decides it; a reviewer's is refused)."""
     order = refund.order
     headline = refund_headline(refund)
-    facts = " · ".join(fact_phrases(refund.facts or {})) or "no facts recorded"
+    noun = money_words(refund)[0]
+    facts = " · ".join(fact_phrases(refund.facts or {}, credit=refund.is_credit))
+    facts = facts or "no facts recorded"
     rules = [
         f"{rule_title(r['id'])} — {action_label(str(r.get('action', '')))}"
         for r in refund.rules or []
@@ -126,12 +135,15 @@ def held_message(refund: Refund, *, review_url: str) -> dict[str, Any]:
                         "value": refund.id,
                         "text": {"type": "plain_text", "text": f"Approve {headline}"[:75]},
                         "confirm": {
-                            "title": {"type": "plain_text", "text": "Refund the customer?"},
+                            "title": {
+                                "type": "plain_text",
+                                "text": f"{noun.capitalize()} the customer?",
+                            },
                             "text": {
                                 "type": "mrkdwn",
                                 "text": f"{headline}. The customer will be emailed.",
                             },
-                            "confirm": {"type": "plain_text", "text": "Approve and refund"},
+                            "confirm": {"type": "plain_text", "text": f"Approve and {noun}"},
                             "deny": {"type": "plain_text", "text": "Cancel"},
                         },
                     },
@@ -259,11 +271,13 @@ def outcome_text(refund: Refund, error: str = "", *, by: str = "") -> str:
     headline = refund_headline(refund)
     if error:
         return f"{headline}: {error}"
+    done = money_words(refund)[1]
+    doing = "crediting" if refund.is_credit else "refunding"
     outcomes: dict[str, str] = {
-        RefundStatus.PROCESSING: "approved: refunding on the rail now",
-        RefundStatus.SUCCEEDED: "approved and refunded",
-        RefundStatus.REJECTED: "rejected: nothing was refunded",
-        RefundStatus.EXPIRED: "expired: nothing was refunded",
+        RefundStatus.PROCESSING: f"approved: {doing} on the rail now",
+        RefundStatus.SUCCEEDED: f"approved and {done}",
+        RefundStatus.REJECTED: f"rejected: nothing was {done}",
+        RefundStatus.EXPIRED: f"expired: nothing was {done}",
     }
     words = outcomes.get(str(refund.status), str(refund.status))
     return f"{headline} {words}" + (f" by {by}" if by else "") + "."

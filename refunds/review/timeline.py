@@ -30,6 +30,7 @@ from refunds.labels import (
     fact_value,
     humanize,
     labelled_rule,
+    money_words,
     outcome_label,
     rail_label,
     reason_label,
@@ -123,9 +124,9 @@ def timeline_for(refund: Refund) -> list[Entry]:
         elif record.kind in REVIEW:
             entries.append(_review(record, body))
         elif record.kind in SETTLEMENT:
-            entries.append(_settlement(record, body))
+            entries.append(_settlement(refund, record, body))
         else:
-            entries.append(_outside(record, body))
+            entries.append(_outside(refund, record, body))
     entries.extend(_still_to_come(refund, {r.kind for r in records}))
     return entries
 
@@ -245,20 +246,26 @@ def _review(record: AuditRecord, body: dict[str, Any]) -> Entry:
     )
 
 
-def _settlement(record: AuditRecord, body: dict[str, Any]) -> Entry:
+def _settlement(refund: Refund, record: AuditRecord, body: dict[str, Any]) -> Entry:
     rail = rail_label(str(body.get("rail") or ""))
     amount = _money(body)
     failed = body.get("outcome") == "failed"
     lines = [("Rail", rail), ("Amount", amount)]
     if body.get("provider_refund_id"):
-        lines.append(("Rail refund id", str(body["provider_refund_id"])))
+        lines.append((_provider_id_label(refund), str(body["provider_refund_id"])))
     if failed:
         lines.append(("Why", str(body.get("message") or outcome_label(str(body.get("reason"))))))
     if body.get("resolved_by"):
         lines.append(("Recorded by", str(body["resolved_by"])))
     return Entry(
         stage="settlement",
-        title=f"Refund failed on {rail}" if failed else f"{amount} refunded on {rail}",
+        title=(
+            f"{money_words(refund)[0].capitalize()} failed on {rail}"
+            if failed
+            else f"{amount} credited to the customer's {rail} balance"
+            if refund.is_credit
+            else f"{amount} refunded on {rail}"
+        ),
         tone="bad" if failed else "ok",
         at=_parsed(body.get("settled_at")) or record.created_at,
         seq=record.seq,
@@ -267,29 +274,35 @@ def _settlement(record: AuditRecord, body: dict[str, Any]) -> Entry:
     )
 
 
-def _outside(record: AuditRecord, body: dict[str, Any]) -> Entry:
+def _provider_id_label(refund: Refund) -> str:
+    # A credit's rail id is the customer balance transaction Stripe made (cbtxn_…).
+    return "Balance transaction" if refund.is_credit else "Rail refund id"
+
+
+def _outside(refund: Refund, record: AuditRecord, body: dict[str, Any]) -> Entry:
     kind = record.kind
+    noun, done = money_words(refund)
     lines: list[tuple[str, str]] = []
     tone = "warn"
     if kind == "refund_reversed":
-        title = "The rail reported the refund failed after settlement"
+        title = f"The rail reported the {noun} failed after settlement"
         tone = "bad"
         lines += [("What the rail said", str(body.get("message") or "—"))]
         if body.get("source"):
             lines.append(("Reported by", str(body["source"])))
     elif kind == "needs_attention":
-        title = "Needs attention: the rail has not confirmed the refund"
+        title = f"Needs attention: the rail has not confirmed the {noun}"
         tone = "bad"
         lines += [
             ("Why", str(body.get("message") or outcome_label(str(body.get("reason") or "")))),
             ("Attempts", str(body.get("attempts", "—"))),
         ]
     elif kind == "attention_resolved":
-        outcome = "refunded" if body.get("outcome") == "refunded" else "not refunded"
+        outcome = done if body.get("outcome") == "refunded" else f"not {done}"
         title = f"Resolved by {body.get('resolved_by') or 'an owner'}: {outcome}"
         tone = "ok"
         if body.get("provider_refund_id"):
-            lines.append(("Rail refund id", str(body["provider_refund_id"])))
+            lines.append((_provider_id_label(refund), str(body["provider_refund_id"])))
         if body.get("resolution_note"):
             lines.append(("Note", str(body["resolution_note"])))
     elif kind == "reconciliation_found":
@@ -333,7 +346,9 @@ def _still_to_come(refund: Refund, kinds: set[str]) -> list[Entry]:
                 title="Waiting for an owner or admin to approve or reject",
                 tone="warn",
                 at=refund.expires_at,
-                lines=[("If nobody decides", "it expires and nothing is refunded")],
+                lines=[
+                    ("If nobody decides", f"it expires and nothing is {money_words(refund)[1]}")
+                ],
                 pending=True,
             )
         ]
@@ -341,7 +356,12 @@ def _still_to_come(refund: Refund, kinds: set[str]) -> list[Entry]:
         return [
             Entry(
                 stage="settlement",
-                title=f"Refunding {format_money(refund.amount)} on {rail_label(refund.rail)}",
+                title=(
+                    f"Crediting {format_money(refund.amount)} to the customer's "
+                    f"{rail_label(refund.rail)} balance"
+                    if refund.is_credit
+                    else f"Refunding {format_money(refund.amount)} on {rail_label(refund.rail)}"
+                ),
                 tone="info",
                 at=None,
                 pending=True,

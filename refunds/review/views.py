@@ -27,7 +27,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from refunds.labels import outcome_label, rail_label
+from refunds.labels import money_words, outcome_label, rail_label
 from refunds.models import Refund, RefundStatus
 from refunds.review import selectors
 from refunds.review.decisions import approve_refund, reject_refund
@@ -155,30 +155,33 @@ def _confirmation(request: SiteRequest, refund: Refund) -> HttpResponse:
 
 def _status_message(refund: Refund) -> str:
     """A decided refund's state in words, as a polled row shows it."""
+    noun, done = money_words(refund)
     if refund.status == RefundStatus.NEEDS_ATTENTION:
         return (
-            f"Approved: the rail has not confirmed the refund of {refund.amount} yet; "
+            f"Approved: the rail has not confirmed the {noun} of {refund.amount} yet; "
             "an owner can check it on the order."
         )
     if refund.decision == "approved":
         return _done_message(refund, "Approved")
     if refund.status == RefundStatus.EXPIRED:
-        return "Expired: nobody decided within 24 hours; nothing was refunded."
+        return f"Expired: nobody decided within 24 hours; nothing was {done}."
     if refund.status == RefundStatus.REJECTED:
-        return f"Rejected: nothing was refunded ({outcome_label(refund.outcome_code)})."
+        return f"Rejected: nothing was {done} ({outcome_label(refund.outcome_code)})."
     return ""
 
 
-def _done_message(refund: Refund, done: str) -> str:
+def _done_message(refund: Refund, decided: str) -> str:
     rail = rail_label(refund.rail)
+    noun, done = money_words(refund)
+    where = f"to the customer's {rail} balance" if refund.is_credit else f"on {rail}"
     if refund.status == RefundStatus.SUCCEEDED:
-        return f"{done}: {refund.amount} was refunded on {rail}."
+        return f"{decided}: {refund.amount} was {done} {where}."
     if refund.status == RefundStatus.PROCESSING:
-        return f"{done}: {refund.amount} is being refunded on {rail}."
+        return f"{decided}: {refund.amount} is being {done} {where}."
     if refund.status == RefundStatus.FAILED:
         why = refund.failure_message or outcome_label(refund.outcome_code)
-        return f"{done}, but the rail refused the refund: {why}."
-    return f"{done}: nothing was refunded."
+        return f"{decided}, but the rail refused the {noun}: {why}."
+    return f"{decided}: nothing was {done}."
 
 
 def _refund_state(refund: Refund) -> dict[str, Any]:

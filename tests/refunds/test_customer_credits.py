@@ -9,6 +9,7 @@ transactions: tests/rails/stripe_balance_stub.py) driven through the real stripe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -22,6 +23,7 @@ from policies.services import apply_catalog_item
 from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund, RefundKind, RefundStatus
 from refunds.review.decisions import approve_refund
+from refunds.review.slack import held_message, outcome_text
 from sill.accounts.models import Agent, Site
 from sill.orders.models import Customer
 from sill.rails.models import RailAccount
@@ -307,6 +309,43 @@ def test_a_held_credit_reads_as_a_credit_on_every_page(
         [email] = [m for m in mail.outbox if "Held for review" in m.subject]
         assert "Customer credit" in email.subject
         assert f"Credit to: Cora's Stripe balance (customer {CUSTOMER})" in email.body
+
+
+def test_a_credits_own_page_and_email_speak_of_a_credit_from_hold_to_settlement(
+    send, stub, stripe_rail, cora, site, owner, client_for, django_capture_on_commit_callbacks
+):
+    # Seen: a credit's page said "Refund $12.50" beside its title, "nothing is refunded" while
+    # it waited, and "$12.50 refunded on Stripe" with a "Rail refund id" once credited.
+    _apply(site, owner, "r07")
+    refund_id = send().json()["refund_id"]
+    browser = client_for("owner")
+    held = browser.get(f"/refunds/{refund_id}/").content.decode()
+    assert '<span class="label">Credit</span>' in held
+    assert "<title>Customer credit $12.50" in held
+    assert "it expires and nothing is credited" in held
+    assert "nothing is refunded" not in held
+    [email] = [m for m in mail.outbox if "Held for review" in m.subject]
+    assert f"A customer credit on {site.name} is waiting for an owner or admin." in email.body
+    assert "it expires and nothing is credited" in email.body
+    assert "nothing is refunded" not in email.body
+    assert "$12.50 refunded or credited by this agent today" in email.body
+    assert "credited through Stripe" in email.body and "paid on" not in email.body
+    slack = json.dumps(held_message(Refund.objects.get(pk=refund_id), review_url="https://x/"))
+    assert '"Credit the customer?"' in slack and '"Approve and credit"' in slack
+    assert "Refund the customer" not in slack and "paid on" not in slack
+    with django_capture_on_commit_callbacks(execute=True):
+        browser.post(f"/held/{refund_id}/approve/", {"confirmed": "1"})
+    credited = Refund.objects.get(pk=refund_id)
+    assert credited.status == RefundStatus.SUCCEEDED
+    assert outcome_text(credited).endswith("approved and credited.")
+    again = browser.post(f"/held/{refund_id}/approve/", {"confirmed": "1"}, follow=True)
+    assert "This credit was already decided: approved by" in again.content.decode()
+    settled = browser.get(f"/refunds/{refund_id}/").content.decode()
+    transaction = stub.transactions[CUSTOMER][0]["id"]
+    assert "$12.50 credited to the customer&#x27;s Stripe balance" in settled
+    assert "Balance transaction" in settled
+    assert transaction in settled
+    assert "refunded on Stripe" not in settled and "Rail refund id" not in settled
 
 
 def test_an_owner_approves_a_held_credit_in_the_browser_and_a_reviewer_cannot(
