@@ -47,7 +47,7 @@ ORDER_CSV_HEADER = [
 REFUND_CSV_HEADER = [
     "Requested", "Order", "Origin", "Status", "Outcome", "What happened", "Amount", "Currency",
     "Rail", "Reason", "Requested by", "Decided by", "Decided", "Settled", "Provider refund id",
-    "Refund id",
+    "Refund id", "Kind", "Credited customer",
 ]  # fmt: skip
 
 
@@ -179,6 +179,8 @@ def _refund_csv_rows(request: SiteRequest, refunds: QuerySet[Refund]) -> Iterato
             iso_time(refund.settled_at, zone),
             refund.provider_refund_id,
             refund.id,
+            refund.get_kind_display(),
+            refund.customer.rail_customer_id if refund.is_credit and refund.customer else "",
         ]
 
 

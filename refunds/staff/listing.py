@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import QueryDict
 
-from refunds.models import Refund, RefundStatus
+from refunds.models import Refund, RefundKind, RefundStatus
 from sill.accounts.models import Site
 from sill.orders.models import Charge, Order, OrderStatus
 from sill.orders.selectors import orders_for
@@ -182,6 +182,8 @@ def refunds_for(site: Site, filters: ListFilters) -> QuerySet[Refund]:
         qs = qs.filter(
             Q(order__number__iexact=q.lstrip("#"))
             | Q(order__buyer_email__icontains=q)
+            | Q(customer__email__icontains=q, kind=RefundKind.CUSTOMER_CREDIT)
+            | Q(customer__rail_customer_id=q, kind=RefundKind.CUSTOMER_CREDIT)
             | Q(id=q)
             | Q(provider_refund_id=q)
         )

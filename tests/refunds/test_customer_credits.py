@@ -9,6 +9,8 @@ transactions: tests/rails/stripe_balance_stub.py) driven through the real stripe
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -346,6 +348,30 @@ def test_a_credits_own_page_and_email_speak_of_a_credit_from_hold_to_settlement(
     assert "Balance transaction" in settled
     assert transaction in settled
     assert "refunded on Stripe" not in settled and "Rail refund id" not in settled
+
+
+def test_the_refund_list_finds_a_credit_by_its_customer_and_exports_it_as_a_credit(
+    send, stub, stripe_rail, cora, client_for
+):
+    # Seen: searching the refunds for the credited customer's email found nothing, and the
+    # CSV row of a credit was a refund with an empty order.
+    refund_id = send().json()["refund_id"]
+    browser = client_for("reviewer")
+    for q in ("cora@example.com", CUSTOMER):
+        assert refund_id in browser.get("/refunds/", {"q": q}).content.decode(), q
+    assert refund_id not in browser.get("/refunds/", {"q": "nobody@example.com"}).content.decode()
+    export = browser.get("/refunds/", {"format": "csv", "q": "cora@example.com"})
+    header, *rows = list(csv.reader(io.StringIO(export.getvalue().decode())))
+    [row] = [dict(zip(header, r, strict=True)) for r in rows]
+    assert (row["Refund id"], row["Kind"], row["Credited customer"]) == (
+        refund_id, "Customer credit", CUSTOMER,
+    )  # fmt: skip
+    assert (row["Order"], row["Amount"], row["Status"]) == ("", "12.50", "Succeeded")
+    # The columns before the two new ones keep their places.
+    assert ",".join(header[:16]) == (
+        "Requested,Order,Origin,Status,Outcome,What happened,Amount,Currency,Rail,Reason,"
+        "Requested by,Decided by,Decided,Settled,Provider refund id,Refund id"
+    )
 
 
 def test_an_owner_approves_a_held_credit_in_the_browser_and_a_reviewer_cannot(
