@@ -67,8 +67,11 @@ def notify_attention(*, refund_id: str) -> bool:
     return True
 
 
-def _order_url(refund: Refund) -> str:
+def _page_url(refund: Refund) -> str:
+    """Where it is resolved: the order page, or a credit's own page (a credit has no order)."""
     base = (settings.SILL_BASE_URL or "").rstrip("/")
+    if refund.is_credit:
+        return base + reverse("refunds:detail", args=[refund.id])
     return base + reverse("orders:detail", args=[refund.order_id])
 
 
@@ -78,18 +81,27 @@ def _email(refund: Refund) -> None:
         logger.warning("refund %s needs attention; site has no owner or admin", refund.id)
         return
     order = refund.order
+    what, held, page = (
+        ("A customer credit", "Sill will not send it again while it is in doubt.", "its page")
+        if refund.is_credit
+        else (
+            "A refund",
+            "The amount stays reserved, so nobody can refund it twice.",
+            "the order page",
+        )
+    )
     lines = [
-        f"A refund on {refund.site.name} needs attention: the {refund.rail} rail may have "
+        f"{what} on {refund.site.name} needs attention: the {refund.rail} rail may have "
         "made it, and Sill could not confirm whether it did.",
         "",
         refund_headline(refund),
         f"Order: #{order.number}" if order else "",
         f"What happened: {refund.failure_message}",
         "",
-        "The amount stays reserved, so nobody can refund it twice. Sill asks the rail again "
+        f"{held} Sill asks the rail again "
         "every few minutes. If you can see the answer in the provider's dashboard (look for "
-        f"idempotency key {refund.idempotency_key}), record it on the order page:",
-        _order_url(refund),
+        f"idempotency key {refund.idempotency_key}), record it on {page}:",
+        _page_url(refund),
     ]
     send_mail(
         subject=f"[Sill] Needs attention: {refund_headline(refund)}",

@@ -23,7 +23,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
-from refunds.labels import STATUS_LABELS, humanize
+from refunds.labels import STATUS_LABELS, humanize, money_words
 from refunds.models import ReconciliationItem, Refund, RefundStatus
 from refunds.reconcile import runs, selectors
 from refunds.reconcile.attention import attention_refunds_for, resolve_attention
@@ -46,7 +46,12 @@ def attention_context(request: SiteRequest, *, refunds: list[Any]) -> dict[str, 
     if not ctx.can(Cap.DECIDE_HELD):
         return {"visible": False}
     flagged = [r for r in refunds if getattr(r, "status", "") == RefundStatus.NEEDS_ATTENTION]
-    return {"visible": bool(flagged), "refunds": flagged, "can_resolve": ctx.role == Role.OWNER}
+    return {
+        "visible": bool(flagged),
+        "refunds": flagged,
+        "can_resolve": ctx.role == Role.OWNER,
+        "credit": any(r.is_credit for r in flagged),
+    }
 
 
 def dashboard_attention(request: SiteRequest) -> list[Refund]:
@@ -61,7 +66,11 @@ def dashboard_attention(request: SiteRequest) -> list[Refund]:
 def resolve(request: SiteRequest, refund_id: str) -> HttpResponse:
     ctx = request.site_ctx
     refund = get_object_or_404(Refund.objects.select_related("site"), site=ctx.site, pk=refund_id)
-    back = reverse("orders:detail", args=[refund.order_id])
+    back = (
+        reverse("refunds:detail", args=[refund.id])
+        if refund.is_credit
+        else reverse("orders:detail", args=[refund.order_id])
+    )
     if ctx.role != Role.OWNER:
         raise PermissionDenied("Only an owner can record what the provider's dashboard shows.")
     try:
@@ -75,10 +84,13 @@ def resolve(request: SiteRequest, refund_id: str) -> HttpResponse:
     except SillError as exc:
         messages.error(request, exc.message)
         return redirect(back)
+    done = money_words(resolved)[1]
     if resolved.status == RefundStatus.SUCCEEDED:
         messages.success(
-            request, f"Recorded: {resolved.amount} was refunded ({resolved.provider_refund_id})."
+            request, f"Recorded: {resolved.amount} was {done} ({resolved.provider_refund_id})."
         )
+    elif resolved.is_credit:
+        messages.success(request, "Recorded: nothing was credited.")
     else:
         messages.success(
             request, f"Recorded: nothing was refunded; {resolved.amount} is refundable again."

@@ -18,7 +18,7 @@ from django.core.cache import cache
 from django.core.mail import send_mail
 from django.urls import reverse
 
-from refunds.labels import outcome_label, rail_label, refund_headline
+from refunds.labels import money_words, outcome_label, rail_label, refund_headline
 from refunds.models import Refund, RefundStatus
 from refunds.review.notifications import decider_emails
 
@@ -57,21 +57,36 @@ def _email(refund: Refund) -> bool:
     order = refund.order
     base = (getattr(settings, "SILL_BASE_URL", "") or "").rstrip("/")
     what = outcome_label(refund.outcome_code) or "The rail refused it"
+    if refund.is_credit:
+        opening = (
+            f"A customer credit on {refund.site.name} failed at {rail_label(refund.rail)}: "
+            "nothing was credited, so the customer's balance is unchanged."
+        )
+        next_step = "Fix the cause if you can, then ask for the credit again. The credit:"
+        link = base + reverse("refunds:detail", args=[refund.id])
+    else:
+        opening = (
+            f"A refund on {refund.site.name} failed at {rail_label(refund.rail)}: nothing was "
+            "refunded, so the buyer has not got the money back."
+        )
+        next_step = (
+            "The amount is refundable again. Fix the cause if you can (a rail switched off, a "
+            "card that is closed), then refund again from the order page:"
+        )
+        link = base + reverse("orders:detail", args=[refund.order_id]) if order else base
     lines = [
-        f"A refund on {refund.site.name} failed at {rail_label(refund.rail)}: nothing was "
-        "refunded, so the buyer has not got the money back.",
+        opening,
         "",
         refund_headline(refund),
         f"Order: #{order.number} ({order.buyer_name or order.buyer_email})" if order else "",
         f"Why: {what}.",
         f"The rail said: {refund.failure_message}" if refund.failure_message else "",
         "",
-        "The amount is refundable again. Fix the cause if you can (a rail switched off, a "
-        "card that is closed), then refund again from the order page:",
-        base + reverse("orders:detail", args=[refund.order_id]) if order else base,
+        next_step,
+        link,
     ]
     send_mail(
-        subject=f"[Sill] Refund failed: {refund_headline(refund)}",
+        subject=f"[Sill] {money_words(refund)[0].capitalize()} failed: {refund_headline(refund)}",
         message="\n".join(line for line in lines if line is not None) + "\n",
         from_email=settings.DEFAULT_FROM_EMAIL,
         recipient_list=recipients,

@@ -30,6 +30,7 @@ from refunds.labels import (
     requester_label,
 )
 from refunds.models import Refund, RefundOrigin, RefundStatus
+from refunds.reconcile.views import attention_context
 from refunds.review.timeline import timeline_for
 from sill.accounts.access import Cap, SiteContext, site_view
 from sill.accounts.models import Site
@@ -85,6 +86,8 @@ def refund_detail(request: SiteRequest, refund_id: str) -> HttpResponse:
     reads_log = request.site_ctx.can(Cap.VIEW_ACTIVITY)
     context = {
         **_context(refund),
+        # A credit in doubt is resolved here: it has no order page to carry the form.
+        "attention": attention_context(request, refunds=[refund] if refund.is_credit else []),
         "perms_activity": reads_log,
         "evidence_url": evidence_url(refund) if reads_log else None,
     }

@@ -278,6 +278,54 @@ def test_a_permanent_refusal_at_the_rail_fails_the_credit_without_moving_money(
     assert stub.transactions.get(CUSTOMER, []) == []
 
 
+def test_owners_are_told_of_a_credit_in_doubt_or_refused_in_a_credits_words(
+    client, sign, stub, stripe_rail, cora, site, owner, settings, client_for,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    # Seen: the needs-attention email of a credit linked /orders/None/ (a credit has no
+    # order) to resolve it; the failure email said nothing was refunded and to refund again
+    # from the order page.
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 1
+    with django_capture_on_commit_callbacks(execute=False):
+        doubtful = post(client, sign(credit_intent())).json()["refund_id"]
+        refused = post(client, sign(credit_intent())).json()["refund_id"]
+    mail.outbox.clear()
+    stub.drop_next_post = True  # Stripe makes it; the answer is lost, and no retry is left
+    with django_capture_on_commit_callbacks(execute=True):
+        assert execute_refund(doubtful) == "needs_attention"
+    [attention] = mail.outbox
+    assert "Needs attention: Customer credit" in attention.subject
+    assert f"A customer credit on {site.name} needs attention" in attention.body
+    assert "Sill will not send it again while it is in doubt." in attention.body
+    assert f"/refunds/{doubtful}/" in attention.body and "/orders/" not in attention.body
+    # Its page carries the attention and the owner's form; the dashboard and the inbox link it.
+    browser = client_for("owner")
+    page = browser.get(f"/refunds/{doubtful}/").content.decode()
+    assert "This credit needs attention" in page and "The credit was made" in page
+    assert "Its balance transaction id" in page and "reservation" not in page
+    for listing in ("/", "/reconcile/"):
+        shown = browser.get(listing).content.decode()
+        assert f'href="/refunds/{doubtful}/#attention-{doubtful}"' in shown, listing
+        assert "/orders/None/" not in shown, listing
+    made = stub.transactions[CUSTOMER][0]["id"]
+    resolved = browser.post(
+        f"/refunds/{doubtful}/resolve/", {"outcome": "refunded", "provider_refund_id": made}
+    )
+    assert (resolved.status_code, resolved["Location"]) == (302, f"/refunds/{doubtful}/")
+    assert Refund.objects.get(pk=doubtful).status == RefundStatus.SUCCEEDED
+    settled = browser.get(f"/refunds/{doubtful}/").content.decode()
+    assert f"Recorded: $12.50 was credited ({made})." in settled
+    assert "Resolved by" in settled and ": credited" in settled
+    mail.outbox.clear()
+    stub.customers[CUSTOMER]["currency"] = "eur"  # changed at Stripe after the decision
+    with django_capture_on_commit_callbacks(execute=True):
+        assert execute_refund(refused) == "failed"
+    [failed] = [m for m in mail.outbox if "failed" in m.subject]
+    assert failed.subject.startswith("[Sill] Credit failed: Customer credit")
+    assert "nothing was credited" in failed.body and "refunded" not in failed.body
+    assert f"/refunds/{refused}/" in failed.body and "/orders/" not in failed.body
+
+
 def test_an_identical_resend_answers_the_stored_credit(client, sign, stub, stripe_rail, cora):
     body = sign(credit_intent())
     first = post(client, body)
