@@ -303,6 +303,7 @@ def test_owners_are_told_of_a_credit_in_doubt_or_refused_in_a_credits_words(
     page = browser.get(f"/refunds/{doubtful}/").content.decode()
     assert "This credit needs attention" in page and "The credit was made" in page
     assert "Its balance transaction id" in page and "reservation" not in page
+    assert "Stripe has not confirmed this credit" in page and "stays reserved" not in page
     for listing in ("/", "/reconcile/"):
         shown = browser.get(listing).content.decode()
         assert f'href="/refunds/{doubtful}/#attention-{doubtful}"' in shown, listing
@@ -394,6 +395,7 @@ def test_a_credits_own_page_and_email_speak_of_a_credit_from_hold_to_settlement(
     transaction = stub.transactions[CUSTOMER][0]["id"]
     assert "$12.50 credited to the customer&#x27;s Stripe balance" in settled
     assert "Balance transaction" in settled
+    assert "<dt>Credited</dt>" in settled and "<dt>Refunded</dt>" not in settled
     assert transaction in settled
     assert "refunded on Stripe" not in settled and "Rail refund id" not in settled
 
