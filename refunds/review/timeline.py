@@ -276,7 +276,7 @@ def _settlement(refund: Refund, record: AuditRecord, body: dict[str, Any]) -> En
 
 def _provider_id_label(refund: Refund) -> str:
     # A credit's rail id is the customer balance transaction Stripe made (cbtxn_…).
-    return "Balance transaction" if refund.is_credit else "Rail refund id"
+    return "Balance transaction id" if refund.is_credit else "Rail refund id"
 
 
 def _outside(refund: Refund, record: AuditRecord, body: dict[str, Any]) -> Entry:

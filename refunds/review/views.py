@@ -159,7 +159,7 @@ def _status_message(refund: Refund) -> str:
     if refund.status == RefundStatus.NEEDS_ATTENTION:
         return (
             f"Approved: the rail has not confirmed the {noun} of {refund.amount} yet; "
-            "an owner can check it on the order."
+            f"an owner can check it on {'its page' if refund.is_credit else 'the order'}."
         )
     if refund.decision == "approved":
         return _done_message(refund, "Approved")

@@ -396,6 +396,9 @@ def test_a_credits_own_page_and_email_speak_of_a_credit_from_hold_to_settlement(
     assert "$12.50 credited to the customer&#x27;s Stripe balance" in settled
     assert "Balance transaction" in settled
     assert "<dt>Credited</dt>" in settled and "<dt>Refunded</dt>" not in settled
+    held_page = browser.get(f"/held/{refund_id}/").content.decode()
+    assert "<dt>Credited</dt><dd>$12.50 to the customer's Stripe balance" in held_page
+    assert "<dt>Refunded</dt>" not in held_page
     assert transaction in settled
     assert "refunded on Stripe" not in settled and "Rail refund id" not in settled
 
