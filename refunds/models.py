@@ -389,8 +389,22 @@ class ReconciliationItem(models.Model):
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="reconciliation_items")
     kind = models.CharField(max_length=20, choices=ReconciliationKind.choices)
     key = models.CharField(max_length=300)
-    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="+")
-    charge = models.ForeignKey(Charge, on_delete=models.PROTECT, related_name="+")
+    # A charge's difference names its order and charge; a customer credit's names the
+    # customer whose balance it is on (a credit has no order or charge).
+    order = models.ForeignKey(
+        Order, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    charge = models.ForeignKey(
+        Charge, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    customer = models.ForeignKey(  # indexed by (customer, resolved_at) below
+        Customer,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
     refund = models.ForeignKey(
         Refund, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
@@ -441,14 +455,27 @@ class ReconciliationItem(models.Model):
             models.CheckConstraint(
                 condition=Q(currency__regex=CURRENCY_RE), name="reconitem_currency_iso"
             ),
+            models.CheckConstraint(
+                condition=(
+                    Q(order__isnull=False, charge__isnull=False, customer__isnull=True)
+                    | Q(order__isnull=True, charge__isnull=True, customer__isnull=False)
+                ),
+                name="reconitem_charge_or_customer",
+            ),
         ]
         indexes = [
             models.Index(fields=["site", "resolved_at"]),
             models.Index(fields=["charge", "resolved_at"]),
+            models.Index(fields=["customer", "resolved_at"]),
         ]
 
     def __str__(self) -> str:
         return f"{self.site_id}/{self.key}"
+
+    @property
+    def is_credit(self) -> bool:
+        """A customer credit's difference (no order or charge)."""
+        return self.customer_id is not None
 
 
 # AgentRefundTotal.period: quarter-hours since the Unix epoch. Every time zone in use today
@@ -517,6 +544,11 @@ class ReconciliationRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     charges_checked = models.PositiveIntegerField(default=0)
     charges_unreadable = models.PositiveIntegerField(default=0)
+    # Customers whose Sill credits were compared with their balance transactions (Stripe).
+    customers_checked = models.PositiveIntegerField(default=0)
+    customers_unreadable = models.PositiveIntegerField(default=0)
+    # The last customer whose credits it checked (their pk), as ``cursor`` is for charges.
+    customer_cursor = models.BigIntegerField(null=True, blank=True)
     items_opened = models.PositiveIntegerField(default=0)
     items_cleared = models.PositiveIntegerField(default=0)
     cursor = models.CharField(max_length=40, blank=True)

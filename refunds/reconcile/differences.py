@@ -1,4 +1,5 @@
-"""Comparing Sill's books for one charge with the refunds the rail lists for it (pure).
+"""Comparing Sill's books for one charge with the refunds the rail lists for it, and Sill's
+credits to one customer's balance with the balance transactions the rail lists (pure).
 
 :func:`differences` takes plain rows — Sill's refunds of the charge, the outside refunds Sill
 recorded on it before and after the rail was read and synced, and what the rail listed — and
@@ -98,8 +99,7 @@ def differences(
 
     for own in sill:
         sill_ids.add(own.refund_id)
-        at_rail = by_provider.get(own.provider_refund_id) if own.provider_refund_id else None
-        at_rail = at_rail or by_sill_id.get(own.refund_id)
+        at_rail = _match(own, by_provider, by_sill_id)
         if at_rail is not None:
             matched.add(at_rail.provider_refund_id)
         if own.status in IN_FLIGHT:
@@ -142,8 +142,117 @@ def differences(
     return found
 
 
-def _own_refund(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> list[Difference]:
-    """Differences of one of Sill's settled, failed or never-sent refunds."""
+def credit_differences(
+    *, rail: str, listed: Sequence[RailRefund], sill: Iterable[SillRefundRow]
+) -> list[Difference]:
+    """Every difference between Sill's credits to one customer's balance and the balance
+    transactions the rail lists for that customer (``CreditReader.list_credits``).
+
+    A transaction whose metadata names no Sill credit (an invoice paid from the balance, the
+    merchant's own adjustment in the dashboard) is not Sill's, and is not compared. A balance
+    transaction takes effect when it is made, so the only states are "made" and "not made".
+    """
+    rail_name = rail_label(rail)
+    by_provider = {r.provider_refund_id: r for r in listed}
+    by_sill_id = {r.sill_refund_id: r for r in listed if r.sill_refund_id}
+    matched: set[str] = set()
+    found: list[Difference] = []
+    for own in sill:
+        at_rail = _match(own, by_provider, by_sill_id)
+        if at_rail is not None:
+            matched.add(at_rail.provider_refund_id)
+        if own.status not in IN_FLIGHT:
+            found.extend(_own_credit(own, at_rail, rail_name))
+    for txn in by_sill_id.values():
+        if txn.provider_refund_id not in matched:
+            found.append(
+                Difference(
+                    kind=MISSING_IN_SILL,
+                    subject=txn.provider_refund_id,
+                    provider_refund_id=txn.provider_refund_id,
+                    currency=txn.currency,
+                    rail_amount_minor=txn.amount_minor,
+                    rail_currency=txn.currency,
+                    rail_status=txn.status,
+                    detail=(
+                        f"{rail_name}'s balance transaction names Sill credit "
+                        f"{txn.sill_refund_id}, which Sill does not have for this customer, "
+                        "so Sill does not count it as credited."
+                    ),
+                )
+            )
+    return found
+
+
+def _own_credit(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> list[Difference]:
+    """Differences of one of Sill's settled, failed or never-sent customer credits."""
+    base = _own_base(own, at_rail)
+    if own.status == "succeeded":
+        if at_rail is None:
+            return [
+                Difference(
+                    kind=MISSING_AT_RAIL,
+                    **base,
+                    detail=(
+                        "Sill settled this credit as "
+                        f"{own.provider_refund_id or 'no transaction id'}, but {rail} lists no "
+                        "such balance transaction for the customer: the customer's balance may "
+                        "not have been credited."
+                    ),
+                )
+            ]
+        found = []
+        if own.provider_refund_id and own.provider_refund_id != at_rail.provider_refund_id:
+            found.append(
+                Difference(
+                    kind=MISSING_AT_RAIL,
+                    **base,
+                    detail=(
+                        f"Sill settled this credit as {own.provider_refund_id}, but {rail}'s "
+                        f"balance transaction for it is {at_rail.provider_refund_id}."
+                    ),
+                )
+            )
+        if (at_rail.amount_minor, at_rail.currency) != (own.amount_minor, own.currency):
+            found.append(
+                Difference(
+                    kind=AMOUNT_DIFFERS,
+                    **base,
+                    detail=(
+                        f"Sill credited {_money(own.amount_minor, own.currency)}; {rail}'s "
+                        "balance transaction credits "
+                        f"{_money(at_rail.amount_minor, at_rail.currency)}."
+                    ),
+                )
+            )
+        return found
+    if own.status in NOT_REFUNDED and at_rail is not None:
+        return [
+            Difference(
+                kind=STATUS_DIFFERS,
+                **base,
+                detail=(
+                    f"Sill counts nothing for this credit ({own.status}), but {rail} credited "
+                    "the customer's balance: the customer may be credited twice."
+                ),
+            )
+        ]
+    return []
+
+
+def _match(
+    own: SillRefundRow,
+    by_provider: Mapping[str, RailRefund],
+    by_sill_id: Mapping[str, RailRefund],
+) -> RailRefund | None:
+    """What the rail lists for one of Sill's own: by the provider's id Sill recorded, else by
+    the Sill id the rail's metadata carries."""
+    at_rail = by_provider.get(own.provider_refund_id) if own.provider_refund_id else None
+    return at_rail or by_sill_id.get(own.refund_id)
+
+
+def _own_base(own: SillRefundRow, at_rail: RailRefund | None) -> dict[str, Any]:
+    """The fields every difference of one of Sill's own refunds or credits carries."""
     base: dict[str, Any] = {
         "subject": own.refund_id,
         "refund_id": own.refund_id,
@@ -160,6 +269,12 @@ def _own_refund(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> li
         }
     else:
         base["provider_refund_id"] = own.provider_refund_id
+    return base
+
+
+def _own_refund(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> list[Difference]:
+    """Differences of one of Sill's settled, failed or never-sent refunds."""
+    base = _own_base(own, at_rail)
     if own.status == "succeeded":
         if at_rail is None:
             return [

@@ -13,6 +13,10 @@ rail reports failed is reversed), compares (:mod:`refunds.reconcile.differences`
   found it (``sill_corrected``): a missed refund stays in the inbox until someone
   acknowledges it.
 
+:func:`reconcile_customer_credits` does the same for one customer's balance credits against
+the balance transactions the rail lists for the customer; its items name the customer
+instead of an order and a charge. Nothing is synced: Sill records no credits made outside it.
+
 :func:`resolve_item` is a person's resolution: an owner or admin, an outcome and a note, in
 one transaction under the item's row lock with a signed ``reconciliation_resolved`` record.
 
@@ -27,21 +31,30 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
 from audit.models import AuditKind
 from audit.services import append_record
+from refunds.credit_rail import CREDIT_RAIL
 from refunds.models import (
     ReconciliationItem,
     ReconciliationResolution,
     Refund,
+    RefundKind,
 )
-from refunds.reconcile.differences import Difference, OutsideRow, SillRefundRow, differences
+from refunds.reconcile.differences import (
+    Difference,
+    OutsideRow,
+    SillRefundRow,
+    credit_differences,
+    differences,
+)
 from sill.accounts.access import Cap, can
 from sill.accounts.models import Membership, Site
 from sill.errors import NotFound, PermissionDenied, SillError
-from sill.orders.models import Charge, ExternalRefund
-from sill.rails.base import ChargeReader
+from sill.orders.models import Charge, Customer, ExternalRefund
+from sill.rails.base import ChargeReader, CreditReader
 from sill.rails.charge_sync import sync_charge
 
 logger = logging.getLogger(__name__)
@@ -84,7 +97,7 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
         rail=charge.rail,
         currency=charge.currency,
         listed=synced.refunds,
-        sill=_sill_rows(charge),
+        sill=_sill_rows(Refund.objects.filter(charge=charge)),
         outside_before=before,
         outside_after=_outside_rows(charge),
     )
@@ -93,7 +106,39 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
     return ChargeOutcome(opened=opened, cleared=cleared, synced=synced.outcomes)
 
 
-def _sill_rows(charge: Charge) -> list[SillRefundRow]:
+def reconcile_customer_credits(
+    *, customer: Customer, rail: CreditReader, since: datetime
+) -> ChargeOutcome:
+    """Compare ``customer``'s credits with the balance transactions the rail lists for them;
+    open and clear their items (refunds.reconcile.differences.credit_differences).
+
+    Compared: the customer's credits changed since ``since`` and those with an open item, and
+    any credit a listed transaction names. The rail is read back to the oldest of them (a
+    credit's transaction is made after the credit), so a credit Sill settled is never
+    reported missing because its transaction was older than the read. Call outside any
+    transaction; raises ``RailError`` when the rail cannot be read (nothing recorded).
+    """
+    credits = Refund.objects.filter(customer=customer, kind=RefundKind.CUSTOMER_CREDIT)
+    with_open_item = ReconciliationItem.objects.filter(
+        customer=customer, resolved_at__isnull=True, refund__isnull=False
+    ).values("refund_id")
+    recent = Q(updated_at__gte=since) | Q(pk__in=with_open_item)
+    oldest = credits.filter(recent).aggregate(oldest=Min("created_at"))["oldest"]
+    listed = rail.list_credits(
+        customer.rail_customer_id, since=min(since, oldest) if oldest else since
+    )
+    named = [r.sill_refund_id for r in listed if r.sill_refund_id]
+    found = credit_differences(
+        rail=CREDIT_RAIL,
+        listed=listed,
+        sill=_sill_rows(credits.filter(recent | Q(pk__in=named))),
+    )
+    opened = sum(open_item(customer=customer, difference=d) for d in found)
+    cleared = clear_vanished(customer=customer, keys={d.key for d in found})
+    return ChargeOutcome(opened=opened, cleared=cleared, synced=[])
+
+
+def _sill_rows(refunds: QuerySet[Refund]) -> list[SillRefundRow]:
     return [
         SillRefundRow(
             refund_id=r.id,
@@ -102,9 +147,7 @@ def _sill_rows(charge: Charge) -> list[SillRefundRow]:
             amount_minor=r.amount_minor,
             currency=r.currency,
         )
-        for r in Refund.objects.filter(charge=charge).only(
-            "id", "provider_refund_id", "status", "amount_minor", "currency"
-        )
+        for r in refunds.only("id", "provider_refund_id", "status", "amount_minor", "currency")
     ]
 
 
@@ -136,10 +179,18 @@ _VALUE_FIELDS = (
 )
 
 
-def open_item(*, charge: Charge, difference: Difference, now: datetime | None = None) -> bool:
-    """Open an item for ``difference`` unless one is open for its key; True when opened."""
+def open_item(
+    *,
+    difference: Difference,
+    charge: Charge | None = None,
+    customer: Customer | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Open an item for ``difference`` of ``charge``, or of ``customer``'s credits, unless one
+    is open for its key; True when opened."""
     now = now or timezone.now()
-    site_id = charge.order.site_id
+    subject = _subject(charge, customer)
+    site_id = subject["site"].pk
     values = {name: getattr(difference, name) for name in _VALUE_FIELDS}
     refreshed = ReconciliationItem.objects.filter(
         site_id=site_id, key=difference.key, resolved_at__isnull=True
@@ -149,20 +200,17 @@ def open_item(*, charge: Charge, difference: Difference, now: datetime | None = 
     try:
         with transaction.atomic():
             item = ReconciliationItem.objects.create(
-                site_id=site_id,
                 kind=difference.kind,
                 key=difference.key,
-                order_id=charge.order_id,
-                charge=charge,
                 refund_id=difference.refund_id or None,
-                rail=charge.rail,
                 sill_corrected=difference.sill_corrected,
                 found_at=now,
                 last_seen_at=now,
+                **subject,
                 **values,
             )
             append_record(
-                site=charge.order.site,
+                site=subject["site"],
                 kind=AuditKind.RECONCILIATION_FOUND,
                 body=item_body(item),
             )
@@ -177,10 +225,33 @@ def open_item(*, charge: Charge, difference: Difference, now: datetime | None = 
     return True
 
 
-def clear_vanished(*, charge: Charge, keys: set[str], now: datetime | None = None) -> int:
-    """Close the charge's open items whose difference the run no longer found."""
+def _subject(charge: Charge | None, customer: Customer | None) -> dict[str, Any]:
+    """What an item of ``charge`` or of ``customer``'s credits names (exactly one is given)."""
+    if (charge is None) == (customer is None):
+        raise TypeError("an item is of a charge or of a customer's credits")
+    if charge is not None:
+        return {
+            "site": charge.order.site,
+            "order_id": charge.order_id,
+            "charge": charge,
+            "rail": charge.rail,
+        }
+    assert customer is not None
+    return {"site": customer.site, "customer": customer, "rail": CREDIT_RAIL}
+
+
+def clear_vanished(
+    *,
+    keys: set[str],
+    charge: Charge | None = None,
+    customer: Customer | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Close the open items of ``charge`` (or of ``customer``'s credits) whose difference the
+    run no longer found."""
+    whose = {"charge": charge} if charge is not None else {"customer": customer}
     stale = ReconciliationItem.objects.filter(
-        charge=charge, resolved_at__isnull=True, sill_corrected=False
+        resolved_at__isnull=True, sill_corrected=False, **whose
     ).exclude(key__in=keys)
     cleared = 0
     for item_id in stale.values_list("id", flat=True):
@@ -274,6 +345,7 @@ def item_body(item: ReconciliationItem, **extra: Any) -> dict[str, Any]:
         "key": item.key,
         "order_id": item.order_id,
         "charge_id": item.charge_id,
+        "customer_id": item.customer_id,
         "refund_id": item.refund_id,
         "rail": item.rail,
         "provider_refund_id": item.provider_refund_id or None,

@@ -9,6 +9,10 @@ by Sill or outside it — plus every charge that still has an open item (so it c
 most ``SILL_RECONCILE_MAX_CHARGES`` (500) per run, going on from where the previous run
 stopped, so a busy site is covered in turns.
 
+On a rail that credits customer balances (Stripe), a run then compares the credits of each
+customer with a credit changed in the same days, or an open credit item, with the balance
+transactions Stripe lists for that customer (as many customers as charges, in turns too).
+
 Each charge is read outside any transaction (a network call), and a ``RailError`` on one
 charge is logged and counted while the run goes on. Nothing here starts a money movement.
 """
@@ -23,10 +27,11 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from refunds.models import ReconciliationItem, ReconciliationRun, Refund
-from refunds.reconcile.inbox import reconcile_charge
-from sill.orders.models import Charge, ChargeStatus, ExternalRefund
-from sill.rails.base import ChargeReader, RailError
+from refunds.credit_rail import CREDIT_RAIL
+from refunds.models import ReconciliationItem, ReconciliationRun, Refund, RefundKind
+from refunds.reconcile.inbox import reconcile_charge, reconcile_customer_credits
+from sill.orders.models import Charge, ChargeStatus, Customer, ExternalRefund
+from sill.rails.base import ChargeReader, CreditReader, RailError
 from sill.rails.models import RailAccount
 from sill.rails.registry import RailDisabled, rail_from_account
 
@@ -84,9 +89,10 @@ def run_reconciliation(
     if run is None:
         return None
     previous = _last_run(account).exclude(pk=run.pk).filter(finished_at__isnull=False).first()
+    since = now - timedelta(days=reconcile_days())
     charges = charges_to_check(
         account,
-        since=now - timedelta(days=reconcile_days()),
+        since=since,
         after=previous.cursor if previous is not None else "",
         limit=max_charges(),
     )
@@ -105,8 +111,67 @@ def run_reconciliation(
         else:
             run.items_opened += outcome.opened
             run.items_cleared += outcome.cleared
+    if isinstance(rail, CreditReader) and account.rail == CREDIT_RAIL:
+        _check_credits(run, account, rail, since=since, previous=previous)
     _finish(run)
     return run
+
+
+def _check_credits(
+    run: ReconciliationRun,
+    account: RailAccount,
+    rail: CreditReader,
+    *,
+    since: datetime,
+    previous: ReconciliationRun | None,
+) -> None:
+    """Compare the credits of the customers due with the rail's balance transactions."""
+    customers = customers_to_check(
+        account,
+        since=since,
+        after=previous.customer_cursor if previous is not None else None,
+        limit=max_charges(),
+    )
+    for customer in customers:
+        run.customers_checked += 1
+        run.customer_cursor = customer.pk
+        try:
+            outcome = reconcile_customer_credits(customer=customer, rail=rail, since=since)
+        except RailError as exc:
+            run.customers_unreadable += 1
+            logger.warning(
+                "reconciliation: credits of customer %s unreadable: %s", customer.pk, exc
+            )
+        except Exception:
+            run.customers_unreadable += 1
+            logger.exception("reconciliation: credits of customer %s failed", customer.pk)
+        else:
+            run.items_opened += outcome.opened
+            run.items_cleared += outcome.cleared
+
+
+def customers_to_check(
+    account: RailAccount, *, since: datetime, after: int | None, limit: int
+) -> list[Customer]:
+    """The site's customers with a credit changed since ``since`` or an open credit item, in
+    id order from just after ``after``, wrapping round (as :func:`charges_to_check`)."""
+    changed = Refund.objects.filter(
+        customer=OuterRef("pk"), kind=RefundKind.CUSTOMER_CREDIT, updated_at__gte=since
+    )
+    still_open = ReconciliationItem.objects.filter(
+        customer=OuterRef("pk"), resolved_at__isnull=True
+    )
+    due = (
+        Customer.objects.filter(site_id=account.site_id)
+        .exclude(rail_customer_id="")
+        .filter(Exists(changed) | Exists(still_open))
+        .select_related("site")
+        .order_by("pk")
+    )
+    first = list(due.filter(pk__gt=after or 0)[:limit])
+    if len(first) < limit and after:
+        first += list(due.filter(pk__lte=after)[: limit - len(first)])
+    return first
 
 
 def charges_to_check(

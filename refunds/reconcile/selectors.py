@@ -20,10 +20,10 @@ RUNS_LOOKED_AT = 20
 
 
 def open_items_for(site: Site) -> QuerySet[ReconciliationItem]:
-    """The site's open differences, oldest first (one query with their orders)."""
+    """The site's open differences, oldest first (one query with their orders or customers)."""
     return (
         ReconciliationItem.objects.filter(site=site, resolved_at__isnull=True)
-        .select_related("order")
+        .select_related("order", "customer")
         .order_by("found_at", "id")
     )
 
@@ -36,7 +36,7 @@ def resolved_items_for(site: Site) -> list[ReconciliationItem]:
     """The site's most recently resolved differences, newest first."""
     return list(
         ReconciliationItem.objects.filter(site=site, resolved_at__isnull=False)
-        .select_related("order", "resolved_by")
+        .select_related("order", "customer", "resolved_by")
         .order_by("-resolved_at", "-id")[:RESOLVED_SHOWN]
     )
 

@@ -135,7 +135,12 @@ def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> di
         row = ItemRow(
             item=item,
             sill_status=_status_words(item.sill_status),
-            rail_status=_status_words(item.rail_status),
+            # A balance transaction is made or not: "succeeded" at the rail is a credit made.
+            rail_status=(
+                "Credited"
+                if item.is_credit and item.rail_status == "succeeded"
+                else _status_words(item.rail_status)
+            ),
         )
         if failed is not None and failed.item.pk == item.pk:
             row = replace(
@@ -194,9 +199,14 @@ def resolve_item_view(request: SiteRequest, item_id: int) -> HttpResponse:
             context = _inbox_context(request, failed=failed)
         status = exc.status if exc.status in (403, 409) else 422
         return render(request, "reconcile/inbox.html", context, status=status)
+    if item.customer is not None:
+        about = f"the credit to {item.customer.email}"
+    else:
+        assert item.order is not None  # an item names a customer or an order (its CHECK)
+        about = f"order #{item.order.number}"
     messages.success(
         request,
-        f"Resolved \u201c{item.get_kind_display()}\u201d on order #{item.order.number}: "
+        f"Resolved \u201c{item.get_kind_display()}\u201d on {about}: "
         f"{item.get_resolution_display().lower()}.",
     )
     return redirect("refunds:reconcile")

@@ -349,6 +349,23 @@ class StripeRail:
             self._raise(exc, doing="customer credit lookup", read=True)
         return None
 
+    def list_credits(self, provider_customer_id: str, *, since: datetime) -> list[RailRefund]:
+        """The customer's balance transactions back to ``since`` (newest first: pages are
+        read until one is older), Stripe's sign turned round so a credit is positive."""
+        cutoff = since.timestamp()
+        listed = []
+        try:
+            page = self._client.v1.customers.balance_transactions.list(
+                provider_customer_id, params={"limit": 100}
+            )
+            for txn in page.auto_paging_iter():
+                if int(txn.created) < cutoff:
+                    break
+                listed.append(_rail_credit(txn))
+        except stripe.StripeError as exc:
+            self._raise(exc, doing="customer credit list", read=True)
+        return listed
+
     # --- what Stripe holds for a charge, and its events ---------------------------------
 
     def list_refunds(self, provider_charge_id: str) -> list[RailRefund]:
@@ -632,6 +649,17 @@ def _rail_refund(refund: Any) -> RailRefund:
         sill_refund_id=str(_metadata(refund).get("sill_refund_id") or ""),
         reason=str(getattr(refund, "reason", "") or ""),
         failure_reason=str(getattr(refund, "failure_reason", "") or ""),
+    )
+
+
+def _rail_credit(txn: Any) -> RailRefund:
+    return RailRefund(
+        provider_refund_id=str(txn.id),
+        amount_minor=-int(txn.amount),
+        currency=str(txn.currency).upper(),
+        status="succeeded",
+        created_at=datetime.fromtimestamp(int(txn.created), tz=UTC),
+        sill_refund_id=str(_metadata(txn).get("sill_credit_id") or ""),
     )
 
 

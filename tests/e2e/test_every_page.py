@@ -23,6 +23,8 @@ from policies.catalog import TEMPLATES
 from policies.services import apply_catalog_item
 from refunds.demo import DEMO_AGENT_ID, DEMO_ORDER_MANDATE, DEMO_PASSWORD, load_demo
 from refunds.models import Decision, Refund, RefundKind, RefundOrigin, RefundStatus
+from refunds.reconcile.differences import Difference
+from refunds.reconcile.inbox import open_item
 from refunds.services import new_refund, record_decision
 from sill.accounts.models import Agent, Site
 from sill.orders.models import Customer, Order
@@ -76,6 +78,31 @@ def hold_credit(site: Site, agent: Agent) -> Refund:
         return record_decision(refund=credit, outcome=None, now=now)
 
 
+def open_differences(order: Order, credit: Refund) -> None:
+    """One open reconciliation item of a charge and one of a customer's credits."""
+    open_item(
+        charge=order.charges.get(),
+        difference=Difference(
+            kind="amount_differs", subject="re_SweepAmount01", provider_refund_id="re_SweepAmount01",
+            currency="USD", sill_amount_minor=1000, rail_amount_minor=900, rail_currency="USD",
+            sill_status="succeeded", rail_status="succeeded",
+            detail="Sill settled $10.00; the rail refunded $9.00.",
+        ),
+    )  # fmt: skip
+    open_item(
+        customer=credit.customer,
+        difference=Difference(
+            kind="missing_in_sill", subject="cbtxn_SweepOutside01",
+            provider_refund_id="cbtxn_SweepOutside01", currency="USD", rail_amount_minor=700,
+            rail_currency="USD", rail_status="succeeded",
+            detail=(
+                "Stripe's balance transaction names Sill credit rfd_SweepUnknown, which Sill "
+                "does not have for this customer, so Sill does not count it as credited."
+            ),
+        ),
+    )  # fmt: skip
+
+
 @pytest.fixture
 def demo() -> Demo:
     """The demo site with one held refund (the real agent path) and one rule from a template."""
@@ -87,6 +114,7 @@ def demo() -> Demo:
     owner = get_user_model().objects.get(username=ROLES["owner"])
     apply_catalog_item(site=site, actor=owner, item=TEMPLATES[TEMPLATE])
     credit = hold_credit(site, Agent.objects.get(site=site, agent_id=DEMO_AGENT_ID))
+    open_differences(order, credit)
     return Demo(order_id=str(order.id), held_id=str(held.id), credit_id=str(credit.id))
 
 

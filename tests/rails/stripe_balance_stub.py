@@ -14,7 +14,8 @@ Transactions, Idempotent requests):
   customer's currency, another currency afterwards is ``400 invalid_request_error``. An
   ``Idempotency-Key`` seen before with the same parameters answers the first response
   (``Idempotent-Replayed: true``); with other parameters ``400 idempotency_error``.
-- ``GET /v1/customers/{id}/balance_transactions``: newest first, ``limit``, ``has_more``.
+- ``GET /v1/customers/{id}/balance_transactions``: newest first, ``limit``,
+  ``starting_after`` (the next page after that transaction), ``has_more``.
 - ``drop_next_post``: the next POST is carried out but its connection closes without an
   answer (what a lost response looks like to the client).
 """
@@ -74,6 +75,28 @@ class BalanceStub:
     def delete_customer(self, customer_id: str) -> None:
         self.customers[customer_id] = {"id": customer_id, "object": "customer", "deleted": True}
 
+    def add_transaction(
+        self, customer_id: str, *, amount: int, currency: str = "usd", **fields: Any
+    ) -> dict[str, Any]:
+        """A balance transaction made at Stripe outside the API Sill calls (the dashboard,
+        an invoice, another integration); ``fields`` override the stored object's."""
+        txn = {
+            "id": f"cbtxn_stub{next(_ids):06d}",
+            "object": "customer_balance_transaction",
+            "amount": amount,
+            "currency": currency,
+            "customer": customer_id,
+            "created": int(time.time()),
+            "description": None,
+            "ending_balance": 0,
+            "livemode": False,
+            "type": "adjustment",
+            "metadata": {},
+            **fields,
+        }
+        self.transactions.setdefault(customer_id, []).append(txn)
+        return txn
+
     def posts(self) -> list[Seen]:
         return [s for s in self.seen if s.method == "POST"]
 
@@ -104,6 +127,10 @@ class BalanceStub:
     def _list(self, customer_id: str, params: dict[str, str]) -> dict[str, Any]:
         limit = int(params.get("limit", "10"))
         listed = list(reversed(self.transactions.get(customer_id, [])))
+        after = params.get("starting_after")
+        if after:
+            ids = [txn["id"] for txn in listed]
+            listed = listed[ids.index(after) + 1 :] if after in ids else []
         return {
             "object": "list",
             "url": f"/v1/customers/{customer_id}/balance_transactions",

@@ -12,18 +12,28 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.core import mail
+from django.utils import timezone
 
 from audit.models import AuditRecord
 from policies.catalog import item_by_id
 from policies.services import apply_catalog_item
 from refunds.execution import RetryLater, execute_refund
-from refunds.models import Refund, RefundKind, RefundStatus
+from refunds.models import (
+    ReconciliationItem,
+    ReconciliationRun,
+    Refund,
+    RefundKind,
+    RefundStatus,
+)
+from refunds.reconcile.runs import run_reconciliation
 from refunds.review.decisions import approve_refund
 from refunds.review.slack import held_message, outcome_text
 from sill.accounts.models import Agent, Site
@@ -460,3 +470,168 @@ def test_every_attempt_asks_the_rail_the_same_even_after_the_site_changes(
     Site.objects.filter(pk=site.pk).update(merchant_domain="renamed.example", name="Renamed")
     again = credit_request(Refund.objects.select_related("site", "customer").get(pk=refund.pk))
     assert again == first
+
+
+# --- reconciliation: Sill's credits against the customer's balance transactions ------------
+
+
+@pytest.fixture
+def settled(send, stub, stripe_rail, cora) -> Refund:
+    """One credit of $12.50, made at the stub and settled in Sill."""
+    body = send().json()
+    refund = Refund.objects.get(pk=body["refund_id"])
+    assert refund.status == RefundStatus.SUCCEEDED
+    return refund
+
+
+def _reconcile(account: RailAccount) -> ReconciliationRun:
+    run = run_reconciliation(account_id=account.pk, force=True)
+    assert run is not None and run.error == ""
+    return run
+
+
+def _open_items(cora: Customer) -> list[ReconciliationItem]:
+    return list(ReconciliationItem.objects.filter(customer=cora, resolved_at__isnull=True))
+
+
+def test_a_credit_the_balance_agrees_with_leaves_nothing_to_reconcile(
+    settled, stub, stripe_rail, cora
+):
+    # Not Sill's: an invoice paid from the balance, the merchant's own dashboard adjustment.
+    stub.add_transaction(CUSTOMER, amount=800, type="applied_to_invoice")
+    stub.add_transaction(CUSTOMER, amount=-300, description="Goodwill, from the dashboard")
+    run = _reconcile(stripe_rail)
+    assert (run.customers_checked, run.customers_unreadable) == (1, 0)
+    assert (run.items_opened, run.customer_cursor) == (0, cora.pk)
+    assert _open_items(cora) == []
+    reads = [s for s in stub.seen if s.method == "GET" and s.path.endswith("/balance_transactions")]
+    assert len(reads) == 1 and not stub.posts()[1:]  # one read; nothing moved
+
+
+def test_a_settled_credit_stripe_does_not_list_is_in_the_inbox_until_it_is_there_again(
+    settled, stub, stripe_rail, cora, site, client_for
+):
+    made = stub.transactions[CUSTOMER].pop()
+    run = _reconcile(stripe_rail)
+    assert run.items_opened == 1
+    [item] = _open_items(cora)
+    assert (item.kind, item.key, item.refund_id) == (
+        "missing_at_rail", f"missing_at_rail:{settled.id}", settled.id,
+    )  # fmt: skip
+    assert (item.order_id, item.charge_id, item.rail) == (None, None, "stripe")
+    assert (item.sill_amount_minor, item.rail_amount_minor) == (1250, None)
+    assert "balance may not have been credited" in item.detail
+    record = AuditRecord.objects.get(site=site, kind="reconciliation_found")
+    assert f'"customer_id":{cora.pk}' in record.payload and '"order_id":null' in record.payload
+    # The inbox names the credit and links its page, in a credit's words.
+    page = client_for("owner").get("/reconcile/").content.decode()
+    assert f'<a href="/refunds/{settled.id}/">Credit to cora@example.com</a>' in page
+    assert "Sill credit" in page and "/orders/None/" not in page
+    assert "credits of 1 customer" in page
+    # A second run refreshes the same item; once Stripe lists it again, Sill clears it.
+    assert _reconcile(stripe_rail).items_opened == 0
+    stub.transactions[CUSTOMER].append(made)
+    assert _reconcile(stripe_rail).items_cleared == 1
+    assert _open_items(cora) == []
+    item.refresh_from_db()
+    assert item.resolution == "cleared"
+
+
+def test_another_amount_at_stripe_is_an_amount_difference(settled, stub, stripe_rail, cora):
+    stub.transactions[CUSTOMER][0]["amount"] = -1000
+    _reconcile(stripe_rail)
+    [item] = _open_items(cora)
+    assert (item.kind, item.rail_amount_minor, item.rail_status) == (
+        "amount_differs",
+        1000,
+        "succeeded",
+    )
+    assert item.provider_refund_id == settled.provider_refund_id
+    assert item.detail == "Sill credited $12.50; Stripe's balance transaction credits $10.00."
+
+
+def test_a_failed_credit_stripe_made_after_all_may_be_credited_twice(
+    client, sign, stub, stripe_rail, cora, client_for, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        body = post(client, sign(credit_intent())).json()
+    stub.customers[CUSTOMER]["currency"] = "eur"
+    assert execute_refund(body["refund_id"]) == "failed"
+    # Made at Stripe after all (another integration replayed Sill's request, say).
+    stub.add_transaction(CUSTOMER, amount=-1250, metadata={"sill_credit_id": body["refund_id"]})
+    _reconcile(stripe_rail)
+    [item] = _open_items(cora)
+    assert (item.kind, item.refund_id, item.sill_status) == (
+        "status_differs", body["refund_id"], "failed",
+    )  # fmt: skip
+    assert "may be credited twice" in item.detail
+    page = client_for("owner").get("/reconcile/").content.decode()
+    assert "Credited" in page and "Balance transaction" in page
+
+
+def test_a_transaction_naming_a_credit_sill_does_not_have_is_missing_in_sill(
+    settled, stub, stripe_rail, cora, client_for, members
+):
+    stub.add_transaction(CUSTOMER, amount=-700, metadata={"sill_credit_id": "rfd_NOT_IN_SILL"})
+    assert _reconcile(stripe_rail).items_opened == 1
+    [item] = _open_items(cora)
+    assert (item.kind, item.refund_id, item.rail_amount_minor) == ("missing_in_sill", None, 700)
+    assert "names Sill credit rfd_NOT_IN_SILL" in item.detail
+    owner = client_for("owner")
+    page = owner.get("/reconcile/").content.decode()
+    assert 'href="/refunds/?q=cora%40example.com">Credit to cora@example.com</a>' in page
+    # An owner resolves it: the message names the credit's customer, not an order.
+    answer = owner.post(
+        f"/reconcile/{item.pk}/resolve/",
+        {"resolution": "acknowledged", "note": "A test credit from the old integration."},
+        follow=True,
+    )
+    assert "on the credit to cora@example.com: acknowledged" in answer.content.decode()
+    item.refresh_from_db()
+    assert (item.resolution, item.resolved_by) == ("acknowledged", members["owner"].user)
+    resolved = owner.get("/reconcile/").content.decode()
+    assert "Order or credit" in resolved and "Credit to cora@example.com" in resolved
+
+
+def test_every_page_of_a_long_balance_history_is_read_back_to_the_window(
+    settled, stub, stripe_rail, cora
+):
+    for _ in range(150):  # newer than the credit: two pages of 100 before it is reached
+        stub.add_transaction(CUSTOMER, amount=100, type="applied_to_invoice")
+    run = _reconcile(stripe_rail)
+    assert run.items_opened == 0 and _open_items(cora) == []
+    pages = [s for s in stub.seen if s.method == "GET" and s.path.endswith("/balance_transactions")]
+    assert len(pages) == 2 and pages[1].params["starting_after"]
+
+
+def test_transactions_older_than_the_window_are_not_read(settled, stub, stripe_rail, cora):
+    credit = stub.transactions[CUSTOMER].pop()
+    a_month_ago = int(time.time()) - 30 * 86400
+    for _ in range(150):  # older than the window, listed after the credit: never paged to
+        stub.add_transaction(CUSTOMER, amount=100, created=a_month_ago)
+    stub.transactions[CUSTOMER].append(credit)
+    _reconcile(stripe_rail)
+    assert _open_items(cora) == []
+    pages = [s for s in stub.seen if s.method == "GET" and s.path.endswith("/balance_transactions")]
+    assert len(pages) == 1
+
+
+def test_a_customer_stripe_cannot_list_is_counted_unreadable_and_nothing_changes(
+    settled, stub, stripe_rail, cora, site
+):
+    stub.delete_customer(CUSTOMER)
+    before = AuditRecord.objects.filter(site=site).count()
+    run = _reconcile(stripe_rail)
+    assert (run.customers_checked, run.customers_unreadable, run.items_opened) == (1, 1, 0)
+    assert AuditRecord.objects.filter(site=site).count() == before
+
+
+def test_only_customers_with_recent_credits_or_open_items_are_read(
+    settled, stub, stripe_rail, cora, site
+):
+    Customer.objects.create(site=site, rail_customer_id="cus_NoCredits", email="n@example.com")
+    Refund.objects.filter(pk=settled.pk).update(updated_at=timezone.now() - timedelta(days=30))
+    assert _reconcile(stripe_rail).customers_checked == 0
+    assert not [
+        s for s in stub.seen if s.path.endswith("/balance_transactions") and s.method == "GET"
+    ]
