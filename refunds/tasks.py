@@ -190,4 +190,8 @@ def reconcile_account_task(account_id: int) -> str:
     run = run_reconciliation(account_id=account_id)
     if run is None:
         return "not due"
-    return f"{run.charges_checked} checked, {run.items_opened} opened, {run.items_cleared} cleared"
+    credits = f", credits of {run.customers_checked} customers" if run.customers_checked else ""
+    return (
+        f"{run.charges_checked} checked{credits}, {run.items_opened} opened, "
+        f"{run.items_cleared} cleared"
+    )

@@ -22,6 +22,7 @@ from refunds.labels import (
     humanize,
     labelled_rule,
     money_confirmation,
+    money_words,
     outcome_label,
     rail_label,
     reason_label,
@@ -196,9 +197,18 @@ class HeldRow:
     in_flight: bool = False
 
     @property
+    def noun(self) -> str:
+        """``refund``, or ``credit`` for a customer credit (refunds.labels.money_words)."""
+        return money_words(self.refund)[0]
+
+    @property
     def approve_label(self) -> str:
-        verb = "credit" if self.refund.is_credit else "refund"
-        return f"Approve and {verb} {format_money(self.refund.amount)}"
+        return f"Approve and {self.noun} {format_money(self.refund.amount)}"
+
+    @property
+    def reject_outcome(self) -> str:
+        """What rejecting does, for the confirmation: "Nothing will be credited."."""
+        return f"Nothing will be {money_words(self.refund)[1]}."
 
 
 def held_row(refund: Refund) -> HeldRow:

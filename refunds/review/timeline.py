@@ -210,7 +210,7 @@ def _decision(
         lines=lines,
         rules=rules,
         facts=[
-            FactLine(_fact_name(key), _fact_text(key, value, currency))
+            FactLine(_fact_name(key, credit=refund.is_credit), _fact_text(key, value, currency))
             for key, value in facts.items()
             if key not in ("currency", "factsVersion")
         ],
@@ -417,7 +417,17 @@ def _rule_line(
     )
 
 
-def _fact_name(key: str) -> str:
+# The refund facts a credit's decision reads too, as its page names them.
+_CREDIT_FACT_NAMES = {
+    "refundAmount": "Credit amount",
+    "refundAmountUsd": "Credit amount in USD",
+    "refundAgentTotalTodayUsd": "Agent's refunds and credits today in USD",
+}
+
+
+def _fact_name(key: str, *, credit: bool = False) -> str:
+    if credit and key in _CREDIT_FACT_NAMES:
+        return _CREDIT_FACT_NAMES[key]
     spec = FACTS.get(key)
     return spec.label if spec else fact_label(key)
 

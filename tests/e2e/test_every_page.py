@@ -20,7 +20,10 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
 from policies.catalog import TEMPLATES
+from policies.engine import FiredRule
+from policies.selectors import active_policy_for
 from policies.services import apply_catalog_item
+from policies.types import PolicyOutcome
 from refunds.demo import DEMO_AGENT_ID, DEMO_ORDER_MANDATE, DEMO_PASSWORD, load_demo
 from refunds.models import Decision, Refund, RefundKind, RefundOrigin, RefundStatus
 from refunds.reconcile.differences import Difference
@@ -75,7 +78,14 @@ def hold_credit(site: Site, agent: Agent) -> Refund:
             facts={"refundAmount": 1250, "creditCustomerAgeDays": 3, "refundOrigin": "agent"},
             rules=[{"id": "tpl-credit-new-customer", "action": "require_approval", "mode": "enforced"}],
         )  # fmt: skip
-        return record_decision(refund=credit, outcome=None, now=now)
+        # What the credit-new-customer rule (applied by ``demo``) decided, as decide_credit says it.
+        outcome = PolicyOutcome(
+            action="require_approval",
+            policy_version=active_policy_for(site).label,
+            rules=(FiredRule("tpl-credit-new-customer", "require_approval"),),
+            facts=credit.facts,
+        )
+        return record_decision(refund=credit, outcome=outcome, now=now)
 
 
 def open_differences(order: Order, credit: Refund) -> None:
@@ -113,6 +123,7 @@ def demo() -> Demo:
     )
     owner = get_user_model().objects.get(username=ROLES["owner"])
     apply_catalog_item(site=site, actor=owner, item=TEMPLATES[TEMPLATE])
+    apply_catalog_item(site=site, actor=owner, item=TEMPLATES["credit-new-customer"])
     credit = hold_credit(site, Agent.objects.get(site=site, agent_id=DEMO_AGENT_ID))
     open_differences(order, credit)
     return Demo(order_id=str(order.id), held_id=str(held.id), credit_id=str(credit.id))

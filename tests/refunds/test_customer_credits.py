@@ -365,6 +365,20 @@ def test_a_held_credit_reads_as_a_credit_on_every_page(
     assert "balance" in detail
     assert browser.get("/").status_code == 200  # the dashboard counts it among the held
     if persona == "owner":
+        # Seen: rejecting a held credit was confirmed with "Nothing will be refunded.", and
+        # approving it without JavaScript asked "Approve and refund $12.50?" with a "Buyer".
+        listed = browser.get("/held/").content.decode()
+        assert "? Nothing will be credited." in listed and "Nothing will be refunded" not in listed
+        assert (
+            "Reject this credit of $12.50 to Cora (cora@example.com)? Nothing will be credited."
+            in detail
+        )
+        asked = browser.post(f"/held/{refund_id}/approve/").content.decode()
+        assert "<title>Confirm the credit" in asked and "Approve and credit $12.50?</h2>" in asked
+        assert ">Approve and credit $12.50</button>" in asked and "<dt>Customer</dt>" in asked
+        assert "Approve and refund" not in asked and "<dt>Buyer</dt>" not in asked
+        assert "· credit " in detail and "Credit id" in detail and "Refund id" not in detail
+        assert Refund.objects.get(pk=refund_id).status == RefundStatus.HELD
         evidence = browser.get(f"/refunds/{refund_id}/evidence.json")
         assert evidence.status_code == 200
         [email] = [m for m in mail.outbox if "Held for review" in m.subject]
@@ -385,6 +399,10 @@ def test_a_credits_own_page_and_email_speak_of_a_credit_from_hold_to_settlement(
     assert "<title>Customer credit $12.50" in held
     assert "it expires and nothing is credited" in held
     assert "nothing is refunded" not in held
+    # The facts the rules read, in a credit's words (seen: "Refund amount" on a credit).
+    assert "<dt>Credit amount</dt>" in held and "Refund amount" not in held
+    assert "Agent&#x27;s refunds and credits today in USD" in held
+    assert "This credit in Activity →" in held and "This refund in Activity" not in held
     [email] = [m for m in mail.outbox if "Held for review" in m.subject]
     assert f"A customer credit on {site.name} is waiting for an owner or admin." in email.body
     assert "it expires and nothing is credited" in email.body
