@@ -115,18 +115,19 @@ def reconcile_customer_credits(
     Compared: the customer's credits changed since ``since`` and those with an open item, and
     any credit a listed transaction names. The rail is read back to the oldest of them (a
     credit's transaction is made after the credit), so a credit Sill settled is never
-    reported missing because its transaction was older than the read. Call outside any
+    reported missing because its transaction was older than the read; while the customer
+    has an open item, their whole history is read, so an item is only cleared when its
+    difference is gone, never because its transaction fell out of the read. Call outside any
     transaction; raises ``RailError`` when the rail cannot be read (nothing recorded).
     """
     credits = Refund.objects.filter(customer=customer, kind=RefundKind.CUSTOMER_CREDIT)
-    with_open_item = ReconciliationItem.objects.filter(
-        customer=customer, resolved_at__isnull=True, refund__isnull=False
-    ).values("refund_id")
-    recent = Q(updated_at__gte=since) | Q(pk__in=with_open_item)
+    open_items = ReconciliationItem.objects.filter(customer=customer, resolved_at__isnull=True)
+    recent = Q(updated_at__gte=since) | Q(pk__in=open_items.values("refund_id"))
     oldest = credits.filter(recent).aggregate(oldest=Min("created_at"))["oldest"]
-    listed = rail.list_credits(
-        customer.rail_customer_id, since=min(since, oldest) if oldest else since
-    )
+    read_since: datetime | None = min(since, oldest) if oldest else since
+    if open_items.exists():
+        read_since = None
+    listed = rail.list_credits(customer.rail_customer_id, since=read_since)
     named = [r.sill_refund_id for r in listed if r.sill_refund_id]
     found = credit_differences(
         rail=CREDIT_RAIL,

@@ -154,8 +154,11 @@ class CreditReader(Protocol):
     """A rail that can list a customer's balance transactions (reconciliation of credits).
     Reads never move money; a ``RailError`` means nothing could be read."""
 
-    def list_credits(self, provider_customer_id: str, *, since: datetime) -> list[RailRefund]:
-        """The customer's balance transactions created at or after ``since``, newest first,
+    def list_credits(
+        self, provider_customer_id: str, *, since: datetime | None
+    ) -> list[RailRefund]:
+        """The customer's balance transactions created at or after ``since`` (every one when
+        it is None), newest first,
         each as a :class:`RailRefund`: ``amount_minor`` what it credits (positive for a
         credit), ``status`` ``succeeded`` (a balance transaction takes effect when it is
         made), ``sill_refund_id`` the Sill credit its metadata names, or ``""``."""

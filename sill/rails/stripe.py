@@ -349,17 +349,20 @@ class StripeRail:
             self._raise(exc, doing="customer credit lookup", read=True)
         return None
 
-    def list_credits(self, provider_customer_id: str, *, since: datetime) -> list[RailRefund]:
+    def list_credits(
+        self, provider_customer_id: str, *, since: datetime | None
+    ) -> list[RailRefund]:
         """The customer's balance transactions back to ``since`` (newest first: pages are
-        read until one is older), Stripe's sign turned round so a credit is positive."""
-        cutoff = since.timestamp()
+        read until one is older; all of them without ``since``), Stripe's sign turned round
+        so a credit is positive."""
+        cutoff = since.timestamp() if since is not None else None
         listed = []
         try:
             page = self._client.v1.customers.balance_transactions.list(
                 provider_customer_id, params={"limit": 100}
             )
             for txn in page.auto_paging_iter():
-                if int(txn.created) < cutoff:
+                if cutoff is not None and int(txn.created) < cutoff:
                     break
                 listed.append(_rail_credit(txn))
         except stripe.StripeError as exc:

@@ -653,3 +653,19 @@ def test_only_customers_with_recent_credits_or_open_items_are_read(
     assert not [
         s for s in stub.seen if s.path.endswith("/balance_transactions") and s.method == "GET"
     ]
+
+
+def test_an_open_difference_is_not_cleared_because_its_transaction_grew_old(
+    settled, stub, stripe_rail, cora
+):
+    unknown = stub.add_transaction(
+        CUSTOMER, amount=-700, metadata={"sill_credit_id": "rfd_NOT_IN_SILL"}
+    )
+    assert _reconcile(stripe_rail).items_opened == 1
+    unknown["created"] -= 30 * 86400  # as if a month went by: out of the window now
+    for transaction in stub.transactions[CUSTOMER]:
+        transaction["created"] = min(transaction["created"], unknown["created"])
+    run = _reconcile(stripe_rail)
+    assert (run.items_opened, run.items_cleared) == (0, 0)
+    [item] = _open_items(cora)
+    assert item.provider_refund_id == unknown["id"]
