@@ -389,11 +389,17 @@ def _outside(
     if before is None:
         if not _counted(listed):
             return []  # failed at the rail and never recorded: nothing to count
-        done = (
-            "it is recorded now as a refund outside Sill, so it no longer counts as refundable."
-            if follows
-            else "Sill could not record it (another currency than the charge's)."
-        )
+        if follows:
+            done = (
+                "it is recorded now as a refund outside Sill, so it no longer counts as refundable."
+            )
+        elif listed.currency != currency:
+            done = "Sill could not record it (another currency than the charge's)."
+        else:
+            done = (
+                "Sill could not record it: with the refunds Sill counts it would exceed the "
+                "charge, so Sill's books count a refund the rail does not have."
+            )
         return [
             Difference(
                 kind=MISSING_IN_SILL,

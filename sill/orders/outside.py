@@ -32,6 +32,15 @@ from sill.rails.base import RailRefund
 COUNTED_STATES = frozenset({"pending", "requires_action", "succeeded"})
 
 
+class ExceedsCharge(Exception):
+    """An outside refund that, beside the refunds Sill counts, would exceed the charge.
+
+    The rail never refunds more than it charged, so Sill's own books count a refund the rail
+    does not have. Nothing is written: a webhook's attempt fails with this (kept on the
+    event, retried, given up loudly), and reconciliation, which catches it, shows the
+    outside refund and Sill's refund the rail lacks as two differences."""
+
+
 # Whether a rail refund id is one of Sill's own refunds of a charge. The refund core registers
 # its lookup at startup (refunds.apps): sill/ never imports the apps built on it.
 OwnRefundFinder = Callable[[Charge, str], bool]
@@ -131,6 +140,14 @@ def record_outside_refund(
         if existing is not None and existing.status == refund.status and before == counted:
             ExternalRefund.objects.filter(pk=existing.pk).update(rail_updated_at=event_at)
             return "unchanged"
+        outside_after = charge.amount_refunded_outside_minor + counted - before
+        if charge.amount_refunded_minor > charge.amount_minor - outside_after:
+            raise ExceedsCharge(
+                f"outside refund {refund.provider_refund_id} ({refund.amount_minor} minor "
+                f"units) would exceed charge {charge.pk} ({charge.amount_minor}) beside the "
+                f"{charge.amount_refunded_minor} Sill counts refunded and the "
+                f"{charge.amount_refunded_outside_minor} counted outside it"
+            )
         row = existing or ExternalRefund(
             charge=charge, provider_refund_id=refund.provider_refund_id
         )

@@ -2,8 +2,9 @@
 
 Sill's books say 60.00 of an 89.00 charge went back through Sill; Stripe then reports a
 50.00 refund made outside Sill. Recording it would make the refunded total exceed the
-charge, which the database refuses (the charge's check constraint), so processing raises
-``IntegrityError`` and rolls back. Correcting the books (``books_agree``) lets it apply.
+charge (which the charge's check constraint would refuse), so processing raises
+``sill.orders.outside.ExceedsCharge`` before writing anything. Correcting the books
+(``books_agree``) lets it apply.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def test_it_reports_a_failing_event_keeps_it_and_applies_it_on_a_later_replay(
     assert caught.value.returncode == 1
     stored = WebhookEvent.objects.get()
     assert stored.processed_at is None and stored.attempts == 1
-    assert stored.last_error.startswith("IntegrityError")
+    assert stored.last_error.startswith("ExceedsCharge")
     assert not ExternalRefund.objects.exists()
 
     books_agree(charge)
@@ -237,7 +237,7 @@ def test_it_says_what_failed_and_still_prints_the_summary(site, charge, events_s
         )  # fmt: skip
 
     assert "2 new, 0 already known, 1 processed, 1 failed" in out.getvalue()
-    assert err.getvalue().startswith("evt_too_large: IntegrityError")
+    assert err.getvalue().startswith("evt_too_large: ExceedsCharge")
     assert Dispute.objects.count() == 1  # one bad event does not stop the others
 
 

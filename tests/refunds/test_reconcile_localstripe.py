@@ -279,6 +279,28 @@ def test_a_charge_the_rail_cannot_read_is_counted_and_the_run_goes_on(
     assert ReconciliationItem.objects.filter(kind="missing_in_sill", charge=fine).exists()
 
 
+def test_an_outside_refund_beside_a_refund_stripe_never_made_shows_both_differences(
+    site, account, charged, sdk
+):
+    # Left alone by an earlier stop: Sill's books count a $30.00 refund Stripe never made, and
+    # $20.00 was refunded in the dashboard. Recording the outside refund broke the charge's
+    # CHECK, so the charge was "could not be read" on every run and neither difference showed.
+    charge = charged("40.00")
+    phantom = sill_refund(charge, status="succeeded", amount_minor=3000, provider_id="re_never")
+    outside = sdk.v1.refunds.create(params={"charge": charge.provider_charge_id, "amount": 2000})
+    run = run_reconciliation(account_id=account.pk, force=True)
+    assert run is not None and (run.charges_checked, run.charges_unreadable) == (1, 0)
+    items = {i.kind: i for i in ReconciliationItem.objects.filter(charge=charge)}
+    assert set(items) == {"missing_at_rail", "missing_in_sill"}
+    assert items["missing_at_rail"].refund_id == phantom.id
+    unrecorded = items["missing_in_sill"]
+    assert (unrecorded.provider_refund_id, unrecorded.sill_corrected) == (outside.id, False)
+    assert "it would exceed the charge" in unrecorded.detail
+    assert not ExternalRefund.objects.filter(charge=charge).exists()
+    charge.refresh_from_db()
+    assert (charge.amount_refunded_minor, charge.amount_refunded_outside_minor) == (3000, 0)
+
+
 def test_only_active_charges_are_checked_a_bounded_number_per_run(site, account, charged, settings):
     old = charged("10.00", days_ago=30)
     Charge.objects.filter(pk=old.pk).update(created_at=old.captured_at)
