@@ -1,25 +1,28 @@
-"""Attempts at processing stored Stripe events: counted, their errors kept, retried, bounded.
+"""Attempts at processing stored webhook events: counted, their errors kept, retried, bounded.
 
-Processing itself is sill.rails.stripe_events.process_event (one event, once, under its row
-lock). Around it:
+Processing itself is each rail's ``process_event`` (one event, once: :data:`PROCESSORS`).
+Around it, the same for every rail that takes webhooks (Stripe, PayPal, Shopify, WooCommerce):
 
-- :func:`attempt_stripe_event` counts the attempt *before* processing, in its own commit, so an
+- :func:`attempt_event` counts the attempt *before* processing, in its own commit, so an
   event that kills its worker (and is redelivered by the broker) is bounded like one that
   raises. A failure is rolled back by ``process_event``'s transaction and then written on the
   event (``last_error``) and logged with its traceback; it is never raised, except a
-  transient ``OperationalError`` (lost connection, lock timeout), which gives its attempt
-  back and is raised for the task's own quick retry.
-- :func:`claim_stripe_events_to_retry` picks, for the beat task ``rails.retry_webhook_events``,
-  the events still unprocessed whose last attempt (or arrival, if the task never ran: a
-  broker down at enqueue) is older than ``SILL_WEBHOOK_RETRY_AFTER_SECONDS``.
-- :func:`give_up_on_stripe_events` marks the events out of attempts
-  (``SILL_WEBHOOK_MAX_ATTEMPTS``) and logs each one loudly, once. An operator who fixed the
-  cause runs ``manage.py rails replay-webhooks``, whose attempts ignore the bound.
+  transient one (``OperationalError``: a lost connection, a lock timeout; a rail's
+  ``RetryableRailError``: Shopify throttling), which gives its attempt back and is raised for
+  the task's own quick retry.
+- :func:`claim_events_to_retry` picks, for the beat task ``rails.retry_webhook_events``, the
+  events still unprocessed whose last attempt (or arrival, if the task never ran: a broker
+  down at enqueue) is older than ``SILL_WEBHOOK_RETRY_AFTER_SECONDS``.
+- :func:`give_up_on_events` marks the events out of attempts (``SILL_WEBHOOK_MAX_ATTEMPTS``)
+  and logs each one loudly, once. An operator who fixed the cause runs ``manage.py rails
+  replay-webhooks``, whose attempts ignore the bound (Stripe's events are also fetched from
+  Stripe again; the other rails' stored ones are attempted again).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,12 +30,24 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from sill.orders.models import Rail
+from sill.rails.base import RetryableRailError, rail_label
 from sill.rails.models import WebhookEvent
-from sill.rails.stripe_events import process_event
 
 logger = logging.getLogger(__name__)
+
+# Each rail's processing of one stored event (imported when first used: the rails' event
+# modules import this one's callers).
+PROCESSORS: dict[str, str] = {
+    Rail.STRIPE: "sill.rails.stripe_events.process_event",
+    Rail.PAYPAL: "sill.rails.paypal.events.process_event",
+    Rail.SHOPIFY: "sill.rails.shopify.events.process_event",
+    Rail.WOOCOMMERCE: "sill.rails.woocommerce.webhooks.process_event",
+}
+# Failures that pass in seconds: the task retries them at once, the attempt given back.
+TRANSIENT = (OperationalError, RetryableRailError)
 
 # How many events one beat run re-enqueues; the next run (a minute later) takes the rest.
 RETRY_BATCH = 200
@@ -54,21 +69,26 @@ class Attempt:
     outcome: str
 
 
-def attempt_stripe_event(event_pk: int, *, bounded: bool = True) -> Attempt:
-    """Process one stored Stripe event, counting the attempt and keeping its error.
+def attempt_event(event_pk: int, *, bounded: bool = True) -> Attempt:
+    """Process one stored webhook event of any rail, counting the attempt and keeping its
+    error.
 
     ``bounded``: refuse an event that has used up its attempts (the task path); a replay
     passes ``False``. An event already processed is not attempted again: its outcome is
-    returned. Raises ``OperationalError`` only (see the module docstring).
+    returned. Raises only the :data:`TRANSIENT` failures (see the module docstring).
     """
+    rail = WebhookEvent.objects.filter(pk=event_pk).values_list("rail", flat=True).first()
+    if rail not in PROCESSORS:
+        return Attempt(ok=False, outcome="no such event" if rail is None else f"no {rail} events")
     started = WebhookEvent.objects.filter(pk=event_pk, processed_at__isnull=True)
     if bounded:
         started = started.filter(attempts__lt=max_attempts())
     if not started.update(attempts=F("attempts") + 1, last_attempt_at=timezone.now()):
         return _not_started(event_pk)
+    process: Callable[[int], str] = import_string(PROCESSORS[rail])
     try:
-        return Attempt(ok=True, outcome=process_event(event_pk))
-    except OperationalError as exc:
+        return Attempt(ok=True, outcome=process(event_pk))
+    except TRANSIENT as exc:
         # Rolled back and likely to pass in seconds: the task retries it. Giving the attempt
         # back keeps a database blip from using up the event's attempts.
         _record_failure(event_pk, exc, give_back=True)
@@ -82,7 +102,8 @@ def attempt_stripe_event(event_pk: int, *, bounded: bool = True) -> Attempt:
         )
         event_id, event_type, site_id = row or (str(event_pk), "?", "?")
         logger.exception(
-            "Stripe event %s (%s) of site %s could not be processed: %s",
+            "%s event %s (%s) of site %s could not be processed: %s",
+            rail_label(rail),
             event_id,
             event_type,
             site_id,
@@ -116,7 +137,7 @@ def _record_failure(event_pk: int, exc: BaseException, *, give_back: bool = Fals
     except DatabaseError as failed:
         # The database that just failed may still be failing: the log is all there is.
         logger.warning(
-            "could not record the failure of Stripe event %s (%s): %s",
+            "could not record the failure of webhook event %s (%s): %s",
             event_pk,
             type(failed).__name__,
             error,
@@ -127,14 +148,15 @@ def _record_failure(event_pk: int, exc: BaseException, *, give_back: bool = Fals
 def _due(now: datetime) -> QuerySet[WebhookEvent]:
     cutoff = now - retry_after()
     return WebhookEvent.objects.filter(
-        rail=Rail.STRIPE, processed_at__isnull=True, gave_up_at__isnull=True
+        rail__in=list(PROCESSORS), processed_at__isnull=True, gave_up_at__isnull=True
     ).filter(
         Q(last_attempt_at__lte=cutoff) | Q(last_attempt_at__isnull=True, received_at__lte=cutoff)
     )
 
 
-def claim_stripe_events_to_retry(*, now: datetime | None = None) -> list[int]:
-    """The unprocessed events due for another attempt, oldest first, each claimed once.
+def claim_events_to_retry(*, now: datetime | None = None) -> list[tuple[int, str]]:
+    """The unprocessed events due for another attempt, oldest first, each claimed once, as
+    (pk, rail).
 
     Claiming stamps ``last_attempt_at`` with a conditional UPDATE, so an event waiting in a
     backlog is not enqueued again every minute, and two overlapping beat runs never both
@@ -143,13 +165,13 @@ def claim_stripe_events_to_retry(*, now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     due = _due(now).filter(attempts__lt=max_attempts())
     claimed = []
-    for pk in due.order_by("received_at", "id").values_list("pk", flat=True)[:RETRY_BATCH]:
+    for pk, rail in due.order_by("received_at", "id").values_list("pk", "rail")[:RETRY_BATCH]:
         if due.filter(pk=pk).update(last_attempt_at=now):
-            claimed.append(pk)
+            claimed.append((pk, rail))
     return claimed
 
 
-def give_up_on_stripe_events(*, now: datetime | None = None) -> int:
+def give_up_on_events(*, now: datetime | None = None) -> int:
     """Mark the events out of attempts, logging each at ERROR once; returns how many."""
     now = now or timezone.now()
     exhausted = _due(now).filter(attempts__gte=max_attempts())
@@ -159,15 +181,17 @@ def give_up_on_stripe_events(*, now: datetime | None = None) -> int:
             continue
         count += 1
         logger.error(
-            "GAVE UP on Stripe event %s (%s) of site %s after %d attempts; last error: %s. "
+            "GAVE UP on %s event %s (%s) of site %s after %d attempts; last error: %s. "
             "It stays stored unprocessed: fix the cause, then run `manage.py rails "
-            "replay-webhooks --site %s --rail stripe --since %s`.",
+            "replay-webhooks --site %s --rail %s --since %s`.",
+            rail_label(event.rail),
             event.event_id,
             event.type,
             event.site_id,
             event.attempts,
             event.last_error or "none recorded (the worker died during the attempt?)",
             event.site_id,
+            event.rail,
             event.received_at.date().isoformat(),
         )
     return count

@@ -1,5 +1,9 @@
-"""Replaying Stripe events a site's webhook endpoint may have missed (``manage.py rails
-replay-webhooks``).
+"""Replaying webhook events a site's endpoint may have missed or failed to apply
+(``manage.py rails replay-webhooks``).
+
+For a rail other than Stripe, :func:`retry_stored_events` attempts the site's stored events
+that were never applied again (those rails cannot be asked for their events again). For
+Stripe:
 
 Stripe is asked for the events Sill handles created since a given time (``events.list``;
 Stripe keeps events 30 days). Each one goes through the webhook's own storing code
@@ -17,13 +21,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from django.db import OperationalError
 from django.utils import timezone
 
 from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.orders.models import Rail
-from sill.rails.event_attempts import Attempt, attempt_stripe_event
+from sill.rails.base import rail_label
+from sill.rails.event_attempts import PROCESSORS, TRANSIENT, Attempt, attempt_event
 from sill.rails.models import WebhookEvent
 from sill.rails.registry import RailDisabled, rail_account_for, rail_from_account
 from sill.rails.stripe import StripeRail
@@ -65,13 +69,15 @@ class ReplayReport:
 
 
 def replay_webhooks_site(*, site_id: str, rail: str) -> Site:
-    """The site a replay is for; ``ReplayRefused`` for an unknown site or a rail other than
-    Stripe (the only rail whose events Sill can list again)."""
-    if rail != Rail.STRIPE:
-        known = "a rail Sill does not know" if rail not in Rail.values else "not Stripe"
+    """The site a replay is for; ``ReplayRefused`` for an unknown site or a rail that sends
+    Sill no webhooks (the mock rail, or a name Sill does not know)."""
+    if rail not in PROCESSORS:
+        known = (
+            "a rail Sill does not know" if rail not in Rail.values else "a rail without webhooks"
+        )
         raise ReplayRefused(
-            f"--rail {rail!r} is {known}: only the Stripe rail can replay webhooks "
-            "(Stripe keeps the events it sent and lists them again).",
+            f"--rail {rail!r} is {known}: webhooks are replayed for "
+            f"{', '.join(sorted(PROCESSORS))}.",
             field="rail",
         )
     site = Site.objects.filter(pk=site_id).first()
@@ -159,11 +165,58 @@ def replay_stripe_events(
     return report
 
 
+@dataclass
+class StoredReport:
+    """What attempting a rail's stored, unprocessed events again did."""
+
+    rail: str
+    since: datetime
+    found: int = 0
+    processed: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{self.found} stored {rail_label(self.rail)} event(s) not yet applied since "
+            f"{self.since.isoformat()}: {self.processed} processed, {self.failed} failed"
+        )
+
+
+def retry_stored_events(
+    *, site: Site, rail: str, since: datetime, now: datetime | None = None
+) -> StoredReport:
+    """Attempt again, oldest first and whatever the retries concluded, the site's events of
+    ``rail`` received at or after ``since`` that were stored but never applied (a failure,
+    a give-up, a lost task). For the rails Sill cannot ask for their events again (PayPal,
+    Shopify, WooCommerce): what they delivered is all Sill has. Shopify and WooCommerce
+    orders missed altogether come back with ``rails sync-shopify`` / ``sync-woocommerce``.
+    """
+    now = now or timezone.now()
+    if timezone.is_naive(since):
+        raise ReplayRefused("--since needs a time zone.", field="since")
+    if since > now:
+        raise ReplayRefused(f"--since {since.isoformat()} is in the future.", field="since")
+    report = StoredReport(rail=rail, since=since)
+    waiting = WebhookEvent.objects.filter(
+        site=site, rail=rail, processed_at__isnull=True, received_at__gte=since
+    ).order_by("received_at", "id")
+    for event_pk, event_id in waiting.values_list("pk", "event_id"):
+        report.found += 1
+        attempt = _attempt(event_pk)
+        if attempt.ok:
+            report.processed += 1
+        else:
+            report.failed += 1
+            report.errors.append(f"{event_id}: {attempt.outcome}")
+    return report
+
+
 def _attempt(event_pk: int) -> Attempt:
     try:
         # Unbounded: whoever runs a replay wants it tried, whatever the retries concluded.
-        return attempt_stripe_event(event_pk, bounded=False)
-    except OperationalError as exc:
+        return attempt_event(event_pk, bounded=False)
+    except TRANSIENT as exc:
         return Attempt(ok=False, outcome=f"{type(exc).__name__}: {exc}"[:500])
 
 

@@ -245,13 +245,13 @@ def test_it_says_what_failed_and_still_prints_the_summary(site, charge, events_s
     ("args", "words"),
     [
         (["--site", "01NOSUCHSITE00000000000000"], "There is no site"),
-        (["--rail", "paypal"], "only the Stripe rail can replay"),
-        (["--rail", "bitcoin"], "a rail Sill does not know: only the Stripe rail"),
+        (["--rail", "mock"], "a rail without webhooks: webhooks are replayed for paypal"),
+        (["--rail", "bitcoin"], "a rail Sill does not know: webhooks are replayed for"),
         (["--since", "last tuesday"], "is not an ISO 8601 time or date"),
         (["--since", "2999-01-01T00:00:00Z"], "is in the future"),
         (["--since", "{31_days_ago}"], "Stripe keeps events for 30 days only"),
     ],
-    ids=["unknown-site", "another-rail", "unknown-rail", "not-iso", "future", "too-old"],
+    ids=["unknown-site", "mock-rail", "unknown-rail", "not-iso", "future", "too-old"],
 )
 def test_it_refuses_bad_arguments_in_words(site, charge, events_stub, args, words):
     given = {

@@ -17,7 +17,7 @@ from django_celery_beat.models import PeriodicTask
 
 from audit.models import AuditRecord
 from sill.orders.models import Charge, ExternalRefund, Order
-from sill.rails.event_attempts import attempt_stripe_event, claim_stripe_events_to_retry
+from sill.rails.event_attempts import attempt_event, claim_events_to_retry
 from sill.rails.models import WebhookEvent
 from sill.rails.stripe_webhooks import store_event
 from sill.rails.tasks import retry_webhook_events_task
@@ -121,10 +121,10 @@ def test_it_gives_up_after_the_bound_and_says_so_loudly_once(
     assert "evt_too_large" in gave_up[0] and site.pk in gave_up[0]
     assert "ExceedsCharge" in gave_up[0] and "replay-webhooks" in gave_up[0]
     # The task itself no longer tries it (a redelivered message, say): only a replay does.
-    assert attempt_stripe_event(event.pk).ok is False
+    assert attempt_event(event.pk).ok is False
     assert stored().attempts == 3
     books_agree(charge)
-    assert attempt_stripe_event(event.pk, bounded=False).ok is True
+    assert attempt_event(event.pk, bounded=False).ok is True
     assert ExternalRefund.objects.count() == 1
 
 
@@ -160,20 +160,23 @@ def test_it_claims_an_event_once_per_interval(site, charge, clock):
     pk = stored().pk
 
     # A backlog: the first run's task has not run yet when the next runs come.
-    assert claim_stripe_events_to_retry() == [pk]
-    assert claim_stripe_events_to_retry() == []
+    assert claim_events_to_retry() == [(pk, "stripe")]
+    assert claim_events_to_retry() == []
     clock.shift(timedelta(minutes=1))
-    assert claim_stripe_events_to_retry() == []
+    assert claim_events_to_retry() == []
     clock.shift(LATER)
-    assert claim_stripe_events_to_retry() == [pk]
+    assert claim_events_to_retry() == [(pk, "stripe")]
 
 
-def test_it_leaves_other_rails_events_alone(site, charge, clock):
-    WebhookEvent.objects.create(
+def test_it_claims_every_webhook_rails_events_each_with_its_rail(site, charge, clock):
+    # Every rail that takes webhooks (tests/rails/test_webhook_retries_every_rail.py); the
+    # mock rail takes none, so an event stored under its name is no one's to process.
+    shopify = WebhookEvent.objects.create(
         site=site, rail="shopify", event_id="shp_1", type="orders/updated", payload="{}"
     )
+    WebhookEvent.objects.create(site=site, rail="mock", event_id="m_1", type="x", payload="{}")
     clock.shift(LATER)
-    assert claim_stripe_events_to_retry() == []
+    assert claim_events_to_retry() == [(shopify.pk, "shopify")]
 
 
 def test_it_is_scheduled_every_minute():
@@ -206,7 +209,7 @@ def test_it_gives_back_the_attempt_of_a_transient_database_error(site, make_orde
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '200ms'")
         with pytest.raises(OperationalError):
-            attempt_stripe_event(stored().pk)
+            attempt_event(stored().pk)
     finally:
         release.set()
         holder.join(timeout=30)
@@ -216,7 +219,7 @@ def test_it_gives_back_the_attempt_of_a_transient_database_error(site, make_orde
     event = stored()
     assert event.processed_at is None and event.attempts == 0
     assert "lock" in event.last_error.lower()
-    assert attempt_stripe_event(event.pk).ok is True
+    assert attempt_event(event.pk).ok is True
     assert stored().attempts == 1 and ExternalRefund.objects.count() == 1
 
 

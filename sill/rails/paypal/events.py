@@ -38,6 +38,7 @@ from sill.orders.outside import (
 )
 from sill.rails.base import RailRefund
 from sill.rails.dispute_states import dispute_status
+from sill.rails.event_attempts import attempt_event
 from sill.rails.models import WebhookEvent
 
 REFUND_EVENTS = frozenset({"PAYMENT.CAPTURE.REFUNDED"})
@@ -77,8 +78,9 @@ def process_event(event_pk: int) -> str:
     max_retries=5,
 )
 def process_paypal_event(event_pk: int) -> str:
-    """A redelivered task finds its event processed and does nothing."""
-    return process_event(event_pk)
+    """A redelivered task finds its event processed and does nothing; a failed attempt is
+    kept on the event and retried by ``rails.retry_webhook_events`` (sill.rails.event_attempts)."""
+    return attempt_event(event_pk).outcome
 
 
 def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.db import OperationalError
 
 from sill.rails.base import RetryableRailError
-from sill.rails.shopify.events import process_event
+from sill.rails.event_attempts import attempt_event
 
 
 # Shopify throttled or unreachable, a lost database connection: the event stays unprocessed
@@ -19,4 +19,6 @@ from sill.rails.shopify.events import process_event
     max_retries=5,
 )
 def process_shopify_event(event_pk: int) -> str:
-    return process_event(event_pk)
+    """A failed attempt is kept on the event and retried by ``rails.retry_webhook_events``
+    (sill.rails.event_attempts); throttling is retried here, its attempt given back."""
+    return attempt_event(event_pk).outcome

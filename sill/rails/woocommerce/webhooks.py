@@ -18,7 +18,7 @@ import logging
 import re
 
 from celery import shared_task
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
@@ -26,6 +26,7 @@ from django.views.decorators.http import require_POST
 
 from sill import jsonbody
 from sill.orders.models import Rail
+from sill.rails.event_attempts import attempt_event
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.webhook_common import MAX_BODY_BYTES
@@ -123,9 +124,17 @@ def process_event(event_pk: int) -> str:
     return outcome
 
 
-@shared_task(name="rails.process_woocommerce_event", acks_late=True, max_retries=5)
+@shared_task(
+    name="rails.process_woocommerce_event",
+    acks_late=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=5,
+)
 def process_woocommerce_event(event_pk: int) -> str:
-    return process_event(event_pk)
+    """A failed attempt is kept on the event and retried by ``rails.retry_webhook_events``
+    (sill.rails.event_attempts)."""
+    return attempt_event(event_pk).outcome
 
 
 urlpatterns = [

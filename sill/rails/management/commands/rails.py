@@ -8,8 +8,11 @@ key; once it reports nothing left to re-encrypt on every deployment that shares 
 the old key can leave the fallbacks. It exits 1 when a credential is unreadable.
 
 ``replay-webhooks --site S --rail stripe --since ISO`` reads the site's Stripe events since a
-time back from Stripe and applies those Sill missed (sill.rails.replay); it exits 1 when the
-arguments are refused, the rail is disabled, Stripe refuses, or an event could not be applied.
+time back from Stripe and applies those Sill missed (sill.rails.replay); with ``--rail paypal``,
+``shopify`` or ``woocommerce`` it attempts again the site's stored events of that rail since
+then that were never applied (those rails cannot be asked for their events again). It exits 1
+when the arguments are refused, the rail is disabled, Stripe refuses, or an event could not be
+applied.
 """
 
 from __future__ import annotations
@@ -48,15 +51,20 @@ class Command(BaseCommand):
 
         replay = sub.add_parser(
             "replay-webhooks",
-            help="re-read a site's Stripe events since a time and apply the missed ones",
+            help="re-read a site's Stripe events since a time and apply the missed ones; for "
+            "another rail, apply its stored events that were never applied",
         )
         replay.add_argument("--site", required=True, help="the site whose events are replayed")
-        replay.add_argument("--rail", required=True, help="the rail: only `stripe` can replay")
+        replay.add_argument(
+            "--rail",
+            required=True,
+            help="stripe (fetched again from Stripe), or paypal, shopify, woocommerce (stored)",
+        )
         replay.add_argument(
             "--since",
             required=True,
-            help="ISO 8601 time or date, at most 30 days ago (Stripe keeps events 30 days); "
-            "one without a zone, or a date, is read in the site's time zone (UTC unless "
+            help="ISO 8601 time or date, for Stripe at most 30 days ago (Stripe keeps events "
+            "30 days); one without a zone, or a date, is read in the site's time zone (UTC unless "
             "the site sets one)",
         )
 
@@ -114,20 +122,31 @@ class Command(BaseCommand):
     def _replay_webhooks(self, opts: dict[str, Any]) -> None:
         from sill.errors import SillError
         from sill.rails.base import RailError
-        from sill.rails.replay import parse_since, replay_stripe_events, replay_webhooks_site
+        from sill.rails.replay import (
+            parse_since,
+            replay_stripe_events,
+            replay_webhooks_site,
+            retry_stored_events,
+        )
 
         try:
             site = replay_webhooks_site(site_id=opts["site"], rail=opts["rail"])
-            report = replay_stripe_events(site=site, since=parse_since(opts["since"], site=site))
+            since = parse_since(opts["since"], site=site)
+            report: Any = (
+                replay_stripe_events(site=site, since=since)
+                if opts["rail"] == "stripe"
+                else retry_stored_events(site=site, rail=opts["rail"], since=since)
+            )
         except (SillError, RailError) as exc:
             # Rail messages are scrubbed of credentials (sill.rails.stripe).
             raise CommandError(exc.message, returncode=1) from None
         for error in report.errors:
             self.stderr.write(error)
         self.stdout.write(report.summary())
-        if report.failed or report.refused:
+        refused = getattr(report, "refused", 0)
+        if report.failed or refused:
             raise CommandError(
-                f"{report.failed + report.refused} event(s) could not be applied (above); "
+                f"{report.failed + refused} event(s) could not be applied (above); "
                 "they stay unprocessed: fix the cause and run this command again",
                 returncode=1,
             )
