@@ -42,4 +42,9 @@ _STATES: dict[str, DisputeStatus] = {
 
 
 def dispute_status(word: str) -> DisputeStatus:
-    return _STATES.get(word.lower(), DisputeStatus.NEEDS_RESPONSE)
+    word = word.lower()
+    if word in _STATES:
+        return _STATES[word]
+    if word.startswith("resolved:"):
+        return _STATES["resolved"]  # PayPal: resolved, with an outcome Sill has no word for
+    return DisputeStatus.NEEDS_RESPONSE

@@ -9,6 +9,9 @@
   ``UNPROCESSABLE_ENTITY`` with ``details[].issue`` for over-refunds and 180-day-old captures.
 - ``GET /v2/checkout/orders/{id}`` → ``purchase_units[].payments.{captures,refunds}``.
 - ``POST /v1/notifications/verify-webhook-signature`` → ``verification_status``.
+- ``GET /v1/customer/disputes?disputed_transaction_id={capture id}`` → ``items``: each dispute's
+  summary (no ``dispute_outcome``, as PayPal's list gives), and ``GET /v1/customer/disputes/{id}``
+  → the whole dispute, its outcome included once resolved (``add_dispute``).
 
 Scripted failures for the refund call (``fail_next``): ``"429"``, ``"500"``, an issue name
 (422), or ``"slow"`` (the refund is made, then the answer comes after ``slow_seconds``).
@@ -30,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl
 
 CLIENT_ID = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789sillclient"
 CLIENT_SECRET = "EFgHiJkLmNoPqRsTuVwXyZ0123456789sillsecretvalue"
@@ -75,6 +79,7 @@ class PayPalStub:
         self.fail_next: list[str] = []
         self.slow_seconds = 2.0
         self.verifications: list[dict[str, Any]] = []
+        self.disputes: dict[str, dict[str, Any]] = {}
 
     # --- state for tests --------------------------------------------------------------------
 
@@ -90,6 +95,49 @@ class PayPalStub:
             )
             self.captures[capture.id] = capture
             return capture
+
+    def add_dispute(
+        self, capture: StubCapture, *, status: str = "OPEN", outcome: str = "", value: str = ""
+    ) -> dict[str, Any]:
+        """A dispute of ``capture`` in Customer Disputes v1's shape (``outcome``: the
+        ``dispute_outcome.outcome_code`` of a resolved one)."""
+        with self.lock:
+            dispute_id = f"PP-D-{len(self.disputes) + 27000}"
+            now = _iso(datetime.now(UTC))
+            dispute: dict[str, Any] = {
+                "dispute_id": dispute_id,
+                "create_time": now,
+                "update_time": now,
+                "disputed_transactions": [{"seller_transaction_id": capture.id}],
+                "reason": "MERCHANDISE_OR_SERVICE_NOT_RECEIVED",
+                "status": status,
+                "dispute_amount": {
+                    "currency_code": capture.currency,
+                    "value": value or _value(capture.amount, capture.currency),
+                },
+                "dispute_life_cycle_stage": "CHARGEBACK",
+                "links": [
+                    {
+                        "href": f"{self.url}/v1/customer/disputes/{dispute_id}",
+                        "rel": "self",
+                        "method": "GET",
+                    }
+                ],
+            }
+            if outcome:
+                dispute["dispute_outcome"] = {"outcome_code": outcome}
+            self.disputes[dispute_id] = dispute
+            return dispute
+
+    def disputes_of(self, capture_id: str) -> dict[str, Any]:
+        summary = ("dispute_id", "create_time", "update_time", "reason", "status",
+                   "dispute_amount", "links")  # fmt: skip
+        items = [
+            {key: d[key] for key in summary if key in d}
+            for d in self.disputes.values()
+            if any(t["seller_transaction_id"] == capture_id for t in d["disputed_transactions"])
+        ]
+        return {"items": items, "links": []}
 
     def expire_tokens(self) -> None:
         with self.lock:
@@ -345,8 +393,18 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if not self._authorized():
             return
-        parts = self.path.strip("/").split("/")
+        path, _, query = self.path.partition("?")
+        parts = path.strip("/").split("/")
         with self.stub.lock:
+            if parts == ["v1", "customer", "disputes"]:
+                asked = dict(parse_qsl(query))
+                self._send(200, self.stub.disputes_of(asked.get("disputed_transaction_id", "")))
+                return
+            if len(parts) == 4 and parts[:3] == ["v1", "customer", "disputes"]:
+                dispute = self.stub.disputes.get(parts[3])
+                if dispute is not None:
+                    self._send(200, dispute)
+                    return
             if len(parts) == 4 and parts[:3] == ["v2", "payments", "captures"]:
                 capture = self.stub.captures.get(parts[3])
                 if capture is not None:

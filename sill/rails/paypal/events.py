@@ -18,17 +18,14 @@ Nothing here starts a money movement.
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from celery import shared_task
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
-from sill.money import MoneyError, parse_major
-from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Rail
+from sill.orders.models import Charge, Rail
 from sill.orders.outside import (
     OutsideRefund,
     ReportedDispute,
@@ -36,25 +33,22 @@ from sill.orders.outside import (
     record_outside_refund,
     report_own_refund,
 )
-from sill.rails.base import RailRefund
 from sill.rails.dispute_states import dispute_status
 from sill.rails.event_attempts import attempt_event
 from sill.rails.models import WebhookEvent
+from sill.rails.paypal.resources import (
+    SILL_REFUND_ID,
+    amount,
+    capture_of,
+    dispute_word,
+    rail_refund,
+    time,
+)
 
 REFUND_EVENTS = frozenset({"PAYMENT.CAPTURE.REFUNDED"})
 DISPUTE_EVENTS = frozenset(
     {"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.UPDATED", "CUSTOMER.DISPUTE.RESOLVED"}
 )
-# PayPal's refund statuses in the words Sill's refund core reads (Stripe's words).
-_REFUND_STATES = {
-    "COMPLETED": "succeeded",
-    "PENDING": "pending",
-    "CANCELLED": "canceled",
-    "FAILED": "failed",
-}
-# A Sill refund id (sill.ids.new_id("rf")): a merchant's own ``custom_id`` is not mistaken for
-# one, so their refunds made in PayPal still count as outside refunds.
-_SILL_REFUND_ID = re.compile(r"^rf_[0-9A-HJKMNP-TV-Z]{26}$")
 
 
 def process_event(event_pk: int) -> str:
@@ -105,37 +99,24 @@ def _charge(stored: WebhookEvent, capture_id: str) -> Charge | None:
 def _apply_refund(stored: WebhookEvent, refund: dict[str, Any], event_at: datetime) -> str:
     refund_id = str(refund.get("id") or "")
     custom_id = str(refund.get("custom_id") or "")
-    sill_refund_id = custom_id if _SILL_REFUND_ID.match(custom_id) else ""
-    charge = _charge(stored, _capture_of(refund))
+    charge = _charge(stored, capture_of(refund))
     if charge is None or not refund_id:
-        if sill_refund_id:
+        if SILL_REFUND_ID.match(custom_id):
             return f"{refund_id}: Sill's own refund"
         return f"{refund_id or 'refund'}: not a capture Sill knows"
-    amount = _amount(refund.get("amount"))
-    if amount is None or amount[0] <= 0:
+    report = rail_refund(refund, default_time=event_at)
+    if report is None:
         return f"{refund_id}: malformed refund"
-    status = _REFUND_STATES.get(str(refund.get("status") or "COMPLETED"), "pending")
-    created = _time(refund.get("create_time")) or event_at
-    if sill_refund_id:
-        reason = (refund.get("status_details") or {}).get("reason") or ""
-        report = RailRefund(
-            provider_refund_id=refund_id,
-            amount_minor=amount[0],
-            currency=amount[1],
-            status=status,
-            created_at=created,
-            sill_refund_id=sill_refund_id,
-            failure_reason=str(reason),
-        )
+    if report.sill_refund_id:
         done = report_own_refund(charge=charge, refund=report, event_id=stored.event_id)
         return f"{refund_id}: {done}"
     outside = OutsideRefund(
         provider_refund_id=refund_id,
-        amount_minor=amount[0],
-        currency=amount[1],
-        status=status,
-        created_at_rail=created,
-        reason=str(refund.get("note_to_payer") or ""),
+        amount_minor=report.amount_minor,
+        currency=report.currency,
+        status=report.status,
+        created_at_rail=report.created_at,
+        reason=report.reason,
     )
     done = record_outside_refund(
         charge=charge, refund=outside, event_id=stored.event_id, event_at=event_at
@@ -156,25 +137,18 @@ def _apply_dispute(stored: WebhookEvent, dispute: dict[str, Any], event_at: date
     )
     if charge is None or not dispute_id:
         return f"{dispute_id or 'dispute'}: not a capture Sill knows"
-    amount = _amount(dispute.get("dispute_amount"))
-    if amount is None:
+    money = amount(dispute.get("dispute_amount"))
+    if money is None:
         return f"{dispute_id}: malformed dispute"
-    rail_status = str(dispute.get("status") or "OPEN").upper()
-    outcome = str((dispute.get("dispute_outcome") or {}).get("outcome_code") or "").upper()
-    if rail_status == "RESOLVED" and outcome:
-        # "RESOLVED" alone does not say who won: the outcome does.
-        rail_status = f"RESOLVED:{outcome}"
-    status = dispute_status(rail_status)
-    if rail_status.startswith("RESOLVED") and status in OPEN_DISPUTE_STATUSES:
-        status = dispute_status("RESOLVED")  # an outcome Sill has no word for: still over
+    rail_status = dispute_word(dispute)
     reported = ReportedDispute(
         provider_dispute_id=dispute_id,
         reason=str(dispute.get("reason") or "general"),
-        amount_minor=amount[0],
-        currency=amount[1],
-        status=status,
+        amount_minor=money[0],
+        currency=money[1],
+        status=dispute_status(rail_status),
         rail_status=rail_status[:100],
-        opened_at=_time(dispute.get("create_time")) or event_at,
+        opened_at=time(dispute.get("create_time")) or event_at,
     )
     done = record_dispute(
         charge=charge, dispute=reported, event_id=stored.event_id, event_at=event_at
@@ -182,38 +156,7 @@ def _apply_dispute(stored: WebhookEvent, dispute: dict[str, Any], event_at: date
     return f"{dispute_id}: {done}"
 
 
-def _capture_of(refund: dict[str, Any]) -> str:
-    """The capture id named by the refund's ``up`` link (``…/v2/payments/captures/{id}``)."""
-    for link in refund.get("links") or []:
-        if isinstance(link, dict) and link.get("rel") == "up":
-            parts = urlsplit(str(link.get("href") or "")).path.rstrip("/").split("/")
-            if len(parts) >= 2 and parts[-2] == "captures":
-                return parts[-1]
-    return ""
-
-
-def _amount(value: Any) -> tuple[int, str] | None:
-    if not isinstance(value, dict):
-        return None
-    currency = str(value.get("currency_code") or "").upper()
-    try:
-        money = parse_major(str(value.get("value")), currency)
-    except MoneyError:
-        return None
-    return money.amount_minor, money.currency
-
-
 def _event_time(event: dict[str, Any], resource: dict[str, Any]) -> datetime:
     # The resource's update time orders the events of one refund or dispute; the event's own
     # time is a fallback.
-    return _time(resource.get("update_time")) or _time(event.get("create_time")) or timezone.now()
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+    return time(resource.get("update_time")) or time(event.get("create_time")) or timezone.now()

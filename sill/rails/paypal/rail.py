@@ -15,6 +15,10 @@ order, whose ``payments.refunds`` list Sill's refund by ``custom_id``. Where the
 no readable order (a capture not made through Orders v2), it answers ``None``; the retry that
 follows carries the same ``PayPal-Request-Id``, which PayPal answers with the refund it
 already made (it keeps request ids for 45 days), so money still moves at most once.
+
+Reconciliation (``ChargeReader``): ``list_refunds`` reads the same order's refunds of the
+capture; ``list_disputes`` the capture's disputes from Customer Disputes v1, a resolved one's
+outcome from its own details.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from sill.rails.base import (
     ChargeRequest,
     ChargeResult,
     PermanentRailError,
+    RailDispute,
+    RailRefund,
     RefundFacts,
     RefundFactsRequest,
     RefundRequest,
@@ -39,8 +45,12 @@ from sill.rails.base import (
 )
 from sill.rails.fact_reads import read_at_once
 from sill.rails.paypal.client import PayPalClient
+from sill.rails.paypal.resources import amount, dispute_word, rail_refund
+from sill.rails.paypal.resources import time as paypal_time
 
 REFUND_WINDOW_DAYS = RAIL_REFUND_WINDOW_DAYS["paypal"]
+# PayPal's largest page of disputes; a capture has a handful at most.
+DISPUTE_PAGE_SIZE = 50
 
 _STATES: dict[str, RefundState] = {
     "COMPLETED": "succeeded",
@@ -79,7 +89,7 @@ class PayPalRail:
 
     def refund(self, request: RefundRequest) -> RefundResult:
         capture_id = _capture_id(request)
-        captured_at = _time(self.capture(capture_id).get("create_time"))
+        captured_at = paypal_time(self.capture(capture_id).get("create_time"))
         if captured_at is not None and self.window_passed(captured_at):
             raise RefundWindowPassed(WINDOW_WORDS.format(date=captured_at.date().isoformat()))
         body = {
@@ -103,6 +113,56 @@ class PayPalRail:
             if refund.get("custom_id") == request.refund_id:
                 return _result(refund, fallback=request.amount)
         return None
+
+    # --- what PayPal holds for a capture (reconciliation: sill.rails.base.ChargeReader) -------
+
+    def list_refunds(self, provider_charge_id: str) -> list[RailRefund]:
+        """Every refund of the capture, newest first, as its checkout order lists them."""
+        refunds = self._order_refunds(provider_charge_id)
+        if refunds is None:
+            raise PermanentRailError(
+                "PayPal names no checkout order for this capture, so its refunds cannot be listed",
+                code="rail_unsupported",
+            )
+        now = datetime.now(UTC)
+        listed = [r for raw in refunds if (r := rail_refund(raw, default_time=now)) is not None]
+        return sorted(listed, key=lambda r: r.created_at, reverse=True)
+
+    def list_disputes(self, provider_charge_id: str) -> list[RailDispute]:
+        """Every dispute of the capture (``GET /v1/customer/disputes?disputed_transaction_id``).
+        The list gives a summary: a resolved dispute's outcome (who won) is read from its own
+        details, since RESOLVED alone does not say."""
+        page = self.client.get(
+            "/v1/customer/disputes?disputed_transaction_id="
+            f"{quote(provider_charge_id, safe='')}&page_size={DISPUTE_PAGE_SIZE}",
+            doing="dispute list",
+        )
+        now = datetime.now(UTC)
+        found = []
+        for item in page.get("items") or []:
+            if not isinstance(item, dict) or not item.get("dispute_id"):
+                continue
+            if str(item.get("status") or "").upper() == "RESOLVED" and not item.get(
+                "dispute_outcome"
+            ):
+                item = self.client.get(
+                    f"/v1/customer/disputes/{quote(str(item['dispute_id']), safe='')}",
+                    doing="dispute lookup",
+                )
+            money = amount(item.get("dispute_amount"))
+            if money is None:
+                continue
+            found.append(
+                RailDispute(
+                    provider_dispute_id=str(item["dispute_id"]),
+                    amount_minor=money[0],
+                    currency=money[1],
+                    reason=str(item.get("reason") or "general"),
+                    status=dispute_word(item),
+                    created_at=paypal_time(item.get("create_time")) or now,
+                )
+            )
+        return found
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -152,7 +212,7 @@ class PayPalRail:
                 ):
                     refunded += amount.amount_minor
         return RefundFacts(
-            charge_created_at=_time(capture.get("create_time")),
+            charge_created_at=paypal_time(capture.get("create_time")),
             charge_refunded_minor=refunded,
             live_money=self.mode == "live",
         )
@@ -199,16 +259,6 @@ def _refunds_capture(refund: dict[str, Any], capture_id: str) -> bool:
     up = _link(refund, "up")
     # Without an ``up`` link the order's only capture is meant; with one, it must match.
     return not up or up.rstrip("/").endswith("/" + capture_id)
-
-
-def _time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _money(value: Any) -> Money | None:

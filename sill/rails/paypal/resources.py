@@ -1,0 +1,85 @@
+"""PayPal's refund and dispute resources in Sill's words, as its webhooks deliver them
+(sill.rails.paypal.events) and as the rail lists them for reconciliation
+(sill.rails.paypal.rail): one reading of each shape for both."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from sill.money import MoneyError, parse_major
+from sill.rails.base import RailRefund
+
+# PayPal's refund statuses in the words Sill's refund core reads (Stripe's words).
+REFUND_STATES = {
+    "COMPLETED": "succeeded",
+    "PENDING": "pending",
+    "CANCELLED": "canceled",
+    "FAILED": "failed",
+}
+# A Sill refund id (sill.ids.new_id("rf")): a merchant's own ``custom_id`` is not mistaken for
+# one, so their refunds made in PayPal still count as outside refunds.
+SILL_REFUND_ID = re.compile(r"^rf_[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def amount(value: Any) -> tuple[int, str] | None:
+    """``{"value": "12.50", "currency_code": "USD"}`` → ``(1250, "USD")``; None if unreadable."""
+    if not isinstance(value, dict):
+        return None
+    currency = str(value.get("currency_code") or "").upper()
+    try:
+        money = parse_major(str(value.get("value")), currency)
+    except MoneyError:
+        return None
+    return money.amount_minor, money.currency
+
+
+def time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def capture_of(refund: dict[str, Any]) -> str:
+    """The capture id named by the refund's ``up`` link (``…/v2/payments/captures/{id}``)."""
+    for link in refund.get("links") or []:
+        if isinstance(link, dict) and link.get("rel") == "up":
+            parts = urlsplit(str(link.get("href") or "")).path.rstrip("/").split("/")
+            if len(parts) >= 2 and parts[-2] == "captures":
+                return parts[-1]
+    return ""
+
+
+def rail_refund(refund: dict[str, Any], *, default_time: datetime) -> RailRefund | None:
+    """One PayPal refund as Sill reads a rail's; None when it has no id or a readable, positive
+    amount. ``sill_refund_id``: its ``custom_id`` when that is one of Sill's refund ids."""
+    refund_id = str(refund.get("id") or "")
+    money = amount(refund.get("amount"))
+    if not refund_id or money is None or money[0] <= 0:
+        return None
+    custom_id = str(refund.get("custom_id") or "")
+    return RailRefund(
+        provider_refund_id=refund_id,
+        amount_minor=money[0],
+        currency=money[1],
+        status=REFUND_STATES.get(str(refund.get("status") or "COMPLETED"), "pending"),
+        created_at=time(refund.get("create_time")) or default_time,
+        sill_refund_id=custom_id if SILL_REFUND_ID.match(custom_id) else "",
+        reason=str(refund.get("note_to_payer") or ""),
+        failure_reason=str((refund.get("status_details") or {}).get("reason") or ""),
+    )
+
+
+def dispute_word(dispute: dict[str, Any]) -> str:
+    """The dispute's status as sill.rails.dispute_states reads PayPal's: a resolved one carries
+    its outcome after a colon (``RESOLVED:RESOLVED_SELLER_FAVOUR``), since RESOLVED alone
+    does not say who won."""
+    status = str(dispute.get("status") or "OPEN").upper()
+    outcome = str((dispute.get("dispute_outcome") or {}).get("outcome_code") or "").upper()
+    return f"RESOLVED:{outcome}" if status == "RESOLVED" and outcome else status

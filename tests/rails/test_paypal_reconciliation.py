@@ -1,0 +1,114 @@
+"""Reconciliation of PayPal captures: the rail lists a capture's refunds (its checkout order's
+``payments.refunds``) and disputes (Customer Disputes v1), so a run compares them with Sill's
+books as it does Stripe's, through the loopback PayPal (tests/rails/paypal_stub.py).
+
+Seen before: reconciliation covered Stripe only. A refund made in PayPal's dashboard whose
+webhook never came, or a refund Sill settled that PayPal does not have, was never found.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db.models import F
+
+from refunds.models import ReconciliationItem, ReconciliationRun, Refund
+from refunds.reconcile.runs import run_reconciliation
+from sill.errors import SillError
+from sill.money import Money
+from sill.orders.models import Charge, Dispute, ExternalRefund
+from tests.rails.test_paypal_refunds import _execute, _refund
+
+pytestmark = pytest.mark.django_db
+
+
+def _run(account) -> ReconciliationRun:
+    run = run_reconciliation(account_id=account.pk, force=True)
+    assert run is not None and run.error == ""
+    assert run.charges_unreadable == 0, "a capture could not be read"
+    return run
+
+
+def test_a_refund_made_in_paypal_without_its_webhook_is_recorded_and_shown(
+    site, paypal, paypal_account, paypal_order
+):
+    order, capture = paypal_order(total="89.00")
+    status, made = paypal.refund(
+        capture, {"amount": {"value": "20.00", "currency_code": "USD"}}, ""
+    )
+    assert status == 201
+    run = _run(paypal_account)
+    assert (run.charges_checked, run.items_opened) == (1, 1)
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert (item.kind, item.provider_refund_id, item.sill_corrected) == (
+        "missing_in_sill", made["id"], True,
+    )  # fmt: skip
+    assert (item.rail, item.rail_amount_minor) == ("paypal", 2000)
+    outside = ExternalRefund.objects.get(charge__order=order)
+    assert (outside.provider_refund_id, outside.counted_minor) == (made["id"], 2000)
+    assert Charge.objects.get(order=order).amount_refunded_outside_minor == 2000
+
+
+def test_sills_own_refunds_agree_and_one_paypal_lacks_is_in_sill_not_at_the_rail(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, _ = paypal_order(total="89.00")
+    made = _refund(
+        site, members, order, django_capture_on_commit_callbacks,
+        kind="amount", amount=Money(1000, "USD"),
+    )  # fmt: skip
+    assert _execute(made)[0].status == "succeeded"
+    _run(paypal_account)
+    assert not ReconciliationItem.objects.exists()  # the books agree
+
+    # A refund Sill counts as settled that PayPal never made.
+    phantom = Refund.objects.create(
+        site=site, order=order, charge=order.charges.get(), origin="staff",
+        amount_minor=500, currency="USD", rail="paypal", decision="approved",
+        status="succeeded", provider_refund_id="RFNEVERMADE01",
+    )  # fmt: skip
+    Charge.objects.filter(order=order).update(
+        amount_refunded_minor=F("amount_refunded_minor") + 500
+    )
+    _run(paypal_account)
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert (item.kind, item.refund_id, item.sill_amount_minor) == (
+        "missing_at_rail", phantom.pk, 500,
+    )  # fmt: skip
+    assert "PayPal lists no such refund" in item.detail
+
+
+def test_disputes_are_read_with_a_resolved_ones_outcome(site, paypal, paypal_account, paypal_order):
+    order, capture = paypal_order(total="89.00")
+    paypal.add_dispute(capture, status="OPEN")
+    won = paypal.add_dispute(capture, status="RESOLVED", outcome="RESOLVED_SELLER_FAVOUR")
+    _run(paypal_account)
+    recorded = {d.provider_dispute_id: d for d in Dispute.objects.filter(charge__order=order)}
+    assert len(recorded) == 2
+    assert recorded[won["dispute_id"]].status == "won"
+    assert recorded[won["dispute_id"]].rail_status == "RESOLVED:RESOLVED_SELLER_FAVOUR"
+    [still_open] = [d for key, d in recorded.items() if key != won["dispute_id"]]
+    assert still_open.status == "needs_response"
+
+
+def test_a_capture_paypal_cannot_read_is_counted_and_changes_nothing(
+    site, paypal, paypal_account, paypal_order
+):
+    order, _ = paypal_order(total="89.00")
+    Charge.objects.filter(order=order).update(provider_charge_id="NOSUCHCAPTURE")
+    run = run_reconciliation(account_id=paypal_account.pk, force=True)
+    assert run is not None and (run.charges_checked, run.charges_unreadable) == (1, 1)
+    assert not ReconciliationItem.objects.exists() and not ExternalRefund.objects.exists()
+
+
+def test_a_refund_decision_records_a_refund_paypal_reports_before_its_webhook(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, capture = paypal_order(total="89.00")
+    paypal.refund(capture, {"amount": {"value": "30.00", "currency_code": "USD"}}, "")
+    with pytest.raises(SillError, match=r"At most \$59\.00"):
+        _refund(
+            site, members, order, django_capture_on_commit_callbacks,
+            kind="amount", amount=Money(6000, "USD"),
+        )  # fmt: skip
+    [outside] = ExternalRefund.objects.filter(charge__order=order)
+    assert outside.counted_minor == 3000 and paypal.refund_calls == []
