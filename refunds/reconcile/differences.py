@@ -201,31 +201,19 @@ def _own_credit(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> li
                     ),
                 )
             ]
-        found = []
-        if own.provider_refund_id and own.provider_refund_id != at_rail.provider_refund_id:
-            found.append(
-                Difference(
-                    kind=MISSING_AT_RAIL,
-                    **base,
-                    detail=(
-                        f"Sill settled this credit as {own.provider_refund_id}, but {rail}'s "
-                        f"balance transaction for it is {at_rail.provider_refund_id}."
-                    ),
-                )
-            )
-        if (at_rail.amount_minor, at_rail.currency) != (own.amount_minor, own.currency):
-            found.append(
-                Difference(
-                    kind=AMOUNT_DIFFERS,
-                    **base,
-                    detail=(
-                        f"Sill credited {_money(own.amount_minor, own.currency)}; {rail}'s "
-                        "balance transaction credits "
-                        f"{_money(at_rail.amount_minor, at_rail.currency)}."
-                    ),
-                )
-            )
-        return found
+        return _settled_against(
+            own,
+            at_rail,
+            base,
+            other_id=(
+                f"Sill settled this credit as {own.provider_refund_id}, but {rail}'s balance "
+                f"transaction for it is {at_rail.provider_refund_id}."
+            ),
+            amounts=(
+                f"Sill credited {_money(own.amount_minor, own.currency)}; {rail}'s balance "
+                f"transaction credits {_money(at_rail.amount_minor, at_rail.currency)}."
+            ),
+        )
     if own.status in NOT_REFUNDED and at_rail is not None:
         return [
             Difference(
@@ -238,6 +226,19 @@ def _own_credit(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> li
             )
         ]
     return []
+
+
+def _settled_against(
+    own: SillRefundRow, at_rail: RailRefund, base: dict[str, Any], *, other_id: str, amounts: str
+) -> list[Difference]:
+    """What a refund or credit Sill settled and the rail lists can differ in beside its status:
+    another provider id than the one Sill recorded, another amount or currency."""
+    found = []
+    if own.provider_refund_id and own.provider_refund_id != at_rail.provider_refund_id:
+        found.append(Difference(kind=MISSING_AT_RAIL, **base, detail=other_id))
+    if (at_rail.amount_minor, at_rail.currency) != (own.amount_minor, own.currency):
+        found.append(Difference(kind=AMOUNT_DIFFERS, **base, detail=amounts))
+    return found
 
 
 def _match(
@@ -288,18 +289,19 @@ def _own_refund(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> li
                     ),
                 )
             ]
-        found = []
-        if own.provider_refund_id and own.provider_refund_id != at_rail.provider_refund_id:
-            found.append(
-                Difference(
-                    kind=MISSING_AT_RAIL,
-                    **base,
-                    detail=(
-                        f"Sill settled this refund as {own.provider_refund_id}, but {rail}'s "
-                        f"refund for its idempotency key is {at_rail.provider_refund_id}."
-                    ),
-                )
-            )
+        found = _settled_against(
+            own,
+            at_rail,
+            base,
+            other_id=(
+                f"Sill settled this refund as {own.provider_refund_id}, but {rail}'s refund "
+                f"for its idempotency key is {at_rail.provider_refund_id}."
+            ),
+            amounts=(
+                f"Sill settled {_money(own.amount_minor, own.currency)}; {rail} refunded "
+                f"{_money(at_rail.amount_minor, at_rail.currency)}."
+            ),
+        )
         if not _counted(at_rail):
             found.append(
                 Difference(
@@ -319,17 +321,6 @@ def _own_refund(own: SillRefundRow, at_rail: RailRefund | None, rail: str) -> li
                     detail=(
                         f"Sill settled this refund, but {rail} has not finished it "
                         f"({at_rail.status})."
-                    ),
-                )
-            )
-        if (at_rail.amount_minor, at_rail.currency) != (own.amount_minor, own.currency):
-            found.append(
-                Difference(
-                    kind=AMOUNT_DIFFERS,
-                    **base,
-                    detail=(
-                        f"Sill settled {_money(own.amount_minor, own.currency)}; {rail} "
-                        f"refunded {_money(at_rail.amount_minor, at_rail.currency)}."
                     ),
                 )
             )
