@@ -1,14 +1,13 @@
 """Reconciliation runs: which rail accounts and charges are compared with the rail, and when.
 
 The beat task ``refunds.reconcile`` ticks every five minutes and starts a run for each
-enabled rail account whose rail can list a charge's refunds (``ChargeReader``: Stripe and
-PayPal; the mock rail's "provider database" is Sill's own records, so there is nothing to
-compare) and
-whose last run started ``SILL_RECONCILE_EVERY_MINUTES`` (60) ago or more. A run checks the
-charges with activity in the last ``SILL_RECONCILE_DAYS`` (7) — created, captured, refunded
-by Sill or outside it — plus every charge that still has an open item (so it can clear), at
-most ``SILL_RECONCILE_MAX_CHARGES`` (500) per run, going on from where the previous run
-stopped, so a busy site is covered in turns.
+enabled rail account whose rail can list a charge's refunds (``ChargeReader``: Stripe,
+PayPal and Shopify; the mock rail's "provider database" is Sill's own records, so there is
+nothing to compare) and whose last run started ``SILL_RECONCILE_EVERY_MINUTES`` (60) ago or
+more. A run checks the charges with activity in the last ``SILL_RECONCILE_DAYS`` (7) —
+created, captured, refunded by Sill or outside it — plus every charge that still has an open
+item (so it can clear), at most ``SILL_RECONCILE_MAX_CHARGES`` (500) per run, going on from
+where the previous run stopped, so a busy site is covered in turns.
 
 On a rail that credits customer balances (Stripe), a run then compares the credits of each
 customer with a credit changed in the same days, or an open credit item, with the balance

@@ -264,12 +264,18 @@ class ChargeReader(Protocol):
     """A rail that can list what it holds for one of its charges. Reads never move money;
     a ``RailError`` means nothing could be read (never "there is nothing")."""
 
-    def list_refunds(self, provider_charge_id: str) -> list[RailRefund]:
-        """Every refund of the charge, newest first, all pages."""
+    def list_refunds(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailRefund]:
+        """Every refund of the charge, newest first, all pages. ``provider_payment_id``: the
+        charge's payment or order at the rail, for a rail whose refunds hang off it (Shopify's
+        order); the others go by the charge's id."""
         ...
 
-    def list_disputes(self, provider_charge_id: str) -> list[RailDispute]:
-        """Every dispute of the charge."""
+    def list_disputes(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailDispute]:
+        """Every dispute of the charge (``provider_payment_id`` as for ``list_refunds``)."""
         ...
 
 

@@ -45,7 +45,9 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
     Raises ``RailError`` when the refunds cannot be listed (nothing is recorded then); a
     dispute list that fails leaves ``disputes_read`` False and records no dispute.
     """
-    refunds = rail.list_refunds(charge.provider_charge_id)
+    refunds = rail.list_refunds(
+        charge.provider_charge_id, provider_payment_id=charge.provider_payment_id
+    )
     now = timezone.now()
     outcomes: list[str] = []
     for listed in refunds:
@@ -75,7 +77,9 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
                 done = f"not recorded: {exc}"
         outcomes.append(f"{listed.provider_refund_id}: {done}")
     try:
-        disputes = rail.list_disputes(charge.provider_charge_id)
+        disputes = rail.list_disputes(
+            charge.provider_charge_id, provider_payment_id=charge.provider_payment_id
+        )
     except RailError:
         return ChargeSync(refunds=refunds, disputes_read=False, outcomes=outcomes)
     for dispute in disputes:

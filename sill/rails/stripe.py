@@ -371,7 +371,9 @@ class StripeRail:
 
     # --- what Stripe holds for a charge, and its events ---------------------------------
 
-    def list_refunds(self, provider_charge_id: str) -> list[RailRefund]:
+    def list_refunds(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailRefund]:
         """Every refund of the charge (``refunds.list`` by charge, all pages)."""
         try:
             page = self._client.v1.refunds.list(params={"charge": provider_charge_id, "limit": 100})
@@ -379,7 +381,9 @@ class StripeRail:
         except stripe.StripeError as exc:
             self._raise(exc, doing="refund list", read=True)
 
-    def list_disputes(self, provider_charge_id: str) -> list[RailDispute]:
+    def list_disputes(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailDispute]:
         """Every dispute of the charge (``disputes.list`` by charge, all pages)."""
         try:
             page = self._client.v1.disputes.list(

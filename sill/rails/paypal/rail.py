@@ -116,7 +116,9 @@ class PayPalRail:
 
     # --- what PayPal holds for a capture (reconciliation: sill.rails.base.ChargeReader) -------
 
-    def list_refunds(self, provider_charge_id: str) -> list[RailRefund]:
+    def list_refunds(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailRefund]:
         """Every refund of the capture, newest first, as its checkout order lists them."""
         refunds = self._order_refunds(provider_charge_id)
         if refunds is None:
@@ -128,7 +130,9 @@ class PayPalRail:
         listed = [r for raw in refunds if (r := rail_refund(raw, default_time=now)) is not None]
         return sorted(listed, key=lambda r: r.created_at, reverse=True)
 
-    def list_disputes(self, provider_charge_id: str) -> list[RailDispute]:
+    def list_disputes(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailDispute]:
         """Every dispute of the capture (``GET /v1/customer/disputes?disputed_transaction_id``).
         The list gives a summary: a resolved dispute's outcome (who won) is read from its own
         details, since RESOLVED alone does not say."""

@@ -34,7 +34,9 @@ from sill.rails.base import (
     CustomerHistory,
     LiveNotAllowed,
     PermanentRailError,
+    RailDispute,
     RailError,
+    RailRefund,
     RefundFacts,
     RefundFactsRequest,
     RefundRequest,
@@ -83,6 +85,9 @@ class ShopifyRail:
         self.client = client
         self.allow_live = allow_live
         self.fact_timeout = fact_timeout
+        # The disputes of the order ``list_refunds`` just read, by order id, for the
+        # ``list_disputes`` that follows it (one order query for both).
+        self._read_disputes: dict[str, list[RailDispute]] = {}
 
     def __repr__(self) -> str:
         return f"ShopifyRail({self.client!r}, allow_live={self.allow_live})"
@@ -177,6 +182,39 @@ class ShopifyRail:
                 code="rail_declined",
             )
         return transactions
+
+    # --- what Shopify holds for an order (reconciliation: sill.rails.base.ChargeReader) ----
+
+    def list_refunds(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailRefund]:
+        """Every refund of the charge's order (``provider_payment_id``: its numeric id),
+        newest first."""
+        order = self._listed_order(provider_payment_id)
+        self._read_disputes[provider_payment_id] = order.disputes
+        return sorted(order.refunds, key=lambda r: r.created_at, reverse=True)
+
+    def list_disputes(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailDispute]:
+        """The order's Shopify Payments disputes: those of the order ``list_refunds`` has just
+        read, else read now."""
+        read = self._read_disputes.pop(provider_payment_id, None)
+        if read is not None:
+            return read
+        return self._listed_order(provider_payment_id).disputes
+
+    def _listed_order(self, provider_payment_id: str) -> ShopifyOrder:
+        if not provider_payment_id:
+            raise PermanentRailError(
+                "the charge names no Shopify order", code="original_not_charged"
+            )
+        order = self.order(provider_payment_id)
+        if order is None:
+            raise PermanentRailError(
+                f"Shopify has no order {order_gid(provider_payment_id)}", code="rail_declined"
+            )
+        return order
 
     # --- orders, for the sync ------------------------------------------------------------
 

@@ -1,0 +1,121 @@
+"""Reconciliation of Shopify orders: the rail lists an order's refunds and Shopify Payments
+disputes (one ``SillOrder`` query for both), so a run compares them with Sill's books as it
+does Stripe's and PayPal's, through the loopback Shopify (tests/rails/shopify_stub.py).
+
+Seen before: reconciliation covered Stripe only. A refund made in the Shopify admin whose
+webhook never came stayed out of Sill's books until the order happened to change again.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from django.db.models import F
+from django.test import Client
+
+from refunds.models import ReconciliationItem, ReconciliationRun, Refund
+from refunds.reconcile.runs import run_reconciliation
+from sill.orders.models import Charge, Dispute, ExternalRefund, Order
+from tests.rails.shopify_fixtures import signed_headers
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def synced(site, shopify, shopify_account, django_capture_on_commit_callbacks):
+    """``synced(total)``: a paid test order at the stub, brought into Sill by its webhook."""
+
+    def make(total: str = "60.00"):
+        placed = shopify.add_order(total=total)
+        body = json.dumps({"id": placed.id, "admin_graphql_api_id": placed.gid}).encode()
+        headers = signed_headers(body, topic="orders/create", webhook_id=f"wh-{placed.id}")
+        with django_capture_on_commit_callbacks(execute=True):
+            response = Client().post(
+                f"/webhooks/shopify/{site.pk}", body, content_type="application/json", **headers
+            )
+        assert response.status_code == 200
+        return placed, Order.objects.get(site=site, charges__provider_payment_id=str(placed.id))
+
+    return make
+
+
+def _run(account) -> ReconciliationRun:
+    run = run_reconciliation(account_id=account.pk, force=True)
+    assert run is not None and run.error == ""
+    return run
+
+
+def test_a_refund_made_in_the_admin_without_its_webhook_is_recorded_and_shown(
+    shopify, shopify_account, synced
+):
+    placed, order = synced("60.00")
+    made = shopify._make_refund(placed, Decimal("20.00"), note="from the admin")
+    calls_before = len(shopify.calls)
+    run = _run(shopify_account)
+    assert (run.charges_checked, run.charges_unreadable, run.items_opened) == (1, 0, 1)
+    # One order query answered both the refunds and the disputes.
+    assert [op for op, _ in shopify.calls[calls_before:]] == ["SillOrder"]
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert (item.kind, item.provider_refund_id, item.sill_corrected, item.rail) == (
+        "missing_in_sill", made["id"], True, "shopify",
+    )  # fmt: skip
+    assert ExternalRefund.objects.get(charge__order=order).counted_minor == 2000
+    assert Charge.objects.get(order=order).amount_refunded_outside_minor == 2000
+
+
+def test_a_refund_sill_settled_that_shopify_lacks_and_a_dispute_are_found(
+    site, shopify, shopify_account, synced
+):
+    placed, order = synced("60.00")
+    charge = order.charges.get()
+    phantom = Refund.objects.create(
+        site=site, order=order, charge=charge, origin="staff", amount_minor=1500,
+        currency="USD", rail="shopify", decision="approved", status="succeeded",
+        provider_refund_id="gid://shopify/Refund/404",
+    )  # fmt: skip
+    Charge.objects.filter(pk=charge.pk).update(
+        amount_refunded_minor=F("amount_refunded_minor") + 1500
+    )
+    placed.disputes.append(
+        {"id": "gid://shopify/ShopifyPaymentsDispute/9", "status": "UNDER_REVIEW",
+         "initiatedAs": "CHARGEBACK"}
+    )  # fmt: skip
+    _run(shopify_account)
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert (item.kind, item.refund_id) == ("missing_at_rail", phantom.pk)
+    assert "Shopify lists no such refund" in item.detail
+    assert Dispute.objects.get(charge=charge).status == "under_review"
+
+
+def test_an_order_shopify_no_longer_has_is_counted_unreadable(shopify, shopify_account, synced):
+    placed, order = synced("60.00")
+    del shopify.orders[placed.id]
+    run = run_reconciliation(account_id=shopify_account.pk, force=True)
+    assert run is not None and (run.charges_checked, run.charges_unreadable) == (1, 1)
+    assert not ReconciliationItem.objects.filter(order=order).exists()
+
+
+def test_a_refund_decision_records_a_refund_shopify_reports_before_its_webhook(
+    site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
+):
+    from refunds.reasons.services import ensure_default_reasons
+    from refunds.staff.services import create_staff_refund
+    from sill.errors import SillError
+    from sill.money import Money
+
+    placed, order = synced("60.00")
+    shopify._make_refund(placed, Decimal("20.00"), note="from the admin")
+    ensure_default_reasons(site)
+    reason = site.refund_reasons.filter(active=True, numchild=0).first()
+    with (
+        pytest.raises(SillError, match=r"At most \$40\.00"),
+        django_capture_on_commit_callbacks(execute=False),
+    ):
+        create_staff_refund(
+            site=site, order=order, actor=members["owner"].user, kind="amount",
+            amount=Money(5000, "USD"), reason=reason,
+        )  # fmt: skip
+    assert ExternalRefund.objects.get(charge__order=order).counted_minor == 2000
+    assert shopify.refund_creates() == []
