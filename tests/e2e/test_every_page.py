@@ -93,7 +93,8 @@ def open_differences(order: Order, credit: Refund) -> None:
     open_item(
         charge=order.charges.get(),
         difference=Difference(
-            kind="amount_differs", subject="re_SweepAmount01", provider_refund_id="re_SweepAmount01",
+            kind="amount_differs", subject="gid://shopify/Refund/1099511627776123",
+            provider_refund_id="gid://shopify/Refund/1099511627776123",
             currency="USD", sill_amount_minor=1000, rail_amount_minor=900, rail_currency="USD",
             sill_status="succeeded", rail_status="succeeded",
             detail="Sill settled $10.00; the rail refunded $9.00.",
