@@ -61,6 +61,17 @@ class OutsideRow:
 
 
 @dataclass(frozen=True)
+class DisputeRow:
+    """A dispute Sill holds for a charge (``status``: Sill's word; ``status_label`` in words)."""
+
+    provider_dispute_id: str
+    amount_minor: int
+    currency: str
+    status_label: str
+    rail_status: str
+
+
+@dataclass(frozen=True)
 class Difference:
     kind: str
     subject: str  # Sill's refund id, or the provider's refund id for outside refunds
@@ -140,6 +151,34 @@ def differences(
                 )
             )
     return found
+
+
+def missed_disputes(
+    *, rail: str, before: set[str], after: Iterable[DisputeRow]
+) -> list[Difference]:
+    """The disputes the sync recorded that Sill had not (in ``after``, not in ``before``): each
+    a difference Sill has already corrected, left for a person to acknowledge, since a missed
+    dispute webhook is worth a look (and refunds of the charge were allowed meanwhile)."""
+    rail_name = rail_label(rail)
+    return [
+        Difference(
+            kind=MISSING_IN_SILL,
+            subject=dispute.provider_dispute_id,
+            currency=dispute.currency,
+            rail_amount_minor=dispute.amount_minor,
+            rail_currency=dispute.currency,
+            rail_status=dispute.rail_status,
+            sill_corrected=True,
+            detail=(
+                f"A dispute at {rail_name} ({dispute.provider_dispute_id}, "
+                f"{dispute.status_label.lower()}) that Sill had not recorded: its webhook was "
+                "missed or had not arrived yet. It is recorded now, and while it is open every "
+                "refund of the charge is refused."
+            ),
+        )
+        for dispute in after
+        if dispute.provider_dispute_id and dispute.provider_dispute_id not in before
+    ]
 
 
 def credit_differences(

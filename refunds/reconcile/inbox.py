@@ -7,6 +7,8 @@ rail reports failed is reversed), compares (:mod:`refunds.reconcile.differences`
 
 - a new difference opens an item with a signed ``reconciliation_found`` record; the database
   keeps one open item per key and site, so a second run (or two at once) never duplicates it;
+- a dispute the sync recorded that Sill had missed opens an item Sill has already corrected,
+  which waits for a person to acknowledge it;
 - a difference seen again only refreshes the open item (``last_seen_at`` and current values);
 - an open item of the charge that the run no longer finds is closed by Sill (``cleared``,
   nobody named) with its own signed record — unless Sill had corrected its books when it
@@ -45,10 +47,12 @@ from refunds.models import (
 )
 from refunds.reconcile.differences import (
     Difference,
+    DisputeRow,
     OutsideRow,
     SillRefundRow,
     credit_differences,
     differences,
+    missed_disputes,
 )
 from sill.accounts.access import Cap, can
 from sill.accounts.models import Membership, Site
@@ -92,6 +96,7 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
     when the rail's refunds cannot be listed: then nothing is recorded or cleared.
     """
     before = _outside_rows(charge)
+    disputes_before = set(charge.disputes.values_list("provider_dispute_id", flat=True))
     synced = sync_charge(charge=charge, rail=rail, event_id=event_id)
     found = differences(
         rail=charge.rail,
@@ -100,6 +105,19 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
         sill=_sill_rows(Refund.objects.filter(charge=charge)),
         outside_before=before,
         outside_after=_outside_rows(charge),
+    ) + missed_disputes(
+        rail=charge.rail,
+        before=disputes_before,
+        after=[
+            DisputeRow(
+                provider_dispute_id=d.provider_dispute_id,
+                amount_minor=d.amount_minor,
+                currency=d.currency,
+                status_label=d.get_status_display(),
+                rail_status=d.rail_status,
+            )
+            for d in charge.disputes.all()
+        ],
     )
     opened = sum(open_item(charge=charge, difference=d) for d in found)
     cleared = clear_vanished(charge=charge, keys={d.key for d in found})

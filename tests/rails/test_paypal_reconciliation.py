@@ -88,6 +88,32 @@ def test_disputes_are_read_with_a_resolved_ones_outcome(site, paypal, paypal_acc
     assert recorded[won["dispute_id"]].rail_status == "RESOLVED:RESOLVED_SELLER_FAVOUR"
     [still_open] = [d for key, d in recorded.items() if key != won["dispute_id"]]
     assert still_open.status == "needs_response"
+    # Both were missed (no webhook came): each waits in the inbox for a person, in words.
+    items = {i.key: i for i in ReconciliationItem.objects.filter(order=order)}
+    assert set(items) == {f"missing_in_sill:{key}" for key in recorded}
+    opened = items[f"missing_in_sill:{still_open.provider_dispute_id}"]
+    assert opened.sill_corrected and opened.provider_refund_id == ""
+    assert (opened.rail_amount_minor, opened.rail_status) == (8900, "OPEN")
+    assert f"A dispute at PayPal ({still_open.provider_dispute_id}, needs response)" in (
+        opened.detail
+    )
+    assert "every refund of the charge is refused" in opened.detail
+    # Seen again, nothing new opens, and Sill does not clear them: a person acknowledges them.
+    run = _run(paypal_account)
+    assert (run.items_opened, run.items_cleared) == (0, 0)
+    assert ReconciliationItem.objects.filter(order=order, resolved_at__isnull=True).count() == 2
+
+
+def test_a_dispute_sill_already_has_opens_no_item(site, paypal, paypal_account, paypal_order):
+    order, capture = paypal_order(total="89.00")
+    listed = paypal.add_dispute(capture, status="OPEN")
+    Dispute.objects.create(
+        charge=order.charges.get(), provider_dispute_id=listed["dispute_id"], reason="general",
+        amount_minor=8900, currency="USD", status="needs_response",
+        opened_at=order.created_at, rail_status="OPEN",
+    )  # fmt: skip
+    assert _run(paypal_account).items_opened == 0
+    assert not ReconciliationItem.objects.exists()
 
 
 def test_a_capture_paypal_cannot_read_is_counted_and_changes_nothing(

@@ -83,10 +83,14 @@ def test_a_refund_sill_settled_that_shopify_lacks_and_a_dispute_are_found(
          "initiatedAs": "CHARGEBACK"}
     )  # fmt: skip
     _run(shopify_account)
-    [item] = ReconciliationItem.objects.filter(order=order)
-    assert (item.kind, item.refund_id) == ("missing_at_rail", phantom.pk)
-    assert "Shopify lists no such refund" in item.detail
+    items = {i.kind: i for i in ReconciliationItem.objects.filter(order=order)}
+    assert set(items) == {"missing_at_rail", "missing_in_sill"}
+    assert items["missing_at_rail"].refund_id == phantom.pk
+    assert "Shopify lists no such refund" in items["missing_at_rail"].detail
     assert Dispute.objects.get(charge=charge).status == "under_review"
+    missed = items["missing_in_sill"]  # the dispute, whose webhook never came
+    assert missed.key == "missing_in_sill:gid://shopify/ShopifyPaymentsDispute/9"
+    assert missed.sill_corrected and "A dispute at Shopify" in missed.detail
 
 
 def test_an_order_shopify_no_longer_has_is_counted_unreadable(shopify, shopify_account, synced):
