@@ -79,7 +79,10 @@ def attempt_event(event_pk: int, *, bounded: bool = True) -> Attempt:
     """
     rail = WebhookEvent.objects.filter(pk=event_pk).values_list("rail", flat=True).first()
     if rail not in PROCESSORS:
-        return Attempt(ok=False, outcome="no such event" if rail is None else f"no {rail} events")
+        return Attempt(
+            ok=False,
+            outcome="no such event" if rail is None else f"{rail_label(rail)} takes no webhooks",
+        )
     started = WebhookEvent.objects.filter(pk=event_pk, processed_at__isnull=True)
     if bounded:
         started = started.filter(attempts__lt=max_attempts())

@@ -109,13 +109,14 @@ def _zone_of(site: Site) -> tzinfo:
         return UTC
 
 
-def check_since(since: datetime, *, now: datetime) -> None:
-    """Refuse a ``since`` without a zone, in the future, or beyond Stripe's 30 days."""
+def check_since(since: datetime, *, now: datetime, stripe: bool = True) -> None:
+    """Refuse a ``since`` without a zone, in the future, or (for Stripe's own events, which
+    it keeps 30 days) beyond 30 days."""
     if timezone.is_naive(since):
         raise ReplayRefused("--since needs a time zone.", field="since")
     if since > now:
         raise ReplayRefused(f"--since {since.isoformat()} is in the future.", field="since")
-    if since < now - MAX_AGE:
+    if stripe and since < now - MAX_AGE:
         raise ReplayRefused(
             f"--since {since.isoformat()} is more than 30 days ago: Stripe keeps events for "
             f"30 days only. Use {(now - MAX_AGE).isoformat(timespec='seconds')} or later.",
@@ -156,12 +157,7 @@ def replay_stripe_events(
                 continue
         else:
             report.new += 1
-        attempt = _attempt(stored.pk)
-        if attempt.ok:
-            report.processed += 1
-        else:
-            report.failed += 1
-            report.errors.append(f"{event_id}: {attempt.outcome}")
+        _tally(report, event_id, _attempt(stored.pk))
     return report
 
 
@@ -174,6 +170,7 @@ class StoredReport:
     found: int = 0
     processed: int = 0
     failed: int = 0
+    refused: int = 0  # nothing is fetched again, so nothing is refused: for the command
     errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -192,24 +189,23 @@ def retry_stored_events(
     Shopify, WooCommerce): what they delivered is all Sill has. Shopify and WooCommerce
     orders missed altogether come back with ``rails sync-shopify`` / ``sync-woocommerce``.
     """
-    now = now or timezone.now()
-    if timezone.is_naive(since):
-        raise ReplayRefused("--since needs a time zone.", field="since")
-    if since > now:
-        raise ReplayRefused(f"--since {since.isoformat()} is in the future.", field="since")
+    check_since(since, now=now or timezone.now(), stripe=False)
     report = StoredReport(rail=rail, since=since)
     waiting = WebhookEvent.objects.filter(
         site=site, rail=rail, processed_at__isnull=True, received_at__gte=since
     ).order_by("received_at", "id")
     for event_pk, event_id in waiting.values_list("pk", "event_id"):
         report.found += 1
-        attempt = _attempt(event_pk)
-        if attempt.ok:
-            report.processed += 1
-        else:
-            report.failed += 1
-            report.errors.append(f"{event_id}: {attempt.outcome}")
+        _tally(report, event_id, _attempt(event_pk))
     return report
+
+
+def _tally(report: ReplayReport | StoredReport, event_id: str, attempt: Attempt) -> None:
+    if attempt.ok:
+        report.processed += 1
+    else:
+        report.failed += 1
+        report.errors.append(f"{event_id}: {attempt.outcome}")
 
 
 def _attempt(event_pk: int) -> Attempt:

@@ -338,15 +338,13 @@ class StripeRail:
 
     def find_credit(self, request: CreditRequest) -> RefundResult | None:
         """The balance transaction an earlier attempt made (by ``sill_credit_id``), if any."""
-        try:
-            page = self._client.v1.customers.balance_transactions.list(
-                request.provider_customer_id, params={"limit": 100}
-            )
-            for txn in page.auto_paging_iter():
-                if _metadata(txn).get("sill_credit_id") == request.credit_id:
-                    return _credit_result(txn)
-        except stripe.StripeError as exc:
-            self._raise(exc, doing="customer credit lookup", read=True)
+        for credit in self._credits(request.provider_customer_id, since=None):
+            if credit.sill_refund_id == request.credit_id:
+                return RefundResult(
+                    provider_refund_id=credit.provider_refund_id,
+                    state="succeeded",
+                    amount=Money(credit.amount_minor, credit.currency),
+                )
         return None
 
     def list_credits(
@@ -355,19 +353,23 @@ class StripeRail:
         """The customer's balance transactions back to ``since`` (newest first: pages are
         read until one is older; all of them without ``since``), Stripe's sign turned round
         so a credit is positive."""
+        return list(self._credits(provider_customer_id, since=since))
+
+    def _credits(
+        self, provider_customer_id: str, *, since: datetime | None
+    ) -> Iterator[RailRefund]:
+        """``list_credits`` a page at a time: a lookup that finds its credit reads no more."""
         cutoff = since.timestamp() if since is not None else None
-        listed = []
         try:
             page = self._client.v1.customers.balance_transactions.list(
                 provider_customer_id, params={"limit": 100}
             )
             for txn in page.auto_paging_iter():
                 if cutoff is not None and int(txn.created) < cutoff:
-                    break
-                listed.append(_rail_credit(txn))
+                    return
+                yield _rail_credit(txn)
         except stripe.StripeError as exc:
             self._raise(exc, doing="customer credit list", read=True)
-        return listed
 
     # --- what Stripe holds for a charge, and its events ---------------------------------
 

@@ -123,6 +123,8 @@ class Command(BaseCommand):
         from sill.errors import SillError
         from sill.rails.base import RailError
         from sill.rails.replay import (
+            ReplayReport,
+            StoredReport,
             parse_since,
             replay_stripe_events,
             replay_webhooks_site,
@@ -132,7 +134,7 @@ class Command(BaseCommand):
         try:
             site = replay_webhooks_site(site_id=opts["site"], rail=opts["rail"])
             since = parse_since(opts["since"], site=site)
-            report: Any = (
+            report: ReplayReport | StoredReport = (
                 replay_stripe_events(site=site, since=since)
                 if opts["rail"] == "stripe"
                 else retry_stored_events(site=site, rail=opts["rail"], since=since)
@@ -143,10 +145,9 @@ class Command(BaseCommand):
         for error in report.errors:
             self.stderr.write(error)
         self.stdout.write(report.summary())
-        refused = getattr(report, "refused", 0)
-        if report.failed or refused:
+        if report.failed or report.refused:
             raise CommandError(
-                f"{report.failed + refused} event(s) could not be applied (above); "
+                f"{report.failed + report.refused} event(s) could not be applied (above); "
                 "they stay unprocessed: fix the cause and run this command again",
                 returncode=1,
             )
