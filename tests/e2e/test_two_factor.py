@@ -5,9 +5,11 @@ site requiring two factors refuses an unverified change with words and a link.""
 from __future__ import annotations
 
 import base64
+import time
 
 import pytest
 from django_otp.oath import totp
+from django_otp.plugins.otp_totp.models import TOTPDevice
 from playwright.sync_api import ConsoleMessage, Page, expect
 
 from refunds.demo import DEMO_PASSWORD, load_demo
@@ -59,9 +61,13 @@ def test_an_owner_enrols_and_logs_in_with_a_code(page: Page, live_server, screen
     page.get_by_label("Password").fill(DEMO_PASSWORD)
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="Enter your code")).to_be_visible()
-    # The confirming code's time step is spent: the app's next one.
+    # The confirming code's time step is spent: the one after it. Counted from the step the
+    # device recorded, not from the clock: a confirmation that crossed a 30-second boundary
+    # leaves the device a step behind (drift -1), and "now + 1" was then out of its window.
+    device = TOTPDevice.objects.get(user__username=OWNER, confirmed=True)
+    next_step = device.last_t + 1 - int(time.time()) // device.step
     page.get_by_label("Code from your authenticator app, or a recovery code").fill(
-        _code(secret, drift=1)
+        _code(secret, drift=next_step)
     )
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="Northwind Coffee")).to_be_visible()
