@@ -279,6 +279,25 @@ SILL_ATTENTION_RECHECK_SECONDS = env_int("SILL_ATTENTION_RECHECK_SECONDS", 300)
 SILL_RECONCILE_DAYS = env_int("SILL_RECONCILE_DAYS", 7)
 SILL_RECONCILE_EVERY_MINUTES = env_int("SILL_RECONCILE_EVERY_MINUTES", 60)
 SILL_RECONCILE_MAX_CHARGES = env_int("SILL_RECONCILE_MAX_CHARGES", 500)
+# A purchase mandate's charge (sill/orders/charging.py): the same bounds as a refund's
+# execution, its lease the execution's unless set.
+SILL_CHARGE_LEASE_SECONDS = env_int("SILL_CHARGE_LEASE_SECONDS", SILL_EXECUTION_LEASE_SECONDS)
+SILL_CHARGE_MAX_ATTEMPTS = env_int("SILL_CHARGE_MAX_ATTEMPTS", 8)
+SILL_CHARGE_BACKOFF_BASE_SECONDS = env_float("SILL_CHARGE_BACKOFF_BASE_SECONDS", 2.0)
+SILL_CHARGE_BACKOFF_CAP_SECONDS = env_int("SILL_CHARGE_BACKOFF_CAP_SECONDS", 300)
+SILL_CHARGE_ATTENTION_RECHECK_SECONDS = env_int("SILL_CHARGE_ATTENTION_RECHECK_SECONDS", 900)
+# Stored webhook events whose processing failed (sill/rails/event_attempts.py): tried again
+# once the last attempt is this old, at most this many attempts. A transient failure (a lost
+# connection, a lock timeout, Shopify throttling) gives its attempt back while the event is
+# younger than the grace; after it, it counts like any other, so one that never passes ends
+# in a loud give-up instead of being retried for good.
+SILL_WEBHOOK_RETRY_AFTER_SECONDS = env_int("SILL_WEBHOOK_RETRY_AFTER_SECONDS", 300)
+SILL_WEBHOOK_MAX_ATTEMPTS = env_int("SILL_WEBHOOK_MAX_ATTEMPTS", 5)
+SILL_WEBHOOK_TRANSIENT_GRACE_SECONDS = env_int("SILL_WEBHOOK_TRANSIENT_GRACE_SECONDS", 3600)
+# How long Sill waits for one call to a store's API.
+SILL_SHOPIFY_TIMEOUT_SECONDS = env_float("SILL_SHOPIFY_TIMEOUT_SECONDS", 20.0)
+SILL_PAYPAL_TIMEOUT_SECONDS = env_float("SILL_PAYPAL_TIMEOUT_SECONDS", 20.0)
+SILL_WOOCOMMERCE_TIMEOUT_SECONDS = env_float("SILL_WOOCOMMERCE_TIMEOUT_SECONDS", 20.0)
 
 # --- Auth, sessions, security ---------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

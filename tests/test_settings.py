@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,106 @@ def test_it_refuses_a_malformed_boolean(tmp_path):
     result = _run(tmp_path, "check", DEBUG="maybe")
     assert result.returncode != 0
     assert "DEBUG must be a boolean" in result.stderr
+
+
+# Runs in a child process: the names of the environment variables read while Django starts
+# (settings, then every app), one per line.
+_VARIABLES_READ = """
+import os
+import re
+read = set()
+get = os._Environ.__getitem__
+def recording(self, key):
+    read.add(key)
+    return get(self, key)
+os._Environ.__getitem__ = recording
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sill.settings")
+import django
+django.setup()
+print("\\n".join(sorted(read)))
+"""
+
+# Switches of the test suite, not of a deployment (README "The two commands").
+_TEST_ONLY = {"SILL_TESTING", "SILL_CELERY_EAGER"}
+
+_PRODUCTION = {
+    "SILL_SECRET_KEY": "k" * 20 + "-a-long-random-production-secret-0123456789",
+    "SILL_ALLOWED_HOSTS": "refunds.example.com",
+}
+
+
+def _python(tmp_path: Path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    # Without the services too: some variables are read only without them (the embedded
+    # broker's folder without REDIS_URL), and every one should be seen.
+    skip = ("SILL_", "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE", "DATABASE_URL", "REDIS_URL")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
+    base.update({"SILL_DATA_DIR": str(tmp_path), "PYTHONPATH": str(ROOT), **env})
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=base, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+
+def _variables_read(tmp_path: Path) -> set[str]:
+    result = _python(tmp_path, _VARIABLES_READ, **_PRODUCTION)
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+def _configuration_table() -> set[str]:
+    """The variables README's "Configuration" table names in its first column."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    names: set[str] = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            names.update(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
+    return names
+
+
+def test_every_variable_the_configuration_table_names_is_read_from_the_environment(tmp_path):
+    documented = _configuration_table()
+    assert {"SILL_SECRET_KEY", "SILL_WEBHOOK_MAX_ATTEMPTS", "DATABASE_URL"} <= documented
+    # Before: the webhook retry bounds and the stores' timeouts were documented here but only
+    # ever read from Django's settings, where nothing set them: the variables did nothing.
+    assert sorted(documented - _variables_read(tmp_path)) == []
+
+
+def test_every_variable_sill_reads_is_documented(tmp_path):
+    read = {name for name in _variables_read(tmp_path) if name.startswith("SILL_")}
+    readme = (ROOT / "README.md").read_text()
+    assert sorted(name for name in read - _TEST_ONLY if f"`{name}`" not in readme) == []
+
+
+def test_the_retry_bounds_and_timeouts_are_taken_from_the_environment(tmp_path):
+    result = _python(
+        tmp_path,
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'sill.settings');"
+        " django.setup()\n"
+        "from django.conf import settings\n"
+        "from sill.orders import charge_lease, charging\n"
+        "from sill.rails import event_attempts as e\n"
+        "print(e.max_attempts(), e.retry_after().seconds, e.transient_grace().seconds,"
+        " charging.max_attempts(), charging.attention_recheck().seconds,"
+        " charge_lease.lease_seconds(), settings.SILL_SHOPIFY_TIMEOUT_SECONDS,"
+        " settings.SILL_PAYPAL_TIMEOUT_SECONDS, settings.SILL_WOOCOMMERCE_TIMEOUT_SECONDS)",
+        **_PRODUCTION,
+        SILL_WEBHOOK_MAX_ATTEMPTS="9",
+        SILL_WEBHOOK_RETRY_AFTER_SECONDS="42",
+        SILL_WEBHOOK_TRANSIENT_GRACE_SECONDS="600",
+        SILL_CHARGE_MAX_ATTEMPTS="3",
+        SILL_CHARGE_ATTENTION_RECHECK_SECONDS="120",
+        SILL_EXECUTION_LEASE_SECONDS="90",
+        SILL_SHOPIFY_TIMEOUT_SECONDS="7.5",
+        SILL_PAYPAL_TIMEOUT_SECONDS="8",
+        SILL_WOOCOMMERCE_TIMEOUT_SECONDS="9",
+    )
+    assert result.returncode == 0, result.stderr
+    # The charge's lease follows the execution's unless set.
+    assert result.stdout.split() == ["9", "42", "600", "3", "120", "90", "7.5", "8.0", "9.0"]
+
+
+def test_it_refuses_a_malformed_retry_bound(tmp_path):
+    result = _run(tmp_path, "check", DEBUG="1", SILL_WEBHOOK_MAX_ATTEMPTS="five")
+    assert result.returncode != 0
+    assert "SILL_WEBHOOK_MAX_ATTEMPTS must be an integer" in result.stderr

@@ -9,7 +9,10 @@ Around it, the same for every rail that takes webhooks (Stripe, PayPal, Shopify,
   event (``last_error``) and logged with its traceback; it is never raised, except a
   transient one (``OperationalError``: a lost connection, a lock timeout; a rail's
   ``RetryableRailError``: Shopify throttling), which gives its attempt back and is raised for
-  the task's own quick retry.
+  the task's own quick retry, while the event is younger than
+  ``SILL_WEBHOOK_TRANSIENT_GRACE_SECONDS``. Past that grace a transient failure counts and is
+  kept like any other: a "transient" failure that never passes (a lock that is never free, a
+  store that throttles every call) ends in a give-up, not in retries for good.
 - :func:`claim_events_to_retry` picks, for the beat task ``rails.retry_webhook_events``, the
   events still unprocessed whose last attempt (or arrival, if the task never ran: a broker
   down at enqueue) is older than ``SILL_WEBHOOK_RETRY_AFTER_SECONDS``.
@@ -61,6 +64,10 @@ def retry_after() -> timedelta:
     return timedelta(seconds=int(getattr(settings, "SILL_WEBHOOK_RETRY_AFTER_SECONDS", 300)))
 
 
+def transient_grace() -> timedelta:
+    return timedelta(seconds=int(getattr(settings, "SILL_WEBHOOK_TRANSIENT_GRACE_SECONDS", 3600)))
+
+
 @dataclass(frozen=True)
 class Attempt:
     """What one attempt did: ``ok`` and the event's outcome, or not and why."""
@@ -77,12 +84,12 @@ def attempt_event(event_pk: int, *, bounded: bool = True) -> Attempt:
     passes ``False``. An event already processed is not attempted again: its outcome is
     returned. Raises only the :data:`TRANSIENT` failures (see the module docstring).
     """
-    rail = WebhookEvent.objects.filter(pk=event_pk).values_list("rail", flat=True).first()
+    found = WebhookEvent.objects.filter(pk=event_pk).values_list("rail", "received_at").first()
+    if found is None:
+        return Attempt(ok=False, outcome="no such event")
+    rail, received_at = found
     if rail not in PROCESSORS:
-        return Attempt(
-            ok=False,
-            outcome="no such event" if rail is None else f"{rail_label(rail)} takes no webhooks",
-        )
+        return Attempt(ok=False, outcome=f"{rail_label(rail)} takes no webhooks")
     started = WebhookEvent.objects.filter(pk=event_pk, processed_at__isnull=True)
     if bounded:
         started = started.filter(attempts__lt=max_attempts())
@@ -92,27 +99,34 @@ def attempt_event(event_pk: int, *, bounded: bool = True) -> Attempt:
     try:
         return Attempt(ok=True, outcome=process(event_pk))
     except TRANSIENT as exc:
+        if timezone.now() - received_at >= transient_grace():
+            # Still failing long after it arrived: not a blip. Counted, kept, logged.
+            return _failed(event_pk, rail, exc)
         # Rolled back and likely to pass in seconds: the task retries it. Giving the attempt
         # back keeps a database blip from using up the event's attempts.
         _record_failure(event_pk, exc, give_back=True)
         raise
     except Exception as exc:
-        error = _record_failure(event_pk, exc)
-        row = (
-            WebhookEvent.objects.filter(pk=event_pk)
-            .values_list("event_id", "type", "site_id")
-            .first()
-        )
-        event_id, event_type, site_id = row or (str(event_pk), "?", "?")
-        logger.exception(
-            "%s event %s (%s) of site %s could not be processed: %s",
-            rail_label(rail),
-            event_id,
-            event_type,
-            site_id,
-            error,
-        )
-        return Attempt(ok=False, outcome=error)
+        return _failed(event_pk, rail, exc)
+
+
+def _failed(event_pk: int, rail: str, exc: Exception) -> Attempt:
+    """The attempt failed for good: its error kept on the event and logged with the traceback
+    (called in the ``except`` block that caught ``exc``)."""
+    error = _record_failure(event_pk, exc)
+    row = (
+        WebhookEvent.objects.filter(pk=event_pk).values_list("event_id", "type", "site_id").first()
+    )
+    event_id, event_type, site_id = row or (str(event_pk), "?", "?")
+    logger.exception(
+        "%s event %s (%s) of site %s could not be processed: %s",
+        rail_label(rail),
+        event_id,
+        event_type,
+        site_id,
+        error,
+    )
+    return Attempt(ok=False, outcome=error)
 
 
 def _not_started(event_pk: int) -> Attempt:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -17,7 +19,7 @@ from django_celery_beat.models import PeriodicTask
 
 from audit.models import AuditRecord
 from sill.orders.models import Charge, ExternalRefund, Order
-from sill.rails.event_attempts import attempt_event, claim_events_to_retry
+from sill.rails.event_attempts import attempt_event, claim_events_to_retry, give_up_on_events
 from sill.rails.models import WebhookEvent
 from sill.rails.stripe_webhooks import store_event
 from sill.rails.tasks import retry_webhook_events_task
@@ -184,19 +186,16 @@ def test_it_is_scheduled_every_minute():
     assert task.enabled and (task.interval.every, task.interval.period) == (1, "minutes")
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_it_gives_back_the_attempt_of_a_transient_database_error(site, make_order):
-    account = stripe_account(site)
-    charge = Charge.objects.get(order=make_order(total="89.00", rail="stripe"))
-    # Stored the webhook's way, without enqueueing it: this test makes the attempt itself.
-    assert store_event(account=account, payload=too_large_refund(charge)) is not None
+@contextmanager
+def order_locked_elsewhere(order_id: str) -> Iterator[None]:
+    """Another connection holds ``order_id``'s row lock, and this one waits at most 200 ms for
+    a lock: processing an event of the order fails with a real lock timeout."""
     locked, release = threading.Event(), threading.Event()
 
     def hold_the_order_lock() -> None:
         try:
             with transaction.atomic():
-                Order.objects.select_for_update().get(pk=charge.order_id)
+                Order.objects.select_for_update().get(pk=order_id)
                 locked.set()
                 release.wait(timeout=30)
         finally:
@@ -208,19 +207,60 @@ def test_it_gives_back_the_attempt_of_a_transient_database_error(site, make_orde
         assert locked.wait(timeout=10)
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '200ms'")
-        with pytest.raises(OperationalError):
-            attempt_event(stored().pk)
+        yield
     finally:
         release.set()
         holder.join(timeout=30)
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
 
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_it_gives_back_the_attempt_of_a_transient_database_error(site, make_order):
+    account = stripe_account(site)
+    charge = Charge.objects.get(order=make_order(total="89.00", rail="stripe"))
+    # Stored the webhook's way, without enqueueing it: this test makes the attempt itself.
+    assert store_event(account=account, payload=too_large_refund(charge)) is not None
+    with order_locked_elsewhere(charge.order_id), pytest.raises(OperationalError):
+        attempt_event(stored().pk)
+
     event = stored()
     assert event.processed_at is None and event.attempts == 0
     assert "lock" in event.last_error.lower()
     assert attempt_event(event.pk).ok is True
     assert stored().attempts == 1 and ExternalRefund.objects.count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_transient_error_long_after_the_event_arrived_counts_and_ends_in_a_give_up(
+    site, make_order, settings, caplog
+):
+    """Before: a lock timeout (or Shopify throttling) gave its attempt back every time, so an
+    event whose "transient" failure never passed was retried every few minutes for good and
+    never given up: nobody was told."""
+    settings.SILL_WEBHOOK_MAX_ATTEMPTS = 2
+    account = stripe_account(site)
+    charge = Charge.objects.get(order=make_order(total="89.00", rail="stripe"))
+    assert store_event(account=account, payload=too_large_refund(charge)) is not None
+    arrived = timezone.now() - timedelta(seconds=settings.SILL_WEBHOOK_TRANSIENT_GRACE_SECONDS)
+    WebhookEvent.objects.update(received_at=arrived)
+
+    with order_locked_elsewhere(charge.order_id), caplog.at_level(logging.ERROR):
+        for attempt in (1, 2):
+            outcome = attempt_event(stored().pk)  # kept, not raised for a quick retry
+            assert outcome.ok is False and "lock" in outcome.outcome.lower()
+            assert stored().attempts == attempt
+            WebhookEvent.objects.update(last_attempt_at=timezone.now() - LATER)
+        assert claim_events_to_retry() == []  # out of attempts
+        assert give_up_on_events() == 1
+
+    event = stored()
+    assert event.gave_up_at is not None and event.processed_at is None
+    assert "lock" in event.last_error.lower()
+    assert any(r.getMessage().startswith("GAVE UP on Stripe event") for r in caplog.records)
+    assert not ExternalRefund.objects.exists()
 
 
 @pytest.mark.worker
