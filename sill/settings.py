@@ -415,7 +415,7 @@ PERMISSIONS_POLICY: dict[str, list[str]] = {
 # switch it on per site.
 SILL_REQUIRE_TWO_FACTOR = env_bool("SILL_REQUIRE_TWO_FACTOR", default=not (DEBUG or TESTING))
 # How recent a code must be for the most sensitive changes (live mode, a rail key, an owner).
-SILL_TWO_FACTOR_FRESH_SECONDS = 300
+SILL_TWO_FACTOR_FRESH_SECONDS = env_int("SILL_TWO_FACTOR_FRESH_SECONDS", 300)
 OTP_TOTP_ISSUER = "Sill"
 # The Django admin (sill/admin.py) asks superusers for a code; off only under pytest by default.
 SILL_ADMIN_TWO_FACTOR = env_bool("SILL_ADMIN_TWO_FACTOR", default=not TESTING)

@@ -96,22 +96,27 @@ def _variables_read(tmp_path: Path) -> set[str]:
     return set(result.stdout.split())
 
 
-def _configuration_table() -> set[str]:
-    """The variables README's "Configuration" table names in its first column."""
+def _documented() -> set[str]:
+    """The variables README's "Configuration" table names in its first column, and every
+    ``SILL_…`` name README and docs/ write as code anywhere else (the Security section's,
+    say)."""
     text = (ROOT / "README.md").read_text()
     section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
     names: set[str] = set()
     for line in section.splitlines():
         if line.startswith("| `"):
             names.update(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
+    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        names.update(re.findall(r"`(SILL_[A-Z0-9_]+)`", page.read_text()))
     return names
 
 
-def test_every_variable_the_configuration_table_names_is_read_from_the_environment(tmp_path):
-    documented = _configuration_table()
+def test_every_variable_the_documentation_names_is_read_from_the_environment(tmp_path):
+    documented = _documented()
     assert {"SILL_SECRET_KEY", "SILL_WEBHOOK_MAX_ATTEMPTS", "DATABASE_URL"} <= documented
-    # Before: the webhook retry bounds and the stores' timeouts were documented here but only
-    # ever read from Django's settings, where nothing set them: the variables did nothing.
+    # Before: the webhook retry bounds, the stores' timeouts and how fresh a two-factor code
+    # must be were documented but only ever read from Django's settings, where nothing set
+    # them from the environment: the variables did nothing.
     assert sorted(documented - _variables_read(tmp_path)) == []
 
 
@@ -132,7 +137,8 @@ def test_the_retry_bounds_and_timeouts_are_taken_from_the_environment(tmp_path):
         "print(e.max_attempts(), e.retry_after().seconds, e.transient_grace().seconds,"
         " charging.max_attempts(), charging.attention_recheck().seconds,"
         " charge_lease.lease_seconds(), settings.SILL_SHOPIFY_TIMEOUT_SECONDS,"
-        " settings.SILL_PAYPAL_TIMEOUT_SECONDS, settings.SILL_WOOCOMMERCE_TIMEOUT_SECONDS)",
+        " settings.SILL_PAYPAL_TIMEOUT_SECONDS, settings.SILL_WOOCOMMERCE_TIMEOUT_SECONDS,"
+        " settings.SILL_TWO_FACTOR_FRESH_SECONDS)",
         **_PRODUCTION,
         SILL_WEBHOOK_MAX_ATTEMPTS="9",
         SILL_WEBHOOK_RETRY_AFTER_SECONDS="42",
@@ -143,10 +149,11 @@ def test_the_retry_bounds_and_timeouts_are_taken_from_the_environment(tmp_path):
         SILL_SHOPIFY_TIMEOUT_SECONDS="7.5",
         SILL_PAYPAL_TIMEOUT_SECONDS="8",
         SILL_WOOCOMMERCE_TIMEOUT_SECONDS="9",
+        SILL_TWO_FACTOR_FRESH_SECONDS="120",
     )
     assert result.returncode == 0, result.stderr
     # The charge's lease follows the execution's unless set.
-    assert result.stdout.split() == ["9", "42", "600", "3", "120", "90", "7.5", "8.0", "9.0"]
+    assert result.stdout.split() == ["9", "42", "600", "3", "120", "90", "7.5", "8.0", "9.0", "120"]
 
 
 def test_it_refuses_a_malformed_retry_bound(tmp_path):

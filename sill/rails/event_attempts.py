@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
@@ -188,6 +188,13 @@ def claim_events_to_retry(*, now: datetime | None = None) -> list[tuple[int, str
     return claimed
 
 
+def _since(received_at: datetime) -> str:
+    """``--since`` for a replay that takes the event in: its arrival to the second, in UTC
+    with the zone written (a bare date would be read as midnight in the site's zone, after
+    an event received early in the UTC day for a site west of UTC)."""
+    return received_at.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def give_up_on_events(*, now: datetime | None = None) -> int:
     """Mark the events out of attempts, logging each at ERROR once; returns how many."""
     now = now or timezone.now()
@@ -209,6 +216,6 @@ def give_up_on_events(*, now: datetime | None = None) -> int:
             event.last_error or "none recorded (the worker died during the attempt?)",
             event.site_id,
             event.rail,
-            event.received_at.date().isoformat(),
+            _since(event.received_at),
         )
     return count

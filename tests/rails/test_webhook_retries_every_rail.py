@@ -159,3 +159,38 @@ def test_a_replay_attempts_a_given_up_paypal_event_again_once_the_cause_is_fixed
     assert "1 processed, 0 failed" in out.getvalue()
     assert stored("paypal").processed_at is not None
     assert Charge.objects.get(order=order).amount_refunded_outside_minor == 3000
+
+
+def test_the_command_a_give_up_names_applies_the_event_for_a_site_west_of_utc(
+    site, paypal, paypal_account, paypal_order, settings, caplog,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    """Before: the line said ``--since <the UTC date>``, which the command reads as midnight
+    in the site's zone: for a site in Los Angeles an event received at 03:00 UTC came before
+    it, and the replay found nothing and exited 0."""
+    import shlex
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    site.timezone = "America/Los_Angeles"
+    site.save(update_fields=["timezone"])
+    settings.SILL_WEBHOOK_MAX_ATTEMPTS = 1
+    order, capture = paypal_order(total="89.00")
+    Charge.objects.filter(order=order).update(amount_refunded_minor=7000)
+    early = timezone.now().replace(hour=3, minute=0, second=7) - timedelta(days=1)
+    with time_machine.travel(early, tick=False) as clock:
+        with django_capture_on_commit_callbacks(execute=True):
+            deliver_paypal(site, paypal, refund_event(paypal, capture, value="30.00"))
+        assert stored("paypal").attempts == 1
+        clock.shift(LATER)
+        with caplog.at_level(logging.ERROR, logger="sill.rails.event_attempts"):
+            retry_webhook_events_task()
+    line = next(r.getMessage() for r in caplog.records if "GAVE UP" in r.getMessage())
+    command = shlex.split(line.split("run `manage.py ", 1)[1].split("`", 1)[0])
+
+    Charge.objects.filter(order=order).update(amount_refunded_minor=0)  # the books mended
+    out = StringIO()
+    call_command(*command, stdout=out)
+    assert "1 processed, 0 failed" in out.getvalue(), out.getvalue()
+    assert stored("paypal").processed_at is not None
