@@ -239,6 +239,8 @@ _VERBS = {
     "update": "settings saved",
     "enable": "switched on",
     "disable": "switched off",
+    "delete": "deleted",
+    "move_away": "moved to another site",
 }
 
 
@@ -263,6 +265,10 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
         return f"Key {body.get('key_id', '')} of {body.get('agent_id', '')} {verb}"
     if kind == AuditKind.RAIL_CHANGE:
         words = [f"{rail_label(str(body.get('rail', '')))} {verb}".strip()]
+        if body.get("via") == "django_admin":
+            words[0] += " in the Django admin"
+            if body.get("changed"):
+                words.append("changed: " + ", ".join(str(name) for name in body["changed"]))
         if body.get("mode") and body.get("mode_before") not in (None, body.get("mode")):
             words.append(f"mode {body.get('mode_before')} → {body.get('mode')}")
         elif body.get("mode") and action == "connect":

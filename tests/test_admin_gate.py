@@ -3,10 +3,15 @@ credentials to the rails page's checks."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from audit.activity import rows_for
+from audit.models import AuditRecord
+from audit.selectors import chain_verification
 from sill.rails.models import RailAccount
 from tests.admin_mount import admin_mounted
 from tests.conftest import PASSWORD
@@ -149,3 +154,78 @@ def test_the_rail_form_takes_a_live_key_where_live_is_allowed(mounted, root, sit
     form = _rail_form(site, new_secret="sk_live_" + "c" * 24, mode="live", enabled="on")
     assert root.post(ADD_RAIL, form).status_code == 302
     assert RailAccount.objects.get(site=site, rail="stripe").mode == "live"
+
+
+# --- every change here is signed like the rails page's ---------------------------------------
+# Before: the admin saved rail accounts with ModelForm.save alone. A superuser could switch a
+# rail on or off, move Stripe to live or replace its key, and the Activity page showed nothing.
+
+
+def _rail_changes(site) -> list[dict]:
+    records = AuditRecord.objects.filter(site=site, kind="rail_change").order_by("seq")
+    return [json.loads(r.payload) for r in records]
+
+
+def test_a_rail_saved_in_the_admin_is_signed_without_its_key(mounted, root, site):
+    key = "sk_test_" + "d" * 24
+    assert root.post(ADD_RAIL, _rail_form(site, new_secret=key, enabled="on")).status_code == 302
+    [record] = _rail_changes(site)
+    body = record["body"]
+    assert body["action"] == "connect" and body["via"] == "django_admin"
+    assert body["rail"] == "stripe" and body["enabled"] is True and body["new_key"] is True
+    assert body["actor"] == "root@sill.example"
+    assert "new_key" in body["changed"]
+    assert key not in json.dumps(record)
+    assert chain_verification(site).ok
+    [row] = rows_for(site, AuditRecord.objects.filter(site=site, kind="rail_change"))
+    assert row.summary.startswith("Stripe connected in the Django admin")
+
+
+def test_switching_a_rail_off_in_the_admin_is_signed_and_an_unchanged_save_is_not(
+    mounted, root, site
+):
+    account = RailAccount.objects.create(site=site, rail="stripe", enabled=True)
+    account.set_secret("sk_test_" + "e" * 24)
+    account.save()
+    change = f"/django-admin/rails/railaccount/{account.pk}/change/"
+    form = _rail_form(site, config=json.dumps(account.config))  # as the page shows it
+    assert root.post(change, form).status_code == 302  # "enabled" unticked
+    assert root.post(change, form).status_code == 302  # the same again
+    [record] = _rail_changes(site)
+    assert record["body"]["action"] == "update" and record["body"]["changed"] == ["enabled"]
+    assert record["body"]["enabled"] is False and record["body"]["new_key"] is False
+    assert not RailAccount.objects.get(pk=account.pk).enabled
+
+
+def test_deleting_a_rail_in_the_admin_is_signed(mounted, root, site):
+    account = RailAccount.objects.create(site=site, rail="mock", enabled=True)
+    delete = f"/django-admin/rails/railaccount/{account.pk}/delete/"
+    assert root.post(delete, {"post": "yes"}).status_code == 302
+    [record] = _rail_changes(site)
+    assert record["body"]["action"] == "delete" and record["body"]["rail"] == "mock"
+    assert not RailAccount.objects.filter(pk=account.pk).exists()
+
+
+def test_deleting_rails_in_bulk_in_the_admin_signs_each(mounted, root, site):
+    accounts = [RailAccount.objects.create(site=site, rail=r) for r in ("mock", "paypal")]
+    response = root.post(
+        "/django-admin/rails/railaccount/",
+        {"action": "delete_selected", "_selected_action": [a.pk for a in accounts], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert sorted(r["body"]["rail"] for r in _rail_changes(site)) == ["mock", "paypal"]
+    assert not RailAccount.objects.exists()
+
+
+def test_woocommerce_is_not_switched_on_in_the_admin_without_stripe(mounted, root, site):
+    """As on the rails page: a store's payments are Stripe charges, refunded on Stripe."""
+    woo = RailAccount.objects.create(
+        site=site, rail="woocommerce", enabled=False, connected_account="https://s"
+    )
+    woo.set_secret("ck_1:cs_1")
+    woo.save()
+    change = f"/django-admin/rails/railaccount/{woo.pk}/change/"
+    form = _rail_form(site, rail="woocommerce", connected_account="https://s", enabled="on")
+    assert "Connect Stripe first" in _errors(root.post(change, form))
+    assert not RailAccount.objects.get(pk=woo.pk).enabled
+    assert _rail_changes(site) == []

@@ -5,7 +5,13 @@ same checks, with the rails page's own guards (sill/rails/services.py): the API 
 override only with DEBUG on and only http(s); a Stripe key that looks like one and matches
 the mode; live mode only with SILL_ALLOW_LIVE=1; no rail switched on without its credential.
 Only a Stripe key can be entered here: the other rails' credentials are checked with their
-provider by the rails page (a Shopify token's scopes, a PayPal app's token).
+provider by the rails page (a Shopify token's scopes, a PayPal app's token); WooCommerce is
+switched on only beside a keyed, switched-on Stripe rail, as there.
+
+Every save and delete here writes the signed ``rail_change`` record the rails page writes, in
+the same transaction (``via``: ``django_admin``), naming the fields that changed and never a
+secret; a save that changed nothing records nothing. An account moved to another site or rail
+is recorded on both sites.
 """
 
 from __future__ import annotations
@@ -15,6 +21,12 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from sill.accounts.admin_audit import record_admin_change
+from sill.accounts.models import Site
 
 from sill.errors import SillError
 from sill.orders.models import Rail
@@ -25,6 +37,7 @@ from sill.rails.services import (
     RailSettingsError,
     _check_api_base,
     _check_key,
+    _check_woocommerce_can_refund,
 )
 
 # The rails page's field names (in its errors) → this form's.
@@ -92,6 +105,8 @@ class RailAccountForm(forms.ModelForm):
                 "Connect this rail on Settings → Rails with its credential before switching it on.",
                 field="enabled",
             )
+        if cleaned.get("enabled") and rail == Rail.WOOCOMMERCE and cleaned.get("site"):
+            _check_woocommerce_can_refund(cleaned["site"], self.instance)
         if rail != Rail.STRIPE:
             return
         if secret:
@@ -126,11 +141,86 @@ class RailAccountForm(forms.ModelForm):
         return account
 
 
+# The stored columns a save here can change, compared before and after it (what the signed
+# record names: the key only as "new_key", never its value).
+_COMPARED = (
+    "site_id", "rail", "enabled", "mode", "connected_account", "api_base", "config",
+    "secret_encrypted",
+)  # fmt: skip
+_SHOWN = {"site_id": "site", "secret_encrypted": "new_key"}
+
+
 @admin.register(RailAccount)
 class RailAccountAdmin(admin.ModelAdmin):
     form = RailAccountForm
     list_display = ["site", "rail", "enabled", "mode", "has_secret", "updated_at"]
     list_filter = ["rail", "enabled", "mode"]
+
+    def save_model(
+        self, request: HttpRequest, obj: RailAccount, form: forms.ModelForm, change: bool
+    ) -> None:
+        with transaction.atomic():
+            stored = (
+                RailAccount.objects.select_for_update().filter(pk=obj.pk).values(*_COMPARED).first()
+                if change
+                else None
+            )
+            super().save_model(request, obj, form, change)
+            before = stored or {}
+            changed = sorted(
+                _SHOWN.get(name, name)
+                for name in _COMPARED
+                if stored is None or before[name] != getattr(obj, name)
+            )
+            if change and not changed:
+                return  # saved as it was: nothing to record
+            body = {
+                "rail": obj.rail,
+                "action": "update" if change else "connect",
+                "via": "django_admin",
+                "changed": changed,
+                "enabled": obj.enabled,
+                "mode": obj.mode,
+                "mode_before": before.get("mode"),
+                "new_key": "new_key" in changed and bool(obj.secret_encrypted),
+                "connected_account": obj.connected_account,
+            }
+            record_admin_change(site=obj.site, kind="rail_change", actor=request.user, body=body)
+            moved_from = before.get("site_id")
+            if moved_from is not None and moved_from != obj.site_id:
+                record_admin_change(
+                    site=Site.objects.get(pk=moved_from),
+                    kind="rail_change",
+                    actor=request.user,
+                    body={**body, "action": "move_away", "moved_to": obj.site_id},
+                )
+
+    def delete_model(self, request: HttpRequest, obj: RailAccount) -> None:
+        with transaction.atomic():
+            _record_delete(request, obj)
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[RailAccount]) -> None:
+        with transaction.atomic():
+            for account in queryset.select_related("site").select_for_update(of=("self",)):
+                _record_delete(request, account)
+            super().delete_queryset(request, queryset)
+
+
+def _record_delete(request: HttpRequest, account: RailAccount) -> None:
+    record_admin_change(
+        site=account.site,
+        kind="rail_change",
+        actor=request.user,
+        body={
+            "rail": account.rail,
+            "action": "delete",
+            "via": "django_admin",
+            "enabled": account.enabled,
+            "mode": account.mode,
+            "connected_account": account.connected_account,
+        },
+    )
 
 
 @admin.register(MockLedgerEntry)

@@ -247,8 +247,11 @@ def _done(request: SiteRequest, rail: str, message: str) -> HttpResponse:
 
 
 def _fresh_code_for(request: SiteRequest, *key_fields: str, live_mode: bool = False) -> None:
-    """A new key, or (``live_mode``) a save in live mode, needs a code entered in the last
-    few minutes (two_factor.require_fresh raises; site_view answers the 403 page)."""
+    """A new key or webhook signing secret, or (``live_mode``) a save in live mode, needs a
+    code entered in the last few minutes (two_factor.require_fresh raises; site_view answers
+    the 403 page). A signing secret counts as a key: whoever holds it can forge the events
+    Sill acts on (a refund reported failed is refundable again). PayPal's webhook id is no
+    secret: PayPal itself verifies each delivery for the app whose credentials Sill holds."""
     new_key = any(request.POST.get(name, "").strip() for name in key_fields)
     live = live_mode and request.POST.get("mode") == RailMode.LIVE
     if new_key or live:
@@ -292,7 +295,7 @@ def rail_set_enabled(request: SiteRequest, rail: str) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def stripe_configure(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
-    _fresh_code_for(request, "secret_key", live_mode=True)
+    _fresh_code_for(request, "secret_key", "webhook_secrets", live_mode=True)
     form = StripeForm(request.POST)
     try:
         if not form.is_valid():
@@ -328,7 +331,7 @@ def stripe_configure(request: SiteRequest) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def shopify_configure(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
-    _fresh_code_for(request, "access_token")
+    _fresh_code_for(request, "access_token", "webhook_secrets")
     form = ShopifyForm(request.POST)
     try:
         if not form.is_valid():
@@ -377,7 +380,7 @@ def _first_error(form: WooCommerceForm | PayPalForm) -> services.RailSettingsErr
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
 def woocommerce_configure(request: SiteRequest) -> HttpResponse:
-    _fresh_code_for(request, "consumer_key", "consumer_secret")
+    _fresh_code_for(request, "consumer_key", "consumer_secret", "webhook_secret")
     form = WooCommerceForm(request.POST)
     try:
         if not form.is_valid():

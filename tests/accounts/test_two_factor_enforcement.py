@@ -117,6 +117,16 @@ def test_the_rules_api_needs_a_verified_session(members, site):
 SENSITIVE = [
     ("/settings/rails/stripe/", {"mode": "live", "secret_key": ""}),
     ("/settings/rails/stripe/", {"mode": "test", "secret_key": "sk_test_new"}),
+    # Before: a new webhook signing secret (with which events can be forged) needed no code.
+    ("/settings/rails/stripe/", {"mode": "test", "webhook_secrets": "whsec_new"}),
+    (
+        "/settings/rails/shopify/",
+        {"shop_domain": "roasters.myshopify.com", "webhook_secrets": "shpss_new"},
+    ),
+    (
+        "/settings/rails/woocommerce/",
+        {"store_url": "https://shop.example", "webhook_secret": "new-woo-secret"},
+    ),
     ("/settings/members/add/", {"email": "boss@roasters.example", "role": "owner"}),
 ]
 
