@@ -28,6 +28,7 @@ processing refund whose lease lapsed, which covers a worker killed at any step.
 from __future__ import annotations
 
 import logging
+import random
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -67,16 +68,30 @@ logger = logging.getLogger(__name__)
 
 
 class RetryLater(RailError):
-    """This attempt ended without an answer; the task retries it (same key) after a backoff.
+    """This attempt ended without an answer; the task retries it (same key) after
+    ``countdown`` seconds, the time also stamped on the refund (``next_check_at``) so that the
+    recovery sweep leaves it to that retry until it is overdue.
 
     ``ambiguous``: the rail may have acted. Raised only while retries remain.
     """
 
     retryable = True
 
-    def __init__(self, message: str, *, code: str, ambiguous: bool) -> None:
+    def __init__(self, message: str, *, code: str, ambiguous: bool, countdown: float = 0.0) -> None:
         super().__init__(message, code=code)
         self.ambiguous = ambiguous
+        self.countdown = countdown
+
+
+def backoff_seconds(retries: int) -> float:
+    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**retries)].
+
+    Full jitter spreads the retries of many refunds hit by one rail outage, instead of
+    sending them back together (AWS Architecture Blog, "Exponential Backoff And Jitter").
+    """
+    base = float(getattr(settings, "SILL_EXECUTION_BACKOFF_BASE_SECONDS", 2))
+    cap = float(getattr(settings, "SILL_EXECUTION_BACKOFF_CAP_SECONDS", 300))
+    return random.uniform(0, min(cap, base * 2**retries))
 
 
 def lease_seconds() -> int:
@@ -127,11 +142,12 @@ def renew(refund_id: str, token: str) -> bool:
     )
 
 
-def release(refund_id: str, token: str) -> bool:
-    """Give the lease back (the refund stays as it is); False on a stale token."""
+def release(refund_id: str, token: str, *, retry_at: datetime | None = None) -> bool:
+    """Give the lease back (the refund stays as it is); False on a stale token. ``retry_at``:
+    when the task's retry is due (``next_check_at``: the sweep waits for it)."""
     return (
         Refund.objects.filter(pk=refund_id, lease_token=token).update(
-            lease_until=None, updated_at=timezone.now()
+            lease_until=None, next_check_at=retry_at, updated_at=timezone.now()
         )
         == 1
     )
@@ -355,9 +371,17 @@ def _retry_or_attention(refund: Refund, token: str, exc: RailError, *, may_have_
     if out_of_retries(refund):
         message = f"gave up after {refund.attempts} attempts: {exc.message}"
         return _attention(refund, token, code=exc.code, message=message)
-    if not release(refund.id, token):
+    # The refund's own count of attempts, not the task's: a re-enqueued refund backs off
+    # from where it was.
+    countdown = backoff_seconds(max(refund.attempts - 1, 0))
+    if not release(refund.id, token, retry_at=timezone.now() + timedelta(seconds=countdown)):
         raise LeaseLost(refund.id)
-    raise RetryLater(exc.message, code=exc.code, ambiguous=exc.ambiguous or may_have_acted)
+    raise RetryLater(
+        exc.message,
+        code=exc.code,
+        ambiguous=exc.ambiguous or may_have_acted,
+        countdown=countdown,
+    )
 
 
 def _attention(refund: Refund, token: str, *, code: str, message: str) -> str:
@@ -394,10 +418,15 @@ def _record_lease_lost(refund: Refund, result: RefundResult) -> None:
 
 
 def stuck_refund_ids(*, older_than: timedelta) -> list[str]:
-    """Processing refunds no execution holds, untouched for ``older_than``."""
+    """Processing refunds no execution holds, untouched for ``older_than``, and not waiting
+    for a retry the task scheduled (``next_check_at``) unless it is overdue by as much: the
+    sweep recovers a lost retry, it does not run one early beside the task's own (which would
+    spend the refund's attempts twice as fast and cut its backoff short)."""
     now = timezone.now()
+    due = now - older_than
     return list(
-        Refund.objects.filter(status=RefundStatus.PROCESSING, updated_at__lt=now - older_than)
+        Refund.objects.filter(status=RefundStatus.PROCESSING, updated_at__lt=due)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .filter(Q(next_check_at__isnull=True) | Q(next_check_at__lt=due))
         .values_list("id", flat=True)[:500]
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 
 from celery import Task, shared_task
@@ -24,17 +23,6 @@ from refunds.review.notifications import notify_held_refund, notify_pending_held
 from refunds.review.slack import respond
 
 
-def backoff_seconds(retries: int) -> float:
-    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**retries)].
-
-    Full jitter spreads the retries of many refunds hit by one rail outage, instead of
-    sending them back together (AWS Architecture Blog, "Exponential Backoff And Jitter").
-    """
-    base = float(getattr(settings, "SILL_EXECUTION_BACKOFF_BASE_SECONDS", 2))
-    cap = float(getattr(settings, "SILL_EXECUTION_BACKOFF_CAP_SECONDS", 300))
-    return random.uniform(0, min(cap, base * 2**retries))
-
-
 @shared_task(bind=True, name="refunds.execute", max_retries=None, acks_late=True)
 def execute_refund_task(self: Task[[str], str], refund_id: str) -> str:
     """One attempt; a retry is the same refund with the same key, after a jittered backoff.
@@ -46,7 +34,7 @@ def execute_refund_task(self: Task[[str], str], refund_id: str) -> str:
     try:
         return execute_refund(refund_id)
     except RetryLater as exc:
-        raise self.retry(exc=exc, countdown=backoff_seconds(self.request.retries)) from exc
+        raise self.retry(exc=exc, countdown=exc.countdown) from exc
 
 
 @shared_task(name="refunds.recover_stuck")

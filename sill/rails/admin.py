@@ -27,7 +27,6 @@ from django.http import HttpRequest
 
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
-
 from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.rails.models import MockLedgerEntry, RailAccount, RailMode
