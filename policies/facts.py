@@ -16,7 +16,7 @@ import logging
 import zoneinfo
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import connection, transaction
 
@@ -48,6 +48,16 @@ _LIVE = placeholders(LIVE_STATUSES)
 
 # (site, rail, what) already logged by this process: say it once, at the first refund.
 _logged: set[tuple[str, str, str]] = set()
+
+
+class CatchUp(Protocol):
+    """Brings Sill's books for ``charge`` up to date with what ``rail`` lists for it (its
+    refunds and disputes), under ``event_id`` in the audit records, and says whether the
+    disputes could be read. The refund core's is :func:`refunds.reconcile.inbox.catch_up_charge`:
+    it also opens a Reconciliation item for each refund or dispute that Sill had missed, as a
+    reconciliation run does."""
+
+    def __call__(self, *, charge: Charge, rail: ChargeReader, event_id: str) -> bool: ...
 
 
 def read_refund_facts(context: RefundContext) -> dict[str, Any]:
@@ -125,7 +135,13 @@ def _customer(customer_id: int | None) -> Customer | None:
 
 
 def prefetch_rail_facts(
-    *, site_id: str, order: Order, charge: Charge, now: datetime, account: RailAccount | None = None
+    *,
+    site_id: str,
+    order: Order,
+    charge: Charge,
+    now: datetime,
+    catch_up: CatchUp,
+    account: RailAccount | None = None,
 ) -> RefundFacts:
     """The rail's facts for refunding ``charge``, read before the caller locks anything.
 
@@ -135,7 +151,9 @@ def prefetch_rail_facts(
     When the rail knows more than Sill — it counts more refunded than Sill recorded, or the
     charge is disputed and Sill has no open dispute — a refund or dispute was made outside
     Sill and its webhook has not arrived: the charge is brought up to date from the rail
-    first (:func:`sill.rails.charge_sync.sync_charge`), so the quote counts it too.
+    first (``catch_up``), so the quote counts it too, and the merchant sees what was missed in
+    the Reconciliation inbox (a reconciliation run afterwards finds the books in order, so
+    only this occasion can say that a webhook never came).
 
     ``account``: the site's enabled account for the charge's rail, when the caller read it.
     """
@@ -143,11 +161,12 @@ def prefetch_rail_facts(
         site_id=site_id, charge=charge, customer=_customer(order.customer_id),
         currency=order.currency, now=now, account=account,
     )  # fmt: skip
-    return _caught_up(site_id=site_id, charge=charge, facts=facts)
+    return _caught_up(site_id=site_id, charge=charge, facts=facts, catch_up=catch_up)
 
 
-def _caught_up(*, site_id: str, charge: Charge, facts: RefundFacts) -> RefundFacts:
-    from sill.rails.charge_sync import sync_charge
+def _caught_up(
+    *, site_id: str, charge: Charge, facts: RefundFacts, catch_up: CatchUp
+) -> RefundFacts:
     from sill.rails.registry import rail_for
 
     behind = unrecorded_refunded_minor(charge, facts.charge_refunded_minor) > 0
@@ -158,7 +177,7 @@ def _caught_up(*, site_id: str, charge: Charge, facts: RefundFacts) -> RefundFac
         rail = rail_for(site_id=site_id, rail=charge.rail)
         if not isinstance(rail, ChargeReader):
             return facts
-        synced = sync_charge(charge=charge, rail=rail, event_id=f"decision:{charge.pk}")
+        disputes_read = catch_up(charge=charge, rail=rail, event_id=f"decision:{charge.pk}")
     except Exception as exc:
         # Not recorded: the facts still count the rail's figure (refundFraction) and the
         # quote caps the amount by it; the webhook or reconciliation records it later.
@@ -166,7 +185,7 @@ def _caught_up(*, site_id: str, charge: Charge, facts: RefundFacts) -> RefundFac
             site_id, charge.rail, "sync", f"the charge could not be brought up to date: {exc}"
         )
         return facts
-    if dispute_unseen and synced.disputes_read:
+    if dispute_unseen and disputes_read:
         # Stripe's ``disputed`` stays true after a dispute is won: the listed disputes say
         # whether one is open.
         return replace(facts, charge_disputed=_open_dispute_in_sill(charge, fresh=True))

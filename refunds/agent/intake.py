@@ -47,6 +47,7 @@ from refunds.quote import (
     original_refusal,
     quote_refund,
 )
+from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import decide_and_open, record_decision, unsaved_refund
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.api import spend_mandate_budget
@@ -382,8 +383,9 @@ def _prefetch_rail_facts(
         return None
     assert order is not None and charge is not None
     facts = prefetch_rail_facts(
-        site_id=verified.site_id, order=order, charge=charge, now=now, account=account
-    )
+        site_id=verified.site_id, order=order, charge=charge, now=now, account=account,
+        catch_up=catch_up_charge,
+    )  # fmt: skip
     return _Prefetched(order=order, charge=charge, account=account, facts=facts)
 
 

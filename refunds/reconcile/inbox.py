@@ -84,6 +84,7 @@ class ChargeOutcome:
     opened: int
     cleared: int
     synced: list[str]
+    disputes_read: bool = True
 
 
 # --- one charge ---------------------------------------------------------------------------------
@@ -121,7 +122,20 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
     )
     opened = sum(open_item(charge=charge, difference=d) for d in found)
     cleared = clear_vanished(charge=charge, keys={d.key for d in found})
-    return ChargeOutcome(opened=opened, cleared=cleared, synced=synced.outcomes)
+    return ChargeOutcome(
+        opened=opened, cleared=cleared, synced=synced.outcomes, disputes_read=synced.disputes_read
+    )
+
+
+def catch_up_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> bool:
+    """A refund decision's catch-up with the rail (``policies.facts.CatchUp``): the charge is
+    reconciled as a run would (:func:`reconcile_charge`), so a refund or dispute the rail
+    reports that Sill had missed is recorded before the quote *and* opens its inbox item.
+
+    Only recording it (as decisions once did) left the books right and the merchant
+    uninformed: the next run found nothing missing, so the missed webhook was never shown.
+    Whether the disputes could be read."""
+    return reconcile_charge(charge=charge, rail=rail, event_id=event_id).disputes_read
 
 
 def reconcile_customer_credits(

@@ -34,6 +34,7 @@ from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Refund, RefundOrigin, RefundReason
 from refunds.quote import Quote, RefundRefused, charged_charge, quote_refund
 from refunds.reasons.selectors import pickable_reason
+from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import decide_and_open
 from sill.accounts.models import Site
 from sill.errors import SillError
@@ -254,7 +255,9 @@ def create_staff_refund(
     # The rail's facts first, outside the transaction: its network calls must hold no lock.
     unlocked = charged_charge(order)
     rail_facts = (
-        prefetch_rail_facts(site_id=site.pk, order=order, charge=unlocked, now=now)
+        prefetch_rail_facts(
+            site_id=site.pk, order=order, charge=unlocked, now=now, catch_up=catch_up_charge
+        )
         if unlocked is not None and refusal_for(order, unlocked) is None
         else None
     )

@@ -123,3 +123,63 @@ def test_a_refund_decision_records_a_refund_shopify_reports_before_its_webhook(
         )  # fmt: skip
     assert ExternalRefund.objects.get(charge__order=order).counted_minor == 2000
     assert shopify.refund_creates() == []
+
+
+def _staff_refund(site, members, order, amount_minor: int):
+    from refunds.reasons.services import ensure_default_reasons
+    from refunds.staff.services import create_staff_refund
+    from sill.money import Money
+
+    ensure_default_reasons(site)
+    reason = site.refund_reasons.filter(active=True, numchild=0).first()
+    return create_staff_refund(
+        site=site, order=order, actor=members["owner"].user, kind="amount",
+        amount=Money(amount_minor, "USD"), reason=reason,
+    )  # fmt: skip
+
+
+def test_a_refund_a_decision_finds_before_its_webhook_waits_in_the_inbox(
+    site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
+):
+    """Seen before: the decision recorded the admin's refund (so the quote counted it) but
+    opened no item, and the next run found the books in order: the merchant was never told
+    that Shopify's webhook had not come."""
+    from sill.errors import SillError
+
+    placed, order = synced("60.00")
+    made = shopify._make_refund(placed, Decimal("20.00"), note="from the admin")
+    with (
+        pytest.raises(SillError, match=r"At most \$40\.00"),
+        django_capture_on_commit_callbacks(execute=False),
+    ):
+        _staff_refund(site, members, order, 5000)
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert (item.kind, item.provider_refund_id, item.sill_corrected, item.rail) == (
+        "missing_in_sill", made["id"], True, "shopify",
+    )  # fmt: skip
+    assert item.resolved_at is None and "recorded now" in item.detail
+    # A run afterwards finds nothing new, and leaves the item for a person to acknowledge.
+    run = _run(shopify_account)
+    assert (run.items_opened, run.items_cleared) == (0, 0)
+    assert ReconciliationItem.objects.filter(order=order, resolved_at__isnull=True).count() == 1
+    assert ExternalRefund.objects.get(charge__order=order).counted_minor == 2000
+
+
+def test_a_dispute_a_decision_finds_refuses_the_refund_and_waits_in_the_inbox(
+    site, members, shopify, shopify_account, synced
+):
+    from refunds.staff.services import NotRefundable
+
+    placed, order = synced("60.00")
+    placed.disputes.append(
+        {"id": "gid://shopify/ShopifyPaymentsDispute/12", "status": "NEEDS_RESPONSE",
+         "initiatedAs": "CHARGEBACK"}
+    )  # fmt: skip
+    with pytest.raises(NotRefundable, match="disputed"):
+        _staff_refund(site, members, order, 1000)
+    assert not Refund.objects.filter(order=order).exists()
+    assert Dispute.objects.get(charge__order=order).status == "needs_response"
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert item.key == "missing_in_sill:gid://shopify/ShopifyPaymentsDispute/12"
+    assert item.sill_corrected and "A dispute at Shopify" in item.detail
+    assert _run(shopify_account).items_opened == 0

@@ -106,3 +106,20 @@ def test_the_quote_subtracts_what_the_rail_counts_beyond_sills_records(site, pai
         order=charge.order, charge=charge, rail_facts=RefundFacts(charge_refunded_minor=2500)
     )
     assert capped.remaining.amount_minor == 6400
+
+
+def test_an_outside_refund_an_agent_decision_finds_waits_in_the_inbox(site, paid, sdk, api, sign):
+    """The decision records the dashboard refund, and shows the merchant it had been missed:
+    a reconciliation run afterwards finds the books in order, so only the decision can."""
+    from refunds.models import ReconciliationItem
+
+    outside = sdk.v1.refunds.create(params={"charge": paid.provider_charge_id, "amount": 3000})
+    answer = api(sign(refund_intent(ORIGINAL))).json()
+    assert (answer["decision"], answer["amount"]) == ("approved", "59.00"), answer
+    [item] = ReconciliationItem.objects.filter(charge=paid)
+    assert (item.kind, item.provider_refund_id, item.rail_amount_minor) == (
+        "missing_in_sill", outside.id, 3000,
+    )  # fmt: skip
+    assert item.sill_corrected and item.resolved_at is None
+    reconciled = AuditRecord.objects.filter(kind="reconciliation_found").count()
+    assert reconciled == 1
