@@ -136,31 +136,48 @@ def preview_for(
     now: datetime | None = None,
     days: int = PREVIEW_DAYS,
 ) -> Preview:
-    """What validated ``rules`` would have done to the site's refund requests of ``days``.
+    """What validated ``rules`` would have done to the site's refund requests of ``days``, and
+    (``credits``) to its customer credits when a rule of the draft or the active version
+    applies to credits.
 
     Compared with the active version on the same stored fact snapshots. ``auto_refund``
-    defaults to the active version's settings.
+    defaults to the active version's settings; it never lifts a credit's hold.
     """
     now = now or timezone.now()
+    since = now - timedelta(days=days)
     active = active_policy_for(site)
     draft = compile_policy(rules_for(rules, "refund"))
-    return simulate(
+    preview = simulate(
         draft=draft,
         active=active.compiled,
         auto_refund=auto_refund or active.auto_refund,
-        refunds=refund_requests_for(site, since=now - timedelta(days=days)),
+        refunds=refund_requests_for(site, since=since),
         days=days,
     )
+    credit_draft = compile_policy(rules_for(rules, "credit"))
+    if credit_draft.rules or active.credit.rules:
+        preview.credits = simulate(
+            draft=credit_draft,
+            active=active.credit,
+            auto_refund=AutoRefund(),  # a credit is decided by its rules alone
+            refunds=refund_requests_for(site, since=since, kind=RefundKind.CUSTOMER_CREDIT),
+            days=days,
+            noun="credit",
+        )
+    return preview
 
 
-def refund_requests_for(site: Site, *, since: datetime) -> list[SimulatedRefund]:
-    """The site's refund requests since ``since`` that reached (or should have reached) a
-    decision: those with a fact snapshot, and older ones with an amount but no snapshot.
-    Requests refused before the policy step (no amount, no snapshot) are not policy matters.
+def refund_requests_for(
+    site: Site, *, since: datetime, kind: RefundKind = RefundKind.REFUND
+) -> list[SimulatedRefund]:
+    """The site's refund requests (or, by ``kind``, customer credit requests) since ``since``
+    that reached (or should have reached) a decision: those with a fact snapshot, and older
+    ones with an amount but no snapshot. Requests refused before the policy step (no amount,
+    no snapshot) are not policy matters.
     """
     rows = (
-        # Refunds only: customer credits are decided by the rules that apply to them.
-        Refund.objects.filter(site=site, created_at__gte=since, kind=RefundKind.REFUND)
+        # One kind at a time: refunds and credits are decided by the rules that apply to each.
+        Refund.objects.filter(site=site, created_at__gte=since, kind=kind)
         .filter(Q(facts__isnull=False) | Q(amount_minor__gt=0))
         .order_by()
         .values_list("id", "facts", "amount_minor", "currency")

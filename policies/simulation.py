@@ -3,7 +3,9 @@
 Each refund request is evaluated with the facts stored at its decision, under the draft and
 under the active version, both with the same AUTO-REFUND settings. Requests stored without a
 complete snapshot (before the engine) cannot be replayed: they are counted apart, with a
-warning that the draft could block more than the preview shows.
+warning that the draft could block more than the preview shows. Customer credits are replayed
+the same way through the rules that apply to credits (``policies.subjects``), AUTO-REFUND
+never lifting a credit's hold; their figures are a preview of their own (``Preview.credits``).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class Change:
 @dataclass
 class Preview:
     days: int
+    # What was replayed: "refund" requests, or customer "credit" requests.
+    noun: str = "refund"
     total: int = 0
     evaluated: int = 0
     without_snapshot: int = 0
@@ -84,13 +88,16 @@ class Preview:
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     modified: list[str] = field(default_factory=list)
+    # The credits' own preview, when the draft or the active version has a rule that applies
+    # to credits (otherwise every credit is allowed both ways: nothing to show).
+    credits: Preview | None = None
 
     @property
     def warning(self) -> str | None:
         if not self.without_snapshot:
             return None
         return (
-            f"{self.without_snapshot} refund request(s) of the last {self.days} days were "
+            f"{self.without_snapshot} {self.noun} request(s) of the last {self.days} days were "
             "stored without a fact snapshot and are not counted: these rules could hold or "
             "deny more than this preview shows."
         )
@@ -119,6 +126,7 @@ class Preview:
             ],
             "rules": [r.as_dict() for r in self.rules],
             "diff": {"added": self.added, "removed": self.removed, "changed": self.modified},
+            "credits": self.credits.as_dict() if self.credits is not None else None,
         }
 
 
@@ -133,8 +141,9 @@ def simulate(
     auto_refund: AutoRefund,
     refunds: Iterable[SimulatedRefund],
     days: int,
+    noun: str = "refund",
 ) -> Preview:
-    preview = Preview(days=days)
+    preview = Preview(days=days, noun=noun)
     impacts = {r.id: RuleImpact(r.id, r.fired.action, r.fired.mode) for r in draft.rules}
     draft_counts: Counter[str] = Counter()
     active_counts: Counter[str] = Counter()

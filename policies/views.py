@@ -30,6 +30,7 @@ from policies.services import (
     set_refund_window,
     set_rule_mode,
 )
+from policies.simulation import Preview
 from policies.vocabulary import FACTS, describe_condition
 from policies.warnings import policy_warnings
 from sill.accounts.access import Cap, site_view
@@ -331,22 +332,11 @@ def _preview_page(
         "warnings": (
             policy_warnings([*active.rules, *result.rules], active.auto_refund) if result else []
         ),
-        "affected": [
-            {
-                "change": change,
-                "amount": Money(change.amount_minor, change.currency),
-                "active": OUTCOME_WORDS.get(change.active, change.active),
-                "draft": OUTCOME_WORDS.get(change.draft, change.draft),
-            }
-            for change in (preview.changes if preview else [])
-        ],
-        "affected_money": [
-            Money(m, c) for c, m in sorted((preview.changed_amounts if preview else {}).items())
-        ],
         "params": [_param_field(p, params.get(p.name)) for p in item.params],
         "result": result,
-        "preview": result.preview if result else None,
-        "rows": _preview_rows(result),
+        "preview": preview,
+        "refund_section": _replay_section(result, preview, **_REFUNDS),
+        "credit_section": _replay_section(result, preview.credits if preview else None, **_CREDITS),
         "written": _rule_rows(result.rules) if result else [],
         "written_json": json.dumps(result.rules, indent=2) if result else "",
         "error": error,
@@ -357,18 +347,47 @@ def _preview_page(
     return render(request, template, context, status=status)
 
 
-def _preview_rows(result: ApplyResult | None) -> list[dict[str, Any]]:
-    if result is None or result.preview is None:
-        return []
+# The words and element ids of the preview's two replays (template_preview.html, "replay").
+_REFUNDS = {"id": "preview", "plural": "refund requests", "title": "Refunds", "one": "Refund"}
+_CREDITS = {
+    "id": "preview-credit",
+    "plural": "customer credits",
+    "title": "Credits",
+    "one": "Credit",
+}
+
+
+def _replay_section(
+    result: ApplyResult | None, preview: Preview | None, **words: str
+) -> dict[str, Any]:
+    """What the page shows of one replay (refunds, or customer credits): each rule's impact
+    (the template's own rules marked new), the requests decided differently and their money."""
+    if result is None or preview is None:
+        return {**words, "rows": [], "affected": [], "affected_money": []}
     new = {r["id"] for r in result.rules}
-    return [
-        {
-            "impact": impact,
-            "new": impact.id in new,
-            "amounts": [Money(m, c) for c, m in sorted(impact.amounts.items())],
-        }
-        for impact in result.preview.rules
-    ]
+    return {
+        **words,
+        # AUTO-REFUND lifts refunds' holds only: a credit is decided by its rules alone.
+        "auto_refund": preview.noun == "refund",
+        "rows": [
+            {
+                "impact": impact,
+                "new": impact.id in new,
+                "amounts": [Money(m, c) for c, m in sorted(impact.amounts.items())],
+            }
+            for impact in preview.rules
+        ],
+        "affected": [
+            {
+                "change": change,
+                "amount": Money(change.amount_minor, change.currency),
+                "active": OUTCOME_WORDS.get(change.active, change.active),
+                "draft": OUTCOME_WORDS.get(change.draft, change.draft),
+            }
+            for change in preview.changes
+        ],
+        "affected_money": [Money(m, c) for c, m in sorted(preview.changed_amounts.items())],
+    }
 
 
 def _catalog_item(item_id: str) -> cat.CatalogItem:

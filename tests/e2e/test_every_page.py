@@ -24,6 +24,7 @@ from policies.engine import FiredRule
 from policies.selectors import active_policy_for
 from policies.services import apply_catalog_item
 from policies.types import PolicyOutcome
+from policies.vocabulary import FACTS_VERSION
 from refunds.demo import DEMO_AGENT_ID, DEMO_ORDER_MANDATE, DEMO_PASSWORD, load_demo
 from refunds.models import Decision, Refund, RefundKind, RefundOrigin, RefundStatus
 from refunds.reconcile.differences import Difference
@@ -75,7 +76,12 @@ def hold_credit(site: Site, agent: Agent) -> Refund:
             customer=customer, amount_minor=1250, currency="USD", rail="stripe",
             reason_code="not_received", decision=Decision.ESCALATED, status=RefundStatus.HELD,
             expires_at=now + timedelta(hours=24),
-            facts={"refundAmount": 1250, "creditCustomerAgeDays": 3, "refundOrigin": "agent"},
+            facts={
+                "factsVersion": FACTS_VERSION, "refundAmount": 1250, "refundAmountUsd": 1250,
+                "creditCustomerAgeDays": 3, "refundAgentTotalTodayUsd": 1250,
+                "refundReason": "not_received", "refundOrigin": "agent", "rail": "stripe",
+                "currency": "USD",
+            },
             rules=[{"id": "tpl-credit-new-customer", "action": "require_approval", "mode": "enforced"}],
         )  # fmt: skip
         # What the credit-new-customer rule (applied by ``demo``) decided, as decide_credit says it.
@@ -148,6 +154,12 @@ def visits(demo: Demo) -> list[Visit]:
         Visit("rules", "policies:rules", {}),
         Visit("rule-templates", "policies:templates", {}),
         Visit("rule-template-preview", "policies:template-preview", {"item_id": TEMPLATE}),
+        # A template about credits: its preview replays the held credit.
+        Visit(
+            "rule-template-preview-credit",
+            "policies:template-preview",
+            {"item_id": "credit-new-customer"},
+        ),
         Visit("activity", "audit:activity", {}),
         Visit("settings", "settings:index", {}),
         Visit("reasons", "refunds:reasons", {}),

@@ -342,3 +342,34 @@ def test_apply_with_a_bad_parameter_writes_nothing(client_for, site):
 
 def test_the_nav_links_the_rules_page(client_for):
     assert 'href="/rules/"' in client_for("staff").get("/rules/").content.decode()
+
+
+def test_a_credit_templates_preview_replays_the_sites_credits(client_for, site):
+    """Seen before: the preview of "Credits to new customers wait for a human" replayed
+    refunds only: no credit, not even the template's own rule in the table."""
+    from policies.vocabulary import FACTS_VERSION
+    from sill.orders.models import Customer
+
+    customer = Customer.objects.create(site=site, email="new@example.com", rail_customer_id="cus_N")
+    credit = Refund.objects.create(
+        site=site, kind="customer_credit", customer=customer, origin="agent", amount_minor=2500,
+        currency="USD", rail="stripe", decision="approved", status="succeeded",
+        facts={
+            "factsVersion": FACTS_VERSION, "refundAmount": 2500, "refundAmountUsd": 2500,
+            "creditCustomerAgeDays": 2, "refundAgentTotalTodayUsd": 2500,
+            "refundReason": "goodwill", "refundOrigin": "agent", "rail": "stripe",
+            "currency": "USD",
+        },
+    )  # fmt: skip
+    response = client_for("owner").get("/rules/templates/credit-new-customer/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    refunds, credits = body.split('id="preview-credits"')
+    assert "No refund requests in the last 30 days" in refunds
+    assert "tpl-credit-new-customer" not in refunds.split('id="preview-table"')[1]
+    assert 'id="preview-credit-table"' in credits
+    assert "tpl-credit-new-customer" in credits.split('id="preview-credit-table"')[1]
+    assert "Credits it would have decided differently" in credits
+    assert f"/refunds/{credit.pk}/" in credits and "$25.00" in credits
+    assert "Auto-refunded" not in credits
+    assert not PolicyVersion.objects.filter(site=site).exists()

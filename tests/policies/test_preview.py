@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from policies.catalog import PACKS, build_rules
+from policies.catalog import PACKS, TEMPLATES, build_rules
 from policies.selectors import preview_for
 from refunds.models import Refund
 from tests.policies.test_engine import BASE
@@ -171,3 +171,93 @@ def test_the_simulate_command_needs_a_real_site_and_file(site, tmp_path):
         call_command(
             "policies", "simulate", "--site", site.pk, "--rules", str(tmp_path / "missing")
         )
+
+
+@pytest.fixture
+def credited(site):
+    """``credited(age_days, days_ago=…)``: a customer credit decided with that customer age."""
+    from policies.vocabulary import FACTS_VERSION
+    from sill.orders.models import Customer
+
+    def make(age_days: int | None, *, amount: int = 2500, days_ago: int = 1) -> Refund:
+        n = Customer.objects.filter(site=site).count()
+        customer = Customer.objects.create(
+            site=site, email=f"credited{n}@example.com", rail_customer_id=f"cus_preview{n}"
+        )
+        facts = {
+            "factsVersion": FACTS_VERSION, "refundAmount": amount, "refundAmountUsd": amount,
+            "creditCustomerAgeDays": age_days, "refundAgentTotalTodayUsd": amount,
+            "refundReason": "goodwill", "refundOrigin": "agent", "rail": "stripe",
+            "currency": "USD",
+        }  # fmt: skip
+        credit = Refund.objects.create(
+            site=site, kind="customer_credit", customer=customer, origin="agent",
+            amount_minor=amount, currency="USD", rail="stripe", decision="approved",
+            status="succeeded", facts=facts,
+        )  # fmt: skip
+        Refund.objects.filter(pk=credit.pk).update(
+            created_at=timezone.now() - timedelta(days=days_ago)
+        )
+        return credit
+
+    return make
+
+
+def credit_new_customer() -> list[dict[str, Any]]:
+    return build_rules(TEMPLATES["credit-new-customer"], params=None, mode="enforced")
+
+
+def test_a_rule_about_credits_is_previewed_on_the_sites_credits(site, stored, credited):
+    """Seen before: the preview replayed refunds only, so a credit template's preview showed
+    no credit and not even its own rule: "nothing changes" about a rule that holds credits."""
+    stored({"refundAmount": 1000})  # a refund: no rule about credits applies to it
+    new = credited(3)  # a customer 3 days old: held under the draft
+    credited(400)  # an old customer: allowed either way
+    unknown = credited(None, amount=1000)  # an age the rail could not say: held
+    credited(5, days_ago=31)  # outside the window
+    rules = credit_new_customer()
+    preview = preview_for(site=site, rules=rules)
+    assert (preview.evaluated, preview.changed) == (1, 0)
+    assert [r.id for r in preview.rules] == []  # not a refund rule
+    credits = preview.credits
+    assert credits is not None and credits.noun == "credit"
+    assert (credits.total, credits.evaluated, credits.without_snapshot) == (3, 3, 0)
+    assert credits.draft == {"allow": 1, "auto_refund": 0, "require_approval": 2, "deny": 0}
+    assert credits.active == {"allow": 3, "auto_refund": 0, "require_approval": 0, "deny": 0}
+    assert credits.changed == 2 and credits.changed_amounts == {"USD": 3500}
+    assert {c.refund_id for c in credits.changes} == {new.pk, unknown.pk}
+    [impact] = credits.rules
+    assert (impact.id, impact.would_hold, impact.amounts) == (rules[0]["id"], 2, {"USD": 3500})
+    assert credits.added == [rules[0]["id"]]
+    shown = preview.as_dict()["credits"]
+    assert (shown["changed"], shown["outcomes"]["draft"]["require_approval"]) == (2, 2)
+
+
+def test_a_refund_rule_whose_facts_a_credit_has_is_previewed_on_credits_too(site, credited):
+    credited(3, amount=30000)  # a large credit: the large-refund rule holds credits too
+    preview = preview_for(site=site, rules=support_refunds())
+    assert preview.credits is not None
+    assert preview.credits.draft["require_approval"] == 1
+    assert [r.id for r in preview.credits.rules if r.fired] == ["tpl-large-refund"]
+
+
+def test_without_a_rule_about_credits_there_is_no_credit_preview(site, credited):
+    credited(3)
+    rules = build_rules(TEMPLATES["disputed-deny"], params=None, mode="enforced")
+    preview = preview_for(site=site, rules=rules)  # a dispute is no credit's fact
+    assert preview.credits is None and preview.as_dict()["credits"] is None
+
+
+def test_the_simulate_command_replays_the_credits_apart(site, stored, credited, tmp_path, capsys):
+    stored({"refundAmount": 100})
+    credited(3)
+    rules = write_rules(tmp_path, credit_new_customer())
+    call_command("policies", "simulate", "--site", site.pk, "--rules", rules)
+    out = capsys.readouterr().out
+    assert "1 refund requests: 1 replayed" in out
+    assert "credit:1 credit requests: 1 replayed, 0 without a fact snapshot" in out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert lines["credit:tpl-credit-new-customer"][1:4] == ["enforced", "0", "1"]
+    assert "tpl-credit-new-customer" not in lines  # not a refund rule
+    assert lines["credit:held"][1:] == ["1", "0"] and lines["held"][1:] == ["0", "0"]
+    assert "credit:auto-refunded" not in lines

@@ -3,7 +3,9 @@
 The file is a JSON list of rules (or ``{"rules": [...]}``), the format of the seed's refund
 audit. Nothing is written: the command prints, per rule, how many stored refund requests
 it would have denied or held and the money involved, the outcome counts against the active
-version, and a warning for requests stored without a fact snapshot.
+version, and a warning for requests stored without a fact snapshot; then, when a rule of the
+file or of the active version can be judged for a credit, the same for the site's customer
+credits, each of those lines marked ``credit:``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from policies.rules import RuleError, validate_rules
 from policies.selectors import PREVIEW_DAYS, active_policy_for, preview_for
+from policies.simulation import Preview
 from sill.accounts.models import Site
 from sill.money import Money
 
@@ -61,10 +64,20 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(preview.as_dict(), indent=2))
             return
         active = active_policy_for(site)
+        self.stdout.write(
+            f"Site {site.pk} ({site.name}), last {preview.days} days, against {active.label}"
+        )
+        self._write_replay(preview, active.label)
+        if preview.credits is not None:
+            # Rules that can be judged for a credit replayed on the site's customer credits;
+            # each line is marked "credit:" so it never reads as the refunds' line.
+            self.stdout.write("")
+            self._write_replay(preview.credits, active.label, mark="credit:")
+
+    def _write_replay(self, preview: Preview, active_label: str, mark: str = "") -> None:
         out = self.stdout
-        out.write(f"Site {site.pk} ({site.name}), last {preview.days} days, against {active.label}")
         out.write(
-            f"{preview.total} refund requests: {preview.evaluated} replayed, "
+            f"{mark}{preview.total} {preview.noun} requests: {preview.evaluated} replayed, "
             f"{preview.without_snapshot} without a fact snapshot"
         )
         if preview.warning:
@@ -74,16 +87,16 @@ class Command(BaseCommand):
         for impact in preview.rules:
             money = ", ".join(str(Money(m, c)) for c, m in sorted(impact.amounts.items())) or "-"
             out.write(
-                f"{impact.id:<32} {impact.mode:<9} {impact.would_deny:>6} "
+                f"{mark + impact.id:<32} {impact.mode:<9} {impact.would_deny:>6} "
                 f"{impact.would_hold:>6}  {money}"
             )
         out.write("")
-        out.write(f"{'outcome':<18} {'this file':>10} {active.label:>10}")
-        for outcome, label in (
-            ("allow", "allowed"),
-            ("auto_refund", "auto-refunded"),
-            ("require_approval", "held"),
-            ("deny", "denied"),
-        ):
-            out.write(f"{label:<18} {preview.draft[outcome]:>10} {preview.active[outcome]:>10}")
-        out.write(f"decided differently: {preview.changed}")
+        out.write(f"{'outcome':<18} {'this file':>10} {active_label:>10}")
+        outcomes = [("allow", "allowed"), ("require_approval", "held"), ("deny", "denied")]
+        if preview.noun == "refund":
+            outcomes.insert(1, ("auto_refund", "auto-refunded"))
+        for outcome, label in outcomes:
+            out.write(
+                f"{mark + label:<18} {preview.draft[outcome]:>10} {preview.active[outcome]:>10}"
+            )
+        out.write(f"{mark}decided differently: {preview.changed}")
