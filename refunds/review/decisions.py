@@ -6,8 +6,11 @@ way out — an approval, a rejection, the expiry — first locks the refund row
 moment the second one waits for the first, finds the refund decided and gets
 :class:`AlreadyDecided` instead of a second outcome.
 
-An approval then locks the order and its charge (in the order refund → order → charge that
-settlement uses too, so the two never deadlock) and checks the facts again: a refund held
+An approval first catches up with the rail, outside any transaction (its network calls hold
+no lock): a dispute or a refund made outside Sill that the rail reports and Sill had missed
+(its webhook never came) is recorded, and opens its Reconciliation item, as at the refund's
+own decision. It then locks the order and its charge (in the order refund → order → charge
+that settlement uses too, so the two never deadlock) and checks the facts again: a refund held
 yesterday is never paid on today's stale approval if the charge has since been disputed, or
 refunded elsewhere so that less than the held amount remains. Such an approval is refused
 and the refund closed with the reason (``disputed``, ``exceeds_refundable``); an approval
@@ -30,10 +33,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import append_record
+from policies.facts import prefetch_rail_facts
 from refunds.labels import deadline_text, money_words
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Refund, RefundStatus
 from refunds.quote import Quote, RefundRefused, quote_refund
+from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import HOLD_FOR, enqueue_execution, refund_body, reserve, transition
 from sill.errors import SillError
 from sill.money import Money
@@ -84,6 +89,7 @@ def approve_refund(
     """
     now = now or timezone.now()
     note = note.strip()[:NOTE_MAX_LENGTH]
+    _catch_up_with_rail(refund, now=now)
     with transaction.atomic():
         # The agent's and customer's decisions first, then refund → order → charge (the lock
         # order of refunds.locks): the facts are checked again below, and what a refund
@@ -128,6 +134,26 @@ def approve_refund(
                 note=note,
             )
     raise DecisionRefused(refusal[1], code=refusal[0])
+
+
+def _catch_up_with_rail(refund: Refund, *, now: datetime) -> None:
+    """What the rail reports about a held refund's charge that Sill has not recorded, recorded
+    now (``policies.facts.prefetch_rail_facts`` with the inbox's catch-up), so the approval's
+    check of the facts counts it. A rail that cannot be read leaves Sill's books as they are
+    (the check then goes by them, as before). A credit draws on no charge: nothing to read."""
+    if refund.is_credit or refund.status != RefundStatus.HELD or refund.charge_id is None:
+        return
+    charge = (
+        Charge.objects.select_related("order")
+        .filter(pk=refund.charge_id, order__site_id=refund.site_id)
+        .first()
+    )
+    if charge is None:
+        return
+    prefetch_rail_facts(
+        site_id=refund.site_id, order=charge.order, charge=charge, now=now,
+        catch_up=catch_up_charge,
+    )  # fmt: skip
 
 
 def reject_refund(

@@ -183,3 +183,66 @@ def test_a_dispute_a_decision_finds_refuses_the_refund_and_waits_in_the_inbox(
     assert item.key == "missing_in_sill:gid://shopify/ShopifyPaymentsDispute/12"
     assert item.sill_corrected and "A dispute at Shopify" in item.detail
     assert _run(shopify_account).items_opened == 0
+
+
+def test_an_approval_catches_up_with_a_dispute_shopify_reports_and_is_refused(
+    site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
+):
+    """Seen before: an approval re-checked the facts from Sill's books only. A held refund
+    approved after the charge was disputed at Shopify (its webhook missed) was sent to the
+    rail, to be paid twice: once by the refund, once by the chargeback."""
+    from policies.catalog import TEMPLATES
+    from policies.services import apply_catalog_item
+    from refunds.review.decisions import DecisionRefused, approve_refund
+
+    apply_catalog_item(
+        site=site, actor=members["owner"].user, item=TEMPLATES["conservative"],
+        params={"holdOverUsd": "5.00"},
+    )  # fmt: skip
+    placed, order = synced("60.00")
+    with django_capture_on_commit_callbacks(execute=True):
+        held = _staff_refund(site, members, order, 2000)
+    assert held.status == "held"
+    placed.disputes.append(
+        {"id": "gid://shopify/ShopifyPaymentsDispute/77", "status": "NEEDS_RESPONSE",
+         "initiatedAs": "CHARGEBACK"}
+    )  # fmt: skip
+    with (
+        pytest.raises(DecisionRefused, match=r"(?i)disput") as refused,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        approve_refund(refund=held, actor=members["admin"].user)
+    assert refused.value.code == "disputed"
+    held.refresh_from_db()
+    assert (held.status, held.outcome_code) == ("rejected", "disputed")
+    assert shopify.refund_creates() == []
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert item.key == "missing_in_sill:gid://shopify/ShopifyPaymentsDispute/77"
+
+
+def test_an_approval_catches_up_with_a_refund_made_in_the_admin_meanwhile(
+    site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
+):
+    from policies.catalog import TEMPLATES
+    from policies.services import apply_catalog_item
+    from refunds.review.decisions import DecisionRefused, approve_refund
+
+    apply_catalog_item(
+        site=site, actor=members["owner"].user, item=TEMPLATES["conservative"],
+        params={"holdOverUsd": "5.00"},
+    )  # fmt: skip
+    placed, order = synced("60.00")
+    with django_capture_on_commit_callbacks(execute=True):
+        held = _staff_refund(site, members, order, 5000)
+    assert held.status == "held"
+    made = shopify._make_refund(placed, Decimal("20.00"), note="from the admin")
+    with (
+        pytest.raises(DecisionRefused) as refused,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        approve_refund(refund=held, actor=members["admin"].user)
+    assert refused.value.code == "exceeds_refundable"
+    assert shopify.refund_creates() == []
+    assert ExternalRefund.objects.get(charge__order=order).provider_refund_id == made["id"]
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert item.provider_refund_id == made["id"] and item.sill_corrected
