@@ -89,7 +89,8 @@ def approve_refund(
     """
     now = now or timezone.now()
     note = note.strip()[:NOTE_MAX_LENGTH]
-    _catch_up_with_rail(refund, now=now)
+    if refund.requested_by_id is None or refund.requested_by_id != actor.pk:
+        _catch_up_with_rail(refund, now=now)  # a requester's approval is refused below anyway
     with transaction.atomic():
         # The agent's and customer's decisions first, then refund → order → charge (the lock
         # order of refunds.locks): the facts are checked again below, and what a refund
@@ -143,6 +144,8 @@ def _catch_up_with_rail(refund: Refund, *, now: datetime) -> None:
     (the check then goes by them, as before). A credit draws on no charge: nothing to read."""
     if refund.is_credit or refund.status != RefundStatus.HELD or refund.charge_id is None:
         return
+    if now >= deadline(refund):
+        return  # it expires below: nothing will reach the rail
     charge = (
         Charge.objects.select_related("order")
         .filter(pk=refund.charge_id, order__site_id=refund.site_id)
