@@ -155,7 +155,7 @@ def _catch_up_with_rail(refund: Refund, *, now: datetime) -> None:
         return
     prefetch_rail_facts(
         site_id=refund.site_id, order=charge.order, charge=charge, now=now,
-        catch_up=catch_up_charge,
+        catch_up=catch_up_charge, charge_only=True,
     )  # fmt: skip
 
 

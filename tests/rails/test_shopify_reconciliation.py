@@ -27,8 +27,8 @@ pytestmark = pytest.mark.django_db
 def synced(site, shopify, shopify_account, django_capture_on_commit_callbacks):
     """``synced(total)``: a paid test order at the stub, brought into Sill by its webhook."""
 
-    def make(total: str = "60.00"):
-        placed = shopify.add_order(total=total)
+    def make(total: str = "60.00", customer_id: int | None = None):
+        placed = shopify.add_order(total=total, customer_id=customer_id)
         body = json.dumps({"id": placed.id, "admin_graphql_api_id": placed.gid}).encode()
         headers = signed_headers(body, topic="orders/create", webhook_id=f"wh-{placed.id}")
         with django_capture_on_commit_callbacks(execute=True):
@@ -246,3 +246,27 @@ def test_an_approval_catches_up_with_a_refund_made_in_the_admin_meanwhile(
     assert ExternalRefund.objects.get(charge__order=order).provider_refund_id == made["id"]
     [item] = ReconciliationItem.objects.filter(order=order)
     assert item.provider_refund_id == made["id"] and item.sill_corrected
+
+
+def test_an_approval_reads_only_the_charge_at_the_rail(
+    site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
+):
+    """An approval needs what the charge holds (refunded, disputed), not the customer's age
+    and history: one read, which keeps a Slack approval inside Slack's few seconds."""
+    from policies.catalog import TEMPLATES
+    from policies.services import apply_catalog_item
+    from refunds.review.decisions import approve_refund
+
+    apply_catalog_item(
+        site=site, actor=members["owner"].user, item=TEMPLATES["conservative"],
+        params={"holdOverUsd": "5.00"},
+    )  # fmt: skip
+    _placed, order = synced("60.00", customer_id=shopify.add_customer())
+    with django_capture_on_commit_callbacks(execute=False):
+        held = _staff_refund(site, members, order, 2000)
+    assert held.status == "held" and order.customer_id is not None
+    before = len(shopify.calls)
+    with django_capture_on_commit_callbacks(execute=False):
+        approved = approve_refund(refund=held, actor=members["admin"].user)
+    assert approved.status == "processing"
+    assert [op for op, _ in shopify.calls[before:]] == ["SillChargeFacts"]
