@@ -128,9 +128,10 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
 
 
 def catch_up_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> bool:
-    """A refund decision's catch-up with the rail (``policies.facts.CatchUp``): the charge is
-    reconciled as a run would (:func:`reconcile_charge`), so a refund or dispute the rail
-    reports that Sill had missed is recorded before the quote *and* opens its inbox item.
+    """The catch-up with the rail of a refund decision and of a held refund's approval
+    (``policies.facts.CatchUp``): the charge is reconciled as a run would
+    (:func:`reconcile_charge`), so a refund or dispute the rail reports that Sill had missed is
+    recorded before the quote *and* opens its inbox item.
 
     Only recording it (as decisions once did) left the books right and the merchant
     uninformed: the next run found nothing missing, so the missed webhook was never shown.

@@ -30,12 +30,15 @@ def stored(site):
             currency=(snapshot or BASE)["currency"], decision="approved",
             status="succeeded" if minor else "rejected", facts=snapshot,
         )  # fmt: skip
-        Refund.objects.filter(pk=refund.pk).update(
-            created_at=timezone.now() - timedelta(days=days_ago)
-        )
-        return refund
+        return backdated(refund, days_ago)
 
     return make
+
+
+def backdated(refund: Refund, days_ago: int) -> Refund:
+    """``refund`` as if it had been created ``days_ago`` days ago (the preview's window)."""
+    Refund.objects.filter(pk=refund.pk).update(created_at=timezone.now() - timedelta(days=days_ago))
+    return refund
 
 
 def support_refunds() -> list[dict[str, Any]]:
@@ -195,10 +198,7 @@ def credited(site):
             amount_minor=amount, currency="USD", rail="stripe", decision="approved",
             status="succeeded", facts=facts,
         )  # fmt: skip
-        Refund.objects.filter(pk=credit.pk).update(
-            created_at=timezone.now() - timedelta(days=days_ago)
-        )
-        return credit
+        return backdated(credit, days_ago)
 
     return make
 

@@ -138,6 +138,28 @@ def _staff_refund(site, members, order, amount_minor: int):
     )  # fmt: skip
 
 
+@pytest.fixture
+def held(site, members, synced, django_capture_on_commit_callbacks):
+    """``held(amount_minor, customer_id=None)``: a staff refund of a synced $60.00 order, held
+    for review by the conservative template (refunds over $5.00); ``(placed, order, refund)``."""
+    from policies.catalog import TEMPLATES
+    from policies.services import apply_catalog_item
+
+    apply_catalog_item(
+        site=site, actor=members["owner"].user, item=TEMPLATES["conservative"],
+        params={"holdOverUsd": "5.00"},
+    )  # fmt: skip
+
+    def make(amount_minor: int, customer_id: int | None = None):
+        placed, order = synced("60.00", customer_id=customer_id)
+        with django_capture_on_commit_callbacks(execute=False):
+            refund = _staff_refund(site, members, order, amount_minor)
+        assert refund.status == "held"
+        return placed, order, refund
+
+    return make
+
+
 def test_a_refund_a_decision_finds_before_its_webhook_waits_in_the_inbox(
     site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
 ):
@@ -186,23 +208,14 @@ def test_a_dispute_a_decision_finds_refuses_the_refund_and_waits_in_the_inbox(
 
 
 def test_an_approval_catches_up_with_a_dispute_shopify_reports_and_is_refused(
-    site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
+    members, shopify, held, django_capture_on_commit_callbacks
 ):
     """Seen before: an approval re-checked the facts from Sill's books only. A held refund
     approved after the charge was disputed at Shopify (its webhook missed) was sent to the
     rail, to be paid twice: once by the refund, once by the chargeback."""
-    from policies.catalog import TEMPLATES
-    from policies.services import apply_catalog_item
     from refunds.review.decisions import DecisionRefused, approve_refund
 
-    apply_catalog_item(
-        site=site, actor=members["owner"].user, item=TEMPLATES["conservative"],
-        params={"holdOverUsd": "5.00"},
-    )  # fmt: skip
-    placed, order = synced("60.00")
-    with django_capture_on_commit_callbacks(execute=True):
-        held = _staff_refund(site, members, order, 2000)
-    assert held.status == "held"
+    placed, order, refund = held(2000)
     placed.disputes.append(
         {"id": "gid://shopify/ShopifyPaymentsDispute/77", "status": "NEEDS_RESPONSE",
          "initiatedAs": "CHARGEBACK"}
@@ -211,36 +224,27 @@ def test_an_approval_catches_up_with_a_dispute_shopify_reports_and_is_refused(
         pytest.raises(DecisionRefused, match=r"(?i)disput") as refused,
         django_capture_on_commit_callbacks(execute=True),
     ):
-        approve_refund(refund=held, actor=members["admin"].user)
+        approve_refund(refund=refund, actor=members["admin"].user)
     assert refused.value.code == "disputed"
-    held.refresh_from_db()
-    assert (held.status, held.outcome_code) == ("rejected", "disputed")
+    refund.refresh_from_db()
+    assert (refund.status, refund.outcome_code) == ("rejected", "disputed")
     assert shopify.refund_creates() == []
     [item] = ReconciliationItem.objects.filter(order=order)
     assert item.key == "missing_in_sill:gid://shopify/ShopifyPaymentsDispute/77"
 
 
 def test_an_approval_catches_up_with_a_refund_made_in_the_admin_meanwhile(
-    site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
+    members, shopify, held, django_capture_on_commit_callbacks
 ):
-    from policies.catalog import TEMPLATES
-    from policies.services import apply_catalog_item
     from refunds.review.decisions import DecisionRefused, approve_refund
 
-    apply_catalog_item(
-        site=site, actor=members["owner"].user, item=TEMPLATES["conservative"],
-        params={"holdOverUsd": "5.00"},
-    )  # fmt: skip
-    placed, order = synced("60.00")
-    with django_capture_on_commit_callbacks(execute=True):
-        held = _staff_refund(site, members, order, 5000)
-    assert held.status == "held"
+    placed, order, refund = held(5000)
     made = shopify._make_refund(placed, Decimal("20.00"), note="from the admin")
     with (
         pytest.raises(DecisionRefused) as refused,
         django_capture_on_commit_callbacks(execute=True),
     ):
-        approve_refund(refund=held, actor=members["admin"].user)
+        approve_refund(refund=refund, actor=members["admin"].user)
     assert refused.value.code == "exceeds_refundable"
     assert shopify.refund_creates() == []
     assert ExternalRefund.objects.get(charge__order=order).provider_refund_id == made["id"]
@@ -249,24 +253,16 @@ def test_an_approval_catches_up_with_a_refund_made_in_the_admin_meanwhile(
 
 
 def test_an_approval_reads_only_the_charge_at_the_rail(
-    site, members, shopify, shopify_account, synced, django_capture_on_commit_callbacks
+    members, shopify, held, django_capture_on_commit_callbacks
 ):
     """An approval needs what the charge holds (refunded, disputed), not the customer's age
     and history: one read, which keeps a Slack approval inside Slack's few seconds."""
-    from policies.catalog import TEMPLATES
-    from policies.services import apply_catalog_item
     from refunds.review.decisions import approve_refund
 
-    apply_catalog_item(
-        site=site, actor=members["owner"].user, item=TEMPLATES["conservative"],
-        params={"holdOverUsd": "5.00"},
-    )  # fmt: skip
-    _placed, order = synced("60.00", customer_id=shopify.add_customer())
-    with django_capture_on_commit_callbacks(execute=False):
-        held = _staff_refund(site, members, order, 2000)
-    assert held.status == "held" and order.customer_id is not None
+    _placed, order, refund = held(2000, customer_id=shopify.add_customer())
+    assert order.customer_id is not None
     before = len(shopify.calls)
     with django_capture_on_commit_callbacks(execute=False):
-        approved = approve_refund(refund=held, actor=members["admin"].user)
+        approved = approve_refund(refund=refund, actor=members["admin"].user)
     assert approved.status == "processing"
     assert [op for op, _ in shopify.calls[before:]] == ["SillChargeFacts"]
