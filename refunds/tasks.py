@@ -20,7 +20,7 @@ from refunds.reconcile.runs import accounts_due, run_reconciliation
 from refunds.review.decisions import expire_held_refunds
 from refunds.review.failures import notify_failed
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
-from refunds.review.slack import respond
+from refunds.review.slack import Click, decide_click, respond
 
 
 @shared_task(bind=True, name="refunds.execute", max_retries=None, acks_late=True)
@@ -152,9 +152,26 @@ def notify_failed_task(refund_id: str) -> None:
 
 
 @shared_task(name="refunds.slack_respond", acks_late=True)
-def slack_respond_task(response_url: str, text: str) -> bool:
-    """Replace a clicked Slack message with the decision's outcome (enqueued on commit)."""
-    return respond(response_url=response_url, text=text)
+def slack_respond_task(response_url: str, text: str, privately: bool = False) -> bool:
+    """Replace a clicked Slack message with the decision's outcome, or tell the clicker alone
+    why Sill refused the click (enqueued on commit)."""
+    return respond(response_url=response_url, text=text, privately=privately)
+
+
+@shared_task(name="refunds.slack_decide")
+def slack_decide_task(
+    site_id: str, action: str, refund_id: str, slack_user_id: str, response_url: str
+) -> str:
+    """Decide an Approve / Reject click from Slack, verified and queued by the interactivity
+    endpoint (enqueued on commit). Acknowledged on receipt, not after: a click is a person's
+    decision, and a worker lost mid-way must not make it twice; the buttons stay for another
+    click. Returns the refund's status afterwards, or "refused"."""
+    click = Click(
+        action=action, refund_id=refund_id, slack_user_id=slack_user_id,
+        response_url=response_url,
+    )  # fmt: skip
+    decided = decide_click(site_id=site_id, click=click)
+    return "refused" if decided is None else str(decided.status)
 
 
 @shared_task(name="refunds.notify_reversed")

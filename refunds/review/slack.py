@@ -8,10 +8,15 @@ is mapped to a member of that site (``Membership.slack_user_id``) who may decide
 the decision then runs through the same services as the browser — the re-checks at approval,
 maker-checker, expiry — and is audited the same way (the review record names the member; its
 note says it came from Slack). A site that requires two factors refuses decisions from Slack
-(Sill cannot see Slack's second factor) and links the refund page instead. The outcome replaces
-the message through the click's ``response_url`` (a Celery task, on commit), which must be a
-Slack host (``SILL_SLACK_RESPONSE_HOSTS``): the click's body is signed, but Sill posts nowhere
-else.
+(Sill cannot see Slack's second factor) and links the refund page instead.
+
+Slack waits three seconds for the answer to a click, and an approval first reads the charge at
+the rail (up to ``SILL_RAIL_FACT_TIMEOUT_SECONDS``): so the request only verifies the click and
+queues it (:func:`accept_click`), and a worker decides it (:func:`decide_click`, the task
+``refunds.slack_decide``). Everything the clicker is told then goes through the click's
+``response_url``: the outcome replaces the message, a refusal is shown to the clicker alone.
+That URL must be a Slack host (``SILL_SLACK_RESPONSE_HOSTS``): the click's body is signed, but
+Sill posts nowhere else.
 """
 
 from __future__ import annotations
@@ -222,7 +227,32 @@ def verify_click(*, site: Site, body: bytes, timestamp: str | None, signature: s
     return click
 
 
-def decide_click(*, site: Site, click: Click) -> Refund:
+def accept_click(*, site: Site, click: Click) -> None:
+    """Queue a verified click for a worker to decide (on commit): the request answers Slack at
+    once. A redelivered message is not decided twice (the task acknowledges early, and a
+    decided refund refuses another decision); a click lost with a worker leaves the buttons in
+    place, to be clicked again."""
+    enqueue_on_commit(
+        "refunds.slack_decide", site.pk, click.action, click.refund_id, click.slack_user_id,
+        click.response_url,
+        shown=(site.pk, click.action, click.refund_id, click.slack_user_id, "<response_url>"),
+    )  # fmt: skip
+
+
+def decide_click(*, site_id: str, click: Click) -> Refund | None:
+    """Decide the queued click (the task behind ``refunds.slack_decide``); the clicker is told
+    through the response_url why not when Sill refuses it."""
+    site = Site.objects.filter(pk=site_id).first()
+    if site is None:  # removed since the click
+        return None
+    try:
+        return _decide(site=site, click=click)
+    except SlackRefused as refused:
+        _respond_on_commit(click, refused.message, privately=True)
+        return None
+
+
+def _decide(*, site: Site, click: Click) -> Refund:
     """Decide the held refund as the member behind the Slack user; SlackRefused says why not.
 
     The message is replaced with the outcome once the decision commits.
@@ -251,20 +281,28 @@ def decide_click(*, site: Site, click: Click) -> Refund:
     try:
         decided = decide(refund=refund, actor=membership.user, note="Decided in Slack")
     except SillError as exc:
-        _respond_on_commit(click, outcome_text(refund, exc.message))
+        # A refusal that ended the hold (it expired, someone decided first) replaces the
+        # message: its buttons have nothing left to decide. One that leaves the refund held
+        # (the requester's own approval, a dispute to settle first) keeps them for another
+        # owner or admin, and is told to the clicker alone.
+        refund.refresh_from_db(fields=["status"])
+        if refund.status != RefundStatus.HELD:
+            _respond_on_commit(click, outcome_text(refund, exc.message))
         raise SlackRefused(exc.message) from exc
     who = membership.user.get_username()
     _respond_on_commit(click, outcome_text(decided, by=who))
     return decided
 
 
-def _respond_on_commit(click: Click, text: str) -> None:
-    """Replace the clicked message with ``text`` once the decision commits. The response_url
-    is a capability (anyone holding it may post into the channel for half an hour): the
-    task's headers, which monitoring and the worker's failure logs show, never carry it."""
+def _respond_on_commit(click: Click, text: str, *, privately: bool = False) -> None:
+    """Replace the clicked message with ``text`` once the decision commits, or show ``text``
+    to the clicker alone (``privately``). The response_url is a capability (anyone holding it
+    may post into the channel for half an hour): the task's headers, which monitoring and the
+    worker's failure logs show, never carry it."""
     enqueue_on_commit(
-        "refunds.slack_respond", click.response_url, text, shown=("<response_url>", text)
-    )
+        "refunds.slack_respond", click.response_url, text, privately,
+        shown=("<response_url>", text, privately),
+    )  # fmt: skip
 
 
 def outcome_text(refund: Refund, error: str = "", *, by: str = "") -> str:
@@ -283,8 +321,10 @@ def outcome_text(refund: Refund, error: str = "", *, by: str = "") -> str:
     return f"{headline} {words}" + (f" by {by}" if by else "") + "."
 
 
-def respond(*, response_url: str, text: str) -> bool:
-    """Replace the clicked message with ``text`` (the task behind ``refunds.slack_respond``)."""
+def respond(*, response_url: str, text: str, privately: bool = False) -> bool:
+    """Replace the clicked message with ``text``, or show it to the clicker alone
+    (``privately``: an ephemeral message, the original left as it is); the task behind
+    ``refunds.slack_respond``."""
     host = urlsplit(response_url).hostname or ""
     if (
         urlsplit(response_url).scheme not in ("https", "http")
@@ -293,9 +333,11 @@ def respond(*, response_url: str, text: str) -> bool:
         logger.warning("Slack response_url host %r is not a Slack host; not posting", host)
         return False
     try:
-        response = WebhookClient(response_url, timeout=TIMEOUT_SECONDS).send(
-            text=text, replace_original=True
-        )
+        client = WebhookClient(response_url, timeout=TIMEOUT_SECONDS)
+        if privately:
+            response = client.send(text=text, response_type="ephemeral", replace_original=False)
+        else:
+            response = client.send(text=text, replace_original=True)
     except Exception as exc:  # the decision stands; the message stays as it was
         logger.warning("Slack response failed: %s", type(exc).__name__)
         return False

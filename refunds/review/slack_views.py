@@ -7,7 +7,7 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from refunds.review.slack import SlackRefused, decide_click, verify_click
+from refunds.review.slack import accept_click, verify_click
 from sill.accounts.models import Site
 from sill.errors import SillError
 
@@ -15,7 +15,8 @@ from sill.errors import SillError
 @csrf_exempt  # Slack signs the request (X-Slack-Signature): that is the credential, not a cookie
 @require_POST
 def slack_interaction(request: HttpRequest, site_id: str) -> HttpResponse:
-    """Acknowledge within Slack's 3 s: the decision runs here, the message update on commit."""
+    """Acknowledge within Slack's 3 s: the click is verified here and decided by a worker,
+    which answers through the click's response_url."""
     site = Site.objects.filter(pk=site_id).first()
     if site is None:
         return JsonResponse(
@@ -28,12 +29,7 @@ def slack_interaction(request: HttpRequest, site_id: str) -> HttpResponse:
             timestamp=request.headers.get("X-Slack-Request-Timestamp"),
             signature=request.headers.get("X-Slack-Signature"),
         )
-        decide_click(site=site, click=click)
-    except SlackRefused as refused:
-        # Shown to the clicker only; the message itself stays as it is.
-        return JsonResponse(
-            {"response_type": "ephemeral", "replace_original": False, "text": refused.message}
-        )
+        accept_click(site=site, click=click)
     except SillError as exc:
         return JsonResponse(exc.as_dict(), status=exc.status)
     return HttpResponse(status=200)
