@@ -281,13 +281,15 @@ def _decide(*, site: Site, click: Click) -> Refund:
     try:
         decided = decide(refund=refund, actor=membership.user, note="Decided in Slack")
     except SillError as exc:
-        # A refusal that ended the hold (it expired, someone decided first) replaces the
-        # message: its buttons have nothing left to decide. One that leaves the refund held
-        # (the requester's own approval, a dispute to settle first) keeps them for another
-        # owner or admin, and is told to the clicker alone.
-        refund.refresh_from_db(fields=["status"])
+        # The clicker is told why. When the hold is over (it expired, or someone decided it
+        # first, in Sill or in another click) the message shows where the refund stands now,
+        # without buttons: they have nothing left to decide. A refusal that leaves the refund
+        # held (the requester's own approval, a dispute to settle first) keeps them for
+        # another owner or admin.
+        refund.refresh_from_db(fields=["status", "decided_by"])
         if refund.status != RefundStatus.HELD:
-            _respond_on_commit(click, outcome_text(refund, exc.message))
+            decider = refund.decided_by.get_username() if refund.decided_by else ""
+            _respond_on_commit(click, outcome_text(refund, by=decider))
         raise SlackRefused(exc.message) from exc
     who = membership.user.get_username()
     _respond_on_commit(click, outcome_text(decided, by=who))

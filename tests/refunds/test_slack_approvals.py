@@ -226,7 +226,26 @@ def test_an_expired_hold_is_not_approved_from_slack(
     held.refresh_from_db()
     assert held.status == "expired" and held.outcome_code == "expired"
     update, refusal = Slack.received  # the message says so too, and nothing was refunded
-    assert update["text"].endswith(refusal["text"]) and update["replace_original"] is True
+    assert "expired: nothing was refunded" in update["text"] and update["replace_original"]
+    assert refusal["response_type"] == "ephemeral" and "expired" in refusal["text"].lower()
+
+
+def test_a_late_click_shows_who_decided_not_an_error(
+    site, linked, held, slack, django_capture_on_commit_callbacks
+):
+    """Decided in Sill (or by another click) while the message still had its buttons: a
+    click then updates the message to where the refund stands, and tells the clicker why
+    nothing more happened."""
+    with django_capture_on_commit_callbacks(execute=True):
+        click(site, held.id, user="U0ADMIN", action="sill_reject", response_url=slack)
+        click(site, held.id, user="U0OWNER", response_url=slack)
+    first, update, refusal = Slack.received
+    assert "rejected" in first["text"] and "admin@roasters.example" in first["text"]
+    assert update["replace_original"] is True
+    assert "rejected" in update["text"] and "admin@roasters.example" in update["text"]
+    assert refusal["response_type"] == "ephemeral"
+    held.refresh_from_db()
+    assert held.status == "rejected"
 
 
 def test_another_sites_refund_is_not_found(
