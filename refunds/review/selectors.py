@@ -132,11 +132,24 @@ def _amount_between(site: Site, low: Decimal | None, high: Decimal | None) -> Q:
             continue
         clause = Q(currency=currency)
         if low is not None:
-            clause &= Q(amount_minor__gte=int((low * scale).to_integral_value(ROUND_CEILING)))
+            clause &= Q(amount_minor__gte=_minor(low, scale, ROUND_CEILING))
         if high is not None:
-            clause &= Q(amount_minor__lte=int((high * scale).to_integral_value(ROUND_FLOOR)))
+            clause &= Q(amount_minor__lte=_minor(high, scale, ROUND_FLOOR))
         match |= clause
     return match
+
+
+# Past any amount a refund can have (minor units are a 64-bit integer column).
+_MAX_MINOR = 2**63 - 1
+
+
+def _minor(major: Decimal, scale: Decimal, rounding: str) -> int:
+    """``major`` in minor units, at most :data:`_MAX_MINOR`: a typed ``1e999999`` is a finite
+    decimal, and scaling it would overflow the decimal context (a minimum past any amount
+    then matches nothing, a maximum everything)."""
+    if major.adjusted() > 20:
+        return _MAX_MINOR
+    return min(int((major * scale).to_integral_value(rounding)), _MAX_MINOR)
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,14 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from refunds.labels import money_words, outcome_label, rail_label
 from refunds.models import Refund, RefundStatus
 from refunds.review import selectors
-from refunds.review.decisions import approve_refund, reject_refund
+from refunds.review.decisions import approve_refund, deadline, reject_refund
 from sill.accounts.access import Cap, site_view
 from sill.errors import SillError
 from sill.http import SiteRequest
@@ -130,12 +131,14 @@ def _needs_confirmation(request: SiteRequest, refund: Refund) -> bool:
     """A form's approval of a refund that is still held, not yet confirmed.
 
     Anything else goes to the decision, which refuses it without moving money (already
-    decided, the requester approving) or is a JSON caller's (an API, not a form).
+    decided, the requester approving, past its deadline though the sweep has not expired it
+    yet) or is a JSON caller's (an API, not a form).
     """
     if _wants_json(request) or request.POST.get("confirmed") == "1":
         return False
     requester = refund.requested_by_id is not None and refund.requested_by_id == request.user.pk
-    return refund.status == RefundStatus.HELD and not requester
+    overdue = timezone.now() >= deadline(refund)
+    return refund.status == RefundStatus.HELD and not requester and not overdue
 
 
 def _confirmation(request: SiteRequest, refund: Refund) -> HttpResponse:

@@ -147,4 +147,5 @@ class StaffRefundForm(forms.Form):
         return OrderSnapshot(
             remaining_minor=_number(values.get("expected_remaining_minor", "")),
             refund_count=_number(values.get("expected_refund_count", "")),
+            amount_minor=_number(values.get("confirmed_amount_minor", "")),
         )

@@ -71,6 +71,8 @@ class OrderSnapshot:
 
     remaining_minor: int | None = None
     refund_count: int | None = None
+    # The amount the confirmation showed (minor units): the refund must come to exactly it.
+    amount_minor: int | None = None
 
 
 def parse_percentage(value: Any, *, field: str = "percentage") -> Decimal:
@@ -212,6 +214,19 @@ def _check_snapshot(*, order: Order, remaining: Money, expected: OrderSnapshot |
         )
 
 
+def _check_confirmed(*, order: Order, amount: Money, expected: OrderSnapshot | None) -> None:
+    """The refund comes to what the user confirmed, or nothing moves: a full refund takes
+    whatever is left when it runs, which a refund released since the confirmation changes."""
+    if expected is None or expected.amount_minor is None:
+        return
+    if expected.amount_minor != amount.amount_minor:
+        raise OrderChanged(
+            f"Order #{order.number} changed since you confirmed: this refund now comes to "
+            f"{format_money(amount)}. Nothing was refunded by this request: review the order "
+            "and submit again if that refund is still due."
+        )
+
+
 # The whole call is run again after a deadlock or serialization failure (503 ``busy`` after
 # a few): the rail's facts read before the transaction are then read afresh, which is fine.
 @retry_on_conflict
@@ -285,6 +300,7 @@ def create_staff_refund(
             percentage=percentage,
             held=quote.held,
         )
+        _check_confirmed(order=locked, amount=refund_amount, expected=expected)
         rail_account_for(site_id=site.pk, rail=charge.rail)  # RailDisabled (409) if off
         context = RefundContext(
             site=site,

@@ -141,6 +141,30 @@ def test_an_unconfirmed_staff_refund_shows_the_computed_amount_and_writes_nothin
     assert Charge.objects.get(order=order).amount_refunded_minor == 4450
 
 
+@pytest.mark.parametrize(
+    ("kind", "extra"), [("full", {}), ("amount", {"amount": "89.00"})], ids=["full", "amount"]
+)
+def test_a_confirmed_refund_never_moves_other_than_the_amount_confirmed(
+    client_for, order, leaf, kind, extra, django_capture_on_commit_callbacks
+):
+    """The confirmation showed $39.00 (say, while a $50.00 refund was still reserved, which
+    then failed and released it), and the form carries no order snapshot (rendered before
+    the snapshot fields existed, or stripped): pressing "Refund $39.00" moved $89.00, since
+    only a percentage refund compared the confirmed amount. It is checked under the order's
+    lock for every kind: the order changed, nothing moves."""
+    form = {
+        "kind": kind, **extra, "reason": str(leaf.pk), "confirmed_amount_minor": "3900",
+        "confirmed": "1", "idempotency_key": "k-confirmed-3900",
+    }  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client_for("staff").post(f"/orders/{order.id}/refund/", form)
+    assert answer.status_code == 422  # the form again, with why
+    body = answer.content.decode()
+    assert "changed since you confirmed: this refund now comes to $89.00" in body
+    assert not Refund.objects.filter(order=order).exists()
+    assert Charge.objects.get(order=order).amount_refunded_minor == 0
+
+
 def test_the_htmx_confirmation_replaces_the_panel(client_for, order, leaf):
     client = client_for("staff")
     form = {**_form(client, order), "kind": "full", "reason": str(leaf.pk)}

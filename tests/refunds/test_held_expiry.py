@@ -113,3 +113,15 @@ def test_a_refund_held_long_ago_expires_on_the_next_run(original, agent):
     assert run_beat_task() == 1
     old.refresh_from_db()
     assert old.status == "expired"
+
+
+def test_an_overdue_hold_is_not_offered_for_confirmation(client_for, held, time_machine):
+    """Past its 24 hours but before the sweep: approving it asked "Approve and refund …? This
+    cannot be undone." though nothing could move. It goes to the decision, which expires it."""
+    time_machine.move_to(held.expires_at + timedelta(minutes=2), tick=False)
+    answer = client_for("admin").post(f"/held/{held.id}/approve/", {}, follow=True)
+    body = answer.content.decode()
+    assert "Approve and refund" not in body
+    assert "This refund expired at" in body and "Nothing was refunded." in body
+    held.refresh_from_db()
+    assert held.status == "expired"

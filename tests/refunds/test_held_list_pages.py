@@ -46,3 +46,19 @@ def test_a_page_costs_the_same_queries_for_few_and_many_holds(
         client.get("/held/")
     # The pager's COUNT is the one query a longer list adds.
     assert len(many.captured_queries) <= len(few.captured_queries) + 1
+
+
+@pytest.mark.parametrize("field", ["amount_min", "amount_max"])
+@pytest.mark.parametrize("value", ["1e999999", "9e999998", "1e40"])
+def test_an_amount_filter_past_any_amount_is_not_a_500(client_for, held, field, value):
+    """``1e999999`` is a finite decimal, and times 100 it overflowed the decimal context: a
+    500 for the page and its htmx partial. Past any amount, a minimum matches nothing and a
+    maximum everything."""
+    client = client_for("owner")
+    page = client.get("/held/", {field: value})
+    partial = client.get(
+        "/held/", {field: value}, headers={"HX-Request": "true", "HX-Target": "held-results"}
+    )
+    assert page.status_code == 200 and partial.status_code == 200
+    shown = held.id in page.content.decode()
+    assert shown is (field == "amount_max")
