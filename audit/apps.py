@@ -8,3 +8,6 @@ class AuditConfig(AppConfig):
     def ready(self) -> None:
         # Register the tasks in every process (web too): checkpoints enqueue one by name.
         import audit.tasks  # noqa: F401
+        from audit.keys import register_sealed_seeds
+
+        register_sealed_seeds()

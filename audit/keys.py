@@ -159,6 +159,26 @@ def _binding(key_id: str) -> Any:
     return SecretBinding(site_id="sill-audit-keys", rail="audit", field=key_id)
 
 
+def register_sealed_seeds() -> None:
+    """The rotated keys' seeds are sealed with SECRET_KEY: ``manage.py rails
+    reencrypt-secrets`` re-encrypts them after a rotation. One it could not, left behind when
+    the old key leaves the fallbacks, would stop every append while that key is in force."""
+    from audit.models import AuditKey
+    from sill.rails.secrets import SealedField, register_sealed_field
+
+    register_sealed_field(
+        SealedField(
+            model=AuditKey, field="sealed_seed", binding=lambda row: _binding(row.key_id),
+            name=lambda row: f"audit signing key {row.key_id}", site_field=None,
+            what_to_do=(
+                "put the SECRET_KEY it was sealed under back into SILL_SECRET_KEY_FALLBACKS: "
+                "records it signed still verify (its public key is kept), but while it is the "
+                "key in force nothing can be signed"
+            ),
+        )
+    )  # fmt: skip
+
+
 @lru_cache(maxsize=16)
 def _unseal_cached(key_id: str, sealed: bytes, secret: str) -> nacl.signing.SigningKey:
     from sill.rails.secrets import decrypt_secret

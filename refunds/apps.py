@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.apps import AppConfig
@@ -47,3 +48,27 @@ class RefundsConfig(AppConfig):
         register_mandate_source(_mandate_bytes)
 
         site_created.connect(seed_site_reasons, dispatch_uid="refunds.seed_site_reasons")
+        _register_slack_secrets()
+
+
+def _register_slack_secrets() -> None:
+    """Slack's webhook and signing secret are sealed with SECRET_KEY: re-encrypted after a
+    rotation by ``manage.py rails reencrypt-secrets`` with the rails' own."""
+    from refunds.review.slack import signing_secret_binding, webhook_binding
+    from sill.accounts.models import Site
+    from sill.rails.secrets import SealedField, register_sealed_field
+
+    def named(what: str) -> Callable[[Site], str]:
+        return lambda site: f"site {site.pk} {what}"
+
+    again = "paste it again on Settings → Slack"
+    for field, binding, what in (
+        ("slack_webhook_sealed", webhook_binding, "Slack webhook"),
+        ("slack_signing_secret", signing_secret_binding, "Slack signing secret"),
+    ):
+        register_sealed_field(
+            SealedField(
+                model=Site, field=field, binding=binding, name=named(what), site_field="pk",
+                what_to_do=again,
+            )
+        )  # fmt: skip

@@ -64,22 +64,22 @@ class SlackRefused(SillError):
 
 
 def seal_signing_secret(site: Site, secret: str) -> bytes:
-    return encrypt_secret(secret, binding=_binding(site))
+    return encrypt_secret(secret, binding=signing_secret_binding(site))
 
 
-def _binding(site: Site) -> SecretBinding:
+def signing_secret_binding(site: Site) -> SecretBinding:
     return SecretBinding(site_id=site.pk, rail="slack", field="signing_secret")
 
 
 WEBHOOK_FIELD = "webhook_url"
 
 
-def _webhook_binding(site: Site) -> SecretBinding:
+def webhook_binding(site: Site) -> SecretBinding:
     return SecretBinding(site_id=site.pk, rail="slack", field=WEBHOOK_FIELD)
 
 
 def seal_webhook_url(site: Site, url: str) -> bytes:
-    return encrypt_secret(url, binding=_webhook_binding(site))
+    return encrypt_secret(url, binding=webhook_binding(site))
 
 
 def webhook_url(site: Site) -> str:
@@ -87,7 +87,7 @@ def webhook_url(site: Site) -> str:
     SECRET_KEY rotated without the old key kept): then Slack is skipped, with a warning."""
     try:
         return decrypt_secret(
-            bytes(site.slack_webhook_sealed or b""), binding=_webhook_binding(site)
+            bytes(site.slack_webhook_sealed or b""), binding=webhook_binding(site)
         )
     except RailSecretUnreadable:
         logger.warning("site %s: the Slack webhook cannot be decrypted; set it again", site.pk)
@@ -96,7 +96,9 @@ def webhook_url(site: Site) -> str:
 
 def _signing_secret(site: Site) -> str:
     try:
-        return decrypt_secret(bytes(site.slack_signing_secret or b""), binding=_binding(site))
+        return decrypt_secret(
+            bytes(site.slack_signing_secret or b""), binding=signing_secret_binding(site)
+        )
     except RailSecretUnreadable:
         return ""
 

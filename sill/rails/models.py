@@ -70,11 +70,16 @@ class RailAccount(models.Model):
         """Encrypt ``plain`` into ``secret_encrypted`` for this site and rail (the caller saves)."""
         self.secret_encrypted = encrypt_secret(plain, binding=self.secret_binding())
 
+    def webhook_secrets_binding(self) -> SecretBinding:
+        """The webhook signing secrets' binding: this site and rail, their own field."""
+        return SecretBinding(**{**self.secret_binding().__dict__, "field": "webhook_secrets"})
+
     def get_secret(self) -> str:
         """The plain secret, ``""`` if none; raises ``RailSecretUnreadable`` if no key opens it.
 
         A secret stored in the legacy format or under a fallback key is re-encrypted with the
-        current ``SECRET_KEY`` right away (see :meth:`reencrypt_secret`).
+        current ``SECRET_KEY`` right away (``manage.py rails reencrypt-secrets`` does it for every
+        sealed secret at once).
         """
         opened = open_secret(self.secret_encrypted, binding=self.secret_binding())
         if not opened.current and self.pk is not None:
@@ -88,28 +93,16 @@ class RailAccount(models.Model):
     def set_webhook_secrets(self, secrets: list[str]) -> None:
         """Encrypt the signing secrets (blank ones dropped) for this site and rail."""
         plain = "\n".join(s.strip() for s in secrets if s.strip())
-        binding = SecretBinding(**{**self.secret_binding().__dict__, "field": "webhook_secrets"})
-        self.webhook_secrets_encrypted = encrypt_secret(plain, binding=binding)
+        self.webhook_secrets_encrypted = encrypt_secret(
+            plain, binding=self.webhook_secrets_binding()
+        )
 
     def get_webhook_secrets(self) -> list[str]:
         """The signing secrets; raises ``RailSecretUnreadable`` if no key opens them."""
-        binding = SecretBinding(**{**self.secret_binding().__dict__, "field": "webhook_secrets"})
-        plain = open_secret(self.webhook_secrets_encrypted, binding=binding).plain
+        plain = open_secret(
+            self.webhook_secrets_encrypted, binding=self.webhook_secrets_binding()
+        ).plain
         return [line for line in plain.splitlines() if line]
-
-    def reencrypt_secret(self, *, dry_run: bool = False) -> str:
-        """Rewrite the stored secret under the current key if it needs it.
-
-        Returns why it was (or, with ``dry_run``, would be) rewritten, ``""`` when it was
-        already current or empty, or changed meanwhile. Raises ``RailSecretUnreadable`` if no
-        key opens it, and database errors (``get_secret`` only logs them).
-        """
-        opened = open_secret(self.secret_encrypted, binding=self.secret_binding())
-        if opened.current:
-            return ""
-        if not dry_run and not self._store_reencrypted(opened.plain, opened.stale_because):
-            return ""
-        return opened.stale_because
 
     def _store_reencrypted(self, plain: str, stale_because: str, *, quiet: bool = False) -> bool:
         old = bytes(self.secret_encrypted or b"")

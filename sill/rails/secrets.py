@@ -21,9 +21,12 @@ no version byte) still decrypt, with any of the keys.
 Re-encryption: :func:`open_secret` reports whether a blob is ``current`` (version 2 under
 ``SECRET_KEY``). ``RailAccount.get_secret`` rewrites a blob that is not current as soon as it
 is read (a conditional update of that one column); ``manage.py rails reencrypt-secrets``
-rewrites every stored credential at once, which is what an operator runs after a rotation
-before dropping the old key from the fallbacks; migration ``rails.0002`` did it once for the
-blobs written before version 2 existed.
+rewrites every sealed secret at once, which is what an operator runs after a rotation before
+dropping the old key from the fallbacks; migration ``rails.0002`` did it once for the blobs
+written before version 2 existed. Every column sealed this way is registered
+(:func:`register_sealed_field`, from its app's ``ready()``: rail API keys and webhook signing
+secrets, Slack's webhook and signing secret, the rotated audit signing keys), so the command
+rewrites them all: one it missed would be lost with the old key.
 
 Nothing here logs, returns in an error or renders a secret.
 """
@@ -31,9 +34,12 @@ Nothing here logs, returns in an error or renders a secret.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
+from django.db import models, transaction
 from nacl import bindings
 from nacl.exceptions import CryptoError
 from nacl.secret import SecretBox
@@ -152,6 +158,56 @@ def reencrypted(blob: bytes | memoryview | None, *, binding: SecretBinding) -> b
     if opened.current:
         return None
     return encrypt_secret(opened.plain, binding=binding)
+
+
+@dataclass(frozen=True)
+class SealedField:
+    """A model column holding secrets sealed with :func:`encrypt_secret`.
+
+    ``binding(row)`` is what the row's blob is bound to; ``name(row)`` names the row in the
+    re-encryption report (never the secret); ``site_field`` is the lookup of the row's site
+    id (``None``: not a site's, e.g. the audit signing keys); ``what_to_do`` is the report's
+    advice when no key opens the blob.
+    """
+
+    model: type[models.Model]
+    field: str
+    binding: Callable[[Any], SecretBinding]
+    name: Callable[[Any], str]
+    site_field: str | None
+    what_to_do: str
+
+
+_SEALED: dict[tuple[str, str], SealedField] = {}
+
+
+def register_sealed_field(sealed: SealedField) -> None:
+    """Make ``manage.py rails reencrypt-secrets`` rewrite ``sealed`` too (idempotent)."""
+    _SEALED[(sealed.model._meta.label, sealed.field)] = sealed
+
+
+def sealed_fields() -> list[SealedField]:
+    """Every registered sealed column, in the order they were registered."""
+    return list(_SEALED.values())
+
+
+def reencrypt_row(sealed: SealedField, pk: Any, *, dry_run: bool = False) -> tuple[Any, str]:
+    """Rewrite one row's sealed secret under ``SECRET_KEY`` if it needs it, under the row's
+    lock (a secret saved meanwhile is neither lost nor overwritten).
+
+    Returns the row and why it was (with ``dry_run``: would be) rewritten, ``""`` when it is
+    current or empty. Raises :class:`RailSecretUnreadable` if no key opens it.
+    """
+    with transaction.atomic():
+        row = sealed.model._default_manager.select_for_update().get(pk=pk)
+        binding = sealed.binding(row)
+        opened = open_secret(getattr(row, sealed.field), binding=binding)
+        if opened.current:
+            return row, ""
+        if not dry_run:
+            fresh = encrypt_secret(opened.plain, binding=binding)
+            sealed.model._default_manager.filter(pk=pk).update(**{sealed.field: fresh})
+        return row, opened.stale_because
 
 
 def encrypt_legacy_secret(plain: str) -> bytes:

@@ -180,3 +180,56 @@ def test_the_migration_rewrites_legacy_blobs_and_reverses(site, settings):
 
     # What 0001's code can read again.
     assert legacy_box(settings.SECRET_KEY).decrypt(stored(account)).decode() == KEY
+
+
+def test_the_command_re_encrypts_every_sealed_secret_not_only_api_keys(site, settings):
+    """Webhook signing secrets, Slack's webhook and signing secret and the rotated audit
+    signing keys are sealed with SECRET_KEY too. The command rewrote API keys only, so after
+    a run reporting "0 unreadable" the README's next step (drop the old key from the
+    fallbacks) left them sealed under a key nobody had: webhooks refused, Slack silent, and
+    with a rotated audit key every audit append (so every decision) failing."""
+    from audit import keys
+    from audit.models import AuditKey
+    from refunds.review.slack import seal_signing_secret, seal_webhook_url, webhook_url
+    from sill.accounts.models import Site
+
+    settings.SILL_AUDIT_KEY_SWITCH_SECONDS = 0
+    with override_settings(SECRET_KEY=OLD, SECRET_KEY_FALLBACKS=[]):
+        account = saved_under(OLD, site)
+        account.set_webhook_secrets(["whsec_rotate_me"])
+        account.save()
+        site.slack_webhook_sealed = seal_webhook_url(site, "https://hooks.slack.com/services/T/B/X")
+        site.slack_signing_secret = seal_signing_secret(site, "slack-signing-secret")
+        site.save()
+        rotated = keys.rotate_key()
+    out = StringIO()
+    with override_settings(SECRET_KEY=NEW, SECRET_KEY_FALLBACKS=[OLD]):
+        call_command("rails", "reencrypt-secrets", stdout=out)
+    text = out.getvalue()
+    assert f"site {site.pk} stripe webhook signing secrets: re-encrypted" in text
+    assert f"site {site.pk} Slack webhook: re-encrypted" in text
+    assert f"site {site.pk} Slack signing secret: re-encrypted" in text
+    assert f"audit signing key {rotated.key_id}: re-encrypted" in text
+    assert "5 re-encrypted, 0 already current, 0 unreadable" in text
+
+    keys.forget_rotated_keys()
+    with override_settings(SECRET_KEY=NEW, SECRET_KEY_FALLBACKS=[]):  # the old key is gone
+        reloaded = RailAccount.objects.get(pk=account.pk)
+        assert reloaded.get_secret() == KEY
+        assert reloaded.get_webhook_secrets() == ["whsec_rotate_me"]
+        assert webhook_url(Site.objects.get(pk=site.pk)).startswith("https://hooks.slack.com/")
+        key_id, signer = keys.signing_key()  # the rotated key still signs
+        assert key_id == rotated.key_id and bytes(signer.verify_key) == rotated.public_key
+    assert AuditKey.objects.count() == 1
+
+
+def test_the_command_limited_to_a_site_leaves_the_audit_keys(site, other_site, settings):
+    from audit import keys
+
+    settings.SILL_AUDIT_KEY_SWITCH_SECONDS = 0
+    with override_settings(SECRET_KEY=OLD, SECRET_KEY_FALLBACKS=[]):
+        keys.rotate_key()
+    out = StringIO()
+    with override_settings(SECRET_KEY=NEW, SECRET_KEY_FALLBACKS=[OLD]):
+        call_command("rails", "reencrypt-secrets", "--site", site.pk, stdout=out)
+    assert "audit signing key" not in out.getvalue()

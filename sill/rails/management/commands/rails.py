@@ -1,11 +1,13 @@
 """``manage.py rails reencrypt-secrets [--site S] [--dry-run]``.
 
-Rail operations for operators. ``reencrypt-secrets`` rewrites every stored rail credential
-that is in the legacy format or encrypted under a key of ``SILL_SECRET_KEY_FALLBACKS`` with the
-current ``SILL_SECRET_KEY``, and names every credential that no key can read (those rails are
-refused as ``rail_disabled`` until someone re-enters the key). Run it after rotating the secret
-key; once it reports nothing left to re-encrypt on every deployment that shares the database,
-the old key can leave the fallbacks. It exits 1 when a credential is unreadable.
+Rail operations for operators. ``reencrypt-secrets`` rewrites every secret Sill stores sealed
+with ``SILL_SECRET_KEY`` (rail API keys and webhook signing secrets, Slack's webhook and signing
+secret, the rotated audit signing keys: ``sill.rails.secrets.sealed_fields``) that is in the
+legacy format or sealed under a key of ``SILL_SECRET_KEY_FALLBACKS`` with the current key, and
+names every one no key can read, with what to do about it (a rail's key: re-enter it; those
+rails are refused as ``rail_disabled`` meanwhile). Run it after rotating the secret key; once
+it reports nothing left to re-encrypt and nothing unreadable on every deployment that shares
+the database, the old key can leave the fallbacks. It exits 1 when a secret is unreadable.
 
 ``replay-webhooks --site S --rail stripe --since ISO`` reads the site's Stripe events since a
 time back from Stripe and applies those Sill missed (sill.rails.replay); with ``--rail paypal``,
@@ -20,11 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 
 from sill.accounts.models import Site
-from sill.rails.models import RailAccount
-from sill.rails.secrets import WHAT_TO_DO, RailSecretUnreadable
+from sill.rails.secrets import RailSecretUnreadable, reencrypt_row, sealed_fields
 
 
 class Command(BaseCommand):
@@ -79,38 +79,43 @@ class Command(BaseCommand):
         getattr(self, "_" + opts["action"].replace("-", "_"))(opts)
 
     def _reencrypt_secrets(self, opts: dict[str, Any]) -> None:
-        accounts = RailAccount.objects.exclude(secret_encrypted=b"").order_by("site_id", "rail")
-        if opts["site"]:
-            if not Site.objects.filter(pk=opts["site"]).exists():
-                raise CommandError(f"no site {opts['site']}")
-            accounts = accounts.filter(site_id=opts["site"])
+        site = opts["site"]
+        if site and not Site.objects.filter(pk=site).exists():
+            raise CommandError(f"no site {site}")
         dry_run = opts["dry_run"]
         rewritten = current = unreadable = 0
-        for pk in accounts.values_list("pk", flat=True):
-            # One short transaction per account, under its row lock, so a key saved on
-            # Settings → Rails meanwhile is neither lost nor overwritten.
-            with transaction.atomic():
-                account = RailAccount.objects.select_for_update().get(pk=pk)
-                where = f"site {account.site_id} {account.rail}"
+        # Every column sealed with SECRET_KEY (sill.rails.secrets.register_sealed_field): rail
+        # API keys first, then webhook secrets, Slack's, the audit signing keys.
+        for sealed in sealed_fields():
+            rows = sealed.model._default_manager.exclude(**{sealed.field: b""})
+            if site:
+                if sealed.site_field is None:
+                    continue  # not a site's secret (the audit signing keys)
+                rows = rows.filter(**{sealed.site_field: site})
+            order = (sealed.site_field, "pk") if sealed.site_field else ("pk",)
+            for pk in rows.order_by(*order).values_list("pk", flat=True):
+                # One short transaction per row, under its lock (reencrypt_row).
                 try:
-                    because = account.reencrypt_secret(dry_run=dry_run)
+                    row, because = reencrypt_row(sealed, pk, dry_run=dry_run)
                 except RailSecretUnreadable:
                     unreadable += 1
-                    self.stderr.write(f"{where}: UNREADABLE: {WHAT_TO_DO}")
+                    row = sealed.model._default_manager.get(pk=pk)
+                    self.stderr.write(f"{sealed.name(row)}: UNREADABLE: {sealed.what_to_do}")
                     continue
-            if because:
-                rewritten += 1
-                verb = "would re-encrypt" if dry_run else "re-encrypted"
-                self.stdout.write(f"{where}: {verb} (was stored under {because})")
-            else:
-                current += 1
-                self.stdout.write(f"{where}: current")
+                if because:
+                    rewritten += 1
+                    verb = "would re-encrypt" if dry_run else "re-encrypted"
+                    self.stdout.write(f"{sealed.name(row)}: {verb} (was stored under {because})")
+                else:
+                    current += 1
+                    self.stdout.write(f"{sealed.name(row)}: current")
         verb = "to re-encrypt" if dry_run else "re-encrypted"
         self.stdout.write(f"{rewritten} {verb}, {current} already current, {unreadable} unreadable")
         if unreadable:
             raise CommandError(
-                f"{unreadable} rail credential(s) cannot be read with SECRET_KEY or any of "
-                "SILL_SECRET_KEY_FALLBACKS; their rails are refused until the key is re-entered",
+                f"{unreadable} sealed secret(s) cannot be read with SECRET_KEY or any of "
+                "SILL_SECRET_KEY_FALLBACKS (what to do is named above each); keep the old key "
+                "in the fallbacks until they are dealt with",
                 returncode=1,
             )
 
