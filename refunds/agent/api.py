@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
@@ -31,7 +31,7 @@ _RESULT = inline_serializer(
         "order_id": serializers.CharField(required=False),
         "decision": serializers.ChoiceField(["approved", "escalated", "rejected"]),
         "status": serializers.ChoiceField(
-            ["held", "processing", "succeeded", "failed", "rejected", "expired"]
+            ["held", "processing", "needs_attention", "succeeded", "failed", "rejected", "expired"]
         ),
         "reason": serializers.CharField(allow_null=True),
         "amount": serializers.CharField(),
@@ -133,6 +133,16 @@ class MandateCreateApi(APIView):
             409: _ERROR,
             413: _ERROR,
             422: _ERROR,
+            429: OpenApiResponse(
+                _ERROR,
+                description="`rate_limited`: over the address's or the signing key's limit; "
+                "`Retry-After` says in how many seconds to send again.",
+            ),
+            503: OpenApiResponse(
+                _ERROR,
+                description="`busy`: the decision kept conflicting with concurrent ones; "
+                "nothing was done. Send the same mandate again after a second.",
+            ),
         },
         examples=[
             OpenApiExample("Refund request", value=_EXAMPLE_REQUEST, request_only=True),

@@ -6,10 +6,15 @@ steps matters:
 1. Shape checks only (size, JSON), then look for an earlier mandate with the same id: an
    identical resend answers what Sill answered before (200), even after expiry; another body
    under that id is ``mandate_conflict``.
-2. Full verification (key, signature, schema, time).
+2. Full verification (key, signature, schema, time); a purchase's text must also fit the
+   columns that store it (``invalid_field``).
 3. In one transaction: store the mandate verbatim (the (agent, nonce) constraint is the replay
    guard), quote from Sill's own records, decide, reserve, write the decision record. The rail
-   call happens later, in a Celery task enqueued on commit.
+   call happens later, in a Celery task enqueued on commit. A unique constraint refusing a
+   write of that transaction is answered by its name: the mandate's id (a concurrent send:
+   the resend answer or ``mandate_conflict``), its nonce (``replay``), a purchase's order
+   already placed under this mandate id (``mandate_conflict``); any other is not the agent's
+   doing, and stays an error.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from functools import cache
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Field, Model, QuerySet
 from django.utils import timezone
 
 from policies.facts import (
@@ -51,18 +56,15 @@ from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import decide_and_open, record_decision, unsaved_refund
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.api import spend_mandate_budget
+from sill.constraints import violated
 from sill.money import min_money
-from sill.orders.models import Charge, ChargeStatus, Order
+from sill.orders.models import Charge, ChargeStatus, Customer, LineItem, Order
 from sill.orders.purchases import Purchase, place_order
 from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts
 from sill.rails.models import RailAccount
 from sill.rails.woocommerce.models import WooOrderLink
 from sill.sql import Columns, cols, fetch_row, insert
-
-
-class _Raced(Exception):
-    """Another request stored this mandate id (or used its nonce) after our first look."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,8 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
 
     verified = mandates.verify_mandate(raw, key_lookup=key_lookup, now=now, loaded=loaded)
     assert key is not None  # the signature verified with it
+    if isinstance(verified.intent, mandates.PurchaseIntent):
+        _check_purchase_fits(verified.intent)  # the schema's last check: nothing is spent yet
     # The key's rate limit, counted only now that the signature holds (sill/api.py).
     spend_mandate_budget(site_id=site_id, agent_id=verified.agent_id, key_id=verified.key_id)
     prefetched = _prefetch_rail_facts(verified, now=now, charged=getattr(key, "charged", None))
@@ -243,15 +247,45 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
             credit_read=credit_read,
             policy_version=key.policy_version,  # type: ignore[attr-defined]  # read by _agent_key
         )
-    except (IntegrityError, _Raced):
-        # A concurrent identical send won the insert: answer what it stored. Otherwise the
-        # nonce was used by another mandate of this agent.
-        if (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)) is not None:
+    except IntegrityError as exc:
+        return _refused_write(
+            exc, site_id=site_id, mandate_id=mandate_id, body_sha256=body_sha256, raw=raw, now=now
+        )
+    return MandateAnswer(201, body)
+
+
+def _refused_write(
+    exc: IntegrityError,
+    *,
+    site_id: str,
+    mandate_id: str,
+    body_sha256: str,
+    raw: bytes,
+    now: datetime,
+) -> MandateAnswer:
+    """The answer to a decision whose write a unique constraint refused, by its name (module
+    doc, step 3); ``exc`` raised again for any other constraint."""
+    id_taken = violated(exc, Mandate, "mandate_id_unique")
+    nonce_taken = violated(exc, Mandate, "mandate_nonce_unique")
+    if id_taken or nonce_taken:
+        # A concurrent send of this mandate won the insert (either constraint may be the one
+        # that refused ours): answer what it stored, or mandate_conflict for another body.
+        answer = _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)
+        if answer is not None:
             return answer
+    if nonce_taken:
         raise MandateError(
             "replay", "this nonce was already used by another mandate", field="signed.nonce"
         ) from None
-    return MandateAnswer(201, body)
+    if violated(exc, Order, "order_source_mandate_unique"):
+        # An order of this site already names this mandate id as the one that placed it (an
+        # order that came with no stored mandate, as the demo's do).
+        raise MandateError(
+            "mandate_conflict",
+            f"an order on this site was already placed under mandate {mandate_id}",
+            field="signed.mandate_id",
+        ) from None
+    raise exc
 
 
 @retry_on_conflict  # a deadlock or serialization failure runs it again; never a 500
@@ -266,8 +300,9 @@ def _decide(
 ) -> dict[str, Any]:
     """Store, decide and answer ``verified`` in one transaction (step 3 above).
 
-    An ``IntegrityError`` (a concurrent insert of this mandate or nonce) is not retried: it
-    passes through to ``submit_mandate``, which answers it as a resend or a replay.
+    An ``IntegrityError`` (a concurrent insert of this mandate or nonce, an order already
+    placed under this mandate id) is not retried: it passes through to ``submit_mandate``,
+    which answers it by the constraint that refused the write.
     """
     # The answer (its receipt signed) is built after COMMIT: the decision's audit append
     # holds the site's chain head locked until then, and nothing else should run under it.
@@ -313,12 +348,41 @@ def _purchase(mandate: Mandate, verified: VerifiedMandate) -> Order:
     return order
 
 
+def _check_purchase_fits(intent: mandates.PurchaseIntent) -> None:
+    """``invalid_field`` for a purchase's text longer than a column it is stored in: the
+    schema takes up to ``MAX_TEXT`` characters, some of these columns fewer."""
+    path = "signed.intent"
+    for i, line in enumerate(intent.line_items):
+        _fits(line.sku, f"{path}.line_items.{i}.sku", (LineItem, "sku"))
+        _fits(line.name, f"{path}.line_items.{i}.name", (LineItem, "name"))
+    # The buyer's name and email go on the order, and on the customer a first purchase makes.
+    _fits(intent.buyer_name, f"{path}.buyer.name", (Order, "buyer_name"), (Customer, "name"))
+    _fits(intent.buyer_email, f"{path}.buyer.email", (Order, "buyer_email"), (Customer, "email"))
+    _fits(intent.payment_method, f"{path}.payment.payment_method", (Charge, "payment_method"))
+
+
+def _fits(value: str, field: str, *columns: tuple[type[Model], str]) -> None:
+    longest = min(_max_length(model, name) for model, name in columns)
+    if len(value) > longest:
+        raise MandateError(
+            "invalid_field", f"{field} must be at most {longest} characters.", field=field
+        )
+
+
+@cache
+def _max_length(model: type[Model], name: str) -> int:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field) and field.max_length is not None, f"{model}.{name}"
+    return field.max_length
+
+
 def _store(verified: VerifiedMandate, *, agent: Agent) -> Mandate:
-    """Insert the mandate as received; ``_Raced`` when its id or nonce is already stored.
+    """Insert the mandate as received; ``IntegrityError`` when its id or nonce is stored.
 
     The unique constraints on (site, mandate_id) and (agent, nonce) are the checks: a
-    conflicting INSERT ends this transaction, and ``submit_mandate`` answers it as a resend
-    (the same mandate, stored by an identical send running beside this one) or a replay.
+    conflicting INSERT ends this transaction (no savepoint: it leaves ``atomic`` at once),
+    and ``submit_mandate`` answers it as a resend (the same mandate, stored by an identical
+    send running beside this one), a conflict or a replay.
     """
     site = agent.site  # read with the key (``_agent_key``)
     if verified.intent.merchant != site.merchant_domain:
@@ -327,24 +391,20 @@ def _store(verified: VerifiedMandate, *, agent: Agent) -> Mandate:
             f"merchant {verified.intent.merchant!r} is not this site's merchant",
             field="signed.intent.merchant",
         )
-    try:
-        return insert(
-            Mandate(
-                site=site,
-                agent=agent,
-                mandate_id=verified.mandate_id,
-                key_id=verified.key_id,
-                nonce=verified.nonce,
-                action=verified.action,
-                raw=verified.raw,
-                body_sha256=verified.body_sha256,
-                issued_at=verified.issued_at,
-                expires_at=verified.expires_at,
-            )
+    return insert(
+        Mandate(
+            site=site,
+            agent=agent,
+            mandate_id=verified.mandate_id,
+            key_id=verified.key_id,
+            nonce=verified.nonce,
+            action=verified.action,
+            raw=verified.raw,
+            body_sha256=verified.body_sha256,
+            issued_at=verified.issued_at,
+            expires_at=verified.expires_at,
         )
-    except IntegrityError:
-        # No savepoint: the transaction is over either way (this leaves ``atomic`` at once).
-        raise _Raced from None
+    )
 
 
 def _prefetch_rail_facts(

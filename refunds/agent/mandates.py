@@ -75,6 +75,8 @@ DOMAIN_TAG = b"sill-mandate-v1:"
 ALGORITHM = "ed25519"
 MAX_LINE_ITEMS = 100
 MAX_TEXT = 255
+# A purchase line's quantity is stored in a PositiveIntegerField: PostgreSQL's ``integer``.
+MAX_QUANTITY = 2**31 - 1
 
 MANDATE_ID_RE = re.compile(r"\Amnd_[0-9A-HJKMNP-TV-Z]{26}\Z")
 NONCE_RE = re.compile(r"\A[A-Za-z0-9_-]{16,128}\Z")
@@ -144,16 +146,16 @@ _INTENT_KEYS = {
     "credit_customer": ("action", "merchant", "customer", "amount", "currency", "reason_code"),
 }
 # A Stripe customer id (the customer whose balance a credit_customer intent credits).
-CUSTOMER_ID_RE = re.compile(r"^cus_[A-Za-z0-9]{1,64}$")
+CUSTOMER_ID_RE = re.compile(r"\Acus_[A-Za-z0-9]{1,64}\Z")
 _SCOPE_ITEM_KEYS = ("sku", "quantity")
 _ORIGINAL_ORDER_KEYS = ("rail", "id")
 # Stores whose orders do not come from a purchase mandate: a refund names them by the store's
 # own order id. Shopify: the numeric id or its gid://shopify/Order/<id> form; WooCommerce: the
 # numeric order id.
 _STORE_ORDER_IDS = {
-    "shopify": re.compile(r"^(?:gid://shopify/Order/)?([1-9][0-9]{0,18})$"),
+    "shopify": re.compile(r"\A(?:gid://shopify/Order/)?([1-9][0-9]{0,18})\Z"),
     # At most 18 digits: the order sync stores it in a 64-bit integer column.
-    "woocommerce": re.compile(r"^([1-9][0-9]{0,17})$"),
+    "woocommerce": re.compile(r"\A([1-9][0-9]{0,17})\Z"),
 }
 ORIGINAL_ORDER_RAILS = tuple(_STORE_ORDER_IDS)
 _LINE_ITEM_KEYS = ("sku", "name", "quantity", "unit_price")
@@ -457,7 +459,9 @@ def peek_original_mandate_id(doc: Mapping[str, Any]) -> str | None:
 
 
 def parse_timestamp(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp (``Z`` or an offset) as aware UTC, or ``None``."""
+    """An RFC 3339 timestamp (``Z`` or an offset) as aware UTC, or ``None``; also ``None``
+    for an instant whose UTC date is outside the calendar (``0001-01-01T00:00:00+01:00`` is
+    in year 0), which ``datetime`` cannot hold."""
     if not isinstance(value, str):
         return None
     match = _TIMESTAMP_RE.match(value)
@@ -468,7 +472,7 @@ def parse_timestamp(value: Any) -> datetime | None:
     text = value.replace(fraction, fraction[:7], 1) if fraction else value
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: the UTC conversion left the calendar
         return None
 
 
@@ -633,10 +637,14 @@ def _choice(obj: Mapping[str, Any], name: str, path: str, choices: tuple[str, ..
     return value
 
 
-def _positive_int(obj: Mapping[str, Any], name: str, path: str) -> int:
+def _positive_int(
+    obj: Mapping[str, Any], name: str, path: str, *, maximum: int | None = None
+) -> int:
     value = _get(obj, name, path)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         _invalid(f"{path}.{name}", "must be a positive integer")
+    if maximum is not None and value > maximum:
+        _invalid(f"{path}.{name}", f"must be at most {maximum}")
     return value
 
 
@@ -789,7 +797,7 @@ def _purchase_intent(intent: Mapping[str, Any], path: str) -> PurchaseIntent:
         line = PurchaseLine(
             sku=_text(item, "sku", item_path),
             name=_text(item, "name", item_path),
-            quantity=_positive_int(item, "quantity", item_path),
+            quantity=_positive_int(item, "quantity", item_path, maximum=MAX_QUANTITY),
             unit_price=_amount(item, "unit_price", item_path, currency),
         )
         lines.append(line)

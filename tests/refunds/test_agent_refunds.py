@@ -128,6 +128,20 @@ def test_a_reused_nonce_is_a_replay(api, sign, original):
     assert Mandate.objects.count() == 1
 
 
+def test_a_purchase_under_a_mandate_id_an_order_already_has_conflicts_not_a_replay(
+    api, sign, original
+):
+    """``original`` names ORIGINAL as its source mandate with no Mandate row stored (as the
+    demo's orders do): a purchase under that id with a fresh nonce is stored, then its order
+    is refused by the order's unique source mandate, which is no nonce's reuse."""
+    orders = Order.objects.count()
+    response = api(sign(purchase_intent(), mandate_id=ORIGINAL, nonce="F" * 22))
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("mandate_conflict", "signed.mandate_id")
+    assert Mandate.objects.count() == 0 and Order.objects.count() == orders
+
+
 def test_a_second_refund_of_an_order_is_already_executed(api, sign, original):
     api(sign(refund_intent(ORIGINAL, max_amount=Decimal("10.00"))))
     body = api(sign(refund_intent(ORIGINAL))).json()
@@ -233,6 +247,21 @@ def test_the_openapi_schema_describes_the_mandate_endpoint(admin_client):
     response = admin_client.get("/api/schema/", headers={"Accept": "application/json"})
     assert response.status_code == 200
     assert b"/api/v1/mandates" in response.content and b"request_refund" in response.content
+
+
+def test_the_openapi_schema_lists_every_status_and_error_status_the_endpoint_answers(
+    admin_client,
+):
+    schema = admin_client.get("/api/schema/", headers={"Accept": "application/json"}).json()
+    status = schema["components"]["schemas"]["MandateResult"]["properties"]["status"]
+    enum_ref = status.get("$ref") or (status.get("allOf") or [{}])[0].get("$ref")
+    enum = status.get("enum") or schema["components"]["schemas"][enum_ref.split("/")[-1]]["enum"]
+    # DESIGN.md, "Agent API contract".
+    assert set(enum) == {
+        "held", "processing", "needs_attention", "succeeded", "failed", "rejected", "expired",
+    }  # fmt: skip
+    responses = schema["paths"]["/api/v1/mandates"]["post"]["responses"]
+    assert {"429", "503"} <= responses.keys()  # rate_limited, busy
 
 
 @pytest.mark.parametrize("script", ["timeout_after_effect", "timeout", "rate_limited"])

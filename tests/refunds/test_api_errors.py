@@ -7,12 +7,14 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 from django.test import Client
 from nacl.signing import SigningKey
 
 from audit.models import AuditRecord
+from refunds.agent.mandates import MAX_QUANTITY
 from refunds.models import Mandate, Refund
-from sill.orders.models import Order
+from sill.orders.models import LineItem, Order
 from sill.rails.models import MockLedgerEntry
 from tests.refunds.conftest import ORIGINAL, post, purchase_intent, refund_intent
 
@@ -99,6 +101,69 @@ def test_it_answers_each_error_code_and_writes_nothing(
     assert MockLedgerEntry.objects.count() == 0
     assert Order.objects.count() == before_orders
     assert callbacks == []
+
+
+def test_an_unsigned_body_with_an_issued_at_beyond_the_calendar_is_a_bad_signature(sign, original):
+    """issued_at is read before the signature is checked (to test the key's validity): one
+    whose UTC date leaves the calendar must not be a 500 for anyone, key or not."""
+    doc = json.loads(sign(refund_intent(ORIGINAL)))
+    doc["signed"]["issued_at"] = "0001-01-01T00:00:00+01:00"  # year 0 in UTC
+    doc["envelope"]["signature"] = "A" * 86  # not a signature of anything
+    response = post(Client(raise_request_exception=False), json.dumps(doc).encode())
+    assert response.status_code == 401, response.status_code
+    assert response.json()["error"]["code"] == "bad_signature"
+    assert Mandate.objects.count() == 0
+
+
+def _line(**overrides):
+    return {"sku": "NW-HB-1KG", "name": "House Blend", "quantity": 1,
+            "unit_price": Decimal("89.00"), **overrides}  # fmt: skip
+
+
+# Each passes the schema's own bounds (text: non-blank, at most 255 characters; quantity: a
+# positive integer) but not the column it is stored in: LineItem.quantity is an integer
+# (PostgreSQL's, 2**31 - 1 at most), LineItem.sku a varchar(100), Order.buyer_name /
+# Customer.name varchar(200), Order.buyer_email / Customer.email varchar(254).
+TOO_BIG_TO_STORE = {
+    "quantity_2**31": (
+        {"line_items": [_line(quantity=2**31, unit_price=Decimal("0.01"))],
+         "quoted_total": Decimal(2**31) / 100},  # the total matches the lines
+        "signed.intent.line_items.0.quantity",
+    ),
+    "sku_101": ({"line_items": [_line(sku="S" * 101)]}, "signed.intent.line_items.0.sku"),
+    "buyer_name_201": (
+        {"buyer": {"name": "N" * 201, "email": "ada@example.com"}},
+        "signed.intent.buyer.name",
+    ),
+    "buyer_email_255": (
+        {"buyer": {"name": "Ada", "email": "a" * 243 + "@example.com"}},
+        "signed.intent.buyer.email",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(TOO_BIG_TO_STORE))
+def test_a_purchase_value_its_column_cannot_hold_is_invalid_field_not_a_500(
+    case, sign, mock_rail, django_capture_on_commit_callbacks
+):
+    overrides, field = TOO_BIG_TO_STORE[case]
+    intent = purchase_intent(
+        **{"line_items": [_line()], "quoted_total": Decimal("89.00"), **overrides}
+    )
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = post(Client(raise_request_exception=False), sign(intent))
+    assert response.status_code == 422, response.status_code
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("invalid_field", field)
+    assert Mandate.objects.count() == 0 and Order.objects.count() == 0
+    assert AuditRecord.objects.count() == 0 and callbacks == []
+
+
+def test_the_largest_quantity_is_the_largest_the_quantity_column_holds():
+    quantity = LineItem._meta.get_field("quantity")
+    largest = connection.ops.integer_field_range(quantity.get_internal_type())[1]
+    # PostgreSQL's integer exactly; SQLite's integers are wider (64 bits).
+    assert largest == MAX_QUANTITY if connection.vendor == "postgresql" else largest > MAX_QUANTITY
 
 
 def test_replay_and_conflict_write_nothing_more(sign, original, django_capture_on_commit_callbacks):

@@ -118,6 +118,28 @@ def purchase_signed() -> dict[str, Any]:
     return signed
 
 
+def _order_refund() -> dict[str, Any]:
+    signed = refund_signed(
+        original_order={"rail": "shopify", "id": "gid://shopify/Order/450789469"},
+        scope=[{"sku": "ETH-250", "quantity": 2}, {"sku": "COL-500", "quantity": 1}],
+    )
+    del signed["intent"]["original_mandate_id"]
+    return signed
+
+
+def _credit() -> dict[str, Any]:
+    signed = refund_signed()
+    signed["intent"] = {
+        "action": "credit_customer",
+        "merchant": "northwind-coffee.example",
+        "customer": "cus_Q8sLm2Vx7Tb4",
+        "amount": Decimal("5.00"),
+        "currency": "USD",
+        "reason_code": "other",
+    }
+    return signed
+
+
 def body(signed: dict[str, Any], *, key: nacl.signing.SigningKey = KEY) -> bytes:
     return canonical_json(sign_mandate(signed, key, KEY_ID))
 
@@ -602,6 +624,8 @@ def test_it_forbids_order_fields_on_a_refund(name: str) -> None:
 
 REFUND = refund_signed()
 PURCHASE = purchase_signed()
+ORDER_REFUND = _order_refund()
+CREDIT = _credit()
 
 
 @pytest.mark.parametrize(
@@ -651,6 +675,11 @@ LATER = stamp(ISSUED + timedelta(seconds=30))
         (mutated(REFUND, "nonce", "x" * 129), "signed.nonce"),
         (mutated(REFUND, "nonce", DELETE), "signed.nonce"),
         (mutated(REFUND, "issued_at", "2026-09-30T15:38:00"), "signed.issued_at"),
+        # A well-formed instant whose UTC date is outside the calendar (years 0 and 10000).
+        (mutated(REFUND, "issued_at", "0001-01-01T00:00:00+01:00"), "signed.issued_at"),
+        (mutated(REFUND, "issued_at", "9999-12-31T23:59:59-01:00"), "signed.issued_at"),
+        (mutated(REFUND, "expires_at", "0001-01-01T00:00:00+01:00"), "signed.expires_at"),
+        (mutated(REFUND, "expires_at", "9999-12-31T23:59:59-01:00"), "signed.expires_at"),
         (mutated(REFUND, "expires_at", 1790000000), "signed.expires_at"),
         (mutated(REFUND, "expires_at", "2026-09-30T15:38:60Z"), "signed.expires_at"),
         (mutated(REFUND, "expires_at", stamp(ISSUED)), "signed.expires_at"),
@@ -671,6 +700,20 @@ LATER = stamp(ISSUED + timedelta(seconds=30))
             mutated(REFUND, "intent.original_mandate_id", "order-1"),
             "signed.intent.original_mandate_id",
         ),
+        # Ids end at the end of the text: "$" would also let a final newline through.
+        (
+            mutated(ORDER_REFUND, "intent.original_order.id", "450789469\n"),
+            "signed.intent.original_order.id",
+        ),
+        (
+            mutated(ORDER_REFUND, "intent.original_order.id", "gid://shopify/Order/450789469\n"),
+            "signed.intent.original_order.id",
+        ),
+        (
+            mutated(ORDER_REFUND, "intent.original_order", {"rail": "woocommerce", "id": "1234\n"}),
+            "signed.intent.original_order.id",
+        ),
+        (mutated(CREDIT, "intent.customer", "cus_NffrFeUfNV2Hib\n"), "signed.intent.customer"),
         (mutated(REFUND, "intent.reason_code", "changed_mind"), "signed.intent.reason_code"),
         (mutated(REFUND, "intent.scope", "partial"), "signed.intent.scope"),
         (mutated(REFUND, "intent.scope", []), "signed.intent.scope"),
@@ -1034,31 +1077,9 @@ def test_the_document_bytes_put_together_are_its_canonical_bytes(key_id: str) ->
 # --- fast paths: the same answer as the detailed checks, for every input ------------------
 
 
-def _order_refund() -> dict[str, Any]:
-    signed = refund_signed(
-        original_order={"rail": "shopify", "id": "gid://shopify/Order/450789469"},
-        scope=[{"sku": "ETH-250", "quantity": 2}, {"sku": "COL-500", "quantity": 1}],
-    )
-    del signed["intent"]["original_mandate_id"]
-    return signed
-
-
 def _bare_refund() -> dict[str, Any]:
     signed = refund_signed(max_amount=Decimal("1234567890123456.8"))
     del signed["principal"], signed["protocol_context"]
-    return signed
-
-
-def _credit() -> dict[str, Any]:
-    signed = refund_signed()
-    signed["intent"] = {
-        "action": "credit_customer",
-        "merchant": "northwind-coffee.example",
-        "customer": "cus_Q8sLm2Vx7Tb4",
-        "amount": Decimal("5.00"),
-        "currency": "USD",
-        "reason_code": "other",
-    }
     return signed
 
 
