@@ -31,6 +31,11 @@ from sill.rails.base import RailRefund
 # Rail refund states that hold money (pending ones may still fail; they count until they do).
 COUNTED_STATES = frozenset({"pending", "requires_action", "succeeded"})
 
+# How far along a rail refund is. Its states only go forward (pending → succeeded → failed or
+# canceled; nothing comes back from failed or canceled), so of two events with the same time
+# the one further along is the later. A state not listed here counts as the least advanced.
+_REFUND_PROGRESS = {"pending": 0, "requires_action": 0, "succeeded": 1, "failed": 2, "canceled": 2}
+
 
 class ExceedsCharge(Exception):
     """An outside refund that, beside the refunds Sill counts, would exceed the charge.
@@ -118,7 +123,9 @@ def record_outside_refund(
 
     The caller has already excluded refunds whose metadata names a Sill refund; a refund
     whose provider id Sill settled is excluded here, under the charge's lock (settlement
-    takes it too). An event older than the newest one applied to this refund changes nothing.
+    takes it too). An event older than the newest one applied to this refund changes nothing,
+    nor does one of the same time whose state is less advanced than the applied one (a
+    ``succeeded`` never undoes a ``failed`` of the same second).
     """
     if refund.currency != charge.currency:
         return f"ignored: refund currency {refund.currency} is not the charge's"
@@ -132,7 +139,9 @@ def record_outside_refund(
             .first()
         )
         if existing is not None and _older(
-            event_at, existing.rail_updated_at, refund.status in COUNTED_STATES - {"succeeded"}
+            event_at,
+            existing.rail_updated_at,
+            behind=_progress(refund.status) < _progress(existing.status),
         ):
             return "unchanged: a newer event was already applied"
         counted = refund.amount_minor if refund.status in COUNTED_STATES else 0
@@ -198,7 +207,11 @@ def record_dispute(
         if (
             existing is not None
             and existing.rail_updated_at is not None
-            and _older(event_at, existing.rail_updated_at, dispute.status in OPEN_DISPUTE_STATUSES)
+            and _older(
+                event_at,
+                existing.rail_updated_at,
+                behind=dispute.status in OPEN_DISPUTE_STATUSES,
+            )
         ):
             return "unchanged: a newer event was already applied"
         if existing is not None and (
@@ -237,7 +250,13 @@ def record_dispute(
     return "dispute recorded" if existing is None else "dispute updated"
 
 
-def _older(event_at: datetime, applied_at: datetime, unfinished: bool) -> bool:
-    """Whether an event is older than the one applied; within one second (Stripe's
-    resolution) an unfinished state never replaces a finished one."""
-    return event_at < applied_at or (event_at == applied_at and unfinished)
+def _older(event_at: datetime, applied_at: datetime, *, behind: bool) -> bool:
+    """Whether an event is older than the one applied. Events of the same time are common
+    (Stripe's ``created`` has one-second resolution, and Stripe delivers each event on its own
+    schedule): then ``behind``, the event's state being less advanced than the applied one,
+    makes it the older."""
+    return event_at < applied_at or (event_at == applied_at and behind)
+
+
+def _progress(status: str) -> int:
+    return _REFUND_PROGRESS.get(status, 0)

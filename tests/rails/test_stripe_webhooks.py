@@ -152,6 +152,32 @@ def test_events_out_of_order_are_applied_once_and_the_newest_state_wins(site, ch
     assert AuditRecord.objects.filter(kind="external_refund").count() == 1
 
 
+def test_a_succeeded_event_of_the_same_second_never_undoes_a_failure(site, charge, deliver):
+    # Stripe's ``created`` has one-second resolution and each event is retried on its own:
+    # the failure may arrive before the creation it follows. A refund never comes back from
+    # failed, so of the two the failure is the later.
+    t = int(time.time())
+    obj = refund_obj(charge.provider_charge_id)
+    failed = event("refund.failed", {**obj, "status": "failed"}, event_id="e2", created=t)
+    created = event("refund.created", {**obj, "status": "succeeded"}, event_id="e1", created=t)
+    for body in (failed, created):
+        assert deliver(site, body).status_code == 200
+    assert ExternalRefund.objects.get().status == "failed"
+    charge.refresh_from_db()
+    assert charge.amount_refunded_outside_minor == 0
+    assert charge.remaining.amount_minor == 8900
+
+
+def test_a_pending_event_of_the_same_second_never_undoes_a_success(site, charge, deliver):
+    t = int(time.time())
+    obj = refund_obj(charge.provider_charge_id)
+    succeeded = event("refund.updated", {**obj, "status": "succeeded"}, event_id="e2", created=t)
+    pending = event("refund.created", {**obj, "status": "pending"}, event_id="e1", created=t)
+    for body in (succeeded, pending):
+        assert deliver(site, body).status_code == 200
+    assert ExternalRefund.objects.get().status == "succeeded"
+
+
 def test_a_refund_failing_at_the_rail_no_longer_counts(site, charge, deliver):
     t = int(time.time())
     obj = refund_obj(charge.provider_charge_id)
