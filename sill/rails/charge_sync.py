@@ -45,10 +45,12 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
     Raises ``RailError`` when the refunds cannot be listed (nothing is recorded then); a
     dispute list that fails leaves ``disputes_read`` False and records no dispute.
     """
+    # What the rail lists is its state as of the read, at least: recorded as of the read's
+    # start, a webhook for a change made while the list was read still applies after it.
+    now = timezone.now()
     refunds = rail.list_refunds(
         charge.provider_charge_id, provider_payment_id=charge.provider_payment_id
     )
-    now = timezone.now()
     outcomes: list[str] = []
     for listed in refunds:
         if listed.sill_refund_id:

@@ -18,24 +18,36 @@ from django.test import Client
 from refunds.models import ReconciliationItem, ReconciliationRun, Refund
 from refunds.reconcile.runs import run_reconciliation
 from sill.orders.models import Charge, Dispute, ExternalRefund, Order
+from sill.rails.models import WebhookEvent
 from tests.rails.shopify_fixtures import signed_headers
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def synced(site, shopify, shopify_account, django_capture_on_commit_callbacks):
-    """``synced(total)``: a paid test order at the stub, brought into Sill by its webhook."""
+def webhook(site, django_capture_on_commit_callbacks):
+    """``webhook(placed, topic, webhook_id)``: Shopify's webhook about an order at the stub,
+    processed (its task re-reads the order) when it commits."""
 
-    def make(total: str = "60.00", customer_id: int | None = None):
-        placed = shopify.add_order(total=total, customer_id=customer_id)
+    def deliver(placed, topic: str, webhook_id: str) -> None:
         body = json.dumps({"id": placed.id, "admin_graphql_api_id": placed.gid}).encode()
-        headers = signed_headers(body, topic="orders/create", webhook_id=f"wh-{placed.id}")
+        headers = signed_headers(body, topic=topic, webhook_id=webhook_id)
         with django_capture_on_commit_callbacks(execute=True):
             response = Client().post(
                 f"/webhooks/shopify/{site.pk}", body, content_type="application/json", **headers
             )
         assert response.status_code == 200
+
+    return deliver
+
+
+@pytest.fixture
+def synced(site, shopify, shopify_account, webhook):
+    """``synced(total)``: a paid test order at the stub, brought into Sill by its webhook."""
+
+    def make(total: str = "60.00", customer_id: int | None = None):
+        placed = shopify.add_order(total=total, customer_id=customer_id)
+        webhook(placed, "orders/create", f"wh-{placed.id}")
         return placed, Order.objects.get(site=site, charges__provider_payment_id=str(placed.id))
 
     return make
@@ -99,6 +111,26 @@ def test_an_order_shopify_no_longer_has_is_counted_unreadable(shopify, shopify_a
     run = run_reconciliation(account_id=shopify_account.pk, force=True)
     assert run is not None and (run.charges_checked, run.charges_unreadable) == (1, 1)
     assert not ReconciliationItem.objects.filter(order=order).exists()
+
+
+def test_a_webhook_after_a_run_recorded_the_refund_still_updates_it(
+    shopify, shopify_account, synced, webhook
+):
+    # A refund made in the admin, still pending, whose webhook never came: the run records it
+    # (pending counts). It fails at Shopify, and that webhook comes: the run's record is as
+    # of its read, not as of the refund's creation, so the webhook's later read wins.
+    placed, order = synced("60.00")
+    made = shopify._make_refund(placed, Decimal("20.00"), note="from the admin")
+    made["transactions"][0]["status"] = "PENDING"
+    _run(shopify_account)
+    assert ExternalRefund.objects.get(charge__order=order).status == "pending"
+    assert Charge.objects.get(order=order).amount_refunded_outside_minor == 2000
+
+    made["transactions"][0]["status"] = "FAILURE"
+    webhook(placed, "orders/updated", "wh-failed")
+    assert WebhookEvent.objects.get(event_id="wh-failed").processed_at is not None
+    assert ExternalRefund.objects.get(charge__order=order).status == "failed"
+    assert Charge.objects.get(order=order).amount_refunded_outside_minor == 0
 
 
 def test_a_refund_decision_records_a_refund_shopify_reports_before_its_webhook(

@@ -8,6 +8,9 @@ buyer, customer (Shopify id and created date, when the token has ``read_customer
 charge, is written in one transaction with a signed ``charge`` audit record. Refunds already
 on the Shopify order that Sill did not make become outside refunds, and its disputes are
 recorded, through :mod:`sill.orders.outside` (their own transactions and audit records).
+They are recorded as of the time Sill read the order: the read is Shopify's current state
+(what reconciliation records too, sill.rails.charge_sync), so only what Shopify reports after
+it, through a later webhook's read, replaces it.
 """
 
 from __future__ import annotations
@@ -75,24 +78,31 @@ def shopify_rail_for(site: Site) -> ShopifyRail:
 def sync_orders(*, site: Site, since: datetime | None = None) -> SyncReport:
     """Upsert every order of the site's store updated since ``since`` (all when None)."""
     report = SyncReport()
+    read_at = timezone.now()  # each page is read after this: its state is at least this new
     for order in shopify_rail_for(site).orders(since=since):
-        upsert_order(site=site, order=order, report=report, event_id="sync")
+        upsert_order(site=site, order=order, report=report, event_id="sync", read_at=read_at)
     return report
 
 
 def sync_order(*, site: Site, order_id: str, event_id: str) -> str:
     """Upsert one order, read again from Shopify (what a webhook about it triggers)."""
+    read_at = timezone.now()
     order = shopify_rail_for(site).order(order_id)
     if order is None:
         return f"order {order_id} not found at Shopify"
     report = SyncReport()
-    outcome = upsert_order(site=site, order=order, report=report, event_id=event_id)
+    outcome = upsert_order(
+        site=site, order=order, report=report, event_id=event_id, read_at=read_at
+    )
     return f"{outcome}; {report.outside_refunds} outside refund(s), {report.disputes} dispute(s)"
 
 
-def upsert_order(*, site: Site, order: ShopifyOrder, report: SyncReport, event_id: str) -> str:
-    """Create or update one order; returns ``created``, ``updated``, ``unchanged`` or
-    ``skipped: …``, and counts what it recorded in ``report``."""
+def upsert_order(
+    *, site: Site, order: ShopifyOrder, report: SyncReport, event_id: str, read_at: datetime
+) -> str:
+    """Create or update one order read from Shopify at ``read_at`` (when its read started);
+    returns ``created``, ``updated``, ``unchanged`` or ``skipped: …``, and counts what it
+    recorded in ``report``."""
     if order.payment is None:
         report.add("skipped")
         return "skipped: not paid"
@@ -110,7 +120,7 @@ def upsert_order(*, site: Site, order: ShopifyOrder, report: SyncReport, event_i
         else:
             outcome = _update(charge.order, order, customer)
     report.add(outcome)
-    _record_rail_reports(charge, order, report, event_id)
+    _record_rail_reports(charge, order, report, event_id, read_at)
     return outcome
 
 
@@ -213,8 +223,11 @@ _DISPUTE_STATUS = {s.value: s for s in DisputeStatus}
 
 
 def _record_rail_reports(
-    charge: Charge, order: ShopifyOrder, report: SyncReport, event_id: str
+    charge: Charge, order: ShopifyOrder, report: SyncReport, event_id: str, read_at: datetime
 ) -> None:
+    # As of the read, not the refund's ``createdAt``: the read is the refund's state now.
+    # Recorded as of its creation, a webhook's later state looked older than what a
+    # reconciliation (recorded as of its own read) had applied, and was dropped.
     for refund in order.refunds:
         if refund.sill_refund_id:
             continue  # Sill made it (its note names the refund): settled by execution
@@ -228,7 +241,7 @@ def _record_rail_reports(
                 created_at_rail=refund.created_at,
             ),
             event_id=event_id,
-            event_at=refund.created_at,
+            event_at=read_at,
         )
         if done.startswith("external refund"):
             report.outside_refunds += 1
@@ -245,7 +258,7 @@ def _record_rail_reports(
                 opened_at=dispute.created_at,
             ),
             event_id=event_id,
-            event_at=timezone.now(),
+            event_at=read_at,
         )
         if done.startswith("dispute recorded") or done.startswith("dispute updated"):
             report.disputes += 1
