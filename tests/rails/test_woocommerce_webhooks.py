@@ -40,6 +40,47 @@ def test_a_signed_order_is_brought_in_once(
     assert Order.objects.filter(site=site).count() == 1
 
 
+def test_the_paid_state_of_the_same_second_is_not_a_duplicate(
+    site, woo, woo_account, django_capture_on_commit_callbacks
+):
+    # A checkout creates the order pending and the gateway marks it paid, usually within the
+    # second ``date_modified_gmt`` resolves: another state of the order, not a redelivery.
+    placed = woo.add_order(total="42.00", stripe_charge="ch_same_second", paid=False)
+    placed.status = "pending"
+    unpaid = json.dumps(placed.json()).encode()
+    first = _post(
+        site, unpaid, woo_headers(unpaid, url=woo.url, topic="order.created"),
+        django_capture_on_commit_callbacks,
+    )  # fmt: skip
+    assert first.status_code == 200 and first.json()["duplicate"] is False
+    assert not Order.objects.filter(site=site).exists()  # not paid yet: skipped
+
+    placed.status, placed.paid = "processing", True
+    paid = json.dumps(placed.json()).encode()
+    second = _post(site, paid, woo_headers(paid, url=woo.url), django_capture_on_commit_callbacks)
+    assert second.status_code == 200 and second.json() == {"received": True, "duplicate": False}
+    assert WooOrderLink.objects.get(site=site, woo_order_id=placed.id).order.total_minor == 4200
+
+
+def test_a_change_of_the_same_second_updates_the_order(
+    site, woo, woo_account, django_capture_on_commit_callbacks
+):
+    placed = woo.add_order(total="42.00", stripe_charge="ch_email")
+    body = json.dumps(placed.json()).encode()
+    _post(site, body, woo_headers(body, url=woo.url), django_capture_on_commit_callbacks)
+    placed.email = "new-address@example.com"  # date_modified_gmt unchanged
+    changed = json.dumps(placed.json()).encode()
+    response = _post(
+        site, changed, woo_headers(changed, url=woo.url), django_capture_on_commit_callbacks
+    )
+    assert response.json()["duplicate"] is False
+    order = WooOrderLink.objects.get(site=site, woo_order_id=placed.id).order
+    assert order.buyer_email == "new-address@example.com"
+    assert WebhookEvent.objects.get(type="order.updated", payload=changed.decode()).outcome == (
+        "updated"
+    )
+
+
 def test_a_bad_signature_is_400_and_records_nothing(
     site, woo, woo_account, django_capture_on_commit_callbacks
 ):

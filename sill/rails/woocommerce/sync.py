@@ -1,8 +1,10 @@
 """Bringing a store's orders into Sill: ``manage.py rails sync-woocommerce`` and the webhooks.
 
 An order is upserted by its WooCommerce id (``WooOrderLink``), so a second sync, or a webhook
-after a sync, changes nothing. Only paid orders with a Stripe payment come in: their charge is
-on rail ``stripe`` (the Stripe payment intent and charge ids), so their refunds run on Stripe.
+after a sync, changes nothing. A delivery older than the state applied (by the order's
+``date_modified_gmt``) changes nothing either; one of the same second changes what differs.
+Only paid orders with a Stripe payment come in: their charge is on rail ``stripe`` (the
+Stripe payment intent and charge ids), so their refunds run on Stripe.
 Each new order, with its items, buyer and charge, is written in one transaction with a
 signed ``charge`` audit record. Refunds made in the WooCommerce admin through the Stripe
 gateway are Stripe refunds: Stripe's webhooks report them on the charge, so they are not
@@ -150,8 +152,10 @@ def _create(site: Site, order: WooOrder) -> None:
 
 
 def _update(link: WooOrderLink, order: WooOrder) -> str:
-    if link.woo_modified_at and order.modified_at and order.modified_at <= link.woo_modified_at:
-        return "unchanged"  # an older or repeated delivery
+    if link.woo_modified_at and order.modified_at and order.modified_at < link.woo_modified_at:
+        return "unchanged"  # an older delivery
+    # One of the same second (``date_modified_gmt``'s resolution) may be another state of the
+    # order: what it says is compared below, so a repeated one changes nothing.
     row = link.order
     fields = {
         "buyer_email": order.email or row.buyer_email,

@@ -7,13 +7,17 @@ that is not an order is 400 and records nothing. When a webhook is created WooCo
 a ping whose form body is ``webhook_id=<n>`` (no order): it is answered 200 and stored nowhere.
 
 Deduplication: WooCommerce gives each delivery attempt a new ``X-WC-Webhook-Delivery-ID``,
-so a redelivery of the same change would look new; the event id is the order id plus its
-``date_modified_gmt`` instead (the delivery id only when those are missing). The same
-change delivered twice is stored once; the second answer is 200 and changes nothing.
+so a redelivery of the same change would look new; the event id is the order id, its
+``date_modified_gmt`` and a digest of the body instead (the delivery id only when the date is
+missing). The same change delivered twice is the same body, stored once; the second answer is
+200 and changes nothing. The date alone is not enough: it has one-second resolution, and a
+checkout creates the order pending and the gateway marks it paid within the same second, so
+the paid state would have been answered "duplicate" and never brought in.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 
@@ -82,7 +86,8 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
         return _refuse("The body is not a WooCommerce order.")
     modified = str(body.get("date_modified_gmt") or "")
     delivery = request.headers.get("X-WC-Webhook-Delivery-ID", "").strip()
-    event_id = f"order-{body['id']}@{modified}" if modified else delivery
+    digest = hashlib.sha256(payload).hexdigest()[:16]
+    event_id = f"order-{body['id']}@{modified}#{digest}" if modified else delivery
     if not event_id:
         return _refuse("The webhook names no order change and no delivery id.")
     try:
