@@ -5,7 +5,8 @@ rail cannot say (see :mod:`refunds.execution`). Two things end it: the rail's ow
 the idempotency key (:func:`check_refund_at_rail`, from the beat task), or an owner recording
 what the provider's dashboard shows — "the refund is there, with this id" or "there is no
 refund" — which writes a signed ``attention_resolved`` record naming the owner, then settles or
-releases the reservation.
+releases the reservation. An id Sill already counts (a refund made outside Sill, or another
+of Sill's) is refused: settled under it, one rail refund would count twice.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from refunds.review.notifications import decider_emails
 from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
 from sill.accounts.models import Site
 from sill.errors import SillError
+from sill.orders.models import Charge, Customer, ExternalRefund, Order
 from sill.rails.base import RailError
 from sill.rails.registry import RailDisabled
 
@@ -123,8 +125,9 @@ def resolve_attention(
 
     The caller has checked that ``actor`` is an owner of the refund's site. ``outcome`` is
     the form's text as posted: ``refunded`` needs the provider's refund id and settles;
-    ``not_refunded`` releases the reservation; anything else is ``invalid_field``.
-    Refused while an execution holds the refund (``execution_in_progress``).
+    ``not_refunded`` releases the reservation; anything else is ``invalid_field``, and so is
+    a refund id Sill already counts (:func:`_refuse_a_counted_id`). Refused while an
+    execution holds the refund (``execution_in_progress``). A refusal changes nothing.
     """
     provider_refund_id = provider_refund_id.strip()
     note = note.strip()[:1000]
@@ -149,6 +152,8 @@ def resolve_attention(
         raise SillError("This refund no longer needs attention.", code="already_resolved")
     try:
         with transaction.atomic():
+            if outcome == "refunded":
+                _refuse_a_counted_id(refund, provider_refund_id)
             append_record(
                 site=refund.site,
                 kind="attention_resolved",
@@ -180,9 +185,53 @@ def resolve_attention(
                     resolved_by=actor,
                 )
     except BaseException:
-        release(refund.id, token)
+        # Still needing attention: the beat task asks the rail again when it was due to.
+        release(refund.id, token, retry_at=refund.next_check_at)
         raise
     return Refund.objects.get(pk=refund.pk)
+
+
+def _refuse_a_counted_id(refund: Refund, provider_refund_id: str) -> None:
+    """Refuse (``invalid_field``) a provider refund id Sill already counts: a refund made
+    outside Sill recorded on the charge, or another Sill refund of the charge (for a credit,
+    another credit of the customer) settled under it.
+
+    Takes the locks settlement takes, in its order: the refund, then its order and charge (a
+    credit's customer). An outside refund is recorded under the same order and charge locks
+    and skips an id Sill settled (sill.orders.outside), so whichever comes second sees the
+    other.
+    """
+    Refund.objects.select_for_update(of=("self",)).get(pk=refund.pk)
+    others = Refund.objects.filter(provider_refund_id=provider_refund_id).exclude(pk=refund.pk)
+    noun = "credit" if refund.is_credit else "refund"
+    look_for = f"Look for the one with idempotency key {refund.idempotency_key}."
+    if refund.is_credit:
+        customer_id = refund.customer_id
+        assert customer_id is not None  # the database's refund_kind_valid: a credit names one
+        Customer.objects.select_for_update().get(pk=customer_id)
+        other = others.filter(customer_id=customer_id).first()
+        whose = "this customer"
+    else:
+        Order.objects.select_for_update().get(pk=refund.order_id)
+        Charge.objects.select_for_update().get(pk=refund.charge_id)
+        if ExternalRefund.objects.filter(
+            charge_id=refund.charge_id, provider_refund_id=provider_refund_id
+        ).exists():
+            raise SillError(
+                f"{provider_refund_id} is a refund made outside Sill, already counted on this "
+                f"charge: it is not this refund. {look_for}",
+                code="invalid_field",
+                field="provider_refund_id",
+            )
+        other = others.filter(charge_id=refund.charge_id).first()
+        whose = "this charge"
+    if other is not None:
+        raise SillError(
+            f"{provider_refund_id} is Sill's {noun} {other.id} of {whose}, already recorded: "
+            f"it is not this one. {look_for}",
+            code="invalid_field",
+            field="provider_refund_id",
+        )
 
 
 # --- asking the rail again about a refund that needs attention --------------------------------

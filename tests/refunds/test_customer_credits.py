@@ -337,6 +337,35 @@ def test_owners_are_told_of_a_credit_in_doubt_or_refused_in_a_credits_words(
     assert f"/refunds/{refused}/" in failed.body and "/orders/" not in failed.body
 
 
+def test_an_owner_cannot_record_another_credit_of_the_customer_for_one_in_doubt(
+    client, sign, send, stub, stripe_rail, cora, settings, client_for,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    # Both balance transactions are on the customer's page at Stripe: the one already
+    # recorded for another credit would count one credit twice.
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 1
+    earlier = Refund.objects.get(pk=send().json()["refund_id"])
+    assert earlier.status == RefundStatus.SUCCEEDED
+    with django_capture_on_commit_callbacks(execute=False):
+        doubtful = post(client, sign(credit_intent())).json()["refund_id"]
+    stub.drop_next_post = True
+    with django_capture_on_commit_callbacks(execute=False):
+        assert execute_refund(doubtful) == "needs_attention"
+    browser = client_for("owner")
+    refused = browser.post(
+        f"/refunds/{doubtful}/resolve/",
+        {"outcome": "refunded", "provider_refund_id": earlier.provider_refund_id},
+        follow=True,
+    )
+    assert f"is Sill&#x27;s credit {earlier.id} of this customer" in refused.content.decode()
+    assert Refund.objects.get(pk=doubtful).status == RefundStatus.NEEDS_ATTENTION
+    [made] = [t["id"] for t in stub.transactions[CUSTOMER] if t["id"] != earlier.provider_refund_id]
+    browser.post(
+        f"/refunds/{doubtful}/resolve/", {"outcome": "refunded", "provider_refund_id": made}
+    )
+    assert Refund.objects.get(pk=doubtful).status == RefundStatus.SUCCEEDED
+
+
 def test_an_identical_resend_answers_the_stored_credit(client, sign, stub, stripe_rail, cora):
     body = sign(credit_intent())
     first = post(client, body)
