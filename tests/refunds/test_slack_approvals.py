@@ -165,26 +165,18 @@ def refused_privately(site, refund_id: str, *, user: str, response_url: str, cap
     return refusal["text"]
 
 
-def test_a_reviewers_slack_user_may_not_decide(
-    site, linked, held, slack, django_capture_on_commit_callbacks
+@pytest.mark.parametrize(
+    ("user", "told"),
+    [("U0REVIEW", "Only owners and admins"), ("U0STRANGER", "not linked")],
+    ids=["reviewer", "unlinked"],
+)
+def test_a_slack_user_who_may_not_decide_is_told_privately(
+    site, linked, held, slack, user, told, django_capture_on_commit_callbacks
 ):
     said = refused_privately(
-        site, held.id, user="U0REVIEW", response_url=slack,
-        capture=django_capture_on_commit_callbacks,
-    )  # fmt: skip
-    assert "Only owners and admins" in said
-    held.refresh_from_db()
-    assert held.status == "held"
-
-
-def test_an_unlinked_slack_user_may_not_decide(
-    site, linked, held, slack, django_capture_on_commit_callbacks
-):
-    said = refused_privately(
-        site, held.id, user="U0STRANGER", response_url=slack,
-        capture=django_capture_on_commit_callbacks,
-    )  # fmt: skip
-    assert "not linked" in said
+        site, held.id, user=user, response_url=slack, capture=django_capture_on_commit_callbacks
+    )
+    assert told in said
     held.refresh_from_db()
     assert held.status == "held"
 
