@@ -144,8 +144,8 @@ def order_numbers(site: Site, order_ids: set[str]) -> dict[str, str]:
 def body_of(record: AuditRecord) -> dict[str, Any]:
     try:
         body = json.loads(record.payload).get("body", {})
-    except (ValueError, AttributeError):  # shown as-is; `audit verify` reports the record
-        return {}
+    except (ValueError, AttributeError, RecursionError):
+        return {}  # shown as-is; `audit verify` reports the record
     return body if isinstance(body, dict) else {}
 
 

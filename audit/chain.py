@@ -2,7 +2,8 @@
 
 Pure logic: no Django, no ORM. A record, as :func:`verify_chain` reads it, is a mapping with
 ``site_id``, ``seq``, ``kind``, ``payload`` (the canonical JSON text that was hashed),
-``prev_hash``, ``hash``, ``signature`` and ``key_id``.
+``prev_hash``, ``hash``, ``signature`` and ``key_id``, and optionally the columns Sill keeps
+beside it unsigned (``created_at``, :data:`SUBJECT_COLUMNS`), checked against the payload.
 
 - ``payload`` is the RFC 8785 (JCS) text of
   ``{"site_id", "seq", "kind", "recorded_at", "body"}``, so the columns that order and
@@ -141,6 +142,10 @@ def verify_chain(
 
     ``windows`` (key id → ``[valid_from, valid_until)``, None unbounded): a record whose
     ``recorded_at`` lies outside its key's window fails, even if the signature verifies.
+
+    A record that carries the unsigned columns Sill keeps beside it fails unless they say what
+    the payload says: ``created_at`` (an aware datetime) is its ``recorded_at``, and each of
+    :data:`SUBJECT_COLUMNS` the id its body names.
     """
     count = 0
     prev_seq = 0
@@ -222,6 +227,8 @@ def _verify_record(
             raise _Bad(seq, "payload is not in canonical form")
     except (ValueError, TypeError) as exc:
         raise _Bad(seq, f"payload is not canonical JSON: {exc}") from None
+    except RecursionError:  # nested deeper than Python parses; append_record cannot write one
+        raise _Bad(seq, "payload is nested too deeply to parse") from None
     if not isinstance(payload, dict) or set(payload) != PAYLOAD_KEYS:
         raise _Bad(seq, "payload keys are not site_id, seq, kind, recorded_at, body")
     if record.get("site_id") != site_id:
@@ -251,6 +258,8 @@ def _verify_record(
         raise _Bad(seq, "signature does not verify") from None
     if windows is not None and key_id in windows:
         _check_window(seq, key_id, payload.get("recorded_at"), windows[key_id])
+    if "created_at" in record:
+        _check_created_at(seq, record["created_at"], payload["recorded_at"])
     body = payload["body"] if isinstance(payload["body"], dict) else {}
     for column, body_key in SUBJECT_COLUMNS:
         if column in record and record[column] != subject_of(body, body_key):
@@ -276,6 +285,17 @@ def _check_window(
         valid_until is not None and at >= valid_until
     ):
         raise _Bad(seq, f"signed by key {key_id} at {recorded_at}, outside its validity window")
+
+
+def _check_created_at(seq: int, created_at: Any, recorded_at: Any) -> None:
+    # The column Activity shows, filters by date and downloads: moved, it would hide a record
+    # from the days an auditor looks at while the signed payload still verifies.
+    try:
+        at = parse_recorded_at(recorded_at)
+    except ValueError as exc:
+        raise _Bad(seq, str(exc)) from None
+    if created_at != at:
+        raise _Bad(seq, f"created_at {created_at} is not the signed recorded_at {recorded_at}")
 
 
 @functools.lru_cache(maxsize=64)

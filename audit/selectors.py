@@ -15,6 +15,9 @@ from sill.accounts.models import Site
 
 EXPORT_FORMAT = "sill-audit-export-v1"
 PROGRESS_EVERY = 1000
+# Records a verification reads per round trip; the stored tree nodes they complete are
+# compared in one query per batch, so memory stays bounded however long the log.
+RECORDS_PER_BATCH = 2000
 CHAIN_FIELDS = ("site_id", "seq", "kind", "payload", "prev_hash", "hash", "signature", "key_id")
 
 
@@ -65,7 +68,9 @@ def chain_verification(
     The checkpoint is ``checkpoint_note`` when given (one kept outside Sill: what catches an
     operator who removed records and rewound the head), else the latest Sill signed. A log
     with fewer records than the checkpoint counts, or whose first records hash to another
-    root, fails; so does a chain head or a stored tree that disagrees with the records.
+    root, fails; so does a chain head, or a stored tree node (those that serve inclusion and
+    consistency proofs), that disagrees with the records. Each record's unsigned columns
+    (``created_at``, the subjects) must say what its payload says.
     ``progress(n)`` is told every :data:`PROGRESS_EVERY` records how many passed so far.
     """
     head_row = AuditChainHead.objects.filter(site=site).first()
@@ -80,15 +85,15 @@ def chain_verification(
     else:
         latest = checkpoints.latest_checkpoint(site_id=site.pk)
         anchor = (latest.tree_size, bytes.fromhex(latest.root_hash)) if latest else None
-    roots = _TreeRoots(anchor[0] if anchor else 0, progress)
+    grown = _TreeOfRecords(site.pk, anchor[0] if anchor else 0, progress)
     rows = (
         AuditRecord.objects.filter(site=site)
         .order_by("seq")
-        .values(*CHAIN_FIELDS, *(column for column, _ in chain.SUBJECT_COLUMNS))
-        .iterator()
+        .values(*CHAIN_FIELDS, "created_at", *(column for column, _ in chain.SUBJECT_COLUMNS))
+        .iterator(chunk_size=RECORDS_PER_BATCH)
     )
     result = chain.verify_chain(
-        roots.watch(rows),
+        grown.watch(rows),
         {key_id: w.public_key for key_id, w in windows.items()},
         windows={key_id: (w.valid_from, w.valid_until) for key_id, w in windows.items()},
         expected_head=head,
@@ -105,7 +110,7 @@ def chain_verification(
                 f"the log ends at seq {result.count} but a signed checkpoint counts {size} "
                 "records: records were removed from its end",
             )
-        if roots.at_anchor != root:
+        if grown.at_anchor != root:
             return chain.VerifyResult(
                 False,
                 result.count,
@@ -114,40 +119,73 @@ def chain_verification(
             )
     if (
         head_row is not None
-        and tree.root_from_frontier(tree.parse_frontier(head_row.tree_frontier)) != roots.root()
+        and tree.root_from_frontier(tree.parse_frontier(head_row.tree_frontier)) != grown.root()
     ):
         return chain.VerifyResult(
             False, result.count, None, "the stored Merkle tree does not match the records"
         )
+    if grown.stored_mismatch is not None:
+        return chain.VerifyResult(False, result.count, None, grown.stored_mismatch)
     return result
 
 
 merkle_anchor = tuple[int, bytes]
 
 
-class _TreeRoots:
+class _TreeOfRecords:
     """Grows the tree over the records as they are verified: its root at ``anchor_size``
-    (a checkpoint's size) and at the end."""
+    (a checkpoint's size) and at the end, and whether ``site_id``'s stored nodes are the nodes
+    the records make (``stored_mismatch`` names the first that is not; None while all are).
 
-    def __init__(self, anchor_size: int, progress: Callable[[int], None] | None = None) -> None:
+    The stored nodes are what Sill's proofs are built from: a changed one the frontier no
+    longer holds would pass every other check while the proofs Sill serves fail for an
+    outsider. They are compared a batch of records at a time (one query each)."""
+
+    def __init__(
+        self, site_id: str, anchor_size: int, progress: Callable[[int], None] | None = None
+    ) -> None:
+        self.site_id = site_id
         self.anchor_size = anchor_size
         self.progress = progress
         self.edge: list[bytes] = []
         self.size = 0
         self.at_anchor: bytes | None = None
         self.last_hash: str | None = None
+        self.stored_mismatch: str | None = None
+        # The nodes the records since ``_batch_start`` completed: (level, index) → hex.
+        self._batch_start = 0
+        self._batch_nodes: dict[tuple[int, int], str] = {}
 
     def watch(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         for row in rows:
             yield row
             # Reached only for a record that verified (verify_chain stops at the first bad).
-            _, self.edge = tree.grow(self.edge, self.size, merkle.record_leaf_hash(row["payload"]))
+            nodes, self.edge = tree.grow(
+                self.edge, self.size, merkle.record_leaf_hash(row["payload"])
+            )
+            self._batch_nodes.update(((level, index), node.hex()) for level, index, node in nodes)
             self.size += 1
             self.last_hash = row["hash"]
             if self.size == self.anchor_size:
                 self.at_anchor = tree.root_from_frontier(self.edge)
+            if self.size % RECORDS_PER_BATCH == 0:
+                self._compare_stored()
             if self.progress is not None and self.size % PROGRESS_EVERY == 0:
                 self.progress(self.size)
+        self._compare_stored()
+
+    def _compare_stored(self) -> None:
+        if self._batch_nodes and self.stored_mismatch is None:
+            stored = tree.stored_nodes_completed_by(self.site_id, self._batch_start, self.size)
+            for (level, index), node in self._batch_nodes.items():  # in the order made
+                if stored.get((level, index)) != node:
+                    self.stored_mismatch = (
+                        f"the stored Merkle tree's node at level {level}, index {index} does "
+                        "not match the records"
+                    )
+                    break
+        self._batch_start = self.size
+        self._batch_nodes.clear()
 
     def root(self) -> bytes:
         return tree.root_from_frontier(self.edge)

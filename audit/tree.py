@@ -4,7 +4,8 @@
 subtrees, left to right) and the next leaf, it returns the nodes that leaf completes and the
 new edge. :func:`append_leaf` stores them beside the record, under the chain head's lock.
 :class:`StoredTree` answers the subtree roots :mod:`audit.merkle` needs for proofs from those
-stored nodes, fetching each proof's nodes in one query.
+stored nodes, fetching each proof's nodes in one query. :func:`stored_nodes_completed_by` reads
+them back a batch at a time, for verification to compare with the tree the records make.
 """
 
 from __future__ import annotations
@@ -69,6 +70,27 @@ def append_leaf(*, head: AuditChainHead, payload: str) -> None:
         ]
     )
     head.tree_frontier = format_frontier(edge)
+
+
+def stored_nodes_completed_by(site_id: str, start: int, end: int) -> dict[tuple[int, int], str]:
+    """The stored hashes (as text: hex unless someone changed them) of the nodes leaves
+    ``start`` to ``end - 1`` complete (each leaf and every subtree whose last leaf it is),
+    keyed ``(level, index)``, in one query: one range of indexes per level.
+
+    A node ``(level, index)`` is completed by leaf ``(index + 1) * 2**level - 1``, so those of
+    a level are the indexes from ``start >> level`` to ``(end >> level) - 1``.
+    """
+    spans = []
+    level = 0
+    while start >> level < end >> level:
+        spans.append(Q(level=level, index__range=(start >> level, (end >> level) - 1)))
+        level += 1
+    if not spans:
+        return {}
+    rows = AuditTreeNode.objects.filter(site_id=site_id).filter(reduce(or_, spans))
+    return {
+        (level, index): node for level, index, node in rows.values_list("level", "index", "hash")
+    }
 
 
 def _blocks(start: int, end: int) -> list[tuple[int, int]]:

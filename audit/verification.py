@@ -2,9 +2,11 @@
 
 :func:`start_verification` records the request and enqueues ``audit.verify_chain`` on commit;
 the worker runs :func:`run_verification`, which writes progress every 1,000 records and the
-result (:func:`audit.selectors.chain_verification`: chain, signatures, key windows, chain head,
-stored tree, latest checkpoint). A page request never verifies the chain itself. One check per
-site runs at a time: asking again while one runs answers that one.
+result (:func:`audit.selectors.chain_verification`: chain, signatures, key windows, the
+columns kept beside each record, chain head, stored tree nodes, latest checkpoint). A page
+request never verifies the chain itself. One check per site runs at a time: asking again while
+one runs answers that one. A check that raises instead of answering ends as failed, saying so,
+rather than showing "running" until it goes stale.
 """
 
 from __future__ import annotations
@@ -63,7 +65,19 @@ def run_verification(verification_id: int) -> str:
     def progress(checked: int) -> None:
         AuditVerification.objects.filter(pk=verification_id).update(checked=checked)
 
-    result = chain_verification(verification.site, progress=progress)
+    try:
+        result = chain_verification(verification.site, progress=progress)
+    except Exception as exc:
+        # Whatever the log holds must end the check with an answer: a tampered log that
+        # crashes the verifier is still a log nobody can vouch for.
+        log.exception("audit chain verification of site %s raised", verification.site_id)
+        AuditVerification.objects.filter(pk=verification_id).update(
+            status=AuditVerification.Status.FAILED,
+            # The page shows this to the site's members: the details stay in the worker's log.
+            problem=f"the check could not finish ({type(exc).__name__}); see the worker's log",
+            finished_at=timezone.now(),
+        )
+        return "failed"
     AuditVerification.objects.filter(pk=verification_id).update(
         status=AuditVerification.Status.OK if result.ok else AuditVerification.Status.FAILED,
         checked=result.count,

@@ -19,7 +19,8 @@ or with fewer records than it counts, was cut short.
 
 A bundle (``manage.py audit bundle --refund R``) is one refund's evidence: the mandate's bytes,
 its records (decision, review, settlement, …) each with an inclusion proof, and a checkpoint;
-each record, proof and the mandate's SHA-256 (named by the decision record) are checked.
+each record and proof is checked, and the mandate's bytes against the SHA-256 its decision
+record names (a bundle whose decision names a mandate must carry it).
 
 Keys in the file prove only that the file is consistent: pass the keys you trust with
 ``--public-key`` (then only those are used), and a checkpoint you kept yourself (fetched from
@@ -133,6 +134,8 @@ def check_record(
         canonical = text if fast == text else jcs(payload)
     except (ValueError, TypeError) as exc:
         raise Failed(f"seq {seq}", f"payload is not canonical JSON: {exc}") from None
+    except RecursionError:  # nested deeper than Python parses; Sill never writes one
+        raise Failed(f"seq {seq}", "payload is nested too deeply to parse") from None
     if canonical != text:
         raise Failed(f"seq {seq}", "payload is not in canonical form")
     if not isinstance(payload, dict) or set(payload) != PAYLOAD_KEYS:
@@ -145,7 +148,12 @@ def check_record(
         mine, theirs = payload[field], rec.get(field)
         if mine != theirs or type(mine) is not type(theirs):
             raise Failed(f"seq {seq}", f"payload {field} {mine!r} != record {theirs!r}")
-    if rec.get("prev_hash") != prev_hash:
+    claimed = rec.get("prev_hash")
+    # Its form first: a bundle expects each record's own prev_hash, an export the previous
+    # record's claimed hash, so both sides may be anything an editor wrote (hashing needs ASCII).
+    if not isinstance(claimed, str) or not HASH_RE.match(claimed):
+        raise Failed(f"seq {seq}", "prev_hash is not 64 lowercase hex digits")
+    if claimed != prev_hash:
         raise Failed(f"seq {seq}", "prev_hash is not the previous record's hash")
     digest = rec.get("hash")
     if not isinstance(digest, str) or not HASH_RE.match(digest):
@@ -356,7 +364,7 @@ def verify_export(
     problems: list[str] = []
     try:
         header = json.loads(lines[0]) if lines else None
-    except ValueError:
+    except (ValueError, RecursionError):
         header = None
     if not isinstance(header, dict) or header.get("type") != "header":
         return 0, ["FAILED at line 1: no header"]
@@ -379,6 +387,9 @@ def verify_export(
             rec = json.loads(line)
         except ValueError:
             problems.append(f"FAILED at line {lineno}: not JSON")
+            continue
+        except RecursionError:
+            problems.append(f"FAILED at line {lineno}: nested too deeply to parse")
             continue
         kind = rec.get("type") if isinstance(rec, dict) else None
         if kind == "checkpoint":
@@ -532,6 +543,11 @@ def verify_bundle(
             problems.append("FAILED at the mandate: no decision record names its SHA-256")
         elif hashlib.sha256(raw).hexdigest() != mandate_sha256:
             problems.append("FAILED at the mandate: its bytes are not the ones the decision names")
+    elif mandate_sha256 is not None:
+        problems.append(
+            "FAILED at the mandate: a decision record names its SHA-256, but the bundle does not "
+            "carry it"
+        )
     return len(records), problems
 
 
@@ -546,12 +562,14 @@ def verify_path(
         text = fh.read()
     try:
         whole = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         whole = None
     if isinstance(whole, dict) and whole.get("format") == BUNDLE_FORMAT:
         count, problems = verify_bundle(whole, trusted, trusted_checkpoint)
         return "bundle", count, problems
-    count, problems = verify_export(text.splitlines(), trusted, trusted_checkpoint)
+    # Lines end at "\n" only (open() already read "\r\n" as "\n"): str.splitlines() would
+    # also cut at U+2028, U+2029 and U+0085, which a record's JSON strings may hold unescaped.
+    count, problems = verify_export(text.split("\n"), trusted, trusted_checkpoint)
     return "export", count, problems
 
 

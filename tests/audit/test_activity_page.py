@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
+
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from audit.models import AuditVerification
+from audit import keys
+from audit.models import AuditKey, AuditVerification
 from audit.services import append_record
+from tests.audit.test_tamper import NESTED_PAST_THE_RECURSION_LIMIT, set_column
 
 pytestmark = pytest.mark.django_db
 
@@ -87,6 +93,44 @@ def test_a_broken_chain_is_reported(client_for, site, django_capture_on_commit_c
         client_for("owner").post("/activity/verify/")
     body = client_for("owner").get("/activity/").content.decode()
     assert "Chain broken at seq 2" in body
+
+
+def test_a_payload_nested_past_the_recursion_limit_is_reported_at_its_seq(
+    client_for, site, django_capture_on_commit_callbacks
+):
+    _record(site, 3)
+    set_column(site, 2, "payload", NESTED_PAST_THE_RECURSION_LIMIT)
+    with django_capture_on_commit_callbacks(execute=True):
+        client_for("owner").post("/activity/verify/")
+    answer = client_for("owner").get("/activity/")  # the record is listed too, without a body
+    assert answer.status_code == 200
+    assert "Chain broken at seq 2" in answer.content.decode()
+    assert "payload is nested too deeply to parse" in answer.content.decode()
+
+
+def test_a_check_that_raises_ends_broken_instead_of_running(
+    client_for, site, django_capture_on_commit_callbacks, caplog
+):
+    _record(site, 2)
+    # A key row nobody can read: the check cannot even list the keys.
+    AuditKey.objects.create(
+        key_id="sill-0000000000000000",
+        public_key="not base64url!",
+        sealed_seed=b"",
+        valid_from=timezone.now() + timedelta(days=1),
+    )
+    keys.forget_rotated_keys()
+    with (
+        caplog.at_level(logging.ERROR, logger="audit.verification"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        client_for("owner").post("/activity/verify/")
+    verification = AuditVerification.objects.get(site=site)
+    assert verification.status == AuditVerification.Status.FAILED
+    assert verification.finished_at is not None
+    assert verification.problem == "the check could not finish (ValueError); see the worker's log"
+    assert "Chain broken (checked" in client_for("owner").get("/activity/").content.decode()
+    assert any(r.exc_info for r in caplog.records), "the exception was not logged"
 
 
 def test_staff_cannot_start_a_check(client_for):

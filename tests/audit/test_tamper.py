@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import nacl.signing
@@ -84,6 +85,14 @@ def change_kind(site: Site) -> None:
     set_column(site, 3, "kind", AuditKind.DISPUTE.value)
 
 
+# Deeper than Python's parsers recurse: one UPDATE by someone with database access.
+NESTED_PAST_THE_RECURSION_LIMIT = "[" * 100_000 + "]" * 100_000
+
+
+def nest_payload_deeply(site: Site) -> None:
+    set_column(site, 3, "payload", NESTED_PAST_THE_RECURSION_LIMIT)
+
+
 def delete_middle(site: Site) -> None:
     sql(f"DELETE FROM {TABLE} WHERE site_id = %s AND seq = 3", site.pk)
 
@@ -112,6 +121,7 @@ TAMPERS: dict[str, tuple[Callable[[Site], None], int]] = {
     "hash byte": (change_hash_byte, 3),
     "signature byte": (change_signature_byte, 3),
     "kind column": (change_kind, 3),
+    "payload nested past the recursion limit": (nest_payload_deeply, 3),
     "deleted middle record": (delete_middle, 4),  # named: the record after the gap
     "swapped contents": (swap_contents, 3),
     "swapped seqs": (swap_seqs, 3),
@@ -307,3 +317,44 @@ def test_a_key_id_that_is_not_a_string_is_an_unknown_key_not_a_crash(
     result = run_standalone(tmp_path, str(path))
     assert result.returncode == 1
     assert "unknown key_id" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_hash_that_is_not_ascii_is_a_problem_not_a_crash(site: Site, tmp_path: Path) -> None:
+    build_chain(site, 3)
+    path = export(site, tmp_path / "export.jsonl")
+    lines = path.read_text().splitlines()
+    second, third = json.loads(lines[2]), json.loads(lines[3])
+    second["hash"] = third["prev_hash"] = "\u00e9" * 64  # the next record links to it
+    path.write_text("\n".join([*lines[:2], json.dumps(second), json.dumps(third), *lines[4:]]))
+    result = run_standalone(tmp_path, str(path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "FAILED at seq 2: hash is not 64 lowercase hex digits" in result.stderr
+    assert "FAILED at seq 3: prev_hash is not 64 lowercase hex digits" in result.stderr
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_a_body_holding_a_unicode_line_separator_verifies_standalone(
+    site: Site, tmp_path: Path, separator: str
+) -> None:
+    """JSON strings may hold these unescaped (RFC 8785 leaves them, the export writes them
+    as they are); str.splitlines() would cut the record's line in two."""
+    with transaction.atomic():
+        append_record(
+            site=site, kind=AuditKind.REASON_CHANGE, body={"note": f"line one{separator}line two"}
+        )
+    build_chain(site, 1)
+    result = run_standalone(tmp_path, str(export(site, tmp_path / "export.jsonl")))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "OK: 2 records, matching their signed checkpoint"
+
+
+def test_it_catches_a_moved_created_at(site: Site) -> None:
+    """created_at is not hashed; Activity shows it, filters and downloads by it."""
+    build_chain(site, 3)
+    moved = AuditRecord.objects.get(site=site, seq=2).created_at - timedelta(days=40)
+    set_column(site, 2, "created_at", moved)
+
+    _, err, error = verify_command("--site", site.pk)
+    assert error is not None
+    assert f"site {site.pk}: FAILED at seq 2: created_at " in err
+    assert "is not the signed recorded_at" in err

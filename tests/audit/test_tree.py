@@ -1,16 +1,20 @@
-"""The stored Merkle tree grows with every append, proves any record, and can be rebuilt."""
+"""The stored Merkle tree grows with every append, proves any record, can be rebuilt, and
+verification checks every stored node against the records."""
 
 from __future__ import annotations
 
+import base64
 import importlib
 
 import pytest
 from django.apps import apps
 from django.db import connection, transaction
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from audit import merkle, tree
+from audit import checkpoints, merkle, selectors, tree
 from audit.models import AuditChainHead, AuditKind, AuditRecord, AuditTreeNode
+from audit.selectors import chain_verification
 from audit.services import append_record
 from sill.accounts.models import Site
 
@@ -92,3 +96,59 @@ def test_the_migration_builds_the_tree_of_an_existing_log(site: Site):
     head = AuditChainHead.objects.get(site=site)
     assert tree.root_from_frontier(tree.parse_frontier(head.tree_frontier)) == expected
     assert tree.StoredTree(site.pk, 9).root() == expected
+
+
+def test_verify_catches_a_changed_node_the_frontier_no_longer_holds(site: Site):
+    append(site, 4)
+    checkpoints.write_checkpoint(site=site)
+    AuditTreeNode.objects.filter(site=site, level=0, index=0).update(hash="ab" * 32)
+
+    # Why it matters: Sill now serves a proof for record 2 that misses its own checkpoint.
+    answer = Client().get(f"/audit/{site.pk}/proof/inclusion?seq=2").json()
+    latest = checkpoints.latest_checkpoint(site_id=site.pk)
+    assert latest is not None
+    with pytest.raises(merkle.ProofError):
+        merkle.verify_inclusion(
+            1,
+            4,
+            leaves(site)[1],
+            [base64.b64decode(h) for h in answer["proof"]],
+            bytes.fromhex(latest.root_hash),
+        )
+
+    result = chain_verification(site)
+    assert not result.ok
+    assert result.problem == (
+        "the stored Merkle tree's node at level 0, index 0 does not match the records"
+    )
+
+
+def test_verify_compares_every_stored_node_a_batch_of_records_at_a_time(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(selectors, "RECORDS_PER_BATCH", 3)  # 13 records: five batches
+    append(site, 13)
+    assert chain_verification(site).ok
+    for node in AuditTreeNode.objects.filter(site=site):
+        AuditTreeNode.objects.filter(pk=node.pk).update(hash="ab" * 32)
+        result = chain_verification(site)
+        assert result.problem == (
+            f"the stored Merkle tree's node at level {node.level}, index {node.index} does "
+            "not match the records"
+        )
+        AuditTreeNode.objects.filter(pk=node.pk).update(hash=node.hash)
+    AuditTreeNode.objects.filter(site=site, level=2, index=1).delete()
+    assert not chain_verification(site).ok
+
+
+def test_verify_reads_the_stored_nodes_in_one_query_a_batch(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(selectors, "RECORDS_PER_BATCH", 5)
+    append(site, 10)
+    with CaptureQueriesContext(connection) as few:
+        assert chain_verification(site).ok
+    append(site, 10)
+    with CaptureQueriesContext(connection) as many:
+        assert chain_verification(site).ok
+    assert len(many.captured_queries) == len(few.captured_queries) + 2
