@@ -3,7 +3,8 @@
 Public on purpose (anyone may check a log; nothing here reveals a record's content, only
 hashes and sizes), rate-limited per address like every API, read-only:
 
-- ``GET /.well-known/sill-audit-keys.json`` — every audit key with its validity window;
+- ``GET /.well-known/sill-audit-keys.json`` — every audit key with its validity window (a
+  rotated key with the configured key's endorsement);
 - ``GET /audit/<site_id>/checkpoint`` — the latest signed checkpoint (``text/plain``), and
   ``GET /audit/<site_id>/checkpoint/<size>`` — an earlier one;
 - ``GET /audit/<site_id>/proof/inclusion?seq=N[&size=M]`` — the audit path of record ``N``
@@ -32,6 +33,7 @@ from rest_framework.views import APIView
 from audit import checkpoints, keys, merkle, tree
 from audit.chain import b64url_encode
 from audit.models import AuditChainHead, AuditCheckpoint
+from audit.selectors import window_listing
 from sill.errors import NotFound, SillError
 
 
@@ -69,8 +71,7 @@ class AuditKeysApi(PublicApi):
                     "key_id": window.key_id,
                     "algorithm": "Ed25519",
                     "public_key": b64url_encode(window.public_key),
-                    "valid_from": window.valid_from.isoformat() if window.valid_from else None,
-                    "valid_until": window.valid_until.isoformat() if window.valid_until else None,
+                    **window_listing(window),
                 }
             )
         response = Response(

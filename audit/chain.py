@@ -141,7 +141,11 @@ def verify_chain(
     its failure names the first missing seq.
 
     ``windows`` (key id → ``[valid_from, valid_until)``, None unbounded): a record whose
-    ``recorded_at`` lies outside its key's window fails, even if the signature verifies.
+    ``recorded_at`` lies outside its key's window fails, even if the signature verifies. So
+    does one signed by a key whose window starts before that of a key which signed an earlier
+    record: ``recorded_at`` is the signer's own word, so without this a retired key could go
+    on signing records it backdates into its window. Keys with no window at all (legacy)
+    are outside this ordering.
 
     A record that carries the unsigned columns Sill keeps beside it fails unless they say what
     the payload says: ``created_at`` (an aware datetime) is its ``recorded_at``, and each of
@@ -151,6 +155,7 @@ def verify_chain(
     prev_seq = 0
     prev_hash = GENESIS_HASH
     site_id: str | None = None
+    newest: _Signer | None = None
     try:
         for record in records:
             seq = record.get("seq")
@@ -175,6 +180,8 @@ def verify_chain(
                 keys=public_keys,
                 windows=windows,
             )
+            if windows is not None:
+                newest = _check_key_order(seq, record.get("key_id"), windows, newest)
             prev_seq, prev_hash = seq, record["hash"]
             count += 1
         if expected_head is not None:
@@ -285,6 +292,37 @@ def _check_window(
         valid_until is not None and at >= valid_until
     ):
         raise _Bad(seq, f"signed by key {key_id} at {recorded_at}, outside its validity window")
+
+
+# The key whose window starts latest among those that signed a record so far: its window's
+# start (None: from the beginning), its id and the first seq it signed.
+_Signer = tuple[datetime | None, str, int]
+
+
+def _check_key_order(
+    seq: int,
+    key_id: Any,
+    windows: Mapping[str, tuple[datetime | None, datetime | None]],
+    newest: _Signer | None,
+) -> _Signer | None:
+    """Refuse a record signed by a key that a later key had already succeeded in the chain;
+    return the newest signer after this record."""
+    window = windows.get(key_id) if isinstance(key_id, str) else None
+    if window is None or window == (None, None):
+        return newest  # a legacy key: no window, no place in the order
+    start = window[0]
+    if newest is None:
+        return (start, key_id, seq)
+    newest_start, newest_id, newest_seq = newest
+    if newest_start is not None and (start is None or start < newest_start):
+        raise _Bad(
+            seq,
+            f"signed by a retired key after its successor signed: {key_id}'s window starts "
+            f"before that of {newest_id}, which signed seq {newest_seq}",
+        )
+    if start is not None and (newest_start is None or start > newest_start):
+        return (start, key_id, seq)
+    return newest
 
 
 def _check_created_at(seq: int, created_at: Any, recorded_at: Any) -> None:

@@ -11,7 +11,17 @@
   signs until the first rotated key is valid, each rotated key until the next one is
   (:func:`key_windows`). Every process reloads the rotated keys at least every
   :data:`RELOAD_SECONDS`, well within the switch delay, so each record is signed by the key
-  valid at its ``recorded_at``; verification refuses one signed outside its key's window.
+  valid at its ``recorded_at``; verification refuses one signed outside its key's window,
+  and one signed by a key whose window starts before that of a key that already signed an
+  earlier record (:func:`audit.chain.verify_chain`): a retired key cannot sign on by
+  backdating.
+- Endorsement: the configured key is the trust anchor (the key outsiders pin). A rotated key
+  is trusted only if its row carries the configured key's ed25519 signature over
+  :func:`endorsement_statement` (its key id, public key and ``valid_from``), which
+  :func:`rotate_key` writes. Someone who can write the database but holds neither SECRET_KEY
+  nor the configured key cannot add a key of their own: :func:`key_windows`,
+  :func:`public_keys` and :func:`signing_key` ignore a row without a valid endorsement (and
+  log an error naming it at each reload), so records it signs fail verification.
 - Legacy: public keys listed in ``SILL_DATA_DIR/audit-public-keys.json``
   (``{"<key_id>": "<base64url public key>"}``), from before rotation existed, verify records
   at any time.
@@ -22,10 +32,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,8 +48,13 @@ from django.core.exceptions import ImproperlyConfigured
 
 from audit.chain import b64url_decode, b64url_encode
 
+log = logging.getLogger(__name__)
+
 SIGNING_KEY_FILE = "audit-signing-key"
 PUBLIC_KEYS_FILE = "audit-public-keys.json"
+# Domain separation: an endorsement can never be read as a record, checkpoint or receipt
+# signature (audit/verify_export.py repeats it).
+ENDORSEMENT_CONTEXT = b"sill-audit-key-endorsement-v1\n"
 
 
 def key_id_for(verify_key: nacl.signing.VerifyKey) -> str:
@@ -50,12 +66,18 @@ RELOAD_SECONDS = 15.0
 
 @dataclass(frozen=True)
 class KeyWindow:
-    """A public key and when it may sign: ``[valid_from, valid_until)``; None is unbounded."""
+    """A public key and when it may sign: ``[valid_from, valid_until)``; None is unbounded.
+
+    A rotated key carries its ``endorsement`` (base64url) by the configured key
+    ``endorsed_by``; the configured and legacy keys carry none.
+    """
 
     key_id: str
     public_key: bytes
     valid_from: datetime | None
     valid_until: datetime | None
+    endorsement: str | None = None
+    endorsed_by: str | None = None
 
     def valid_at(self, at: datetime) -> bool:
         return (self.valid_from is None or self.valid_from <= at) and (
@@ -63,9 +85,56 @@ class KeyWindow:
         )
 
 
+def configured_key() -> tuple[str, nacl.signing.SigningKey]:
+    """``(key_id, SigningKey)`` of the configured key: it signs until the first rotation and
+    endorses every rotated key (the trust anchor)."""
+    return _signing_key(settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR))
+
+
+def endorsement_statement(key_id: str, public_key: bytes, valid_from: datetime) -> bytes:
+    """What the configured key signs to endorse a rotated key::
+
+        sill-audit-key-endorsement-v1\\n<key id>\\n<base64url public key>\\n<valid_from>\\n
+
+    ``valid_from`` in UTC to the millisecond (``2026-11-29T20:14:03.125Z``).
+    """
+    return (
+        ENDORSEMENT_CONTEXT
+        + (f"{key_id}\n{b64url_encode(public_key)}\n{_utc_ms(valid_from)}\n").encode()
+    )
+
+
+def endorse(*, key_id: str, public_key: bytes, valid_from: datetime) -> str:
+    """The configured key's endorsement of a rotated key (base64url, 86 characters)."""
+    _, anchor = configured_key()
+    statement = endorsement_statement(key_id, public_key, valid_from)
+    return b64url_encode(anchor.sign(statement).signature)
+
+
+def is_endorsed(
+    anchor: nacl.signing.VerifyKey,
+    *,
+    key_id: str,
+    public_key: bytes,
+    valid_from: datetime,
+    endorsement: str,
+) -> bool:
+    """Whether ``endorsement`` is ``anchor``'s signature endorsing that key and window."""
+    try:
+        anchor.verify(
+            endorsement_statement(key_id, public_key, valid_from), b64url_decode(endorsement)
+        )
+    except (ValueError, TypeError, nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError):
+        return False
+    return True
+
+
 def signing_key(at: datetime | None = None) -> tuple[str, nacl.signing.SigningKey]:
-    """``(key_id, SigningKey)`` that signs what is recorded at ``at`` (default: now)."""
-    configured = _signing_key(settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR))
+    """``(key_id, SigningKey)`` that signs what is recorded at ``at`` (default: now).
+
+    Only endorsed rotated keys are considered: a row someone wrote into the database never
+    signs (nor stops Sill from signing with its own keys)."""
+    configured = configured_key()
     at = at or datetime.now().astimezone()
     current = configured
     for row in _rotated():
@@ -76,7 +145,7 @@ def signing_key(at: datetime | None = None) -> tuple[str, nacl.signing.SigningKe
 
 
 def public_keys() -> dict[str, nacl.signing.VerifyKey]:
-    """Every key a record may name: configured, rotated and legacy (no windows)."""
+    """Every key a record may name: configured, endorsed rotated and legacy (no windows)."""
     keys = dict(_public_keys(settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR)))
     for row in _rotated():
         keys[row.key_id] = nacl.signing.VerifyKey(b64url_decode(row.public_key))
@@ -84,10 +153,9 @@ def public_keys() -> dict[str, nacl.signing.VerifyKey]:
 
 
 def key_windows() -> dict[str, KeyWindow]:
-    """Every key with the window in which it may sign (legacy keys: unbounded)."""
-    configured_id, configured = _signing_key(
-        settings.SILL_AUDIT_SIGNING_KEY, str(settings.SILL_DATA_DIR)
-    )
+    """Every key with the window in which it may sign (legacy keys: unbounded); rotated keys
+    only when endorsed, each window ending where the next endorsed key's starts."""
+    configured_id, configured = configured_key()
     rotated = _rotated()
     windows = {
         key_id: KeyWindow(key_id, bytes(key), None, None)
@@ -103,7 +171,12 @@ def key_windows() -> dict[str, KeyWindow]:
     for i, row in enumerate(rotated):
         until = starts[i + 1] if i + 1 < len(starts) else None
         windows[row.key_id] = KeyWindow(
-            row.key_id, b64url_decode(row.public_key), row.valid_from, until
+            row.key_id,
+            b64url_decode(row.public_key),
+            row.valid_from,
+            until,
+            endorsement=row.endorsement,
+            endorsed_by=configured_id,
         )
     return windows
 
@@ -111,15 +184,21 @@ def key_windows() -> dict[str, KeyWindow]:
 def rotate_key(*, now: datetime | None = None) -> KeyWindow:
     """Make a new signing key, valid from ``SILL_AUDIT_KEY_SWITCH_SECONDS`` after ``now``.
 
-    Refused (``ValueError``) while an earlier rotation has not yet taken effect. The caller
-    records the change in each site's log (``key_change``).
+    Refused (``ValueError``) while an earlier rotation has not yet taken effect. The row
+    carries the configured key's endorsement. The caller records the change in each site's
+    log (``key_change``).
     """
     from audit.models import AuditKey
     from sill.rails.secrets import encrypt_secret
 
     now = now or datetime.now().astimezone()
-    valid_from = now + timedelta(seconds=settings.SILL_AUDIT_KEY_SWITCH_SECONDS)
-    if AuditKey.objects.filter(valid_from__gt=now).exists():
+    # A whole millisecond, as the endorsement states it and records are timed; rounded up, so
+    # a record already timed in the current millisecond stays in the old key's window.
+    valid_from = _ms_ceiling(now + timedelta(seconds=settings.SILL_AUDIT_KEY_SWITCH_SECONDS))
+    # Read afresh (another process may have just rotated); a row nobody endorsed does not
+    # count, or anyone who can write the database could block rotations with one.
+    anchor = configured_key()[1].verify_key
+    if any(_row_is_endorsed(row, anchor) for row in AuditKey.objects.filter(valid_from__gt=now)):
         raise ValueError("a rotated key is waiting to take effect; try again after it does")
     seed = nacl.signing.SigningKey.generate()
     key_id = key_id_for(seed.verify_key)
@@ -129,6 +208,9 @@ def rotate_key(*, now: datetime | None = None) -> KeyWindow:
         public_key=public,
         sealed_seed=encrypt_secret(b64url_encode(seed.encode()), binding=_binding(key_id)),
         valid_from=valid_from,
+        endorsement=endorse(
+            key_id=key_id, public_key=bytes(seed.verify_key), valid_from=valid_from
+        ),
     )
     forget_rotated_keys()
     return KeyWindow(key_id, bytes(seed.verify_key), valid_from, None)
@@ -139,18 +221,57 @@ def forget_rotated_keys() -> None:
     _ROTATED.clear()
 
 
+# The endorsed rotated keys, by the id of the configured key that endorsed them.
 _ROTATED: dict[str, tuple[float, list[Any]]] = {}
 
 
 def _rotated() -> list[Any]:
+    """The endorsed :class:`~audit.models.AuditKey` rows, by ``valid_from``."""
     from audit.models import AuditKey
 
-    cached = _ROTATED.get("rows")
+    anchor_id, anchor = configured_key()
+    cached = _ROTATED.get(anchor_id)
     if cached is not None and time.monotonic() - cached[0] < RELOAD_SECONDS:
         return cached[1]
-    rows = list(AuditKey.objects.order_by("valid_from"))
-    _ROTATED["rows"] = (time.monotonic(), rows)
+    rows = []
+    for row in AuditKey.objects.order_by("valid_from"):
+        if _row_is_endorsed(row, anchor.verify_key):
+            rows.append(row)
+        else:
+            # Loud, but never fatal: such a row is what a database-only intruder writes, and
+            # it must not stop Sill signing with its own keys.
+            log.error(
+                "audit key %s is not endorsed by the configured audit key %s: ignored (it "
+                "signs nothing, and records naming it fail verification)",
+                row.key_id, anchor_id,
+            )  # fmt: skip
+    _ROTATED[anchor_id] = (time.monotonic(), rows)
     return rows
+
+
+def _row_is_endorsed(row: Any, anchor: nacl.signing.VerifyKey) -> bool:
+    try:
+        public_key = b64url_decode(row.public_key)
+    except ValueError:
+        return False
+    if len(public_key) != 32 or row.key_id != key_id_for(nacl.signing.VerifyKey(public_key)):
+        return False
+    return is_endorsed(
+        anchor,
+        key_id=row.key_id,
+        public_key=public_key,
+        valid_from=row.valid_from,
+        endorsement=row.endorsement or "",
+    )
+
+
+def _ms_ceiling(at: datetime) -> datetime:
+    return at + timedelta(microseconds=-at.microsecond % 1000)
+
+
+def _utc_ms(at: datetime) -> str:
+    at = at.astimezone(UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
 def _binding(key_id: str) -> Any:

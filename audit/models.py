@@ -227,7 +227,10 @@ class AuditKey(models.Model):
 
     The key configured in settings (or generated under the data dir) signs until the first of
     these becomes valid; each then signs from its ``valid_from`` until the next one's. The seed
-    is sealed with SECRET_KEY (sill.rails.secrets), bound to the key id.
+    is sealed with SECRET_KEY (sill.rails.secrets), bound to the key id. ``endorsement`` is
+    the configured key's signature over the key id, public key and ``valid_from``
+    (:func:`audit.keys.endorsement_statement`): a row without a valid one is ignored, so
+    database access alone cannot add a key.
     """
 
     key_id = models.CharField(max_length=64, unique=True)
@@ -235,6 +238,8 @@ class AuditKey(models.Model):
     sealed_seed = models.BinaryField()
     valid_from = models.DateTimeField(unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # ed25519, base64url without padding: 86 characters ("" = not endorsed, never trusted).
+    endorsement = models.CharField(max_length=88, blank=True, default="")
 
     class Meta:
         ordering = ["valid_from"]

@@ -221,15 +221,23 @@ def export_lines(site: Site) -> Iterator[str]:
 
 def key_listing() -> dict[str, Any]:
     """The audit keys as exports and bundles carry them: ``public_keys`` (key id → base64url)
-    and ``key_windows`` (key id → ``valid_from`` / ``valid_until``, ISO or null)."""
+    and ``key_windows`` (key id → ``valid_from`` / ``valid_until``, ISO or null; a rotated
+    key's also ``endorsement`` and ``endorsed_by``, what lets a verifier that pinned the
+    configured key trust it)."""
     windows = keys.key_windows()
     return {
         "public_keys": {key_id: chain.b64url_encode(w.public_key) for key_id, w in windows.items()},
-        "key_windows": {
-            key_id: {
-                "valid_from": w.valid_from.isoformat() if w.valid_from else None,
-                "valid_until": w.valid_until.isoformat() if w.valid_until else None,
-            }
-            for key_id, w in windows.items()
-        },
+        "key_windows": {key_id: window_listing(w) for key_id, w in windows.items()},
     }
+
+
+def window_listing(window: keys.KeyWindow) -> dict[str, Any]:
+    """A key's window as Sill publishes it (exports, bundles, the well-known key list)."""
+    listed: dict[str, Any] = {
+        "valid_from": window.valid_from.isoformat() if window.valid_from else None,
+        "valid_until": window.valid_until.isoformat() if window.valid_until else None,
+    }
+    if window.endorsement is not None:
+        listed["endorsement"] = window.endorsement
+        listed["endorsed_by"] = window.endorsed_by
+    return listed

@@ -22,12 +22,22 @@ its records (decision, review, settlement, …) each with an inclusion proof, an
 each record and proof is checked, and the mandate's bytes against the SHA-256 its decision
 record names (a bundle whose decision names a mandate must carry it).
 
+A record is also refused when it is signed by a key whose window starts before that of a key
+which signed an earlier record ("signed by a retired key after its successor signed"): a
+record's time is the signer's own word, and a retired key must not sign on by backdating.
+Keys without a window (legacy) are outside this ordering.
+
 Keys in the file prove only that the file is consistent: pass the keys you trust with
-``--public-key`` (then only those are used), and a checkpoint you kept yourself (fetched from
-``/audit/<site id>/checkpoint`` earlier, or pushed to you) with ``--checkpoint``: the file must
-then hold at least its records and hash to its root, which catches a log rewritten or cut
-short before it was exported. Every problem is listed (``FAILED at …: problem``, one per
-line; exit 1); otherwise ``OK: N records …`` and exit 0.
+``--public-key`` — Sill's configured key, the one that signs from the log's start — and a
+checkpoint you kept yourself (fetched from ``/audit/<site id>/checkpoint`` earlier, or pushed
+to you) with ``--checkpoint``: the file must then hold at least its records and hash to its
+root, which catches a log rewritten or cut short before it was exported. With
+``--public-key``, a key the file lists that you did not pin is used only if its window in
+``key_windows`` carries an ``endorsement`` by a pinned key: ed25519 over
+``sill-audit-key-endorsement-v1\\n<key id>\\n<base64url public key>\\n<valid_from, UTC,
+YYYY-MM-DDTHH:MM:SS.mmmZ>\\n`` (a rotated key without a valid one is a problem; a key with no
+window is simply not used). Every problem is listed (``FAILED at …: problem``, one per line;
+exit 1); otherwise ``OK: N records …`` and exit 0.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ import hashlib
 import json
 import re
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import nacl.exceptions
@@ -48,6 +58,7 @@ FORMAT = "sill-audit-export-v1"
 GENESIS_HASH = "0" * 64
 MAX_SAFE_INTEGER = 2**53 - 1
 PAYLOAD_KEYS = {"site_id", "seq", "kind", "recorded_at", "body"}
+ENDORSEMENT_CONTEXT = b"sill-audit-key-endorsement-v1\n"
 HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 SIGNATURE_RE = re.compile(r"\A[A-Za-z0-9_-]{86}\Z")
 
@@ -311,13 +322,72 @@ def leaf_of(payload: str) -> bytes:
 # -- keys and their windows ---------------------------------------------------------------
 
 
-def header_keys(header: dict[str, Any], trusted: dict[str, Any] | None) -> dict[str, Any]:
-    if trusted is not None:
-        return trusted
+def header_keys(
+    header: dict[str, Any], trusted: dict[str, Any] | None
+) -> tuple[dict[str, Any], list[str]]:
+    """``(keys, problems)``: the keys records and checkpoints may be signed by.
+
+    Unpinned (``trusted`` None): every key the header lists. Pinned: the pinned keys, and each
+    key the header gives a window from a ``valid_from`` whose ``endorsement`` a pinned key
+    signed; a windowed key without one is a problem (and not used).
+    """
+    listed = header.get("public_keys")
+    if trusted is None:
+        try:
+            return {k: load_key(v) for k, v in dict(listed or {}).items()}, []
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise Failed("the header", f"bad public_keys: {exc}") from None
+    keys = dict(trusted)
+    problems = []
+    listed = listed if isinstance(listed, dict) else {}
+    windows = header.get("key_windows")
+    for key_id, window in (windows if isinstance(windows, dict) else {}).items():
+        if key_id in trusted or not isinstance(window, dict):
+            continue
+        try:
+            valid_from = _time(window.get("valid_from"))
+        except ValueError:
+            valid_from = None  # header_windows reports it
+        if valid_from is None:
+            continue  # no window (a legacy key): used only if pinned
+        problem = _endorsement_problem(key_id, listed, valid_from, window, trusted)
+        if problem:
+            problems.append(f"FAILED at the header: key {key_id}: {problem}")
+        else:
+            keys[key_id] = load_key(listed[key_id])
+    return keys, problems
+
+
+def endorsement_statement(key_id: str, public_key: bytes, valid_from: datetime) -> bytes:
+    at = valid_from.astimezone(UTC)
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+    encoded = base64.urlsafe_b64encode(public_key).rstrip(b"=").decode("ascii")
+    return ENDORSEMENT_CONTEXT + f"{key_id}\n{encoded}\n{stamp}\n".encode()
+
+
+def _endorsement_problem(
+    key_id: str,
+    listed: dict[str, Any],
+    valid_from: datetime,
+    window: dict[str, Any],
+    trusted: dict[str, Any],
+) -> str:
+    """Why a pinned key does not vouch for ``key_id``'s window ("" when one does)."""
     try:
-        return {k: load_key(v) for k, v in dict(header.get("public_keys") or {}).items()}
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise Failed("the header", f"bad public_keys: {exc}") from None
+        public_key = bytes(load_key(listed[key_id]))
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return "no valid public key in public_keys"
+    endorsement = window.get("endorsement")
+    if not isinstance(endorsement, str) or not SIGNATURE_RE.match(endorsement):
+        return "its window carries no endorsement by a key you pinned: its records are refused"
+    statement = endorsement_statement(key_id, public_key, valid_from)
+    for anchor in trusted.values():
+        try:
+            anchor.verify(statement, b64url_decode(endorsement))
+        except (ValueError, nacl.exceptions.BadSignatureError):
+            continue
+        return ""
+    return "its endorsement does not verify under a key you pinned: its records are refused"
 
 
 def header_windows(header: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -354,6 +424,36 @@ def check_window(rec: dict[str, Any], seq: int, windows: dict[str, tuple[Any, An
         raise Failed(f"seq {seq}", f"signed by {key_id} at {recorded_at}, outside its window")
 
 
+class KeyOrder:
+    """Records must not be signed by a key retired by one that already signed (checked in seq
+    order; keys without any window are outside the order)."""
+
+    def __init__(self, windows: dict[str, tuple[Any, Any]]) -> None:
+        self.windows = windows
+        self.newest: tuple[Any, str, int] | None = None  # (window start, key id, its seq)
+
+    def check(self, rec: dict[str, Any], seq: int) -> None:
+        key_id = rec.get("key_id")
+        if not isinstance(key_id, str):
+            return
+        window = self.windows.get(key_id)
+        if window is None or window == (None, None):
+            return
+        start = window[0]
+        if self.newest is None:
+            self.newest = (start, key_id, seq)
+            return
+        newest_start, newest_id, newest_seq = self.newest
+        if newest_start is not None and (start is None or start < newest_start):
+            raise Failed(
+                f"seq {seq}",
+                f"signed by a retired key after its successor signed: {key_id}'s window starts "
+                f"before that of {newest_id}, which signed seq {newest_seq}",
+            )
+        if start is not None and (newest_start is None or start > newest_start):
+            self.newest = (start, key_id, seq)
+
+
 # -- an export ----------------------------------------------------------------------------
 
 
@@ -361,7 +461,6 @@ def verify_export(
     lines: list[str], trusted: dict[str, Any] | None, trusted_checkpoint: str | None
 ) -> tuple[int, list[str]]:
     """``(records, problems)`` for an export's lines; every problem found, in file order."""
-    problems: list[str] = []
     try:
         header = json.loads(lines[0]) if lines else None
     except (ValueError, RecursionError):
@@ -371,10 +470,11 @@ def verify_export(
     if header.get("format") != FORMAT:
         return 0, [f"FAILED at line 1: unknown format {header.get('format')!r}"]
     try:
-        keys = header_keys(header, trusted)
+        keys, problems = header_keys(header, trusted)
         windows = header_windows(header)
     except Failed as failed:
         return 0, [str(failed)]
+    order = KeyOrder(windows)
     site_id = header.get("site_id")
     origin = header.get("origin") or ""
     prev_seq, prev_hash, leaves = 0, GENESIS_HASH, []
@@ -422,6 +522,7 @@ def verify_export(
         try:
             check_record(rec, seq=seq, site_id=site_id, prev_hash=prev_hash, keys=keys)
             check_window(rec, seq, windows)
+            order.check(rec, seq)
         except Failed as failed:
             problems.append(str(failed))
         # Go on from what this record claims, so one bad record is one problem, not a cascade.
@@ -475,9 +576,8 @@ def verify_bundle(
     bundle: dict[str, Any], trusted: dict[str, Any] | None, trusted_checkpoint: str | None
 ) -> tuple[int, list[str]]:
     """``(records, problems)`` for one refund's evidence bundle."""
-    problems: list[str] = []
     try:
-        keys = header_keys(bundle, trusted)
+        keys, problems = header_keys(bundle, trusted)
         windows = header_windows(bundle)
     except Failed as failed:
         return 0, [str(failed)]
@@ -485,7 +585,7 @@ def verify_bundle(
     try:
         size, root = open_checkpoint(bundle.get("checkpoint") or "", origin=origin, keys=keys)
     except ValueError as exc:
-        return 0, [f"FAILED at the bundle's checkpoint: {exc}"]
+        return 0, [*problems, f"FAILED at the bundle's checkpoint: {exc}"]
     if trusted_checkpoint is not None:
         try:
             trusted_size, trusted_root = open_checkpoint(
@@ -504,6 +604,7 @@ def verify_bundle(
     if not records:
         problems.append("FAILED at the bundle: it holds no records")
     mandate_sha256 = None
+    verified: list[tuple[int, dict[str, Any]]] = []
     for rec in records:
         seq = rec.get("seq") if isinstance(rec, dict) else None
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
@@ -526,11 +627,20 @@ def verify_bundle(
         except (ValueError, TypeError, KeyError) as exc:
             problems.append(f"FAILED at seq {seq}: not in the checkpointed log: {exc}")
             continue
+        verified.append((seq, rec))
         body = json.loads(rec["payload"]).get("body") or {}
         if isinstance(body, dict) and body.get("refund_id") != bundle.get("refund_id"):
             problems.append(f"FAILED at seq {seq}: the record is about another refund")
         if isinstance(body, dict) and body.get("mandate_sha256"):
             mandate_sha256 = body["mandate_sha256"]
+    # In seq order whatever order the file lists them in: reordering must not hide a record
+    # a retired key signed after its successor.
+    order = KeyOrder(windows)
+    for seq, rec in sorted(verified, key=lambda item: item[0]):
+        try:
+            order.check(rec, seq)
+        except Failed as failed:
+            problems.append(str(failed))
     mandate = bundle.get("mandate")
     if isinstance(mandate, dict):
         try:
@@ -580,7 +690,8 @@ def main(argv: list[str] | None = None) -> int:
         "--public-key",
         action="append",
         metavar="KEY_ID=BASE64URL",
-        help="a trusted public key; when given, the file's own keys are ignored (repeatable)",
+        help="a trusted public key (Sill's configured key); when given, the file's other keys "
+        "are used only if a pinned key endorses them (repeatable)",
     )
     parser.add_argument(
         "--checkpoint", metavar="FILE", help="a signed checkpoint of the log you kept yourself"

@@ -1,15 +1,13 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
-from audit import keys
-from audit.models import AuditKey, AuditVerification
+from audit import chain, keys
+from audit.models import AuditVerification
 from audit.services import append_record
 from tests.audit.test_tamper import NESTED_PAST_THE_RECURSION_LIMIT, set_column
 
@@ -109,17 +107,14 @@ def test_a_payload_nested_past_the_recursion_limit_is_reported_at_its_seq(
 
 
 def test_a_check_that_raises_ends_broken_instead_of_running(
-    client_for, site, django_capture_on_commit_callbacks, caplog
+    client_for, site, django_capture_on_commit_callbacks, caplog, settings, tmp_path
 ):
     _record(site, 2)
-    # A key row nobody can read: the check cannot even list the keys.
-    AuditKey.objects.create(
-        key_id="sill-0000000000000000",
-        public_key="not base64url!",
-        sealed_seed=b"",
-        valid_from=timezone.now() + timedelta(days=1),
-    )
-    keys.forget_rotated_keys()
+    # A legacy key list nobody can read: the check cannot even list the keys. (A key row
+    # nobody can read no longer does it: an unendorsed row is ignored.)
+    settings.SILL_AUDIT_SIGNING_KEY = chain.b64url_encode(keys.configured_key()[1].encode())
+    settings.SILL_DATA_DIR = tmp_path
+    (tmp_path / keys.PUBLIC_KEYS_FILE).write_text('{"sill-0000000000000000": "not base64url!"}')
     with (
         caplog.at_level(logging.ERROR, logger="audit.verification"),
         django_capture_on_commit_callbacks(execute=True),
@@ -128,7 +123,9 @@ def test_a_check_that_raises_ends_broken_instead_of_running(
     verification = AuditVerification.objects.get(site=site)
     assert verification.status == AuditVerification.Status.FAILED
     assert verification.finished_at is not None
-    assert verification.problem == "the check could not finish (ValueError); see the worker's log"
+    assert verification.problem == (
+        "the check could not finish (ImproperlyConfigured); see the worker's log"
+    )
     assert "Chain broken (checked" in client_for("owner").get("/activity/").content.decode()
     assert any(r.exc_info for r in caplog.records), "the exception was not logged"
 
