@@ -65,7 +65,14 @@ SILL_AUDIT_CHECKPOINT_DIR = env_str("SILL_AUDIT_CHECKPOINT_DIR")
 SILL_AUDIT_CHECKPOINT_URL = env_str("SILL_AUDIT_CHECKPOINT_URL")
 # A rotated audit key starts signing this many seconds after `audit rotate-key` (every
 # process reloads the key list well within it), so no record is signed outside its key's window.
+# Processes reload it every 15 s (audit.keys.RELOAD_SECONDS): a shorter switch would let one
+# still holding the old list sign past the old key's window, and the log fail verification.
 SILL_AUDIT_KEY_SWITCH_SECONDS = env_int("SILL_AUDIT_KEY_SWITCH_SECONDS", 60)
+if SILL_AUDIT_KEY_SWITCH_SECONDS < 30:
+    raise ImproperlyConfigured(
+        "SILL_AUDIT_KEY_SWITCH_SECONDS must be at least 30 (twice the 15 s every process takes "
+        "to see a rotated audit key)"
+    )
 # Slack approvals (refunds/review/slack.py): the only hosts a click's response_url may name.
 SILL_SLACK_RESPONSE_HOSTS = tuple(
     (env_str("SILL_SLACK_RESPONSE_HOSTS", "hooks.slack.com") or "").split(",")

@@ -160,3 +160,16 @@ def test_it_refuses_a_malformed_retry_bound(tmp_path):
     result = _run(tmp_path, "check", DEBUG="1", SILL_WEBHOOK_MAX_ATTEMPTS="five")
     assert result.returncode != 0
     assert "SILL_WEBHOOK_MAX_ATTEMPTS must be an integer" in result.stderr
+
+
+def test_it_refuses_a_key_switch_shorter_than_processes_take_to_see_the_key(tmp_path):
+    """Every process reloads the rotated audit keys every 15 s: a rotated key that started
+    signing sooner would meet processes still signing with the old key past its window, and
+    the honest log would fail verification."""
+    from audit.keys import RELOAD_SECONDS
+
+    assert 2 * RELOAD_SECONDS <= 30  # the minimum follows the reload interval
+    result = _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_KEY_SWITCH_SECONDS="5")
+    assert result.returncode != 0
+    assert "SILL_AUDIT_KEY_SWITCH_SECONDS must be at least 30" in result.stderr
+    assert _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_KEY_SWITCH_SECONDS="30").returncode == 0
