@@ -87,10 +87,11 @@ def approve_refund(
     :class:`DecisionRefused` (409) — after committing the refund's closing — when it expired
     or the charge changed since it was held (open dispute, less left to refund).
     """
-    now = now or timezone.now()
+    asked_at = now or timezone.now()
     note = note.strip()[:NOTE_MAX_LENGTH]
     if refund.requested_by_id is None or refund.requested_by_id != actor.pk:
-        _catch_up_with_rail(refund, now=now)  # a requester's approval is refused below anyway
+        # A requester's approval is refused below anyway.
+        _catch_up_with_rail(refund, now=asked_at)
     with transaction.atomic():
         # The agent's and customer's decisions first, then refund → order → charge (the lock
         # order of refunds.locks): the facts are checked again below, and what a refund
@@ -104,6 +105,9 @@ def approve_refund(
             .first(),
         )
         locked = _lock_held(refund)
+        # The deadline is judged now that the refund is locked: the rail's read and the
+        # locks may have taken seconds, and the 24 hours may have run out meanwhile.
+        now = now or timezone.now()
         if locked.requested_by_id is not None and locked.requested_by_id == actor.pk:
             raise RequesterCannotApprove(
                 "You requested this refund, so another owner or admin has to approve it."

@@ -97,3 +97,43 @@ def test_two_concurrent_approvals_refund_once(
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
     charge = Charge.objects.get(pk=refund.charge_id)
     assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (8900, 0)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_approval_that_waited_past_the_deadline_expires_the_refund(
+    needs_postgres, make_order, agent, mock_rail, members
+):
+    """The deadline is judged when the approval holds the refund's lock, not when it was
+    asked: an approval that queued behind another transaction until after the 24 hours
+    expires the refund instead of sending it to the rail."""
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from refunds.review.decisions import DecisionRefused
+
+    refund = hold_refund(order=make_order(), agent=agent)
+    Refund.objects.filter(pk=refund.pk).update(expires_at=timezone.now() + timedelta(seconds=1))
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_row() -> None:
+        try:
+            with transaction.atomic():
+                Refund.objects.select_for_update().get(pk=refund.pk)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_row)
+    holder.start()
+    assert locked.wait(timeout=30)
+    threading.Timer(2.0, release.set).start()  # the deadline passes while the approval waits
+    with pytest.raises(DecisionRefused) as refused:
+        approve_refund(refund=Refund.objects.get(pk=refund.pk), actor=members["admin"].user)
+    holder.join(timeout=30)
+    assert refused.value.code == "expired"
+    assert Refund.objects.get(pk=refund.pk).status == "expired"
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
