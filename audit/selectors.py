@@ -84,7 +84,12 @@ def chain_verification(
         anchor: merkle_anchor | None = (signed.checkpoint.size, signed.checkpoint.root)
     else:
         latest = checkpoints.latest_checkpoint(site_id=site.pk)
-        anchor = (latest.tree_size, bytes.fromhex(latest.root_hash)) if latest else None
+        try:
+            anchor = (latest.tree_size, bytes.fromhex(latest.root_hash)) if latest else None
+        except ValueError:
+            return chain.VerifyResult(
+                False, 0, None, "Sill's latest signed checkpoint root is corrupt (not hex)"
+            )
     grown = _TreeOfRecords(site.pk, anchor[0] if anchor else 0, progress)
     rows = (
         AuditRecord.objects.filter(site=site)
@@ -117,13 +122,17 @@ def chain_verification(
                 None,
                 f"the first {size} records do not hash to the signed checkpoint's root",
             )
-    if (
-        head_row is not None
-        and tree.root_from_frontier(tree.parse_frontier(head_row.tree_frontier)) != grown.root()
-    ):
-        return chain.VerifyResult(
-            False, result.count, None, "the stored Merkle tree does not match the records"
-        )
+    if head_row is not None:
+        try:
+            edge = tree.parse_frontier(head_row.tree_frontier)
+        except ValueError:
+            return chain.VerifyResult(
+                False, result.count, None, "the chain head's tree edge is corrupt (not hex)"
+            )
+        if tree.root_from_frontier(edge) != grown.root():
+            return chain.VerifyResult(
+                False, result.count, None, "the stored Merkle tree does not match the records"
+            )
     if grown.stored_mismatch is not None:
         return chain.VerifyResult(False, result.count, None, grown.stored_mismatch)
     return result

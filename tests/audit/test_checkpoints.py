@@ -256,3 +256,22 @@ def test_it_reports_reordering_and_insertion(site: Site, tmp_path: Path):
     path.write_text("\n".join(inserted) + "\n")
     result = run_standalone(tmp_path, str(path))
     assert result.returncode == 1 and "out of order" in result.stderr
+
+
+@pytest.mark.parametrize("corrupt", ["checkpoint root", "chain head's tree edge"])
+def test_verify_reports_a_corrupt_checkpoint_or_head_instead_of_crashing(site: Site, corrupt):
+    """A stored checkpoint root or tree edge that is not hex made `audit verify` end in a
+    traceback; it is a verification failure like any other edit of the log."""
+    append(site, 3)
+    checkpoints.write_checkpoint(site=site)
+    if corrupt == "checkpoint root":
+        AuditCheckpoint.objects.filter(site=site).update(root_hash="not hex")
+    else:
+        AuditChainHead.objects.filter(site=site).update(tree_frontier="zz")
+
+    result = chain_verification(site)
+    assert not result.ok and corrupt in result.problem
+    err = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("audit", "verify", "--site", site.pk, stdout=io.StringIO(), stderr=err)
+    assert f"site {site.pk}: FAILED: " in err.getvalue()  # not "at seq None"

@@ -83,9 +83,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"site {site.pk}: {result.count} records OK")
             else:
                 failed += 1
-                self.stderr.write(
-                    f"site {site.pk}: FAILED at seq {result.first_bad_seq}: {result.problem}"
-                )
+                at = "" if result.first_bad_seq is None else f" at seq {result.first_bad_seq}"
+                self.stderr.write(f"site {site.pk}: FAILED{at}: {result.problem}")
         if failed:
             raise CommandError(f"{failed} audit chain(s) failed verification", returncode=1)
 
