@@ -129,7 +129,13 @@ class StoredTree:
             reduce(or_, (Q(level=level, index=index) for level, index in missing))
         )
         for level, index, node in rows.values_list("level", "index", "hash"):
-            self._nodes[(level, index)] = bytes.fromhex(node)
+            try:
+                self._nodes[(level, index)] = bytes.fromhex(node)
+            except ValueError:
+                # Only an edit of the database writes one: no proof can be built on it.
+                raise merkle.ProofError(
+                    f"the stored tree's node {(level, index)} is corrupt (not hex)"
+                ) from None
         if lost := missing - self._nodes.keys():
             raise merkle.ProofError(f"the stored tree lacks nodes {sorted(lost)[:3]}")
 

@@ -152,3 +152,13 @@ def test_verify_reads_the_stored_nodes_in_one_query_a_batch(
     with CaptureQueriesContext(connection) as many:
         assert chain_verification(site).ok
     assert len(many.captured_queries) == len(few.captured_queries) + 2
+
+
+@pytest.mark.parametrize("path", ["proof/inclusion?seq=2", "proof/consistency?from=1&to=4"])
+def test_a_corrupt_stored_node_is_a_clear_refusal_not_a_500(site: Site, path: str):
+    append(site, 4)
+    checkpoints.write_checkpoint(site=site)
+    AuditTreeNode.objects.filter(site=site).update(hash="not hex")
+    answer = Client(raise_request_exception=False).get(f"/audit/{site.pk}/{path}")
+    assert answer.status_code == 404
+    assert "corrupt" in answer.json()["error"]["message"]
