@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from django.db import connection
+from django.db import connection, models, transaction
 
 
 def run_concurrently(n: int, work: Callable[[int], object]) -> list[object]:
@@ -32,3 +34,36 @@ def run_concurrently(n: int, work: Callable[[int], object]) -> list[object]:
     for t in threads:
         t.join(timeout=120)
     return results
+
+
+@contextmanager
+def row_locked_elsewhere(
+    model: type[models.Model], pk: Any, *, release_after: float | None = None
+) -> Iterator[None]:
+    """Another connection holds the row's ``SELECT … FOR UPDATE`` lock while the block runs:
+    until it ends, or ``release_after`` seconds after it starts (for a block that waits on the
+    lock itself)."""
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                model._default_manager.select_for_update().get(pk=pk)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    timer = threading.Timer(release_after, release.set) if release_after is not None else None
+    try:
+        assert locked.wait(timeout=10), "the row lock was not taken"
+        if timer is not None:
+            timer.start()
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+        release.set()
+        holder.join(timeout=30)

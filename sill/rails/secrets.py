@@ -199,7 +199,9 @@ def reencrypt_row(sealed: SealedField, pk: Any, *, dry_run: bool = False) -> tup
     current or empty. Raises :class:`RailSecretUnreadable` if no key opens it.
     """
     with transaction.atomic():
-        row = sealed.model._default_manager.select_for_update().get(pk=pk)
+        # NO KEY: a site's row is also what every decision's foreign keys lock (KEY SHARE),
+        # and rewriting a secret column must not make them wait.
+        row = sealed.model._default_manager.select_for_update(no_key=True).get(pk=pk)
         binding = sealed.binding(row)
         opened = open_secret(getattr(row, sealed.field), binding=binding)
         if opened.current:

@@ -5,14 +5,13 @@ a bounded number of attempts. The failure is real (tests/rails/failing_stripe_ev
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
 import time_machine
-from django.db import OperationalError, connection, transaction
+from django.db import OperationalError, connection
 from django.test import Client
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
@@ -25,6 +24,7 @@ from sill.rails.stripe_webhooks import store_event
 from sill.rails.tasks import retry_webhook_events_task
 from tests.rails.failing_stripe_event import books_agree, books_disagree, too_large_refund
 from tests.rails.stripe_events import deliverer, header, stripe_account
+from tests.threads import row_locked_elsewhere
 from tests.worker import running_worker, wait_for
 
 pytestmark = pytest.mark.django_db
@@ -190,29 +190,14 @@ def test_it_is_scheduled_every_minute():
 def order_locked_elsewhere(order_id: str) -> Iterator[None]:
     """Another connection holds ``order_id``'s row lock, and this one waits at most 200 ms for
     a lock: processing an event of the order fails with a real lock timeout."""
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_the_order_lock() -> None:
-        try:
-            with transaction.atomic():
-                Order.objects.select_for_update().get(pk=order_id)
-                locked.set()
-                release.wait(timeout=30)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold_the_order_lock)
-    holder.start()
-    try:
-        assert locked.wait(timeout=10)
+    with row_locked_elsewhere(Order, order_id):
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '200ms'")
-        yield
-    finally:
-        release.set()
-        holder.join(timeout=30)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = 0")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
 
 
 @pytest.mark.postgres

@@ -16,6 +16,7 @@ from refunds.review.decisions import AlreadyDecided, approve_refund, reject_refu
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
 from tests.refunds.conftest import hold_refund
+from tests.threads import row_locked_elsewhere
 
 ROUNDS = 6
 
@@ -109,31 +110,18 @@ def test_an_approval_that_waited_past_the_deadline_expires_the_refund(
     expires the refund instead of sending it to the rail."""
     from datetime import timedelta
 
-    from django.db import transaction
     from django.utils import timezone
 
     from refunds.review.decisions import DecisionRefused
 
     refund = hold_refund(order=make_order(), agent=agent)
     Refund.objects.filter(pk=refund.pk).update(expires_at=timezone.now() + timedelta(seconds=1))
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_the_row() -> None:
-        try:
-            with transaction.atomic():
-                Refund.objects.select_for_update().get(pk=refund.pk)
-                locked.set()
-                release.wait(timeout=30)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold_the_row)
-    holder.start()
-    assert locked.wait(timeout=30)
-    threading.Timer(2.0, release.set).start()  # the deadline passes while the approval waits
-    with pytest.raises(DecisionRefused) as refused:
+    # The deadline passes while the approval waits for the lock.
+    with (
+        row_locked_elsewhere(Refund, refund.pk, release_after=2.0),
+        pytest.raises(DecisionRefused) as refused,
+    ):
         approve_refund(refund=Refund.objects.get(pk=refund.pk), actor=members["admin"].user)
-    holder.join(timeout=30)
     assert refused.value.code == "expired"
     assert Refund.objects.get(pk=refund.pk).status == "expired"
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
