@@ -149,6 +149,10 @@ class AuditChainHead(models.Model):
     # The Merkle tree's right edge at last_seq leaves: the roots of its perfect subtrees, left
     # to right, hex, space-separated (audit/tree.py). Appends grow it under the same lock.
     tree_frontier = models.TextField(blank=True, default="")
+    # The last record's recorded_at: the next one is never timed before it (audit.services),
+    # so a host whose clock runs behind another's cannot sign with a key the chain has
+    # already moved past. NULL on a new site's head (and on heads of versions before it).
+    last_recorded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

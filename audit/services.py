@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -19,6 +20,8 @@ from audit.models import (
 from sill import sql
 from sill.accounts.models import Site
 from sill.sql import cols, fetch_row, for_update
+
+logger = logging.getLogger(__name__)
 
 
 class AuditOutsideTransaction(RuntimeError):
@@ -146,8 +149,7 @@ def _build(
     """The record that follows ``head``, its tree nodes as ``(level, index, hash)`` and the
     tree's new edge (no writes)."""
     seq = head.last_seq + 1
-    # Taken after ``head`` was read: every record already on it was timed before this one.
-    recorded_at = _now_ms()
+    recorded_at = _timed_after(head)
     stamp = recorded_at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{recorded_at.microsecond // 1000:03d}Z"
     payload = _payload_bytes(
         site_id=site.pk, seq=seq, kind=kind.value, stamp=stamp, body=body_bytes
@@ -174,6 +176,34 @@ def _build(
     return record, nodes, tree.format_frontier(edge)
 
 
+def _timed_after(head: AuditChainHead) -> datetime:
+    """This record's ``recorded_at``: now, never before the record it follows.
+
+    Now is taken after ``head`` was read, so on one host every record already on it was timed
+    before this one. Sill's hosts each time records by their own clock, though: one running
+    behind another, appending just after a key switch, would time its record before its
+    predecessor and sign it with the retired key, and verification refuses a retired key after
+    its successor signed. Timed at the predecessor's instant instead, the record is signed by
+    the predecessor's key (or a later one), and recorded_at never goes backwards in a chain.
+    """
+    now = _now_ms()
+    last = head.last_recorded_at
+    if last is None or now >= last:
+        return now
+    if last - now > _SKEW_WORTH_A_WARNING:
+        logger.warning(
+            "audit: site %s's last record was timed %.3f s ahead of this host's clock; this "
+            "record takes its time (are the hosts' clocks in step?)",
+            head.site_id,
+            (last - now).total_seconds(),
+        )
+    return last
+
+
+# Records of one site timed further apart than this by different hosts' clocks are logged.
+_SKEW_WORTH_A_WARNING = timedelta(seconds=1)
+
+
 def _payload_bytes(*, site_id: str, seq: int, kind: str, stamp: str, body: bytes) -> bytes:
     """RFC 8785 bytes of ``{"site_id", "seq", "kind", "recorded_at", "body"}`` around the
     body's own canonical bytes: JCS writes a member's value exactly as it writes it alone, and
@@ -198,8 +228,8 @@ _INSERT_RECORD_INTO = (
 _RECORD_VALUES = "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
 _INSERT_RECORD = f"{_INSERT_RECORD_INTO} VALUES ({_RECORD_VALUES})"
 _TAKE_HEAD = (
-    'UPDATE "audit_auditchainhead" SET "last_seq" = %s, "last_hash" = %s, "tree_frontier" = %s'
-    ' WHERE "site_id" = %s AND "last_seq" = %s'
+    'UPDATE "audit_auditchainhead" SET "last_seq" = %s, "last_hash" = %s, "tree_frontier" = %s,'
+    ' "last_recorded_at" = %s WHERE "site_id" = %s AND "last_seq" = %s'
 )
 _INSERT_TREE_NODES = 'INSERT INTO "audit_audittreenode" ("site_id", "level", "index", "hash")'
 
@@ -220,7 +250,9 @@ def _append_on(
     is held for one round trip and the COMMIT: a worker descheduled between two statements
     no longer keeps every other append of the site waiting (issue 18, point 3).
     """
-    take: list[Any] = [record.seq, record.hash, frontier, head.site_id, head.last_seq]
+    take: list[Any] = [
+        record.seq, record.hash, frontier, _created_at(record), head.site_id, head.last_seq
+    ]  # fmt: skip
     if connection.vendor != "postgresql":  # SQLite: its writers are serialised anyway
         with sql.cursor() as cursor:
             cursor.execute(_TAKE_HEAD, take)
@@ -281,13 +313,16 @@ def _save(record: AuditRecord, nodes: list[tuple[int, int, str]]) -> None:
     _saved(record, pk)
 
 
-def _record_values(record: AuditRecord) -> list[Any]:
-    created_at = AuditRecord._meta.get_field("created_at").get_db_prep_value(
+def _created_at(record: AuditRecord) -> Any:
+    return AuditRecord._meta.get_field("created_at").get_db_prep_value(
         record.created_at, connection
     )
+
+
+def _record_values(record: AuditRecord) -> list[Any]:
     return [
         record.site_id, record.seq, record.kind, record.payload, record.prev_hash, record.hash,
-        record.signature, record.key_id, created_at, record.subject_refund_id,
+        record.signature, record.key_id, _created_at(record), record.subject_refund_id,
         record.subject_order_id,
     ]  # fmt: skip
 
