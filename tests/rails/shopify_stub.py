@@ -46,6 +46,8 @@ class StubOrder:
     test: bool = True
     customer_id: int | None = None
     currency: str = "USD"
+    # The buyer's currency, when a multi-currency store sold in another than the shop's.
+    presentment_currency: str | None = None
     email: str = "buyer@example.com"
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC) - timedelta(days=3))
     lines: list[tuple[str, str, int, Decimal]] = field(default_factory=list)
@@ -279,6 +281,7 @@ class ShopifyStub:
                     "id": order.gid,
                     "test": order.test,
                     "currencyCode": order.currency,
+                    "presentmentCurrencyCode": order.presentment_currency or order.currency,
                     "suggestedRefund": {
                         "suggestedTransactions": [
                             {

@@ -106,6 +106,22 @@ def test_user_errors_fail_the_refund_with_the_code_and_release_it(
     assert Charge.objects.get(order=order).amount_reserved_minor == 0
 
 
+def test_an_order_paid_in_another_currency_than_the_shops_is_refused_with_nothing_sent(
+    site, members, shopify, shopify_account, django_capture_on_commit_callbacks
+):
+    """A multi-currency store: the buyer paid in EUR, the shop's books are in USD. Shopify
+    refunds such an order in the buyer's (presentment) currency, with ``currency`` named,
+    while Sill's amounts are the shop's: a refund sent as before would at best be refused
+    and at worst read as 89 EUR for an 89 USD refund. It is refused before refundCreate."""
+    order, placed = _synced(site, shopify)
+    placed.presentment_currency = "EUR"
+    refund = _execute(_refund(site, members, order, django_capture_on_commit_callbacks))
+    assert (refund.status, refund.outcome_code) == ("failed", "rail_declined")
+    assert "paid in EUR" in refund.failure_message and "USD" in refund.failure_message
+    assert shopify.refund_creates() == [] and not placed.refunds
+    assert Charge.objects.get(order=order).amount_reserved_minor == 0
+
+
 def test_throttling_is_waited_out_then_retried_with_the_same_key(
     site, members, shopify, shopify_account, django_capture_on_commit_callbacks
 ):

@@ -53,7 +53,7 @@ REFUND_PLAN = f"""
 query SillRefundPlan($id: ID!, $amount: Money!) {{
   {PLAN}
   order(id: $id) {{
-    id test currencyCode
+    id test currencyCode presentmentCurrencyCode
     suggestedRefund(refundAmount: $amount, suggestFullRefund: false) {{
       suggestedTransactions {{
         gateway kind amountSet {{ {MONEY} }} parentTransaction {{ id }}

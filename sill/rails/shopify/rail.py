@@ -158,6 +158,17 @@ class ShopifyRail:
                 f"the order is in {order.get('currencyCode')}, the refund in "
                 f"{request.amount.currency}"
             )
+        # A multi-currency store refunds in the buyer's (presentment) currency, named in the
+        # input, while Sill's amounts are the shop's: refuse rather than send shop amounts a
+        # refund could read as the buyer's currency.
+        paid_in = order.get("presentmentCurrencyCode")
+        if paid_in is not None and str(paid_in) != request.amount.currency:
+            raise PermanentRailError(
+                f"Shopify order {order.get('id')} was paid in {paid_in}, not in the shop's "
+                f"{request.amount.currency}: Sill refunds Shopify orders paid in the shop's "
+                "currency only; refund this one in the Shopify admin",
+                code="rail_declined",
+            )
         suggested = (order.get("suggestedRefund") or {}).get("suggestedTransactions") or []
         transactions = []
         total = Money.zero(request.amount.currency)
