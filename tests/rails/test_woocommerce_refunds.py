@@ -159,3 +159,47 @@ def test_without_stripe_a_woo_order_is_refused_rail_disabled_on_every_path(
             site=site, order=order, actor=members["staff"].user, kind="full", reason=reason
         )
     assert not Refund.objects.filter(status__in=["processing", "succeeded"]).exists()
+
+
+def test_a_record_whose_task_was_lost_or_crashed_is_picked_up_by_the_beat_task(
+    site, members, woo, woo_paid, woo_account, django_capture_on_commit_callbacks
+):
+    """The record's task is sent on commit; a worker killed on the embedded broker loses it,
+    and an attempt that crashes (a stored key that cannot be read) ends without a state. The
+    beat task must still find the record, or the order page says "Being recorded" forever."""
+    import time_machine
+    from django.test import override_settings
+    from django.utils import timezone
+
+    from sill.rails.secrets import RailSecretUnreadable
+    from sill.rails.woocommerce.record import RETRY_EVERY, attempt_record
+
+    order, placed, _charge = woo_paid
+    # Settled; the record's on-commit task is never run (as if lost with its worker).
+    _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+    [record] = woocommerce_records_for(order)
+    assert record.state == WooRecordState.PENDING
+    with time_machine.travel(timezone.now() + RETRY_EVERY, tick=False):
+        assert retry_woocommerce_records() == 1
+    record.refresh_from_db()
+    assert record.state == WooRecordState.RECORDED and len(placed.refunds) == 1
+
+    # An attempt that crashes mid-way (the store's keys cannot be decrypted right now) is
+    # picked up again once the merchant has fixed it.
+    second = woo.add_order(total="10.00", stripe_charge="ch_second")
+    sync_orders(site=site)
+    from sill.rails.woocommerce.models import WooOrderLink
+
+    other = WooOrderLink.objects.get(woo_order_id=second.id).order
+    WooRefundRecord.objects.create(
+        refund_id="rf_crashed", site=site, order=other, amount_minor=1000, currency="USD"
+    )
+    lost_key = "a-key-the-stored-secret-was-not-sealed-with-" + "z" * 20
+    with override_settings(SECRET_KEY=lost_key), pytest.raises(RailSecretUnreadable):
+        attempt_record(refund_id="rf_crashed")
+    crashed = WooRefundRecord.objects.get(refund_id="rf_crashed")
+    assert crashed.state == WooRecordState.PENDING
+    with time_machine.travel(timezone.now() + RETRY_EVERY, tick=False):
+        assert retry_woocommerce_records() == 1
+    crashed.refresh_from_db()
+    assert crashed.state == WooRecordState.RECORDED and len(second.refunds) == 1

@@ -70,6 +70,9 @@ def queue_woocommerce_record(
             "amount_minor": amount.amount_minor,
             "currency": amount.currency,
             "reason": reason[:300],
+            # The beat task's backstop: the task below may never run (its message lost with
+            # a killed worker on the embedded broker) or crash without saying why.
+            "next_attempt_at": _next_attempt(),
         },
     )
     transaction.on_commit(lambda: _enqueue(refund_id))
@@ -107,7 +110,10 @@ def attempt_record(*, refund_id: str) -> WooRecordResult:
             return WooRecordResult(record.state, record.last_error, record.woo_refund_id)
         reached_before = record.attempts > 0
         record.attempts += 1
-        record.save(update_fields=["attempts"])
+        # Due again later whatever happens to this attempt (a crash, a killed worker): the
+        # beat task takes it up then, and not while this attempt may still be writing.
+        record.next_attempt_at = _next_attempt()
+        record.save(update_fields=["attempts", "next_attempt_at"])
     woo_order_id = record.order.woocommerce.woo_order_id
     mark = f"{SILL_REFUND_MARK}{refund_id}"
     try:
@@ -153,13 +159,15 @@ def _not_updated(record: WooRefundRecord, message: str, *, final: bool = False) 
     WooRefundRecord.objects.filter(pk=record.pk).update(
         state=state,
         last_error=message[:500],
-        next_attempt_at=None
-        if state == WooRecordState.GAVE_UP
-        # A minute early, so the next beat run (every 15 minutes) finds it due.
-        else timezone.now() + RETRY_EVERY - timedelta(minutes=1),
+        next_attempt_at=None if state == WooRecordState.GAVE_UP else _next_attempt(),
     )
     logger.warning("refund %s: %s", record.refund_id, message)
     return WooRecordResult(state, message)
+
+
+def _next_attempt() -> datetime:
+    # A minute early, so the next beat run (every 15 minutes) finds it due.
+    return timezone.now() + RETRY_EVERY - timedelta(minutes=1)
 
 
 def records_due(*, now: datetime | None = None) -> list[str]:
