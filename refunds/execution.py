@@ -57,6 +57,7 @@ from refunds.services import (
 from sill.failpoints import failpoint
 from sill.rails.base import (
     AmbiguousRailError,
+    CannotLookUp,
     RailError,
     RefundRequest,
     RefundResult,
@@ -282,14 +283,23 @@ def _attempt(refund: Refund, token: str) -> str:
     # Whether this refund may exist at the rail: an earlier attempt, or this one once called.
     reached = refund.rail_attempted_at is not None
     looking_up = reached
+    unseen = False  # looked up, and the rail could not be asked
     try:
         failpoint("before_rail_call")
         rail = calls.rail()
         result: RefundResult | None = None
         if looking_up:
-            result = calls.find(rail)
+            try:
+                result = calls.find(rail)
+            except CannotLookUp:
+                # No answer either way: the call below, under the same key, gets the rail to
+                # answer with the refund it made, if it made one.
+                unseen = True
         looking_up = False
         if result is None and (refused := calls.refusal()) is not None:
+            if unseen:
+                # Neither failed (a refund may exist) nor sent (it must not be made now).
+                return _attention(refund, token, code=refused.code, message=refused.message)
             # Safe to fail: nothing was ever sent, or the rail just said none exists.
             fail_refund(
                 refund_id=refund.id, code=refused.code, message=refused.message, token=token
@@ -310,8 +320,10 @@ def _attempt(refund: Refund, token: str) -> str:
     except RailError as exc:
         if exc.retryable:
             return _retry_or_attention(refund, token, exc, may_have_acted=reached)
-        if looking_up:
-            # The rail can't be asked (a rotated or restricted key): it may hold the refund.
+        if looking_up or unseen:
+            # The rail can't be asked (a rotated or restricted key), or was not, and refused
+            # this call before it answered for the key (PayPal's 180 days, checked before
+            # sending): an earlier attempt's refund may exist.
             return _attention(refund, token, code=exc.code, message=exc.message)
         # A permanent answer to the refund call itself: the rail refused it; nothing moved.
         fail_refund(refund_id=refund.id, code=exc.code, message=exc.message, token=token)

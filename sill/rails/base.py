@@ -79,6 +79,13 @@ class PermanentRailError(RailError):
     code = "rail_declined"
 
 
+class CannotLookUp(PermanentRailError):
+    """``find_refund`` could not ask the rail (PayPal: a capture that names no checkout order
+    to read its refunds from). Not an answer: it must never be read as "no refund exists"."""
+
+    code = "rail_cannot_look_up"
+
+
 class RetryableRailError(RailError):
     """Nothing happened (rate limit, 5xx before processing): retry later, same key."""
 
@@ -107,7 +114,9 @@ class Rail(Protocol):
         ...
 
     def find_refund(self, request: RefundRequest) -> RefundResult | None:
-        """The refund made earlier for ``request`` (by idempotency key or metadata), if any."""
+        """The refund made earlier for ``request`` (by idempotency key or metadata); None only
+        when the rail answered that there is none (:class:`CannotLookUp` when it cannot be
+        asked)."""
         ...
 
 

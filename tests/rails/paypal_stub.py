@@ -58,6 +58,8 @@ class StubCapture:
     currency: str = "USD"
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC) - timedelta(days=3))
     refunds: list[dict[str, Any]] = field(default_factory=list)
+    # False: the capture's links name no checkout order (an ``up`` link is left out).
+    order_link: bool = True
 
     def refunded(self) -> Decimal:
         return sum(
@@ -187,7 +189,7 @@ class PayPalStub:
                     "rel": "up",
                     "method": "GET",
                 },
-            ],
+            ][: None if capture.order_link else 2],
         }
 
     def order_json(self, order_id: str) -> dict[str, Any] | None:

@@ -13,9 +13,10 @@ import pytest
 from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund, RefundReason
 from refunds.reasons.services import ensure_default_reasons
+from refunds.reconcile.attention import check_refund_at_rail
 from refunds.staff.services import NotRefundable, create_staff_refund
 from sill.money import Money
-from sill.orders.models import Order
+from sill.orders.models import Charge, Order
 
 pytestmark = pytest.mark.django_db
 
@@ -143,6 +144,66 @@ def test_a_timeout_after_paypal_refunded_is_recovered_with_one_refund(
     # Recovered by reading the capture's order, not by refunding again.
     assert len(paypal.refund_calls) == 1
     assert refund.provider_refund_id == capture.refunds[0]["id"]
+
+
+def test_a_capture_naming_no_order_is_retried_under_the_same_request_id_with_one_refund(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    """Its refunds cannot be listed, so the lookup after a lost answer cannot look: the retry
+    sends the refund again under the same PayPal-Request-Id, which PayPal answers with the
+    refund it made."""
+    order, capture = paypal_order()
+    capture.order_link = False
+    paypal.fail_next = ["slow"]
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    refund, retries = _execute(refund)
+    assert (refund.status, retries) == ("succeeded", 1)
+    assert len(capture.refunds) == 1 and len(paypal.refund_calls) == 2
+    assert {c["request_id"] for c in paypal.refund_calls} == {refund.idempotency_key}
+    assert refund.provider_refund_id == capture.refunds[0]["id"]
+
+
+def test_a_refund_needing_attention_on_a_capture_naming_no_order_is_never_failed_unseen(
+    site, members, paypal, paypal_account, paypal_order, settings,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    """The recheck of a refund needing attention only looks up. Where PayPal cannot be asked
+    (the capture names no checkout order), "found nothing" used to read as PayPal's word that
+    no refund exists: the refund was failed and its amount released while PayPal held it, and
+    a second refund of the same money could follow. It stays needing attention."""
+    order, capture = paypal_order()
+    capture.order_link = False
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 1
+    paypal.fail_next = ["slow"]  # PayPal refunds; its answer is lost
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    refund, _ = _execute(refund, tries=1)
+    assert refund.status == "needs_attention" and len(capture.refunds) == 1
+
+    assert check_refund_at_rail(refund.pk) == "unknown"
+    refund.refresh_from_db()
+    assert refund.status == "needs_attention"
+    assert "names no checkout order" in refund.failure_message
+    assert Charge.objects.get(order=order).amount_reserved_minor == 8900
+
+
+def test_a_retry_past_180_days_after_an_unseen_attempt_needs_attention_not_failure(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    """The first attempt's answer is lost; by the retry the capture is past PayPal's 180
+    days, which Sill checks itself before sending. The refund the first attempt made cannot be
+    looked up (no checkout order), so failing it would release money PayPal has refunded."""
+    order, capture = paypal_order()
+    capture.order_link = False
+    paypal.fail_next = ["slow"]
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    refund, _ = _execute(refund, tries=1)
+    assert refund.status == "processing" and len(capture.refunds) == 1
+    capture.created_at -= timedelta(days=180)
+    Refund.objects.filter(pk=refund.pk).update(lease_until=None)
+    refund, _ = _execute(refund, tries=1)
+    assert (refund.status, refund.outcome_code) == ("needs_attention", "refund_window_passed")
+    assert len(paypal.refund_calls) == 1
+    assert Charge.objects.get(order=order).amount_reserved_minor == 8900
 
 
 @pytest.mark.parametrize("failure", ["429", "500"])

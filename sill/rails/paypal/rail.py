@@ -12,9 +12,11 @@ sent; ``refund_window_days`` lets the refund core refuse it at decision time fro
 
 ``find_refund`` (after a timeout) only reads: the capture's ``up`` link names the checkout
 order, whose ``payments.refunds`` list Sill's refund by ``custom_id``. Where the capture has
-no readable order (a capture not made through Orders v2), it answers ``None``; the retry that
-follows carries the same ``PayPal-Request-Id``, which PayPal answers with the refund it
-already made (it keeps request ids for 45 days), so money still moves at most once.
+no readable order (a capture not made through Orders v2), it raises ``CannotLookUp``, never
+``None`` (which would say PayPal holds no such refund): a retry then sends the refund again
+with the same ``PayPal-Request-Id``, which PayPal answers with the refund it already made (it
+keeps request ids for 45 days), so money still moves at most once; a refund needing attention,
+which is only looked up, stays so until PayPal can answer or a person records what it shows.
 
 Reconciliation (``ChargeReader``): ``list_refunds`` reads the same order's refunds of the
 capture; ``list_disputes`` the capture's disputes from Customer Disputes v1, a resolved one's
@@ -30,6 +32,7 @@ from urllib.parse import quote, urlsplit
 from sill.money import Money, MoneyError, parse_major
 from sill.rails.base import (
     RAIL_REFUND_WINDOW_DAYS,
+    CannotLookUp,
     ChargeRequest,
     ChargeResult,
     PermanentRailError,
@@ -109,7 +112,14 @@ class PayPalRail:
         return _result(answer, fallback=request.amount)
 
     def find_refund(self, request: RefundRequest) -> RefundResult | None:
-        for refund in self._order_refunds(_capture_id(request)) or []:
+        capture_id = _capture_id(request)
+        refunds = self._order_refunds(capture_id)
+        if refunds is None:
+            raise CannotLookUp(
+                f"PayPal names no checkout order for capture {capture_id}, so Sill cannot ask "
+                "whether this refund exists"
+            )
+        for refund in refunds:
             if refund.get("custom_id") == request.refund_id:
                 return _result(refund, fallback=request.amount)
         return None
