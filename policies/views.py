@@ -21,6 +21,7 @@ from policies import catalog as cat
 from policies.forms import AutoRefundForm, ProtectedRefundForm
 from policies.selectors import active_policy_for, versions_for
 from policies.services import (
+    MAX_WINDOW_DAYS,
     ApplyResult,
     add_rule,
     apply_catalog_item,
@@ -113,11 +114,21 @@ def refund_window(request: SiteRequest) -> HttpResponse:
     raw = request.POST.get("days", "").strip()
     site = request.site_ctx.site
     try:
-        if raw and not (raw.isascii() and raw.isdigit()):
-            raise SillError(
-                "Enter a whole number of days, or leave it empty.", code="invalid_field"
-            )
-        set_refund_window(site=site, actor=request.user, days=int(raw) if raw else None)
+        days: int | None = None
+        if raw:
+            if not (raw.isascii() and raw.isdigit()):
+                raise SillError(
+                    "Enter a whole number of days, or leave it empty.", code="invalid_field"
+                )
+            significant = raw.lstrip("0") or "0"
+            if len(significant) > len(str(MAX_WINDOW_DAYS)):
+                # Out of range however long it is; int() would refuse over 4,300 digits (a 500).
+                raise SillError(
+                    f"A refund window is 1 to {MAX_WINDOW_DAYS} days, or none.",
+                    code="invalid_field",
+                )
+            days = int(significant)
+        set_refund_window(site=site, actor=request.user, days=days)
     except SillError as exc:
         return render(
             request, "policies/rules.html", _rules_context(request, window_error=exc), status=422
