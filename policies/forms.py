@@ -131,6 +131,9 @@ class ProtectedRefundForm(forms.Form):
             return parse_major(text.replace(",", ""), self.currency).amount_minor
         if spec.kind in ("days", "count"):
             number = _decimal(text, "a whole number")
+            if number.adjusted() >= _MAX_DIGITS:
+                # Refused before int(): int(Decimal("1e999999")) takes most of a minute of CPU.
+                raise ValueError("That number is too large.")
             if number != int(number):
                 raise ValueError("Give a whole number.")
             return int(number)
@@ -142,6 +145,10 @@ class ProtectedRefundForm(forms.Form):
         if not text:
             raise ValueError("Give a value.")
         return text
+
+
+# Days and counts in a rule are below 10**15 (policies.rules): at most 15 digits.
+_MAX_DIGITS = 15
 
 
 def _decimal(text: str, what: str) -> Decimal:

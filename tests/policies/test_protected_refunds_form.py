@@ -3,6 +3,8 @@ engine rule and one policy version; bad values are re-shown with their error; ro
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from policies.models import PolicyVersion
@@ -81,6 +83,20 @@ def test_a_bad_value_is_shown_with_its_error_and_nothing_is_written(
     )
     assert answer.status_code == 422
     assert words in answer.content.decode()
+    assert not PolicyVersion.objects.filter(site=site).exists()
+
+
+@pytest.mark.parametrize("fact", ["refundChargeAgeDays", "refundCustomerRefunds30d"])
+def test_a_huge_whole_number_is_refused_at_once(client_for, site, fact):
+    # Decimal("1e999999") reads instantly, but turning it into an int takes the better part
+    # of a minute of CPU: the form must refuse it before that.
+    started = time.monotonic()
+    answer = client_for("owner").post(
+        URL, {"fact": fact, "comparison": "gte", "value": "1e999999", "action": "deny"}
+    )
+    assert time.monotonic() - started < 5
+    assert answer.status_code == 422
+    assert "too large" in answer.content.decode()
     assert not PolicyVersion.objects.filter(site=site).exists()
 
 
