@@ -308,7 +308,9 @@ def agent_day_start(site: Site, now: datetime) -> datetime:
         tz = zoneinfo.ZoneInfo(site.timezone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         tz = zoneinfo.ZoneInfo("UTC")
-    return now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
+    # fold=0: in the hour a zone repeats when its clocks go back to midnight (Havana, the
+    # Azores), ``now`` is the second 00:xx (fold=1); its day began at the first midnight.
+    return now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0, fold=0)
 
 
 def agent_live_totals(agent_id: int, since: datetime) -> list[tuple[str, int]] | None:

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from policies.facts import agent_day_start
 from refunds.models import Refund
 from sill.accounts.models import Site
 from sill.orders.models import Charge, Customer, Order
@@ -45,6 +46,25 @@ def test_it_counts_the_agents_refunds_since_the_sites_local_midnight(buy, agent,
     order = buy()
     order.site = site
     assert facts_for(order, "10.00", now=now)["refundAgentTotalTodayUsd"] == 1000 + 100 + 200
+
+
+def test_the_day_starts_at_the_first_midnight_when_the_clocks_go_back_to_repeat_it(
+    buy, agent, site: Site
+):
+    # The Azores go back from 01:00 (UTC+0) to 00:00 (UTC-1) on 27 October 2024: 00:00-00:59
+    # happens twice, and the day began at the first midnight, 00:00 UTC.
+    Site.objects.filter(pk=site.pk).update(timezone="Atlantic/Azores")
+    site.refresh_from_db()
+    utc = zoneinfo.ZoneInfo("UTC")
+    first_midnight = datetime(2024, 10, 27, 0, 0, tzinfo=utc)
+    refund_at(buy(), first_midnight + timedelta(minutes=30), agent=agent, minor=100)  # 00:30
+    refund_at(buy(), first_midnight - timedelta(microseconds=1), agent=agent, minor=400)
+    now = datetime(2024, 10, 27, 1, 30, tzinfo=utc)  # 00:30 again, local time
+    # Compared as instants: an ambiguous local time never equals another zone's (PEP 495).
+    assert agent_day_start(site, now).timestamp() == first_midnight.timestamp()
+    order = buy()
+    order.site = site
+    assert facts_for(order, "10.00", now=now)["refundAgentTotalTodayUsd"] == 1000 + 100
 
 
 def test_it_counts_the_customers_live_refunds_of_the_last_30_days(
