@@ -26,7 +26,7 @@ from policies.vocabulary import FACTS_VERSION, ratio, truncated
 from refunds.models import LIVE_STATUSES, PERIOD_SECONDS, RefundOrigin
 from sill import sql
 from sill.accounts.models import Site
-from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
+from sill.orders.models import REFUND_BLOCKING_DISPUTE_STATUSES, Charge, Customer, Dispute, Order
 from sill.orders.outside import unrecorded_refunded_minor
 from sill.rails.base import (
     RAIL_REFUND_WINDOW_DAYS,
@@ -238,12 +238,15 @@ def _read_rail(
 
 
 def _open_dispute_in_sill(charge: Charge, *, fresh: bool = False) -> bool:
-    """Whether Sill records an open dispute of ``charge``: from the charge itself when it was
-    read with the quote's checks (``refunds.quote.charged_charge``), unless ``fresh``."""
+    """Whether Sill records an open or lost dispute of ``charge``
+    (``REFUND_BLOCKING_DISPUTE_STATUSES``): from the charge itself when it was read with the
+    quote's checks (``refunds.quote.charged_charge``), unless ``fresh``."""
     known = None if fresh else getattr(charge, "quote_disputed", None)
     if known is not None:
         return bool(known)
-    return Dispute.objects.filter(charge_id=charge.pk, status__in=OPEN_DISPUTE_STATUSES).exists()
+    return Dispute.objects.filter(
+        charge_id=charge.pk, status__in=REFUND_BLOCKING_DISPUTE_STATUSES
+    ).exists()
 
 
 def _age_days(then: datetime | None, now: datetime) -> int | None:

@@ -122,7 +122,8 @@ _SPECS: tuple[FactSpec, ...] = (
         "refundDisputed",
         "bool",
         "Charge disputed",
-        "Whether the charge is disputed (the rail says so, or Sill has an open dispute on it).",
+        "Whether the charge is disputed (the rail says so, or Sill has an open or lost "
+        "dispute on it: a lost one means the bank already gave the buyer the money back).",
     ),
     FactSpec(
         "refundReason",

@@ -29,11 +29,12 @@ from refunds.models import LIVE_STATUSES, RESERVED_STATUSES, Refund, RefundOrigi
 from sill.errors import SillError
 from sill.money import Money, format_money
 from sill.orders.models import (
-    OPEN_DISPUTE_STATUSES,
+    REFUND_BLOCKING_DISPUTE_STATUSES,
     REFUNDABLE_STATUSES,
     Charge,
     ChargeStatus,
     Dispute,
+    DisputeStatus,
     Order,
     OrderStatus,
 )
@@ -65,8 +66,8 @@ class RefundRefused(SillError):
     """Nothing may be refunded as asked; ``code`` is the stable rejection code.
 
     ``message`` is in words for whoever asked (the staff form, the reviewer). ``order`` and
-    ``charge`` are the original as far as it was found; ``dispute`` is the open dispute that
-    refused it, if that was the reason.
+    ``charge`` are the original as far as it was found; ``dispute`` is the open or lost dispute
+    that refused it, if that was the reason.
     """
 
     status = 409
@@ -106,8 +107,8 @@ def _charge_with_checks(order: Order, *, lock: bool) -> Charge | None:
     """:func:`charged_charge` with the quote's checks, in hand-written SQL (``sill.sql``: an
     agent decision runs it every time, and building the queryset cost more than running it).
 
-    Sets ``quote_disputed`` (an open dispute of the charge), ``quote_agent_refund`` (an agent
-    refund of the order held, processing, needing attention or done), ``quote_held_minor``
+    Sets ``quote_disputed`` (an open or lost dispute of the charge), ``quote_agent_refund``
+    (an agent refund of the order held, processing, needing attention or done), ``quote_held_minor``
     and ``quote_held_count`` (the charge's held refunds). Only the charge is locked: the
     subqueries' rows are read, not locked.
     """
@@ -181,7 +182,7 @@ def locked_order_and_charge(
 def _checks() -> tuple[str, list[object]]:
     """The select list of the quote's checks of charge ``c`` (see :func:`_charge_with_checks`)
     and its parameters."""
-    disputes, live = placeholders(OPEN_DISPUTE_STATUSES), placeholders(LIVE_STATUSES)
+    disputes, live = placeholders(REFUND_BLOCKING_DISPUTE_STATUSES), placeholders(LIVE_STATUSES)
     # Formatted in: placeholders only.
     sql = f"""EXISTS (SELECT 1 FROM orders_dispute d
                     WHERE d.charge_id = c.id AND d.status IN ({disputes})),
@@ -191,7 +192,7 @@ def _checks() -> tuple[str, list[object]]:
              WHERE h.charge_id = c.id AND h.status = %s),
             (SELECT COUNT(*) FROM refunds_refund h WHERE h.charge_id = c.id AND h.status = %s)"""  # noqa: S608
     params: list[object] = [
-        *sorted(OPEN_DISPUTE_STATUSES),
+        *sorted(REFUND_BLOCKING_DISPUTE_STATUSES),
         RefundOrigin.AGENT,
         *LIVE_STATUSES,
         RefundStatus.HELD,
@@ -213,14 +214,15 @@ def _checked(found: Charge, checks: tuple[object, ...] | list[object], order: Or
 
 
 def open_dispute(charge: Charge) -> Dispute | None:
-    """The buyer's bank's open dispute of ``charge``, newest first: refunding would pay twice.
+    """The buyer's bank's open or lost dispute of ``charge``, newest first: refunding would pay
+    twice (the bank is taking the money back, or took it). A won dispute does not count.
 
     No query when ``charge`` was read with :func:`charged_charge`'s ``checks`` and has none.
     """
     if getattr(charge, "quote_disputed", None) is False:
         return None
     return (
-        Dispute.objects.filter(charge=charge, status__in=OPEN_DISPUTE_STATUSES)
+        Dispute.objects.filter(charge=charge, status__in=REFUND_BLOCKING_DISPUTE_STATUSES)
         .order_by("-opened_at")
         .first()
     )
@@ -485,6 +487,16 @@ def original_refusal(order: Order | None, charge: Charge | None) -> RefundRefuse
 
 
 def _disputed_words(order: Order, refund: Refund | None, dispute: Dispute) -> str:
+    if dispute.status == DisputeStatus.LOST:
+        said = (
+            f"The buyer's bank already returned {dispute.amount} of this charge to the buyer "
+            f"(a dispute, {dispute.reason}, was lost): a refund would pay the buyer twice."
+        )
+        return (
+            said
+            if refund is None or refund.status == RefundStatus.HELD
+            else ("a dispute of the charge was lost after the refund was approved: " + said)
+        )
     if refund is None:  # the staff form
         return (
             f"The charge of order #{order.number} is disputed: the bank is already reversing "

@@ -298,6 +298,10 @@ class DisputeStatus(models.TextChoices):
 
 
 OPEN_DISPUTE_STATUSES = frozenset({DisputeStatus.NEEDS_RESPONSE, DisputeStatus.UNDER_REVIEW})
+# The disputes that stop a refund and make a charge "disputed" for the rules: open ones (the
+# buyer's bank is taking the money back) and lost ones (it did: a refund would pay the buyer
+# twice). A won dispute left the money with the merchant.
+REFUND_BLOCKING_DISPUTE_STATUSES = OPEN_DISPUTE_STATUSES | {DisputeStatus.LOST}
 
 
 class Dispute(models.Model):

@@ -222,7 +222,7 @@ class MockRail:
         truncation behaves the same on both rails.
         """
         from sill.orders.models import (
-            OPEN_DISPUTE_STATUSES,
+            REFUND_BLOCKING_DISPUTE_STATUSES,
             Charge,
             ChargeStatus,
             Customer,
@@ -235,7 +235,7 @@ class MockRail:
         # The charge and whether it is disputed in one query, hand-written (sill.sql): every
         # decision on a mock charge reads it.
         charge = cols(Charge, "c", only=("captured_at", "created_at"))
-        disputes = placeholders(OPEN_DISPUTE_STATUSES)
+        disputes = placeholders(REFUND_BLOCKING_DISPUTE_STATUSES)
         if request.sill_charge_id:
             column, value = "c.id", request.sill_charge_id
         else:
@@ -249,7 +249,7 @@ class MockRail:
             WHERE o.site_id = %s AND {column} = %s
             ORDER BY c.created_at
             LIMIT 1""",  # noqa: S608  (formatted in: a column list, a column, placeholders)
-            [*sorted(OPEN_DISPUTE_STATUSES), self.site_id, value],
+            [*sorted(REFUND_BLOCKING_DISPUTE_STATUSES), self.site_id, value],
         )
         facts = RefundFacts()
         if row is not None:

@@ -114,14 +114,19 @@ def test_the_mock_rail_pages_the_history_like_stripe(site, customer):
 
 
 @pytest.mark.django_db
-def test_the_mock_rail_sees_open_disputes(site):
+@pytest.mark.parametrize(
+    ("status", "disputed"), [("under_review", True), ("lost", True), ("won", False)]
+)
+def test_the_mock_rail_sees_open_and_lost_disputes(site, status, disputed):
+    """A lost dispute: the buyer's bank already gave the money back, so the charge stays
+    disputed for the rules; a won one does not."""
     charge = charge_for(site, None)
     Dispute.objects.create(
         charge=charge, reason="fraudulent", amount_minor=5000, currency="USD",
-        status="under_review", opened_at=timezone.now(),
+        status=status, opened_at=timezone.now(),
     )  # fmt: skip
     facts = ask(MockRail(site_id=site.pk), charge)
-    assert facts.charge_disputed is True
+    assert facts.charge_disputed is disputed
     assert facts.customer_created_at is None and facts.history is None
 
 

@@ -28,6 +28,26 @@ def test_it_refuses_a_staff_refund_on_a_disputed_charge(site, members, make_orde
     assert Refund.objects.count() == 0
 
 
+def test_a_lost_dispute_still_blocks_the_bank_gave_the_money_back(
+    site, members, make_order, mock_rail
+):
+    """The buyer won the chargeback: the bank already returned the charge to them, so a
+    refund now would pay them twice."""
+    ensure_default_reasons(site)
+    leaf = add_reason(site=site, actor=None, name="Goodwill")
+    order = make_order(total="20.00")
+    Dispute.objects.create(
+        charge=Charge.objects.get(order=order), reason="fraudulent", amount_minor=2000,
+        currency="USD", status="lost", opened_at=timezone.now(),
+    )  # fmt: skip
+    with pytest.raises(NotRefundable, match="already returned") as refused:
+        create_staff_refund(
+            site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
+        )
+    assert refused.value.__cause__.code == "disputed"
+    assert Refund.objects.count() == 0
+
+
 def test_a_closed_dispute_no_longer_blocks(
     site, members, make_order, mock_rail, django_capture_on_commit_callbacks
 ):
