@@ -94,8 +94,26 @@ def recovery_codes_left(user: Any) -> int:
     return StaticToken.objects.filter(device__user=user, device__name=RECOVERY_NAME).count()
 
 
+class AlreadyEnrolled(SillError):
+    """The user has an authenticator: replacing it would remove it without a code (and verify
+    the session that did so with the new one), so it is removed first, with a code."""
+
+    code = "two_factor_enabled"
+    status = 409
+
+    def __init__(self) -> None:
+        super().__init__(
+            "You already have an authenticator: remove it with a code first, then set up the "
+            "new one."
+        )
+
+
 def start_enrolment(user: Any) -> TOTPDevice:
-    """A new unconfirmed authenticator (any earlier unconfirmed one is dropped)."""
+    """A new unconfirmed authenticator (any earlier unconfirmed one is dropped).
+
+    Raises :class:`AlreadyEnrolled` when the user has a confirmed one."""
+    if has_authenticator(user):
+        raise AlreadyEnrolled
     TOTPDevice.objects.filter(user=user, confirmed=False).delete()
     return TOTPDevice.objects.create(user=user, name=TOTP_NAME, confirmed=False)
 
@@ -127,7 +145,9 @@ def _record(user: Any, action: str, *, actor: Any) -> None:
 def confirm_enrolment(request: HttpRequest, code: str) -> list[str] | None:
     """Confirm the pending authenticator with ``code``; its recovery codes, or None if wrong.
 
-    The session that confirms is verified with the new device (it just proved it has it)."""
+    The session that confirms is verified with the new device (it just proved it has it).
+    Raises :class:`AlreadyEnrolled` when the user has a confirmed authenticator (one confirmed
+    since this enrolment started, in another session): it is never replaced this way."""
     user = request.user
     with transaction.atomic():
         pending = (
@@ -135,9 +155,10 @@ def confirm_enrolment(request: HttpRequest, code: str) -> list[str] | None:
             .filter(user=user, name=TOTP_NAME, confirmed=False)
             .first()
         )
+        if TOTPDevice.objects.filter(user=user, confirmed=True).exists():
+            raise AlreadyEnrolled
         if pending is None or not pending.verify_token(_digits(code)):
             return None
-        TOTPDevice.objects.filter(user=user, confirmed=True).delete()
         pending.confirmed = True
         pending.save(update_fields=["confirmed"])
         codes = _new_recovery_codes(user)

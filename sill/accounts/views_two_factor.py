@@ -129,7 +129,10 @@ def setup(request: SiteRequest) -> HttpResponse:
     """POST: a new pending authenticator; GET: the pending one's QR code and secret."""
     user = request.site_ctx.user
     if request.method == "POST":
-        two_factor.start_enrolment(user)
+        try:
+            two_factor.start_enrolment(user)
+        except two_factor.AlreadyEnrolled as error:
+            return render_account(request, error=error.message, status=error.status)
         return HttpResponseRedirect(reverse("settings:two-factor-setup"), status=303)
     device = two_factor.authenticator(user, confirmed=False)
     if device is None:
@@ -147,7 +150,10 @@ def confirm(request: SiteRequest) -> HttpResponse:
     credentials = {"username": user.get_username()}
     if not AxesProxyHandler.is_allowed(request, credentials):
         return locked_out(request, None, credentials)
-    codes = two_factor.confirm_enrolment(request, request.POST.get("code", ""))
+    try:
+        codes = two_factor.confirm_enrolment(request, request.POST.get("code", ""))
+    except two_factor.AlreadyEnrolled as error:
+        return render_account(request, error=error.message, status=error.status)
     if codes is None:
         user_login_failed.send(sender=__name__, credentials=credentials, request=request)
         return _setup_page(request, device, error=WRONG_CODE)

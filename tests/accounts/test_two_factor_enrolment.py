@@ -15,7 +15,12 @@ from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from audit.models import AuditRecord
-from tests.accounts.two_factor_helpers import code_for, recovery_codes_in
+from tests.accounts.two_factor_helpers import (
+    code_for,
+    confirmed_device,
+    recovery_codes_in,
+    require_two_factor,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -110,3 +115,34 @@ def test_its_pages_keep_their_query_counts(client_for, members, django_assert_ma
         assert client.get(SETUP).status_code == 200
     with django_assert_max_num_queries(10):
         assert client.get("/settings/account/two-factor/verify/").status_code == 200
+
+
+def test_it_never_replaces_an_authenticator_without_its_code(client_for, members, site):
+    # A session that never entered a code (signed in before the user enrolled elsewhere)
+    # must not swap in an authenticator of its own: that would remove the user's without a
+    # code and verify this session, passing the site's two-factor requirement.
+    require_two_factor(site)
+    owner = members["owner"]
+    device = confirmed_device(owner.user)
+    client = client_for("owner")
+    change = f"/settings/members/{members['staff'].pk}/change/"
+    assert client.post(change, {"role": "reviewer"}).status_code == 403
+    response = client.post(SETUP)
+    assert response.status_code == 409
+    assert "remove it with a code first" in response.content.decode()
+    assert not TOTPDevice.objects.filter(user=owner.user, confirmed=False).exists()
+    assert list(TOTPDevice.objects.filter(user=owner.user)) == [device]
+    assert client.post(change, {"role": "reviewer"}).status_code == 403
+    members["staff"].refresh_from_db()
+    assert members["staff"].role == "staff"
+
+
+def test_it_refuses_to_confirm_a_pending_one_beside_an_authenticator(client_for, members):
+    # A pending enrolment left beside a confirmed authenticator (started before it was
+    # confirmed) confirms nothing either.
+    user = members["admin"].user
+    device = confirmed_device(user)
+    pending = TOTPDevice.objects.create(user=user, name="authenticator", confirmed=False)
+    response = client_for("admin").post(CONFIRM, {"code": code_for(pending)})
+    assert response.status_code == 409
+    assert list(TOTPDevice.objects.filter(user=user, confirmed=True)) == [device]
