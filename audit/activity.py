@@ -82,7 +82,8 @@ class ActivityFilters:
             records = records.filter(subject_refund_id=self.refund)
         if self.date_from:
             records = records.filter(created_at__gte=datetime.combine(self.date_from, time(), zone))
-        if self.date_to:
+        # The calendar's last day has no next midnight (date.max + 1 day overflows): no end.
+        if self.date_to and self.date_to < date.max:
             end = datetime.combine(self.date_to + timedelta(days=1), time(), zone)
             records = records.filter(created_at__lt=end)
         return records

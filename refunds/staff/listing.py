@@ -87,7 +87,8 @@ class ListFilters:
         q = Q()
         if self.date_from:
             q &= Q(created_at__gte=datetime.combine(self.date_from, time.min, tzinfo=site.zone))
-        if self.date_to:
+        # The calendar's last day has no next midnight (date.max + 1 day overflows): no end.
+        if self.date_to and self.date_to < date.max:
             end = datetime.combine(self.date_to + timedelta(days=1), time.min, tzinfo=site.zone)
             q &= Q(created_at__lt=end)
         return q
