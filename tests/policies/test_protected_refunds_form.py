@@ -70,6 +70,10 @@ def test_a_named_observed_hold(client_for, site):
         ("refundFraction", "gte", "150", "from 0 to 100"),
         ("refundFraction", "gte", "half", "a percentage"),
         ("refundChargeAgeDays", "gte", "1.5", "whole number"),
+        # Written out, these are thousands of digits (or more than memory holds).
+        ("refundChargeAgeDays", "gte", "1e4400", "too large"),
+        ("refundCustomerRefunds30d", "gte", "1e99999999999", "too large"),
+        ("refundCustomerRefunds30d", "gte", "-1e99999999999", "too large"),
         ("refundDisputed", "eq", "maybe", "yes or no"),
         ("refundReason", "gte", "defective", "not a number"),
         ("refundOrigin", "eq", "robot", "not a value of refundOrigin"),
