@@ -259,9 +259,14 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
             return f"{who}: {before} → {body.get('role')}"
         if action == "add":
             return f"{who}: added as {body.get('role')}"
+        if action == "issue_token":
+            return f"{who}: API token {body.get('token_prefix', '')}… issued"
         return f"{who}: {verb}"
     if kind == AuditKind.AGENT_CHANGE:
-        return f"Agent {body.get('agent_id', '')} {verb}"
+        agent = body.get("agent_id", "")
+        if action == "issue_token":
+            return f"Agent {agent}: API token {body.get('token_prefix', '')}… issued"
+        return f"Agent {agent} {verb}"
     if kind == AuditKind.KEY_CHANGE:
         return f"Key {body.get('key_id', '')} of {body.get('agent_id', '')} {verb}"
     if kind == AuditKind.RAIL_CHANGE:

@@ -62,7 +62,7 @@ def _agent_get(token: str) -> int:
 
 def test_it_answers_429_with_retry_after_over_an_agent_tokens_limit(agent, rates):
     rates(agent_token=3)
-    token = issue_agent_token(agent=agent)
+    token = issue_agent_token(agent=agent, actor=None)
     assert [_agent_get(token).status_code for _ in range(3)] == [200, 200, 200]
     _refused(_agent_get(token))
 
@@ -72,7 +72,10 @@ def test_a_limited_agent_does_not_affect_another(site, agent, rates):
     other = Agent.objects.create(
         site=site, agent_id="agent_other", name="Other agent", refund_enabled=True
     )
-    limited, fine = issue_agent_token(agent=agent), issue_agent_token(agent=other)
+    limited, fine = (
+        issue_agent_token(agent=agent, actor=None),
+        issue_agent_token(agent=other, actor=None),
+    )
     for _ in range(2):
         _agent_get(limited)
     _refused(_agent_get(limited))
@@ -145,8 +148,8 @@ def _staff_api(headers: dict[str, str] | None = None, client: Client | None = No
 
 def test_it_limits_the_staff_api_per_member_token(members, rates):
     rates(member_token=2)
-    limited = issue_member_token(membership=members["staff"])
-    fine = issue_member_token(membership=members["owner"])
+    limited = issue_member_token(membership=members["staff"], actor=None)
+    fine = issue_member_token(membership=members["owner"], actor=None)
     auth = {"Authorization": f"Bearer {limited}"}
     assert [_staff_api(auth).status_code for _ in range(2)] == [404, 404]
     _refused(_staff_api(auth))
@@ -164,7 +167,7 @@ def test_it_limits_a_members_session_per_user(members, rates, client_for):
 def test_it_serves_everything_under_the_limits(site, agent, members, rates):
     rates(address=50, agent_token=50, mandate_key=50, member_token=50, member_session=50)
     register_key(agent)
-    token = issue_agent_token(agent=agent)
+    token = issue_agent_token(agent=agent, actor=None)
     for _ in range(10):
         assert _agent_get(token).status_code == 200
         body = signed_body(refund_intent(ORIGINAL), site_id=site.id, agent_id=agent.agent_id)

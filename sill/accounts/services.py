@@ -209,19 +209,42 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def issue_agent_token(*, agent: Agent) -> str:
-    """Create a bearer token for ``agent``; only its hash is stored, so it is shown once."""
+def issue_agent_token(*, agent: Agent, actor: Any) -> str:
+    """Create a bearer token for ``agent``; only its hash is stored, so it is shown once.
+
+    A credential: its signed ``agent_change`` record names who issued it and its prefix."""
     token = "sill_at_" + secrets.token_urlsafe(32)
-    AgentToken.objects.create(agent=agent, token_sha256=token_sha256(token), prefix=token[:12])
+    with transaction.atomic():
+        AgentToken.objects.create(agent=agent, token_sha256=token_sha256(token), prefix=token[:12])
+        record_admin_change(
+            site=agent.site,
+            kind="agent_change",
+            actor=actor,
+            body={"action": "issue_token", "agent_id": agent.agent_id, "token_prefix": token[:12]},
+        )
     return token
 
 
-def issue_member_token(*, membership: Membership) -> str:
-    """Create a bearer token acting as ``membership``; only its hash is stored."""
+def issue_member_token(*, membership: Membership, actor: Any) -> str:
+    """Create a bearer token acting as ``membership``; only its hash is stored.
+
+    It acts as the member (a staff member's may refund): its signed ``member_change`` record
+    names who issued it and its prefix."""
     token = "sill_mt_" + secrets.token_urlsafe(32)
-    MemberToken.objects.create(
-        membership=membership, token_sha256=token_sha256(token), prefix=token[:12]
-    )
+    with transaction.atomic():
+        MemberToken.objects.create(
+            membership=membership, token_sha256=token_sha256(token), prefix=token[:12]
+        )
+        record_admin_change(
+            site=membership.site,
+            kind="member_change",
+            actor=actor,
+            body={
+                "action": "issue_token",
+                "member": membership.user.get_username(),
+                "token_prefix": token[:12],
+            },
+        )
     return token
 
 

@@ -210,7 +210,7 @@ def agent_token_issue(request: SiteRequest, agent_pk: int) -> HttpResponse:
     if not agent.active:
         messages.error(request, f"{agent.agent_id} is deactivated: reactivate it first.")
         return HttpResponseRedirect(reverse("settings:agents"), status=303)
-    token = services.issue_agent_token(agent=agent)
+    token = services.issue_agent_token(agent=agent, actor=request.user)
     response = render(request, "accounts/agents_token.html", {"agent": agent, "token": token})
     # The token exists nowhere else: keep it out of every cache (back button, proxies).
     response["Cache-Control"] = "no-store"

@@ -174,6 +174,37 @@ def test_deactivating_and_reactivating_an_agent_are_signed(client_for, site, age
     verified()
 
 
+def test_issuing_an_agent_token_is_signed_with_its_actor_and_never_the_token(
+    client_for, site, agent
+):
+    """A bearer token is a credential: an auditor sees who issued which (its prefix)."""
+    response = client_for("owner").post(f"/settings/agents/{agent.pk}/token/")
+    token = response.content.decode().split('<code class="token" id="token">')[1].split("<")[0]
+    run("agents", "token", "--site", site.pk, "--agent", agent.agent_id)
+    issued = [b for b in bodies(site, "agent_change") if b["action"] == "issue_token"]
+    assert [(b["agent_id"], b["actor"], b["actor_name"]) for b in issued] == [
+        ("agent_test_shopper", "owner@roasters.example", "owner@roasters.example"),
+        ("agent_test_shopper", None, OPERATOR),
+    ]
+    assert issued[0]["token_prefix"] == token[:12]
+    assert token not in json.dumps(issued) and token[12:] not in json.dumps(issued)
+    page = client_for("owner").get("/activity/").content.decode()
+    assert f"Agent agent_test_shopper: API token {token[:12]}… issued" in page
+    assert token[12:] not in page
+    verified()
+
+
+def test_issuing_a_member_token_is_signed_by_the_operator(site, members):
+    """A member token acts as the member, money-moving staff refunds included."""
+    token = run("members", "token", "--site", site.pk, "--email", "staff@roasters.example")
+    [issued] = [b for b in bodies(site, "member_change") if b["action"] == "issue_token"]
+    assert issued == {
+        "action": "issue_token", "member": "staff@roasters.example",
+        "token_prefix": token.strip()[:12], "actor": None, "actor_name": OPERATOR,
+    }  # fmt: skip
+    verified()
+
+
 def test_another_sites_agent_is_not_found_and_nothing_is_recorded(client_for, site, agent):
     response = client_for("outsider").post(f"/settings/agents/{agent.pk}/deactivate/")
     assert response.status_code == 404

@@ -225,7 +225,7 @@ def test_it_deactivates_and_reactivates_an_agent(client_for, key):
 def test_a_token_is_shown_once_and_only_its_hash_is_stored(client_for, key, caplog):
     caplog.set_level(logging.DEBUG)
     client = client_for("owner")
-    issue_agent_token(agent=key.agent)  # an earlier one, revoked below
+    issue_agent_token(agent=key.agent, actor=None)  # an earlier one, revoked below
     AgentToken.objects.update(revoked_at=timezone.now())
     response = client.post(f"{URL}{key.agent.pk}/token/")
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"

@@ -116,7 +116,7 @@ def test_it_applies_once_however_often_and_in_whatever_form_stripe_reports_it(
 
 def test_the_agent_api_answers_failed_with_the_reason(site, paid, settled, sdk, deliver):
     deliver(site, failed_event(sdk, settled))
-    token = issue_agent_token(agent=settled.agent)
+    token = issue_agent_token(agent=settled.agent, actor=None)
     answer = (
         Client()
         .get(

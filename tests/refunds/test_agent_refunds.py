@@ -210,7 +210,7 @@ def test_the_agent_reads_its_refund_with_a_bearer_token(api, sign, original, age
     from sill.accounts.services import issue_agent_token
 
     body = api(sign(refund_intent(ORIGINAL))).json()
-    token = issue_agent_token(agent=agent)
+    token = issue_agent_token(agent=agent, actor=None)
     client = Client()
     response = client.get(
         f"/api/v1/refunds/{body['mandate_id']}", headers={"Authorization": f"Bearer {token}"}
@@ -236,7 +236,7 @@ def test_another_agents_token_cannot_read_the_refund(api, sign, original, site):
     other = Agent.objects.create(
         site=site, agent_id="agent_other", name="Other", refund_enabled=True
     )
-    token = issue_agent_token(agent=other)
+    token = issue_agent_token(agent=other, actor=None)
     response = Client().get(
         f"/api/v1/refunds/{body['mandate_id']}", headers={"Authorization": f"Bearer {token}"}
     )

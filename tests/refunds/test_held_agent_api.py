@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def read(agent):
-    token = issue_agent_token(agent=agent)
+    token = issue_agent_token(agent=agent, actor=None)
 
     def get(refund):
         response = Client().get(

@@ -62,7 +62,7 @@ def test_the_answer_carries_a_receipt_an_agent_verifies_offline(
     assert record.kind == "approved" and int(amount) == 8900
     assert mandate_sha256 == hashlib.sha256(body).hexdigest()  # the bytes the agent sent
 
-    token = issue_agent_token(agent=agent)
+    token = issue_agent_token(agent=agent, actor=None)
     again = client.get(
         f"/api/v1/refunds/{answer['mandate_id']}", HTTP_AUTHORIZATION=f"Bearer {token}"
     ).json()

@@ -35,7 +35,8 @@ class Command(BaseCommand):
             ).first()
             if membership is None:
                 raise CommandError(f"{opts['email']} is not a member of {site.id}")
-            self.stdout.write(issue_member_token(membership=membership))
+            # Signed member_change record, actor: the operator.
+            self.stdout.write(issue_member_token(membership=membership, actor=None))
             return
         password = opts["password"]
         if password is None and not sys.stdin.isatty():
