@@ -64,7 +64,7 @@ class ProtectedRefundForm(forms.Form):
     """One fact, how it compares, one value; then hold or deny. ``rule`` is the engine's rule.
 
     Values are typed as merchants think of them: the share refunded as a percentage from 0 to
-    100, money in major units of the site's currency (US dollars for the …Usd facts), days
+    100, money in US dollars (the …Usd facts, which compare refunds in every currency), days
     and counts as whole numbers, yes/no, and comma-separated lists for "is one of". The rule
     itself is validated by the engine (policies.rules) when it is added.
     """
@@ -78,12 +78,16 @@ class ProtectedRefundForm(forms.Form):
     )
     observe = forms.BooleanField(required=False, label="Observe only (log, do not act)")
 
-    def __init__(self, *args: Any, currency: str = "USD", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.currency = currency
         fact_field = self.fields["fact"]
         assert isinstance(fact_field, forms.ChoiceField)
-        fact_field.choices = [(spec.name, spec.label) for spec in FACTS.values()]
+        # Not refundAmount: it counts minor units of each refund's own currency (10000 is
+        # $100.00 and ¥10,000), so no value typed here can bound it for every refund; Refund
+        # amount in USD compares every currency (policies.warnings flags such rules).
+        fact_field.choices = [
+            (spec.name, spec.label) for spec in FACTS.values() if spec.kind != "amount"
+        ]
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -127,8 +131,6 @@ class ProtectedRefundForm(forms.Form):
             return percent / 100
         if spec.kind == "usd":
             return parse_major(text.lstrip("$").replace(",", ""), "USD").amount_minor
-        if spec.kind == "amount":
-            return parse_major(text.replace(",", ""), self.currency).amount_minor
         if spec.kind in ("days", "count"):
             number = _decimal(text, "a whole number")
             if number.adjusted() >= _MAX_DIGITS:

@@ -158,7 +158,7 @@ def version_restore(request: SiteRequest, number: int) -> HttpResponse:
 def protect_add(request: SiteRequest) -> HttpResponse:
     """The "Protected refunds" form: one rule of the merchant's own (a new policy version)."""
     site = request.site_ctx.site
-    form = ProtectedRefundForm(request.POST, currency=site.default_currency)
+    form = ProtectedRefundForm(request.POST)
     error: SillError | None = None
     if form.is_valid():
         try:
@@ -226,7 +226,7 @@ def _rules_context(
         "auto_error": auto_error,
         "facts": list(FACTS.values()),
         "warnings": policy_warnings(list(active.rules), active.auto_refund),
-        "protect_form": protect_form or ProtectedRefundForm(currency=site.default_currency),
+        "protect_form": protect_form or ProtectedRefundForm(),
         "protect_error": protect_error,
         "window_error": window_error,
         "window_days": site.refund_window_days,

@@ -26,6 +26,7 @@ def policy_warnings(rules: Sequence[Mapping[str, Any]], auto_refund: AutoRefund)
     warnings: list[str] = []
     enforced = [r for r in rules if r.get("mode", "enforced") == "enforced"]
     warnings += _never_sent(rules)
+    warnings += _amount_in_any_currency(rules)
     warnings += _moot(enforced)
     warnings += _auto_refund_above_holds(enforced, auto_refund)
     return warnings
@@ -49,6 +50,24 @@ def _never_sent(rules: Sequence[Mapping[str, Any]]) -> list[str]:
                         f"Rule {rule['id']} can never apply: {rail.capitalize()} does not send "
                         f"{fact} (Sill reads “{only}” for every {rail.capitalize()} refund)."
                     )
+    return found
+
+
+def _amount_in_any_currency(rules: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Rules bounding refundAmount (minor units of each refund's own currency) without naming
+    one currency: the bound means different money in every currency."""
+    found = []
+    for rule in rules:
+        when = rule["when"]
+        currency = when.get("currency")
+        one = isinstance(currency, str) or (isinstance(currency, list) and len(currency) == 1)
+        if isinstance(when.get("refundAmount"), Mapping) and not one:
+            found.append(
+                f"Rule {rule['id']} compares Refund amount in each refund's own currency: its "
+                "bound counts minor units of whatever currency a refund is in (10000 is "
+                "$100.00, ¥10,000 or 10.000 KWD). Name one currency in the rule, or use "
+                "Refund amount in USD to compare refunds in every currency."
+            )
     return found
 
 

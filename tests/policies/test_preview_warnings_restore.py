@@ -38,6 +38,21 @@ def test_a_hold_under_a_deny_with_the_same_conditions_changes_nothing():
     assert policy_warnings([rule("deny-half", when, "deny", "observe"), rule("h", when)], OFF) == []
 
 
+def test_an_amount_bound_with_no_currency_named_is_said():
+    """refundAmount counts minor units of each refund's own currency: "more than 10000" is
+    $100.00 for a USD refund, ¥10,000 (about $67) for a yen one and £100.00 (about $127) for a
+    pound one. A rule that names no single currency compares them all as if they were one."""
+    [warning] = policy_warnings([rule("big", {"refundAmount": {"gt": 10000}})], OFF)
+    assert warning.startswith("Rule big compares Refund amount in each refund's own currency")
+    assert "Refund amount in USD" in warning
+    two = {"refundAmount": {"gt": 10000}, "currency": ["USD", "EUR"]}
+    assert len(policy_warnings([rule("two", two)], OFF)) == 1
+    for named in ("USD", ["USD"]):
+        one = {"refundAmount": {"gt": 10000}, "currency": named}
+        assert policy_warnings([rule("usd", one)], OFF) == []
+    assert policy_warnings([rule("usd", {"refundAmountUsd": {"gt": 10000}})], OFF) == []
+
+
 def test_an_auto_refund_cap_above_a_hold_threshold_is_said():
     rules = [rule("big", {"refundAmountUsd": {"gt": 5000}})]
     on = AutoRefund(enabled=True, cap_minor=10000, currency="USD")

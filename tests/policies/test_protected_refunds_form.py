@@ -47,6 +47,20 @@ def test_one_condition_becomes_one_rule(client_for, site, fact, comparison, valu
     assert PolicyVersion.objects.filter(site=site).count() == 1
 
 
+def test_the_form_offers_no_amount_in_each_refunds_own_currency(client_for, site):
+    """A value typed in the site's currency cannot bound refundAmount, which counts minor
+    units of each refund's own currency (10000 is $100.00 and ¥10,000): the form offers
+    Refund amount in USD, which compares every currency through the rate table."""
+    client = client_for("owner")
+    answer = client.post(
+        URL, {"fact": "refundAmount", "comparison": "gt", "value": "100", "action": "deny"}
+    )
+    assert answer.status_code == 422
+    assert not PolicyVersion.objects.filter(site=site).exists()
+    page = client.get("/rules/").content.decode()
+    assert 'value="refundAmountUsd"' in page and 'value="refundAmount"' not in page
+
+
 def test_a_named_observed_hold(client_for, site):
     client_for("admin").post(
         URL,
