@@ -1,6 +1,9 @@
-"""Staff cannot refund a charge the buyer's bank is disputing (it would pay twice)."""
+"""Staff cannot refund a charge the buyer's bank is disputing, or has taken back through a
+lost dispute (either way a refund would pay the buyer twice); a won dispute no longer blocks."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from django.utils import timezone
@@ -13,54 +16,43 @@ from sill.orders.models import Charge, Dispute
 pytestmark = pytest.mark.django_db
 
 
-def test_it_refuses_a_staff_refund_on_a_disputed_charge(site, members, make_order, mock_rail):
+@pytest.fixture
+def refund_disputed(site, members, make_order, mock_rail):
+    """``refund_disputed(status)``: a staff full refund of a $20.00 order whose charge has a
+    dispute in ``status``."""
     ensure_default_reasons(site)
     leaf = add_reason(site=site, actor=None, name="Goodwill")
-    order = make_order(total="20.00")
-    Dispute.objects.create(
-        charge=Charge.objects.get(order=order), reason="fraudulent", amount_minor=2000,
-        currency="USD", status="under_review", opened_at=timezone.now(),
-    )  # fmt: skip
-    with pytest.raises(NotRefundable, match="disputed"):
-        create_staff_refund(
+
+    def refund(status: str) -> Refund:
+        order = make_order(total="20.00")
+        Dispute.objects.create(
+            charge=Charge.objects.get(order=order), reason="fraudulent", amount_minor=2000,
+            currency="USD", status=status, opened_at=timezone.now(),
+        )  # fmt: skip
+        return create_staff_refund(
             site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
         )
-    assert Refund.objects.count() == 0
+
+    return refund
 
 
-def test_a_lost_dispute_still_blocks_the_bank_gave_the_money_back(
-    site, members, make_order, mock_rail
-):
-    """The buyer won the chargeback: the bank already returned the charge to them, so a
-    refund now would pay them twice."""
-    ensure_default_reasons(site)
-    leaf = add_reason(site=site, actor=None, name="Goodwill")
-    order = make_order(total="20.00")
-    Dispute.objects.create(
-        charge=Charge.objects.get(order=order), reason="fraudulent", amount_minor=2000,
-        currency="USD", status="lost", opened_at=timezone.now(),
-    )  # fmt: skip
-    with pytest.raises(NotRefundable, match="already returned") as refused:
-        create_staff_refund(
-            site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
-        )
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [
+        ("under_review", "disputed: the bank is already reversing it"),
+        # The buyer won the chargeback: the bank already gave them the money back.
+        ("lost", "already returned $20.00 of this charge to the buyer"),
+    ],
+)
+def test_an_open_or_lost_dispute_refuses_a_staff_refund(refund_disputed, status, words):
+    with pytest.raises(NotRefundable, match=re.escape(words)) as refused:
+        refund_disputed(status)
     assert refused.value.__cause__.code == "disputed"
     assert Refund.objects.count() == 0
 
 
-def test_a_closed_dispute_no_longer_blocks(
-    site, members, make_order, mock_rail, django_capture_on_commit_callbacks
-):
-    ensure_default_reasons(site)
-    leaf = add_reason(site=site, actor=None, name="Goodwill")
-    order = make_order(total="20.00")
-    Dispute.objects.create(
-        charge=Charge.objects.get(order=order), reason="fraudulent", amount_minor=2000,
-        currency="USD", status="won", opened_at=timezone.now(),
-    )  # fmt: skip
+def test_a_won_dispute_no_longer_blocks(refund_disputed, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        refund = create_staff_refund(
-            site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
-        )
+        refund = refund_disputed("won")
     refund.refresh_from_db()
     assert refund.status == "succeeded"
