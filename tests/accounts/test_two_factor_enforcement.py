@@ -14,6 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from sill.accounts.models import Membership, Role
+from sill.rails.models import RailAccount
 from tests.accounts.two_factor_helpers import (
     VERIFY,
     code_for,
@@ -21,6 +22,7 @@ from tests.accounts.two_factor_helpers import (
     require_two_factor,
     verified_client,
 )
+from tests.rails.stripe_events import stripe_account
 
 pytestmark = pytest.mark.django_db
 
@@ -145,6 +147,32 @@ def test_it_asks_for_a_fresh_code_for_the_most_sensitive_changes(members, site, 
         assert not _refused(client.post("/settings/rails/mock/enabled/", {"enabled": "on"}))
         assert client.post(VERIFY, {"code": code_for(device)}).status_code == 303
         assert not _refused(client.post(path, form))
+
+
+@pytest.mark.parametrize("mode", ["live", "test"])
+def test_switching_on_a_live_rail_asks_for_a_fresh_code(members, site, mode):
+    """Saving a rail in live mode asks for one; switching an account that is saved live back
+    on (an owner switched it off, say during an incident) lets real money move just as much."""
+    require_two_factor(site)
+    stripe_account(site, mode=mode, enabled=False)
+    device = confirmed_device(members["admin"].user)
+    client = verified_client(members["admin"], device)
+    url = "/settings/rails/stripe/enabled/"
+
+    def enabled() -> bool:
+        return RailAccount.objects.get(site=site, rail="stripe").enabled
+
+    with time_machine.travel(timezone.now() + timedelta(minutes=6), tick=False):
+        response = client.post(url, {"enabled": "1"})
+        if mode == "test":
+            assert response.status_code == 303 and enabled()
+            return
+        assert _refused(response) and "fresh code" in response.content.decode()
+        assert not enabled()
+        # Switching it off asks for nothing more than a verified session.
+        assert client.post(url, {"enabled": "0"}).status_code == 303
+        assert client.post(VERIFY, {"code": code_for(device)}).status_code == 303
+        assert client.post(url, {"enabled": "1"}).status_code == 303 and enabled()
 
 
 def test_making_someone_owner_asks_for_a_fresh_code(members, site):
