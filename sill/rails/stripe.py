@@ -52,6 +52,21 @@ logger = logging.getLogger(__name__)
 
 _KEY_RE = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9]+")
 
+# Currencies whose Stripe API amounts are not ISO 4217 minor units. ISK has none (Sill counts
+# whole krónur), but Stripe kept it two-decimal for backwards compatibility: an amount of 100
+# is 1 króna (whole krónur only). Sent as minor units, ISK 5,000 would be charged as ISK 50.
+_STRIPE_UNITS_PER_MINOR: dict[str, int] = {"ISK": 100}
+
+
+def to_stripe_amount(money: Money) -> int:
+    """``money`` as Stripe's API counts its currency."""
+    return money.amount_minor * _STRIPE_UNITS_PER_MINOR.get(money.currency, 1)
+
+
+def from_stripe_amount(amount: Any, currency: Any) -> int:
+    """An amount Stripe's API reports in ``currency``, in Sill's minor units (ISO 4217)."""
+    return int(amount) // _STRIPE_UNITS_PER_MINOR.get(str(currency).upper(), 1)
+
 
 class _Target(TypedDict, total=False):
     """What a refund or refund lookup names: one of these two (see StripeRail._target)."""
@@ -169,7 +184,7 @@ class StripeRail:
 
     def charge(self, request: ChargeRequest) -> ChargeResult:
         params: dict[str, Any] = {
-            "amount": request.amount.amount_minor,
+            "amount": to_stripe_amount(request.amount),
             "currency": request.amount.currency.lower(),
             "payment_method": request.payment_method,
             "payment_method_types": ["card"],
@@ -212,7 +227,7 @@ class StripeRail:
         unfinished = None
         for intent in self._intents_for_order(request.order_id):
             if (
-                int(intent.amount) != request.amount.amount_minor
+                int(intent.amount) != to_stripe_amount(request.amount)
                 or str(intent.currency).upper() != request.amount.currency
             ):
                 continue
@@ -260,7 +275,7 @@ class StripeRail:
 
     def refund(self, request: RefundRequest) -> RefundResult:
         params: stripe.params.RefundCreateParams = {
-            "amount": request.amount.amount_minor,
+            "amount": to_stripe_amount(request.amount),
             "metadata": {
                 **request.metadata,
                 "sill_refund_id": request.refund_id,
@@ -309,14 +324,16 @@ class StripeRail:
             exists=True,
             currency=str(currency).upper() if currency else None,
             created_at=datetime.fromtimestamp(int(created), tz=UTC) if created else None,
-            balance_minor=int(balance) if isinstance(balance, int) else None,
+            balance_minor=(
+                from_stripe_amount(balance, currency or "") if isinstance(balance, int) else None
+            ),
         )
 
     def credit_customer(self, request: CreditRequest) -> RefundResult:
         """A customer balance transaction crediting ``request.amount`` (Stripe's sign: a
         credit is negative), with Sill's idempotency key and ``sill_credit_id`` metadata."""
         params: stripe.params.CustomerBalanceTransactionCreateParams = {
-            "amount": -request.amount.amount_minor,
+            "amount": -to_stripe_amount(request.amount),
             "currency": request.amount.currency.lower(),
             "metadata": {
                 **request.metadata,
@@ -394,7 +411,7 @@ class StripeRail:
             return [
                 RailDispute(
                     provider_dispute_id=d.id,
-                    amount_minor=int(d.amount),
+                    amount_minor=from_stripe_amount(d.amount, d.currency),
                     currency=str(d.currency).upper(),
                     reason=str(getattr(d, "reason", "") or "general"),
                     status=str(d.status),
@@ -434,7 +451,8 @@ class StripeRail:
             charge = self._client.v1.charges.retrieve(provider_charge_id)
         except stripe.StripeError as exc:
             self._raise(exc, doing="charge lookup", read=True)
-        return Money(int(charge.amount_refunded), charge.currency.upper())
+        refunded = from_stripe_amount(charge.amount_refunded, charge.currency)
+        return Money(refunded, charge.currency.upper())
 
     def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
         """The charge, its customer and the customer's 90-day history, as Stripe reports them.
@@ -499,7 +517,7 @@ class StripeRail:
             created_at=datetime.fromtimestamp(int(charge.created), tz=UTC),
             disputed=flag if isinstance(flag, bool) else None,
             refunded=(
-                int(charge.amount_refunded or 0)
+                from_stripe_amount(charge.amount_refunded or 0, charge.currency)
                 if str(charge.currency).upper() == request.currency
                 else None
             ),
@@ -536,7 +554,7 @@ class StripeRail:
             self._note_unreadable("customer history", exc)
             return None
         refunded = [
-            int(c.amount_refunded)
+            from_stripe_amount(c.amount_refunded, c.currency)
             for c in page.data[: request.history_limit]
             if str(c.currency).upper() == request.currency and int(c.amount_refunded or 0) > 0
         ]
@@ -649,7 +667,7 @@ def _rail_refund(refund: Any) -> RailRefund:
     created = getattr(refund, "created", None)
     return RailRefund(
         provider_refund_id=refund.id,
-        amount_minor=int(refund.amount),
+        amount_minor=from_stripe_amount(refund.amount, refund.currency),
         currency=str(refund.currency).upper(),
         status=str(refund.status or "pending"),
         created_at=(
@@ -664,7 +682,7 @@ def _rail_refund(refund: Any) -> RailRefund:
 def _rail_credit(txn: Any) -> RailRefund:
     return RailRefund(
         provider_refund_id=str(txn.id),
-        amount_minor=-int(txn.amount),
+        amount_minor=from_stripe_amount(-int(txn.amount), txn.currency),
         currency=str(txn.currency).upper(),
         status="succeeded",
         created_at=datetime.fromtimestamp(int(txn.created), tz=UTC),
@@ -677,7 +695,7 @@ def _credit_result(txn: Any) -> RefundResult:
     return RefundResult(
         provider_refund_id=str(txn.id),
         state="succeeded",
-        amount=Money(-int(txn.amount), str(txn.currency).upper()),
+        amount=Money(from_stripe_amount(-int(txn.amount), txn.currency), str(txn.currency).upper()),
     )
 
 
@@ -685,6 +703,6 @@ def _refund_result(refund: Any) -> RefundResult:
     return RefundResult(
         provider_refund_id=refund.id,
         state=_REFUND_STATES.get(refund.status or "", "pending"),
-        amount=Money(int(refund.amount), refund.currency.upper()),
+        amount=Money(from_stripe_amount(refund.amount, refund.currency), refund.currency.upper()),
         failure_message=getattr(refund, "failure_reason", None) or "",
     )

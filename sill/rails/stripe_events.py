@@ -26,6 +26,7 @@ from sill.orders.outside import (
 from sill.rails.base import RailRefund
 from sill.rails.dispute_states import dispute_status
 from sill.rails.models import WebhookEvent
+from sill.rails.stripe import from_stripe_amount
 
 REFUND_EVENTS = frozenset({"refund.created", "refund.updated", "refund.failed"})
 DISPUTE_EVENTS = frozenset(
@@ -97,7 +98,7 @@ def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime)
         try:
             report = RailRefund(
                 provider_refund_id=refund_id,
-                amount_minor=int(obj["amount"]),
+                amount_minor=from_stripe_amount(obj["amount"], obj["currency"]),
                 currency=str(obj["currency"]).upper(),
                 status=str(obj.get("status") or "succeeded"),
                 created_at=_time(obj.get("created")),
@@ -111,7 +112,7 @@ def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime)
     try:
         refund = OutsideRefund(
             provider_refund_id=refund_id,
-            amount_minor=int(obj["amount"]),
+            amount_minor=from_stripe_amount(obj["amount"], obj["currency"]),
             currency=str(obj["currency"]).upper(),
             status=str(obj.get("status") or "succeeded"),
             created_at_rail=_time(obj.get("created")),
@@ -137,7 +138,7 @@ def _apply_dispute(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime
         dispute = ReportedDispute(
             provider_dispute_id=dispute_id,
             reason=str(obj.get("reason") or "general"),
-            amount_minor=int(obj["amount"]),
+            amount_minor=from_stripe_amount(obj["amount"], obj["currency"]),
             currency=str(obj["currency"]).upper(),
             status=dispute_status(rail_status),
             rail_status=rail_status,

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import stripe
 
 from sill.money import Money
 from sill.rails.base import (
@@ -254,3 +255,35 @@ def test_one_key_keeps_one_http_client_alive_and_keys_never_share_one():
     assert http_client_for("sk_test_one", 20.0) is http_client_for("sk_test_one", 20.0)
     assert http_client_for("sk_test_one", 20.0) is not http_client_for("sk_test_two", 20.0)
     assert http_client_for("sk_test_one", 20.0) is not http_client_for("sk_test_one", 5.0)
+
+
+def test_icelandic_kronur_are_sent_and_read_in_stripes_two_decimal_units(rail, localstripe_url):
+    # ISK has no minor unit (ISO 4217), but Stripe's API kept it two-decimal: an amount of
+    # 100 is 1 króna. ISK 5,000 is 500000 on the wire, both ways.
+    isk = Money(5000, "ISK")
+    request = ChargeRequest(
+        order_id="ord_isk",
+        amount=isk,
+        payment_method="pm_card_visa",
+        idempotency_key="sill-charge-ord_isk",
+    )
+    charge = rail.charge(request)
+
+    stripe_side = stripe.StripeClient(KEY, base_addresses={"api": localstripe_url})
+    intent = stripe_side.v1.payment_intents.retrieve(charge.provider_payment_id)
+    assert (intent.amount, intent.currency) == (500000, "isk")
+    assert rail.find_charge(request) == charge
+
+    refund = rail.refund(
+        RefundRequest(
+            refund_id="rf_isk",
+            idempotency_key="sill-refund-rf_isk",
+            amount=Money(1200, "ISK"),
+            provider_charge_id=charge.provider_charge_id,
+        )
+    )
+    assert refund.amount == Money(1200, "ISK")
+    assert stripe_side.v1.refunds.retrieve(refund.provider_refund_id).amount == 120000
+    assert rail.charge_amount_refunded(charge.provider_charge_id) == Money(1200, "ISK")
+    (listed,) = rail.list_refunds(charge.provider_charge_id)
+    assert (listed.amount_minor, listed.currency) == (1200, "ISK")
