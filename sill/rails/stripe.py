@@ -248,7 +248,9 @@ class StripeRail:
 
         The Search API answers directly; where it does not exist (localstripe, and regions
         without search) the newest intents are listed, a bounded number of pages: a charge
-        being recovered is minutes or hours old.
+        being recovered is minutes or hours old. When those pages hold none of the order's
+        and there are more, that is no answer (the intent may be older): ``RetryableRailError``,
+        never an empty list, which would let Sill fail a charge the buyer paid.
         """
         query = f"metadata['sill_order_id']:'{order_id}'"
         try:
@@ -265,13 +267,18 @@ class StripeRail:
             for _ in range(_LIST_PAGES):
                 matches.extend(i for i in page.data if _is_for(i, order_id))
                 if not page.has_more or not page.data:
-                    break
+                    return matches
                 page = self._client.v1.payment_intents.list(
                     params={"limit": 100, "starting_after": page.data[-1].id}
                 )
-            return matches
         except stripe.StripeError as exc:
             self._raise(exc, doing="charge lookup", read=True)
+        if matches:
+            return matches
+        raise RetryableRailError(
+            f"Stripe charge lookup: the newest {_LIST_PAGES * 100} PaymentIntents hold none for "
+            f"order {order_id}, and Stripe cannot search this account for older ones"
+        )
 
     def refund(self, request: RefundRequest) -> RefundResult:
         params: stripe.params.RefundCreateParams = {

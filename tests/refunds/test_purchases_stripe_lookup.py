@@ -3,10 +3,16 @@ the rail falls back to listing), so a lost answer is settled without a second ch
 
 from __future__ import annotations
 
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from sill.money import Money
-from sill.rails.base import ChargeFinder, ChargeRequest, PermanentRailError
+from sill.rails.base import ChargeFinder, ChargeRequest, PermanentRailError, RailError
 from sill.rails.stripe import StripeRail
 
 KEY = "sk_test_sill_localstripe_lookup"
@@ -41,3 +47,62 @@ def test_a_declined_attempt_counts_as_no_charge(rail):
     with pytest.raises(PermanentRailError):
         rail.charge(request("ord_1", "pm_card_chargeCustomerFail"))
     assert rail.find_charge(request("ord_1")) is None
+
+
+@pytest.fixture
+def busy_stripe() -> Iterator[str]:
+    """A loopback Stripe without search, whose account has more PaymentIntents (of other
+    orders) than the rail lists: every page says there are more."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, status: int, payload: dict[str, object]) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            url = urllib.parse.urlparse(self.path)
+            if url.path == "/v1/payment_intents/search":
+                self._send(404, {"error": {"type": "invalid_request_error", "message": "no"}})
+                return
+            after = urllib.parse.parse_qs(url.query).get("starting_after", ["pi_0"])[0]
+            start = int(after.removeprefix("pi_")) + 1
+            intents = [
+                {
+                    "id": f"pi_{n}",
+                    "object": "payment_intent",
+                    "amount": 8900,
+                    "currency": "usd",
+                    "status": "succeeded",
+                    "created": 1764583200,
+                    "latest_charge": f"ch_{n}",
+                    "customer": None,
+                    "metadata": {"sill_order_id": f"ord_other_{n}"},
+                }
+                for n in range(start, start + 100)
+            ]
+            self._send(200, {"object": "list", "data": intents, "has_more": True, "url": "/x"})
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_listing_cut_short_is_no_answer_that_nothing_was_charged(busy_stripe):
+    # The order's PaymentIntent may be older than the pages read: "none" would let Sill fail
+    # the charge (and cancel the order) while the buyer was charged.
+    rail = StripeRail(secret_key=KEY, api_base=busy_stripe)
+
+    with pytest.raises(RailError) as caught:
+        rail.find_charge(request("ord_1"))
+
+    assert caught.value.retryable
