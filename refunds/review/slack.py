@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -210,7 +211,10 @@ def verify_click(*, site: Site, body: bytes, timestamp: str | None, signature: s
         )
     if len(body) > MAX_BODY_BYTES:
         raise SillError("The request is too large.", code="too_large", status=413)
-    if not SignatureVerifier(secret).is_valid(body, timestamp, signature):
+    # slack_sdk reads the timestamp with int(): text that is not whole seconds (or too many
+    # digits for a float) would raise there, so it is refused as unsigned first.
+    seconds = timestamp is not None and re.fullmatch(r"[0-9]{1,15}", timestamp) is not None
+    if not seconds or not SignatureVerifier(secret).is_valid(body, timestamp, signature):
         raise SillError("The Slack signature does not verify.", code="bad_signature", status=400)
     try:
         form = parse_qs(body.decode("utf-8"), strict_parsing=True, max_num_fields=4)

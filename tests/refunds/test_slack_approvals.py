@@ -377,3 +377,24 @@ def test_the_response_url_stays_out_of_the_task_headers(
     assert "approved" in respond["argsrepr"]  # the outcome text is no secret
     [execute] = [p for p in published if p["task"] == "refunds.execute"]
     assert execute["argsrepr"] == repr((held.id,))
+
+
+@pytest.mark.parametrize(
+    "timestamp", ["soon", "", "1e3", "9" * 400], ids=["words", "empty", "exponent", "too-long"]
+)
+def test_a_click_with_a_timestamp_that_is_not_a_number_is_refused(
+    site, linked, held, slack, timestamp
+):
+    """The timestamp header is the sender's text: anything but whole seconds is a bad
+    signature (400), never a 500."""
+    body = urlencode({"payload": json.dumps({"type": "block_actions"})}).encode()
+    base = b"v0:" + timestamp.encode() + b":" + body
+    signature = "v0=" + hmac.new(SECRET.encode(), base, hashlib.sha256).hexdigest()
+    answer = Client(raise_request_exception=False).post(
+        f"/slack/interactions/{site.pk}", data=body,
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_SLACK_REQUEST_TIMESTAMP=timestamp, HTTP_X_SLACK_SIGNATURE=signature,
+    )  # fmt: skip
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "bad_signature"
+    held.refresh_from_db()
+    assert held.status == "held" and Slack.received == []
