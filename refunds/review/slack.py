@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
+from django.core.cache import cache
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
@@ -55,6 +56,8 @@ APPROVE = "sill_approve"
 REJECT = "sill_reject"
 MAX_BODY_BYTES = 64 * 1024
 TIMEOUT_SECONDS = 5
+# How long a click's signature is remembered: past the verifier's five minutes either way.
+REPLAY_SECONDS = 11 * 60
 
 
 class SlackRefused(SillError):
@@ -216,6 +219,10 @@ def verify_click(*, site: Site, body: bytes, timestamp: str | None, signature: s
     seconds = timestamp is not None and re.fullmatch(r"[0-9]{1,15}", timestamp) is not None
     if not seconds or not SignatureVerifier(secret).is_valid(body, timestamp, signature):
         raise SillError("The Slack signature does not verify.", code="bad_signature", status=400)
+    # A signature verifies for five minutes either side of its timestamp: the same signed
+    # request seen again in that time is a replay (Slack signs each click afresh).
+    if not cache.add(f"sill:slack-click:{site.pk}:{signature}", 1, REPLAY_SECONDS):
+        raise SillError("This Slack request was sent before.", code="bad_signature", status=400)
     try:
         form = parse_qs(body.decode("utf-8"), strict_parsing=True, max_num_fields=4)
         payload = json.loads(form["payload"][0])

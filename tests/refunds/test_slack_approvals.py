@@ -398,3 +398,42 @@ def test_a_click_with_a_timestamp_that_is_not_a_number_is_refused(
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "bad_signature"
     held.refresh_from_db()
     assert held.status == "held" and Slack.received == []
+
+
+def test_a_replayed_click_is_refused_and_changes_nothing(
+    site, linked, held, slack, django_capture_on_commit_callbacks
+):
+    """The same signed request sent again within the five minutes (captured on the way, or
+    resent by a proxy) is a replay: 400, and nothing is queued, decided or said in Slack."""
+    payload = {
+        "type": "block_actions",
+        "user": {"id": "U0ADMIN", "username": "someone", "team_id": "T1"},
+        "team": {"id": "T1"},
+        "response_url": slack,
+        "actions": [{"action_id": "sill_reject", "value": held.id, "type": "button"}],
+    }
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    timestamp = str(int(time.time()))
+    base = b"v0:" + timestamp.encode() + b":" + body
+    headers = {
+        "HTTP_X_SLACK_REQUEST_TIMESTAMP": timestamp,
+        "HTTP_X_SLACK_SIGNATURE": "v0="
+        + hmac.new(SECRET.encode(), base, hashlib.sha256).hexdigest(),
+    }
+
+    def send():
+        return Client().post(
+            f"/slack/interactions/{site.pk}", data=body,
+            content_type="application/x-www-form-urlencoded", **headers,
+        )  # fmt: skip
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert send().status_code == 200
+    held.refresh_from_db()
+    assert held.status == "rejected"
+    with django_capture_on_commit_callbacks(execute=True) as queued:
+        replay = send()
+    assert replay.status_code == 400 and replay.json()["error"]["code"] == "bad_signature"
+    assert queued == []
+    assert len(Slack.received) == 1  # only the first click's outcome
+    assert AuditRecord.objects.filter(site=site, kind="escalated_rejected").count() == 1
