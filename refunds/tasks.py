@@ -158,7 +158,8 @@ def slack_respond_task(response_url: str, text: str, privately: bool = False) ->
     return respond(response_url=response_url, text=text, privately=privately)
 
 
-@shared_task(name="refunds.slack_decide")
+# Tasks are acknowledged late by default (CELERY_TASK_ACKS_LATE); a click is not (below).
+@shared_task(name="refunds.slack_decide", acks_late=False)
 def slack_decide_task(
     site_id: str, action: str, refund_id: str, slack_user_id: str, response_url: str
 ) -> str:

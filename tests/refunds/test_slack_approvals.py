@@ -437,3 +437,14 @@ def test_a_replayed_click_is_refused_and_changes_nothing(
     assert queued == []
     assert len(Slack.received) == 1  # only the first click's outcome
     assert AuditRecord.objects.filter(site=site, kind="escalated_rejected").count() == 1
+
+
+def test_a_queued_click_is_acknowledged_on_receipt():
+    """A click is a person's decision, made at most once: a worker lost mid-way drops it (the
+    buttons stay, to click again) instead of its message going back to the queue and being
+    decided again, up to the visibility timeout later. Tasks are acknowledged late by default
+    (CELERY_TASK_ACKS_LATE), so this one must say otherwise."""
+    from sill.celery import app
+
+    decide = app.tasks["refunds.slack_decide"]
+    assert decide.acks_late is False
