@@ -97,8 +97,10 @@ def review_url(refund: Refund) -> str:
 
 
 def decider_emails(refund: Refund) -> list[str]:
+    """The site's owners and admins whose accounts are active: a deactivated one is locked
+    out of Sill and hears nothing more of its refunds and buyers."""
     members = Membership.objects.filter(
-        site_id=refund.site_id, role__in=[Role.OWNER, Role.ADMIN]
+        site_id=refund.site_id, role__in=[Role.OWNER, Role.ADMIN], user__is_active=True
     ).select_related("user")
     emails = {(m.user.email or m.user.get_username()).strip().lower() for m in members}
     return sorted(e for e in emails if "@" in e)

@@ -175,3 +175,14 @@ def test_an_email_that_fails_is_sent_by_the_next_attempt(held, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     assert notify_pending_held_refunds() == 1
     assert len(mail.outbox) == 1
+
+
+def test_a_deactivated_owner_is_not_emailed(held, members):
+    """A deactivated account is locked out of Sill (its sessions end, Slack refuses its
+    clicks): it no longer hears about the site's refunds and their buyers either."""
+    owner = members["owner"].user
+    owner.is_active = False
+    owner.save()
+    assert notify_held_refund(refund_id=held.id)
+    [message] = mail.outbox
+    assert message.to == ["admin@roasters.example"]
