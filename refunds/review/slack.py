@@ -214,10 +214,14 @@ def verify_click(*, site: Site, body: bytes, timestamp: str | None, signature: s
         )
     if len(body) > MAX_BODY_BYTES:
         raise SillError("The request is too large.", code="too_large", status=413)
-    # slack_sdk reads the timestamp with int(): text that is not whole seconds (or too many
-    # digits for a float) would raise there, so it is refused as unsigned first.
+    # slack_sdk reads the timestamp with int() and compares the signature as text: a
+    # timestamp that is not whole seconds (or too many digits for a float) or a non-ASCII
+    # signature would raise there, so headers not in Slack's shape are refused first.
     seconds = timestamp is not None and re.fullmatch(r"[0-9]{1,15}", timestamp) is not None
-    if not seconds or not SignatureVerifier(secret).is_valid(body, timestamp, signature):
+    shaped = signature is not None and re.fullmatch(r"v0=[0-9a-f]{64}", signature) is not None
+    if not (seconds and shaped) or not SignatureVerifier(secret).is_valid(
+        body, timestamp, signature
+    ):
         raise SillError("The Slack signature does not verify.", code="bad_signature", status=400)
     # A signature verifies for five minutes either side of its timestamp: the same signed
     # request seen again in that time is a replay (Slack signs each click afresh).

@@ -448,3 +448,17 @@ def test_a_queued_click_is_acknowledged_on_receipt():
 
     decide = app.tasks["refunds.slack_decide"]
     assert decide.acks_late is False
+
+
+@pytest.mark.parametrize("signature", ["v0=\xe9" * 22, "\xff", "v0=" + "A" * 64, ""])
+def test_a_click_with_a_signature_that_is_not_slacks_is_refused(site, linked, held, signature):
+    """A signature header that is not ``v0=`` and 64 hex digits (non-ASCII text, say, which
+    hmac.compare_digest will not compare) is a bad signature (400), never a 500."""
+    answer = Client(raise_request_exception=False).post(
+        f"/slack/interactions/{site.pk}", data=b"payload=%7B%7D",
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_SLACK_REQUEST_TIMESTAMP=str(int(time.time())), HTTP_X_SLACK_SIGNATURE=signature,
+    )  # fmt: skip
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "bad_signature"
+    held.refresh_from_db()
+    assert held.status == "held"
