@@ -175,7 +175,12 @@ def slack_decide_task(
     return "refused" if decided is None else str(decided.status)
 
 
-@shared_task(name="refunds.notify_reversed")
+@shared_task(
+    name="refunds.notify_reversed",
+    autoretry_for=(OSError,),  # SMTP errors are OSErrors; the claim was given back
+    max_retries=5,
+    retry_backoff=30,
+)
 def notify_reversed_task(refund_id: str) -> bool:
     """Tell owners and admins that a settled refund failed at the rail (enqueued on commit)."""
     return notify_reversed(refund_id=refund_id)

@@ -18,6 +18,7 @@ from django.urls import reverse
 
 from refunds.labels import refund_headline
 from refunds.models import RESERVED_STATUSES, Refund, RefundStatus
+from refunds.review.failures import send_once
 from refunds.review.notifications import decider_emails
 from refunds.services import reverse_settled_refund
 from sill.orders.models import Charge
@@ -61,10 +62,15 @@ def apply_own_refund_report(charge: Charge, reported: RailRefund, event_id: str)
 
 
 def notify_reversed(*, refund_id: str) -> bool:
-    """Email the owners and admins that a settled refund failed at the rail."""
+    """Email the owners and admins that a settled refund failed at the rail, once (a task
+    delivered twice sends one email; one the mail server refused is sent by the retry)."""
     refund = Refund.objects.select_related("site", "order").get(pk=refund_id)
     if refund.reversed_at is None:
         return False
+    return send_once(f"{refund_id}:reversed", lambda: _email_reversed(refund))
+
+
+def _email_reversed(refund: Refund) -> bool:
     recipients = decider_emails(refund)
     if not recipients:
         logger.warning("refund %s failed after settlement; site has no owner or admin", refund.id)

@@ -12,6 +12,7 @@ its own (``refunds.reconcile.rail_reports.notify_reversed``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.cache import cache
@@ -28,8 +29,17 @@ logger = logging.getLogger(__name__)
 CLAIM_SECONDS = 7 * 24 * 3600
 
 
-def _claim_key(refund_id: str) -> str:
-    return f"sill:notified:{refund_id}:failed"
+def send_once(claim: str, send: Callable[[], bool]) -> bool:
+    """``send()`` unless ``claim`` was already taken (False then): an atomic claim in the
+    cache, given back if ``send`` raises (the mail server refused: the task's retry sends)."""
+    key = f"sill:notified:{claim}"
+    if not cache.add(key, 1, CLAIM_SECONDS):
+        return False
+    try:
+        return send()
+    except Exception:
+        cache.delete(key)  # not sent: the retry may send it
+        raise
 
 
 def notify_failed(*, refund_id: str) -> bool:
@@ -40,13 +50,9 @@ def notify_failed(*, refund_id: str) -> bool:
         .filter(pk=refund_id, status=RefundStatus.FAILED, reversed_at__isnull=True)
         .first()
     )
-    if refund is None or not cache.add(_claim_key(refund_id), 1, CLAIM_SECONDS):
+    if refund is None:
         return False
-    try:
-        return _email(refund)
-    except Exception:
-        cache.delete(_claim_key(refund_id))  # not sent: the retry may send it
-        raise
+    return send_once(f"{refund_id}:failed", lambda: _email(refund))
 
 
 def _email(refund: Refund) -> bool:

@@ -7,16 +7,19 @@ Stripe's scheme (localstripe neither fails refunds nor sends webhooks).
 from __future__ import annotations
 
 import json
+import socket
 from decimal import Decimal
 from io import StringIO
 
 import pytest
+from celery.exceptions import Retry
 from django.core import mail
 from django.core.management import call_command
 from django.test import Client
 
 from audit.models import AuditRecord
 from refunds.models import Refund
+from refunds.tasks import notify_reversed_task
 from sill.accounts.services import issue_agent_token
 from sill.orders.models import Charge, ExternalRefund, Order
 from tests.rails.localstripe_fixtures import as_dict
@@ -94,6 +97,26 @@ def test_it_writes_a_signed_record_and_tells_owners_and_admins(
     assert "failed after settlement" in message.subject.lower()
     assert sorted(message.to) == ["admin@roasters.example", "owner@roasters.example"]
     assert f"/orders/{paid.order_id}/" in message.body
+
+
+def test_its_email_is_sent_once_and_again_after_a_mail_server_failure(
+    site, paid, settled, sdk, deliver, members, settings
+):
+    """The task is redelivered (a worker lost after sending) or retried after the mail server
+    refused: owners are told once, and told even when the first send failed."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port  # nothing listens there
+    with pytest.raises(Retry):  # the task's autoretry on the mail server's OSError
+        deliver(site, failed_event(sdk, settled))
+    settled.refresh_from_db()
+    assert settled.reversed_at is not None and mail.outbox == []
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    assert notify_reversed_task.run(settled.pk) is True  # the task's retry
+    assert notify_reversed_task.run(settled.pk) is False  # a redelivery
+    assert len(mail.outbox) == 1
 
 
 def test_it_applies_once_however_often_and_in_whatever_form_stripe_reports_it(
