@@ -39,7 +39,7 @@ run: export DEBUG ?= 1
 run: $(VENV)/.installed
 	$(MANAGE) migrate --noinput
 	$(MANAGE) demo
-	@$(BIN)/celery -A sill worker -B -S django --loglevel INFO --concurrency 2 & worker=$$!; \
+	@$(BIN)/celery -A sill worker -B --loglevel INFO --concurrency 2 & worker=$$!; \
 	trap 'kill -TERM $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	echo "Sill: http://127.0.0.1:$(PORT)/  (Ctrl-C stops the server and the worker)"; \
 	$(MANAGE) runserver 127.0.0.1:$(PORT)
