@@ -11,6 +11,7 @@ commit (sill.rails.stripe_events).
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import stripe
@@ -39,7 +40,8 @@ def verify(payload: bytes, header: str, secrets: list[str], *, now: float | None
         text = payload.decode("utf-8")
     except UnicodeDecodeError:
         return False
-    if not _fresh(header, time.time() if now is None else now):
+    # The SDK compares signatures with hmac.compare_digest, which raises on non-ASCII text.
+    if not header.isascii() or not _fresh(header, time.time() if now is None else now):
         return False
     for secret in secrets:
         try:
@@ -52,9 +54,10 @@ def verify(payload: bytes, header: str, secrets: list[str], *, now: float | None
 
 def _fresh(header: str, now: float) -> bool:
     # The SDK refuses only old timestamps; a far-future ``t`` would let a captured signature
-    # live on, so it is refused too.
-    stamps = [p.strip()[2:] for p in header.split(",") if p.strip().startswith("t=")]
-    if len(stamps) != 1 or not stamps[0].strip().isdigit():
+    # live on, so it is refused too. ASCII digits only, and few of them: "²".isdigit() is true
+    # but int() refuses it, as it does more than 4300 digits (both were a 500).
+    stamps = [p.strip()[2:].strip() for p in header.split(",") if p.strip().startswith("t=")]
+    if len(stamps) != 1 or not re.fullmatch(r"[0-9]{1,15}", stamps[0]):
         return False
     return abs(now - int(stamps[0])) <= TOLERANCE_SECONDS
 

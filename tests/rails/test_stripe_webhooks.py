@@ -57,6 +57,9 @@ def nothing_recorded() -> bool:
         "t={now},v1={wrong}",  # another secret
         "t={stale},v1={stale_sig}",  # older than 300 s
         "t={future},v1={future_sig}",  # far in the future
+        "t=\u00b2,v1={good}",  # "²".isdigit(), but int() refuses it: was a 500
+        "t=" + "9" * 5000 + ",v1={good}",  # more digits than int() reads: was a 500
+        "t={now},v1=\u00e9{good}",  # the SDK's compare_digest refuses non-ASCII: was a 500
         "",
     ],
 )
