@@ -197,3 +197,14 @@ def test_it_refuses_get_and_other_methods_on_the_mandate_endpoint():
     response = Client().get("/api/v1/mandates")
     assert response.status_code == 405
     assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize("length", ["0" * 4400 + "2", "\u00b2", "-1"])
+def test_a_content_length_int_cannot_read_is_too_large_not_a_500(length):
+    # Django tolerates any CONTENT_LENGTH (it reads none of the body); the view read it with
+    # int(), which refuses more than 4300 digits.
+    response = Client().post(
+        "/api/v1/mandates", data=b"{}", content_type="application/json", CONTENT_LENGTH=length
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
