@@ -139,8 +139,10 @@ def locked_order_and_charge(
     One statement on PostgreSQL (an agent decision runs it every time: one round trip fewer
     than locking the order, then reading its charge): the order is locked in the sub-select
     the join starts from, the charge in the ``LATERAL`` one run for it, as the two statements
-    would. ``also``: a value the same statement selects for the caller (the third item; None
-    when not selected). SQLite, which has no ``LATERAL`` (nor row locks: its writers are
+    would. An order another transaction holds is waited for in a statement of its own, and
+    only then read with its checks, so that they count what its holder wrote. ``also``: a
+    value the same statement selects for the caller (the third item; None when not
+    selected). SQLite, which has no ``LATERAL`` (nor row locks: its writers are
     serialised), runs the two statements and selects nothing ``also`` asks.
     """
     order = cols(Order, "o")
@@ -156,21 +158,36 @@ def locked_order_and_charge(
         return found, charged_charge(found, lock=True, checks=True), None
     charge = cols(Charge, "c")
     checks, params = _checks()
-    row = fetch_row(
-        # Formatted in: the models' column lists, the caller's expression and placeholders.
-        f"""SELECT {order.sql}, {charge.sql}, {checks}, {also.sql if also else "NULL"}
+    # Formatted in: the models' column lists, the caller's expression and placeholders.
+    statement = f"""SELECT {order.sql}, {charge.sql}, {checks}, {also.sql if also else "NULL"}
         FROM (SELECT {order.sql} FROM orders_order o WHERE o.site_id = %s AND o.id = %s
-              FOR UPDATE) o
+              FOR UPDATE SKIP LOCKED) o
         LEFT JOIN LATERAL (
             SELECT {charge.sql} FROM orders_charge c
             WHERE c.order_id = o.id AND c.status = %s
             ORDER BY c.created_at
             LIMIT 1
-            FOR UPDATE) c ON TRUE""",  # noqa: S608
-        [*params, *(also.params if also else ()), site_id, order_id, ChargeStatus.SUCCEEDED],
-    )
+            FOR UPDATE) c ON TRUE"""  # noqa: S608
+    statement_params = [
+        *params, *(also.params if also else ()), site_id, order_id, ChargeStatus.SUCCEEDED,
+    ]  # fmt: skip
+    row = fetch_row(statement, statement_params)
     if row is None:
-        return None, None, None
+        # No such order, or another transaction holds its lock (SKIP LOCKED): the statement
+        # above never waits for it. A statement that waits for a row lock reads the
+        # locked row as the holder committed it, but its sub-selects (the quote's checks, the
+        # agent's sum) as they were when it started: a dispute, an agent refund or a hold
+        # the holder wrote would go unseen. Wait in a statement of its own, then read anew.
+        if (
+            fetch_row(
+                "SELECT 1 FROM orders_order o WHERE o.site_id = %s AND o.id = %s FOR UPDATE",
+                [site_id, order_id],
+            )
+            is None
+        ):
+            return None, None, None
+        row = fetch_row(statement, statement_params)  # the lock is ours: nothing is skipped
+        assert row is not None
     found = order.build(row)
     at = len(order)
     carried = row[-1]
