@@ -152,6 +152,13 @@ def resolve_attention(
         raise SillError("This refund no longer needs attention.", code="already_resolved")
     try:
         with transaction.atomic():
+            # The refund, then its order and charge, before the append: the append holds the
+            # site's chain head until commit, and a decision or settlement on this charge
+            # holds the charge while it waits for the head (the lock order of refunds.locks).
+            Refund.objects.select_for_update(of=("self",)).get(pk=refund.pk)
+            if not refund.is_credit:
+                Order.objects.select_for_update().get(pk=refund.order_id)
+                Charge.objects.select_for_update().get(pk=refund.charge_id)
             if outcome == "refunded":
                 _refuse_a_counted_id(refund, provider_refund_id)
             append_record(
@@ -196,12 +203,11 @@ def _refuse_a_counted_id(refund: Refund, provider_refund_id: str) -> None:
     outside Sill recorded on the charge, or another Sill refund of the charge (for a credit,
     another credit of the customer) settled under it.
 
-    Takes the locks settlement takes, in its order: the refund, then its order and charge (a
-    credit's customer). An outside refund is recorded under the same order and charge locks
-    and skips an id Sill settled (sill.orders.outside), so whichever comes second sees the
-    other.
+    The caller holds the locks settlement takes, in its order: the refund, then its order and
+    charge; a credit's customer is locked here. An outside refund is recorded under the same
+    order and charge locks and skips an id Sill settled (sill.orders.outside), so whichever
+    comes second sees the other.
     """
-    Refund.objects.select_for_update(of=("self",)).get(pk=refund.pk)
     others = Refund.objects.filter(provider_refund_id=provider_refund_id).exclude(pk=refund.pk)
     noun = "credit" if refund.is_credit else "refund"
     look_for = f"Look for the one with idempotency key {refund.idempotency_key}."
@@ -212,8 +218,6 @@ def _refuse_a_counted_id(refund: Refund, provider_refund_id: str) -> None:
         other = others.filter(customer_id=customer_id).first()
         whose = "this customer"
     else:
-        Order.objects.select_for_update().get(pk=refund.order_id)
-        Charge.objects.select_for_update().get(pk=refund.charge_id)
         if ExternalRefund.objects.filter(
             charge_id=refund.charge_id, provider_refund_id=provider_refund_id
         ).exists():
