@@ -11,7 +11,8 @@ class AddKeyForm(forms.Form):
     agent_id = forms.CharField(label="Agent id", max_length=100)
     key_id = forms.CharField(label="Key id", max_length=100)
     public_key = forms.CharField(label="Public key", max_length=100)
-    # datetime-local inputs carry no zone: they are read in UTC (TIME_ZONE), as the page says.
+    # datetime-local inputs carry no zone: Django reads them in the active zone, which
+    # SiteTimeZoneMiddleware sets to the site's, as the page says beside each field.
     valid_from = forms.DateTimeField(label="Valid from", input_formats=DATETIME_LOCAL)
     valid_until = forms.DateTimeField(
         label="Valid until", input_formats=DATETIME_LOCAL, required=False

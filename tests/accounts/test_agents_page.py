@@ -140,6 +140,18 @@ def test_htmx_add_redirects_the_client(client_for, site):
     assert AgentKey.objects.filter(agent__site=site).count() == 1
 
 
+def test_key_times_are_read_and_labelled_in_the_sites_time_zone(client_for, site):
+    site.timezone = "America/New_York"
+    site.save(update_fields=["timezone"])
+    client = client_for("owner")
+    body = client.get(URL).content.decode()
+    assert 'Valid from <span class="muted">(America/New_York time)</span>' in body
+    assert "(UTC" not in body
+    assert client.post(f"{URL}keys/add/", _form()).status_code == 303
+    key = AgentKey.objects.get(agent__site=site, agent__agent_id="agent_new")
+    assert key.valid_from == datetime(2026, 1, 1, 14, 30, tzinfo=UTC)  # 09:30 in New York
+
+
 def test_the_form_defaults_valid_from_to_now(client_for):
     body = client_for("owner").get(URL).content.decode()
     assert f'value="{timezone.now():%Y-%m-%dT}' in body
