@@ -51,6 +51,43 @@ OVERFLOWING = """
 """
 
 
+# Content cut off inside a box that hides its overflow (a stacked table card on a phone, a
+# rounded panel): the page itself fits, so OVERFLOWING cannot see it. Each box is named with the
+# deepest element that passes its right edge. Visually hidden helpers (1 px wide) are skipped.
+CLIPPED = """
+() => {
+  const name = (el) => {
+    let s = el.tagName.toLowerCase();
+    if (el.id) s += "#" + el.id;
+    if (el.classList.length) s += "." + Array.from(el.classList).join(".");
+    const text = (el.textContent || "").trim().replace(/\\s+/g, " ").slice(0, 40);
+    return text ? `${s} "${text}"` : s;
+  };
+  const found = [];
+  for (const box of document.querySelectorAll("main *")) {
+    if (["INPUT", "SELECT", "TEXTAREA", "svg"].includes(box.tagName) || box.closest("svg")) continue;
+    const st = getComputedStyle(box);
+    if (!["hidden", "clip"].includes(st.overflowX) || box.clientWidth <= 2) continue;
+    if (box.scrollWidth <= box.clientWidth + 1) continue;
+    const edge = box.getBoundingClientRect().right;
+    let culprit = null;
+    for (const el of box.querySelectorAll("*")) {
+      const r = el.getBoundingClientRect();
+      if (r.width > 2 && r.right > edge + 1) culprit = el;
+    }
+    if (culprit) found.push(`${name(culprit)} is cut off by ${name(box).slice(0, 60)}`);
+  }
+  return found.slice(0, 12);
+}
+"""
+
+
+def clipped_content(page: Page) -> list[str]:
+    """Text or badges cut off by a box that hides its overflow, one line each."""
+    found: list[str] = page.evaluate(CLIPPED)
+    return [f"cut off: {line}" for line in found]
+
+
 def run_axe(page: Page) -> list[str]:
     """axe-core's serious and critical violations on the page as it stands, one line each."""
     if not page.evaluate("typeof window.axe !== 'undefined'"):

@@ -1,7 +1,8 @@
 """The sweep: every page each role may open, on a desktop (1440 x 900) and a phone (390 x 844).
 
 For each page: no horizontal overflow on the phone (``scrollWidth`` ≤ the viewport; the
-failure names what sticks out), no serious or critical axe-core violation, no console error or
+failure names what sticks out), nothing cut off inside a box that hides its overflow (a table
+row stacked as a card on the phone), no serious or critical axe-core violation, no console error or
 uncaught exception, and a screenshot under ``screenshot_dir()/sweep/<role>/``. One browser
 context per role and viewport, logged in once. Every problem of a role is collected and reported
 together, so one run lists everything to fix.
@@ -33,7 +34,12 @@ from refunds.services import new_refund, record_decision
 from sill.accounts.models import Agent, Site
 from sill.orders.models import Customer, Order
 from tests.authorization_matrix import MATRIX, OK
-from tests.e2e.accessibility import ConsoleErrors, horizontal_overflow, run_axe
+from tests.e2e.accessibility import (
+    ConsoleErrors,
+    clipped_content,
+    horizontal_overflow,
+    run_axe,
+)
 from tests.refunds.conftest import hold_refund
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -184,6 +190,7 @@ def check(
     found = []
     if phone and (overflow := horizontal_overflow(page)):
         found.append(overflow)
+    found += clipped_content(page)
     found += run_axe(page)
     found += errors.take(expected_status=status)
     return [f"{label}: {line}" for line in found]
