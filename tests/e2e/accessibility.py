@@ -81,11 +81,24 @@ CLIPPED = """
 }
 """
 
+# A table wider than its scrolling wrapper: on a laptop its last columns are out of sight.
+SCROLLING_TABLES = """
+() => Array.from(document.querySelectorAll("main .table-wrap"))
+  .filter((w) => w.scrollWidth > w.clientWidth + 1)
+  .map((w) => `table "${w.getAttribute("aria-label") || ""}" is ${w.scrollWidth} px wide in ${w.clientWidth} px`)
+"""
+
 
 def clipped_content(page: Page) -> list[str]:
     """Text or badges cut off by a box that hides its overflow, one line each."""
     found: list[str] = page.evaluate(CLIPPED)
     return [f"cut off: {line}" for line in found]
+
+
+def scrolling_tables(page: Page) -> list[str]:
+    """Tables that scroll sideways inside their wrapper (on a laptop: columns out of sight)."""
+    found: list[str] = page.evaluate(SCROLLING_TABLES)
+    return found
 
 
 def run_axe(page: Page) -> list[str]:

@@ -2,7 +2,8 @@
 
 For each page: no horizontal overflow on the phone (``scrollWidth`` ≤ the viewport; the
 failure names what sticks out), nothing cut off inside a box that hides its overflow (a table
-row stacked as a card on the phone), no serious or critical axe-core violation, no console error or
+row stacked as a card on the phone), no table that scrolls sideways on the desktop (its last
+columns out of sight), no serious or critical axe-core violation, no console error or
 uncaught exception, and a screenshot under ``screenshot_dir()/sweep/<role>/``. One browser
 context per role and viewport, logged in once. Every problem of a role is collected and reported
 together, so one run lists everything to fix.
@@ -39,6 +40,7 @@ from tests.e2e.accessibility import (
     clipped_content,
     horizontal_overflow,
     run_axe,
+    scrolling_tables,
 )
 from tests.refunds.conftest import hold_refund
 
@@ -191,6 +193,8 @@ def check(
     if phone and (overflow := horizontal_overflow(page)):
         found.append(overflow)
     found += clipped_content(page)
+    if not phone:
+        found += scrolling_tables(page)
     found += run_axe(page)
     found += errors.take(expected_status=status)
     return [f"{label}: {line}" for line in found]
