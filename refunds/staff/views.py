@@ -94,6 +94,14 @@ def order_detail_context(
     charges = list(order.charges.prefetch_related("disputes"))
     transactions = transactions_for(order)
     refunds = [t.obj for t in transactions if t.kind == "refund"]
+    for charge in charges:
+        # Held refunds reserve nothing until approved, yet no new refund may take their
+        # amount: the card says how much of what is refundable they wait on.
+        held = sum(
+            r.amount_minor for r in refunds
+            if isinstance(r, Refund) and r.charge_id == charge.pk and r.status == RefundStatus.HELD
+        )  # fmt: skip
+        charge.held_for_review = Money(held, charge.currency) if held else None  # type: ignore[attr-defined]
     return {
         "order": order,
         "status_area": refund_status_area(request.site_ctx, refunds),

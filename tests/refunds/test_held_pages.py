@@ -471,3 +471,13 @@ def test_the_panel_polls_while_the_approved_refund_executes(client_for, held, me
     ).content.decode()
     assert 'id="decision-panel"' in panel and "<html" not in panel
     assert 'id="refund-status" hx-swap-oob="true"' in panel
+
+
+def test_the_order_page_charge_says_what_is_held_of_what_is_refundable(
+    client_for, held, original
+):
+    """Seen: the charge card said "Refundable $89.00" while the refund panel beside it said
+    nothing more could be refunded: the whole $89.00 was held for review."""
+    body = client_for("staff").get(f"/orders/{original.pk}/").content.decode()
+    card = body.split('<article class="charge">')[1].split("</article>")[0]
+    assert "$89.00 held for review" in " ".join(card.split())
