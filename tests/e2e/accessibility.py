@@ -17,18 +17,21 @@ from playwright.sync_api import ConsoleMessage, Page
 AXE = Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js"
 BLOCKING_IMPACTS = ("serious", "critical")
 
-# Elements whose right edge passes the viewport, deepest first, named so a failure says what
-# to fix (tag#id.class and a bit of text).
-OVERFLOWING = """
-() => {
-  const limit = document.documentElement.clientWidth;
-  const name = (el) => {
+# How a check names an element in its failure: tag#id.class and a bit of its text.
+NAME_JS = """(el) => {
     let s = el.tagName.toLowerCase();
     if (el.id) s += "#" + el.id;
     if (el.classList.length) s += "." + Array.from(el.classList).join(".");
     const text = (el.textContent || "").trim().replace(/\\s+/g, " ").slice(0, 40);
     return text ? `${s} "${text}"` : s;
-  };
+  }"""
+
+# Elements whose right edge passes the viewport, deepest first, named so a failure says what
+# to fix (tag#id.class and a bit of text).
+OVERFLOWING = """
+() => {
+  const limit = document.documentElement.clientWidth;
+  const name = __NAME__;
   const hiddenByClip = (el) => {
     for (let p = el.parentElement; p; p = p.parentElement) {
       const st = getComputedStyle(p);
@@ -48,7 +51,7 @@ OVERFLOWING = """
   }
   return {scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth, found: found.slice(0, 12)};
 }
-"""
+""".replace("__NAME__", NAME_JS)
 
 
 # Content cut off inside a box that hides its overflow (a stacked table card on a phone, a
@@ -56,13 +59,7 @@ OVERFLOWING = """
 # deepest element that passes its right edge. Visually hidden helpers (1 px wide) are skipped.
 CLIPPED = """
 () => {
-  const name = (el) => {
-    let s = el.tagName.toLowerCase();
-    if (el.id) s += "#" + el.id;
-    if (el.classList.length) s += "." + Array.from(el.classList).join(".");
-    const text = (el.textContent || "").trim().replace(/\\s+/g, " ").slice(0, 40);
-    return text ? `${s} "${text}"` : s;
-  };
+  const name = __NAME__;
   const found = [];
   for (const box of document.querySelectorAll("main *")) {
     if (["INPUT", "SELECT", "TEXTAREA", "svg"].includes(box.tagName) || box.closest("svg")) continue;
@@ -79,7 +76,7 @@ CLIPPED = """
   }
   return found.slice(0, 12);
 }
-"""
+""".replace("__NAME__", NAME_JS)
 
 # A table wider than its scrolling wrapper: on a laptop its last columns are out of sight.
 SCROLLING_TABLES = """

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import stripe
@@ -26,6 +25,7 @@ from sill.orders.tasks import recover_stuck_charges
 from sill.rails.base import ChargePending, ChargeRequest
 from sill.rails.models import RailAccount
 from sill.rails.stripe import StripeRail
+from tests.rails.loopback import serving
 from tests.refunds.conftest import post, purchase_intent
 
 pytestmark = pytest.mark.django_db
@@ -155,12 +155,8 @@ def processing_stripe() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Handler) as url:
+        yield url
 
 
 def test_the_stripe_rail_reports_processing_as_pending_on_charge_and_lookup(processing_stripe):

@@ -4,16 +4,16 @@ the rail falls back to listing), so a lost answer is settled without a second ch
 from __future__ import annotations
 
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from sill.money import Money
 from sill.rails.base import ChargeFinder, ChargeRequest, PermanentRailError, RailError
 from sill.rails.stripe import StripeRail
+from tests.rails.loopback import serving
 
 KEY = "sk_test_sill_localstripe_lookup"
 
@@ -89,12 +89,8 @@ def busy_stripe() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Handler) as url:
+        yield url
 
 
 def test_a_listing_cut_short_is_no_answer_that_nothing_was_charged(busy_stripe):
