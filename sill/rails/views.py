@@ -275,9 +275,12 @@ def rail_set_enabled(request: SiteRequest, rail: str) -> HttpResponse:
         if not form.is_valid():
             raise services.RailSettingsError("Choose on or off.", field="enabled")
         enabled = form.cleaned_data["enabled"]
-        if enabled and RailAccount.objects.filter(
-            site=site, rail=rail, mode=RailMode.LIVE, enabled=False
-        ).exists():
+        if (
+            enabled
+            and RailAccount.objects.filter(
+                site=site, rail=rail, mode=RailMode.LIVE, enabled=False
+            ).exists()
+        ):
             # Switching a live account on lets real money move, as saving it in live mode
             # does: the same fresh code (_fresh_code_for).
             two_factor.require_fresh(request, request.site_ctx.membership)

@@ -473,9 +473,7 @@ def test_the_panel_polls_while_the_approved_refund_executes(client_for, held, me
     assert 'id="refund-status" hx-swap-oob="true"' in panel
 
 
-def test_the_order_page_charge_says_what_is_held_of_what_is_refundable(
-    client_for, held, original
-):
+def test_the_order_page_charge_says_what_is_held_of_what_is_refundable(client_for, held, original):
     """Seen: the charge card said "Refundable $89.00" while the refund panel beside it said
     nothing more could be refunded: the whole $89.00 was held for review."""
     body = client_for("staff").get(f"/orders/{original.pk}/").content.decode()
