@@ -84,6 +84,9 @@ def open_note(note: str, *, name: str, public_key: bytes) -> str:
         raise NoteError("the note is too large")
     if not note.endswith("\n"):
         raise NoteError("a note ends with a newline")
+    # The rules bind the whole note, signature lines included (sumdb/note's Open checks them
+    # before anything else): a malformed line is not "someone else's signature" to skip.
+    _check_text(note)
     split = note.rfind("\n\n")
     if split < 0:
         raise NoteError("the note has no signature block")
@@ -99,6 +102,8 @@ def open_note(note: str, *, name: str, public_key: bytes) -> str:
         if not line.startswith(prefix):
             raise NoteError("a signature line starts with an em dash and a space")
         signer, _, encoded = line[len(prefix) :].partition(" ")
+        if not _valid_name(signer):
+            raise NoteError("a signature line is malformed: its key name is not valid")
         try:
             blob = base64.b64decode(encoded, validate=True)
         except binascii.Error:
@@ -145,6 +150,10 @@ def _check_text(text: str) -> None:
         raise NoteError("a note holds no control characters")
 
 
+def _valid_name(name: str) -> bool:
+    return bool(name) and "+" not in name and not any(c.isspace() for c in name)
+
+
 def _check_name(name: str) -> None:
-    if not name or "+" in name or any(c.isspace() for c in name):
+    if not _valid_name(name):
         raise NoteError("a key name is non-empty, without spaces or '+'")

@@ -273,17 +273,24 @@ def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[in
         raise ValueError("not a signed note")
     split = note.rfind("\n\n")
     text, lines = note[: split + 1], note[split + 2 : -1].split("\n")
-    if any(ord(c) < 0x20 and c != "\n" for c in text):
+    # c2sp.org/signed-note: no control characters anywhere in a note (signature lines too),
+    # and key names non-empty, without Unicode spaces or '+'; a line breaking them is malformed
+    # (as in sumdb/note's Open), not someone else's signature to skip.
+    if any(ord(c) < 0x20 and c != "\n" for c in note):
         raise ValueError("the note holds control characters")
     verified = False
     for line in lines[:16]:
         if not line.startswith("\u2014 "):
             raise ValueError("a signature line starts with an em dash")
         name, _, encoded = line[2:].partition(" ")
+        if not name or "+" in name or any(c.isspace() for c in name):
+            raise ValueError("a signature line is malformed: its key name is not valid")
         try:
             blob = base64.b64decode(encoded, validate=True)
         except ValueError:
             raise ValueError("a signature is not base64") from None
+        if len(blob) < 5:
+            raise ValueError("a signature line is malformed: the signature is too short")
         if name != origin:
             continue
         for key in keys.values():

@@ -8,7 +8,7 @@ import base64
 import nacl.signing
 import pytest
 
-from audit import note
+from audit import note, verify_export
 
 # c2sp.org/signed-note's example: this verifier key signs this note.
 SPEC_VKEY = "example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k"
@@ -65,3 +65,58 @@ def test_a_checkpoint_round_trips():
 def test_a_malformed_checkpoint_is_refused(text):
     with pytest.raises(note.NoteError):
         note.parse_checkpoint(text)
+
+
+# golang.org/x/mod/sumdb/note's TestOpen (note_test.go @ fe2ec04f): Peter Neumann's key signs
+# this text, and Enoch Root's signature beside it is someone else's, to be ignored.
+GO_PETER_VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
+GO_TEXT = (
+    "If you think cryptography is the answer to your problem,\n"
+    "then you don't know what your problem is.\n"
+)
+GO_PETER_SIG = "\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+GO_ENOCH_SIG = "\u2014 EnochRoot rwz+eBzmZa0SO3NbfRGzPCpDckykFXSdeX+MNtCOXm2/5n2tiOHp+vAF1aGrQ5ovTG01oOTGwnWLox33WWd1RvMc+QQ=\n"
+
+
+def test_the_go_reference_notes_verify_ignoring_the_other_signature():
+    name, key = note.parse_vkey(GO_PETER_VKEY)
+    signed = f"{GO_TEXT}\n{GO_PETER_SIG}{GO_ENOCH_SIG}"
+    assert note.open_note(signed, name=name, public_key=key) == GO_TEXT
+
+
+@pytest.mark.parametrize(
+    "other_signer",
+    [
+        "Enoch\x01Root",  # signed-note: no ASCII control characters anywhere in a note
+        "Enoch\x1bRoot",
+        "Enoch\u00a0Root",  # key names: no Unicode spaces ...
+        "Enoch\u2003Root",
+        "Enoch+Root",  # ... and no plus
+    ],
+)
+def test_a_malformed_signature_line_refuses_the_note_even_if_it_is_someone_elses(other_signer):
+    # c2sp.org/signed-note: "Signed notes MUST be valid UTF-8 and MUST NOT contain any ASCII
+    # control characters (those below U+0020) other than newline." and "Key names MUST be
+    # non-empty and MUST NOT contain any Unicode spaces or plus (U+002B) characters." A line
+    # breaking either is not a signature by an unknown key to skip: the note is malformed, as
+    # sumdb/note's Open says ("malformed note").
+    name, key = note.parse_vkey(GO_PETER_VKEY)
+    signed = f"{GO_TEXT}\n{GO_PETER_SIG}{GO_ENOCH_SIG.replace('EnochRoot', other_signer)}"
+    with pytest.raises(note.NoteError, match=r"malformed|control"):
+        note.open_note(signed, name=name, public_key=key)
+
+
+@pytest.mark.parametrize("other_signer", ["Enoch\x01Root", "Enoch\u00a0Root", "Enoch+Root"])
+def test_the_standalone_verifier_refuses_a_malformed_signature_line_too(other_signer):
+    key = nacl.signing.SigningKey(bytes(range(32)))
+    origin = "sill.example/audit/S"
+    text = note.Checkpoint(origin=origin, size=7, root=bytes(32)).text()
+    signed = note.sign(text, name=origin, signing_key=key)
+    keys = {"k": key.verify_key}
+    assert verify_export.open_checkpoint(signed, origin=origin, keys=keys) == (7, bytes(32))
+    with pytest.raises(ValueError, match=r"malformed|control"):
+        verify_export.open_checkpoint(
+            signed + GO_ENOCH_SIG.replace("EnochRoot", other_signer), origin=origin, keys=keys
+        )
+    with pytest.raises(ValueError, match="malformed"):  # sumdb/note: len(sig) < 5 is malformed
+        verify_export.open_checkpoint(signed + "\u2014 EnochRoot AAAA\n", origin=origin, keys=keys)
