@@ -304,12 +304,19 @@ def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[in
     if not verified:
         raise ValueError(f"the checkpoint is not signed by a known key for {origin}")
     parts = text.split("\n")
-    if len(parts) < 4 or parts[0] != origin or not parts[1].isdigit():
+    if len(parts) < 4 or parts[0] != origin:
         raise ValueError(f"the checkpoint is not of log {origin}")
+    # c2sp.org/tlog-checkpoint: the size in ASCII decimal with no leading zeroes; any lines
+    # after the root hash (extension lines) non-empty.
+    size = parts[1]
+    if not (size.isascii() and size.isdigit()) or (size != "0" and size.startswith("0")):
+        raise ValueError("the checkpoint's tree size is not a decimal number")
+    if any(not line for line in parts[3:-1]):
+        raise ValueError("the checkpoint has an empty extension line")
     root = base64.b64decode(parts[2], validate=True)
     if len(root) != 32:
         raise ValueError("the checkpoint's root is not 32 bytes")
-    return int(parts[1]), root
+    return int(size), root
 
 
 def merkle_root(leaves: list[bytes]) -> bytes:

@@ -120,3 +120,37 @@ def test_the_standalone_verifier_refuses_a_malformed_signature_line_too(other_si
         )
     with pytest.raises(ValueError, match="malformed"):  # sumdb/note: len(sig) < 5 is malformed
         verify_export.open_checkpoint(signed + "\u2014 EnochRoot AAAA\n", origin=origin, keys=keys)
+
+
+# c2sp.org/tlog-checkpoint's example text (C2SP/C2SP tlog-checkpoint.md @ 5ba5ee83), and what
+# the spec's note-text rules make of variants of it: the tree size is "the ASCII decimal
+# representation of the number of leaves in the tree, with no leading zeroes", and "Extension
+# lines, if any, MUST be non-empty".
+SOFA = "example.com/behind-the-sofa"
+SOFA_ROOT = "CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I="
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [
+        (f"{SOFA}\n20852163\n{SOFA_ROOT}\n", True),
+        (f"{SOFA}\n20852163\n{SOFA_ROOT}\nan extension line\n", True),
+        (f"{SOFA}\n020852163\n{SOFA_ROOT}\n", False),
+        (f"{SOFA}\n\u0662\u0660\u0668\u0665\u0662\u0661\u0666\u0663\n{SOFA_ROOT}\n", False),
+        (f"{SOFA}\n20852163\n{SOFA_ROOT}\n\nan extension line\n", False),
+    ],
+)
+def test_both_verifiers_read_a_checkpoints_text_as_the_spec_says(text, valid):
+    key = nacl.signing.SigningKey(bytes(range(32)))
+    signed = note.sign(text, name=SOFA, signing_key=key)
+    root = base64.b64decode(SOFA_ROOT)
+    keys = {"k": key.verify_key}
+    if valid:
+        opened = note.open_note(signed, name=SOFA, public_key=bytes(key.verify_key))
+        assert note.parse_checkpoint(opened) == note.Checkpoint(SOFA, 20852163, root)
+        assert verify_export.open_checkpoint(signed, origin=SOFA, keys=keys) == (20852163, root)
+        return
+    with pytest.raises(note.NoteError):
+        note.parse_checkpoint(note.open_note(signed, name=SOFA, public_key=bytes(key.verify_key)))
+    with pytest.raises(ValueError, match="checkpoint"):
+        verify_export.open_checkpoint(signed, origin=SOFA, keys=keys)
