@@ -154,3 +154,25 @@ def test_both_verifiers_read_a_checkpoints_text_as_the_spec_says(text, valid):
         note.parse_checkpoint(note.open_note(signed, name=SOFA, public_key=bytes(key.verify_key)))
     with pytest.raises(ValueError, match="checkpoint"):
         verify_export.open_checkpoint(signed, origin=SOFA, keys=keys)
+
+
+def test_a_checkpoint_cosigned_by_fifteen_post_quantum_witnesses_is_accepted():
+    # c2sp.org/signed-note: verifiers "MUST accept at least up to 16 signatures. Remember that
+    # post-quantum signatures can be up to nearly 5kB in size." tlog-cosignature's ML-DSA-44
+    # cosignature is a 4-byte key id, an 8-byte timestamp and a 2420-byte signature; tlog-
+    # checkpoint says logs and witnesses SHOULD use it. Sill's signature and fifteen of those
+    # (and even fifteen of nearly 5 kB) must not be refused for the note's size.
+    key = nacl.signing.SigningKey(bytes(range(32)))
+    origin = "sill.example/audit/01JDEMOSITE00000000000MAIN"
+    text = note.Checkpoint(origin=origin, size=7, root=bytes(32)).text()
+    for signature_bytes in (4 + 8 + 2420, 4 + 4990):
+        cosignature = base64.b64encode(bytes(signature_bytes)).decode()
+        witnesses = "".join(f"\u2014 witness-{i}.example/w {cosignature}\n" for i in range(15))
+        signed = note.sign(text, name=origin, signing_key=key) + witnesses
+        assert signed.count("\u2014") == 16
+        opened = note.open_note(signed, name=origin, public_key=bytes(key.verify_key))
+        assert opened == text
+        assert verify_export.open_checkpoint(signed, origin=origin, keys={"k": key.verify_key}) == (
+            7,
+            bytes(32),
+        )
