@@ -148,21 +148,30 @@ def checkpoint_at(*, site_id: str, size: int) -> AuditCheckpoint | None:
 def open_checkpoint(text: str, *, site_id: str) -> SignedCheckpoint:
     """Verify a signed checkpoint of ``site_id``'s log under every audit key it may name.
 
-    Raises :class:`audit.note.NoteError` unless one of Sill's keys signed it for this origin.
+    Raises :class:`audit.note.NoteError` unless one of Sill's keys signed it for this origin,
+    or if a signature by any of Sill's keys does not verify (c2sp.org/signed-note: "If a
+    signature from a known key fails to verify, clients SHOULD reject the whole note"), even
+    beside a good one by another of them.
     """
     origin = origin_for(site_id)
     errors = []
+    found: tuple[str, keys.KeyWindow] | None = None
     for window in keys.key_windows().values():
         try:
             body = note.open_note(text, name=origin, public_key=window.public_key)
+        except note.BadSignature:
+            raise
         except note.NoteError as exc:
             errors.append(str(exc))
             continue
-        parsed = note.parse_checkpoint(body)
-        if parsed.origin != origin:
-            raise note.NoteError(f"the checkpoint is of log {parsed.origin!r}, not {origin!r}")
-        return SignedCheckpoint(signed_note=text, checkpoint=parsed, key_id=window.key_id)
-    raise note.NoteError(errors[-1] if errors else "no audit key is known")
+        found = found or (body, window)
+    if found is None:
+        raise note.NoteError(errors[-1] if errors else "no audit key is known")
+    body, window = found
+    parsed = note.parse_checkpoint(body)
+    if parsed.origin != origin:
+        raise note.NoteError(f"the checkpoint is of log {parsed.origin!r}, not {origin!r}")
+    return SignedCheckpoint(signed_note=text, checkpoint=parsed, key_id=window.key_id)
 
 
 # -- publishing ---------------------------------------------------------------------------

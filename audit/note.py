@@ -30,6 +30,10 @@ class NoteError(ValueError):
     """A note or checkpoint that is malformed or not signed by the expected key."""
 
 
+class BadSignature(NoteError):
+    """A signature line that names the key and does not verify: the whole note is refused."""
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     origin: str
@@ -117,7 +121,7 @@ def open_note(note: str, *, name: str, public_key: bytes) -> str:
         try:
             nacl.signing.VerifyKey(public_key).verify(text.encode("utf-8"), blob[4:])
         except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError, ValueError):
-            raise NoteError(f"the signature by {name} does not verify") from None
+            raise BadSignature(f"the signature by {name} does not verify") from None
         verified = True
     if not verified:
         raise NoteError(f"the note is not signed by {name}")

@@ -176,3 +176,33 @@ def test_a_checkpoint_cosigned_by_fifteen_post_quantum_witnesses_is_accepted():
             7,
             bytes(32),
         )
+
+
+def test_a_checkpoint_with_a_bad_signature_by_one_of_sills_keys_is_refused(monkeypatch):
+    # c2sp.org/signed-note: "If the key name and ID match a known key, verifiers MUST verify
+    # the signature. If a signature from a known key fails to verify, clients SHOULD reject the
+    # whole note." With two audit keys (a rotation), a note holding a good signature by one and
+    # a bad one by the other is refused, as verify_export.py and sumdb/note's Open refuse it.
+    from audit import checkpoints, keys
+
+    first = nacl.signing.SigningKey(bytes(range(32)))
+    second = nacl.signing.SigningKey(bytes(range(1, 33)))
+    windows = {
+        k: keys.KeyWindow(k, bytes(s.verify_key), None, None)
+        for k, s in (("sill-first", first), ("sill-second", second))
+    }
+    monkeypatch.setattr(keys, "key_windows", lambda: windows)
+    origin = checkpoints.origin_for("S")
+    text = note.Checkpoint(origin=origin, size=7, root=bytes(32)).text()
+    good = note.sign(text, name=origin, signing_key=first)
+    assert checkpoints.open_checkpoint(good, site_id="S").key_id == "sill-first"
+    bad_line = note.sign("another text\n", name=origin, signing_key=second).split("\n\n")[-1]
+    both = good + bad_line
+    with pytest.raises(note.NoteError, match="does not verify"):
+        checkpoints.open_checkpoint(both, site_id="S")
+    with pytest.raises(ValueError, match="does not verify"):
+        verify_export.open_checkpoint(
+            both,
+            origin=origin,
+            keys={k: nacl.signing.VerifyKey(w.public_key) for k, w in windows.items()},
+        )
