@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import os
 import re
@@ -55,6 +56,18 @@ SILL_ALLOW_LIVE = env_bool("SILL_ALLOW_LIVE", default=False)
 # Ed25519 seed (base64url, 32 bytes) that signs audit records; generated under the data dir
 # in development when unset (see audit.keys).
 SILL_AUDIT_SIGNING_KEY = env_str("SILL_AUDIT_SIGNING_KEY")
+if SILL_AUDIT_SIGNING_KEY is not None:
+    # Read it now, as audit.keys will: a bad seed would otherwise start every process and
+    # fail each audit append (so every decision) on first use.
+    _seed_text = SILL_AUDIT_SIGNING_KEY.strip()
+    try:
+        _seed = base64.urlsafe_b64decode(_seed_text + "=" * (-len(_seed_text) % 4))
+    except ValueError:
+        _seed = b""
+    if len(_seed) != 32:
+        raise ImproperlyConfigured(
+            "SILL_AUDIT_SIGNING_KEY must be a base64url-encoded 32-byte ed25519 seed"
+        )
 # Transparency log (audit/checkpoints.py): each site's log is named
 # "<SILL_AUDIT_ORIGIN>/<site id>" in its checkpoints; beat signs a checkpoint every N minutes
 # when the log has grown, and copies each one to a directory and/or POSTs it to an HTTPS

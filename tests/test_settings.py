@@ -173,3 +173,15 @@ def test_it_refuses_a_key_switch_shorter_than_processes_take_to_see_the_key(tmp_
     assert result.returncode != 0
     assert "SILL_AUDIT_KEY_SWITCH_SECONDS must be at least 30" in result.stderr
     assert _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_KEY_SWITCH_SECONDS="30").returncode == 0
+
+
+def test_it_refuses_a_malformed_audit_signing_key_at_start_up(tmp_path):
+    """README "Configuration": a value that cannot be read stops start-up. A bad
+    SILL_AUDIT_SIGNING_KEY used to pass `check` and start the server, then fail every audit
+    append (every decision) on first use."""
+    for bad in ["abc", "A" * 42, "A" * 44]:
+        result = _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_SIGNING_KEY=bad)
+        assert result.returncode != 0, bad
+        assert "SILL_AUDIT_SIGNING_KEY must be a base64url-encoded 32-byte" in result.stderr
+    good = _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_SIGNING_KEY="A" * 43)
+    assert good.returncode == 0, good.stderr
