@@ -417,8 +417,10 @@ def _outside(
         "sill_corrected": follows,
     }
     if before is None:
-        if not _counted(listed):
-            return []  # failed at the rail and never recorded: nothing to count
+        if not _counted(listed) or listed.amount_minor <= 0:
+            # Failed at the rail, or no money returned (Shopify: items restocked only), and
+            # never recorded: nothing to count.
+            return []
         if follows:
             done = (
                 "it is recorded now as a refund outside Sill, so it no longer counts as refundable."

@@ -129,6 +129,9 @@ def record_outside_refund(
     """
     if refund.currency != charge.currency:
         return f"ignored: refund currency {refund.currency} is not the charge's"
+    if refund.amount_minor <= 0:
+        # A refund that returns no money (Shopify: items restocked only) lowers nothing.
+        return "ignored: the refund returns no money"
     with transaction.atomic():
         order, charge = _locked(charge)
         if any(find(charge, refund.provider_refund_id) for find in _own_refund_finders):

@@ -298,3 +298,23 @@ def test_an_approval_reads_only_the_charge_at_the_rail(
         approved = approve_refund(refund=refund, actor=members["admin"].user)
     assert approved.status == "processing"
     assert [op for op, _ in shopify.calls[before:]] == ["SillChargeFacts"]
+
+
+def test_a_refund_that_only_restocks_items_is_no_refund_to_record_or_report(
+    shopify, shopify_account, synced, webhook
+):
+    # A Shopify refund may return no money (items restocked only): its total is $0.00 and
+    # it has no transactions. Seen before: the webhook's order sync tried to record it as a
+    # $0.00 outside refund, which the database refuses, so the order's every update failed
+    # and was given up; and every run opened an item saying it would exceed the charge.
+    placed, order = synced("60.00")
+    restock = shopify._make_refund(placed, Decimal("0.00"), note="restock only")
+    restock["transactions"] = []
+    webhook(placed, "orders/updated", "wh-restock")
+    event = WebhookEvent.objects.get(event_id="wh-restock")
+    assert (event.processed_at is not None, event.last_error) == (True, "")
+    assert not ExternalRefund.objects.filter(charge__order=order).exists()
+
+    run = _run(shopify_account)
+    assert (run.charges_checked, run.charges_unreadable, run.items_opened) == (1, 0, 0)
+    assert not ReconciliationItem.objects.filter(order=order).exists()
