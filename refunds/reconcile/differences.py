@@ -106,10 +106,10 @@ def differences(
     by_sill_id = {r.sill_refund_id: r for r in listed if r.sill_refund_id}
     matched: set[str] = set()
     found: list[Difference] = []
-    sill_ids: set[str] = set()
+    sill_ids: dict[str, str] = {}  # Sill's refund id → the provider id Sill recorded
 
     for own in sill:
-        sill_ids.add(own.refund_id)
+        sill_ids[own.refund_id] = own.provider_refund_id
         at_rail = _match(own, by_provider, by_sill_id)
         if at_rail is not None:
             matched.add(at_rail.provider_refund_id)
@@ -121,8 +121,21 @@ def differences(
         if listed_refund.provider_refund_id in matched:
             continue
         if listed_refund.sill_refund_id:
-            if listed_refund.sill_refund_id not in sill_ids and _counted(listed_refund):
+            if not _counted(listed_refund):
+                continue
+            if listed_refund.sill_refund_id not in sill_ids:
                 found.append(_unknown_own(listed_refund, currency, rail_name))
+            else:
+                # Sill's refund is matched to another rail refund: this one is a second
+                # refund for it, which Sill does not count.
+                found.append(
+                    _second_own(
+                        listed_refund,
+                        sill_ids[listed_refund.sill_refund_id],
+                        currency,
+                        rail_name,
+                    )
+                )
             continue
         found.extend(
             _outside(
@@ -390,6 +403,24 @@ def _unknown_own(listed: RailRefund, currency: str, rail: str) -> Difference:
         detail=(
             f"{rail}'s refund names Sill refund {listed.sill_refund_id}, which Sill does not "
             "have on this charge, so Sill does not count it as refunded."
+        ),
+    )
+
+
+def _second_own(listed: RailRefund, counted_as: str, currency: str, rail: str) -> Difference:
+    other = counted_as or f"another {rail} refund"
+    return Difference(
+        kind=MISSING_IN_SILL,
+        subject=listed.provider_refund_id,
+        provider_refund_id=listed.provider_refund_id,
+        currency=currency,
+        rail_amount_minor=listed.amount_minor,
+        rail_currency=listed.currency,
+        rail_status=listed.status,
+        detail=(
+            f"{rail}'s refund names Sill refund {listed.sill_refund_id}, which Sill holds as "
+            f"{other}, so Sill does not count this one as refunded: the charge may be "
+            "refunded twice."
         ),
     )
 

@@ -121,3 +121,23 @@ def test_it_reports_a_recorded_outside_refund_the_rail_no_longer_lists():
 def test_it_names_the_pair_when_sill_settled_another_provider_id_for_the_key():
     [found] = compare([rail_refund("re_real", sill="rf_1")], [own("rf_1", "re_typo")])
     assert found.kind == "missing_at_rail" and "re_real" in found.detail
+
+
+def test_it_reports_a_second_rail_refund_naming_a_sill_refund_counted_under_another_id():
+    # An owner recorded a refund that needed attention under a dashboard refund's id (re_dash,
+    # made by hand, no metadata); Sill's own attempt had made re_own meanwhile. Stripe has
+    # refunded twice, Sill counts once. Seen before: re_own was passed over because Sill has
+    # rf_1, so the run found the books in order.
+    listed = [rail_refund("re_dash"), rail_refund("re_own", sill="rf_1")]
+    [found] = compare(listed, [own("rf_1", "re_dash")])
+    assert (found.kind, found.key, found.rail_amount_minor) == (
+        "missing_in_sill",
+        "missing_in_sill:re_own",
+        2000,
+    )
+    assert "rf_1" in found.detail and "re_dash" in found.detail
+
+
+def test_it_leaves_a_failed_second_rail_refund_naming_a_sill_refund_alone():
+    listed = [rail_refund("re_1", sill="rf_1"), rail_refund("re_2", status="failed", sill="rf_1")]
+    assert compare(listed, [own("rf_1", "re_1")]) == []
