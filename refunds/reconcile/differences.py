@@ -209,30 +209,44 @@ def credit_differences(
     by_sill_id = {r.sill_refund_id: r for r in listed if r.sill_refund_id}
     matched: set[str] = set()
     found: list[Difference] = []
+    sill_ids: dict[str, str] = {}  # Sill's credit id → the transaction id Sill recorded
     for own in sill:
+        sill_ids[own.refund_id] = own.provider_refund_id
         at_rail = _match(own, by_provider, by_sill_id)
         if at_rail is not None:
             matched.add(at_rail.provider_refund_id)
         if own.status not in IN_FLIGHT:
             found.extend(_own_credit(own, at_rail, rail_name))
-    for txn in by_sill_id.values():
-        if txn.provider_refund_id not in matched:
-            found.append(
-                Difference(
-                    kind=MISSING_IN_SILL,
-                    subject=txn.provider_refund_id,
-                    provider_refund_id=txn.provider_refund_id,
-                    currency=txn.currency,
-                    rail_amount_minor=txn.amount_minor,
-                    rail_currency=txn.currency,
-                    rail_status=txn.status,
-                    detail=(
-                        f"{rail_name}'s balance transaction names Sill credit "
-                        f"{txn.sill_refund_id}, which Sill does not have for this customer, "
-                        "so Sill does not count it as credited."
-                    ),
-                )
+    # Every transaction naming a Sill credit, not one per credit: a second transaction for
+    # a credit Sill matched to another is a second credit to the customer.
+    for txn in listed:
+        if not txn.sill_refund_id or txn.provider_refund_id in matched:
+            continue
+        if txn.sill_refund_id in sill_ids:
+            held = sill_ids[txn.sill_refund_id] or f"another {rail_name} balance transaction"
+            why = (
+                f"which Sill holds as {held}, so Sill does not count this one as credited: "
+                "the customer may be credited twice."
             )
+        else:
+            why = (
+                "which Sill does not have for this customer, so Sill does not count it as credited."
+            )
+        found.append(
+            Difference(
+                kind=MISSING_IN_SILL,
+                subject=txn.provider_refund_id,
+                provider_refund_id=txn.provider_refund_id,
+                currency=txn.currency,
+                rail_amount_minor=txn.amount_minor,
+                rail_currency=txn.currency,
+                rail_status=txn.status,
+                detail=(
+                    f"{rail_name}'s balance transaction names Sill credit "
+                    f"{txn.sill_refund_id}, {why}"
+                ),
+            )
+        )
     return found
 
 

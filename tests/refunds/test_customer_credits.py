@@ -698,3 +698,18 @@ def test_an_open_difference_is_not_cleared_because_its_transaction_grew_old(
     assert (run.items_opened, run.items_cleared) == (0, 0)
     [item] = _open_items(cora)
     assert item.provider_refund_id == unknown["id"]
+
+
+def test_a_second_transaction_naming_a_settled_credit_is_missing_in_sill(
+    settled, stub, stripe_rail, cora
+):
+    # Stripe credited the customer twice for one Sill credit (a replay under a new key, say).
+    # Seen before: the transactions naming a credit were kept one per credit, the oldest
+    # (listed last) winning, which was the one Sill settled, so the second credit went unseen.
+    again = stub.add_transaction(CUSTOMER, amount=-1250, metadata={"sill_credit_id": settled.id})
+    assert _reconcile(stripe_rail).items_opened == 1
+    [item] = _open_items(cora)
+    assert (item.kind, item.key, item.rail_amount_minor) == (
+        "missing_in_sill", f"missing_in_sill:{again['id']}", 1250,
+    )  # fmt: skip
+    assert settled.id in item.detail and settled.provider_refund_id in item.detail
