@@ -73,6 +73,18 @@ if SILL_AUDIT_SIGNING_KEY is not None:
 # when the log has grown, and copies each one to a directory and/or POSTs it to an HTTPS
 # endpoint (text/plain), so a copy lives outside Sill's own database.
 SILL_AUDIT_ORIGIN = env_str("SILL_AUDIT_ORIGIN", "sill.example/audit")
+# It is each checkpoint's key name too, which c2sp.org/signed-note keeps free of spaces and '+'
+# (audit.note refuses to sign under such a name: every checkpoint run would fail).
+if (
+    not SILL_AUDIT_ORIGIN
+    or "+" in SILL_AUDIT_ORIGIN
+    or not SILL_AUDIT_ORIGIN.isprintable()
+    or any(c.isspace() for c in SILL_AUDIT_ORIGIN)
+):
+    raise ImproperlyConfigured(
+        "SILL_AUDIT_ORIGIN must be a log name without spaces, control characters or '+' "
+        "(e.g. refunds.example.com/audit)"
+    )
 SILL_AUDIT_CHECKPOINT_MINUTES = env_int("SILL_AUDIT_CHECKPOINT_MINUTES", 5)
 SILL_AUDIT_CHECKPOINT_DIR = env_str("SILL_AUDIT_CHECKPOINT_DIR")
 SILL_AUDIT_CHECKPOINT_URL = env_str("SILL_AUDIT_CHECKPOINT_URL")

@@ -185,3 +185,15 @@ def test_it_refuses_a_malformed_audit_signing_key_at_start_up(tmp_path):
         assert "SILL_AUDIT_SIGNING_KEY must be a base64url-encoded 32-byte" in result.stderr
     good = _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_SIGNING_KEY="A" * 43)
     assert good.returncode == 0, good.stderr
+
+
+def test_it_refuses_an_audit_origin_no_checkpoint_can_be_signed_under(tmp_path):
+    """The origin names each site's log and is its checkpoints' key name, which
+    c2sp.org/signed-note forbids to hold spaces or '+': such a value used to start Sill, then
+    fail every checkpoint run."""
+    for bad in ["sill example/audit", "sill.example/audit+1", "sill.example/\taudit"]:
+        result = _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_ORIGIN=bad)
+        assert result.returncode != 0, bad
+        assert "SILL_AUDIT_ORIGIN" in result.stderr, result.stderr
+    good = _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_ORIGIN="refunds.example.com/audit")
+    assert good.returncode == 0, good.stderr
