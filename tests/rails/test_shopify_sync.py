@@ -92,3 +92,16 @@ def test_the_command_syncs_a_site_and_names_bad_input(site, shopify, shopify_acc
         call_command("rails", "sync-shopify", "--site", site.pk, "--since", "yesterday")
     with pytest.raises(CommandError, match="no site"):
         call_command("rails", "sync-shopify", "--site", "nope")
+
+
+def test_a_customer_with_a_long_non_ascii_name_is_brought_in_not_a_crash(
+    site, shopify, shopify_account
+):
+    cid = shopify.add_customer()
+    shopify.customers[cid]["firstName"] = "Žofie" * 40
+    shopify.customers[cid]["lastName"] = "Ünal" * 50
+    shopify.add_order(customer_id=cid)
+    assert sync_orders(site=site).created == 1
+    order = Order.objects.get(site=site)
+    assert order.buyer_name.startswith("Žofie") and len(order.buyer_name) <= 200
+    assert Customer.objects.get(site=site).name == order.buyer_name

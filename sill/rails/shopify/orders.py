@@ -142,7 +142,8 @@ def parse_order(node: dict[str, Any], *, customer_readable: bool = True) -> Shop
     customer = None
     raw = node.get("customer")
     if isinstance(raw, dict) and raw.get("id"):
-        name = " ".join(str(raw.get(k) or "") for k in ("firstName", "lastName")).strip()
+        # At most what a customer's and an order's buyer name hold (Shopify allows 255 each).
+        name = " ".join(str(raw.get(k) or "") for k in ("firstName", "lastName")).strip()[:200]
         customer = ShopifyCustomer(
             gid=str(raw["id"]),
             email=str(raw.get("email") or ""),
