@@ -63,3 +63,24 @@ def test_wrong_keys_are_named_not_a_trace(site, woo, woo_account):
     woo_account.save()
     with pytest.raises(CommandError, match="woocommerce_rest_cannot_view"):
         call_command("rails", "sync-woocommerce", "--site", site.pk)
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [{"name": "Beans", "sku": "B", "quantity": "two", "total": "10.00"}],
+        [{"name": "Beans", "sku": "B", "quantity": 10**12, "total": "0.00"}],
+        [{"name": "Beans", "sku": "B", "quantity": 1, "total": "99999999999999999.00"}],
+    ],
+)
+def test_an_order_with_odd_lines_neither_stops_the_sync_nor_writes_half_an_order(
+    site, woo, woo_account, items
+):
+    woo.add_order(total="10.00", stripe_charge="ch_odd", overrides={"line_items": items})
+    woo.add_order(total="20.00", stripe_charge="ch_good")
+    report = sync_orders(site=site)
+    assert report.created == 2
+    assert Charge.objects.filter(order__site=site).count() == 2
+    for order in Order.objects.filter(site=site):
+        assert order.items.exists()
+        assert all(0 < i.quantity < 2**31 for i in order.items.all())

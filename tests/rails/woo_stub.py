@@ -42,6 +42,8 @@ class StubOrder:
     email: str = "buyer@example.com"
     modified_at: datetime = field(default_factory=lambda: datetime.now(UTC) - timedelta(days=1))
     refunds: list[dict[str, Any]] = field(default_factory=list)
+    # Odd data a store may send: merged over the order's JSON.
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     def json(self) -> dict[str, Any]:
         created = self.modified_at - timedelta(hours=1)
@@ -78,7 +80,7 @@ class StubOrder:
                 {"id": r["id"], "reason": r["reason"], "total": "-" + r["amount"]}
                 for r in self.refunds
             ],
-        }
+        } | self.overrides
 
 
 class WooStub:

@@ -15,6 +15,8 @@ from sill.money import Money, MoneyError, parse_major
 
 PAID_STATUSES = frozenset({"processing", "completed", "on-hold", "refunded"})
 SILL_REFUND_MARK = "Sill refund "
+# What a line item's quantity column holds (a 4-byte integer); more is one line for the lot.
+MAX_QUANTITY = 2**31 - 1
 
 
 class UnreadableOrder(ValueError):
@@ -92,17 +94,20 @@ def parse_order(order: dict[str, Any]) -> WooOrder:
     for item in order.get("line_items") or []:
         if not isinstance(item, dict):
             continue
-        quantity = max(int(item.get("quantity") or 1), 1)
+        try:
+            quantity = max(int(item.get("quantity") or 1), 1)
+        except (TypeError, ValueError, OverflowError):
+            quantity = 0  # unreadable ("two", "2.5"): one line for the lot, below
         try:
             line_total = parse_major(str(item.get("total") or "0"), currency)
         except MoneyError:
             continue
-        if line_total.amount_minor % quantity:
+        if not 0 < quantity <= MAX_QUANTITY or line_total.amount_minor % quantity:
             # A price that does not divide evenly: one line for the lot, exact in total.
             lines.append(
                 WooLine(
                     str(item.get("sku") or "")[:100],
-                    f"{item.get('name')} x {quantity}"[:300],
+                    f"{item.get('name') or 'Item'} x {item.get('quantity')}"[:300],
                     1,
                     line_total,
                 )
