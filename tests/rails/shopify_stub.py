@@ -81,6 +81,9 @@ class ShopifyStub:
     http_429: dict[str, int] = field(default_factory=dict)
     http_500: dict[str, int] = field(default_factory=dict)
     user_errors: list[dict[str, Any]] = field(default_factory=list)
+    # A broken store (or proxy): every order page says there is a next one, at the same cursor;
+    # after 20 such pages the stub ends the list (so a sync that follows it still stops).
+    repeat_cursor: bool = False
     slow_after_refund_seconds: float = 0.0  # answer refundCreate this late (after creating it)
     _next_id: int = 9000
     _by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -259,13 +262,14 @@ class ShopifyStub:
             else:
                 start = int(v.get("after") or 0)
                 more = start + len(picked) < len(orders)
+                cursor = str(start + len(picked)) if picked else None
+                if self.repeat_cursor:
+                    asked = sum(1 for op_, _ in self.calls if op_ == "SillOrders")
+                    more, cursor = asked < 20, str(start)
                 data = {
                     "orders": {
                         "nodes": nodes,
-                        "pageInfo": {
-                            "hasNextPage": more,
-                            "endCursor": str(start + len(picked)) if picked else None,
-                        },
+                        "pageInfo": {"hasNextPage": more, "endCursor": cursor},
                     }
                 }
         elif op == "SillShop":

@@ -105,3 +105,16 @@ def test_a_customer_with_a_long_non_ascii_name_is_brought_in_not_a_crash(
     order = Order.objects.get(site=site)
     assert order.buyer_name.startswith("Žofie") and len(order.buyer_name) <= 200
     assert Customer.objects.get(site=site).name == order.buyer_name
+
+
+def test_a_page_cursor_that_does_not_move_ends_the_sync_with_an_error_not_a_loop(
+    site, shopify, shopify_account
+):
+    from sill.rails.base import RailError
+
+    shopify.add_order()
+    shopify.repeat_cursor = True
+    with pytest.raises(RailError, match="cursor"):
+        sync_orders(site=site)
+    assert sum(1 for op, _ in shopify.calls if op == "SillOrders") == 2
+    assert Order.objects.filter(site=site).count() == 1

@@ -57,6 +57,9 @@ from sill.rails.shopify.orders import (
 logger = logging.getLogger(__name__)
 
 ORDERS_PAGE = 50
+# The most order pages one sync reads (a million orders): a store that never ends its list
+# stops the sync with an error rather than running it forever.
+MAX_ORDER_PAGES = 20_000
 # Shops whose missing read_customers scope was already logged by this process.
 _logged_no_customers: set[str] = set()
 
@@ -241,8 +244,9 @@ class ShopifyRail:
     def orders(self, *, since: datetime | None = None) -> Iterator[ShopifyOrder]:
         """The store's orders updated at or after ``since`` (all pages), oldest update first."""
         after: str | None = None
+        seen: set[str] = set()
         query = f"updated_at:>='{since.astimezone(UTC).isoformat()}'" if since else None
-        while True:
+        for _ in range(MAX_ORDER_PAGES):
             result = self.client.execute(
                 queries.ORDERS,
                 {"first": ORDERS_PAGE, "after": after, "query": query},
@@ -256,6 +260,10 @@ class ShopifyRail:
             if not info.get("hasNextPage") or not info.get("endCursor"):
                 return
             after = str(info["endCursor"])
+            if after in seen:
+                raise PermanentRailError(f"Shopify repeated the order page cursor {after!r}")
+            seen.add(after)
+        raise PermanentRailError(f"Shopify's order list went on past {MAX_ORDER_PAGES} pages")
 
     def _customers_readable(self, denied: list[str]) -> bool:
         if any("customer" in path for path in denied):
