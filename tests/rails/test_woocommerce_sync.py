@@ -84,3 +84,18 @@ def test_an_order_with_odd_lines_neither_stops_the_sync_nor_writes_half_an_order
     for order in Order.objects.filter(site=site):
         assert order.items.exists()
         assert all(0 < i.quantity < 2**31 for i in order.items.all())
+
+
+def test_a_store_with_more_pages_than_the_bound_is_told_not_silently_cut(
+    site, woo, woo_account, monkeypatch
+):
+    from sill.rails.base import RailError
+    from sill.rails.woocommerce import client
+
+    monkeypatch.setattr(client, "MAX_PAGES", 2)  # 20,000 orders, as 200 orders here
+    for n in range(205):
+        woo.add_order(total="10.00", stripe_charge=f"ch_bound{n}")
+    with pytest.raises(RailError, match="pages"):
+        sync_orders(site=site)
+    # What was read before the bound is in, whole.
+    assert Order.objects.filter(site=site).count() == 200

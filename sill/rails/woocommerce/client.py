@@ -15,6 +15,7 @@ one per store and keys).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -101,11 +102,17 @@ class WooClient:
     def __repr__(self) -> str:
         return f"WooClient(store_url={self.store_url!r})"
 
-    def orders(self, *, after_modified: str = "") -> list[dict[str, Any]]:
-        """Every order (all pages, by ``X-WP-TotalPages``), oldest modified first."""
-        found: list[dict[str, Any]] = []
+    def orders(self, *, after_modified: str = "") -> Iterator[dict[str, Any]]:
+        """Every order (all pages, by ``X-WP-TotalPages``), oldest modified first, page by
+        page. A store with more than ``MAX_PAGES`` pages gets an error after the last page
+        read: its newest orders were not read, and a sync must not look complete."""
         page, pages = 1, 1
-        while page <= min(pages, MAX_PAGES):
+        while page <= pages:
+            if page > MAX_PAGES:
+                raise PermanentRailError(
+                    f"WooCommerce order list: {pages} pages, more than the {MAX_PAGES} "
+                    "pages one sync reads"
+                )
             params: dict[str, Any] = {
                 "per_page": PAGE_SIZE,
                 "page": page,
@@ -118,13 +125,14 @@ class WooClient:
             batch = _json(response, "order list")
             if not isinstance(batch, list):
                 raise RetryableRailError("WooCommerce order list: the answer is not a list")
-            found.extend(o for o in batch if isinstance(o, dict))
+            yield from (o for o in batch if isinstance(o, dict))
+            if not batch:
+                return  # past the end, whatever X-WP-TotalPages said
             try:
                 pages = int(response.headers.get("X-WP-TotalPages") or 1)
             except ValueError:
                 pages = 1
             page += 1
-        return found
 
     def check_access(self) -> None:
         """Settings → Rails' check of the keys: ``GET orders?per_page=1``, the cheapest call
