@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.core.management import call_command
 
@@ -118,3 +120,15 @@ def test_a_page_cursor_that_does_not_move_ends_the_sync_with_an_error_not_a_loop
         sync_orders(site=site)
     assert sum(1 for op, _ in shopify.calls if op == "SillOrders") == 2
     assert Order.objects.filter(site=site).count() == 1
+
+
+def test_a_later_capture_of_the_same_order_raises_its_charge(site, shopify, shopify_account):
+    placed = shopify.add_order(total="89.00")
+    placed.transactions[0].update(kind="CAPTURE", amount=Decimal("50.00"))
+    assert sync_orders(site=site).created == 1
+    later = dict(placed.transactions[0], id=f"gid://shopify/OrderTransaction/{shopify.new_id()}")
+    placed.transactions.append(later | {"amount": Decimal("39.00")})
+    assert sync_orders(site=site).updated == 1
+    assert Charge.objects.get(order__site=site).amount_minor == 8900
+    assert sync_orders(site=site).unchanged == 1
+    assert AuditRecord.objects.filter(site=site, kind="charge").count() == 2

@@ -119,6 +119,8 @@ def upsert_order(
             outcome = "created"
         else:
             outcome = _update(charge.order, order, customer)
+            if _raise_charge(charge, order):
+                outcome = "updated"
     report.add(outcome)
     _record_rail_reports(charge, order, report, event_id, read_at)
     return outcome
@@ -217,6 +219,33 @@ def _update(row: Order, order: ShopifyOrder, customer: Customer | None) -> str:
         return "unchanged"
     Order.objects.filter(pk=row.pk).update(**fields, updated_at=timezone.now())
     return "updated"
+
+
+def _raise_charge(charge: Charge, order: ShopifyOrder) -> bool:
+    """A later capture of the order (Shopify captures an authorization in parts) adds to the
+    charge: its amount is what the order's successful sales and captures sum to. Never
+    lowered (a capture that succeeded is not taken back; refunds are counted apart)."""
+    assert order.payment is not None
+    paid = order.payment.amount
+    if paid.currency != charge.currency or paid.amount_minor <= charge.amount_minor:
+        return False
+    Charge.objects.filter(pk=charge.pk).update(amount_minor=paid.amount_minor)
+    append_record(
+        site=charge.order.site,
+        kind=AuditKind.CHARGE,
+        body={
+            "order_id": charge.order_id,
+            "charge_id": charge.pk,
+            "rail": RailName.SHOPIFY,
+            "provider_payment_id": order.legacy_id,
+            "amount_minor": paid.amount_minor,
+            "was_amount_minor": charge.amount_minor,
+            "currency": charge.currency,
+            "source": "shopify order sync: a later capture",
+        },
+    )
+    charge.amount_minor = paid.amount_minor
+    return True
 
 
 _DISPUTE_STATUS = {s.value: s for s in DisputeStatus}
