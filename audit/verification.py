@@ -6,7 +6,8 @@ result (:func:`audit.selectors.chain_verification`: chain, signatures, key windo
 columns kept beside each record, chain head, stored tree nodes, latest checkpoint). A page
 request never verifies the chain itself. One check per site runs at a time: asking again while
 one runs answers that one. A check that raises instead of answering ends as failed, saying so,
-rather than showing "running" until it goes stale.
+rather than showing "running" until it goes stale; one whose worker died (nothing answers
+within :data:`STALE_AFTER`) is ended as failed the next time the page or a new request looks.
 """
 
 from __future__ import annotations
@@ -25,20 +26,29 @@ from sill.accounts.models import Site
 
 log = logging.getLogger(__name__)
 
-# A running check older than this is taken as lost (its worker died): a new one may start.
+# A running check older than this is taken as lost (its worker died): it ends as failed and a
+# new one may start.
 STALE_AFTER = timedelta(minutes=15)
+LOST = "the check did not finish (its worker stopped); start it again"
+
+
+def _end_lost(site: Site, now: Any) -> None:
+    """End ``site``'s running checks started more than :data:`STALE_AFTER` before ``now``."""
+    AuditVerification.objects.filter(
+        site=site, status=AuditVerification.Status.RUNNING, started_at__lte=now - STALE_AFTER
+    ).update(status=AuditVerification.Status.FAILED, problem=LOST, finished_at=now)
 
 
 def start_verification(*, site: Site, actor: Any) -> AuditVerification:
     now = timezone.now()
     with transaction.atomic():
-        running = (
-            AuditVerification.objects.select_for_update()
-            .filter(
-                site=site, status=AuditVerification.Status.RUNNING, started_at__gt=now - STALE_AFTER
-            )
-            .first()
-        )
+        # The site's row, locked: two requests at once find no running check to lock, so
+        # without it both would start one.
+        Site.objects.select_for_update().filter(pk=site.pk).first()
+        _end_lost(site, now)
+        running = AuditVerification.objects.filter(
+            site=site, status=AuditVerification.Status.RUNNING
+        ).first()
         if running is not None:
             return running
         total = AuditChainHead.objects.filter(site=site).values_list("last_seq", flat=True).first()
@@ -94,4 +104,5 @@ def run_verification(verification_id: int) -> str:
 
 
 def latest_verification(site: Site) -> AuditVerification | None:
+    _end_lost(site, timezone.now())
     return AuditVerification.objects.filter(site=site).order_by("-started_at").first()
