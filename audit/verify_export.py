@@ -647,6 +647,17 @@ def verify_bundle(
             problems.append(f"FAILED at seq {seq}: the record is about another refund")
         if isinstance(body, dict) and body.get("mandate_sha256"):
             mandate_sha256 = body["mandate_sha256"]
+    # A settlement names its decision's hash: that record must be here too, or the bundle no
+    # longer shows the decision it settles is in the log (one taken out, with its mandate).
+    # (Listed is enough: a listed record that does not verify is reported on its own.)
+    hashes = {
+        r.get("hash") for r in records if isinstance(r, dict) and isinstance(r.get("hash"), str)
+    }
+    for seq, rec in verified:
+        payload = json.loads(rec["payload"])
+        named = payload["body"].get("decision_hash") if isinstance(payload["body"], dict) else None
+        if payload["kind"] == "settlement" and named and named not in hashes:
+            problems.append(f"FAILED at seq {seq}: the decision it settles is not in the bundle")
     # In seq order whatever order the file lists them in: reordering must not hide a record
     # a retired key signed after its successor.
     order = KeyOrder(windows)

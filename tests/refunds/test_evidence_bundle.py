@@ -118,3 +118,19 @@ def test_the_refund_page_offers_it_to_who_may_read_the_log(
     assert client_for("staff").get(url).status_code == 403
     assert client_for("outsider").get(url).status_code == 404
     assert Client().get(url).status_code == 302
+
+
+def test_a_bundle_whose_decision_was_taken_out_is_refused(settled_agent_refund, tmp_path: Path):
+    """The settlement names its decision's hash: without that record (and the mandate it
+    names) the bundle no longer shows the decision is in the log, so it must not verify."""
+    path = bundle_file(settled_agent_refund, tmp_path)
+    bundle = json.loads(path.read_text())
+    bundle["records"] = [
+        r for r in bundle["records"] if json.loads(r["payload"])["kind"] == "settlement"
+    ]
+    bundle["mandate"] = None
+    path.write_text(json.dumps(bundle))
+
+    result = run_standalone(tmp_path, str(path))
+    assert result.returncode == 1, result.stdout
+    assert "the decision it settles is not in the bundle" in result.stderr
