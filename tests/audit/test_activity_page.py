@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -147,3 +148,28 @@ def test_it_runs_the_same_number_of_queries_for_2_and_20_records(client_for, sit
     with CaptureQueriesContext(connection) as many:
         client.get("/activity/")
     assert len(few.captured_queries) == len(many.captured_queries)
+
+
+@pytest.mark.parametrize("field", ["refund_id", "order_id"])
+def test_a_tampered_id_no_link_can_hold_is_listed_not_a_500(client_for, site, field):
+    # A payload edited in the database: `audit verify` reports it; the page still lists it.
+    _record(site, 2)
+    set_column(
+        site,
+        2,
+        "payload",
+        json.dumps(
+            {
+                "body": {field: "x/../y"},
+                "kind": "approved",
+                "recorded_at": "2026-12-01T00:00:00.000Z",
+                "seq": 2,
+                "site_id": site.pk,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ),
+    )
+    answer = client_for("owner").get("/activity/")
+    assert answer.status_code == 200
+    assert "x/../y" in answer.content.decode() and "rf_0" in answer.content.decode()
