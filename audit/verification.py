@@ -7,7 +7,8 @@ columns kept beside each record, chain head, stored tree nodes, latest checkpoin
 request never verifies the chain itself. One check per site runs at a time: asking again while
 one runs answers that one. A check that raises instead of answering ends as failed, saying so,
 rather than showing "running" until it goes stale; one whose worker died (nothing answers
-within :data:`STALE_AFTER`) is ended as failed the next time the page or a new request looks.
+within :data:`STALE_AFTER`) reads as failed on the page and is ended as failed in the database
+when a new check is asked for.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def start_verification(*, site: Site, actor: Any) -> AuditVerification:
     with transaction.atomic():
         # The site's row, locked: two requests at once find no running check to lock, so
         # without it both would start one.
-        Site.objects.select_for_update().filter(pk=site.pk).first()
+        # FOR NO KEY UPDATE: decisions' foreign-key checks on the site never wait for it.
+        Site.objects.select_for_update(no_key=True).filter(pk=site.pk).first()
         _end_lost(site, now)
         running = AuditVerification.objects.filter(
             site=site, status=AuditVerification.Status.RUNNING
@@ -104,5 +106,15 @@ def run_verification(verification_id: int) -> str:
 
 
 def latest_verification(site: Site) -> AuditVerification | None:
-    _end_lost(site, timezone.now())
-    return AuditVerification.objects.filter(site=site).order_by("-started_at").first()
+    """The site's latest check; one whose worker died reads as failed (a page's GET writes
+    nothing: :func:`start_verification` ends it in the database)."""
+    found = AuditVerification.objects.filter(site=site).order_by("-started_at").first()
+    now = timezone.now()
+    if (
+        found is not None
+        and found.status == AuditVerification.Status.RUNNING
+        and found.started_at <= now - STALE_AFTER
+    ):
+        found.status, found.problem = AuditVerification.Status.FAILED, LOST
+        found.finished_at = found.started_at + STALE_AFTER
+    return found

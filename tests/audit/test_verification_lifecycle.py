@@ -51,8 +51,12 @@ def test_a_check_whose_worker_died_ends_failed_instead_of_running(client_for, si
         site=site, total=5, started_at=timezone.now() - STALE_AFTER - timedelta(seconds=1)
     )
     assert latest_verification(site).status == AuditVerification.Status.FAILED
-    lost.refresh_from_db()
-    assert lost.status == AuditVerification.Status.FAILED and lost.finished_at is not None
     part = client_for("owner").get("/activity/", {"part": "verification"}).content.decode()
     assert "Verifying the chain" not in part and "every 2s" not in part
     assert "Chain broken" in part
+    lost.refresh_from_db()
+    assert lost.status == AuditVerification.Status.RUNNING  # a GET writes nothing
+    again = start_verification(site=site, actor=None)  # a new check ends it for good
+    lost.refresh_from_db()
+    assert again.pk != lost.pk
+    assert lost.status == AuditVerification.Status.FAILED and lost.finished_at is not None
