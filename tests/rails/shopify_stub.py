@@ -81,12 +81,18 @@ class ShopifyStub:
     http_429: dict[str, int] = field(default_factory=dict)
     http_500: dict[str, int] = field(default_factory=dict)
     user_errors: list[dict[str, Any]] = field(default_factory=list)
+    # refundCreate answers with these @idempotent refusals (codes) first, one per call.
+    idempotency_errors: list[str] = field(default_factory=list)
     # A broken store (or proxy): every order page says there is a next one, at the same cursor;
     # after 20 such pages the stub ends the list (so a sync that follows it still stops).
     repeat_cursor: bool = False
     slow_after_refund_seconds: float = 0.0  # answer refundCreate this late (after creating it)
+    # Work on a new refundCreate this long before making the refund: meanwhile the same key
+    # is answered IDEMPOTENCY_CONCURRENT_REQUEST and the order lists no refund for it.
+    slow_before_refund_seconds: float = 0.0
     _next_id: int = 9000
     _by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _in_flight: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- state ------------------------------------------------------------------------
@@ -321,6 +327,18 @@ class ShopifyStub:
                     ]
                 }
             key = str(v["key"])
+            if self.idempotency_errors:
+                return 200, _idempotency_error(self.idempotency_errors.pop(0), "Refused.")
+            if key in self._in_flight:
+                return 200, _idempotency_error(
+                    "IDEMPOTENCY_CONCURRENT_REQUEST",
+                    "This request is currently in progress, please try again.",
+                )
+            if key in self._by_key and self._by_key[key]["input"] != v["input"]:
+                return 200, _idempotency_error(
+                    "IDEMPOTENCY_KEY_PARAMETER_MISMATCH",
+                    "The same idempotency key cannot be used with different operation parameters.",
+                )
             if key in self._by_key:
                 order, refund = self._by_key[key]["order"], self._by_key[key]["refund"]
                 data = {
@@ -330,6 +348,15 @@ class ShopifyStub:
                 data = {"refundCreate": {"refund": None, "userErrors": [self.user_errors.pop(0)]}}
             else:
                 inp = v["input"]
+                if self.slow_before_refund_seconds:
+                    delay, self.slow_before_refund_seconds = self.slow_before_refund_seconds, 0.0
+                    self._in_flight.add(key)
+                    self.lock.release()
+                    try:
+                        time.sleep(delay)
+                    finally:
+                        self.lock.acquire()
+                        self._in_flight.discard(key)
                 order = self.orders[int(str(inp["orderId"]).rsplit("/", 1)[-1])]
                 amount = sum((Decimal(t["amount"]) for t in inp["transactions"]), Decimal(0))
                 if amount + order.refunded() > order.transactions[0]["amount"]:
@@ -346,7 +373,7 @@ class ShopifyStub:
                     }
                 else:
                     refund = self._make_refund(order, amount, note=inp.get("note") or "")
-                    self._by_key[key] = {"order": order, "refund": refund}
+                    self._by_key[key] = {"order": order, "refund": refund, "input": inp}
                     data = {
                         "refundCreate": {
                             "refund": self._refund_json(order, refund),
@@ -436,6 +463,15 @@ class ShopifyStub:
         if denied:
             body["errors"] = denied
         return 200, body
+
+
+def _idempotency_error(code: str, message: str) -> dict[str, Any]:
+    """How the stub answers a refundCreate its ``@idempotent`` key refuses: a GraphQL error
+    with the code in its extensions (``UserError``, refundCreate's error type, has no code)."""
+    return {
+        "errors": [{"message": message, "path": ["refundCreate"], "extensions": {"code": code}}],
+        "data": {"refundCreate": None},
+    }
 
 
 def _cost(requested: float, available: float, rate: float = 100.0) -> dict[str, Any]:

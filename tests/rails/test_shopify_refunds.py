@@ -166,6 +166,63 @@ def test_a_timeout_after_the_refund_is_recovered_by_lookup_with_one_refund(
     assert [op for op, _ in shopify.calls].count("SillRefunds") == 1
 
 
+def test_a_resend_while_shopify_still_works_on_the_first_is_retried_never_failed(
+    site, members, shopify, shopify_account, settings, django_capture_on_commit_callbacks
+):
+    """The first refundCreate times out while Shopify is still making the refund; the retry
+    finds no refund yet and sends the same key again, which Shopify answers
+    IDEMPOTENCY_CONCURRENT_REQUEST. That is no refusal: failing the refund released its
+    amount while Shopify went on to refund the buyer, so a second refund could follow."""
+    order, placed = _synced(site, shopify)
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    settings.SILL_SHOPIFY_TIMEOUT_SECONDS = 0.5
+    shopify.slow_before_refund_seconds = 2.5
+    with pytest.raises(RetryLater) as first:
+        execute_refund(refund.pk)
+    assert first.value.ambiguous and not placed.refunds
+    Refund.objects.filter(pk=refund.pk).update(lease_until=None)
+    with pytest.raises(RetryLater) as second:
+        execute_refund(refund.pk)
+    assert second.value.ambiguous
+    refund.refresh_from_db()
+    assert refund.status == "processing" and refund.outcome_code != "rail_declined"
+    assert Charge.objects.get(order=order).amount_reserved_minor == refund.amount_minor
+    wait_for(lambda: len(placed.refunds) == 1, timeout=10)
+    Refund.objects.filter(pk=refund.pk).update(lease_until=None)
+    execute_refund(refund.pk)
+    refund.refresh_from_db()
+    assert refund.status == "succeeded" and refund.provider_refund_id == placed.refunds[0]["id"]
+    assert len(placed.refunds) == 1
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        {"top": "IDEMPOTENCY_KEY_PARAMETER_MISMATCH"},
+        {"user": "This request is currently in progress, please try again."},
+        {"user": "The same idempotency key cannot be used with different operation parameters."},
+    ],
+)
+def test_a_refusal_of_the_idempotency_key_is_never_read_as_a_declined_refund(
+    site, members, shopify, shopify_account, refusal, django_capture_on_commit_callbacks
+):
+    """Whatever form Shopify's answer about the key takes (the GraphQL error's code, or a
+    user error's words), an earlier request under that key exists and may have refunded:
+    the refund is retried under the same key and then needs attention, never failed."""
+    order, placed = _synced(site, shopify)
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    if "top" in refusal:
+        shopify.idempotency_errors.append(refusal["top"])
+    else:
+        shopify.user_errors.append({"field": None, "message": refusal["user"]})
+    with pytest.raises(RetryLater) as raised:
+        execute_refund(refund.pk)
+    assert raised.value.ambiguous
+    refund.refresh_from_db()
+    assert refund.status == "processing" and not placed.refunds
+    assert Charge.objects.get(order=order).amount_reserved_minor == refund.amount_minor
+
+
 @pytest.mark.parametrize("live", ["store", "order"])
 def test_a_live_store_or_a_real_order_is_refused_at_execution_with_nothing_sent(
     site, members, shopify, shopify_account, live, django_capture_on_commit_callbacks

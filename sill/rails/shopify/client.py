@@ -49,6 +49,30 @@ _TOKEN_RE = re.compile(r"\bshp(?:at|ca|pa|ss)_[A-Za-z0-9]+")
 MAX_INLINE_WAIT_SECONDS = 2.0
 
 
+# Refusals by refundCreate's ``@idempotent`` key: another request under the key is still being
+# worked on, or one was made with other values. Either way a request under the key exists and
+# may have refunded, so neither is a declined refund (see :func:`refused_key`).
+IDEMPOTENCY_REFUSALS = frozenset(
+    {"IDEMPOTENCY_CONCURRENT_REQUEST", "IDEMPOTENCY_KEY_PARAMETER_MISMATCH"}
+)
+# The same refusals in a user error's words (refundCreate's UserError carries no code).
+_IDEMPOTENCY_WORDS = re.compile(r"idempoten|currently in progress", re.IGNORECASE)
+
+
+def refused_key(doing: str, what: str) -> AmbiguousRailError:
+    """The error for a refusal of the idempotency key: retried under the same key (the lookup
+    first), and after the last retry left for a person, never failed."""
+    return AmbiguousRailError(
+        f"{doing}: Shopify refused the idempotency key ({what}); an earlier request under it "
+        "may have refunded"
+    )
+
+
+def refuses_key(message: str) -> bool:
+    """Whether a user error's words are about the idempotency key, not about the refund."""
+    return bool(_IDEMPOTENCY_WORDS.search(message))
+
+
 class ShopifyThrottled(RetryableRailError):
     """Shopify's cost-based limit or a 429: nothing was executed; retry after the wait."""
 
@@ -234,6 +258,8 @@ class ShopifyClient:
             if code == "ACCESS_DENIED":
                 denied.append(".".join(str(p) for p in error.get("path") or []) or "?")
                 continue
+            if code in IDEMPOTENCY_REFUSALS:
+                raise refused_key(doing, code)
             if code == "INTERNAL_SERVER_ERROR":
                 raise RetryableRailError(f"{doing}: {self._scrub(str(error.get('message')))}")
             raise PermanentRailError(

@@ -44,7 +44,7 @@ from sill.rails.base import (
 )
 from sill.rails.fact_reads import read_at_once
 from sill.rails.shopify import queries
-from sill.rails.shopify.client import ShopifyClient
+from sill.rails.shopify.client import ShopifyClient, refused_key, refuses_key
 from sill.rails.shopify.orders import (
     ShopifyOrder,
     order_gid,
@@ -137,6 +137,8 @@ class ShopifyRail:
         errors = payload.get("userErrors") or []
         if errors:
             detail = "; ".join(str(e.get("message") or e) for e in errors)
+            if refuses_key(detail):
+                raise refused_key("Shopify SillRefundCreate", detail)
             raise PermanentRailError(f"Shopify refused the refund: {detail}", code="rail_declined")
         refund = payload.get("refund")
         if not isinstance(refund, dict):
