@@ -263,6 +263,14 @@ _VERBS = {
 }
 
 
+_INVITE_WORDS = {
+    "invite": "invited as {role}",
+    "invite_resend": "invitation resent",
+    "invite_revoke": "invitation withdrawn",
+    "invite_accept": "joined as {role} by invitation",
+}
+
+
 def summary_of(kind: str, body: dict[str, Any]) -> str:
     """Words for policy, member, agent, key and rail changes (never a secret: bodies hold none)."""
     action = str(body.get("action", ""))
@@ -279,6 +287,11 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
             return f"{who}: added as {body.get('role')}"
         if action == "issue_token":
             return f"{who}: API token {body.get('token_prefix', '')}… issued"
+        if action in _INVITE_WORDS:
+            said = f"{who}: {_INVITE_WORDS[action]}".replace("{role}", str(body.get("role")))
+            if body.get("reason") == "inviter_lost_role":
+                said += " (whoever sent it may no longer invite as that role)"
+            return said
         return f"{who}: {verb}"
     if kind == AuditKind.AGENT_CHANGE:
         agent = body.get("agent_id", "")

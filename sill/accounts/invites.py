@@ -161,6 +161,42 @@ def create_invite(
     return invite
 
 
+def withdraw_invites_beyond(*, member: Any, site_id: str, role: str | None, actor: Any) -> int:
+    """Revoke the open invites ``member`` (a user) sent on the site that their role there is
+    now ``role`` (None: no longer a member) could not send, each with an ``invite_revoke``
+    record (reason ``inviter_lost_role``) by ``actor``, in the caller's transaction.
+
+    An invite is the inviter's say, used later: once an owner takes an admin's access away,
+    the address that admin invited must not still become an admin. ``open_invite`` checks the
+    inviter again when the link is used (an account switched off outside the member pages).
+    """
+    withdrawn = 0
+    invites = MemberInvite.objects.select_for_update().select_related("site")
+    for invite in invites.filter(
+        site_id=site_id, invited_by=member, accepted_at=None, revoked_at=None
+    ).order_by("pk"):
+        if role is not None and services.may_grant(role, invite.role):
+            continue
+        invite.revoked_at = timezone.now()
+        invite.save(update_fields=["revoked_at"])
+        _record(invite, action="invite_revoke", actor=actor, reason="inviter_lost_role")
+        withdrawn += 1
+    return withdrawn
+
+
+def _inviter_may_still(invite: MemberInvite) -> bool:
+    """Whether the invite's sender is still an active member whose role may send it."""
+    inviter = invite.invited_by
+    if inviter is None or not inviter.is_active:
+        return False
+    role = (
+        Membership.objects.filter(site_id=invite.site_id, user=inviter)
+        .values_list("role", flat=True)
+        .first()
+    )
+    return role is not None and services.may_grant(role, invite.role)
+
+
 def _locked_pending(invite: MemberInvite) -> MemberInvite:
     locked = (
         MemberInvite.objects.select_for_update()
@@ -239,6 +275,13 @@ def open_invite(token: str, *, for_update: bool = False) -> OpenInvite:
     if invite.revoked_at is not None:
         raise InviteUnusable(
             f"This invitation was withdrawn. Ask {who} for a new one if you still need access.",
+            code="invite_revoked",
+        )
+    if not _inviter_may_still(invite):
+        raise InviteUnusable(
+            f"This invitation was withdrawn: {who} can no longer invite you as "
+            f"{Role(invite.role).label.lower()}. Ask an owner of {invite.site.name} for a new "
+            "one if you still need access.",
             code="invite_revoked",
         )
     if invite.expires_at <= timezone.now():

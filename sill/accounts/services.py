@@ -271,11 +271,29 @@ def lock_for_member_change(*memberships: Membership) -> None:
             raise SillError("That member was removed meanwhile.", code="not_found") from None
 
 
+def may_grant(actor_role: str, role: str) -> bool:
+    """Whether a member whose role is ``actor_role`` may give (invite to, make someone)
+    ``role``: owners any role, admins any but owner, others none."""
+    if actor_role not in (Role.OWNER, Role.ADMIN):
+        return False
+    return role != Role.OWNER or actor_role == Role.OWNER
+
+
 def check_may_manage(*, actor: Membership, role: str, action: str) -> None:
     if actor.role not in (Role.OWNER, Role.ADMIN):
         raise SillError("Only owners and admins manage members.", code="forbidden", status=403)
-    if role == Role.OWNER and actor.role != Role.OWNER:
+    if not may_grant(actor.role, role):
         raise SillError(f"Only an owner can {action} an owner.", code="forbidden", status=403)
+
+
+def _withdraw_invites(*, membership: Membership, role: str | None, actor: Membership) -> None:
+    """The open invites ``membership``'s user sent that ``role`` (None: removed) could not."""
+    # Imported here: invites builds on this module's member rules.
+    from sill.accounts.invites import withdraw_invites_beyond
+
+    withdraw_invites_beyond(
+        member=membership.user, site_id=membership.site_id, role=role, actor=actor
+    )
 
 
 def _check_not_last_owner(*, membership: Membership, action: str) -> None:
@@ -330,6 +348,7 @@ def change_member_role(
             **_member_state(membership),
         },
     )
+    _withdraw_invites(membership=membership, role=role, actor=actor)
     return membership
 
 
@@ -362,6 +381,7 @@ def remove_member(*, membership: Membership, actor: Membership) -> None:
         ended = sessions.end_sessions(user=user)
     body["sessions_ended"] = ended
     record_admin_change(site=site, kind="member_change", actor=actor, body=body)
+    _withdraw_invites(membership=membership, role=None, actor=actor)
 
 
 # --- Settings → Agents (the page's services; the command-line ones are above) ---------------

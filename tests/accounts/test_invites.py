@@ -12,10 +12,11 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
+from audit.activity import summary_of
 from audit.models import AuditRecord
 from sill.accounts import invites
 from sill.accounts.models import MemberInvite, Membership, Role
-from sill.accounts.services import add_member
+from sill.accounts.services import add_member, change_member_role, remove_member
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -352,3 +353,58 @@ def test_no_settings_page_prints_a_command_built_from_an_address(client_for, sit
     members_page = client_for("owner").get("/settings/members/").content.decode()
     assert "&quot;$(id)&quot;@example.com" in members_page  # shown, as text only
     assert "No password yet" in members_page
+
+
+# --- an invite outlives its inviter's say -----------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["removed", "made staff", "deactivated"])
+def test_an_invite_stops_working_once_its_inviter_could_no_longer_send_it(
+    invite_staff, members, site, change
+):
+    """An admin invites an address as admin, then loses the say (removed, demoted, or the
+    account switched off). The open invite used to keep working, so the address still
+    became an admin after the owner had taken the inviter's access away."""
+    path = invite_staff(email="friend@elsewhere.example", role="admin")
+    invite = MemberInvite.objects.get()
+    inviter, owner = members["admin"], members["owner"]
+    if change == "removed":
+        remove_member(membership=inviter, actor=owner)
+    elif change == "made staff":
+        change_member_role(membership=inviter, actor=owner, role="staff")
+    else:
+        inviter.user.is_active = False
+        inviter.user.save()
+    refused = Client().get(path)
+    assert refused.status_code == 410 and "withdrawn" in refused.content.decode()
+    posted = Client().post(path, {"new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD})
+    assert posted.status_code == 410
+    assert not Membership.objects.filter(site=site, user__username="friend@elsewhere.example")
+    invite.refresh_from_db()
+    if change != "deactivated":
+        # Withdrawn with the change that took the say away, on the record.
+        assert invite.revoked_at is not None
+        withdrawn = member_records(site)[-1]
+        assert (withdrawn["action"], withdrawn["member"]) == (
+            "invite_revoke",
+            "friend@elsewhere.example",
+        )
+        assert withdrawn["actor"] == "owner@roasters.example"
+        assert withdrawn["reason"] == "inviter_lost_role"
+        assert summary_of("member_change", withdrawn) == (
+            "friend@elsewhere.example: invitation withdrawn (whoever sent it may no longer "
+            "invite as that role)"
+        )
+
+
+def test_an_owner_made_admin_keeps_only_the_invites_an_admin_may_send(members, site):
+    """An admin may not invite an owner: an owner made admin loses their open owner invite,
+    and keeps their staff invite."""
+    second = add_member(site=site, email="second@roasters.example", role="owner", password=PASSWORD)
+    client = Client()
+    client.force_login(second.user)
+    for email, role in (("o@elsewhere.example", "owner"), ("s@elsewhere.example", "staff")):
+        assert client.post(ADD, {"email": email, "role": role}).status_code == 303
+    change_member_role(membership=second, actor=members["owner"], role="admin")
+    open_now = {i.email for i in MemberInvite.objects.filter(accepted_at=None, revoked_at=None)}
+    assert open_now == {"s@elsewhere.example"}
