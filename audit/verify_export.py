@@ -619,11 +619,18 @@ def verify_bundle(
         problems.append("FAILED at the bundle: it holds no records")
     mandate_sha256 = None
     verified: list[tuple[int, dict[str, Any]]] = []
+    listed_seqs: set[int] = set()
     for rec in records:
         seq = rec.get("seq") if isinstance(rec, dict) else None
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
             problems.append("FAILED at a record: no integer seq")
             continue
+        # Each copy would verify on its own (it carries its own proof): a record listed twice
+        # reads as two events, a settlement as a refund paid twice.
+        if seq in listed_seqs:
+            problems.append(f"FAILED at seq {seq}: the record is listed twice")
+            continue
+        listed_seqs.add(seq)
         try:
             check_record(
                 rec,

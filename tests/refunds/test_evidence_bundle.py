@@ -134,3 +134,20 @@ def test_a_bundle_whose_decision_was_taken_out_is_refused(settled_agent_refund, 
     result = run_standalone(tmp_path, str(path))
     assert result.returncode == 1, result.stdout
     assert "the decision it settles is not in the bundle" in result.stderr
+
+
+def test_a_bundle_listing_a_record_twice_is_refused(settled_agent_refund, tmp_path: Path):
+    """Each record holds its own proof, so a copy of the settlement verified on its own and
+    the bundle said "OK" with one more record than the log has: read by a person, a refund
+    settled twice. A seq listed twice is refused, naming it."""
+    path = bundle_file(settled_agent_refund, tmp_path)
+    bundle = json.loads(path.read_text())
+    settlement = next(
+        r for r in bundle["records"] if json.loads(r["payload"])["kind"] == "settlement"
+    )
+    bundle["records"].append(dict(settlement))
+    path.write_text(json.dumps(bundle))
+
+    result = run_standalone(tmp_path, str(path))
+    assert result.returncode == 1, result.stdout
+    assert f"FAILED at seq {settlement['seq']}: the record is listed twice" in result.stderr
