@@ -137,10 +137,18 @@ def refusal_for(order: Order, charge: Charge | None) -> str | None:
 
 
 def _quote(order: Order, charge: Charge | None, *, rail_facts: RefundFacts | None = None) -> Quote:
-    """The quote for a staff refund; ``order_not_refundable`` (409) with the quote's words."""
+    """The quote for a staff refund; ``order_not_refundable`` (409) with the quote's words.
+
+    Except ``rail_disabled`` (a rail switched off, a WooCommerce order whose site has no Stripe
+    connected), which keeps its code: nothing about the order refuses it, the merchant's set-up
+    does, and a retry under the same Idempotency-Key must run again once that is fixed (the
+    code is not stored: ``idempotency.RETRYABLE_CODES``).
+    """
     try:
         return quote_refund(order=order, charge=charge, rail_facts=rail_facts)
     except RefundRefused as refused:
+        if refused.code == "rail_disabled":
+            raise SillError(refused.message, code="rail_disabled", status=409) from refused
         raise NotRefundable(refused.message) from refused
 
 

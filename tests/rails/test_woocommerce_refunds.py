@@ -12,6 +12,7 @@ from refunds.execution import execute_refund
 from refunds.models import Refund, RefundReason
 from refunds.reasons.services import ensure_default_reasons
 from refunds.staff.services import create_staff_refund
+from sill.errors import SillError
 from sill.money import Money
 from sill.rails.registry import RailDisabled, rail_from_account
 from sill.rails.woocommerce import woocommerce_stripe_refusal
@@ -142,7 +143,6 @@ def test_an_agent_refund_of_a_woo_order_runs_on_stripe_and_is_recorded_on_the_or
 def test_without_stripe_a_woo_order_is_refused_rail_disabled_on_every_path(
     site, woo_paid, api, sign, members
 ):
-    from refunds.staff.services import NotRefundable
     from sill.rails.models import RailAccount
     from tests.rails.test_shopify_agent_refunds import shopify_intent
 
@@ -154,11 +154,50 @@ def test_without_stripe_a_woo_order_is_refused_rail_disabled_on_every_path(
     assert (answer["decision"], answer["reason"]) == ("rejected", "rail_disabled"), answer
     ensure_default_reasons(site)
     reason = RefundReason.objects.filter(site=site, active=True, code="wrong_item").first()
-    with pytest.raises(NotRefundable, match="takes its payments through Stripe"):
+    with pytest.raises(SillError, match="takes its payments through Stripe") as refused:
         create_staff_refund(
             site=site, order=order, actor=members["staff"].user, kind="full", reason=reason
         )
+    assert (refused.value.code, refused.value.status) == ("rail_disabled", 409)
     assert not Refund.objects.filter(status__in=["processing", "succeeded"]).exists()
+
+
+def test_the_staff_api_keeps_no_answer_for_a_woo_order_refused_until_stripe_is_connected(
+    site, woo_paid, client_for, django_capture_on_commit_callbacks
+):
+    """The staff API answered every refusal of the quote ``order_not_refundable`` and stored
+    it under the Idempotency-Key, "connect Stripe" included: once the merchant connected
+    Stripe, the client's retry with the same key was answered the stored refusal forever.
+    It is ``rail_disabled`` (as the API documents), and the key is released."""
+    import json
+
+    from refunds.models import IdempotencyRecord
+    from sill.rails.models import RailAccount
+
+    order, _placed, _charge = woo_paid
+    ensure_default_reasons(site)
+    reason = RefundReason.objects.filter(site=site, active=True, code="wrong_item").first()
+    RailAccount.objects.filter(site=site, rail="stripe").update(enabled=False)
+    client = client_for("staff")
+
+    def send():
+        with django_capture_on_commit_callbacks(execute=True):
+            return client.post(
+                f"/api/order/{order.id}/refund",
+                data=json.dumps({"full": True, "reasonId": str(reason.pk)}),
+                content_type="application/json",
+                headers={"Idempotency-Key": "woo-retry-1"},
+            )
+
+    refused = send()
+    assert refused.status_code == 409, refused.content
+    assert refused.json()["error"]["code"] == "rail_disabled"
+    assert "Stripe" in refused.json()["error"]["message"]
+    assert not IdempotencyRecord.objects.exists()
+    RailAccount.objects.filter(site=site, rail="stripe").update(enabled=True)
+    made = send()
+    assert made.status_code == 201, made.content
+    assert "Idempotent-Replayed" not in made
 
 
 def test_a_record_whose_task_was_lost_or_crashed_is_picked_up_by_the_beat_task(
