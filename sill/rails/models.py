@@ -36,6 +36,9 @@ class RailAccount(models.Model):
     api_base = models.URLField(max_length=255, blank=True)
     # Mock rail scripting (see sill.rails.mock); ignored by the other rails.
     config = models.JSONField(default=dict, blank=True)
+    # WooCommerce: the store's orders modified up to this time were read by a sync (the last
+    # complete page's newest); the next sync reads on from it. None: read from the start.
+    orders_synced_through = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -99,3 +99,110 @@ def test_a_store_with_more_pages_than_the_bound_is_told_not_silently_cut(
         sync_orders(site=site)
     # What was read before the bound is in, whole.
     assert Order.objects.filter(site=site).count() == 200
+
+
+def _orders_over_time(woo, count: int, *, start=None, prefix: str = "ch_t") -> list:
+    """``count`` paid orders, each modified a second after the one before."""
+    from datetime import UTC, datetime, timedelta
+
+    start = start or datetime(2026, 11, 1, tzinfo=UTC)
+    return [
+        woo.add_order(
+            total="10.00",
+            stripe_charge=f"{prefix}{n}",
+            modified_at=start + timedelta(seconds=n),
+        )
+        for n in range(count)
+    ]
+
+
+def test_a_store_larger_than_one_sync_is_read_whole_by_running_it_again(
+    site, woo, woo_account, monkeypatch
+):
+    """The order list is read oldest-modified first and one sync reads at most 200 pages.
+    Each run read from the start again, so a store past 20,000 orders stopped at the same
+    oldest 20,000 every time and its newest orders never came in. Each run now goes on from
+    where the last one's complete pages ended."""
+    from sill.rails.base import RailError
+    from sill.rails.woocommerce import client
+
+    monkeypatch.setattr(client, "MAX_PAGES", 2)  # 20,000 orders, as 200 orders here
+    _orders_over_time(woo, 450)
+    with pytest.raises(RailError, match="run the sync again"):
+        sync_orders(site=site)
+    assert Order.objects.filter(site=site).count() == 200
+    # The second run reads from the 200th order's second on: that order again (unchanged).
+    with pytest.raises(RailError, match="run the sync again"):
+        sync_orders(site=site)
+    assert Order.objects.filter(site=site).count() == 399
+    report = sync_orders(site=site)
+    assert report.created == 51 and Order.objects.filter(site=site).count() == 450
+    assert WooOrderLink.objects.filter(site=site).count() == 450
+
+
+def test_a_later_sync_reads_only_what_changed_since_and_full_reads_everything(
+    site, woo, woo_account, capsys
+):
+    from datetime import UTC, datetime, timedelta
+
+    placed = _orders_over_time(woo, 30)
+    assert sync_orders(site=site).created == 30
+    woo.order_queries.clear()
+    # Nothing changed: the list asked for is what changed after the last order read (a
+    # second's overlap: WooCommerce times orders to the second), in GMT.
+    again = sync_orders(site=site)
+    (query,) = woo.order_queries
+    assert query["modified_after"][0] == "2026-11-01T00:00:28"
+    assert query["dates_are_gmt"][0] == "true" and query["orderby"][0] == "modified"
+    assert (again.created, again.unchanged) == (0, 1)
+    # An order changed in the store since, and a new one: both come in, nothing else is read.
+    placed[3].email = "changed@example.com"
+    placed[3].modified_at = datetime(2026, 11, 2, tzinfo=UTC)
+    start = datetime(2026, 11, 2, tzinfo=UTC) + timedelta(hours=1)
+    _orders_over_time(woo, 1, start=start, prefix="ch_new")
+    later = sync_orders(site=site)
+    assert (later.created, later.updated, later.unchanged) == (1, 1, 1)
+    assert WooOrderLink.objects.get(woo_order_id=placed[3].id).order.buyer_email == (
+        "changed@example.com"
+    )
+    # --full reads the whole store again.
+    woo.order_queries.clear()
+    call_command("rails", "sync-woocommerce", "--site", site.pk, "--full")
+    assert "31 unchanged" in capsys.readouterr().out
+    assert "modified_after" not in woo.order_queries[0]
+
+
+def test_connecting_another_store_reads_it_from_the_start(site, woo, woo_account, members):
+    """Where the last sync ended is the old store's: the new one is read whole."""
+    from sill.rails.models import RailAccount
+    from sill.rails.woocommerce.connect import configure_woocommerce
+    from tests.rails.woo_stub import CONSUMER_KEY, CONSUMER_SECRET, StubServer
+
+    _orders_over_time(woo, 3)
+    sync_orders(site=site)
+    assert RailAccount.objects.get(pk=woo_account.pk).orders_synced_through is not None
+    owner = members["owner"].user
+    # Saved again for the same store (a new webhook secret): the position stays.
+    configure_woocommerce(
+        site=site,
+        actor=owner,
+        store_url=woo.url,
+        consumer_key="",
+        consumer_secret="",
+        webhook_secret="another-webhook-secret",
+    )
+    assert RailAccount.objects.get(pk=woo_account.pk).orders_synced_through is not None
+    with StubServer() as other:
+        configure_woocommerce(
+            site=site,
+            actor=owner,
+            store_url=other.url,
+            consumer_key=CONSUMER_KEY,
+            consumer_secret=CONSUMER_SECRET,
+            webhook_secret="",
+        )
+        assert RailAccount.objects.get(pk=woo_account.pk).orders_synced_through is None
+        _orders_over_time(other, 2, prefix="ch_other")
+        report = sync_orders(site=site)
+        assert report.created + report.updated + report.unchanged == 2
+        assert "modified_after" not in other.order_queries[0]

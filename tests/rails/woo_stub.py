@@ -1,6 +1,9 @@
 """A loopback WooCommerce REST API v3 with state, answering in WooCommerce's shapes.
 
-- ``GET /wp-json/wc/v3/orders?per_page=&page=`` with ``X-WP-Total`` / ``X-WP-TotalPages``.
+- ``GET /wp-json/wc/v3/orders?per_page=&page=`` with ``X-WP-Total`` / ``X-WP-TotalPages``,
+  by ``date_modified`` (``orderby=modified``, oldest first, then by id), and only orders
+  modified after ``modified_after`` (GMT with ``dates_are_gmt=true``, else the store's zone,
+  UTC here) when it is given; each list query is kept in ``order_queries``.
 - ``GET /wp-json/wc/v3/orders/{id}/refunds`` and ``POST`` (``amount``, ``reason``,
   ``api_refund``) → 201 with the refund; the order's ``refunds`` list grows.
 - Authentication as WooCommerce checks it: over plain http an OAuth 1.0a signed query
@@ -91,6 +94,7 @@ class WooStub:
         self.read_only = False
         self.refund_posts: list[dict[str, Any]] = []
         self.auth_seen: list[str] = []
+        self.order_queries: list[dict[str, list[str]]] = []
         self.next_refund_id = 500
 
     def add_order(self, **kwargs: Any) -> StubOrder:
@@ -150,7 +154,15 @@ class _Handler(BaseHTTPRequestHandler):
             if path == ["orders"]:
                 per_page = int(query.get("per_page", ["10"])[0])
                 page = int(query.get("page", ["1"])[0])
-                everything = sorted(self.stub.orders.values(), key=lambda o: o.modified_at)
+                self.stub.order_queries.append(query)
+                everything = sorted(self.stub.orders.values(), key=lambda o: (o.modified_at, o.id))
+                after = query.get("modified_after", [""])[0]
+                if after:
+                    # WooCommerce compares at its one-second resolution, after the instant.
+                    since = datetime.fromisoformat(after).replace(tzinfo=UTC)
+                    everything = [
+                        o for o in everything if o.modified_at.replace(microsecond=0) > since
+                    ]
                 pages = max((len(everything) + per_page - 1) // per_page, 1)
                 batch = everything[(page - 1) * per_page : page * per_page]
                 self._send(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -102,16 +103,20 @@ class WooClient:
     def __repr__(self) -> str:
         return f"WooClient(store_url={self.store_url!r})"
 
-    def orders(self, *, after_modified: str = "") -> Iterator[dict[str, Any]]:
-        """Every order (all pages, by ``X-WP-TotalPages``), oldest modified first, page by
-        page. A store with more than ``MAX_PAGES`` pages gets an error after the last page
-        read: its newest orders were not read, and a sync must not look complete."""
+    def order_pages(
+        self, *, modified_after: datetime | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """The store's orders page by page (by ``X-WP-TotalPages``), oldest modified first;
+        only those modified after ``modified_after`` (UTC; WooCommerce keeps whole seconds)
+        when given. A list longer than ``MAX_PAGES`` pages ends with an error after the last
+        page read: its newest orders were not read, and a sync must not look complete (run it
+        again: it reads on from the last page it saved)."""
         page, pages = 1, 1
         while page <= pages:
             if page > MAX_PAGES:
                 raise PermanentRailError(
-                    f"WooCommerce order list: {pages} pages, more than the {MAX_PAGES} "
-                    "pages one sync reads"
+                    f"WooCommerce order list: {pages} pages, more than the {MAX_PAGES} pages "
+                    "one sync reads; what was read is saved: run the sync again to read on"
                 )
             params: dict[str, Any] = {
                 "per_page": PAGE_SIZE,
@@ -119,15 +124,18 @@ class WooClient:
                 "orderby": "modified",
                 "order": "asc",
             }
-            if after_modified:
-                params["modified_after"] = after_modified
+            if modified_after is not None:
+                params["modified_after"] = modified_after.astimezone(UTC).strftime(
+                    "%Y-%m-%dT%H:%M:%S"
+                )
+                params["dates_are_gmt"] = "true"
             response = self._send("get", "orders", params=params, doing="order list")
             batch = _json(response, "order list")
             if not isinstance(batch, list):
                 raise RetryableRailError("WooCommerce order list: the answer is not a list")
-            yield from (o for o in batch if isinstance(o, dict))
             if not batch:
                 return  # past the end, whatever X-WP-TotalPages said
+            yield [o for o in batch if isinstance(o, dict)]
             try:
                 pages = int(response.headers.get("X-WP-TotalPages") or 1)
             except ValueError:

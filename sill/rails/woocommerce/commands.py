@@ -11,12 +11,12 @@ from sill.rails.woocommerce.orders import UnreadableOrder
 from sill.rails.woocommerce.sync import sync_orders
 
 
-def sync_woocommerce(*, site_id: str) -> str:
+def sync_woocommerce(*, site_id: str, full: bool = False) -> str:
     site = Site.objects.filter(pk=site_id).first()
     if site is None:
         raise CommandError(f"no site {site_id}")
     try:
-        report = sync_orders(site=site)
+        report = sync_orders(site=site, full=full)
     except (SillError, RailError) as exc:
         raise CommandError(exc.message) from None
     except UnreadableOrder as exc:

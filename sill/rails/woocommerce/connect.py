@@ -141,6 +141,9 @@ def configure_woocommerce(
             )
         if webhook_secret:
             account.set_webhook_secrets([webhook_secret])
+        if url != url_before:
+            # Where the last sync ended is the old store's: read the new one from the start.
+            account.orders_synced_through = None
         account.connected_account = url
         account.save()
         # Signed in the same transaction, like Stripe's: what changed, never a key or secret.

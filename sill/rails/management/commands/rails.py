@@ -74,6 +74,11 @@ class Command(BaseCommand):
         sync_woocommerce.add_argument(
             "--site", required=True, help="the site whose store is synced"
         )
+        sync_woocommerce.add_argument(
+            "--full",
+            action="store_true",
+            help="read every order again, not only those changed since the last sync",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         getattr(self, "_" + opts["action"].replace("-", "_"))(opts)
@@ -160,4 +165,4 @@ class Command(BaseCommand):
     def _sync_woocommerce(self, opts: dict[str, Any]) -> None:
         from sill.rails.woocommerce.commands import sync_woocommerce
 
-        self.stdout.write(sync_woocommerce(site_id=opts["site"]))
+        self.stdout.write(sync_woocommerce(site_id=opts["site"], full=opts["full"]))
