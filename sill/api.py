@@ -228,6 +228,19 @@ class _MandateKeyThrottle(_Throttle):
         return self.take_key(self.key_for(ident))
 
 
+class _PayPalVerifyThrottle(_MandateKeyThrottle):
+    scope = "paypal_verify"
+
+
+def spend_paypal_verification(*, site_id: str) -> None:
+    """Count one ``verify-webhook-signature`` call for the site's PayPal webhooks, or raise
+    :class:`RateLimited`: each costs a call with the merchant's credentials, which anyone who
+    knows the site's webhook address could otherwise spend (its refunds need that budget)."""
+    throttle = _PayPalVerifyThrottle()
+    if not throttle.take(hashlib.sha256(site_id.encode()).hexdigest()):
+        raise RateLimited(retry_after=max(1, math.ceil(throttle.wait() or 1)))
+
+
 def spend_mandate_budget(*, site_id: str, agent_id: str, key_id: str) -> None:
     """Count one mandate against its signing key's budget, or raise :class:`RateLimited`.
 

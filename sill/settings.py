@@ -469,6 +469,8 @@ _RATE_DEFAULTS = {
     "agent_token": "600/minute",
     "member_token": "300/minute",
     "member_session": "600/minute",
+    # PayPal webhooks PayPal is asked to verify, per site (sill.rails.paypal.webhooks).
+    "paypal_verify": "120/minute",
 }
 SILL_API_RATES: dict[str, str | None] = {}
 for _scope, _default in _RATE_DEFAULTS.items():

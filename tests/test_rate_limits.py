@@ -207,6 +207,7 @@ def test_production_has_every_limit_on_by_default_and_refuses_a_bad_rate(tmp_pat
             "agent_token": "600/minute",
             "member_token": "300/minute",
             "member_session": "600/minute",
+            "paypal_verify": "120/minute",
         }
     )
     off = _production(tmp_path, "shell", "--no-imports", "-c", show, SILL_RATE_ADDRESS="off")

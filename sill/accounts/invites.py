@@ -34,7 +34,6 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from sill.accounts import services
-from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import MemberInvite, Membership, Role, Site
 from sill.errors import SillError
 
@@ -66,19 +65,8 @@ def _lifetime() -> timedelta:
     return timedelta(hours=int(settings.SILL_INVITE_HOURS))
 
 
-def _state(invite: MemberInvite) -> dict[str, Any]:
-    return {
-        "invite_id": invite.pk,
-        "member": invite.email,
-        "role": invite.role,
-        "can_refund": invite.can_refund,
-        "expires_at": invite.expires_at.isoformat(),
-    }
-
-
 def _record(invite: MemberInvite, *, action: str, actor: Any, **extra: Any) -> None:
-    body = {"action": action, **_state(invite), **extra}
-    record_admin_change(site=invite.site, kind="member_change", actor=actor, body=body)
+    services.record_invite_change(invite, action=action, actor=actor, **extra)
 
 
 def _send(invite: MemberInvite, token: str, *, inviter: Any) -> None:
@@ -159,29 +147,6 @@ def create_invite(
     _send(invite, token, inviter=actor.user)
     logger.info("invite %s sent on site %s by %s", invite.pk, site.pk, actor.user.get_username())
     return invite
-
-
-def withdraw_invites_beyond(*, member: Any, site_id: str, role: str | None, actor: Any) -> int:
-    """Revoke the open invites ``member`` (a user) sent on the site that their role there is
-    now ``role`` (None: no longer a member) could not send, each with an ``invite_revoke``
-    record (reason ``inviter_lost_role``) by ``actor``, in the caller's transaction.
-
-    An invite is the inviter's say, used later: once an owner takes an admin's access away,
-    the address that admin invited must not still become an admin. ``open_invite`` checks the
-    inviter again when the link is used (an account switched off outside the member pages).
-    """
-    withdrawn = 0
-    invites = MemberInvite.objects.select_for_update().select_related("site")
-    for invite in invites.filter(
-        site_id=site_id, invited_by=member, accepted_at=None, revoked_at=None
-    ).order_by("pk"):
-        if role is not None and services.may_grant(role, invite.role):
-            continue
-        invite.revoked_at = timezone.now()
-        invite.save(update_fields=["revoked_at"])
-        _record(invite, action="invite_revoke", actor=actor, reason="inviter_lost_role")
-        withdrawn += 1
-    return withdrawn
 
 
 def _inviter_may_still(invite: MemberInvite) -> bool:

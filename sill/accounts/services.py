@@ -29,6 +29,7 @@ from sill.accounts.models import (
     Agent,
     AgentKey,
     AgentToken,
+    MemberInvite,
     Membership,
     MemberToken,
     Role,
@@ -286,14 +287,49 @@ def check_may_manage(*, actor: Membership, role: str, action: str) -> None:
         raise SillError(f"Only an owner can {action} an owner.", code="forbidden", status=403)
 
 
-def _withdraw_invites(*, membership: Membership, role: str | None, actor: Membership) -> None:
-    """The open invites ``membership``'s user sent that ``role`` (None: removed) could not."""
-    # Imported here: invites builds on this module's member rules.
-    from sill.accounts.invites import withdraw_invites_beyond
+def record_invite_change(invite: MemberInvite, *, action: str, actor: Any, **extra: Any) -> None:
+    """The signed ``member_change`` record of an invite's ``action`` (sill.accounts.invites)."""
+    body = {
+        "action": action,
+        "invite_id": invite.pk,
+        "member": invite.email,
+        "role": invite.role,
+        "can_refund": invite.can_refund,
+        "expires_at": invite.expires_at.isoformat(),
+        **extra,
+    }
+    record_admin_change(site=invite.site, kind="member_change", actor=actor, body=body)
 
-    withdraw_invites_beyond(
-        member=membership.user, site_id=membership.site_id, role=role, actor=actor
+
+def _withdraw_invites(*, membership: Membership, role: str | None, actor: Membership) -> None:
+    """Revoke the open invites ``membership``'s user sent on its site that their role there
+    is now ``role`` (None: no longer a member) could not send, each with an
+    ``invite_revoke`` record (reason ``inviter_lost_role``) by ``actor``, in the caller's
+    transaction.
+
+    An invite is the inviter's say, used later: once an owner takes an admin's access away,
+    the address that admin invited must not still become an admin. ``invites.open_invite``
+    checks the inviter again when the link is used (an account switched off elsewhere).
+    """
+    pending = (
+        MemberInvite.objects.select_for_update()
+        .select_related("site")
+        .filter(
+            site_id=membership.site_id,
+            invited_by=membership.user,
+            accepted_at=None,
+            revoked_at=None,
+        )
+        .order_by("pk")
     )
+    for invite in pending:
+        if role is not None and may_grant(role, invite.role):
+            continue
+        invite.revoked_at = timezone.now()
+        invite.save(update_fields=["revoked_at"])
+        record_invite_change(
+            invite, action="invite_revoke", actor=actor, reason="inviter_lost_role"
+        )
 
 
 def _check_not_last_owner(*, membership: Membership, action: str) -> None:

@@ -281,3 +281,75 @@ def test_paypal_not_answering_the_verification_is_503_and_stores_nothing(
 
 def test_get_is_not_allowed(site, paypal_account):
     assert Client().get(f"/webhooks/paypal/{site.pk}").status_code == 405
+
+
+# --- asking PayPal costs a call with the merchant's credentials: never for nothing ----------
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("HTTP_PAYPAL_AUTH_ALGO", "none"),
+        ("HTTP_PAYPAL_CERT_URL", "https://attacker.example/v1/notifications/certs/CERT-1"),
+        ("HTTP_PAYPAL_CERT_URL", "http://api.paypal.com/v1/notifications/certs/CERT-1"),
+        (
+            "HTTP_PAYPAL_CERT_URL",
+            "https://api.paypal.com.attacker.example/v1/notifications/certs/C",
+        ),
+        ("HTTP_PAYPAL_CERT_URL", "https://api.paypal.com/somewhere/else"),
+    ],
+)
+def test_headers_paypal_never_sends_are_refused_without_asking_paypal(
+    site, paypal, paypal_account, paypal_order, header, value
+):
+    """Each delivery Sill cannot check itself costs a verify-webhook-signature call (and a
+    token) with the merchant's PayPal credentials: anyone who knows a site id could spend
+    the merchant's PayPal API budget, which its refunds need. What PayPal never sends is
+    refused first."""
+    _order, capture = paypal_order()
+    event = refund_event(paypal, capture, value="5.00")
+    raw = json.dumps(event, separators=(",", ":")).encode()
+    headers = {
+        "HTTP_PAYPAL_TRANSMISSION_ID": "a" * 32,
+        "HTTP_PAYPAL_TRANSMISSION_TIME": _now(),
+        "HTTP_PAYPAL_TRANSMISSION_SIG": "x" * 40,
+        "HTTP_PAYPAL_CERT_URL": CERT,
+        "HTTP_PAYPAL_AUTH_ALGO": "SHA256withRSA",
+        header: value,
+    }
+    response = Client().post(
+        f"/webhooks/paypal/{site.pk}", raw, content_type="application/json", **headers
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webhook_refused"
+    assert paypal.verifications == [] and not WebhookEvent.objects.exists()
+
+
+def test_an_event_already_stored_is_answered_without_asking_paypal_again(
+    site, paypal, paypal_account, paypal_order, run
+):
+    _order, capture = paypal_order()
+    event = refund_event(paypal, capture, value="5.00")
+    assert run(site, paypal, event).json() == {"received": True, "duplicate": False}
+    again = run(site, paypal, event)
+    assert again.status_code == 200 and again.json() == {"received": True, "duplicate": True}
+    assert len(paypal.verifications) == 1 and WebhookEvent.objects.count() == 1
+
+
+def test_verifications_per_site_are_limited_and_the_rest_asked_to_come_again(
+    site, paypal, paypal_account, paypal_order, run, settings
+):
+    """A flood of deliveries with made-up signatures: PayPal is asked at most the site's
+    budget a minute; past it the answer is 429 with Retry-After (PayPal delivers again
+    later), and PayPal is not asked."""
+    settings.SILL_API_RATES = {**settings.SILL_API_RATES, "paypal_verify": "2/minute"}
+    _order, capture = paypal_order()
+    event = refund_event(paypal, capture, value="5.00")
+    signed = json.dumps(event, separators=(",", ":")).encode()
+    for n in range(2):
+        forged = {**event, "id": f"WH-FORGED-{n}"}
+        assert run(site, paypal, forged, signed=signed).status_code == 400
+    later = run(site, paypal, refund_event(paypal, capture, value="5.00"))
+    assert later.status_code == 429 and int(later["Retry-After"]) >= 1
+    assert later.json()["error"]["code"] == "rate_limited"
+    assert len(paypal.verifications) == 2 and not WebhookEvent.objects.exists()

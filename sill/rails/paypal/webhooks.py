@@ -6,6 +6,9 @@ itself but asks PayPal (``POST /v1/notifications/verify-webhook-signature``) wit
 (``PayPalClient.verify_webhook_signature``). A missing header, a body that is not a PayPal
 event (read with the project's strict JSON reader), no saved webhook id, or a ``FAILURE``
 verdict is 400 and stores nothing; PayPal giving no verdict at all is 503 (it redelivers).
+Each verification is a call with the merchant's credentials, so PayPal is not asked about a
+delivery whose algorithm or certificate address PayPal never sends, nor about an event id
+already stored, and at most ``SILL_RATE_PAYPAL_VERIFY`` times a minute per site (then 429).
 
 Each event id is stored once (``WebhookEvent``'s unique constraint, rail ``paypal``): a
 redelivery answers 200 and changes nothing. Processing (``rails.process_paypal_event``,
@@ -15,6 +18,7 @@ sill.rails.paypal.events) runs on commit.
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -24,6 +28,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from sill import jsonbody
+from sill.api import RateLimited, spend_paypal_verification
 from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.rails.base import RailError
@@ -43,6 +48,26 @@ HEADERS = (
     "PAYPAL-CERT-URL",
     "PAYPAL-AUTH-ALGO",
 )
+
+
+AUTH_ALGO = "SHA256withRSA"
+# Where PayPal publishes the certificates it signs webhooks with (live and sandbox).
+CERT_HOSTS = frozenset(
+    {"api.paypal.com", "api-m.paypal.com", "api.sandbox.paypal.com", "api-m.sandbox.paypal.com"}
+)
+
+
+def _paypal_cert_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return (
+        parts.scheme == "https"
+        and parts.hostname in CERT_HOSTS
+        and parts.port is None
+        and parts.path.startswith("/v1/notifications/certs/")
+    )
 
 
 class VerificationUnavailable(SillError):
@@ -83,6 +108,22 @@ def paypal_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     webhook_id = str((account.config or {}).get("webhook_id") or "")
     if not webhook_id:
         return _refuse("No PayPal webhook id is saved for this site (Settings → Rails).")
+    # Asking PayPal costs a call with the merchant's credentials: never for what PayPal never
+    # sends, nor for an event already stored (nothing would change), and at most the site's
+    # budget a minute (past it, PayPal is asked to deliver again later).
+    if headers["PAYPAL-AUTH-ALGO"] != AUTH_ALGO:
+        return _refuse(f"PayPal signs its webhooks {AUTH_ALGO}, not this.")
+    if not _paypal_cert_url(headers["PAYPAL-CERT-URL"]):
+        return _refuse("The PAYPAL-CERT-URL header is not a PayPal certificate address.")
+    event_id = event["id"].strip()[:255]
+    if WebhookEvent.objects.filter(site=account.site, rail=Rail.PAYPAL, event_id=event_id).exists():
+        return JsonResponse({"received": True, "duplicate": True})
+    try:
+        spend_paypal_verification(site_id=account.site_id)
+    except RateLimited as limited:
+        response = JsonResponse(limited.as_dict(), status=limited.status)
+        response["Retry-After"] = str(limited.retry_after)
+        return response
     try:
         verified = _client(account).verify_webhook_signature(
             headers=headers, webhook_id=webhook_id, event=payload
@@ -103,7 +144,7 @@ def paypal_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
             stored = WebhookEvent.objects.create(
                 site=account.site,
                 rail=Rail.PAYPAL,
-                event_id=event["id"].strip()[:255],
+                event_id=event_id,
                 type=event["event_type"][:100],
                 payload=payload.decode("utf-8"),
             )
