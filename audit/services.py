@@ -36,6 +36,7 @@ def append_record(
     before_lock: Callable[[AuditRecord], None] | None = None,
     rehashed: Callable[[AuditRecord], None] | None = None,
     writes: Callable[[AuditRecord], Sequence[sql.Write]] | None = None,
+    guard: sql.Guard | None = None,
 ) -> AuditRecord:
     """Append a signed record of ``kind`` with ``body`` to ``site``'s chain.
 
@@ -56,6 +57,12 @@ def append_record(
     the head: in its one statement on PostgreSQL, after the head UPDATE on SQLite. If another
     append moved the head first, nothing was written and they are asked for again with the
     record built anew.
+
+    ``guard``: read with the chain head, in the same statement, and checked before the record
+    is built on it (its ``check`` raises to stop the append; nothing is written). The append
+    takes the head only if nothing moved it since that read, so what the guard saw still held
+    when the record went into the chain, and holds until this transaction ends (the head stays
+    locked): a decision's policy version, say, is still the active one.
 
     ``before_lock(record)``: called with the record (hash and signature final, not saved yet)
     before the head is locked, for a write of the caller's own that must carry its hash. If
@@ -89,6 +96,13 @@ def append_record(
     # statements than the database running them).
     head_cols = cols(AuditChainHead, "h")
     wrote_before = False
+    guarded = f", {guard.sql}" if guard is not None else ""
+    guard_params = list(guard.params) if guard is not None else []
+
+    def check_guard() -> None:
+        if guard is not None:
+            checked = fetch_row(f"SELECT {guard.sql}", guard_params)
+            guard.check(checked[0] if checked is not None else None)
 
     def build_on(head: AuditChainHead) -> tuple[AuditRecord, list[Any], str, list[sql.Write]]:
         nonlocal wrote_before
@@ -101,12 +115,16 @@ def append_record(
         return record, nodes, frontier, list(writes(record)) if writes is not None else []
 
     for _attempt in range(_UNLOCKED_ATTEMPTS):
+        # The guard in the same statement: one snapshot with the head the append builds on.
         row = fetch_row(
-            f'SELECT {head_cols.sql} FROM "audit_auditchainhead" "h" WHERE "h"."site_id" = %s',  # noqa: S608
-            [site.pk],
+            f'SELECT {head_cols.sql}{guarded} FROM "audit_auditchainhead" "h" '  # noqa: S608
+            'WHERE "h"."site_id" = %s',
+            [*guard_params, site.pk],
         )
         if row is None:
             break  # the site's first append: the locked path creates the head
+        if guard is not None:
+            guard.check(row[-1])
         head = head_cols.build(row)
         record, nodes, frontier, extra = build_on(head)
         if _append_on(head, record, nodes, frontier, extra):
@@ -128,6 +146,10 @@ def append_record(
         locked, _ = AuditChainHead.objects.select_for_update().get_or_create(
             site=site, defaults={"last_seq": 0, "last_hash": chain.GENESIS_HASH}
         )
+    # Read in a statement of its own once the head is ours: a statement that waited for the
+    # head's lock reads its sub-selects as they were before the holder committed. Nothing it
+    # guards can change now until this transaction ends (it would append to this chain).
+    check_guard()
     record, nodes, frontier, extra = build_on(locked)
     # The head is locked: nothing can move it between the read and this write.
     if not _append_on(locked, record, nodes, frontier, extra):

@@ -17,10 +17,10 @@ from policies.engine import BASELINE_POLICY, AutoRefund, CompiledPolicy, compile
 from policies.models import PolicyVersion
 from policies.simulation import Preview, SimulatedRefund, simulate
 from policies.subjects import Subject, rules_for
-from policies.types import BASELINE_VERSION
+from policies.types import BASELINE_VERSION, PolicyReplaced
 from refunds.models import Refund, RefundKind
 from sill.accounts.models import Site
-from sill.sql import Columns, cols, fetch_row
+from sill.sql import Columns, Guard, cols, fetch_row
 
 PREVIEW_DAYS = 30
 # ``.defer("rules")``: every field of a version but its rules.
@@ -91,6 +91,24 @@ def active_policy_for(
             currency=version.auto_refund_currency,
         ),
         version=version,
+    )
+
+
+def in_force(site_id: str, label: str) -> Guard:
+    """The guard a decision's audit append reads with the chain head: the site's active
+    version must still be ``label`` (the baseline's when it has none), or
+    :class:`PolicyReplaced`. Every version change appends to the same chain, so a decision
+    whose append takes the head after this read was made by the version in force."""
+
+    def check(active: Any) -> None:
+        if (active or BASELINE_VERSION) != label:
+            raise PolicyReplaced(f"decided by {label}; {active or BASELINE_VERSION} is active now")
+
+    return Guard(
+        sql="(SELECT 'v' || CAST(v.number AS TEXT) FROM policies_policyversion v "
+        "WHERE v.site_id = %s AND v.active = %s)",
+        params=(site_id, True),
+        check=check,
     )
 
 

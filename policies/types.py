@@ -25,6 +25,12 @@ __all__ = ["BASELINE_VERSION", "PolicyOutcome", "RefundContext"]
 BASELINE_VERSION = "v1-default"
 
 
+class PolicyReplaced(Exception):
+    """The version a decision was made by is no longer the site's active one (another was
+    switched on while the decision ran): the decision is made again (``refunds.locks.
+    retry_on_conflict``), on the version now active; nothing of it was written."""
+
+
 @dataclass(frozen=True)
 class PolicyOutcome:
     action: Action

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connection
 
+from policies.types import PolicyReplaced
 from sill.errors import SillError
 
 if TYPE_CHECKING:
@@ -153,6 +154,18 @@ def retry_on_conflict(fn: Callable[P, R]) -> Callable[P, R]:
         for attempt in range(1, attempts + 1):
             try:
                 return fn(*args, **kwargs)
+            except PolicyReplaced as exc:
+                # Another version of the site's rules was switched on while this decision
+                # ran: made again on the one now active. A version read before the
+                # transaction and passed in (``policy_version``) is dropped: read afresh.
+                kwargs.pop("policy_version", None)
+                if attempt == attempts:
+                    raise Busy(
+                        "The site's refund rules changed while this refund was being decided; "
+                        "nothing was refunded by this request. Retry after 1 second."
+                    ) from exc
+                logger.info("%s: %s; deciding again", fn.__qualname__, exc)
+                continue
             except DatabaseError as exc:
                 if not is_conflict(exc):
                     raise

@@ -18,6 +18,7 @@ from django.utils import timezone
 from audit.models import AuditRecord
 from audit.services import append_record
 from policies.decide import decide_refund
+from policies.selectors import in_force
 from policies.types import PolicyOutcome, RefundContext
 from refunds.models import RESERVED_STATUSES, Decision, Refund, RefundOrigin, RefundStatus
 from refunds.queue import enqueue_on_commit
@@ -153,6 +154,9 @@ def record_decision(
             expires_at=refund.expires_at.isoformat() if refund.expires_at else None,
         ),
         writes=writes,
+        # A decision made by the site's rules goes into the chain only while they are the
+        # ones in force (a version switched on meanwhile: the decision is made again).
+        guard=in_force(refund.site_id, outcome.policy_version) if outcome else None,
     )
     if not unsaved:
         refund.decision_hash = record.hash

@@ -299,6 +299,22 @@ def _inserted(obj: Model, db: Any) -> None:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """A value another statement reads alongside its own (the same snapshot), and what must
+    hold of it: ``check(value)`` raises if it does not. ``sql`` is one expression, standing
+    alone (``SELECT {sql}`` works too), with its own ``params``.
+
+    A decision's policy version must still be the site's active one when its audit append
+    reads the chain head: the append then takes the head only if no other append (a policy
+    change's included) came in between (``audit.services.append_record``).
+    """
+
+    sql: str
+    params: tuple[Any, ...]
+    check: Callable[[Any], None]
+
+
+@dataclass(frozen=True)
 class Write:
     """An INSERT or UPDATE for another statement to carry, so that it costs no round trip of
     its own (the decision's refund row and reservation ride on its audit append:

@@ -90,6 +90,9 @@ class ShopifyStub:
     # Work on a new refundCreate this long before making the refund: meanwhile the same key
     # is answered IDEMPOTENCY_CONCURRENT_REQUEST and the order lists no refund for it.
     slow_before_refund_seconds: float = 0.0
+    # operation → (entered, release): a call of it sets ``entered`` and waits (the stub's
+    # lock released) until the test sets ``release``; once, then the pause is gone.
+    pause: dict[str, tuple[threading.Event, threading.Event]] = field(default_factory=dict)
     _next_id: int = 9000
     _by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
     _in_flight: set[str] = field(default_factory=set)
@@ -535,6 +538,11 @@ class _Handler(BaseHTTPRequestHandler):
         op = str(request.get("operationName") or "")
         variables = request.get("variables") or {}
         stub = self.stub
+        paused = stub.pause.pop(op, None)
+        if paused is not None:
+            entered, release = paused
+            entered.set()
+            release.wait(timeout=30)
         with stub.lock:
             stub.calls.append((op, variables))
             if stub.http_429.get(op):

@@ -142,3 +142,50 @@ def test_when_the_store_cannot_say_it_is_a_test_nothing_moves(site, shopify, syn
     answer = api(sign(shopify_intent(str(placed.id)))).json()
     assert (answer["decision"], answer["reason"]) == ("rejected", "live_not_allowed"), answer
     assert shopify.refund_creates() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_policy_replaced_while_the_rails_facts_are_read_decides_the_refund(
+    site, shopify, synced, api, sign
+):
+    """The site's rules are read with the agent's key, before the rail's facts (network
+    calls, seconds at worst) and the decision's transaction. A merchant who switched on a
+    stricter version meanwhile (stopping a rogue agent, say) still saw the refund decided,
+    and paid, by the version it replaced, its record after the policy change in the chain."""
+    import json
+    import threading
+
+    from django.db import connection
+
+    from audit.models import AuditRecord
+    from policies.services import add_rule
+
+    _order, placed = synced()
+    entered, release = threading.Event(), threading.Event()
+    shopify.pause["SillChargeFacts"] = (entered, release)
+    answers: dict[str, Any] = {}
+
+    def decide() -> None:
+        try:
+            answers["answer"] = api(sign(shopify_intent(str(placed.id)))).json()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=decide)
+    thread.start()
+    assert entered.wait(timeout=15), "the decision never read the rail's facts"
+    label = add_rule(
+        site=site,
+        actor=None,
+        rule={"id": "stop-shopify", "when": {"rail": "shopify"}, "then": {"action": "deny"}},
+    )[0]
+    release.set()
+    thread.join(timeout=60)
+    answer = answers["answer"]
+    assert (answer["decision"], answer["reason"]) == ("rejected", "policy_denied"), answer
+    assert not Refund.objects.filter(status__in=["processing", "succeeded"]).exists()
+    records = list(AuditRecord.objects.filter(site=site).order_by("seq"))
+    change = next(r for r in records if r.kind == "policy_change")
+    decision = next(r for r in records if r.kind == "rejected")
+    assert decision.seq > change.seq
+    assert json.loads(decision.payload)["body"]["policy_version"] == label
