@@ -242,3 +242,25 @@ def test_a_record_whose_task_was_lost_or_crashed_is_picked_up_by_the_beat_task(
         assert retry_woocommerce_records() == 1
     crashed.refresh_from_db()
     assert crashed.state == WooRecordState.RECORDED and len(second.refunds) == 1
+
+
+def test_a_refund_of_an_order_from_a_store_no_longer_connected_is_not_written_on_the_new_one(
+    site, members, woo, woo_paid, woo_account, django_capture_on_commit_callbacks
+):
+    """Woo order ids are per store: once the site is connected to another store, the old
+    store's order 1001 is not the new store's order 1001. Writing the refund there marked a
+    stranger's order refunded."""
+    from tests.rails.woo_stub import StubServer
+
+    order, _placed, _charge = woo_paid
+    with StubServer() as other:
+        other.add_order(total="89.00", stripe_charge="ch_someone_else")  # the same id, 1001
+        woo_account.connected_account = other.url
+        woo_account.save()
+        refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+        result = record_refund_on_woocommerce(
+            order=order, refund_id=refund.pk, amount=refund.amount, reason="Defective"
+        )
+        assert other.refund_posts == [] and woo.refund_posts == []
+        assert result.state == WooRecordState.GAVE_UP
+        assert woo.url in result.message and other.url in result.message

@@ -206,3 +206,24 @@ def test_connecting_another_store_reads_it_from_the_start(site, woo, woo_account
         report = sync_orders(site=site)
         assert report.created + report.updated + report.unchanged == 2
         assert "modified_after" not in other.order_queries[0]
+
+
+def test_orders_of_another_store_with_the_same_ids_are_other_orders(site, woo, woo_account):
+    """Woo order ids are per store: after the site was connected to another store, its
+    order 1001 updated the first store's order 1001 (buyer, status) instead of coming in."""
+    from sill.rails.models import RailAccount
+    from tests.rails.woo_stub import StubServer
+
+    first = woo.add_order(total="10.00", stripe_charge="ch_store_a", email="a@example.com")
+    sync_orders(site=site)
+    with StubServer() as other:
+        second = other.add_order(total="20.00", stripe_charge="ch_store_b", email="b@example.com")
+        assert second.id == first.id
+        RailAccount.objects.filter(pk=woo_account.pk).update(
+            connected_account=other.url, orders_synced_through=None
+        )
+        report = sync_orders(site=site)
+    assert report.created == 1
+    emails = sorted(Order.objects.filter(site=site).values_list("buyer_email", flat=True))
+    assert emails == ["a@example.com", "b@example.com"]
+    assert WooOrderLink.objects.filter(site=site, woo_order_id=first.id).count() == 2

@@ -19,6 +19,9 @@ class WooOrderLink(models.Model):
 
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="woocommerce_orders")
     order = models.OneToOneField(Order, on_delete=models.CASCADE, related_name="woocommerce")
+    # The store the order came from (its URL as connected): Woo order ids are per store, so
+    # a site connected to another store later gets that store's orders beside these.
+    store_url = models.CharField(max_length=255)
     woo_order_id = models.BigIntegerField()
     # The Woo order's ``date_modified_gmt`` as last applied: an older delivery changes nothing.
     woo_modified_at = models.DateTimeField(null=True, blank=True)
@@ -28,7 +31,7 @@ class WooOrderLink(models.Model):
         app_label = "rails"
         constraints = [
             models.UniqueConstraint(
-                fields=["site", "woo_order_id"], name="woolink_unique_per_site"
+                fields=["site", "store_url", "woo_order_id"], name="woolink_unique_per_store"
             ),
         ]
 

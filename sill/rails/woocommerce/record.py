@@ -114,10 +114,18 @@ def attempt_record(*, refund_id: str) -> WooRecordResult:
         # beat task takes it up then, and not while this attempt may still be writing.
         record.next_attempt_at = _next_attempt()
         record.save(update_fields=["attempts", "next_attempt_at"])
-    woo_order_id = record.order.woocommerce.woo_order_id
+    link = record.order.woocommerce
     mark = f"{SILL_REFUND_MARK}{refund_id}"
     try:
         client = woo_client_for(record.order.site)
+        if client.store_url != link.store_url:
+            # Woo order ids are per store: this id at the store now connected is another
+            # order altogether (someone else's), never to be marked refunded.
+            raise PermanentRailError(
+                f"the order came from {link.store_url}, and this site is now connected to "
+                f"{client.store_url}; record the refund in that store's admin if it still runs"
+            )
+        woo_order_id = link.woo_order_id
         found = None
         if reached_before:
             found = next(

@@ -88,7 +88,7 @@ def sync_orders(*, site: Site, full: bool = False) -> SyncReport:
     for page in client.order_pages(modified_after=since):
         orders = [parse_order(raw) for raw in page]
         for order in orders:
-            report.add(upsert_order(site=site, order=order))
+            report.add(upsert_order(site=site, store_url=client.store_url, order=order))
         newest = max((o.modified_at for o in orders if o.modified_at is not None), default=None)
         if newest is not None and (through is None or newest > through):
             through = newest
@@ -96,15 +96,16 @@ def sync_orders(*, site: Site, full: bool = False) -> SyncReport:
     return report
 
 
-def upsert_order(*, site: Site, order: WooOrder) -> str:
-    """Create or update one order: ``created``, ``updated``, ``unchanged`` or ``skipped: …``."""
+def upsert_order(*, site: Site, store_url: str, order: WooOrder) -> str:
+    """Create or update one order of the store at ``store_url`` (Woo order ids are per store):
+    ``created``, ``updated``, ``unchanged`` or ``skipped: …``."""
     if not order.paid:
         return "skipped: not paid through Stripe"
     with transaction.atomic():
         link = (
             WooOrderLink.objects.select_for_update()
             .select_related("order")
-            .filter(site=site, woo_order_id=order.id)
+            .filter(site=site, store_url=store_url, woo_order_id=order.id)
             .first()
         )
         if link is not None:
@@ -116,7 +117,7 @@ def upsert_order(*, site: Site, order: WooOrder) -> str:
             ).exists()
         ):
             return "skipped: its Stripe charge is already another order's"
-        _create(site, order)
+        _create(site, store_url, order)
     return "created"
 
 
@@ -126,7 +127,7 @@ def _number(site: Site, order: WooOrder) -> str:
     return order.number
 
 
-def _create(site: Site, order: WooOrder) -> None:
+def _create(site: Site, store_url: str, order: WooOrder) -> None:
     lines = [
         NewLine(sku=line.sku, name=line.name, quantity=line.quantity, unit_price=line.unit_price)
         for line in order.lines
@@ -155,7 +156,11 @@ def _create(site: Site, order: WooOrder) -> None:
     )
     set_order_status(order=created, status=OrderStatus.PAID)
     WooOrderLink.objects.create(
-        site=site, order=created, woo_order_id=order.id, woo_modified_at=order.modified_at
+        site=site,
+        order=created,
+        store_url=store_url,
+        woo_order_id=order.id,
+        woo_modified_at=order.modified_at,
     )
     append_record(
         site=site,

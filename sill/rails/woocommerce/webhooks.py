@@ -119,8 +119,21 @@ def process_event(event_pk: int) -> str:
     event = WebhookEvent.objects.select_related("site").get(pk=event_pk)
     if event.processed_at is not None:
         return event.outcome
+    # The store the site is connected to: deliveries are taken only from it (the view checks
+    # their source against it).
+    store_url = (
+        RailAccount.objects.filter(site=event.site, rail=Rail.WOOCOMMERCE)
+        .values_list("connected_account", flat=True)
+        .first()
+    )
     try:
-        outcome = upsert_order(site=event.site, order=parse_order(jsonbody.loads(event.payload)))
+        if not store_url:
+            raise UnreadableOrder("no WooCommerce store is connected to this site any more")
+        outcome = upsert_order(
+            site=event.site,
+            store_url=store_url,
+            order=parse_order(jsonbody.loads(event.payload)),
+        )
     except UnreadableOrder as exc:
         outcome = f"skipped: {exc}"
     WebhookEvent.objects.filter(pk=event.pk, processed_at__isnull=True).update(
