@@ -231,12 +231,15 @@ def _rule(objects: Objects, request: pytest.FixtureRequest) -> str:
 
 
 def _invite(objects: Objects) -> MemberInvite:
-    """A pending invitation to the primary site, made directly (no email, no audit record)."""
+    """A pending invitation to the primary site, made directly (no email, no audit record),
+    by an owner of it (an invite whose sender may no longer send it is withdrawn)."""
     now = timezone.now()
+    inviter = add_member(site=objects.site, email="inviter@roasters.example", role="owner")
     return MemberInvite.objects.create(
         site=objects.site,
         email="invitee@roasters.example",
         role="staff",
+        invited_by=inviter.user,
         token_sha256=hashlib.sha256(b"matrix-invite-token").hexdigest(),
         sent_at=now,
         expires_at=now + timedelta(hours=72),

@@ -245,8 +245,8 @@ def open_invite(token: str, *, for_update: bool = False) -> OpenInvite:
     if not _inviter_may_still(invite):
         raise InviteUnusable(
             f"This invitation was withdrawn: {who} can no longer invite you as "
-            f"{Role(invite.role).label.lower()}. Ask an owner of {invite.site.name} for a new "
-            "one if you still need access.",
+            f"{Role(invite.role).label.lower()}. Ask an owner for a new one if you still need "
+            "access.",
             code="invite_revoked",
         )
     if invite.expires_at <= timezone.now():
