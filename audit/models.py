@@ -269,6 +269,9 @@ class AuditVerification(models.Model):
     first_bad_seq = models.BigIntegerField(null=True, blank=True)
     problem = models.TextField(blank=True, default="")
     started_at = models.DateTimeField()
+    # When the worker last wrote progress (every 1,000 records): a check is lost once it has
+    # said nothing for audit.verification.STALE_AFTER, however long it has been running.
+    progress_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

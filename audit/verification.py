@@ -19,6 +19,7 @@ from typing import Any
 
 from celery import current_app
 from django.db import transaction
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from audit.models import AuditChainHead, AuditVerification
@@ -27,16 +28,21 @@ from sill.accounts.models import Site
 
 log = logging.getLogger(__name__)
 
-# A running check older than this is taken as lost (its worker died): it ends as failed and a
-# new one may start.
+# A running check that wrote no progress for this long is taken as lost (its worker died): it
+# ends as failed and a new one may start. Progress comes every 1,000 records (under a second);
+# how long a check runs in all depends on the log's size, and says nothing.
 STALE_AFTER = timedelta(minutes=15)
 LOST = "the check did not finish (its worker stopped); start it again"
 
 
+def _last_sign_of_life() -> Coalesce:
+    return Coalesce("progress_at", "started_at")
+
+
 def _end_lost(site: Site, now: Any) -> None:
-    """End ``site``'s running checks started more than :data:`STALE_AFTER` before ``now``."""
-    AuditVerification.objects.filter(
-        site=site, status=AuditVerification.Status.RUNNING, started_at__lte=now - STALE_AFTER
+    """End ``site``'s running checks silent for more than :data:`STALE_AFTER` before ``now``."""
+    AuditVerification.objects.annotate(alive_at=_last_sign_of_life()).filter(
+        site=site, status=AuditVerification.Status.RUNNING, alive_at__lte=now - STALE_AFTER
     ).update(status=AuditVerification.Status.FAILED, problem=LOST, finished_at=now)
 
 
@@ -75,7 +81,11 @@ def run_verification(verification_id: int) -> str:
         return "nothing to do"
 
     def progress(checked: int) -> None:
-        AuditVerification.objects.filter(pk=verification_id).update(checked=checked)
+        AuditVerification.objects.filter(pk=verification_id).update(
+            checked=checked, progress_at=timezone.now()
+        )
+
+    progress(0)
 
     try:
         result = chain_verification(verification.site, progress=progress)
@@ -110,11 +120,13 @@ def latest_verification(site: Site) -> AuditVerification | None:
     nothing: :func:`start_verification` ends it in the database)."""
     found = AuditVerification.objects.filter(site=site).order_by("-started_at").first()
     now = timezone.now()
+    alive_at = (found.progress_at or found.started_at) if found is not None else None
     if (
         found is not None
+        and alive_at is not None
         and found.status == AuditVerification.Status.RUNNING
-        and found.started_at <= now - STALE_AFTER
+        and alive_at <= now - STALE_AFTER
     ):
         found.status, found.problem = AuditVerification.Status.FAILED, LOST
-        found.finished_at = found.started_at + STALE_AFTER
+        found.finished_at = alive_at + STALE_AFTER
     return found

@@ -223,6 +223,8 @@ else:
 # prefork child is killed and its message acknowledged, not redelivered, so a hung rail call
 # cannot loop. The solo pool enforces neither.
 SILL_TASK_MAX_RUNTIME_SECONDS = env_int("SILL_TASK_MAX_RUNTIME_SECONDS", 300)
+# Activity's "Verify chain" runs as long as the site's log takes (audit.tasks), up to this.
+SILL_AUDIT_VERIFY_MAX_SECONDS = env_int("SILL_AUDIT_VERIFY_MAX_SECONDS", 6 * 3600)
 CELERY_TASK_TIME_LIMIT = SILL_TASK_MAX_RUNTIME_SECONDS
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, SILL_TASK_MAX_RUNTIME_SECONDS * 9 // 10)
 # The longest countdown a retry waits: refunds.execute and orders.charge back off up to

@@ -60,3 +60,42 @@ def test_a_check_whose_worker_died_ends_failed_instead_of_running(client_for, si
     lost.refresh_from_db()
     assert again.pk != lost.pk
     assert lost.status == AuditVerification.Status.FAILED and lost.finished_at is not None
+
+
+@pytest.mark.django_db
+def test_a_long_check_still_making_progress_is_not_taken_for_lost(client_for, site) -> None:
+    """A large log takes longer than STALE_AFTER to verify: a check started that long ago
+    but still writing progress was shown as failed ("its worker stopped") and ended by the
+    next request, which started a second check beside it."""
+    long_ago = timezone.now() - STALE_AFTER * 3
+    running = AuditVerification.objects.create(
+        site=site,
+        total=10_000_000,
+        checked=6_000_000,
+        started_at=long_ago,
+        progress_at=timezone.now() - timedelta(seconds=2),
+    )
+    assert latest_verification(site).status == AuditVerification.Status.RUNNING
+    again = start_verification(site=site, actor=None)
+    running.refresh_from_db()
+    assert again.pk == running.pk and running.status == AuditVerification.Status.RUNNING
+    # Once it stops writing progress for STALE_AFTER, it is lost.
+    AuditVerification.objects.filter(pk=running.pk).update(
+        progress_at=timezone.now() - STALE_AFTER - timedelta(seconds=1)
+    )
+    assert latest_verification(site).status == AuditVerification.Status.FAILED
+    assert start_verification(site=site, actor=None).pk != running.pk
+
+
+def test_the_check_may_run_as_long_as_a_large_log_takes_and_is_never_delivered_twice() -> None:
+    """The project's task limits (a few minutes: a hung rail call must end) cut a check of a
+    log of a few million records short, so it always failed; and a task acknowledged late
+    that runs past the broker's visibility timeout is delivered to a second worker."""
+    from django.conf import settings
+
+    from audit.tasks import verify_chain_task
+
+    assert verify_chain_task.acks_late is False
+    assert verify_chain_task.soft_time_limit >= 3600
+    assert verify_chain_task.time_limit > verify_chain_task.soft_time_limit
+    assert verify_chain_task.soft_time_limit > settings.CELERY_TASK_SOFT_TIME_LIMIT
