@@ -7,7 +7,7 @@ its pager. ``from`` and ``to`` are days in the site's time zone, both included.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -85,13 +85,26 @@ class ListFilters:
     def window(self, site: Site) -> Q:
         """``created_at`` within the days, in the site's zone (``to`` is included)."""
         q = Q()
-        if self.date_from:
-            q &= Q(created_at__gte=datetime.combine(self.date_from, time.min, tzinfo=site.zone))
+        if self.date_from and (start := _midnight(self.date_from, site)) is not None:
+            q &= Q(created_at__gte=start)
         # The calendar's last day has no next midnight (date.max + 1 day overflows): no end.
         if self.date_to and self.date_to < date.max:
-            end = datetime.combine(self.date_to + timedelta(days=1), time.min, tzinfo=site.zone)
-            q &= Q(created_at__lt=end)
+            end = _midnight(self.date_to + timedelta(days=1), site)
+            if end is not None:
+                q &= Q(created_at__lt=end)
         return q
+
+
+def _midnight(day: date, site: Site) -> datetime | None:
+    """The midnight that starts ``day`` in the site's zone, or None when it has no UTC time
+    (0001-01-01 east of UTC is still year 0 in UTC: the database's conversion overflowed,
+    a 500): no bound there, as nothing was made before it."""
+    at = datetime.combine(day, time.min, tzinfo=site.zone)
+    try:
+        at.astimezone(UTC)
+    except OverflowError:
+        return None
+    return at
 
 
 def order_statuses() -> set[str]:

@@ -85,6 +85,23 @@ def test_the_lists_take_the_last_day_of_the_calendar(client_for, make_order, sta
     assert any(order.number in row for row in export)
 
 
+@pytest.mark.parametrize("url", ["/orders/", "/refunds/"])
+def test_the_lists_take_the_first_day_of_the_calendar_east_of_utc(
+    client_for, make_order, staff_refund, site, url
+):
+    # Its midnight in Tokyo is still year 0 in UTC: the database's conversion overflowed (500).
+    site.timezone = "Asia/Tokyo"
+    site.save()
+    order = make_order()
+    staff_refund(order)
+    client = client_for("staff")
+    everything = client.get(url, {"from": "0001-01-01"})
+    assert everything.status_code == 200 and order.number in everything.content.decode()
+    export = _csv(client.get(url, {"from": "0001-01-01", "format": "csv"}))
+    assert any(order.number in row for row in export)
+    assert order.number not in client.get(url, {"to": "0001-01-01"}).content.decode()
+
+
 def test_the_order_list_pages_in_a_fixed_number_of_queries(
     client_for, make_order, django_assert_max_num_queries
 ):
