@@ -213,15 +213,24 @@ def _demo_reasons_and_refunds(site: Site) -> None:
     worker `make run` starts settles them on the mock rail a moment later.
     """
     ensure_default_reasons(site)
+
+    def under_defective(name: str) -> RefundReason | None:
+        # Found where the demo puts it, as add_reason compares names (whatever the case): the
+        # merchant may have renamed it, or used its name elsewhere in the tree; a look-up by
+        # name alone then added a twin (refused) or found two, and every `make run` failed.
+        defective = RefundReason.objects.get(site=site, code="defective")
+        return RefundReason.objects.get_children(defective).filter(name__iexact=name).first()
+
     for name in ("Damaged in transit", "Stopped working"):
-        if not RefundReason.objects.filter(site=site, name=name).exists():
+        if under_defective(name) is None:
             # Fetched afresh: adding a child rewrites the parent's tree bookkeeping.
             defective = RefundReason.objects.get(site=site, code="defective")
             add_reason(site=site, actor=None, name=name, parent=defective)
     users = get_user_model().objects
     staff = users.get(username="staff@northwind-coffee.example")
     admin = users.get(username="admin@northwind-coffee.example")
-    broken = RefundReason.objects.get(site=site, name="Damaged in transit")
+    broken = under_defective("Damaged in transit")
+    assert broken is not None
     asked = RefundReason.objects.get(site=site, code="requested_by_customer")
     plans: tuple[tuple[str, Any, RefundKind, Money | None, RefundReason, str], ...] = (
         ("1002", staff, "amount", parse_major("12.00", "USD"), broken, "Mug chipped in transit"),

@@ -107,3 +107,24 @@ def test_the_demo_is_idempotent():
     assert order.placed_by_agent.agent_id == "agent_acme_shopper"
     assert set(Order.objects.values_list("currency", flat=True)) == {"USD", "EUR", "JPY"}
     assert len(set(Order.objects.values_list("status", flat=True))) >= 4
+
+
+def test_the_demo_runs_again_after_the_merchant_reuses_a_demo_reasons_name():
+    # `make run` loads the demo every time: a second "Damaged in transit" elsewhere in the
+    # tree (or the demo's own renamed in another case) made every later run fail.
+    from refunds.demo import DEMO_SITE_ID, load_demo
+    from refunds.models import Refund, RefundReason
+    from refunds.reasons.services import add_reason, rename_reason
+
+    site = load_demo().site
+    assert site.pk == DEMO_SITE_ID
+    shipping = RefundReason.objects.get(site=site, code="not_received")
+    add_reason(site=site, actor=None, name="Damaged in transit", parent=shipping)
+    stopped = RefundReason.objects.get(site=site, name="Stopped working")
+    rename_reason(reason=stopped, actor=None, name="stopped working")
+    refunds = Refund.objects.count()
+    load_demo()
+    assert Refund.objects.count() == refunds
+    names = list(RefundReason.objects.filter(site=site).values_list("name", flat=True))
+    assert names.count("Damaged in transit") == 2
+    assert "Stopped working" not in names and "stopped working" in names
