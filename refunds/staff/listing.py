@@ -112,10 +112,15 @@ def order_statuses() -> set[str]:
 
 
 def superseded() -> Exists:
-    """For a refund (``OuterRef``): a later refund of its order is moving or moved money."""
+    """For a refund (``OuterRef``): a later refund of its order is moving or moved money; for
+    a customer credit, a later credit of its customer (a credit names no order, and its failure
+    email says to ask for the credit again). A refund names no customer, a credit no order:
+    NULL matches nothing, so neither side ever matches the other kind."""
     return Exists(
         Refund.objects.filter(
-            order=OuterRef("order"), created_at__gt=OuterRef("created_at"), status__in=SUPERSEDING
+            Q(order=OuterRef("order")) | Q(customer=OuterRef("customer")),
+            created_at__gt=OuterRef("created_at"),
+            status__in=SUPERSEDING,
         )
     )
 

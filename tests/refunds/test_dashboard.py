@@ -110,3 +110,30 @@ def test_approval_time_is_measured_from_held_to_decided(client_for, order, membe
     )
     body = client_for("owner").get("/").content.decode()
     assert "1 decision" in body and "12 min" in body
+
+
+def test_a_failed_credit_the_customer_was_credited_again_is_no_longer_a_to_do(
+    client_for, site, agent
+):
+    # A failed credit's email says "ask for the credit again"; a credit names no order, so the
+    # later credit that did it never counted as refunding again and the to-do stayed forever.
+    from sill.orders.models import Customer
+
+    cora = Customer.objects.create(site=site, rail_customer_id="cus_Cora", email="c@example.com")
+    other = Customer.objects.create(site=site, rail_customer_id="cus_Other", email="o@ex.com")
+    now = timezone.now()
+
+    def credit(customer, status, minutes_ago):
+        return Refund.objects.create(
+            site=site, kind="customer_credit", origin="agent", agent=agent, customer=customer,
+            rail="stripe", amount_minor=500, currency="USD", decision="approved", status=status,
+            created_at=now - timedelta(minutes=minutes_ago),
+        )  # fmt: skip
+
+    failed = credit(cora, "failed", 30)
+    still_failed = credit(other, "failed", 20)
+    credit(cora, "succeeded", 10)
+    body = client_for("owner").get("/").content.decode()
+    assert '<a href="/refunds/?status=failed_open"><strong class="todo-count">1</strong>' in body
+    listed = client_for("owner").get("/refunds/", {"status": "failed_open"}).content.decode()
+    assert still_failed.id in listed and failed.id not in listed
