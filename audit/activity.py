@@ -13,7 +13,7 @@ import csv
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import date
 from typing import Any
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
@@ -25,6 +25,7 @@ from django.urls import NoReverseMatch, reverse
 from audit.chain import SUBJECT_MAX_LENGTH
 from audit.models import DECISION_KINDS, AuditKind, AuditRecord
 from sill.accounts.models import Site
+from sill.days import day_bounds
 from sill.money import Money, MoneyError
 from sill.orders.models import Order
 from sill.rails.base import rail_label
@@ -81,11 +82,10 @@ class ActivityFilters:
             records = records.filter(kind=self.kind)
         if self.refund:
             records = records.filter(subject_refund_id=self.refund)
-        if self.date_from:
-            records = records.filter(created_at__gte=datetime.combine(self.date_from, time(), zone))
-        # The calendar's last day has no next midnight (date.max + 1 day overflows): no end.
-        if self.date_to and self.date_to < date.max:
-            end = datetime.combine(self.date_to + timedelta(days=1), time(), zone)
+        start, end = day_bounds(self.date_from, self.date_to, zone)
+        if start is not None:
+            records = records.filter(created_at__gte=start)
+        if end is not None:
             records = records.filter(created_at__lt=end)
         return records
 

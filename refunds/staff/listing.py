@@ -7,7 +7,7 @@ its pager. ``from`` and ``to`` are days in the site's time zone, both included.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date
 from typing import Any
 from urllib.parse import urlencode
 
@@ -16,6 +16,7 @@ from django.http import QueryDict
 
 from refunds.models import Refund, RefundKind, RefundStatus
 from sill.accounts.models import Site
+from sill.days import day_bounds
 from sill.orders.models import Charge, Order, OrderStatus
 from sill.orders.selectors import orders_for
 
@@ -84,27 +85,13 @@ class ListFilters:
 
     def window(self, site: Site) -> Q:
         """``created_at`` within the days, in the site's zone (``to`` is included)."""
+        start, end = day_bounds(self.date_from, self.date_to, site.zone)
         q = Q()
-        if self.date_from and (start := _midnight(self.date_from, site)) is not None:
+        if start is not None:
             q &= Q(created_at__gte=start)
-        # The calendar's last day has no next midnight (date.max + 1 day overflows): no end.
-        if self.date_to and self.date_to < date.max:
-            end = _midnight(self.date_to + timedelta(days=1), site)
-            if end is not None:
-                q &= Q(created_at__lt=end)
+        if end is not None:
+            q &= Q(created_at__lt=end)
         return q
-
-
-def _midnight(day: date, site: Site) -> datetime | None:
-    """The midnight that starts ``day`` in the site's zone, or None when it has no UTC time
-    (0001-01-01 east of UTC is still year 0 in UTC: the database's conversion overflowed,
-    a 500): no bound there, as nothing was made before it."""
-    at = datetime.combine(day, time.min, tzinfo=site.zone)
-    try:
-        at.astimezone(UTC)
-    except OverflowError:
-        return None
-    return at
 
 
 def order_statuses() -> set[str]:

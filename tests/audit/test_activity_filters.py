@@ -152,3 +152,14 @@ def test_the_csv_export_is_safe_from_formula_injection(client_for, site):
 def test_exports_are_gated_like_the_page(client_for, fmt):
     assert client_for("staff").get("/activity/", {"format": fmt}).status_code == 403
     assert client_for("anonymous").get("/activity/", {"format": fmt}).status_code == 302
+
+
+def test_the_first_day_of_the_calendar_east_of_utc_is_a_day_like_any_other(client_for, log, site):
+    # Its midnight in Tokyo is still year 0 in UTC: the database's conversion overflowed (500).
+    site.timezone = "Asia/Tokyo"
+    site.save()
+    client = client_for("reviewer")
+    assert len(_refunds_shown(client, **{"from": "0001-01-01"})) == 4
+    assert _refunds_shown(client, to="0001-01-01") == []
+    csv = client.get("/activity/", {"from": "0001-01-01", "format": "csv"})
+    assert csv.status_code == 200
