@@ -297,6 +297,9 @@ def test_get_is_not_allowed(site, paypal_account):
             "https://api.paypal.com.attacker.example/v1/notifications/certs/C",
         ),
         ("HTTP_PAYPAL_CERT_URL", "https://api.paypal.com/somewhere/else"),
+        # A port urlsplit cannot read: refused, not a 500 (``.port`` raises ValueError).
+        ("HTTP_PAYPAL_CERT_URL", "https://api.paypal.com:abc/v1/notifications/certs/C"),
+        ("HTTP_PAYPAL_CERT_URL", "https://api.paypal.com:99999/v1/notifications/certs/C"),
     ],
 )
 def test_headers_paypal_never_sends_are_refused_without_asking_paypal(

@@ -60,12 +60,14 @@ CERT_HOSTS = frozenset(
 def _paypal_cert_url(url: str) -> bool:
     try:
         parts = urlsplit(url)
+        # ``.port`` raises ValueError too (a port that is not a number, or out of range).
+        port = parts.port
     except ValueError:
         return False
     return (
         parts.scheme == "https"
         and parts.hostname in CERT_HOSTS
-        and parts.port is None
+        and port is None
         and parts.path.startswith("/v1/notifications/certs/")
     )
 
