@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field, Model, QuerySet
+from django.db.models import Field, Model, QuerySet, Subquery
 from django.utils import timezone
 
 from policies.facts import (
@@ -517,8 +517,15 @@ def originals(site_id: str, intent: mandates.RefundIntent) -> QuerySet[Order]:
     if named is None:
         return Order.objects.filter(site_id=site_id, source_mandate_id=intent.original_mandate_id)
     if named.rail == "woocommerce":
-        # Paid on Stripe: the store's order is linked to Sill's by the order sync.
-        links = WooOrderLink.objects.filter(site_id=site_id, woo_order_id=int(named.order_id))
+        # Paid on Stripe: the store's order is linked to Sill's by the order sync. Woo order
+        # ids are per store and the mandate names none: the store connected now (an earlier
+        # store's order of the same id is someone else's, its charge not this refund's).
+        store = RailAccount.objects.filter(site_id=site_id, rail="woocommerce").values(
+            "connected_account"
+        )[:1]
+        links = WooOrderLink.objects.filter(
+            site_id=site_id, woo_order_id=int(named.order_id), store_url=Subquery(store)
+        )
         return Order.objects.filter(site_id=site_id, pk__in=links.values("order_id"))
     charges = Charge.objects.filter(
         order__site_id=site_id, rail=named.rail, provider_payment_id=named.order_id

@@ -264,3 +264,44 @@ def test_a_refund_of_an_order_from_a_store_no_longer_connected_is_not_written_on
         assert other.refund_posts == [] and woo.refund_posts == []
         assert result.state == WooRecordState.GAVE_UP
         assert woo.url in result.message and other.url in result.message
+
+
+def test_an_agent_naming_a_woo_order_gets_the_connected_stores_order_not_an_old_stores(
+    site, woo, woo_paid, woo_account, api, sign, sdk
+):
+    """Once a site is connected to another store, both stores' order 1001 are in Sill (links
+    name their store). An agent's mandate names an order by its Woo id alone, so it means the
+    store connected now: refunding the old store's 1001 instead paid back someone else's
+    Stripe charge (the older of the two charges was the one picked)."""
+    from sill.rails.woocommerce.models import WooOrderLink
+    from tests.rails.test_shopify_agent_refunds import shopify_intent
+    from tests.rails.woo_stub import StubServer
+
+    _old_order, placed, old_charge = woo_paid
+    intent_b = sdk.v1.payment_intents.create(
+        params={
+            "amount": 8900,
+            "currency": "usd",
+            "payment_method": "pm_card_visa",
+            "payment_method_types": ["card"],
+            "confirm": True,
+        }
+    )
+    new_charge = intent_b.latest_charge
+    new_charge = new_charge if isinstance(new_charge, str) else new_charge.id
+    with StubServer() as other:
+        again = other.add_order(total="89.00", stripe_intent=intent_b.id, stripe_charge=new_charge)
+        assert again.id == placed.id  # Woo order ids are per store
+        woo_account.connected_account = other.url
+        woo_account.orders_synced_through = None
+        woo_account.save()
+        sync_orders(site=site)
+        new_order = WooOrderLink.objects.get(store_url=other.url, woo_order_id=again.id).order
+        intent = shopify_intent(str(again.id))
+        intent["original_order"] = {"rail": "woocommerce", "id": str(again.id)}
+        answer = api(sign(intent)).json()
+        assert answer["decision"] == "approved", answer
+        refund = Refund.objects.get(pk=answer["refund_id"])
+        assert refund.order_id == new_order.pk
+        assert sdk.v1.charges.retrieve(new_charge).amount_refunded == 8900
+        assert sdk.v1.charges.retrieve(old_charge).amount_refunded == 0
