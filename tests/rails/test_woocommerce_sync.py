@@ -227,3 +227,38 @@ def test_orders_of_another_store_with_the_same_ids_are_other_orders(site, woo, w
     emails = sorted(Order.objects.filter(site=site).values_list("buyer_email", flat=True))
     assert emails == ["a@example.com", "b@example.com"]
     assert WooOrderLink.objects.filter(site=site, woo_order_id=first.id).count() == 2
+
+
+def test_a_sync_of_the_old_store_still_running_when_another_is_connected_keeps_its_position(
+    site, woo, woo_account, monkeypatch
+):
+    """A sync reads for minutes. Connecting another store meanwhile starts that store from the
+    start (no position), but the old store's sync went on saving where it was after each
+    page, onto the account now naming the new store: the new store's first sync then asked
+    only for orders changed after the old store's newest, and its older orders never came in.
+    """
+    from datetime import UTC, datetime
+
+    from sill.rails.models import RailAccount
+    from sill.rails.woocommerce import sync
+    from tests.rails.woo_stub import StubServer
+
+    _orders_over_time(woo, 3)
+    with StubServer() as other:
+        _orders_over_time(other, 2, start=datetime(2026, 10, 1, tzinfo=UTC), prefix="ch_other")
+        upsert = sync.upsert_order
+
+        def connected_meanwhile(**kwargs):
+            # What configure_woocommerce saves for another store, while this sync runs.
+            RailAccount.objects.filter(pk=woo_account.pk).update(
+                connected_account=other.url, orders_synced_through=None
+            )
+            return upsert(**kwargs)
+
+        monkeypatch.setattr(sync, "upsert_order", connected_meanwhile)
+        sync_orders(site=site)
+        monkeypatch.setattr(sync, "upsert_order", upsert)
+        assert RailAccount.objects.get(pk=woo_account.pk).orders_synced_through is None
+        report = sync_orders(site=site)
+    assert report.created == 2
+    assert WooOrderLink.objects.filter(site=site, store_url=other.url).count() == 2

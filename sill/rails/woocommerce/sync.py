@@ -92,7 +92,11 @@ def sync_orders(*, site: Site, full: bool = False) -> SyncReport:
         newest = max((o.modified_at for o in orders if o.modified_at is not None), default=None)
         if newest is not None and (through is None or newest > through):
             through = newest
-            RailAccount.objects.filter(pk=account.pk).update(orders_synced_through=through)
+            # Only while the account still names this store: another connected meanwhile
+            # starts from its start (configure_woocommerce), not from where this one is.
+            RailAccount.objects.filter(pk=account.pk, connected_account=client.store_url).update(
+                orders_synced_through=through
+            )
     return report
 
 
