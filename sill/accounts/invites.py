@@ -276,6 +276,16 @@ def accept_invite(*, token: str, user: Any = None, password: str | None = None) 
     the user is created or given that password. Otherwise ``user`` must be the signed-in user
     the address names. Writes the ``invite_accept`` record, signed by the new member.
     """
+    # The site's row first, then the invite: the order of every member change (they lock the
+    # site, then withdraw the invites their change takes the say from). The invite first
+    # deadlocked with an inviter's removal. Checked afresh once the site is ours.
+    site_id = (
+        MemberInvite.objects.filter(token_sha256=_sha256(token))
+        .values_list("site_id", flat=True)
+        .first()
+    )
+    if site_id is not None:
+        Site.objects.select_for_update().filter(pk=site_id).exists()
     opened = open_invite(token, for_update=True)
     invite = opened.invite
     if password is not None:
@@ -296,7 +306,6 @@ def accept_invite(*, token: str, user: Any = None, password: str | None = None) 
                 status=403,
             )
         member_user = user
-    Site.objects.select_for_update().filter(pk=invite.site_id).exists()
     if Membership.objects.filter(site=invite.site, user=member_user).exists():
         raise SillError(
             f"{invite.email} is already a member of {invite.site.name}.", code="already_member"

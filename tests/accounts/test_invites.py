@@ -408,3 +408,54 @@ def test_an_owner_made_admin_keeps_only_the_invites_an_admin_may_send(members, s
     change_member_role(membership=second, actor=members["owner"], role="admin")
     open_now = {i.email for i in MemberInvite.objects.filter(accepted_at=None, revoked_at=None)}
     assert open_now == {"s@elsewhere.example"}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_accepting_while_the_inviter_is_removed_is_no_deadlock(members, site, mailoutbox):
+    """Member changes lock the site, then (since they withdraw the inviter's invites) the
+    invites; accepting locked the invite, then the site. An invitee accepting while the owner
+    removed the inviter deadlocked: PostgreSQL ended one of the two with an error (a 500).
+    Accepting now takes the site first, like every member change: it waits for the removal,
+    then finds the invite withdrawn."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    from sill.accounts import services
+    from tests.threads import run_concurrently
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (set DATABASE_URL)")
+    invites.create_invite(
+        site=site, actor=members["admin"], email="friend@elsewhere.example", role="admin"
+    )
+    token = link_in(mailoutbox[-1]).rstrip("/").rsplit("/", 1)[1]
+    invite_locked = threading.Event()
+    opened, withdraw = invites.open_invite, services._withdraw_invites
+
+    def open_then_say(*args, **kwargs):
+        found = opened(*args, **kwargs)
+        invite_locked.set()
+        return found
+
+    def withdraw_once_accepting(**kwargs):
+        # The removal holds the site: let the acceptance lock its invite first, if it can.
+        invite_locked.wait(timeout=2)
+        return withdraw(**kwargs)
+
+    def work(i: int):
+        if i == 0:
+            return services.remove_member(membership=members["admin"], actor=members["owner"])
+        time.sleep(0.3)  # the removal takes the site's lock first
+        return invites.accept_invite(token=token, password=NEW_PASSWORD)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(invites, "open_invite", open_then_say)
+        patch.setattr(services, "_withdraw_invites", withdraw_once_accepting)
+        removed, accepted = run_concurrently(2, work)
+    assert removed is None, removed
+    assert isinstance(accepted, invites.InviteUnusable), accepted
+    assert accepted.code == "invite_revoked"
+    assert not Membership.objects.filter(site=site, user__username="friend@elsewhere.example")
