@@ -128,15 +128,16 @@ def test_a_store_larger_than_one_sync_is_read_whole_by_running_it_again(
 
     monkeypatch.setattr(client, "MAX_PAGES", 2)  # 20,000 orders, as 200 orders here
     _orders_over_time(woo, 450)
+    # Each request reads from the newest order's second on: that order again (unchanged),
+    # so two requests of 100 bring 199.
     with pytest.raises(RailError, match="run the sync again"):
         sync_orders(site=site)
-    assert Order.objects.filter(site=site).count() == 200
-    # The second run reads from the 200th order's second on: that order again (unchanged).
+    assert Order.objects.filter(site=site).count() == 199
     with pytest.raises(RailError, match="run the sync again"):
         sync_orders(site=site)
-    assert Order.objects.filter(site=site).count() == 399
+    assert Order.objects.filter(site=site).count() == 397
     report = sync_orders(site=site)
-    assert report.created == 51 and Order.objects.filter(site=site).count() == 450
+    assert report.created == 53 and Order.objects.filter(site=site).count() == 450
     assert WooOrderLink.objects.filter(site=site).count() == 450
 
 
@@ -262,3 +263,27 @@ def test_a_sync_of_the_old_store_still_running_when_another_is_connected_keeps_i
         report = sync_orders(site=site)
     assert report.created == 2
     assert WooOrderLink.objects.filter(site=site, store_url=other.url).count() == 2
+
+
+def test_an_order_changed_while_the_list_is_read_skips_no_other(site, woo, woo_account):
+    """The list is sorted by modification time: an order already read that the store
+    changes meanwhile moves to the end. Read by page number, every later order moved up one
+    place and the one at the next page's start was never read, and, the next sync reading
+    on from the newest order read, never read at all. Each request now asks for what was
+    modified since the newest order read so far."""
+    from datetime import UTC, datetime
+
+    placed = _orders_over_time(woo, 250)
+
+    def change_one(pages_served: int) -> None:
+        if pages_served == 1:  # after the first page: its 6th order is changed
+            placed[5].email = "changed@example.com"
+            placed[5].modified_at = datetime.now(UTC)
+
+    woo.after_order_page = change_one
+    report = sync_orders(site=site)
+    assert WooOrderLink.objects.filter(site=site).count() == 250
+    assert report.created == 250
+    assert WooOrderLink.objects.get(woo_order_id=placed[5].id).order.buyer_email == (
+        "changed@example.com"
+    )

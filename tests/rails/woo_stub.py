@@ -95,6 +95,9 @@ class WooStub:
         self.refund_posts: list[dict[str, Any]] = []
         self.auth_seen: list[str] = []
         self.order_queries: list[dict[str, list[str]]] = []
+        # Called (under the stub's lock) after each order list page is served: the store
+        # changing while Sill reads it.
+        self.after_order_page: Any = None
         self.next_refund_id = 500
 
     def add_order(self, **kwargs: Any) -> StubOrder:
@@ -170,6 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
                     [o.json() for o in batch],
                     {"X-WP-Total": str(len(everything)), "X-WP-TotalPages": str(pages)},
                 )
+                if self.stub.after_order_page is not None:
+                    self.stub.after_order_page(len(self.stub.order_queries))
                 return
             if len(path) == 3 and path[0] == "orders" and path[2] == "refunds":
                 order = self.stub.orders.get(int(path[1]))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -106,41 +106,54 @@ class WooClient:
     def order_pages(
         self, *, modified_after: datetime | None = None
     ) -> Iterator[list[dict[str, Any]]]:
-        """The store's orders page by page (by ``X-WP-TotalPages``), oldest modified first;
-        only those modified after ``modified_after`` (UTC; WooCommerce keeps whole seconds)
-        when given. A list longer than ``MAX_PAGES`` pages ends with an error after the last
-        page read: its newest orders were not read, and a sync must not look complete (run it
-        again: it reads on from the last page it saved)."""
-        page, pages = 1, 1
-        while page <= pages:
-            if page > MAX_PAGES:
-                raise PermanentRailError(
-                    f"WooCommerce order list: {pages} pages, more than the {MAX_PAGES} pages "
-                    "one sync reads; what was read is saved: run the sync again to read on"
-                )
+        """The store's orders page by page, oldest modified first; only those modified after
+        ``modified_after`` (UTC; WooCommerce keeps whole seconds) when given.
+
+        Each request asks for what was modified after the newest order read so far (less a
+        second, those already read left out), not for the next page number: the list is
+        sorted by modification time, so an order the store changes while Sill reads moves
+        to its end, and by page number every later order moved up a place and one was
+        never read (nor, the next sync reading on from the newest order read, ever after).
+        Only a page whose orders were all modified within one second is read on by page
+        number. More than ``MAX_PAGES`` requests end with an error after the last page read:
+        the newest orders were not read, and a sync must not look complete (run it again:
+        it reads on from the last page it saved)."""
+        since, page = modified_after, 1
+        read: dict[Any, Any] = {}  # the last page's orders: id → date_modified_gmt
+        for _ in range(MAX_PAGES):
             params: dict[str, Any] = {
                 "per_page": PAGE_SIZE,
                 "page": page,
                 "orderby": "modified",
                 "order": "asc",
             }
-            if modified_after is not None:
-                params["modified_after"] = modified_after.astimezone(UTC).strftime(
-                    "%Y-%m-%dT%H:%M:%S"
-                )
+            if since is not None:
+                params["modified_after"] = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
                 params["dates_are_gmt"] = "true"
             response = self._send("get", "orders", params=params, doing="order list")
             batch = _json(response, "order list")
             if not isinstance(batch, list):
                 raise RetryableRailError("WooCommerce order list: the answer is not a list")
-            if not batch:
-                return  # past the end, whatever X-WP-TotalPages said
-            yield [o for o in batch if isinstance(o, dict)]
-            try:
-                pages = int(response.headers.get("X-WP-TotalPages") or 1)
-            except ValueError:
-                pages = 1
-            page += 1
+            orders = [o for o in batch if isinstance(o, dict)]
+            if not orders:
+                return  # past the end
+            new = [
+                o for o in orders if read.get(o.get("id"), _UNSEEN) != o.get("date_modified_gmt")
+            ]
+            if new:
+                yield new
+            if len(batch) < PAGE_SIZE:
+                return  # the last page
+            dated = [when for when in map(_modified, orders) if when is not None]
+            if len(dated) < len(orders) or min(dated) == max(dated):
+                page += 1  # a page within one second (or undated): on by page number
+            else:
+                since, page = max(dated) - timedelta(seconds=1), 1
+            read = {o.get("id"): o.get("date_modified_gmt") for o in orders}
+        raise PermanentRailError(
+            f"WooCommerce order list: more than the {MAX_PAGES} pages one sync reads; what "
+            "was read is saved: run the sync again to read on"
+        )
 
     def check_access(self) -> None:
         """Settings → Rails' check of the keys: ``GET orders?per_page=1``, the cheapest call
@@ -207,6 +220,20 @@ class WooClient:
         if status in (401, 403):
             return WooCannotWrite(message)
         return PermanentRailError(message, code="woocommerce_refused")
+
+
+_UNSEEN = object()
+
+
+def _modified(order: dict[str, Any]) -> datetime | None:
+    """An order's ``date_modified_gmt`` (UTC), or None when it is missing or unreadable."""
+    text = order.get("date_modified_gmt")
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def _json(response: requests.Response, doing: str) -> Any:
