@@ -188,7 +188,10 @@ def resend_invite(*, invite: MemberInvite, actor: Membership) -> MemberInvite:
     invite.token_sha256 = digest
     invite.sent_at = now
     invite.expires_at = now + _lifetime()
-    invite.save(update_fields=["token_sha256", "sent_at", "expires_at"])
+    # The new link is the resender's say (checked above): its sender, for the link's check
+    # (an invite its first sender can no longer send was withdrawn, but may be resent).
+    invite.invited_by = actor.user
+    invite.save(update_fields=["token_sha256", "sent_at", "expires_at", "invited_by"])
     _record(invite, action="invite_resend", actor=actor)
     _send(invite, token, inviter=actor.user)
     return invite

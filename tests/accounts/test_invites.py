@@ -459,3 +459,18 @@ def test_accepting_while_the_inviter_is_removed_is_no_deadlock(members, site, ma
     assert isinstance(accepted, invites.InviteUnusable), accepted
     assert accepted.code == "invite_revoked"
     assert not Membership.objects.filter(site=site, user__username="friend@elsewhere.example")
+
+
+def test_an_owner_resending_an_invite_whose_sender_was_switched_off_makes_it_work(
+    invite_staff, members, site, client_for, mailoutbox
+):
+    """Resending is the resender's say: the new link must not be refused for the first
+    sender's, who can no longer send it."""
+    invite_staff()  # by the admin
+    invite = MemberInvite.objects.get()
+    members["admin"].user.is_active = False
+    members["admin"].user.save()
+    response = client_for("owner").post(f"/settings/members/invites/{invite.pk}/resend/")
+    assert response.status_code == 303
+    page = Client().get(path_of(link_in(mailoutbox[-1])))
+    assert page.status_code == 200 and "Join Test Roasters" in page.content.decode()
