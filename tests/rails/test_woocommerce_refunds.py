@@ -25,10 +25,8 @@ from tests.rails.stripe_events import stripe_account
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def woo_paid(site, woo, woo_account, sdk, localstripe_url):
-    """A Woo order paid at localstripe, synced into Sill; the site's Stripe rail connected."""
-    stripe_account(site, enabled=True, api_base=localstripe_url)
+def _paid_at_localstripe(sdk) -> tuple[str, str]:
+    """A confirmed $89.00 card payment at localstripe: its intent id and charge id."""
     intent = sdk.v1.payment_intents.create(
         params={
             "amount": 8900,
@@ -38,10 +36,16 @@ def woo_paid(site, woo, woo_account, sdk, localstripe_url):
             "confirm": True,
         }
     )
-    charge = (
-        intent.latest_charge if isinstance(intent.latest_charge, str) else intent.latest_charge.id
-    )
-    placed = woo.add_order(total="89.00", stripe_intent=intent.id, stripe_charge=charge)
+    charge = intent.latest_charge
+    return intent.id, charge if isinstance(charge, str) else charge.id
+
+
+@pytest.fixture
+def woo_paid(site, woo, woo_account, sdk, localstripe_url):
+    """A Woo order paid at localstripe, synced into Sill; the site's Stripe rail connected."""
+    stripe_account(site, enabled=True, api_base=localstripe_url)
+    intent, charge = _paid_at_localstripe(sdk)
+    placed = woo.add_order(total="89.00", stripe_intent=intent, stripe_charge=charge)
     sync_orders(site=site)
     from sill.rails.woocommerce.models import WooOrderLink
 
@@ -278,19 +282,9 @@ def test_an_agent_naming_a_woo_order_gets_the_connected_stores_order_not_an_old_
     from tests.rails.woo_stub import StubServer
 
     _old_order, placed, old_charge = woo_paid
-    intent_b = sdk.v1.payment_intents.create(
-        params={
-            "amount": 8900,
-            "currency": "usd",
-            "payment_method": "pm_card_visa",
-            "payment_method_types": ["card"],
-            "confirm": True,
-        }
-    )
-    new_charge = intent_b.latest_charge
-    new_charge = new_charge if isinstance(new_charge, str) else new_charge.id
+    intent_b, new_charge = _paid_at_localstripe(sdk)
     with StubServer() as other:
-        again = other.add_order(total="89.00", stripe_intent=intent_b.id, stripe_charge=new_charge)
+        again = other.add_order(total="89.00", stripe_intent=intent_b, stripe_charge=new_charge)
         assert again.id == placed.id  # Woo order ids are per store
         woo_account.connected_account = other.url
         woo_account.orders_synced_through = None
