@@ -15,12 +15,17 @@
 
 Scripted failures for the refund call (``fail_next``): ``"429"``, ``"500"``, an issue name
 (422), or ``"slow"`` (the refund is made, then the answer comes after ``slow_seconds``).
+``slow_before_refund_seconds`` makes the next refund wait that long *before* it is made; while
+it waits, a request under the same ``PayPal-Request-Id`` is answered 409 ``RESOURCE_CONFLICT``
+with the issue ``PREVIOUS_REQUEST_IN_PROGRESS``, as PayPal answers two simultaneous requests
+under one id.
 An expired or unknown bearer token is 401 ``invalid_token``.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -80,6 +85,8 @@ class PayPalStub:
         self.refund_calls: list[dict[str, Any]] = []
         self.fail_next: list[str] = []
         self.slow_seconds = 2.0
+        self.slow_before_refund_seconds = 0.0
+        self.in_flight: set[str] = set()
         self.verifications: list[dict[str, Any]] = []
         self.disputes: dict[str, dict[str, Any]] = {}
 
@@ -272,6 +279,22 @@ def _unprocessable(issue: str, description: str) -> dict[str, Any]:
     }
 
 
+def _in_progress() -> dict[str, Any]:
+    return {
+        "name": "RESOURCE_CONFLICT",
+        "message": "The server has detected a conflict while processing this request.",
+        "debug_id": secrets.token_hex(6),
+        "details": [
+            {
+                "issue": "PREVIOUS_REQUEST_IN_PROGRESS",
+                "description": "A previous request on this resource is currently in progress. "
+                "Please wait for sometime and try again. It is best to space out the initial "
+                "and the subsequent request(s) to avoid receiving this error.",
+            }
+        ],
+    }
+
+
 class _Handler(BaseHTTPRequestHandler):
     stub: PayPalStub
 
@@ -285,7 +308,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(raw)))
         self.send_header("Paypal-Debug-Id", secrets.token_hex(6))
         self.end_headers()
-        self.wfile.write(raw)
+        # Sill may have stopped waiting (its timeout): then PayPal's answer is lost on the way.
+        with contextlib.suppress(BrokenPipeError):
+            self.wfile.write(raw)
 
     def _body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -385,6 +410,17 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             with stub.lock:
+                in_flight = request_id in stub.in_flight
+                delay, stub.slow_before_refund_seconds = stub.slow_before_refund_seconds, 0.0
+                if delay and request_id:
+                    stub.in_flight.add(request_id)
+            if in_flight:
+                self._send(409, _in_progress())
+                return
+            if delay:
+                time.sleep(delay)
+            with stub.lock:
+                stub.in_flight.discard(request_id)
                 status, answer = stub.refund(capture, body, request_id)
             if script == "slow":
                 time.sleep(stub.slow_seconds)

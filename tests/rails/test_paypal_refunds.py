@@ -17,6 +17,7 @@ from refunds.reconcile.attention import check_refund_at_rail
 from refunds.staff.services import NotRefundable, create_staff_refund
 from sill.money import Money
 from sill.orders.models import Charge, Order
+from tests.worker import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -203,6 +204,53 @@ def test_a_retry_past_180_days_after_an_unseen_attempt_needs_attention_not_failu
     refund, _ = _execute(refund, tries=1)
     assert (refund.status, refund.outcome_code) == ("needs_attention", "refund_window_passed")
     assert len(paypal.refund_calls) == 1
+    assert Charge.objects.get(order=order).amount_reserved_minor == 8900
+
+
+def test_a_resend_while_paypal_still_works_on_the_first_is_retried_never_failed(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    """The first refund call times out while PayPal is still making the refund; the lookup
+    finds no refund yet, so the retry sends the same PayPal-Request-Id again, and PayPal
+    answers 409 PREVIOUS_REQUEST_IN_PROGRESS. That was read as a decline: the refund failed
+    and its amount was released while PayPal went on to refund the buyer, so a second refund
+    of the same money could follow."""
+    order, capture = paypal_order()
+    paypal.slow_before_refund_seconds = 2.5  # Sill waits 1 s
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    with pytest.raises(RetryLater) as first:
+        execute_refund(refund.pk)
+    assert first.value.ambiguous and not capture.refunds
+    Refund.objects.filter(pk=refund.pk).update(lease_until=None)
+    with pytest.raises(RetryLater) as second:
+        execute_refund(refund.pk)
+    assert second.value.ambiguous and "PREVIOUS_REQUEST_IN_PROGRESS" in str(second.value)
+    refund.refresh_from_db()
+    assert refund.status == "processing" and refund.outcome_code != "rail_declined"
+    assert Charge.objects.get(order=order).amount_reserved_minor == 8900
+    wait_for(lambda: len(capture.refunds) == 1, timeout=10)
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded" and refund.provider_refund_id == capture.refunds[0]["id"]
+    assert len(capture.refunds) == 1
+    assert {c["request_id"] for c in paypal.refund_calls} == {refund.idempotency_key}
+
+
+@pytest.mark.parametrize("issue", ["DUPLICATE_REQUEST_ID", "PAYPAL_REQUEST_ID_PREVIOUSLY_USED"])
+def test_a_refusal_of_the_request_id_is_never_read_as_a_declined_refund(
+    site, members, paypal, paypal_account, paypal_order, issue,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    """PayPal's word that the PayPal-Request-Id was used before says an earlier request under
+    it exists and may have refunded: the refund is retried under the same id (then needs
+    attention if it never clears), never failed with its amount released."""
+    order, capture = paypal_order()
+    paypal.fail_next = [issue]
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    with pytest.raises(RetryLater) as raised:
+        execute_refund(refund.pk)
+    assert raised.value.ambiguous
+    refund.refresh_from_db()
+    assert refund.status == "processing" and not capture.refunds
     assert Charge.objects.get(order=order).amount_reserved_minor == 8900
 
 

@@ -15,7 +15,10 @@ Connections are kept alive: every client for the same API address and credential
 Errors become ``RailError``: 429 and 5xx retryable; 422 ``UNPROCESSABLE_ENTITY`` permanent,
 keeping PayPal's issue code (``PayPalRefused.issue``) in the message; a timeout or dropped
 connection after the request left is *ambiguous* for a write (PayPal may have acted) and
-merely retryable for a read.
+merely retryable for a read. So is, for a write, PayPal's word about the ``PayPal-Request-Id``
+itself (a 409 such as ``PREVIOUS_REQUEST_IN_PROGRESS``: a resend while PayPal still works on
+the first request, or an issue saying the id was used before): an earlier request under the
+id exists and may have refunded, so it is no refusal of the refund.
 """
 
 from __future__ import annotations
@@ -52,6 +55,13 @@ ISSUE_CODES: dict[str, str] = {
     "TRANSACTION_DISPUTED": "disputed",
     "REFUND_NOT_ALLOWED": "rail_declined",
 }
+
+
+# Issues about the PayPal-Request-Id, not about the refund: an earlier request under the id
+# exists, and PayPal may have acted on it.
+REQUEST_ID_ISSUES = frozenset(
+    {"PREVIOUS_REQUEST_IN_PROGRESS", "DUPLICATE_REQUEST_ID", "PAYPAL_REQUEST_ID_PREVIOUSLY_USED"}
+)
 
 
 class PayPalRefused(PermanentRailError):
@@ -209,7 +219,7 @@ class PayPalClient:
                 continue
             if response.status_code < 300:
                 return _json(response, doing)
-            raise self._error(response, doing)
+            raise self._error(response, doing, write=write)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _fetch_token(self, timeout: float | None = None) -> tuple[str, float]:
@@ -240,7 +250,7 @@ class PayPalClient:
         expires_in = data.get("expires_in")
         return token, float(expires_in) if isinstance(expires_in, int | float) else 300.0
 
-    def _error(self, response: requests.Response, doing: str) -> RailError:
+    def _error(self, response: requests.Response, doing: str, *, write: bool) -> RailError:
         status = response.status_code
         try:
             data = response.json()
@@ -264,6 +274,11 @@ class PayPalClient:
             return RetryableRailError(message)
         if status in (401, 403):
             return PermanentRailError(message, code="rail_auth_failed")
+        if write and (status == 409 or issue in REQUEST_ID_ISSUES):
+            return AmbiguousRailError(
+                f"{message}. An earlier request under the same PayPal-Request-Id may have "
+                "refunded: Sill looks it up and retries under the same id."
+            )
         code = ISSUE_CODES.get(issue, "rail_declined")
         if code == "refund_window_passed":
             return RefundWindowPassed(
