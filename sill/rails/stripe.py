@@ -610,11 +610,15 @@ class StripeRail:
             )
         elif isinstance(exc, stripe.RateLimitError):
             error = RetryableRailError(message)
+        elif isinstance(exc, stripe.IdempotencyError) and not read:
+            # Stripe's word about the key, not the request: an earlier request under it exists
+            # and may have moved the money. Looked up and retried under the same key.
+            error = AmbiguousRailError(message)
         elif isinstance(
             exc,
             stripe.CardError
             | stripe.InvalidRequestError
-            | stripe.IdempotencyError
+            | stripe.IdempotencyError  # a read's: it moved nothing
             | stripe.PermissionError
             | stripe.AuthenticationError,
         ):

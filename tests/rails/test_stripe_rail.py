@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -235,6 +236,61 @@ def test_a_lost_connection_is_ambiguous_and_never_shows_the_key(caplog):
     assert KEY not in repr(error)
     assert KEY not in caplog.text
     assert KEY not in repr(rail)
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (
+            400,
+            {
+                "type": "idempotency_error",
+                "message": "Keys for idempotent requests can only be used with the same "
+                "parameters they were first used with.",
+            },
+        ),
+        (
+            409,
+            {
+                "type": "invalid_request_error",
+                "message": "There is currently another in-progress request using this "
+                "Idempotent Key (that probably means you submitted twice, and the other "
+                "request is still going through). Please try again later.",
+            },
+        ),
+    ],
+)
+def test_stripes_word_about_the_idempotency_key_is_ambiguous_never_a_refusal(status, error):
+    """Either answer says an earlier request under the key exists, and Stripe may have
+    refunded under it: read as a refusal (the 400), the refund failed and its amount was
+    released while the money may have left."""
+
+    class Refuses(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            payload = json.dumps({"error": error}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        rail = StripeRail(secret_key=KEY, api_base=f"http://127.0.0.1:{server.server_address[1]}")
+        charge = ChargeResult(
+            provider_payment_id="pi_1", provider_charge_id="ch_1", captured_at=datetime.now(UTC)
+        )
+        with pytest.raises(AmbiguousRailError) as caught:
+            rail.refund(refund_request(charge, 100))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert caught.value.ambiguous and "idempotent" in str(caught.value).lower()
 
 
 def test_a_lookup_without_connection_is_retryable_not_ambiguous():
