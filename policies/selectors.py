@@ -17,7 +17,7 @@ from policies.engine import BASELINE_POLICY, AutoRefund, CompiledPolicy, compile
 from policies.models import PolicyVersion
 from policies.simulation import Preview, SimulatedRefund, simulate
 from policies.subjects import Subject, rules_for
-from policies.types import BASELINE_VERSION, PolicyReplaced
+from policies.types import BASELINE_VERSION, PolicyReplaced, ReadBefore
 from refunds.models import Refund, RefundKind
 from sill.accounts.models import Site
 from sill.sql import Columns, Guard, cols, fetch_row
@@ -66,31 +66,28 @@ class Unread:
 UNREAD = Unread()
 
 
-def active_policy_for(
-    site: Site, *, version: PolicyVersion | Unread | None = UNREAD
-) -> ActivePolicy:
+def active_policy_for(site: Site, *, version: ReadBefore | Unread = UNREAD) -> ActivePolicy:
     """The site's active policy, compiled (once per version, then from the cache).
 
-    ``version``: the site's active version (None: it has none) when the caller read it with
+    ``version``: the site's active version when the caller read it with
     :func:`active_version_columns` in a query of its own; else it is read here.
     """
-    if isinstance(version, Unread):
-        version = _active_version(site)
-    if version is None:
+    active = _active_version(site) if isinstance(version, Unread) else version.version
+    if active is None:
         return baseline_for(site)
-    compiled = _compiled(version, "refund")
+    compiled = _compiled(active, "refund")
     return ActivePolicy(
-        label=version.label,
-        number=version.number,
+        label=active.label,
+        number=active.number,
         rules=compiled.source,
         compiled=compiled,
-        credit=_compiled(version, "credit"),
+        credit=_compiled(active, "credit"),
         auto_refund=AutoRefund(
-            enabled=version.auto_refund_enabled,
-            cap_minor=version.auto_refund_cap_minor,
-            currency=version.auto_refund_currency,
+            enabled=active.auto_refund_enabled,
+            cap_minor=active.auto_refund_cap_minor,
+            currency=active.auto_refund_currency,
         ),
-        version=version,
+        version=active,
     )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from policies.engine import Action, FiredRule
 
 if TYPE_CHECKING:
+    from policies.models import PolicyVersion
     from sill.accounts.models import Agent, Site
     from sill.money import Money
     from sill.orders.models import Charge, Order
@@ -29,6 +30,17 @@ class PolicyReplaced(Exception):
     """The version a decision was made by is no longer the site's active one (another was
     switched on while the decision ran): the decision is made again (``refunds.locks.
     retry_on_conflict``), on the version now active; nothing of it was written."""
+
+
+@dataclass(frozen=True)
+class ReadBefore:
+    """The site's active version as read before a decision's transaction (``None``: it had
+    none, the baseline). It goes stale when another version is switched on meanwhile; the
+    decision's guard then raises :class:`PolicyReplaced`, and ``refunds.locks.
+    retry_on_conflict`` drops every argument of this type before deciding again, so the next
+    attempt reads the version afresh, whatever the argument is called."""
+
+    version: PolicyVersion | None
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connection
 
-from policies.types import PolicyReplaced
+from policies.types import PolicyReplaced, ReadBefore
 from sill.errors import SillError
 
 if TYPE_CHECKING:
@@ -157,8 +157,10 @@ def retry_on_conflict(fn: Callable[P, R]) -> Callable[P, R]:
             except PolicyReplaced as exc:
                 # Another version of the site's rules was switched on while this decision
                 # ran: made again on the one now active. A version read before the
-                # transaction and passed in (``policy_version``) is dropped: read afresh.
-                kwargs.pop("policy_version", None)
+                # transaction and passed in is dropped, whatever its argument's name, so
+                # the next attempt reads it afresh (the argument's default must mean that).
+                for name in [n for n, value in kwargs.items() if isinstance(value, ReadBefore)]:
+                    del kwargs[name]
                 if attempt == attempts:
                     raise Busy(
                         "The site's refund rules changed while this refund was being decided; "

@@ -35,9 +35,8 @@ from policies.facts import (
     agent_totals_from,
     prefetch_rail_facts,
 )
-from policies.models import PolicyVersion
 from policies.selectors import UNREAD, Unread, active_policy_for, active_version_columns
-from policies.types import RefundContext
+from policies.types import ReadBefore, RefundContext
 from refunds.agent import mandates
 from refunds.agent.answers import purchase_payload, refund_payload
 from refunds.agent.caps import agent_cap_refusal
@@ -245,7 +244,7 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
             now=now,
             prefetched=prefetched,
             credit_read=credit_read,
-            policy_version=key.policy_version,  # type: ignore[attr-defined]  # read by _agent_key
+            policy_version=ReadBefore(key.policy_version),  # type: ignore[attr-defined]  # read by _agent_key
         )
     except IntegrityError as exc:
         return _refused_write(
@@ -296,7 +295,7 @@ def _decide(
     now: datetime,
     prefetched: _Prefetched | None,
     credit_read: CustomerRead | None = None,
-    policy_version: PolicyVersion | Unread | None = UNREAD,
+    policy_version: ReadBefore | Unread = UNREAD,
 ) -> dict[str, Any]:
     """Store, decide and answer ``verified`` in one transaction (step 3 above).
 
@@ -548,7 +547,7 @@ def _request_refund(
     verified: VerifiedMandate,
     now: datetime,
     prefetched: _Prefetched | None = None,
-    policy_version: PolicyVersion | Unread | None = UNREAD,
+    policy_version: ReadBefore | Unread = UNREAD,
 ) -> Refund:
     intent = verified.intent
     assert isinstance(intent, mandates.RefundIntent)
