@@ -79,13 +79,18 @@ def run_verification(verification_id: int) -> str:
     )
     if verification is None or verification.status != AuditVerification.Status.RUNNING:
         return "nothing to do"
+    # Every write is to the check while it still runs: one ended as lost meanwhile (silent for
+    # STALE_AFTER, then a new check was asked for) keeps that end, and the check that replaced
+    # it is the one the page shows. A late result is only logged.
+    still_running = AuditVerification.objects.filter(
+        pk=verification_id, status=AuditVerification.Status.RUNNING
+    )
 
     def progress(checked: int) -> None:
-        AuditVerification.objects.filter(pk=verification_id).update(
-            checked=checked, progress_at=timezone.now()
-        )
+        still_running.update(checked=checked, progress_at=timezone.now())
 
-    progress(0)
+    if not still_running.update(progress_at=timezone.now(), checked=0):
+        return "ended as lost"
 
     try:
         result = chain_verification(verification.site, progress=progress)
@@ -93,25 +98,31 @@ def run_verification(verification_id: int) -> str:
         # Whatever the log holds must end the check with an answer: a tampered log that
         # crashes the verifier is still a log nobody can vouch for.
         log.exception("audit chain verification of site %s raised", verification.site_id)
-        AuditVerification.objects.filter(pk=verification_id).update(
+        still_running.update(
             status=AuditVerification.Status.FAILED,
             # The page shows this to the site's members: the details stay in the worker's log.
             problem=f"the check could not finish ({type(exc).__name__}); see the worker's log",
             finished_at=timezone.now(),
         )
         return "failed"
-    AuditVerification.objects.filter(pk=verification_id).update(
+    if not result.ok:
+        log.warning(
+            "audit chain of site %s broken at seq %s: %s",
+            verification.site_id, result.first_bad_seq, result.problem,
+        )  # fmt: skip
+    ended = still_running.update(
         status=AuditVerification.Status.OK if result.ok else AuditVerification.Status.FAILED,
         checked=result.count,
         first_bad_seq=result.first_bad_seq,
         problem=result.problem,
         finished_at=timezone.now(),
     )
-    if not result.ok:
+    if not ended:
         log.warning(
-            "audit chain of site %s broken at seq %s: %s",
-            verification.site_id, result.first_bad_seq, result.problem,
+            "audit chain check %s of site %s finished (%s) after it was ended as lost",
+            verification_id, verification.site_id, "ok" if result.ok else "failed",
         )  # fmt: skip
+        return "ended as lost"
     return "ok" if result.ok else "failed"
 
 

@@ -10,7 +10,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.models import AuditVerification
-from audit.verification import STALE_AFTER, latest_verification, start_verification
+from audit.verification import (
+    LOST,
+    STALE_AFTER,
+    latest_verification,
+    run_verification,
+    start_verification,
+)
 from sill.accounts.models import Site
 
 
@@ -43,6 +49,42 @@ def test_two_requests_at_once_start_one_check(site: Site) -> None:
     thread.join(timeout=30)
     assert not errors, errors
     assert AuditVerification.objects.filter(site=site).count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_check_ended_as_lost_while_it_ran_keeps_that_end(site: Site) -> None:
+    """A check silent for STALE_AFTER is ended as failed ("its worker stopped") when a new one
+    is asked for; if its worker was only slow, its progress and result used to overwrite that
+    end: the row said running again, then ok, beside the check that replaced it."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL row locks")
+    # As start_verification records it (which, eager in tests, would also run it at once).
+    check = AuditVerification.objects.create(site=site, total=0, started_at=timezone.now())
+    outcome: list[str] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            outcome.append(run_verification(check.pk))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        # Ended as lost, not yet committed: the worker's first write waits for this row.
+        AuditVerification.objects.filter(pk=check.pk).update(
+            status=AuditVerification.Status.FAILED, problem=LOST, finished_at=timezone.now()
+        )
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join(timeout=1)
+    thread.join(timeout=30)
+    assert not errors, errors
+    check.refresh_from_db()
+    assert (check.status, check.problem) == (AuditVerification.Status.FAILED, LOST)
+    assert outcome == ["ended as lost"]
 
 
 @pytest.mark.django_db
