@@ -221,6 +221,13 @@ class WebhookEvent(models.Model):
     type = models.CharField(max_length=100)
     # The verified raw body, as received (text: the signature covers exactly these bytes).
     payload = models.TextField()
+    # The store that sent it, whose secret verified it: the site's connected store at receipt
+    # (WooCommerce: its URL; Shopify: its shop domain). Processing files the event under this
+    # store, and settles it unapplied if the site is connected to another store by then.
+    # Blank: Stripe's and PayPal's events (their payment ids are global: no store to name), or
+    # an event applied before Sill kept it (migration 0008 named the waiting ones'); for a blank
+    # one processing takes the store connected now, as before.
+    sender = models.CharField(max_length=255, blank=True)
     received_at = models.DateTimeField(auto_now_add=True)
     processed_at = models.DateTimeField(null=True, blank=True)
     # What processing concluded, e.g. "external refund recorded" or "not Sill's charge".

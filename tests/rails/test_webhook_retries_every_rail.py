@@ -136,6 +136,38 @@ def test_a_woocommerce_event_whose_task_never_ran_is_applied_by_the_beat_task(
     assert Order.objects.get(site=site).total_minor == 4200
 
 
+def test_a_woocommerce_event_retried_after_the_site_switched_stores_is_settled_not_filed(
+    site, members, woo, woo_account, clock, django_capture_on_commit_callbacks
+):
+    """The retry of an event from the store the site was connected to before: once settled
+    with words (nothing filed under the store connected now), it is not retried again."""
+    from sill.rails.woocommerce.connect import configure_woocommerce
+    from tests.rails.woo_stub import CONSUMER_KEY, CONSUMER_SECRET, StubServer
+
+    placed = woo.add_order(total="42.00", stripe_charge="ch_before_switch")
+    body = json.dumps(placed.json()).encode()
+    with django_capture_on_commit_callbacks(execute=False):
+        Client().post(
+            f"/webhooks/woocommerce/{site.pk}",
+            body,
+            content_type="application/json",
+            **woo_headers(body, url=woo.url, topic="order.created"),
+        )
+    with StubServer() as other:
+        configure_woocommerce(
+            site=site, actor=members["owner"].user, store_url=other.url,
+            consumer_key=CONSUMER_KEY, consumer_secret=CONSUMER_SECRET, webhook_secret="",
+        )  # fmt: skip
+        clock.shift(LATER)
+        assert retry_webhook_events_task() == 1
+    event = stored("woocommerce")
+    assert event.processed_at is not None and event.gave_up_at is None
+    assert woo.url in event.outcome and other.url in event.outcome
+    assert not Order.objects.exists()
+    clock.shift(LATER)
+    assert retry_webhook_events_task() == 0
+
+
 def test_a_replay_attempts_a_given_up_paypal_event_again_once_the_cause_is_fixed(
     site, paypal, paypal_account, paypal_order, settings, django_capture_on_commit_callbacks
 ):

@@ -134,3 +134,99 @@ def test_signed_garbage_is_400_never_a_500(
     response = _post(site, body, woo_headers(body, url=woo.url), django_capture_on_commit_callbacks)
     assert response.status_code == 400
     assert not WebhookEvent.objects.exists()
+
+
+def _connect(site, owner, store) -> None:
+    """What Settings → Rails saves when the merchant connects the site to another store."""
+    from sill.rails.woocommerce.connect import configure_woocommerce
+    from tests.rails.woo_stub import CONSUMER_KEY, CONSUMER_SECRET
+
+    configure_woocommerce(
+        site=site,
+        actor=owner,
+        store_url=store.url,
+        consumer_key=CONSUMER_KEY,
+        consumer_secret=CONSUMER_SECRET,
+        webhook_secret="",
+    )
+
+
+def test_a_delivery_processed_after_the_site_switched_stores_is_not_filed_as_the_new_ones(
+    site, members, woo, woo_account, django_capture_on_commit_callbacks
+):
+    """Woo order ids are per store, and the stored event did not say which store sent it: a
+    delivery checked against store A but processed after the site was connected to store B
+    was filed under B, and B's order 1001 took A's buyer. It is now settled, filing nothing."""
+    from datetime import timedelta
+
+    from sill.rails.woocommerce.sync import sync_orders
+    from tests.rails.woo_stub import StubServer
+
+    placed = woo.add_order(total="42.00", stripe_charge="ch_store_a", email="a@example.com")
+    body = json.dumps(placed.json()).encode()
+    with django_capture_on_commit_callbacks(execute=False) as enqueued:  # the task comes later
+        response = Client().post(
+            f"/webhooks/woocommerce/{site.pk}",
+            body,
+            content_type="application/json",
+            **woo_headers(body, url=woo.url),
+        )
+    assert response.status_code == 200 and len(enqueued) == 1
+    with StubServer() as other:
+        theirs = other.add_order(
+            total="20.00",
+            stripe_charge="ch_store_b",
+            email="b@example.com",
+            modified_at=placed.modified_at - timedelta(hours=1),
+        )
+        assert theirs.id == placed.id
+        _connect(site, members["owner"].user, other)
+        assert sync_orders(site=site).created == 1
+        asked = len(other.order_queries)
+        enqueued[0]()  # the task runs now (eager)
+        assert len(other.order_queries) == asked and other.refund_posts == []
+    event = WebhookEvent.objects.get(site=site, rail="woocommerce")
+    assert event.processed_at is not None and (event.attempts, event.last_error) == (1, "")
+    assert event.outcome.startswith("skipped:")
+    assert woo.url in event.outcome and other.url in event.outcome
+    link = WooOrderLink.objects.get(site=site)
+    assert link.store_url == other.url and link.order.buyer_email == "b@example.com"
+    assert Order.objects.filter(site=site).count() == 1
+
+
+def test_a_replay_after_the_site_switched_stores_settles_the_old_stores_event(
+    site, members, woo, woo_account, django_capture_on_commit_callbacks
+):
+    """``rails replay-webhooks`` attempts a given-up event again: one from the store the site
+    was connected to before is settled with words, not filed under the store connected now."""
+    from datetime import timedelta
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from tests.rails.woo_stub import StubServer
+
+    placed = woo.add_order(total="42.00", stripe_charge="ch_given_up")
+    body = json.dumps(placed.json()).encode()
+    with django_capture_on_commit_callbacks(execute=False):
+        Client().post(
+            f"/webhooks/woocommerce/{site.pk}",
+            body,
+            content_type="application/json",
+            **woo_headers(body, url=woo.url, topic="order.created"),
+        )
+    WebhookEvent.objects.update(attempts=5, gave_up_at=timezone.now())
+    with StubServer() as other:
+        _connect(site, members["owner"].user, other)
+        asked = len(other.order_queries)  # the key check
+        out = StringIO()
+        call_command(
+            "rails", "replay-webhooks", "--site", site.pk, "--rail", "woocommerce",
+            "--since", (timezone.now() - timedelta(days=1)).date().isoformat(), stdout=out,
+        )  # fmt: skip
+        assert len(other.order_queries) == asked and other.refund_posts == []
+    assert "1 processed, 0 failed" in out.getvalue(), out.getvalue()
+    event = WebhookEvent.objects.get(site=site, rail="woocommerce")
+    assert event.processed_at is not None and woo.url in event.outcome
+    assert not Order.objects.exists() and not WooOrderLink.objects.exists()

@@ -13,6 +13,10 @@ missing). The same change delivered twice is the same body, stored once; the sec
 200 and changes nothing. The date alone is not enough: it has one-second resolution, and a
 checkout creates the order pending and the gateway marks it paid within the same second, so
 the paid state would have been answered "duplicate" and never brought in.
+
+Each stored event names its sender, the store whose secret verified it. Processing files the
+order under that store; one processed or retried after the site was connected to another
+store is settled unapplied, its outcome saying so (neither store's orders change).
 """
 
 from __future__ import annotations
@@ -98,6 +102,8 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
                 event_id=event_id[:255],
                 type=topic,
                 payload=payload.decode("utf-8"),
+                # The store whose secret verified it (its source header, if sent, agrees).
+                sender=account.connected_account,
             )
             transaction.on_commit(lambda: _enqueue(stored.pk))
     except IntegrityError:
@@ -110,7 +116,10 @@ def _enqueue(event_pk: int) -> None:
 
 
 def process_event(event_pk: int) -> str:
-    """Apply one stored order delivery (the signed body is the order): upsert it once."""
+    """Apply one stored order delivery (the signed body is the order): upsert it once, as an
+    order of the store that sent it. A delivery from a store the site is no longer connected
+    to is settled unapplied, in words saying why (Woo order ids are per store: filed under
+    the store connected now, the old store's order 1001 would change the new store's)."""
     from django.utils import timezone
 
     from sill.rails.woocommerce.orders import UnreadableOrder, parse_order
@@ -119,16 +128,24 @@ def process_event(event_pk: int) -> str:
     event = WebhookEvent.objects.select_related("site").get(pk=event_pk)
     if event.processed_at is not None:
         return event.outcome
-    # The store the site is connected to: deliveries are taken only from it (the view checks
-    # their source against it).
-    store_url = (
+    connected = (
         RailAccount.objects.filter(site=event.site, rail=Rail.WOOCOMMERCE)
         .values_list("connected_account", flat=True)
         .first()
     )
+    # Blank: stored before events named their sender and never given one (migration 0008);
+    # the store connected now, as before.
+    store_url = event.sender or connected
     try:
-        if not store_url:
+        if not connected:
             raise UnreadableOrder("no WooCommerce store is connected to this site any more")
+        if store_url != connected:
+            raise UnreadableOrder(
+                f"sent by {store_url}, a store this site is no longer connected to "
+                f"(it is now connected to {connected})"
+            )
+        # Filed under its sender, never under ``connected``: should the site switch stores
+        # right now, the order still lands among its own store's.
         outcome = upsert_order(
             site=event.site,
             store_url=store_url,
