@@ -102,3 +102,40 @@ def test_refunds_and_disputes_webhooks_record_them_on_the_charge(site, shopify, 
     dispute = json.dumps({"id": 7, "order_id": placed.id, "status": "needs_response"}).encode()
     _post(site, dispute, **signed_headers(dispute, topic="disputes/create", webhook_id="wh-d"))
     assert Dispute.objects.get().status == "needs_response"
+
+
+def test_a_delivery_processed_after_the_site_switched_shops_asks_the_new_shop_nothing(
+    site, members, shopify, shopify_account, settings, django_capture_on_commit_callbacks
+):
+    """The stored event did not say which shop sent it: one checked against shop A but
+    processed after the site was connected to shop B had its order read from B (with B's
+    token), and was settled as "not found at Shopify". Shopify's order ids are global, so B
+    never held it; the event is now settled in words that say why, asking B nothing."""
+    from sill.rails.shopify.connect import configure_shopify
+    from tests.rails.shopify_stub import SHOP, TOKEN, StubServer
+
+    placed = shopify.add_order()
+    body = _order_body(placed)
+    with django_capture_on_commit_callbacks(execute=False) as enqueued:  # the task comes later
+        response = Client().post(
+            f"/webhooks/shopify/{site.pk}",
+            body,
+            content_type="application/json",
+            **signed_headers(body, topic="orders/updated", webhook_id="wh-switch"),
+        )
+    assert response.status_code == 200 and len(enqueued) == 1
+    settings.DEBUG = True  # the API address override (the loopback store) needs DEBUG
+    with StubServer() as other:
+        configure_shopify(
+            site=site,
+            actor=members["owner"].user,
+            shop_domain="other-shop.myshopify.com",
+            access_token=TOKEN,
+            api_base=other.url,
+        )
+        enqueued[0]()  # the task runs now (eager)
+        assert other.calls == []
+    event = WebhookEvent.objects.get(rail="shopify")
+    assert event.processed_at is not None and (event.attempts, event.last_error) == (1, "")
+    assert SHOP in event.outcome and "other-shop.myshopify.com" in event.outcome
+    assert not Order.objects.exists() and [op for op, _ in shopify.calls] == []

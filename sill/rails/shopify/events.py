@@ -5,6 +5,10 @@ and the order itself comes from the Admin GraphQL API (sill.rails.shopify.sync),
 parser serves the sync command and every topic, and a late or reordered delivery can never
 overwrite a newer state. The upsert is idempotent, so a task delivered twice is harmless;
 ``processed_at`` is set once.
+
+An event from a shop the site is no longer connected to (its ``sender``) is settled without
+reading anything: Shopify's order ids are global, so the shop connected now never holds the
+order, and asking it (with its token) only answered "not found".
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import logging
 
 from django.utils import timezone
 
-from sill.rails.models import WebhookEvent
+from sill.orders.models import Rail
+from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.shopify.sync import sync_order
 
 logger = logging.getLogger(__name__)
@@ -43,8 +48,18 @@ def process_event(event_pk: int) -> str:
     except ValueError:
         body = {}
     order_id = order_id_of(event.type, body if isinstance(body, dict) else {})
+    connected = (
+        RailAccount.objects.filter(site=event.site, rail=Rail.SHOPIFY)
+        .values_list("connected_account", flat=True)
+        .first()
+    )
     if not order_id:
         outcome = f"ignored: topic {event.type} names no order"
+    elif event.sender and event.sender != connected:
+        now = f"it is now connected to {connected}" if connected else "no shop is connected now"
+        outcome = (
+            f"ignored: sent by {event.sender}, a shop this site is no longer connected to ({now})"
+        )
     else:
         outcome = sync_order(site=event.site, order_id=order_id, event_id=event.event_id)
     WebhookEvent.objects.filter(pk=event.pk, processed_at__isnull=True).update(

@@ -82,6 +82,8 @@ def shopify_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
                 event_id=event_id[:255],
                 type=topic[:100],
                 payload=payload.decode("utf-8"),
+                # The shop whose secret verified it (its domain header, if sent, agrees).
+                sender=account.connected_account,
             )
             transaction.on_commit(lambda: _enqueue(stored.pk))
     except IntegrityError:
