@@ -86,6 +86,50 @@ def test_an_order_with_odd_lines_neither_stops_the_sync_nor_writes_half_an_order
         assert all(0 < i.quantity < 2**31 for i in order.items.all())
 
 
+@pytest.mark.parametrize(
+    "unreadable",
+    [{"total": "lots"}, {"currency": None}, {"date_created_gmt": "yesterday"}, {"id": "x"}],
+)
+def test_an_unreadable_order_is_counted_and_the_sync_reads_on(
+    site, woo, woo_account, unreadable, capsys
+):
+    """One order Sill cannot read ended the whole sync with an error: every order after it,
+    on every later run, never came in."""
+    woo.add_order(total="10.00", stripe_charge="ch_before")
+    woo.add_order(total="10.00", stripe_charge="ch_bad", overrides=unreadable)
+    woo.add_order(total="20.00", stripe_charge="ch_after")
+    report = sync_orders(site=site)
+    assert (report.created, report.unreadable) == (2, 1)
+    assert set(
+        Charge.objects.filter(order__site=site).values_list("provider_charge_id", flat=True)
+    ) == {
+        "ch_before",
+        "ch_after",
+    }
+    call_command("rails", "sync-woocommerce", "--site", site.pk, "--full")
+    assert "1 unreadable" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("number", ["1001", "W" * 40])
+def test_an_order_whose_number_and_fallback_are_taken_still_comes_in(
+    site, woo, woo_account, make_order, number
+):
+    """A number the site already uses got ``-woo<id>`` appended, cut to 40 characters: a
+    40-character number was cut back to itself, and a third store's order 1001 (after the
+    site's own #1001 and a second store's 1001-woo1001) met the fallback taken too. Both
+    ended the sync with a database error, and no later order came in."""
+    placed = woo.add_order(total="10.00", stripe_charge="ch_taken", overrides={"number": number})
+    woo.add_order(total="20.00", stripe_charge="ch_next")
+    fallback = f"{number}-woo{placed.id}"[:40]
+    for taken in {number, fallback}:
+        Order.objects.filter(pk=make_order().pk).update(number=taken)
+    report = sync_orders(site=site)
+    assert report.created == 2
+    link = WooOrderLink.objects.select_related("order").get(site=site, woo_order_id=placed.id)
+    assert len(link.order.number) <= 40 and link.order.number not in {number, fallback}
+    assert str(placed.id) in link.order.number
+
+
 def test_a_store_with_more_pages_than_the_bound_is_told_not_silently_cut(
     site, woo, woo_account, monkeypatch
 ):

@@ -13,8 +13,11 @@ counted from the Woo order too.
 
 from __future__ import annotations
 
+import itertools
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -30,7 +33,9 @@ from sill.rails.models import RailAccount
 from sill.rails.woocommerce.client import WooClient
 from sill.rails.woocommerce.connect import woo_credentials
 from sill.rails.woocommerce.models import WooOrderLink
-from sill.rails.woocommerce.orders import WooOrder, parse_order
+from sill.rails.woocommerce.orders import UnreadableOrder, WooOrder, parse_order
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,6 +44,9 @@ class SyncReport:
     updated: int = 0
     unchanged: int = 0
     skipped: int = 0
+    # Orders Sill cannot read (sill.rails.woocommerce.orders.UnreadableOrder): logged with
+    # their ids and reasons, and read again by every sync until the store changes them.
+    unreadable: int = 0
 
     def add(self, outcome: str) -> None:
         word = outcome.split(":")[0]
@@ -48,6 +56,7 @@ class SyncReport:
         return (
             f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
             f"{self.skipped} skipped (not paid through Stripe)"
+            + (f", {self.unreadable} unreadable (see the log)" if self.unreadable else "")
         )
 
 
@@ -86,7 +95,7 @@ def sync_orders(*, site: Site, full: bool = False) -> SyncReport:
     through = None if full else account.orders_synced_through
     since = through - SYNC_OVERLAP if through is not None else None
     for page in client.order_pages(modified_after=since):
-        orders = [parse_order(raw) for raw in page]
+        orders = _readable(site, page, report)
         for order in orders:
             report.add(upsert_order(site=site, store_url=client.store_url, order=order))
         newest = max((o.modified_at for o in orders if o.modified_at is not None), default=None)
@@ -98,6 +107,22 @@ def sync_orders(*, site: Site, full: bool = False) -> SyncReport:
                 orders_synced_through=through
             )
     return report
+
+
+def _readable(site: Site, page: list[dict[str, Any]], report: SyncReport) -> list[WooOrder]:
+    """The page's orders Sill can read. One it cannot is counted and logged, and the sync
+    reads on: it used to end the whole sync, so no order after it ever came in."""
+    orders = []
+    for raw in page:
+        try:
+            orders.append(parse_order(raw))
+        except UnreadableOrder as exc:
+            report.unreadable += 1
+            logger.warning(
+                "WooCommerce order %r of site %s is unreadable, not synced: %s",
+                str(raw.get("id"))[:40] if isinstance(raw, dict) else "?", site.pk, exc,
+            )  # fmt: skip
+    return orders
 
 
 def upsert_order(*, site: Site, store_url: str, order: WooOrder) -> str:
@@ -126,9 +151,20 @@ def upsert_order(*, site: Site, store_url: str, order: WooOrder) -> str:
 
 
 def _number(site: Site, order: WooOrder) -> str:
-    if Order.objects.filter(site=site, number=order.number).exists():
-        return f"{order.number}-woo{order.id}"[:40]
-    return order.number
+    """The order's own number, or, where the site already uses it, ``<number>-woo<id>``
+    (the store's order id), then ``-woo<id>-2``, ``-3``… (the same id at another store the
+    site was connected to before), the number cut so that the whole fits the column."""
+    orders = Order.objects.filter(site=site)
+    if not orders.filter(number=order.number).exists():
+        return order.number
+    longest = Order._meta.get_field("number").max_length
+    assert longest is not None
+    for n in itertools.count(1):
+        suffix = f"-woo{order.id}" + (f"-{n}" if n > 1 else "")
+        candidate = order.number[: longest - len(suffix)] + suffix
+        if not orders.filter(number=candidate).exists():
+            return candidate
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _create(site: Site, store_url: str, order: WooOrder) -> None:
