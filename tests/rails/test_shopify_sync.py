@@ -132,3 +132,24 @@ def test_a_later_capture_of_the_same_order_raises_its_charge(site, shopify, shop
     assert Charge.objects.get(order__site=site).amount_minor == 8900
     assert sync_orders(site=site).unchanged == 1
     assert AuditRecord.objects.filter(site=site, kind="charge").count() == 2
+
+
+def test_two_orders_whose_long_names_begin_alike_both_come_in_under_distinct_numbers(
+    site, shopify, shopify_account
+):
+    prefix = "#" + "WHOLESALE-EUROPE-NORTH-" * 2  # 47 characters: past what a number holds
+    first = shopify.add_order(total="10.00")
+    first.name = f"{prefix}1001"
+    second = shopify.add_order(total="20.00")
+    second.name = f"{prefix}1002"
+    assert sync_orders(site=site).created == 2
+    numbers = dict(
+        Order.objects.filter(site=site).values_list("charges__provider_payment_id", "number")
+    )
+    assert len(set(numbers.values())) == 2 and all(len(n) <= 40 for n in numbers.values())
+    for placed in (first, second):
+        number = numbers[str(placed.id)]
+        assert number.endswith(f"-{placed.id}") and prefix.lstrip("#").startswith(
+            number.rsplit("-", 1)[0]
+        )
+    assert sync_orders(site=site).unchanged == 2

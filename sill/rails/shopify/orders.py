@@ -179,7 +179,8 @@ def parse_order(node: dict[str, Any], *, customer_readable: bool = True) -> Shop
     return ShopifyOrder(
         gid=str(node["id"]),
         legacy_id=legacy_id(str(node["id"])),
-        name=str(node.get("name") or "").lstrip("#")[:40],
+        # Whole: sill.rails.shopify.sync fits it to an order number.
+        name=str(node.get("name") or "").lstrip("#"),
         created_at=created,
         test=bool(node.get("test")),
         email=str(node.get("email") or ""),

@@ -40,6 +40,9 @@ from sill.rails.shopify.rail import ShopifyRail
 
 logger = logging.getLogger(__name__)
 
+# Order.number's max_length.
+NUMBER_MAX = 40
+
 
 @dataclass
 class SyncReport:
@@ -151,11 +154,16 @@ def _customer(site: Site, found: ShopifyCustomer) -> Customer:
 
 
 def _number(site: Site, order: ShopifyOrder) -> str:
-    number = order.name or order.legacy_id
-    # Another rail's order may already hold the number (#1001 on the mock rail).
-    if Order.objects.filter(site=site, number=number).exists():
-        number = f"{number}-{order.legacy_id}"[:40]
-    return number
+    """The order's Shopify name (``#`` left off), when it fits and no order of the site holds
+    it (another rail's #1001); else as much of the name as fits before ``-<Shopify order
+    id>``. Shopify's order ids are unique, so two Shopify orders never share the second form:
+    cutting the name alone, two long names that begin alike became one number and the second
+    order never came in."""
+    name = order.name or order.legacy_id
+    if len(name) <= NUMBER_MAX and not Order.objects.filter(site=site, number=name).exists():
+        return name
+    suffix = f"-{order.legacy_id}"
+    return name[: NUMBER_MAX - len(suffix)] + suffix
 
 
 def _create(site: Site, order: ShopifyOrder, customer: Customer | None) -> Charge:
