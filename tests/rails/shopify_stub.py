@@ -54,6 +54,8 @@ class StubOrder:
     transactions: list[dict[str, Any]] = field(default_factory=list)
     refunds: list[dict[str, Any]] = field(default_factory=list)
     disputes: list[dict[str, Any]] = field(default_factory=list)
+    # Fields of its GraphQL answer replaced as given: data Shopify should never send.
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gid(self) -> str:
@@ -222,7 +224,7 @@ class ShopifyStub:
             ],
             "refunds": [self._refund_json(order, r) for r in order.refunds],
             "disputes": order.disputes,
-        }
+        } | order.overrides
 
     # --- operations -------------------------------------------------------------------
 

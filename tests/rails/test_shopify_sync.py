@@ -134,6 +134,60 @@ def test_a_later_capture_of_the_same_order_raises_its_charge(site, shopify, shop
     assert AuditRecord.objects.filter(site=site, kind="charge").count() == 2
 
 
+_UNREADABLE = {
+    "amount": {"totalPriceSet": {"shopMoney": {"amount": "twenty", "currencyCode": "USD"}}},
+    "time": {"createdAt": "yesterday"},
+    "quantity": {
+        "lineItems": {
+            "nodes": [{"sku": "X", "name": "X", "quantity": "many", "originalUnitPriceSet": None}],
+            "pageInfo": {"hasNextPage": False, "endCursor": None},
+        }
+    },
+    "transactions": {"transactions": "none"},
+    "no id": {"id": None},
+}
+
+
+@pytest.mark.parametrize("broken", sorted(_UNREADABLE))
+def test_an_unreadable_order_is_named_and_skipped_and_the_orders_after_it_come_in(
+    site, shopify, shopify_account, capsys, broken
+):
+    shopify.add_order(total="10.00")
+    bad = shopify.add_order(total="20.00")
+    bad.overrides = _UNREADABLE[broken]
+    shopify.add_order(total="30.00")
+    call_command("rails", "sync-shopify", "--site", site.pk)
+    out = capsys.readouterr().out
+    assert "2 created" in out and "1 failed" in out
+    assert (bad.gid if broken != "no id" else "(without an id) is unreadable") in out
+    assert sorted(Order.objects.filter(site=site).values_list("total_minor", flat=True)) == [
+        1000,
+        3000,
+    ]
+
+
+def test_an_order_sill_cannot_record_is_named_and_the_orders_after_it_come_in(
+    site, shopify, shopify_account
+):
+    # A refund larger than the order's payment: the charge cannot hold it (ExceedsCharge).
+    shopify.add_order(total="10.00", refunded="15.00")
+    shopify.add_order(total="30.00")
+    report = sync_orders(site=site)
+    assert (report.created, report.failed) == (1, 1)
+    assert "would exceed charge" in report.problems[0]
+    assert Order.objects.filter(site=site, total_minor=3000).exists()
+
+
+def test_shopify_unreachable_still_ends_the_sync(site, shopify, shopify_account):
+    from django.core.management.base import CommandError
+
+    shopify.add_order()
+    shopify.http_500["SillOrders"] = 1
+    with pytest.raises(CommandError, match="HTTP 500"):
+        call_command("rails", "sync-shopify", "--site", site.pk)
+    assert not Order.objects.exists()
+
+
 def test_two_orders_whose_long_names_begin_alike_both_come_in_under_distinct_numbers(
     site, shopify, shopify_account
 ):

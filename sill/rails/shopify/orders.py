@@ -4,18 +4,23 @@ Ids: Sill keeps Shopify's global ids (``gid://shopify/Order/123``) for customers
 and transactions, and the order's numeric id as the charge's ``provider_payment_id`` (the
 Shopify admin addresses orders by it: ``https://<shop>/admin/orders/123``). Amounts are read
 in the shop's currency (``shopMoney``).
+
+An order Sill cannot read raises :class:`UnreadableOrder`, which :func:`parse_order` alone
+raises (it does no I/O): a sync tells it from Shopify being unreachable by its class.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sill.money import Money, parse_major
-from sill.rails.base import PermanentRailError, RailDispute, RailRefund
+from sill.rails.base import PermanentRailError, RailDispute, RailError, RailRefund
 
 ORDER_GID = "gid://shopify/Order/"
+_ORDER_GID_RE = re.compile(r"\Agid://shopify/Order/[1-9][0-9]*\Z")
 # Transactions that took the buyer's money (an AUTHORIZATION alone did not).
 PAYMENT_KINDS = frozenset({"SALE", "CAPTURE"})
 SILL_NOTE_PREFIX = "sill-refund-"
@@ -28,6 +33,18 @@ _DISPUTE_STATES = {
     "ACCEPTED": "lost",
     "CHARGE_REFUNDED": "lost",
 }
+
+
+class UnreadableOrder(PermanentRailError):
+    """An order Shopify sent that Sill cannot read: a field missing or malformed."""
+
+
+@dataclass(frozen=True)
+class SkippedOrder:
+    """An order of a listed page that could not be read, and why: the sync goes on."""
+
+    gid: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -136,7 +153,22 @@ def rail_dispute(dispute: dict[str, Any], *, total: Money, at: datetime) -> Rail
     )
 
 
-def parse_order(node: dict[str, Any], *, customer_readable: bool = True) -> ShopifyOrder:
+def parse_order(node: Any, *, customer_readable: bool = True) -> ShopifyOrder:
+    """The order in ``node``; raises ``UnreadableOrder``."""
+    try:
+        return _parse_order(node, customer_readable)
+    except (RailError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        gid = node.get("id") if isinstance(node, dict) else None
+        detail = exc.message if isinstance(exc, RailError) else f"{type(exc).__name__}: {exc}"
+        raise UnreadableOrder(
+            f"Shopify order {gid or '(without an id)'} is unreadable: {detail}"
+        ) from None
+
+
+def _parse_order(node: Any, customer_readable: bool) -> ShopifyOrder:
+    gid = node["id"]
+    if not isinstance(gid, str) or not _ORDER_GID_RE.match(gid):
+        raise ValueError(f"not an order id: {gid!r}")
     total = shop_money(node.get("totalPriceSet"))
     created = parse_time(node.get("createdAt"))
     customer = None
@@ -177,8 +209,8 @@ def parse_order(node: dict[str, Any], *, customer_readable: bool = True) -> Shop
             captured_at=parse_time(first.get("processedAt") or first.get("createdAt")),
         )
     return ShopifyOrder(
-        gid=str(node["id"]),
-        legacy_id=legacy_id(str(node["id"])),
+        gid=gid,
+        legacy_id=legacy_id(gid),
         # Whole: sill.rails.shopify.sync fits it to an order number.
         name=str(node.get("name") or "").lstrip("#"),
         created_at=created,

@@ -47,6 +47,8 @@ from sill.rails.shopify import queries
 from sill.rails.shopify.client import ShopifyClient, refused_key, refuses_key
 from sill.rails.shopify.orders import (
     ShopifyOrder,
+    SkippedOrder,
+    UnreadableOrder,
     order_gid,
     parse_order,
     parse_time,
@@ -235,6 +237,8 @@ class ShopifyRail:
     # --- orders, for the sync ------------------------------------------------------------
 
     def order(self, legacy_or_gid: str) -> ShopifyOrder | None:
+        """The order; None when Shopify has no such order. Raises ``UnreadableOrder`` for one
+        Sill cannot read."""
         result = self.client.execute(
             queries.ORDER, {"id": order_gid(legacy_or_gid)}, operation="SillOrder"
         )
@@ -243,8 +247,10 @@ class ShopifyRail:
             return None
         return parse_order(node, customer_readable=self._customers_readable(result.denied))
 
-    def orders(self, *, since: datetime | None = None) -> Iterator[ShopifyOrder]:
-        """The store's orders updated at or after ``since`` (all pages), oldest update first."""
+    def orders(self, *, since: datetime | None = None) -> Iterator[ShopifyOrder | SkippedOrder]:
+        """The store's orders updated at or after ``since`` (all pages), oldest update first;
+        an order Sill cannot read comes as a ``SkippedOrder`` saying why. Shopify's errors
+        (unreachable, refusing the token) raise: they are not one order's."""
         after: str | None = None
         seen: set[str] = set()
         query = f"updated_at:>='{since.astimezone(UTC).isoformat()}'" if since else None
@@ -257,7 +263,13 @@ class ShopifyRail:
             page = result.data.get("orders") or {}
             readable = self._customers_readable(result.denied)
             for node in page.get("nodes") or []:
-                yield parse_order(node, customer_readable=readable)
+                found: ShopifyOrder | SkippedOrder
+                try:
+                    found = parse_order(node, customer_readable=readable)
+                except UnreadableOrder as exc:
+                    gid = node.get("id") if isinstance(node, dict) else None
+                    found = SkippedOrder(gid=str(gid or ""), reason=exc.message)
+                yield found
             info = page.get("pageInfo") or {}
             if not info.get("hasNextPage") or not info.get("endCursor"):
                 return

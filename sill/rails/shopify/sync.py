@@ -11,22 +11,29 @@ recorded, through :mod:`sill.orders.outside` (their own transactions and audit r
 They are recorded as of the time Sill read the order: the read is Shopify's current state
 (what reconciliation records too, sill.rails.charge_sync), so only what Shopify reports after
 it, through a later webhook's read, replaces it.
+
+One order's trouble is that order's: an order Shopify sends unreadable, or that Sill cannot
+record (its data refused by the database, a refund larger than its charge), is left out with
+its reason named in the report and the log, and the sync goes on; Shopify unreachable or
+refusing the token still ends it.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone
 
 from audit.models import AuditKind
 from audit.services import append_record
 from sill.accounts.models import Site
+from sill.errors import SillError
 from sill.orders.models import Charge, ChargeStatus, Customer, DisputeStatus, Order, OrderStatus
 from sill.orders.outside import (
+    ExceedsCharge,
     OutsideRefund,
     ReportedDispute,
     record_dispute,
@@ -35,11 +42,14 @@ from sill.orders.outside import (
 from sill.orders.services import NewLine, create_order, set_order_status
 from sill.rails.base import RailName
 from sill.rails.models import RailAccount
-from sill.rails.shopify.orders import ShopifyCustomer, ShopifyOrder
+from sill.rails.shopify.orders import ShopifyCustomer, ShopifyOrder, SkippedOrder
 from sill.rails.shopify.rail import ShopifyRail
 
 logger = logging.getLogger(__name__)
 
+# What one order's data can make its recording fail with: that order is left out, named.
+# Not OperationalError (a lost connection): that would fail every order after it too.
+ORDER_REFUSED = (IntegrityError, DataError, SillError, ExceedsCharge)
 # Order.number's max_length.
 NUMBER_MAX = 40
 
@@ -50,19 +60,25 @@ class SyncReport:
     updated: int = 0
     unchanged: int = 0
     skipped: int = 0
+    failed: int = 0
     outside_refunds: int = 0
     disputes: int = 0
+    # A failed order each: the order and why.
+    problems: list[str] = field(default_factory=list)
 
     def add(self, outcome: str) -> None:
         word = outcome.split(":")[0]
         setattr(self, word, getattr(self, word) + 1)
+        if word == "failed":
+            self.problems.append(outcome)
 
     def __str__(self) -> str:
-        return (
+        summary = (
             f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
-            f"{self.skipped} skipped (not paid), {self.outside_refunds} outside refund(s) and "
-            f"{self.disputes} dispute(s) recorded"
+            f"{self.skipped} skipped (not paid), {self.failed} failed, "
+            f"{self.outside_refunds} outside refund(s) and {self.disputes} dispute(s) recorded"
         )
+        return "\n".join([summary, *(f"  {problem}" for problem in self.problems)])
 
 
 def shopify_rail_for(site: Site) -> ShopifyRail:
@@ -79,12 +95,25 @@ def shopify_rail_for(site: Site) -> ShopifyRail:
 
 
 def sync_orders(*, site: Site, since: datetime | None = None) -> SyncReport:
-    """Upsert every order of the site's store updated since ``since`` (all when None)."""
+    """Upsert every order of the site's store updated since ``since`` (all when None); an
+    order that cannot be read or recorded is counted ``failed``, named, and passed over.
+    Raises ``RailError`` when Shopify cannot be read on."""
     report = SyncReport()
     read_at = timezone.now()  # each page is read after this: its state is at least this new
     for order in shopify_rail_for(site).orders(since=since):
-        upsert_order(site=site, order=order, report=report, event_id="sync", read_at=read_at)
+        if isinstance(order, SkippedOrder):
+            _fail(site, report, order.reason)  # it names the order
+            continue
+        try:
+            upsert_order(site=site, order=order, report=report, event_id="sync", read_at=read_at)
+        except ORDER_REFUSED as exc:
+            _fail(site, report, f"Shopify order {order.gid} could not be recorded: {exc}")
     return report
+
+
+def _fail(site: Site, report: SyncReport, reason: str) -> None:
+    logger.warning("Shopify sync of site %s left an order out: %s", site.pk, reason)
+    report.add(f"failed: {reason}")
 
 
 def sync_order(*, site: Site, order_id: str, event_id: str) -> str:
@@ -124,8 +153,8 @@ def upsert_order(
             outcome = _update(charge.order, order, customer)
             if _raise_charge(charge, order):
                 outcome = "updated"
-    report.add(outcome)
     _record_rail_reports(charge, order, report, event_id, read_at)
+    report.add(outcome)  # after: an order whose refund cannot be recorded counts as failed
     return outcome
 
 
