@@ -6,7 +6,10 @@ errors with partial data when a scope is missing, 401 with a string ``errors``, 
 ``Retry-After``. Sill reaches it through the real ShopifyAPI client (``api_base``).
 
 It dispatches on the operation name Sill sends (it parses no GraphQL), but checks what Shopify
-would refuse: the access token, and ``refundCreate`` without ``@idempotent`` (2026-04).
+would refuse: the access token, and ``refundCreate`` without ``@idempotent`` (2026-04). It cuts
+an order's lists where Shopify does, reading each ``first`` (and ``after``) from the query's text
+and variables: ``transactions`` and ``refunds`` are plain lists, cut at ``first`` without a word;
+``lineItems`` is a connection, a page at a time with ``pageInfo``.
 """
 
 from __future__ import annotations
@@ -191,7 +194,24 @@ class ShopifyStub:
             "transactions": {"nodes": refund["transactions"]},
         }
 
-    def _order_json(self, order: StubOrder) -> dict[str, Any]:
+    def _order_json(
+        self, order: StubOrder, query: str = "", v: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        v = v or {}
+        lines = [
+            {
+                "sku": sku,
+                "name": name,
+                "quantity": qty,
+                "originalUnitPriceSet": _money(price, order.currency),
+            }
+            for sku, name, qty, price in order.lines
+        ]
+        start = int(_argument(query, "lineItems", "after", v) or 0)
+        first = _argument(query, "lineItems", "first", v)
+        end = len(lines) if first is None else start + int(first)
+        transactions = order.transactions[: _cut(query, "transactions", v)]
+        refunds = order.refunds[: _cut(query, "refunds", v)]
         return {
             "id": order.gid,
             "name": order.name,
@@ -205,24 +225,20 @@ class ShopifyStub:
             "totalRefundedSet": _money(order.refunded(), order.currency),
             "customer": self._customer_json(order),
             "lineItems": {
-                "nodes": [
-                    {
-                        "sku": sku,
-                        "name": name,
-                        "quantity": qty,
-                        "originalUnitPriceSet": _money(price, order.currency),
-                    }
-                    for sku, name, qty, price in order.lines
-                ]
+                "nodes": lines[start:end],
+                "pageInfo": {
+                    "hasNextPage": end < len(lines),
+                    "endCursor": str(min(end, len(lines))) if lines[start:end] else None,
+                },
             },
             "transactions": [
                 {
-                    **{k: v for k, v in t.items() if k != "amount"},
+                    **{k: val for k, val in t.items() if k != "amount"},
                     "amountSet": _money(t["amount"], order.currency),
                 }
-                for t in order.transactions
+                for t in transactions
             ],
-            "refunds": [self._refund_json(order, r) for r in order.refunds],
+            "refunds": [self._refund_json(order, r) for r in refunds],
             "disputes": order.disputes,
         } | order.overrides
 
@@ -258,7 +274,7 @@ class ShopifyStub:
                 picked = orders[start : start + int(v["first"])]
             nodes = []
             for i, order in enumerate(picked):
-                node = self._order_json(order)
+                node = self._order_json(order, query, v)
                 node.pop("totalRefundedSet")
                 if not can_customers and node["customer"] is not None:
                     node["customer"] = None
@@ -283,6 +299,13 @@ class ShopifyStub:
                         "pageInfo": {"hasNextPage": more, "endCursor": cursor},
                     }
                 }
+        elif op in ("SillOrderLines", "SillOrderTransactions"):
+            order = self.orders.get(int(str(v["id"]).rsplit("/", 1)[-1]))
+            data = {"order": None}
+            if order is not None:
+                part = "lineItems" if op == "SillOrderLines" else "transactions"
+                full = self._order_json(order, query, v)
+                data = {"order": {"id": order.gid, part: full[part]}}
         elif op == "SillShop":
             data = {"shop": {"name": self.shop_name, "myshopifyDomain": SHOP, "plan": self.plan}}
         elif op == "SillRefundPlan":
@@ -396,7 +419,7 @@ class ShopifyStub:
             order = self.orders.get(int(str(v["id"]).rsplit("/", 1)[-1]))
             data = {"order": None}
             if order is not None:
-                full = self._order_json(order)
+                full = self._order_json(order, query, v)
                 data = {
                     "order": {
                         k: full[k]
@@ -468,6 +491,24 @@ class ShopifyStub:
         if denied:
             body["errors"] = denied
         return 200, body
+
+
+def _argument(query: str, field: str, name: str, v: dict[str, Any]) -> Any:
+    """The value the query gives argument ``name`` of ``field`` at its first mention (in Sill's
+    order fragment the order's own ``transactions`` come before its refunds'), a variable
+    resolved; None when the query does not give it."""
+    found = re.search(rf"\b{field}\(([^)]*)\)", query)
+    given = re.search(rf"\b{name}:\s*(\$?\w+)", found.group(1)) if found else None
+    if given is None:
+        return None
+    value = given.group(1)
+    return v.get(value[1:]) if value.startswith("$") else value
+
+
+def _cut(query: str, field: str, v: dict[str, Any]) -> int | None:
+    """Where Shopify cuts a plain list: at its ``first``, or nowhere without one."""
+    first = _argument(query, field, "first", v)
+    return None if first is None else int(first)
 
 
 def _idempotency_error(code: str, message: str) -> dict[str, Any]:

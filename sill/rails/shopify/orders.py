@@ -88,6 +88,9 @@ class ShopifyOrder:
     payment: ShopifyPayment | None
     refunds: list[RailRefund]
     disputes: list[RailDispute]
+    # The lists Shopify returned in part (``"transactions"``, ``"refunds"``): it cuts them and
+    # gives no way to read on (sill.rails.shopify.rail), so the order is not whole.
+    cut: tuple[str, ...] = ()
 
 
 def order_gid(legacy_id: str) -> str:
@@ -153,10 +156,12 @@ def rail_dispute(dispute: dict[str, Any], *, total: Money, at: datetime) -> Rail
     )
 
 
-def parse_order(node: Any, *, customer_readable: bool = True) -> ShopifyOrder:
-    """The order in ``node``; raises ``UnreadableOrder``."""
+def parse_order(
+    node: Any, *, customer_readable: bool = True, cut: tuple[str, ...] = ()
+) -> ShopifyOrder:
+    """The order in ``node`` (its line items all there); raises ``UnreadableOrder``."""
     try:
-        return _parse_order(node, customer_readable)
+        return _parse_order(node, customer_readable, cut)
     except (RailError, KeyError, TypeError, ValueError, AttributeError) as exc:
         gid = node.get("id") if isinstance(node, dict) else None
         detail = exc.message if isinstance(exc, RailError) else f"{type(exc).__name__}: {exc}"
@@ -165,7 +170,7 @@ def parse_order(node: Any, *, customer_readable: bool = True) -> ShopifyOrder:
         ) from None
 
 
-def _parse_order(node: Any, customer_readable: bool) -> ShopifyOrder:
+def _parse_order(node: Any, customer_readable: bool, cut: tuple[str, ...]) -> ShopifyOrder:
     gid = node["id"]
     if not isinstance(gid, str) or not _ORDER_GID_RE.match(gid):
         raise ValueError(f"not an order id: {gid!r}")
@@ -224,4 +229,5 @@ def _parse_order(node: Any, customer_readable: bool) -> ShopifyOrder:
         payment=payment,
         refunds=[rail_refund(r) for r in node.get("refunds") or []],
         disputes=[rail_dispute(d, total=total, at=created) for d in node.get("disputes") or []],
+        cut=cut,
     )

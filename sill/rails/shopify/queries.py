@@ -9,20 +9,27 @@ SHOP = (
     "query SillShop { shop { name myshopifyDomain plan { partnerDevelopment publicDisplayName } } }"
 )
 
+LINE_ITEM = f"sku name quantity originalUnitPriceSet {{ {MONEY} }}"
+TRANSACTION = f"id kind status test createdAt processedAt amountSet {{ {MONEY} }}"
+REFUND = f"""id createdAt note totalRefundedSet {{ {MONEY} }}
+    transactions(first: 10) {{ nodes {{ status kind }} }}"""
+
+# ``lineItems`` is a connection, read on by cursor (SillOrderLines). ``transactions`` and
+# ``refunds`` are plain lists: Shopify cuts each at ``first``, says nothing of what it left out
+# and has no cursor to read on (see sill.rails.shopify.rail for what Sill does about it). The
+# sizes are variables so that the rail compares what came back with what it asked for.
 ORDER_FIELDS = f"""
 fragment SillOrder on Order {{
   id name createdAt updatedAt test email cancelledAt currencyCode
   totalPriceSet {{ {MONEY} }}
   customer {{ id email firstName lastName createdAt }}
-  lineItems(first: 100) {{
-    nodes {{ sku name quantity originalUnitPriceSet {{ {MONEY} }} }}
+  lineItems(first: $lines) {{
+    nodes {{ {LINE_ITEM} }}
+    pageInfo {{ hasNextPage endCursor }}
   }}
-  transactions(first: 50) {{
-    id kind status test createdAt processedAt amountSet {{ {MONEY} }}
-  }}
-  refunds(first: 50) {{
-    id createdAt note totalRefundedSet {{ {MONEY} }}
-    transactions(first: 10) {{ nodes {{ status kind }} }}
+  transactions(first: $transactions) {{ {TRANSACTION} }}
+  refunds(first: $refunds) {{
+    {REFUND}
   }}
   disputes {{ id status initiatedAs }}
 }}
@@ -30,7 +37,9 @@ fragment SillOrder on Order {{
 
 ORDERS = (
     """
-query SillOrders($first: Int!, $after: String, $query: String) {
+query SillOrders(
+  $first: Int!, $after: String, $query: String, $lines: Int!, $transactions: Int!, $refunds: Int!
+) {
   orders(first: $first, after: $after, query: $query, sortKey: UPDATED_AT) {
     nodes { ...SillOrder }
     pageInfo { hasNextPage endCursor }
@@ -42,12 +51,36 @@ query SillOrders($first: Int!, $after: String, $query: String) {
 
 ORDER = (
     """
-query SillOrder($id: ID!) {
+query SillOrder($id: ID!, $lines: Int!, $transactions: Int!, $refunds: Int!) {
   order(id: $id) { ...SillOrder }
 }
 """
     + ORDER_FIELDS
 )
+
+# The rest of an order's line items, after the ones its order query read.
+ORDER_LINES = f"""
+query SillOrderLines($id: ID!, $lines: Int!, $after: String) {{
+  order(id: $id) {{
+    id
+    lineItems(first: $lines, after: $after) {{
+      nodes {{ {LINE_ITEM} }}
+      pageInfo {{ hasNextPage endCursor }}
+    }}
+  }}
+}}
+"""
+
+# An order's transactions alone, as many as Shopify lists, for an order whose order query
+# came back with as many as it asked for.
+ORDER_TRANSACTIONS = f"""
+query SillOrderTransactions($id: ID!, $transactions: Int!) {{
+  order(id: $id) {{
+    id
+    transactions(first: $transactions) {{ {TRANSACTION} }}
+  }}
+}}
+"""
 
 REFUND_PLAN = f"""
 query SillRefundPlan($id: ID!, $amount: Money!) {{
@@ -77,13 +110,14 @@ mutation SillRefundCreate($input: RefundInput!, $key: String!) {{
 }}
 """
 
+# An order's refunds alone (refund recovery, and an order whose order query came back with as
+# many refunds as it asked for).
 REFUNDS = f"""
-query SillRefunds($id: ID!) {{
+query SillRefunds($id: ID!, $refunds: Int!) {{
   order(id: $id) {{
     id
-    refunds(first: 250) {{
-      id createdAt note totalRefundedSet {{ {MONEY} }}
-      transactions(first: 10) {{ nodes {{ status kind }} }}
+    refunds(first: $refunds) {{
+      {REFUND}
     }}
     disputes {{ id status initiatedAs }}
     createdAt totalPriceSet {{ {MONEY} }}

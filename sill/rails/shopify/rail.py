@@ -17,6 +17,13 @@ matching the key in the note. The note, not amount and time: it is written by th
 mutation that creates the refund, so a refund made under the key always carries it, while a
 refund of the same amount at about the same time may be a merchant's own in the admin; and
 a retry after "not found" is still safe, because it carries the same idempotency key.
+
+An order is read whole or marked otherwise (:meth:`ShopifyRail.order`, :meth:`ShopifyRail.orders`):
+its line items are a connection, read on by cursor; its transactions and refunds are plain
+lists that Shopify cuts at the ``first`` asked for, silently, with no cursor to read on. A list
+that came back as long as asked is read again alone at Shopify's largest size (``LISTS_MAX``);
+one that fills even that may hold more than Shopify will list, and the order is marked ``cut``:
+the sync never records it as whole, and reconciliation does not compare its refunds.
 """
 
 from __future__ import annotations
@@ -59,6 +66,21 @@ from sill.rails.shopify.orders import (
 logger = logging.getLogger(__name__)
 
 ORDERS_PAGE = 50
+# Line items read with an order, and then per read of the rest (by cursor).
+LINES_WITH_ORDER = 100
+LINES_PAGE = 250
+# An order's line item pages, at most (Shopify paginates no list past 25,000 items).
+MAX_LINE_PAGES = 100
+# Transactions and refunds read with an order; an order with as many of either is read again
+# for that list alone, at most LISTS_MAX (the largest page Shopify serves anywhere). A list as
+# long as that may have been cut: Shopify's plain lists say nothing of what they left out.
+LISTS_WITH_ORDER = 50
+LISTS_MAX = 250
+_ORDER_LISTS = {
+    "lines": LINES_WITH_ORDER,
+    "transactions": LISTS_WITH_ORDER,
+    "refunds": LISTS_WITH_ORDER,
+}
 # The most order pages one sync reads (a million orders): a store that never ends its list
 # stops the sync with an error rather than running it forever.
 MAX_ORDER_PAGES = 20_000
@@ -149,7 +171,9 @@ class ShopifyRail:
 
     def find_refund(self, request: RefundRequest) -> RefundResult | None:
         order_id = order_gid(request.provider_payment_id)
-        data = self.client.execute(queries.REFUNDS, {"id": order_id}, operation="SillRefunds").data
+        data = self.client.execute(
+            queries.REFUNDS, {"id": order_id, "refunds": LISTS_MAX}, operation="SillRefunds"
+        ).data
         order = data.get("order")
         if not isinstance(order, dict):
             raise PermanentRailError(f"Shopify has no order {order_id}")
@@ -207,8 +231,14 @@ class ShopifyRail:
         self, provider_charge_id: str, *, provider_payment_id: str = ""
     ) -> list[RailRefund]:
         """Every refund of the charge's order (``provider_payment_id``: its numeric id),
-        newest first."""
+        newest first. Raises ``PermanentRailError`` for an order with more refunds than
+        Shopify lists: compared with a part, the refunds past it would look missing."""
         order = self._listed_order(provider_payment_id)
+        if "refunds" in order.cut:
+            raise PermanentRailError(
+                f"Shopify order {order.gid} has {LISTS_MAX} refunds or more, more than Shopify "
+                "lists: its refunds cannot be compared"
+            )
         self._read_disputes[provider_payment_id] = order.disputes
         return sorted(order.refunds, key=lambda r: r.created_at, reverse=True)
 
@@ -237,27 +267,28 @@ class ShopifyRail:
     # --- orders, for the sync ------------------------------------------------------------
 
     def order(self, legacy_or_gid: str) -> ShopifyOrder | None:
-        """The order; None when Shopify has no such order. Raises ``UnreadableOrder`` for one
-        Sill cannot read."""
+        """The order, read whole (or marked ``cut``); None when Shopify has no such order.
+        Raises ``UnreadableOrder`` for one Sill cannot read."""
         result = self.client.execute(
-            queries.ORDER, {"id": order_gid(legacy_or_gid)}, operation="SillOrder"
+            queries.ORDER, {"id": order_gid(legacy_or_gid), **_ORDER_LISTS}, operation="SillOrder"
         )
         node = result.data.get("order")
         if not isinstance(node, dict):
             return None
-        return parse_order(node, customer_readable=self._customers_readable(result.denied))
+        return self._whole(node, customer_readable=self._customers_readable(result.denied))
 
     def orders(self, *, since: datetime | None = None) -> Iterator[ShopifyOrder | SkippedOrder]:
-        """The store's orders updated at or after ``since`` (all pages), oldest update first;
-        an order Sill cannot read comes as a ``SkippedOrder`` saying why. Shopify's errors
-        (unreachable, refusing the token) raise: they are not one order's."""
+        """The store's orders updated at or after ``since`` (all pages), oldest update first,
+        each read whole (or marked ``cut``); an order Sill cannot read comes as a
+        ``SkippedOrder`` saying why. Shopify's errors (unreachable, refusing the token) raise:
+        they are not one order's."""
         after: str | None = None
         seen: set[str] = set()
         query = f"updated_at:>='{since.astimezone(UTC).isoformat()}'" if since else None
         for _ in range(MAX_ORDER_PAGES):
             result = self.client.execute(
                 queries.ORDERS,
-                {"first": ORDERS_PAGE, "after": after, "query": query},
+                {"first": ORDERS_PAGE, "after": after, "query": query, **_ORDER_LISTS},
                 operation="SillOrders",
             )
             page = result.data.get("orders") or {}
@@ -265,7 +296,7 @@ class ShopifyRail:
             for node in page.get("nodes") or []:
                 found: ShopifyOrder | SkippedOrder
                 try:
-                    found = parse_order(node, customer_readable=readable)
+                    found = self._whole(node, customer_readable=readable)
                 except UnreadableOrder as exc:
                     gid = node.get("id") if isinstance(node, dict) else None
                     found = SkippedOrder(gid=str(gid or ""), reason=exc.message)
@@ -278,6 +309,55 @@ class ShopifyRail:
                 raise PermanentRailError(f"Shopify repeated the order page cursor {after!r}")
             seen.add(after)
         raise PermanentRailError(f"Shopify's order list went on past {MAX_ORDER_PAGES} pages")
+
+    def _whole(self, node: Any, *, customer_readable: bool) -> ShopifyOrder:
+        """The order an order query read (``_ORDER_LISTS``), with the rest of its line items
+        and, where a list came back as long as asked, that list read again alone."""
+        gid = node.get("id") if isinstance(node, dict) else None
+        if not isinstance(gid, str) or not gid:
+            return parse_order(node)  # raises UnreadableOrder, naming what is wrong
+        node = dict(node)
+        if _next_cursor(gid, node.get("lineItems")) is not None:
+            node["lineItems"] = {"nodes": self._all_lines(gid, node["lineItems"])}
+        for name, query, operation in (
+            ("transactions", queries.ORDER_TRANSACTIONS, "SillOrderTransactions"),
+            ("refunds", queries.REFUNDS, "SillRefunds"),
+        ):
+            if _full(node.get(name), LISTS_WITH_ORDER):
+                node[name] = self._order_part(gid, name, query, operation, **{name: LISTS_MAX})
+        cut = tuple(
+            name for name in ("transactions", "refunds") if _full(node.get(name), LISTS_MAX)
+        )
+        return parse_order(node, customer_readable=customer_readable, cut=cut)
+
+    def _all_lines(self, gid: str, read: dict[str, Any]) -> list[Any]:
+        """Every line item of the order: those ``read`` with it, then the rest by cursor."""
+        nodes = _nodes(gid, read)
+        seen: set[str] = set()
+        while (after := _next_cursor(gid, read)) is not None:
+            if after in seen or len(seen) >= MAX_LINE_PAGES:
+                raise UnreadableOrder(
+                    f"Shopify's line items of order {gid} go on without end (cursor {after!r})"
+                )
+            seen.add(after)
+            read = self._order_part(
+                gid,
+                "lineItems",
+                queries.ORDER_LINES,
+                "SillOrderLines",
+                lines=LINES_PAGE,
+                after=after,
+            )
+            nodes += _nodes(gid, read)
+        return nodes
+
+    def _order_part(self, gid: str, name: str, query: str, operation: str, **variables: Any) -> Any:
+        """One list of the order, read alone."""
+        data = self.client.execute(query, {"id": gid, **variables}, operation=operation).data
+        order = data.get("order")
+        if not isinstance(order, dict):
+            raise UnreadableOrder(f"Shopify no longer has order {gid} (it went while read)")
+        return order.get(name)
 
     def _customers_readable(self, denied: list[str]) -> bool:
         if any("customer" in path for path in denied):
@@ -378,6 +458,30 @@ class ShopifyRail:
             truncated=bool((orders.get("pageInfo") or {}).get("hasNextPage")),
         )
         return created, history
+
+
+def _nodes(gid: str, connection: Any) -> list[Any]:
+    nodes = connection.get("nodes") if isinstance(connection, dict) else None
+    if not isinstance(nodes, list):
+        raise UnreadableOrder(f"Shopify sent unreadable line items of order {gid}")
+    return nodes
+
+
+def _next_cursor(gid: str, connection: Any) -> str | None:
+    """Where an order's line items go on; None where they end (or are not a connection:
+    parsing the order says so)."""
+    info = connection.get("pageInfo") if isinstance(connection, dict) else None
+    if not isinstance(info, dict) or not info.get("hasNextPage"):
+        return None
+    cursor = info.get("endCursor")
+    if not isinstance(cursor, str) or not cursor:
+        raise UnreadableOrder(f"Shopify's line items of order {gid} go on from no cursor")
+    return cursor
+
+
+def _full(listed: Any, asked: int) -> bool:
+    """Whether a plain list came back as long as asked: Shopify may have cut it there."""
+    return isinstance(listed, list) and len(listed) >= asked
 
 
 def _refund_result(refund: dict[str, Any]) -> RefundResult:

@@ -15,7 +15,8 @@ it, through a later webhook's read, replaces it.
 One order's trouble is that order's: an order Shopify sends unreadable, or that Sill cannot
 record (its data refused by the database, a refund larger than its charge), is left out with
 its reason named in the report and the log, and the sync goes on; Shopify unreachable or
-refusing the token still ends it.
+refusing the token still ends it. An order with more transactions or refunds than Shopify
+lists (``ShopifyOrder.cut``) is never created from the part Shopify lists.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from sill.orders.services import NewLine, create_order, set_order_status
 from sill.rails.base import RailName
 from sill.rails.models import RailAccount
 from sill.rails.shopify.orders import ShopifyCustomer, ShopifyOrder, SkippedOrder
-from sill.rails.shopify.rail import ShopifyRail
+from sill.rails.shopify.rail import LISTS_MAX, ShopifyRail
 
 logger = logging.getLogger(__name__)
 
@@ -60,23 +61,25 @@ class SyncReport:
     updated: int = 0
     unchanged: int = 0
     skipped: int = 0
+    incomplete: int = 0
     failed: int = 0
     outside_refunds: int = 0
     disputes: int = 0
-    # A failed order each: the order and why.
+    # An incomplete or failed order each: the order and why.
     problems: list[str] = field(default_factory=list)
 
     def add(self, outcome: str) -> None:
         word = outcome.split(":")[0]
         setattr(self, word, getattr(self, word) + 1)
-        if word == "failed":
+        if word in ("incomplete", "failed"):
             self.problems.append(outcome)
 
     def __str__(self) -> str:
         summary = (
             f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
-            f"{self.skipped} skipped (not paid), {self.failed} failed, "
-            f"{self.outside_refunds} outside refund(s) and {self.disputes} dispute(s) recorded"
+            f"{self.skipped} skipped (not paid), {self.incomplete} not recorded whole (more "
+            f"than Shopify lists), {self.failed} failed, {self.outside_refunds} outside "
+            f"refund(s) and {self.disputes} dispute(s) recorded"
         )
         return "\n".join([summary, *(f"  {problem}" for problem in self.problems)])
 
@@ -133,8 +136,10 @@ def upsert_order(
     *, site: Site, order: ShopifyOrder, report: SyncReport, event_id: str, read_at: datetime
 ) -> str:
     """Create or update one order read from Shopify at ``read_at`` (when its read started);
-    returns ``created``, ``updated``, ``unchanged`` or ``skipped: …``, and counts what it
-    recorded in ``report``."""
+    returns ``created``, ``updated``, ``unchanged``, ``skipped: …`` or ``incomplete: …``, and
+    counts what it recorded in ``report``."""
+    if order.cut:
+        return _record_cut(site=site, order=order, report=report, event_id=event_id, at=read_at)
     if order.payment is None:
         report.add("skipped")
         return "skipped: not paid"
@@ -155,6 +160,32 @@ def upsert_order(
                 outcome = "updated"
     _record_rail_reports(charge, order, report, event_id, read_at)
     report.add(outcome)  # after: an order whose refund cannot be recorded counts as failed
+    return outcome
+
+
+def _record_cut(
+    *, site: Site, order: ShopifyOrder, report: SyncReport, event_id: str, at: datetime
+) -> str:
+    """An order with more transactions or refunds than Shopify lists (``order.cut``).
+
+    Never created: its charge would be what the listed captures sum to, less the listed
+    refunds, and Sill would hold refundable what Shopify has refunded past the list. An order
+    Sill already holds gets the refunds and disputes read recorded, and nothing else: each is
+    Shopify's, and recording it only lowers what Sill holds refundable."""
+    what = " and ".join(order.cut)
+    outcome = (
+        f"incomplete: Shopify order {order.gid} ({order.name}) has {LISTS_MAX} {what} or more, "
+        f"and Shopify lists no more than {LISTS_MAX}; Sill cannot record it whole"
+    )
+    charge = (
+        Charge.objects.select_related("order")
+        .filter(rail=RailName.SHOPIFY, provider_payment_id=order.legacy_id, order__site=site)
+        .first()
+    )
+    if charge is not None:
+        _record_rail_reports(charge, order, report, event_id, at)
+    logger.warning("Shopify order of site %s: %s", site.pk, outcome)
+    report.add(outcome)
     return outcome
 
 
