@@ -272,9 +272,16 @@ _INVITE_WORDS = {
 
 
 def summary_of(kind: str, body: dict[str, Any]) -> str:
-    """Words for policy, member, agent, key and rail changes (never a secret: bodies hold none)."""
+    """Words for policy, member, agent, key and rail changes, and for what an owner recorded
+    of a charge that needed attention (never a secret: bodies hold none)."""
     action = str(body.get("action", ""))
     verb = _VERBS.get(action, action.replace("_", " "))
+    if kind == AuditKind.ATTENTION_RESOLVED and _is_id(body.get("charge_id")):
+        # A purchase's charge (sill.orders.charge_attention); a refund's names its refund.
+        if body.get("outcome") == "charged":
+            shown = body.get("provider_charge_id") or body.get("provider_payment_id") or "?"
+            return f"Charge recorded as charged ({shown})"
+        return "Charge recorded as not charged; the order was cancelled"
     if kind == AuditKind.POLICY_CHANGE:
         version = f"{body.get('previous_version', '?')} → {body.get('version', '?')}"
         return f"{body.get('summary') or 'Rules changed'} ({version})"

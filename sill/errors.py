@@ -45,3 +45,11 @@ class NotFound(SillError):
 class PermissionDenied(SillError):
     code = "forbidden"
     status = 403
+
+
+class ExecutionInProgress(SillError):
+    """A person's resolution of a refund or charge that needs attention, refused because an
+    execution (a worker's attempt, the sweep's lookup at the rail) holds its lease now."""
+
+    code = "execution_in_progress"
+    status = 409

@@ -145,6 +145,7 @@ MATRIX: dict[str, Row] = {
     "orders:dashboard": row(GET=MEMBERS),
     "orders:list": row(GET=MEMBERS),
     "orders:detail": row({"order_id": "order"}, GET=MEMBERS_OBJ),
+    "orders:resolve-charge-attention": row({"order_id": "order"}, POST=OWNER_OBJ),
     "refunds:list": row(GET=MEMBERS),
     "refunds:detail": row({"refund_id": "held"}, GET=REFUND_READERS_OBJ),
     "refunds:order-refund": row({"order_id": "order"}, POST=REFUNDERS_OBJ),

@@ -29,7 +29,7 @@ from refunds.models import Refund, RefundStatus
 from refunds.review.notifications import decider_emails
 from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
 from sill.accounts.models import Site
-from sill.errors import SillError
+from sill.errors import ExecutionInProgress, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund, Order
 from sill.rails.base import RailError
 from sill.rails.registry import RailDisabled
@@ -37,11 +37,6 @@ from sill.rails.registry import RailDisabled
 logger = logging.getLogger(__name__)
 
 PROVIDER_ID_MAX = 255
-
-
-class ExecutionInProgress(SillError):
-    code = "execution_in_progress"
-    status = 409
 
 
 def attention_refunds_for(site: Site) -> QuerySet[Refund]:

@@ -15,4 +15,9 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("orders/", order_list, name="list"),
     path("orders/<str:order_id>/", views.order_detail, name="detail"),
+    path(
+        "orders/<str:order_id>/charge-attention/",
+        views.resolve_charge,
+        name="resolve-charge-attention",
+    ),
 ]

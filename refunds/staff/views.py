@@ -17,6 +17,10 @@ Each rendered form carries a fresh idempotency key (``idempotency_key``, a hidde
 double click or a browser retry of one form makes one refund, and the repeated submit answers
 the first one's result page (``refunds.staff.idempotency``).
 
+Under a purchase's charge that needs attention, an owner records what the rail's dashboard
+shows (``orders:resolve-charge-attention``, ``refunds.staff.charge_attention``), confirmed the
+same way before anything is written.
+
 GET never writes: the reason picker reads the reasons the site was seeded with.
 """
 
@@ -26,6 +30,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -38,6 +43,12 @@ from refunds.quote import charged_charge
 from refunds.reasons.selectors import pickable_reason, reason_picker_for
 from refunds.reconcile.views import attention_context, dashboard_attention
 from refunds.staff import idempotency
+from refunds.staff.charge_attention import (
+    ChargeAttentionForm,
+    charge_attention_context,
+    confirmation_for,
+    outcome_message,
+)
 from refunds.staff.dashboard import dashboard_context
 from refunds.staff.forms import StaffConfirmation, StaffRefundForm, parse_refund_size
 from refunds.staff.listing import ListFilters, orders_with_refund_state
@@ -54,8 +65,9 @@ from sill.accounts.models import Role
 from sill.errors import SillError
 from sill.http import SiteRequest
 from sill.money import Money, format_money
+from sill.orders.charge_attention import parse_resolution, resolve_charge_attention
 from sill.orders.models import Charge, ChargeStatus, Order
-from sill.orders.selectors import order_for
+from sill.orders.selectors import order_for, pending_charge_of
 from sill.rails.base import rail_label
 from sill.rails.registry import rail_account_for
 from sill.rails.woocommerce.record import woocommerce_records_for
@@ -89,8 +101,10 @@ def order_detail_context(
     *,
     tab: str = "overview",
     refund_form: StaffRefundForm | None = None,
+    charge_form: ChargeAttentionForm | None = None,
 ) -> dict[str, Any]:
-    """What the order page shows; the refund POST view re-renders the page with it (422)."""
+    """What the order page shows; the refund and charge-attention POST views re-render the
+    page with it (their form's confirmation, or its refusal)."""
     charges = list(order.charges.prefetch_related("disputes"))
     transactions = transactions_for(order)
     refunds = [t.obj for t in transactions if t.kind == "refund"]
@@ -117,6 +131,8 @@ def order_detail_context(
         ),
         # A WooCommerce order: whether each refund was recorded on the Woo order too.
         "woocommerce_records": woocommerce_records_for(order),
+        # A purchase's charge that needs attention: an owner's form under it.
+        "charge_attention": charge_attention_context(request.site_ctx, form=charge_form),
     }
 
 
@@ -138,6 +154,55 @@ def order_detail(request: SiteRequest, order_id: str) -> HttpResponse:
     if request.htmx and request.htmx.target == "order-tab":
         return render(request, f"orders/detail.html#{tab}", context)
     return render(request, "orders/detail.html", context)
+
+
+# --- a purchase's charge that needs attention -----------------------------------------------
+
+
+@require_POST
+@site_view(Cap.DECIDE_HELD)
+def resolve_charge(request: SiteRequest, order_id: str) -> HttpResponse:
+    """An owner records what the rail's dashboard shows for the order's charge that needs
+    attention (``refunds.staff.charge_attention``): confirmed, 303 to the order page."""
+    ctx = request.site_ctx
+    order = order_for(ctx.site, order_id)
+    if ctx.role != Role.OWNER:
+        raise PermissionDenied("Only an owner can record what the rail's dashboard shows.")
+    form = ChargeAttentionForm.from_post(request.POST)
+    if request.POST.get("edit") == "1":  # "Change" on the confirmation: the form again
+        return _render_charge_form(request, order, form, status=200)
+    charge = pending_charge_of(order)
+    try:
+        if charge is None or not charge.needs_attention:
+            raise SillError(
+                "This order's charge no longer needs attention."
+                if charge is None
+                else "This order's charge does not need attention: Sill is still trying it.",
+                code="already_resolved",
+                status=409,
+            )
+        resolution = parse_resolution(**form.values)
+        if request.POST.get("confirmed") != "1":
+            # Money state changes only on a confirmed submit: say what it will do first.
+            confirmation = confirmation_for(order, charge, resolution)
+            return _render_charge_form(request, order, form.confirming(confirmation), status=200)
+        settled = resolve_charge_attention(charge=charge, actor=request.user, **form.values)
+    except SillError as error:
+        if charge is not None and Charge.objects.get(pk=charge.pk).needs_attention:
+            form = form.refused(error)
+        else:  # no form to show it beside any more
+            messages.error(request, error.message)
+        status = 409 if error.status == 409 else 422
+        return _render_charge_form(request, order, form, status=status)
+    messages.success(request, outcome_message(order, settled))
+    return HttpResponseRedirect(reverse("orders:detail", args=[order.pk]), status=303)
+
+
+def _render_charge_form(
+    request: SiteRequest, order: Order, form: ChargeAttentionForm, *, status: int
+) -> HttpResponse:
+    context = order_detail_context(request, order, charge_form=form)
+    return render(request, "orders/detail.html", context, status=status)
 
 
 # --- the refund form on the order page ------------------------------------------------------

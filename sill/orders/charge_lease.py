@@ -28,8 +28,12 @@ class ChargeLeaseLost(Exception):
     """Another execution claimed the charge: this one may no longer change it."""
 
 
-def claim_charge(charge_id: str) -> str | None:
-    """Take the pending charge's lease if nobody holds it; the new fencing token, or None."""
+def claim_charge(charge_id: str, *, attempt: bool = True) -> str | None:
+    """Take the pending charge's lease if nobody holds it; the new fencing token, or None.
+
+    ``attempt``: the claim is an attempt at the rail and counts towards its limit; a person
+    settling the charge (``sill.orders.charge_attention``) claims it without one.
+    """
     now = timezone.now()
     token = secrets.token_hex(16)
     claimed = (
@@ -38,7 +42,7 @@ def claim_charge(charge_id: str) -> str | None:
         .update(
             lease_until=now + timedelta(seconds=lease_seconds()),
             lease_token=token,
-            attempts=F("attempts") + 1,
+            attempts=F("attempts") + (1 if attempt else 0),
         )
     )
     return token if claimed == 1 else None

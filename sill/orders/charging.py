@@ -27,7 +27,8 @@ answer leaves the charge pending with ``attention_since`` set and a signed
 on the charge is only looked up, never charged again, by the sweep every
 ``SILL_CHARGE_ATTENTION_RECHECK_SECONDS``: it succeeds when the rail shows the charge, fails
 (and the order is cancelled) when the rail answers that nothing was charged, and otherwise
-stays as it is for a person to resolve.
+stays as it is for a person to resolve: an owner records what the rail's dashboard shows
+(``sill.orders.charge_attention``).
 
 The sweep (``sill.orders.tasks.recover_stuck_charges``, beat every minute) re-enqueues a
 pending charge whose lease lapsed (a worker killed at any step), whose retry is long overdue
@@ -235,18 +236,18 @@ def _succeed(charge: Charge, token: str, result: ChargeResult) -> str:
     with transaction.atomic():
         order, locked, holds = locked_for_update(charge.pk, token)
         if holds:
-            record_charge_result(
+            settle_charge(
+                order=order,
                 charge=locked,
                 succeeded=True,
                 provider_payment_id=result.provider_payment_id,
                 provider_charge_id=result.provider_charge_id,
                 captured_at=result.captured_at or timezone.now(),
             )
-            Charge.objects.filter(pk=locked.pk).update(lease_until=None, next_check_at=None)
             append_record(
                 site=order.site,
                 kind="charge",
-                body=_body(order, locked, outcome="succeeded", result=result),
+                body=charge_body(order, locked, outcome="succeeded", result=result),
             )
         elif not (
             locked.status == ChargeStatus.SUCCEEDED
@@ -258,7 +259,7 @@ def _succeed(charge: Charge, token: str, result: ChargeResult) -> str:
             append_record(
                 site=order.site,
                 kind="lease_lost",
-                body=_body(order, locked, outcome="succeeded", result=result),
+                body=charge_body(order, locked, outcome="succeeded", result=result),
             )
     if not holds:
         logger.warning("charge %s: lease taken over after the rail charged", charge.pk)
@@ -276,20 +277,47 @@ def _fail(charge: Charge, token: str, *, code: str, message: str) -> str:
         order, locked, holds = locked_for_update(charge.pk, token)
         if not holds:
             raise ChargeLeaseLost(charge.pk)
-        record_charge_result(
+        settle_charge(
+            order=order,
             charge=locked,
             succeeded=False,
             provider_payment_id=locked.provider_payment_id,
             failure_message=message,
         )
-        Charge.objects.filter(pk=locked.pk).update(lease_until=None, next_check_at=None)
-        set_order_status(order=order, status=OrderStatus.CANCELLED)
         append_record(
             site=order.site,
             kind="charge",
-            body=_body(order, locked, outcome="failed", code=code, message=message[:500]),
+            body=charge_body(order, locked, outcome="failed", code=code, message=message[:500]),
         )
     return "failed"
+
+
+def settle_charge(
+    *,
+    order: Order,
+    charge: Charge,
+    succeeded: bool,
+    provider_payment_id: str,
+    provider_charge_id: str = "",
+    captured_at: datetime | None = None,
+    failure_message: str = "",
+) -> Charge:
+    """Settle the pending charge whose order and row the caller holds locked (inside its
+    ``atomic()``, before its audit append): succeeded, the order is paid; failed, the order is
+    cancelled. Either way the lease and the next check are cleared: nothing tries it again."""
+    settled = record_charge_result(
+        charge=charge,
+        succeeded=succeeded,
+        provider_payment_id=provider_payment_id,
+        provider_charge_id=provider_charge_id,
+        captured_at=captured_at,
+        failure_message=failure_message,
+    )
+    Charge.objects.filter(pk=charge.pk).update(lease_until=None, next_check_at=None)
+    settled.lease_until = settled.next_check_at = None
+    if not succeeded:
+        set_order_status(order=order, status=OrderStatus.CANCELLED)
+    return settled
 
 
 def _flag(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
@@ -312,12 +340,12 @@ def _flag(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
             append_record(
                 site=order.site,
                 kind="needs_attention",
-                body=_body(order, locked, outcome="needs_attention", message=reason[:300]),
+                body=charge_body(order, locked, outcome="needs_attention", message=reason[:300]),
             )
     return "needs_attention"
 
 
-def _body(
+def charge_body(
     order: Order,
     charge: Charge,
     *,

@@ -6,7 +6,14 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from sill.accounts.models import Site
-from sill.orders.models import OPEN_DISPUTE_STATUSES, Charge, Dispute, Order, OrderStatus
+from sill.orders.models import (
+    OPEN_DISPUTE_STATUSES,
+    Charge,
+    ChargeStatus,
+    Dispute,
+    Order,
+    OrderStatus,
+)
 
 
 def orders_for(site: Site, *, q: str = "", status: str = "") -> QuerySet[Order]:
@@ -47,3 +54,8 @@ def order_for(site: Site, order_id: str) -> Order:
 def has_open_dispute(charge: Charge) -> bool:
     """Whether the buyer's bank is disputing ``charge``: refunding it too would pay twice."""
     return Dispute.objects.filter(charge=charge, status__in=OPEN_DISPUTE_STATUSES).exists()
+
+
+def pending_charge_of(order: Order) -> Charge | None:
+    """The order's pending charge, if any: a purchase has one (charging takes the oldest)."""
+    return order.charges.filter(status=ChargeStatus.PENDING).order_by("created_at").first()

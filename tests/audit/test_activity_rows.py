@@ -18,6 +18,8 @@ from policies.catalog import item_by_id
 from policies.services import apply_catalog_item, set_auto_refund
 from refunds.reasons.services import add_reason
 from sill.money import Money
+from sill.orders.charge_attention import resolve_charge_attention
+from tests.orders.in_doubt import charge_in_doubt
 
 pytestmark = pytest.mark.django_db
 
@@ -96,6 +98,25 @@ def test_it_names_the_actor_each_kind_of_record_names(client_for, site, members)
         "owner@roasters.example",  # reason change ("actor")
         "owner@roasters.example",  # policy change ("actor")
     ]
+
+
+@pytest.mark.parametrize(
+    ("form", "words"),
+    [
+        ({"outcome": "charged", "provider_charge_id": "mock_ch_seen"}, "Charge recorded as charged (mock_ch_seen)"),
+        ({"outcome": "not_charged"}, "Charge recorded as not charged; the order was cancelled"),
+    ],
+)  # fmt: skip
+def test_an_owners_word_on_a_charge_says_what_they_recorded(
+    client_for, make_order, agent, members, form, words
+):
+    order = make_order(status="PENDING", charged=False, placed_by_agent=agent)
+    resolve_charge_attention(charge=charge_in_doubt(order), actor=members["owner"].user, **form)
+    resolved, flagged = _rows(client_for("owner"))
+    assert "Attention resolved" in resolved and words in resolved
+    assert f"#{order.number}" in resolved
+    assert _cell(resolved, BY) == "owner@roasters.example"
+    assert "Charge recorded" not in flagged
 
 
 def test_it_shows_order_numbers_in_one_query_per_page(client_for, site, make_order):

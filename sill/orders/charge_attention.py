@@ -1,0 +1,255 @@
+"""A purchase's charge that needs attention, settled by an owner from the rail's dashboard.
+
+A charge needs attention when its last attempt ended without the rail's answer
+(:mod:`sill.orders.charging`): it stays pending and the sweep looks it up at the rail every
+``SILL_CHARGE_ATTENTION_RECHECK_SECONDS``. When the rail can never answer (switched off, or its
+lookup cannot find the payment), only a person can end it: an owner records what the rail's
+dashboard shows for the idempotency key ``sill-charge-<order id>``. *Charged*, with the rail's
+charge (or payment) id: the charge succeeds and the order is paid. *Not charged*: the charge
+fails and the order is cancelled. Either way a signed ``attention_resolved`` record names the
+owner, with their note.
+
+The resolution claims the charge's lease like any attempt (counting none), so it never races
+a worker's attempt or the sweep's lookup: while one holds the charge it is refused
+(``execution_in_progress``). Then it takes the order's and the charge's row locks, and appends
+last (the lock order of every money path: order, charge, the site's chain head). An id another
+charge already holds is refused (``invalid_field``): recorded twice, one payment at the rail
+would be counted, and refunded, as two. A refusal changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit.services import append_record
+from sill.errors import ExecutionInProgress, SillError
+from sill.orders.charge_lease import claim_charge, locked_for_update, release_charge
+from sill.orders.charging import charge_body, settle_charge
+from sill.orders.models import Charge, ChargeStatus, Order
+from sill.rails.base import rail_label
+
+CHARGED = "charged"
+NOT_CHARGED = "not_charged"
+PROVIDER_ID_MAX = 255  # Charge.provider_charge_id and provider_payment_id
+NOTE_MAX = 1000
+
+
+@dataclass(frozen=True)
+class ChargeResolution:
+    """What an owner says the rail's dashboard shows, checked (:func:`parse_resolution`)."""
+
+    outcome: str  # CHARGED or NOT_CHARGED
+    provider_charge_id: str = ""
+    provider_payment_id: str = ""
+    note: str = ""
+
+    @property
+    def charged(self) -> bool:
+        return self.outcome == CHARGED
+
+
+def parse_resolution(
+    *, outcome: str, provider_charge_id: str = "", provider_payment_id: str = "", note: str = ""
+) -> ChargeResolution:
+    """The owner's form as posted, checked; ``invalid_field`` naming the field otherwise.
+
+    *Charged* needs the charge id or the payment id as the dashboard shows it (Stripe's
+    ``ch_…`` / ``pi_…``): at most 255 characters, no spaces. Ids and note are stripped.
+    """
+    charge_id = provider_charge_id.strip()
+    payment_id = provider_payment_id.strip()
+    note = note.strip()
+    if outcome not in (CHARGED, NOT_CHARGED):
+        raise SillError(
+            "Choose what the rail's dashboard shows: charged or not charged.",
+            code="invalid_field",
+            field="outcome",
+        )
+    if outcome == NOT_CHARGED:
+        charge_id = payment_id = ""  # nothing was charged: no id to record
+    elif not (charge_id or payment_id):
+        raise SillError(
+            "Enter the charge id (or the payment id) as the rail's dashboard shows it.",
+            code="invalid_field",
+            field="provider_charge_id",
+        )
+    for field, noun, value in (
+        ("provider_charge_id", "charge id", charge_id),
+        ("provider_payment_id", "payment id", payment_id),
+    ):
+        if len(value) > PROVIDER_ID_MAX:
+            raise SillError(
+                f"That {noun} is too long: a rail's ids are at most {PROVIDER_ID_MAX} characters.",
+                code="invalid_field",
+                field=field,
+            )
+        if any(c.isspace() or not c.isprintable() for c in value):
+            raise SillError(
+                f"That {noun} does not look like an id: copy it from the dashboard as it is "
+                "shown, without spaces.",
+                code="invalid_field",
+                field=field,
+            )
+    if len(note) > NOTE_MAX:
+        raise SillError(
+            f"The note is too long: at most {NOTE_MAX:,} characters.",
+            code="invalid_field",
+            field="note",
+        )
+    return ChargeResolution(
+        outcome=outcome, provider_charge_id=charge_id, provider_payment_id=payment_id, note=note
+    )
+
+
+def idempotency_key(order: Order) -> str:
+    return f"sill-charge-{order.pk}"
+
+
+def resolve_charge_attention(
+    *,
+    charge: Charge,
+    actor: Any,
+    outcome: str,
+    provider_charge_id: str = "",
+    provider_payment_id: str = "",
+    note: str = "",
+) -> Charge:
+    """An owner records what the rail's dashboard shows for ``charge``; returns it settled.
+
+    The caller has checked that ``actor`` is an owner of the charge's site. The form's text
+    goes through :func:`parse_resolution`. Refused: ``execution_in_progress`` (409) while a
+    worker or the sweep holds the charge, ``already_resolved`` (409) when it does not need
+    attention (any more), ``invalid_field`` for bad input or an id another charge holds.
+    """
+    resolution = parse_resolution(
+        outcome=outcome,
+        provider_charge_id=provider_charge_id,
+        provider_payment_id=provider_payment_id,
+        note=note,
+    )
+    token = claim_charge(charge.pk, attempt=False)
+    if token is None:
+        if Charge.objects.filter(pk=charge.pk, status=ChargeStatus.PENDING).exists():
+            raise ExecutionInProgress(
+                "Sill is asking the rail about this charge right now; try again in a minute."
+            )
+        raise _already_resolved()
+    try:
+        with transaction.atomic():
+            order, locked, holds = locked_for_update(charge.pk, token)
+            if not holds:  # the lease lapsed and a worker took it over
+                raise ExecutionInProgress(
+                    "Sill is asking the rail about this charge right now; try again in a minute."
+                )
+            if locked.attention_since is None:
+                raise _already_resolved(still_trying=True)
+            settled = _settle(order, locked, resolution, actor)
+            append_record(
+                site=order.site,
+                kind="attention_resolved",
+                body={
+                    **charge_body(
+                        order,
+                        settled,
+                        outcome=resolution.outcome,
+                        message=settled.failure_message,
+                    ),
+                    "resolved_by": actor.get_username(),
+                    "resolution_note": resolution.note or None,
+                    "resolved_at": timezone.now().isoformat(),
+                },
+            )
+    except BaseException:
+        # Still pending and needing attention: the sweep asks the rail again when it was due.
+        release_charge(charge.pk, token)
+        raise
+    return settled
+
+
+def _already_resolved(*, still_trying: bool = False) -> SillError:
+    message = (
+        "This charge does not need attention: Sill is still trying it."
+        if still_trying
+        else "This charge no longer needs attention."
+    )
+    return SillError(message, code="already_resolved", status=409)
+
+
+def _settle(order: Order, charge: Charge, resolution: ChargeResolution, actor: Any) -> Charge:
+    """Settle the locked charge as the owner said; refuses (``invalid_field``) an id another
+    charge holds. Runs under the order's and the charge's row locks, before the append."""
+    if not resolution.charged:
+        return settle_charge(
+            order=order,
+            charge=charge,
+            succeeded=False,
+            provider_payment_id=charge.provider_payment_id,
+            failure_message=(
+                f"{actor.get_username()} recorded that {rail_label(charge.rail)} shows no "
+                f"charge for idempotency key {idempotency_key(order)}: nothing was charged, "
+                "and the order is cancelled."
+            ),
+        )
+    charge_id = resolution.provider_charge_id or charge.provider_charge_id
+    payment_id = resolution.provider_payment_id or charge.provider_payment_id
+    _refuse_a_held_id(order, charge, charge_id=charge_id, payment_id=payment_id)
+    try:
+        # A savepoint: the unique constraint may still refuse an id another charge took since
+        # the check (a store's sync, another owner), and the transaction must stay usable.
+        with transaction.atomic():
+            return settle_charge(
+                order=order,
+                charge=charge,
+                succeeded=True,
+                provider_payment_id=payment_id,
+                provider_charge_id=charge_id,
+                captured_at=timezone.now(),
+            )
+    except IntegrityError:
+        raise SillError(
+            f"{charge_id} is already recorded on another charge: it is not this one. "
+            f"{_look_for(order)}",
+            code="invalid_field",
+            field="provider_charge_id",
+        ) from None
+
+
+def _look_for(order: Order) -> str:
+    return f"Look for the payment with idempotency key {idempotency_key(order)}."
+
+
+def _refuse_a_held_id(order: Order, charge: Charge, *, charge_id: str, payment_id: str) -> None:
+    """Refuse an id that is not this charge's: one another charge of the rail holds (any
+    site's: the database allows one charge per rail charge id; another site's is not named),
+    or a payment id other than the one the rail already named for this charge."""
+    if payment_id and charge.provider_payment_id and payment_id != charge.provider_payment_id:
+        raise SillError(
+            f"{rail_label(charge.rail)} named this charge's payment "
+            f"{charge.provider_payment_id}; {payment_id} is another payment. {_look_for(order)}",
+            code="invalid_field",
+            field="provider_payment_id",
+        )
+    others = Charge.objects.filter(rail=charge.rail).exclude(pk=charge.pk)
+    for field, noun, value in (
+        ("provider_charge_id", "charge", charge_id),
+        ("provider_payment_id", "payment", payment_id),
+    ):
+        if not value:
+            continue
+        other = others.filter(**{field: value}).select_related("order").first()
+        if other is None:
+            continue
+        whose = (
+            f"the {noun} of order #{other.order.number}"
+            if other.order.site_id == order.site_id
+            else f"already recorded on another {noun}"
+        )
+        raise SillError(
+            f"{value} is {whose}: it is not this one. {_look_for(order)}",
+            code="invalid_field",
+            field=field,
+        )
