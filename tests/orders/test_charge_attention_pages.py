@@ -50,6 +50,14 @@ def unchanged(charge: Charge) -> None:
 # --- the order page -------------------------------------------------------------------------
 
 
+def test_a_charge_not_confirmed_shows_no_charge_id_and_nothing_refundable(client_for, in_doubt):
+    """Its card showed Sill's own id as the "Charge id" (to look up in the rail's dashboard,
+    where it is not) and the whole amount as "Refundable" before anything was charged."""
+    page = client_for("owner").get(f"/orders/{in_doubt.order_id}/").content.decode()
+    assert '<dt>Charge id</dt><dd><span class="muted">None yet: the rail has not confirmed' in page
+    assert "Nothing: not charged yet" in page
+
+
 def test_an_owner_sees_the_form_under_the_charge(client_for, in_doubt):
     page = client_for("owner").get(f"/orders/{in_doubt.order_id}/").content.decode()
     assert "Record what Mock's dashboard shows" in page
