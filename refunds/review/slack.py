@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 APPROVE = "sill_approve"
 REJECT = "sill_reject"
+# "Review in Sill", a link button: Slack opens its URL and still sends the click here.
+OPEN = "sill_open"
 MAX_BODY_BYTES = 64 * 1024
 TIMEOUT_SECONDS = 5
 # How long a click's signature is remembered: past the verifier's five minutes either way.
@@ -167,7 +169,7 @@ def held_message(refund: Refund, *, review_url: str) -> dict[str, Any]:
                     },
                     {
                         "type": "button",
-                        "action_id": "sill_open",
+                        "action_id": OPEN,
                         "url": review_url,
                         "text": {"type": "plain_text", "text": "Review in Sill"},
                     },
@@ -204,9 +206,15 @@ class Click:
     response_url: str
 
 
-def verify_click(*, site: Site, body: bytes, timestamp: str | None, signature: str | None) -> Click:
+def verify_click(
+    *, site: Site, body: bytes, timestamp: str | None, signature: str | None
+) -> Click | None:
     """The click in ``body`` if Slack signed it for ``site``'s app; SillError otherwise
-    (``bad_signature`` 400 for a forged or stale request, ``malformed`` for the rest)."""
+    (``bad_signature`` 400 for a forged or stale request, ``malformed`` for the rest).
+
+    None for a click on the message's "Review in Sill" link: Slack has opened the page, and
+    still sends the click and wants it acknowledged (200), else it marks the button with a
+    warning; there is nothing to decide."""
     secret = _signing_secret(site)
     if not secret:
         raise SillError(
@@ -231,8 +239,11 @@ def verify_click(*, site: Site, body: bytes, timestamp: str | None, signature: s
         form = parse_qs(body.decode("utf-8"), strict_parsing=True, max_num_fields=4)
         payload = json.loads(form["payload"][0])
         action = payload["actions"][0]
+        action_id = str(action["action_id"])
+        if payload["type"] == "block_actions" and action_id == OPEN:
+            return None  # a link button's click carries no value
         click = Click(
-            action=str(action["action_id"]),
+            action=action_id,
             refund_id=str(action["value"]),
             slack_user_id=str(payload["user"]["id"]),
             response_url=str(payload["response_url"]),

@@ -29,7 +29,8 @@ def slack_interaction(request: HttpRequest, site_id: str) -> HttpResponse:
             timestamp=request.headers.get("X-Slack-Request-Timestamp"),
             signature=request.headers.get("X-Slack-Signature"),
         )
-        accept_click(site=site, click=click)
+        if click is not None:  # None: "Review in Sill", which only wants the 200
+            accept_click(site=site, click=click)
     except SillError as exc:
         return JsonResponse(exc.as_dict(), status=exc.status)
     return HttpResponse(status=200)

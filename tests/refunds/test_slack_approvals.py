@@ -286,6 +286,43 @@ def test_a_malformed_click_is_refused(site, linked):
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "malformed"
 
 
+def test_a_click_on_review_in_sill_is_acknowledged_and_decides_nothing(
+    site, linked, held, slack, django_capture_on_commit_callbacks
+):
+    """The "Review in Sill" link button: Slack opens the refund's page in the browser and
+    also sends the click here, expecting a 200 (anything else puts a warning sign beside the
+    button, each time anyone uses it). The click carries no value and asks nothing of Sill."""
+    payload = {
+        "type": "block_actions",
+        "user": {"id": "U0OWNER", "username": "someone", "team_id": "T1"},
+        "team": {"id": "T1"},
+        "response_url": slack,
+        "actions": [
+            {
+                "action_id": "sill_open",
+                "block_id": f"sill_decide:{held.id}",
+                "type": "button",
+                "action_ts": "1700000000.000100",
+            }
+        ],
+    }
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    timestamp = str(int(time.time()))
+    base = b"v0:" + timestamp.encode() + b":" + body
+    with django_capture_on_commit_callbacks(execute=True) as queued:
+        answer = Client().post(
+            f"/slack/interactions/{site.pk}", data=body,
+            content_type="application/x-www-form-urlencoded",
+            HTTP_X_SLACK_REQUEST_TIMESTAMP=timestamp,
+            HTTP_X_SLACK_SIGNATURE="v0="
+            + hmac.new(SECRET.encode(), base, hashlib.sha256).hexdigest(),
+        )  # fmt: skip
+    assert answer.status_code == 200 and answer.content == b""
+    assert queued == []  # nothing to decide, nothing to say in Slack
+    held.refresh_from_db()
+    assert held.status == "held" and Slack.received == []
+
+
 # -- Settings → Slack ------------------------------------------------------------------------
 
 HOOK = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXX"
