@@ -21,7 +21,6 @@ Sill posts nowhere else.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from refunds.models import Refund, RefundStatus
 from refunds.queue import enqueue_on_commit
 from refunds.review.decisions import approve_refund, deadline, reject_refund
 from refunds.review.facts_words import fact_phrases
+from sill import jsonbody
 from sill.accounts.access import Cap, can
 from sill.accounts.models import Membership, Site
 from sill.errors import SillError
@@ -237,7 +237,9 @@ def verify_click(
         raise SillError("This Slack request was sent before.", code="bad_signature", status=400)
     try:
         form = parse_qs(body.decode("utf-8"), strict_parsing=True, max_num_fields=4)
-        payload = json.loads(form["payload"][0])
+        # Read as every JSON body is: nesting past the parser's recursion limit or a key named
+        # twice (json.loads keeps the last one) is MalformedJSON (400), not a 500 or a guess.
+        payload = jsonbody.loads(form["payload"][0])
         action = payload["actions"][0]
         action_id = str(action["action_id"])
         if payload["type"] == "block_actions" and action_id == OPEN:

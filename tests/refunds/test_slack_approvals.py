@@ -270,8 +270,33 @@ def test_a_site_without_slack_set_up_has_no_endpoint(site, members, held):
     assert answer.status_code == 404
 
 
-def test_a_malformed_click_is_refused(site, linked):
-    body = b"payload=%7Bnot-json"
+def _duplicated_actions(refund_id: str) -> bytes:
+    """A click whose JSON names "actions" twice: Reject, then Approve."""
+    click = json.dumps(
+        {"type": "block_actions", "user": {"id": "U0OWNER"}, "response_url": "https://x/"}
+    )
+    twice = ", ".join(
+        f'"actions": [{{"action_id": "{action}", "value": "{refund_id}"}}]'
+        for action in ("sill_reject", "sill_approve")
+    )
+    return urlencode({"payload": click[:-1] + ", " + twice + "}"}).encode()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda refund_id: b"payload=%7Bnot-json",
+        # Nested past any recursion limit (Slack's clicks nest a few levels).
+        lambda refund_id: b"payload=" + b"[" * 60_000,
+        _duplicated_actions,
+    ],
+    ids=["not-json", "deep", "duplicate-key"],
+)
+def test_a_malformed_click_is_refused(site, linked, held, body, django_capture_on_commit_callbacks):
+    """The payload is JSON read as every JSON body is (sill.jsonbody): a signed body that is
+    not JSON, nests too deep or names a key twice (which a lenient reader resolves to the last
+    one) is 400 malformed, never a 500, and nothing is decided."""
+    body = body(held.id)
     timestamp = str(int(time.time()))
     signature = (
         "v0="
@@ -279,11 +304,16 @@ def test_a_malformed_click_is_refused(site, linked):
             SECRET.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256
         ).hexdigest()
     )
-    answer = Client().post(
-        f"/slack/interactions/{site.pk}", data=body, content_type="application/x-www-form-urlencoded",
-        HTTP_X_SLACK_REQUEST_TIMESTAMP=timestamp, HTTP_X_SLACK_SIGNATURE=signature,
-    )  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True) as queued:
+        answer = Client(raise_request_exception=False).post(
+            f"/slack/interactions/{site.pk}", data=body,
+            content_type="application/x-www-form-urlencoded",
+            HTTP_X_SLACK_REQUEST_TIMESTAMP=timestamp, HTTP_X_SLACK_SIGNATURE=signature,
+        )  # fmt: skip
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "malformed"
+    assert queued == []
+    held.refresh_from_db()
+    assert held.status == "held"
 
 
 def test_a_click_on_review_in_sill_is_acknowledged_and_decides_nothing(
