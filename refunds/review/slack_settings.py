@@ -1,5 +1,10 @@
 """Settings → Slack: where held refunds are posted, the app's signing secret (it verifies the
-Approve / Reject clicks), and which Slack user is which member. Owners and admins.
+Approve / Reject clicks), and which Slack user is which member. Owners and admins; but what
+lets a click speak for a member who decides is the owners' alone: the signing secret (whoever
+holds it can sign a click from any linked user) and the links of owners and admins other than
+oneself (an admin linking an owner to the admin's own Slack user would approve, from Slack, as
+that owner, past "whoever asked cannot approve"). An admin may link themselves and members who
+cannot decide.
 
 The signing secret is write-only: the page says whether one is set, never shows it. Every
 save is one signed ``settings_change`` record naming what changed (never the secret or the
@@ -46,6 +51,7 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
             messages.success(request, "Slack settings saved.")
             return redirect("refunds:slack-settings")
     base = (settings.SILL_BASE_URL or "").rstrip("/")
+    is_owner = request.site_ctx.role == Role.OWNER
     context: dict[str, Any] = {
         "site": site,
         "rows": [
@@ -56,11 +62,15 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
                 else m.slack_user_id,
                 "error": errors.get(f"slack_{m.pk}", ""),
                 "decides": m.role in (Role.OWNER, Role.ADMIN),
+                "locked": not is_owner
+                and m.role in (Role.OWNER, Role.ADMIN)
+                and m.user_id != request.user.pk,
             }
             for m in members
         ],
         "errors": errors,
         "secret_set": bool(site.slack_signing_secret),
+        "is_owner": is_owner,
         "webhook_set": bool(site.slack_webhook_sealed),
         "request_url": base + reverse("refunds:slack-interactions", args=[site.pk]),
     }
@@ -83,6 +93,8 @@ def _save(request: SiteRequest, site: Site, members: list[Membership]) -> dict[s
         if value and not SLACK_USER_RE.match(value):
             errors[f"slack_{member.pk}"] = "A Slack member ID looks like U04ABCDE12."
         wanted[member.pk] = value
+    if request.site_ctx.role != Role.OWNER:
+        errors.update(_owners_only(request, members, wanted))
     taken = [v for v in wanted.values() if v]
     if len(taken) != len(set(taken)):
         errors["members"] = "Each Slack user can be linked to one member only."
@@ -129,6 +141,29 @@ def _save(request: SiteRequest, site: Site, members: list[Membership]) -> dict[s
     except IntegrityError:
         return {"members": "That Slack user is already linked to another member."}
     return {}
+
+
+OWNERS_ONLY_SECRET = "Only an owner can set or remove the signing secret: it signs every click."
+OWNERS_ONLY_LINK = (
+    "Only an owner can change which Slack user is another owner or admin: a click from that "
+    "user decides as them."
+)
+
+
+def _owners_only(
+    request: SiteRequest, members: list[Membership], wanted: dict[int, str]
+) -> dict[str, str]:
+    """What a non-owner's save asks that only an owner may change (module doc)."""
+    data = request.POST
+    errors: dict[str, str] = {}
+    if data.get("signing_secret", "").strip() or data.get("clear_secret") == "on":
+        errors["signing_secret"] = OWNERS_ONLY_SECRET
+    for member in members:
+        decides = member.role in (Role.OWNER, Role.ADMIN)
+        other = member.user_id != request.user.pk
+        if decides and other and wanted[member.pk] != member.slack_user_id:
+            errors[f"slack_{member.pk}"] = OWNERS_ONLY_LINK
+    return errors
 
 
 urlpatterns = [path("settings/slack/", slack_settings, name="slack-settings")]

@@ -22,6 +22,7 @@ from django.utils import timezone
 from audit.models import AuditRecord
 from refunds.models import Refund
 from refunds.review.slack import seal_signing_secret, webhook_url
+from sill.accounts.models import Membership
 from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
@@ -402,6 +403,45 @@ def test_bad_settings_change_nothing(client_for, site, members, bad):
     site.refresh_from_db()
     assert not site.slack_webhook_sealed and not site.slack_signing_secret
     assert not AuditRecord.objects.filter(site=site, kind="settings_change").exists()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"signing_secret": SECRET.replace("yyyzzz", "abcdef")},
+        {"slack_OWNER": "U0ADMINSELF"},
+    ],
+)
+def test_an_admin_cannot_speak_for_another_decider_in_slack(client_for, site, members, change):
+    """An admin could link an owner to the admin's own Slack user (then approve from Slack as
+    that owner: past "whoever asked cannot approve"), or set the signing secret (then forge
+    any linked member's click). Both are the owners' to change; a refusal changes nothing."""
+    body = {k.replace("OWNER", str(members["owner"].pk)): v for k, v in change.items()}
+    body[f"slack_{members['admin'].pk}"] = ""
+    answer = client_for("admin").post("/settings/slack/", body)
+    assert answer.status_code == 422
+    assert "Only an owner" in answer.content.decode()
+    site.refresh_from_db()
+    members["owner"].refresh_from_db()
+    assert not site.slack_signing_secret and members["owner"].slack_user_id == ""
+    assert not AuditRecord.objects.filter(site=site, kind="settings_change").exists()
+
+
+def test_an_admin_links_their_own_and_non_deciders_slack_users(client_for, site, members):
+    Membership.objects.filter(pk=members["owner"].pk).update(slack_user_id="U0OWNER")
+    answer = client_for("admin").post(
+        "/settings/slack/",
+        {
+            "webhook_url": HOOK,
+            f"slack_{members['owner'].pk}": "U0OWNER",  # unchanged, as the form sends it
+            f"slack_{members['admin'].pk}": "U0ADMIN",
+            f"slack_{members['reviewer'].pk}": "U0REVIEWER",
+        },
+    )
+    assert answer.status_code == 302
+    links = dict(Membership.objects.filter(site=site).values_list("role", "slack_user_id"))
+    assert links["owner"] == "U0OWNER" and links["admin"] == "U0ADMIN"
+    assert links["reviewer"] == "U0REVIEWER"
 
 
 def test_only_managers_see_slack_settings(client_for):
