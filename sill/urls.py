@@ -39,6 +39,10 @@ urlpatterns = [
         name="favicon",
     ),
 ]
+# A JSON client gets its 403 and 404 as JSON (sill.error_pages); a browser, the pages.
+handler403 = "sill.error_pages.permission_denied"
+handler404 = "sill.error_pages.page_not_found"
+
 # The Django admin exists only where an operator asked for it (sill/admin.py): otherwise 404.
 if settings.SILL_ADMIN:
     urlpatterns.append(path("django-admin/", admin.site.urls))

@@ -33,6 +33,7 @@ from refunds.models import Refund, RefundStatus
 from refunds.review import selectors
 from refunds.review.decisions import approve_refund, deadline, reject_refund
 from sill.accounts.access import Cap, site_view
+from sill.error_pages import wants_json
 from sill.errors import SillError
 from sill.http import SiteRequest
 from sill.paging import BoundedPaginator
@@ -109,7 +110,7 @@ def _decide(request: SiteRequest, refund_id: str, decide: Decide, *, done: str) 
     message = error.message if error else _done_message(refund, done)
     status = error.status if error else 200
 
-    if _wants_json(request):
+    if wants_json(request):
         if error:
             return JsonResponse(error.as_dict(), status=status)
         return JsonResponse(_refund_state(refund))
@@ -134,7 +135,7 @@ def _needs_confirmation(request: SiteRequest, refund: Refund) -> bool:
     decided, the requester approving, past its deadline though the sweep has not expired it
     yet) or is a JSON caller's (an API, not a form).
     """
-    if _wants_json(request) or request.POST.get("confirmed") == "1":
+    if wants_json(request) or request.POST.get("confirmed") == "1":
         return False
     requester = refund.requested_by_id is not None and refund.requested_by_id == request.user.pk
     overdue = timezone.now() >= deadline(refund)
@@ -195,10 +196,6 @@ def _refund_state(refund: Refund) -> dict[str, Any]:
         "reason": refund.outcome_code or None,
         "decided_by": refund.decided_by.get_username() if refund.decided_by is not None else None,
     }
-
-
-def _wants_json(request: SiteRequest) -> bool:
-    return not request.htmx and "application/json" in request.headers.get("Accept", "")
 
 
 def _next_url(request: HttpRequest, refund: Refund) -> str:

@@ -39,6 +39,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Membership, Role
+from sill.error_pages import wants_json
 from sill.errors import SillError
 
 TOTP_NAME = "authenticator"
@@ -258,7 +259,7 @@ def refusal_response(request: HttpRequest, refused: TwoFactorRequired) -> HttpRe
     HTMX gets the partial (sill.js swaps 403s into the target), a page load the whole page,
     a JSON client ``{"error": {"code": "two_factor_required", …}}``."""
     htmx = getattr(request, "htmx", False)
-    if not htmx and "application/json" in request.headers.get("Accept", ""):
+    if wants_json(request):
         error = SillError(refused.message, code="two_factor_required", status=403)
         return JsonResponse(error.as_dict(), status=403)
     back = request.headers.get("HX-Current-URL") or request.META.get("HTTP_REFERER") or "/"

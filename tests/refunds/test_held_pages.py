@@ -336,6 +336,21 @@ def test_json_clients_get_the_state_or_409(client_for, held):
     assert second.json()["error"]["code"] == "already_decided"
 
 
+@pytest.mark.parametrize(
+    ("persona", "status", "code"), [("reviewer", 403, "forbidden"), ("outsider", 404, "not_found")]
+)
+def test_json_clients_get_a_refusal_as_json(client_for, held, persona, status, code):
+    """A reviewer's or another site's decision got Django's HTML error page, which a JSON
+    client cannot read; the refund stays held either way."""
+    answer = client_for(persona).post(
+        f"/held/{held.id}/approve/", headers={"Accept": "application/json"}
+    )
+    assert answer.status_code == status
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json()["error"]["code"] == code
+    assert status_of(held) == "held"
+
+
 def test_the_panel_explains_a_refused_approval(client_for, held, original):
     Dispute.objects.create(
         charge=Charge.objects.get(order=original),
