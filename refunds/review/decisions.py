@@ -172,10 +172,12 @@ def reject_refund(
     when it is no longer held, and :class:`DecisionRefused` (code ``expired``) — after
     recording the expiry — when its 24 hours had already run out.
     """
-    now = now or timezone.now()
     note = note.strip()[:NOTE_MAX_LENGTH]
     with transaction.atomic():
         locked = _lock_held(refund)
+        # Judged once the refund is locked, as an approval is: a rejection that waited for
+        # the lock past the 24 hours finds the refund expired.
+        now = now or timezone.now()
         if now < deadline(locked):
             return _close(
                 locked,
