@@ -178,7 +178,7 @@ def _caught_up(
     if not (behind or dispute_unseen):
         return facts
     try:
-        rail = rail_for(site_id=site_id, rail=charge.rail)
+        rail = rail_for(site_id=site_id, rail=charge.rail, provider_account=charge.provider_account)
         if not isinstance(rail, ChargeReader):
             return facts
         disputes_read = catch_up(charge=charge, rail=rail, event_id=f"decision:{charge.pk}")
@@ -205,14 +205,20 @@ def _read_rail(
     now: datetime,
     account: RailAccount | None = None,
 ) -> RefundFacts:
-    from sill.rails.registry import rail_for, rail_from_account
+    from sill.rails.registry import account_moved, rail_for, rail_from_account
 
     rail_name = charge.rail
+    taken_on = charge.provider_account
     try:
+        # A charge of a shop the site is no longer connected to (Shopify) is not asked about
+        # at the shop connected now (RailDisabled): its facts are unknown.
         if account is not None and account.rail == rail_name:
+            moved = account_moved(rail=rail_name, provider_account=taken_on, account=account)
+            if moved is not None:
+                raise moved
             rail = rail_from_account(account)
         else:
-            rail = rail_for(site_id=site_id, rail=rail_name)
+            rail = rail_for(site_id=site_id, rail=rail_name, provider_account=taken_on)
         if not isinstance(rail, RefundFactsReader):
             _log_once(site_id, rail_name, "reader", "the rail cannot read refund facts")
             return RefundFacts()

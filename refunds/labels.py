@@ -32,7 +32,10 @@ OUTCOME_LABELS: dict[str, str] = {
     "already_executed": "Already refunded",
     "exceeds_refundable": "More than is still refundable",
     "scope_unsupported": "Line-item refunds are not supported",
-    "rail_disabled": "The rail is switched off",
+    # Switched off, or set up so that it cannot refund this payment (no key, no Stripe beside
+    # a WooCommerce store, connected to another Shopify shop than the order's): the refund's
+    # own words say which.
+    "rail_disabled": "The rail is off or not connected",
     "policy_denied": "Denied by a rule",
     "disputed": "The charge is disputed",
     "expired": "Expired after 24 hours",

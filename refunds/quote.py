@@ -41,7 +41,12 @@ from sill.orders.models import (
 from sill.orders.outside import unrecorded_refunded_minor
 from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail_label
 from sill.rails.models import RailAccount
-from sill.rails.registry import RailDisabled, rail_account_for
+from sill.rails.registry import (
+    RailDisabled,
+    account_moved,
+    rail_account_for,
+    site_account_moved,
+)
 from sill.rails.woocommerce import woocommerce_stripe_refusal
 from sill.sql import Carried, cols, fetch_row, for_update, placeholders
 
@@ -260,7 +265,9 @@ def quote_refund(
     For a new refund, ``charge`` is the order's :func:`charged_charge`; the refusals, in
     order: no refundable original (``original_not_charged``, or ``already_executed`` for a
     REFUNDED order), an agent refund of this order already held, processing, needing attention
-    or succeeded (``already_executed``, when ``origin`` is ``agent``), the rail switched off
+    or succeeded (``already_executed``, when ``origin`` is ``agent``), a charge of an account
+    the site's rail is no longer connected to (``rail_disabled``: a Shopify shop the site
+    switched away from, ``sill.rails.registry.account_moved``), the rail switched off
     (``rail_disabled``, when ``check_rail``), an open dispute (``disputed``), nothing left
     (``already_executed``), or nothing left once the charge's held refunds are counted
     (``exceeds_refundable``, naming what is awaiting approval). The quote's ``remaining`` is
@@ -268,9 +275,11 @@ def quote_refund(
 
     Again for ``refund``, already decided, before its money moves (an approval, an execution):
     ``charge`` is the refund's own. Its original was found when it was opened; what may have
-    changed since is the charge, so the refusals are: the charge is no longer refundable
-    (``exceeds_refundable``), an open dispute (``disputed``), less left than the refund's
-    amount (``exceeds_refundable``; a refund that reserved its amount counts it as its own).
+    changed since is the charge and the site's rail, so the refusals are: the charge is no
+    longer refundable (``exceeds_refundable``), a charge of an account the site's rail is no
+    longer connected to (``rail_disabled``), an open dispute (``disputed``), less left than
+    the refund's amount (``exceeds_refundable``; a refund that reserved its amount counts it
+    as its own).
 
     ``rail_facts``: what the rail reported when its facts were read (a new refund only).
     Anything it counts as refunded beyond Sill's records was refunded outside Sill and is not
@@ -279,8 +288,8 @@ def quote_refund(
     is set (:func:`live_refusal`).
 
     ``rail_account``: the charge's enabled rail account, when the caller already read it
-    (``check_rail`` then asks nothing more). ``order.site`` is read for the refund window:
-    callers that have the site set it on the order.
+    (``check_rail`` and the account check then ask nothing more). ``order.site`` is read for
+    the refund window: callers that have the site set it on the order.
 
     Callers hold the order's and the charge's row locks when they act on the answer.
     """
@@ -307,6 +316,18 @@ def quote_refund(
         and (needs_stripe := woocommerce_stripe_refusal(site_id=order.site_id, order_id=order.pk))
     ):
         raise RefundRefused(needs_stripe.message, code="rail_disabled", order=order, charge=charge)
+    # A charge of a shop the site is no longer connected to (Shopify): that shop's alone.
+    moved = (
+        account_moved(
+            rail=charge.rail, provider_account=charge.provider_account, account=rail_account
+        )
+        if rail_account is not None
+        else site_account_moved(
+            site_id=order.site_id, rail=charge.rail, provider_account=charge.provider_account
+        )
+    )
+    if moved is not None:
+        raise RefundRefused(moved.message, code="rail_disabled", order=order, charge=charge)
     if check_rail and rail_account is None:
         try:
             rail_account_for(site_id=order.site_id, rail=charge.rail)

@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field, Model, QuerySet, Subquery
+from django.db.models import Field, Model, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from policies.facts import (
@@ -510,8 +510,8 @@ def _charged_from(row: Sequence[Any], at: int) -> tuple[Charge | None, RailAccou
 def originals(site_id: str, intent: mandates.RefundIntent) -> QuerySet[Order]:
     """The site's order the refund intent names (at most one): the order its purchase mandate
     placed, or the store order (``original_order``) whose charge on that rail carries the
-    store's order id (Shopify: the charge's ``provider_payment_id``; WooCommerce: the order
-    sync's link)."""
+    store's order id, among the orders of the shop or store connected now (Shopify: the
+    charge's ``provider_payment_id``; WooCommerce: the order sync's link)."""
     named = intent.original_order
     if named is None:
         return Order.objects.filter(site_id=site_id, source_mandate_id=intent.original_mandate_id)
@@ -526,8 +526,16 @@ def originals(site_id: str, intent: mandates.RefundIntent) -> QuerySet[Order]:
             site_id=site_id, woo_order_id=int(named.order_id), store_url=Subquery(store)
         )
         return Order.objects.filter(site_id=site_id, pk__in=links.values("order_id"))
+    # Shopify: the order of the shop connected now (the mandate names no shop). An order of a
+    # shop the site was connected to before is that shop's, refunded nowhere through Sill; a
+    # charge that names no shop is read as the connected shop's, as before charges named one.
+    account = RailAccount.objects.filter(site_id=site_id, rail=named.rail)
+    shop = account.values("connected_account")[:1]
     charges = Charge.objects.filter(
-        order__site_id=site_id, rail=named.rail, provider_payment_id=named.order_id
+        Q(provider_account="") | Q(provider_account=Subquery(shop)),
+        order__site_id=site_id,
+        rail=named.rail,
+        provider_payment_id=named.order_id,
     )
     return Order.objects.filter(site_id=site_id, pk__in=charges.values("order_id"))
 

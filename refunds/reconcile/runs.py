@@ -7,7 +7,10 @@ nothing to compare) and whose last run started ``SILL_RECONCILE_EVERY_MINUTES`` 
 more. A run checks the charges with activity in the last ``SILL_RECONCILE_DAYS`` (7) —
 created, captured, refunded by Sill or outside it — plus every charge that still has an open
 item (so it can clear), at most ``SILL_RECONCILE_MAX_CHARGES`` (500) per run, going on from
-where the previous run stopped, so a busy site is covered in turns.
+where the previous run stopped, so a busy site is covered in turns. A charge taken on another
+account than the one connected now (``Charge.provider_account``: an order of a Shopify shop the
+site switched away from) is left out: that account is no longer Sill's to ask, and the one
+connected holds no such payment (asked, it only ever counted the charge unreadable).
 
 On a rail that credits customer balances (Stripe), a run then compares the credits of each
 customer with a credit changed in the same days, or an open credit item, with the balance
@@ -196,6 +199,9 @@ def _active_charges(account: RailAccount, *, since: datetime) -> QuerySet[Charge
             order__site_id=account.site_id, rail=account.rail, status=ChargeStatus.SUCCEEDED
         )
         .exclude(provider_charge_id="")
+        # Not a charge of another account than the one connected (a Shopify shop the site
+        # switched away from): the account connected now holds no such payment.
+        .filter(Q(provider_account="") | Q(provider_account=account.connected_account))
         .filter(
             Q(created_at__gte=since)
             | Q(captured_at__gte=since)

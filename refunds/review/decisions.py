@@ -12,15 +12,17 @@ no lock): a dispute or a refund made outside Sill that the rail reports and Sill
 own decision. It then locks the order and its charge (in the order refund → order → charge
 that settlement uses too, so the two never deadlock) and checks the facts again: a refund held
 yesterday is never paid on today's stale approval if the charge has since been disputed, or
-refunded elsewhere so that less than the held amount remains. Such an approval is refused
-and the refund closed with the reason (``disputed``, ``exceeds_refundable``); an approval
-after ``expires_at`` expires the refund on the spot. Nothing is sent to the rail then.
+refunded elsewhere so that less than the held amount remains, or if the site's rail is now
+connected to another account than the charge's (a Shopify shop it switched away from). Such an
+approval is refused and the refund closed with the reason (``disputed``,
+``exceeds_refundable``, ``rail_disabled``); an approval after ``expires_at`` expires the
+refund on the spot. Nothing is sent to the rail then.
 
 Each outcome writes its decision record in the same transaction, linking the ``escalated``
 record it resolves (``escalated_hash``): ``escalated_approved`` names the reviewer and
 becomes the refund's ``decision_hash`` (the settlement links to it); ``escalated_rejected``
 carries the reason (``rejected_by_reviewer``, ``expired``, ``disputed``,
-``exceeds_refundable``).
+``exceeds_refundable``, ``rail_disabled``).
 """
 
 from __future__ import annotations
@@ -64,8 +66,8 @@ class RequesterCannotApprove(SillError):
 class DecisionRefused(SillError):
     """The decision was refused and the refund closed without refunding.
 
-    ``code`` is the outcome code the refund now carries: ``expired``, ``disputed`` or
-    ``exceeds_refundable``. The closing is committed before this is raised.
+    ``code`` is the outcome code the refund now carries: ``expired``, ``disputed``,
+    ``exceeds_refundable`` or ``rail_disabled``. The closing is committed before this is raised.
     """
 
     status = 409
@@ -85,7 +87,8 @@ def approve_refund(
     Raises :class:`AlreadyDecided` (409) when it is no longer held,
     :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
     :class:`DecisionRefused` (409) — after committing the refund's closing — when it expired
-    or the charge changed since it was held (open dispute, less left to refund).
+    or the charge changed since it was held (open dispute, less left to refund, its shop no
+    longer connected).
     """
     asked_at = now or timezone.now()
     note = note.strip()[:NOTE_MAX_LENGTH]

@@ -402,7 +402,8 @@ def charge_link(charge: Charge | None) -> ExternalLink | None:
         base = "https://dashboard.stripe.com/" + ("" if live else "test/")
         return ExternalLink(f"{base}payments/{payment}", "View in the Stripe dashboard")
     if charge.rail == RailName.SHOPIFY:
-        shop = _shopify_domain(account)
+        # The order's own shop: the one connected now holds no order of an earlier one.
+        shop = charge.provider_account or _shopify_domain(account)
         if not shop or not charge.provider_payment_id:
             return None
         return ExternalLink(

@@ -62,7 +62,8 @@ def _next_step(refund: Refund, ctx: SiteContext) -> tuple[str, str, str]:
         )
     if refund.outcome_code == "rail_disabled" and ctx.can(Cap.MANAGE_SETTINGS):
         return (
-            "Switch the rail back on, then refund again from the form below.",
+            "Switch the rail back on, or connect it as the words above say, then refund "
+            "again from the form below.",
             reverse("settings:rails"),
             "Rail settings",
         )

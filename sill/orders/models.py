@@ -180,6 +180,12 @@ class Charge(models.Model):
     # e.g. Stripe PaymentIntent id and charge id; Shopify order + transaction id.
     provider_payment_id = models.CharField(max_length=255, blank=True)
     provider_charge_id = models.CharField(max_length=255, blank=True)
+    # The rail account the payment was taken on, as the site's ``RailAccount`` named it then
+    # (``connected_account``: a Shopify shop's domain), where the rail's orders belong to one:
+    # after the site is connected to another, nothing about this charge is asked of that one
+    # (sill.rails.registry.account_moved). Blank where Sill does not record it: the account
+    # connected now.
+    provider_account = models.CharField(max_length=255, blank=True)
     amount_minor = models.BigIntegerField()
     amount_refunded_minor = models.BigIntegerField(default=0)
     # Held by refunds that are executing on the rail and not yet settled (see refunds.services).

@@ -29,17 +29,65 @@ class RailDisabled(SillError):
     status = 409
 
 
-def rail_account_for(*, site_id: str, rail: str) -> RailAccount:
-    """The site's enabled account for ``rail``; ``RailDisabled`` when absent or switched off."""
-    account = RailAccount.objects.filter(site_id=site_id, rail=rail, enabled=True).first()
-    if account is None:
+def rail_account_for(*, site_id: str, rail: str, provider_account: str = "") -> RailAccount:
+    """The site's enabled account for ``rail``; ``RailDisabled`` when absent or switched off,
+    or when it is not ``provider_account``, the account a charge was taken on
+    (:func:`account_moved`)."""
+    account = RailAccount.objects.filter(site_id=site_id, rail=rail).first()
+    moved = account_moved(rail=rail, provider_account=provider_account, account=account)
+    if moved is not None:
+        raise moved
+    if account is None or not account.enabled:
         raise RailDisabled(f"The {_label(rail)} rail is not enabled for this site.")
     return account
 
 
-def rail_for(*, site_id: str, rail: str) -> Rail:
-    """A ready rail for the site, refusing live money unless ``SILL_ALLOW_LIVE`` is set."""
-    return rail_from_account(rail_account_for(site_id=site_id, rail=rail))
+def rail_for(*, site_id: str, rail: str, provider_account: str = "") -> Rail:
+    """A ready rail for the site, refusing live money unless ``SILL_ALLOW_LIVE`` is set.
+
+    ``provider_account``: the account the charge to be asked about or refunded was taken on
+    (``Charge.provider_account``); a rail connected to another account is refused
+    (:func:`account_moved`), never asked."""
+    return rail_from_account(
+        rail_account_for(site_id=site_id, rail=rail, provider_account=provider_account)
+    )
+
+
+def account_moved(
+    *, rail: str, provider_account: str, account: RailAccount | None
+) -> RailDisabled | None:
+    """``RailDisabled``, in words, when a payment taken on ``provider_account`` (a Shopify
+    shop: ``Charge.provider_account``) is not on the account the site's ``rail`` is connected
+    to now, ``account`` (enabled or not; None when the site has none); None when it is, or
+    when the charge names no account (blank: the one connected now, as before Sill kept it).
+
+    Such a payment is its own account's alone: Shopify's orders belong to their shop and its
+    order ids are global, so the shop connected now holds no such order, and asking it (with
+    its token) only ever answered "no such order". Nothing about the payment is asked of the
+    account connected now, nor refunded on it; connecting its own account again makes it
+    refundable again (so a refusal is ``rail_disabled``: the merchant's set-up, not the order).
+    """
+    if not provider_account:
+        return None
+    connected = account.connected_account if account is not None else ""
+    if connected == provider_account:
+        return None
+    noun = _ACCOUNT_NOUNS.get(rail, "account")
+    now = f"it is now connected to {connected}" if connected else f"no {noun} is connected now"
+    return RailDisabled(
+        f"This order came from the {_label(rail)} {noun} {provider_account}, which this site is "
+        f"no longer connected to ({now}), so it cannot be refunded through Sill until "
+        f"{provider_account} is connected again."
+    )
+
+
+def site_account_moved(*, site_id: str, rail: str, provider_account: str) -> RailDisabled | None:
+    """:func:`account_moved`, reading the site's account of ``rail`` (no query when the charge
+    names no account)."""
+    if not provider_account:
+        return None
+    account = RailAccount.objects.filter(site_id=site_id, rail=rail).first()
+    return account_moved(rail=rail, provider_account=provider_account, account=account)
 
 
 def rail_from_account(account: RailAccount) -> Rail:
@@ -99,6 +147,9 @@ def _stripe(account: RailAccount) -> Rail:
         fact_timeout=float(settings.SILL_RAIL_FACT_TIMEOUT_SECONDS),
     )
 
+
+# What one of a rail's accounts is called, where it is not "account".
+_ACCOUNT_NOUNS: dict[str, str] = {RailName.SHOPIFY: "shop"}
 
 _BUILDERS: dict[str, Callable[[RailAccount], Rail]] = {
     RailName.MOCK: _mock,

@@ -68,7 +68,7 @@ def test_a_refund_needing_attention_polls_and_says_the_next_step(
     assert execute_refund(refund.id) == "needs_attention"
     owner = client_for("owner").get(f"/orders/{order.id}/?part=status").content.decode()
     assert 'hx-trigger="every 3s"' in owner
-    assert "needs attention: The rail is switched off." in owner
+    assert "needs attention: The rail is off or not connected." in owner
     assert 'href="/reconcile/"' in owner
     staff = client_for("staff").get(f"/orders/{order.id}/?part=status").content.decode()
     assert "Sill is asking the rail again" in staff and "/reconcile/" not in staff

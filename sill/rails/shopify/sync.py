@@ -2,15 +2,16 @@
 
 An order is upserted by its Shopify id (the charge's ``provider_payment_id`` on rail
 ``shopify``), so running a sync twice, or a webhook after a sync, changes nothing the second
-time. Only orders with a successful sale or capture are brought in: an unpaid order has
-nothing to refund, and a webhook brings it once it is paid. Each order, with its items,
-buyer, customer (Shopify id and created date, when the token has ``read_customers``) and its
-charge, is written in one transaction with a signed ``charge`` audit record. Refunds already
-on the Shopify order that Sill did not make become outside refunds, and its disputes are
-recorded, through :mod:`sill.orders.outside` (their own transactions and audit records).
-They are recorded as of the time Sill read the order: the read is Shopify's current state
-(what reconciliation records too, sill.rails.charge_sync), so only what Shopify reports after
-it, through a later webhook's read, replaces it.
+time; its charge names the shop it was read from (``provider_account``), since an order is its
+shop's alone and the site may later be connected to another. Only orders with a successful sale
+or capture are brought in: an unpaid order has nothing to refund, and a webhook brings it once
+it is paid. Each order, with its items, buyer, customer (Shopify id and created date, when the
+token has ``read_customers``) and its charge, is written in one transaction with a signed
+``charge`` audit record. Refunds already on the Shopify order that Sill did not make become
+outside refunds, and its disputes are recorded, through :mod:`sill.orders.outside` (their own
+transactions and audit records). They are recorded as of the time Sill read the order: the read
+is Shopify's current state (what reconciliation records too, sill.rails.charge_sync), so only
+what Shopify reports after it, through a later webhook's read, replaces it.
 
 One order's trouble is that order's: an order Shopify sends unreadable, or that Sill cannot
 record (its data refused by the database, a refund larger than its charge), is left out with
@@ -103,12 +104,20 @@ def sync_orders(*, site: Site, since: datetime | None = None) -> SyncReport:
     Raises ``RailError`` when Shopify cannot be read on."""
     report = SyncReport()
     read_at = timezone.now()  # each page is read after this: its state is at least this new
-    for order in shopify_rail_for(site).orders(since=since):
+    rail = shopify_rail_for(site)
+    for order in rail.orders(since=since):
         if isinstance(order, SkippedOrder):
             _fail(site, report, order.reason)  # it names the order
             continue
         try:
-            upsert_order(site=site, order=order, report=report, event_id="sync", read_at=read_at)
+            upsert_order(
+                site=site,
+                shop=rail.client.shop_domain,
+                order=order,
+                report=report,
+                event_id="sync",
+                read_at=read_at,
+            )
         except ORDER_REFUSED as exc:
             _fail(site, report, f"Shopify order {order.gid} could not be recorded: {exc}")
     return report
@@ -122,22 +131,38 @@ def _fail(site: Site, report: SyncReport, reason: str) -> None:
 def sync_order(*, site: Site, order_id: str, event_id: str) -> str:
     """Upsert one order, read again from Shopify (what a webhook about it triggers)."""
     read_at = timezone.now()
-    order = shopify_rail_for(site).order(order_id)
+    rail = shopify_rail_for(site)
+    order = rail.order(order_id)
     if order is None:
         return f"order {order_id} not found at Shopify"
     report = SyncReport()
     outcome = upsert_order(
-        site=site, order=order, report=report, event_id=event_id, read_at=read_at
+        site=site,
+        shop=rail.client.shop_domain,
+        order=order,
+        report=report,
+        event_id=event_id,
+        read_at=read_at,
     )
     return f"{outcome}; {report.outside_refunds} outside refund(s), {report.disputes} dispute(s)"
 
 
 def upsert_order(
-    *, site: Site, order: ShopifyOrder, report: SyncReport, event_id: str, read_at: datetime
+    *,
+    site: Site,
+    shop: str,
+    order: ShopifyOrder,
+    report: SyncReport,
+    event_id: str,
+    read_at: datetime,
 ) -> str:
-    """Create or update one order read from Shopify at ``read_at`` (when its read started);
-    returns ``created``, ``updated``, ``unchanged``, ``skipped: …`` or ``incomplete: …``, and
-    counts what it recorded in ``report``."""
+    """Create or update one order read from the shop ``shop`` at ``read_at`` (when its read
+    started); returns ``created``, ``updated``, ``unchanged``, ``skipped: …`` or
+    ``incomplete: …``, and counts what it recorded in ``report``.
+
+    The order is found by its Shopify id alone (Shopify's ids are global: no two shops share
+    one); its charge names ``shop``, whose order it is, so that once the site is connected to
+    another shop nothing about it is asked of that one (``Charge.provider_account``)."""
     if order.cut:
         return _record_cut(site=site, order=order, report=report, event_id=event_id, at=read_at)
     if order.payment is None:
@@ -152,12 +177,17 @@ def upsert_order(
         )
         customer = _customer(site, order.customer) if order.customer else None
         if charge is None:
-            charge = _create(site, order, customer)
+            charge = _create(site, shop, order, customer)
             outcome = "created"
         else:
             outcome = _update(charge.order, order, customer)
             if _raise_charge(charge, order):
                 outcome = "updated"
+            if not charge.provider_account:
+                # Held from before charges named their shop, and no shop was connected when
+                # they were given one (orders 0007): it is the shop it was just read from.
+                Charge.objects.filter(pk=charge.pk).update(provider_account=shop)
+                charge.provider_account = shop
     _record_rail_reports(charge, order, report, event_id, read_at)
     report.add(outcome)  # after: an order whose refund cannot be recorded counts as failed
     return outcome
@@ -226,7 +256,7 @@ def _number(site: Site, order: ShopifyOrder) -> str:
     return name[: NUMBER_MAX - len(suffix)] + suffix
 
 
-def _create(site: Site, order: ShopifyOrder, customer: Customer | None) -> Charge:
+def _create(site: Site, shop: str, order: ShopifyOrder, customer: Customer | None) -> Charge:
     assert order.payment is not None
     lines = [
         NewLine(sku=line.sku, name=line.name, quantity=line.quantity, unit_price=line.unit_price)
@@ -253,6 +283,7 @@ def _create(site: Site, order: ShopifyOrder, customer: Customer | None) -> Charg
         rail=RailName.SHOPIFY,
         provider_payment_id=order.legacy_id,
         provider_charge_id=order.payment.gid,
+        provider_account=shop,
         amount_minor=order.payment.amount.amount_minor,
         currency=order.payment.amount.currency,
         captured_at=order.payment.captured_at,
@@ -268,6 +299,7 @@ def _create(site: Site, order: ShopifyOrder, customer: Customer | None) -> Charg
             "rail": RailName.SHOPIFY,
             "provider_payment_id": order.legacy_id,
             "provider_charge_id": order.payment.gid,
+            "shop": shop,
             "amount_minor": charge.amount_minor,
             "currency": charge.currency,
             "test": order.test,
