@@ -34,7 +34,7 @@ class RefundsConfig(AppConfig):
 
     def ready(self) -> None:
         # Register the tasks in every process (web too): services enqueue them by name
-        # (refunds.queue), so nothing else imports this module.
+        # (sill.queue), so nothing else imports this module.
         import refunds.tasks  # noqa: F401
         from refunds.reasons.services import seed_site_reasons
         from refunds.reconcile.rail_reports import apply_own_refund_report

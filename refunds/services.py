@@ -21,12 +21,12 @@ from policies.decide import decide_refund
 from policies.selectors import in_force
 from policies.types import PolicyOutcome, RefundContext
 from refunds.models import RESERVED_STATUSES, Decision, Refund, RefundOrigin, RefundStatus
-from refunds.queue import enqueue_on_commit
 from sill import sql
 from sill.errors import SillError
 from sill.failpoints import failpoint
 from sill.orders.models import Charge, Order
 from sill.orders.services import refresh_refund_status
+from sill.queue import enqueue_on_commit
 from sill.rails.woocommerce.record import queue_woocommerce_record
 
 HOLD_FOR = timedelta(hours=24)

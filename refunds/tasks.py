@@ -1,4 +1,4 @@
-"""Celery tasks: they only call services. Enqueued on commit by name (``refunds.queue``)."""
+"""Celery tasks: they only call services. Enqueued on commit by name (``sill.queue``)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,6 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.urls import reverse
@@ -26,9 +24,10 @@ from audit.services import append_record
 from refunds.execution import attention_recheck, claim, find_at_rail, record_result, release
 from refunds.labels import refund_headline
 from refunds.models import Refund, RefundStatus
-from refunds.review.notifications import decider_emails
+from refunds.review.notifications import DECIDERS
 from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
 from sill.accounts.models import Site
+from sill.accounts.notices import absolute_url, email_members
 from sill.errors import ExecutionInProgress, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund, Order
 from sill.rails.base import RailError
@@ -66,17 +65,12 @@ def notify_attention(*, refund_id: str) -> bool:
 
 def _page_url(refund: Refund) -> str:
     """Where it is resolved: the order page, or a credit's own page (a credit has no order)."""
-    base = (settings.SILL_BASE_URL or "").rstrip("/")
     if refund.is_credit:
-        return base + reverse("refunds:detail", args=[refund.id])
-    return base + reverse("orders:detail", args=[refund.order_id])
+        return absolute_url(reverse("refunds:detail", args=[refund.id]))
+    return absolute_url(reverse("orders:detail", args=[refund.order_id]))
 
 
 def _email(refund: Refund) -> None:
-    recipients = decider_emails(refund)
-    if not recipients:
-        logger.warning("refund %s needs attention; site has no owner or admin", refund.id)
-        return
     order = refund.order
     what, held, page = (
         ("A customer credit", "Sill will not send it again while it is in doubt.", "its page")
@@ -100,12 +94,14 @@ def _email(refund: Refund) -> None:
         f"idempotency key {refund.idempotency_key}), record it on {page}:",
         _page_url(refund),
     ]
-    send_mail(
+    sent_to = email_members(
+        site_id=refund.site_id,
+        roles=DECIDERS,
         subject=f"[Sill] Needs attention: {refund_headline(refund)}",
-        message="\n".join(lines) + "\n",
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        recipient_list=recipients,
+        lines=lines,
     )
+    if not sent_to:
+        logger.warning("refund %s needs attention; site has no owner or admin", refund.id)
 
 
 def resolve_attention(

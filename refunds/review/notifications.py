@@ -36,11 +36,14 @@ from refunds.review.decisions import deadline
 from refunds.review.facts_words import fact_phrases
 from refunds.review.slack import post_held_message, webhook_url
 from refunds.services import HOLD_FOR
-from sill.accounts.models import Membership, Role
+from sill.accounts.models import Role
+from sill.accounts.notices import member_emails
 
 logger = logging.getLogger(__name__)
 
 SWEEP_LIMIT = 500
+# Who is told of a refund that waits for someone: those who may decide it.
+DECIDERS = (Role.OWNER, Role.ADMIN)
 
 
 def notify_held_refund(*, refund_id: str) -> bool:
@@ -99,11 +102,7 @@ def review_url(refund: Refund) -> str:
 def decider_emails(refund: Refund) -> list[str]:
     """The site's owners and admins whose accounts are active: a deactivated one is locked
     out of Sill and hears nothing more of its refunds and buyers."""
-    members = Membership.objects.filter(
-        site_id=refund.site_id, role__in=[Role.OWNER, Role.ADMIN], user__is_active=True
-    ).select_related("user")
-    emails = {(m.user.email or m.user.get_username()).strip().lower() for m in members}
-    return sorted(e for e in emails if "@" in e)
+    return member_emails(refund.site_id, roles=DECIDERS)
 
 
 def _credited(refund: Refund) -> str:

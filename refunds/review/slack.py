@@ -41,13 +41,13 @@ from refunds.labels import (
     rule_title,
 )
 from refunds.models import Refund, RefundStatus
-from refunds.queue import enqueue_on_commit
 from refunds.review.decisions import approve_refund, deadline, reject_refund
 from refunds.review.facts_words import fact_phrases
 from sill import jsonbody
 from sill.accounts.access import Cap, can
 from sill.accounts.models import Membership, Site
 from sill.errors import SillError
+from sill.queue import enqueue_on_commit
 from sill.rails.secrets import RailSecretUnreadable, SecretBinding, decrypt_secret, encrypt_secret
 
 logger = logging.getLogger(__name__)

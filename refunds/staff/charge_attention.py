@@ -1,4 +1,5 @@
-"""The order page's form for a purchase's charge that needs attention (owners only).
+"""A purchase's charge that needs attention on the staff pages: the order page's form (owners
+only) and the dashboard's list (whoever may decide held refunds, as the refunds beside it).
 
 Under a charge whose rail never answered (``sill.orders.charge_attention``), an owner records
 what the rail's dashboard shows: *charged* with its charge or payment id, or *not charged*,
@@ -16,15 +17,18 @@ from typing import Any
 
 from django.http import QueryDict
 
-from sill.accounts.access import SiteContext
+from sill.accounts.access import Cap, SiteContext
 from sill.accounts.models import Role
 from sill.errors import SillError
 from sill.money import format_money
 from sill.orders.charge_attention import ChargeResolution
 from sill.orders.models import Charge, ChargeStatus, Order
+from sill.orders.selectors import attention_charges_for
 from sill.rails.base import rail_label
 
 FIELDS = ("outcome", "provider_charge_id", "provider_payment_id", "note")
+# The dashboard lists the oldest this many, like the refunds that need attention.
+DASHBOARD_LIMIT = 20
 # What a refused form shows again of what was typed: enough for any valid value.
 KEPT_CHARACTERS = 2000
 
@@ -71,6 +75,14 @@ def charge_attention_context(
     """For the order page: whether the viewer may record what the dashboard shows (owners),
     and the form's state (empty, refused, or confirming)."""
     return {"can_resolve": ctx.role == Role.OWNER, "form": form or ChargeAttentionForm()}
+
+
+def dashboard_charges(ctx: SiteContext) -> list[Charge]:
+    """For the dashboard: the site's charges that need attention, oldest first, if the viewer
+    may decide held refunds (owners and admins: the rule of the refunds listed beside them)."""
+    if not ctx.can(Cap.DECIDE_HELD):
+        return []
+    return list(attention_charges_for(ctx.site)[:DASHBOARD_LIMIT])
 
 
 def confirmation_for(

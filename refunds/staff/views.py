@@ -47,6 +47,7 @@ from refunds.staff.charge_attention import (
     ChargeAttentionForm,
     charge_attention_context,
     confirmation_for,
+    dashboard_charges,
     outcome_message,
 )
 from refunds.staff.dashboard import dashboard_context
@@ -89,6 +90,7 @@ def dashboard(request: SiteRequest) -> HttpResponse:
     context = {
         "recent": recent,
         "attention": dashboard_attention(request),
+        "attention_charges": dashboard_charges(request.site_ctx),
         **dashboard_figures(site),
         **dashboard_context(request.site_ctx),
     }

@@ -9,6 +9,9 @@ class OrdersConfig(AppConfig):
     def ready(self) -> None:
         from django.db.backends.signals import connection_created
 
+        # Register the tasks in every process (web too): charging enqueues the attention
+        # notice by name (sill.queue).
+        import sill.orders.tasks  # noqa: F401
         from sill.sql import fast_timestamptz_loader
 
         # Every PostgreSQL connection reads timestamps with psycopg's C loader (sill/sql.py).

@@ -15,27 +15,44 @@ a worker's attempt or the sweep's lookup: while one holds the charge it is refus
 last (the lock order of every money path: order, charge, the site's chain head). An id another
 charge already holds is refused (``invalid_field``): recorded twice, one payment at the rail
 would be counted, and refunded, as two. A refusal changes nothing.
+
+The site's owners are told once, by email, when a charge first needs attention
+(:func:`notify_charge_attention`): ``charging`` enqueues it on the commit that flagged the
+charge, and the every-minute sweep (``orders.recover_stuck``) sends any the first path missed.
+Both claim the charge's ``attention_notified_at`` by conditional UPDATE before sending (one
+caller wins it, in any process) and give it back if the email fails, so a retry sends it and
+the other path sends nothing. Owners, not admins: only an owner can record the answer.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from audit.services import append_record
+from sill.accounts.models import Role
+from sill.accounts.notices import absolute_url, email_members
 from sill.errors import ExecutionInProgress, SillError
+from sill.money import format_money
 from sill.orders.charge_lease import claim_charge, locked_for_update, release_charge
-from sill.orders.charging import charge_body, settle_charge
+from sill.orders.charging import attention_recheck, charge_body, settle_charge
 from sill.orders.models import Charge, ChargeStatus, Order
 from sill.rails.base import rail_label
+
+logger = logging.getLogger(__name__)
 
 CHARGED = "charged"
 NOT_CHARGED = "not_charged"
 PROVIDER_ID_MAX = 255  # Charge.provider_charge_id and provider_payment_id
 NOTE_MAX = 1000
+# Who is told: those who can record what the rail's dashboard shows.
+TOLD = (Role.OWNER,)
+SWEEP_LIMIT = 500
 
 
 @dataclass(frozen=True)
@@ -253,3 +270,80 @@ def _refuse_a_held_id(order: Order, charge: Charge, *, charge_id: str, payment_i
             code="invalid_field",
             field=field,
         )
+
+
+# --- telling the owners ------------------------------------------------------------------------
+
+
+def notify_charge_attention(*, charge_id: str) -> bool:
+    """Email the site's owners that the charge needs attention, once; False when already told
+    or no longer needing attention. The mail server's refusal is raised, the claim given back."""
+    claimed = Charge.objects.filter(
+        pk=charge_id,
+        status=ChargeStatus.PENDING,
+        attention_since__isnull=False,
+        attention_notified_at__isnull=True,
+    ).update(attention_notified_at=timezone.now())
+    if claimed != 1:
+        return False
+    charge = Charge.objects.select_related("order__site").get(pk=charge_id)
+    try:
+        _email_owners(charge)
+    except Exception:
+        # Not sent: give the claim back so the task's retry (or the sweep) sends it.
+        Charge.objects.filter(pk=charge_id).update(attention_notified_at=None)
+        raise
+    return True
+
+
+def untold_attention_charge_ids() -> list[str]:
+    """Charges that need attention whose owners were not told yet (the sweep's pick)."""
+    return list(
+        Charge.objects.filter(
+            status=ChargeStatus.PENDING,
+            attention_since__isnull=False,
+            attention_notified_at__isnull=True,
+        )
+        .order_by("attention_since", "id")
+        .values_list("pk", flat=True)[:SWEEP_LIMIT]
+    )
+
+
+def notify_missed_charge_attention() -> int:
+    """The sweep: tell the owners of each charge the on-commit task missed; how many told."""
+    return sum(notify_charge_attention(charge_id=pk) for pk in untold_attention_charge_ids())
+
+
+def _charge_page_url(charge: Charge) -> str:
+    """The charge on its order page, where an owner records what the rail's dashboard shows."""
+    return absolute_url(reverse("orders:detail", args=[charge.order_id]) + f"#charge-{charge.pk}")
+
+
+def _email_owners(charge: Charge) -> None:
+    order = charge.order
+    rail = rail_label(charge.rail)
+    amount = format_money(charge.amount)
+    buyer = ", ".join(part for part in (order.buyer_name, order.buyer_email) if part)
+    every = max(1, round(attention_recheck().total_seconds() / 60))
+    lines = [
+        f"A charge on {order.site.name} needs attention: {rail} may have charged the buyer, "
+        "and Sill could not confirm whether it did.",
+        "",
+        f"Order: #{order.number}" + (f" ({buyer})" if buyer else ""),
+        f"Amount: {amount} on {rail}",
+        f"What happened: {charge.attention_reason}",
+        "",
+        "The order stays pending, not cancelled, while the buyer may have been charged. Sill "
+        f"asks {rail} again every {every} minutes. If you can see the answer in {rail}'s "
+        f"dashboard (look for idempotency key {idempotency_key(order)}), record it on the "
+        "order page:",
+        _charge_page_url(charge),
+    ]
+    told = email_members(
+        site_id=order.site_id,
+        roles=TOLD,
+        subject=f"[Sill] Needs attention: a {amount} charge for order #{order.number}",
+        lines=lines,
+    )
+    if not told:
+        logger.warning("charge %s needs attention; site %s has no owner", charge.pk, order.site_id)

@@ -28,7 +28,8 @@ on the charge is only looked up, never charged again, by the sweep every
 ``SILL_CHARGE_ATTENTION_RECHECK_SECONDS``: it succeeds when the rail shows the charge, fails
 (and the order is cancelled) when the rail answers that nothing was charged, and otherwise
 stays as it is for a person to resolve: an owner records what the rail's dashboard shows
-(``sill.orders.charge_attention``).
+(``sill.orders.charge_attention``). The site's owners are emailed once, on the commit that first
+flags it (``orders.notify_attention``).
 
 The sweep (``sill.orders.tasks.recover_stuck_charges``, beat every minute) re-enqueues a
 pending charge whose lease lapsed (a worker killed at any step), whose retry is long overdue
@@ -58,6 +59,7 @@ from sill.orders.charge_lease import (
 )
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
 from sill.orders.services import record_charge_result, set_order_status
+from sill.queue import enqueue_on_commit
 from sill.rails.base import (
     ChargeFinder,
     ChargePending,
@@ -342,6 +344,8 @@ def _flag(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
                 kind="needs_attention",
                 body=charge_body(order, locked, outcome="needs_attention", message=reason[:300]),
             )
+            # By name: the tasks module imports this one (sill.queue).
+            enqueue_on_commit("orders.notify_attention", locked.pk)
     return "needs_attention"
 
 

@@ -218,6 +218,9 @@ class Charge(models.Model):
     # Past its attempt limit with an outcome only the rail (or a person) can settle.
     attention_since = models.DateTimeField(null=True, blank=True)
     attention_reason = models.CharField(max_length=300, blank=True)
+    # When the site's owners were emailed that it needs attention: claimed by conditional
+    # UPDATE before the send, given back if it fails (sill.orders.charge_attention).
+    attention_notified_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -59,3 +59,14 @@ def has_open_dispute(charge: Charge) -> bool:
 def pending_charge_of(order: Order) -> Charge | None:
     """The order's pending charge, if any: a purchase has one (charging takes the oldest)."""
     return order.charges.filter(status=ChargeStatus.PENDING).order_by("created_at").first()
+
+
+def attention_charges_for(site: Site) -> QuerySet[Charge]:
+    """The site's charges that need attention, oldest first (one query with their orders)."""
+    return (
+        Charge.objects.filter(
+            order__site=site, status=ChargeStatus.PENDING, attention_since__isnull=False
+        )
+        .select_related("order")
+        .order_by("attention_since", "id")
+    )

@@ -1,4 +1,5 @@
-"""Celery tasks of orders: charging an agent's purchase. Enqueued on commit."""
+"""Celery tasks of orders: charging an agent's purchase, and telling the owners of a charge that
+needs attention. Enqueued on commit (the notice by name, ``sill.queue``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import timedelta
 from celery import Task, shared_task
 from django.conf import settings
 
+from sill.orders.charge_attention import notify_charge_attention, notify_missed_charge_attention
 from sill.orders.charging import ChargeRetry, charge_order, stuck_charge_order_ids
 
 
@@ -39,5 +41,22 @@ def recover_stuck_charges() -> int:
 
 @shared_task(name="orders.recover_stuck")
 def recover_stuck_charges_task() -> int:
-    """Re-enqueue pending charges whose lease lapsed or whose check is due. Beat: every minute."""
-    return recover_stuck_charges()
+    """Re-enqueue pending charges whose lease lapsed or whose check is due, then email the
+    owners of any charge needing attention they were not told of; how many were re-enqueued.
+    Beat: every minute."""
+    recovered = recover_stuck_charges()
+    # After the recovery: a mail server that refuses fails this run, not the charges' retries.
+    notify_missed_charge_attention()
+    return recovered
+
+
+@shared_task(
+    name="orders.notify_attention",
+    ignore_result=True,
+    autoretry_for=(OSError,),  # SMTP errors are OSErrors; the claim was given back
+    max_retries=5,
+    retry_backoff=30,
+)
+def notify_charge_attention_task(charge_id: str) -> None:
+    """Email the site's owners, once, that a charge needs attention (enqueued on commit)."""
+    notify_charge_attention(charge_id=charge_id)

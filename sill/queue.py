@@ -1,10 +1,12 @@
 """The on-commit queue: services enqueue Celery tasks by name, never by importing them.
 
-``refunds.tasks`` imports the services it calls, so a service that imported a task would close
-an import circle. Enqueuing by name keeps the dependency one way; the task is looked up in the
-Celery registry when the transaction commits (``refunds.apps`` imports ``refunds.tasks`` at
-startup, so every process has it registered). The registry's task is used rather than
-``send_task`` because ``send_task`` ignores ``task_always_eager``, which the tests rely on.
+A tasks module imports the services it calls (``refunds.tasks``, ``sill.orders.tasks``), so a
+service that imported a task would close an import circle. Enqueuing by name keeps the
+dependency one way; the task is looked up in the Celery registry when the transaction commits
+(each app's ``ready()`` imports its tasks module, so every process has them registered). The
+registry's task is used rather than ``send_task`` because ``send_task`` ignores
+``task_always_eager``, which the tests rely on. Here in the foundation so that ``sill/`` and
+the apps above it share it.
 """
 
 from __future__ import annotations
