@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orders", "0006_drop_pattern_twins"),
+        ("orders", "0007_charge_provider_account"),
     ]
 
     operations = [
