@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from celery import Task, shared_task
@@ -14,6 +15,7 @@ from refunds.reconcile.attention import (
     attention_refund_ids_due,
     check_refund_at_rail,
     notify_attention,
+    notify_missed_attention,
 )
 from refunds.reconcile.rail_reports import notify_reversed
 from refunds.reconcile.runs import accounts_due, run_reconciliation
@@ -21,6 +23,8 @@ from refunds.review.decisions import expire_held_refunds
 from refunds.review.failures import notify_failed
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 from refunds.review.slack import Click, decide_click, respond
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(bind=True, name="refunds.execute", max_retries=None, acks_late=True)
@@ -55,10 +59,15 @@ def check_refund_at_rail_task(refund_id: str) -> str:
 
 @shared_task(name="refunds.check_attention")
 def check_attention_refunds_task() -> int:
-    """Enqueue a rail lookup for each refund needing attention that is due. Beat: every minute."""
+    """Enqueue a rail lookup for each refund needing attention that is due, and email the
+    owners and admins of any the on-commit notification missed. Beat: every minute."""
     ids = attention_refund_ids_due()
     for refund_id in ids:
         check_refund_at_rail_task.delay(refund_id)
+    try:
+        notify_missed_attention()
+    except OSError:  # SMTP down: the claims were given back, the next minute tries again
+        logger.warning("refund attention emails not sent: mail is failing", exc_info=True)
     return len(ids)
 
 

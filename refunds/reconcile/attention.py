@@ -63,6 +63,24 @@ def notify_attention(*, refund_id: str) -> bool:
     return True
 
 
+# How many untold refunds one sweep emails about, oldest first (the rest on the next).
+NOTIFY_SWEEP_LIMIT = 500
+
+
+def notify_missed_attention() -> int:
+    """Email the owners and admins of each refund needing attention they were not told about
+    (the on-commit task's message lost, or its retries used up); how many were told. Run by
+    the every-minute ``refunds.check_attention``."""
+    untold = (
+        Refund.objects.filter(
+            status=RefundStatus.NEEDS_ATTENTION, attention_notified_at__isnull=True
+        )
+        .order_by("attention_since", "id")
+        .values_list("pk", flat=True)[:NOTIFY_SWEEP_LIMIT]
+    )
+    return sum(notify_attention(refund_id=pk) for pk in list(untold))
+
+
 def _page_url(refund: Refund) -> str:
     """Where it is resolved: the order page, or a credit's own page (a credit has no order)."""
     if refund.is_credit:

@@ -166,6 +166,25 @@ def test_retries_are_bounded_in_attempts_then_owners_and_admins_get_one_email(
     assert len(mail.outbox) == 1
 
 
+def test_an_email_the_on_commit_task_missed_is_sent_by_the_beat_sweep(
+    yen_order, staff_refund, mock_rail, settings, django_capture_on_commit_callbacks
+):
+    """The owners' email was only sent by a task enqueued on commit: a lost message (a broker
+    restart, a worker killed before it ran) meant no one was ever told."""
+    from refunds.tasks import check_attention_refunds_task
+
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 1
+    _script(mock_rail, refund="timeout")
+    refund = staff_refund(yen_order)
+    with django_capture_on_commit_callbacks(execute=False):  # the enqueue is lost
+        assert execute_refund(refund.id) == "needs_attention"
+    mail.outbox.clear()
+    check_attention_refunds_task()
+    assert len(mail.outbox) == 1 and "Needs attention" in mail.outbox[0].subject
+    check_attention_refunds_task()
+    assert len(mail.outbox) == 1  # once
+
+
 def test_retries_are_bounded_in_elapsed_time(yen_order, staff_refund, mock_rail, settings):
     import time_machine
     from django.utils import timezone
