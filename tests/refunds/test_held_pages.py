@@ -492,5 +492,5 @@ def test_the_order_page_charge_says_what_is_held_of_what_is_refundable(client_fo
     """Seen: the charge card said "Refundable $89.00" while the refund panel beside it said
     nothing more could be refunded: the whole $89.00 was held for review."""
     body = client_for("staff").get(f"/orders/{original.pk}/").content.decode()
-    card = body.split('<article class="charge">')[1].split("</article>")[0]
+    card = body.split('<article class="charge"')[1].split("</article>")[0]
     assert "$89.00 held for review" in " ".join(card.split())
