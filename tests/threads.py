@@ -67,3 +67,56 @@ def row_locked_elsewhere(
             timer.cancel()
         release.set()
         holder.join(timeout=30)
+
+
+def run_while_a_writer_holds_then_appends(
+    *, table: str, row_id: str, site_id: str, run: Callable[[], object]
+) -> object:
+    """``run()`` in a thread while another connection does what a refund, a settlement or a
+    sync does: it holds ``table``'s row ``row_id`` (``FOR UPDATE``), waits until ``run``
+    waits for a row lock, then takes the site's audit chain head and commits. Returns what
+    ``run`` returned, or the exception it raised: a ``run`` that appended before asking for
+    the row deadlocks with the writer (PostgreSQL only)."""
+    import contextlib
+    import time
+
+    import psycopg
+
+    raw = connection.get_new_connection(connection.get_connection_params())
+    raw.autocommit = True
+    outcome: list[object] = []
+
+    def target() -> None:
+        try:
+            outcome.append(run())
+        except Exception as exc:  # returned to the caller
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    def someone_waits_for_a_row_lock() -> bool:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if raw.execute(
+                "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
+                "AND locktype IN ('transactionid', 'tuple')"
+            ).fetchone():
+                return True
+            time.sleep(0.01)
+        return False
+
+    try:
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+            raw.execute("SET deadlock_timeout = '30s'")  # the run is the one that detects it
+        raw.execute("BEGIN")
+        raw.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", [row_id])
+        running = threading.Thread(target=target)
+        running.start()
+        assert someone_waits_for_a_row_lock()
+        raw.execute("SELECT 1 FROM audit_auditchainhead WHERE site_id = %s FOR UPDATE", [site_id])
+        raw.execute("COMMIT")
+        running.join(timeout=60)
+    finally:
+        raw.close()
+    (result,) = outcome
+    return result

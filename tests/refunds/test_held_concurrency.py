@@ -102,12 +102,15 @@ def test_two_concurrent_approvals_refund_once(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_an_approval_that_waited_past_the_deadline_expires_the_refund(
-    needs_postgres, make_order, agent, mock_rail, members
+@pytest.mark.parametrize("decide", [approve_refund, reject_refund], ids=["approve", "reject"])
+def test_a_decision_that_waited_past_the_deadline_expires_the_refund(
+    needs_postgres, make_order, agent, mock_rail, members, decide
 ):
-    """The deadline is judged when the approval holds the refund's lock, not when it was
+    """The deadline is judged when the decision holds the refund's lock, not when it was
     asked: an approval that queued behind another transaction until after the 24 hours
-    expires the refund instead of sending it to the rail."""
+    expires the refund instead of sending it to the rail. A rejection read the clock before
+    the lock, so one that queued as long was recorded as a reviewer's rejection of a refund
+    that had expired."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -116,37 +119,12 @@ def test_an_approval_that_waited_past_the_deadline_expires_the_refund(
 
     refund = hold_refund(order=make_order(), agent=agent)
     Refund.objects.filter(pk=refund.pk).update(expires_at=timezone.now() + timedelta(seconds=1))
-    # The deadline passes while the approval waits for the lock.
+    # The deadline passes while the decision waits for the lock.
     with (
         row_locked_elsewhere(Refund, refund.pk, release_after=2.0),
         pytest.raises(DecisionRefused) as refused,
     ):
-        approve_refund(refund=Refund.objects.get(pk=refund.pk), actor=members["admin"].user)
+        decide(refund=Refund.objects.get(pk=refund.pk), actor=members["admin"].user)
     assert refused.value.code == "expired"
     assert Refund.objects.get(pk=refund.pk).status == "expired"
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_rejection_that_waited_past_the_deadline_expires_the_refund(
-    needs_postgres, make_order, agent, members
-):
-    """As for an approval: a rejection read the clock before waiting for the refund's lock,
-    so one that queued until after the 24 hours was recorded as a reviewer's rejection of a
-    refund that had expired."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from refunds.review.decisions import DecisionRefused, reject_refund
-
-    refund = hold_refund(order=make_order(), agent=agent)
-    Refund.objects.filter(pk=refund.pk).update(expires_at=timezone.now() + timedelta(seconds=1))
-    with (
-        row_locked_elsewhere(Refund, refund.pk, release_after=2.0),
-        pytest.raises(DecisionRefused) as refused,
-    ):
-        reject_refund(refund=Refund.objects.get(pk=refund.pk), actor=members["admin"].user)
-    assert refused.value.code == "expired"
-    assert Refund.objects.get(pk=refund.pk).status == "expired"
