@@ -19,6 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
+from sill import errors
 from sill.accounts import two_factor
 from sill.accounts.models import Membership, Role, Site
 
@@ -69,6 +70,28 @@ def can(membership: Membership | None, cap: Cap) -> bool:
     if membership.role == Role.STAFF and cap == Cap.REFUND:
         return membership.can_refund
     return cap in _ROLE_CAPS.get(membership.role, frozenset())
+
+
+def require_member(actor: Any, site_id: str, cap: Cap, *, owner: bool = False) -> Membership:
+    """The services' own role check: ``actor``'s membership of site ``site_id``, when its role
+    allows ``cap`` (and is an owner's, with ``owner``); otherwise
+    :class:`sill.errors.PermissionDenied` (403 ``forbidden``), before the service reads or
+    writes anything of the change.
+
+    Views check first (:func:`site_view`, and their own words for an owner-only action); a
+    service that changes money or a site's rules checks again, so that a caller which did not
+    (a task, Slack, a script, a new API) cannot act beyond the member's role. ``actor`` is a
+    user; no user (a system caller), a deactivated one or one without a membership of the
+    site is refused like a role that does not allow ``cap``.
+    """
+    membership = None
+    if getattr(actor, "is_authenticated", False) and getattr(actor, "is_active", False):
+        membership = Membership.objects.filter(user_id=actor.pk, site_id=site_id).first()
+    if membership is None or not can(membership, cap):
+        raise errors.PermissionDenied("Your role on this site does not allow this.")
+    if owner and membership.role != Role.OWNER:
+        raise errors.PermissionDenied("Only an owner of this site can do this.")
+    return membership
 
 
 @dataclass(frozen=True)
