@@ -26,6 +26,7 @@ from refunds.labels import refund_headline
 from refunds.models import Refund, RefundStatus
 from refunds.review.notifications import DECIDERS
 from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
+from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.accounts.notices import absolute_url, email_members
 from sill.errors import ExecutionInProgress, SillError
@@ -132,12 +133,13 @@ def resolve_attention(
 ) -> Refund:
     """An owner records what the provider's dashboard shows for this refund.
 
-    The caller has checked that ``actor`` is an owner of the refund's site. ``outcome`` is
+    ``actor`` must be an owner of the refund's site (else ``forbidden``, 403). ``outcome`` is
     the form's text as posted: ``refunded`` needs the provider's refund id and settles;
     ``not_refunded`` releases the reservation; anything else is ``invalid_field``, and so is
     a refund id Sill already counts (:func:`_refuse_a_counted_id`). Refused while an
     execution holds the refund (``execution_in_progress``). A refusal changes nothing.
     """
+    require_member(actor, refund.site_id, Cap.DECIDE_HELD, owner=True)
     provider_refund_id = provider_refund_id.strip()
     note = note.strip()[:1000]
     if outcome not in ("refunded", "not_refunded"):

@@ -54,9 +54,9 @@ from refunds.reconcile.differences import (
     differences,
     missed_disputes,
 )
-from sill.accounts.access import Cap, can
-from sill.accounts.models import Membership, Site
-from sill.errors import NotFound, PermissionDenied, SillError
+from sill.accounts.access import Cap, require_member
+from sill.accounts.models import Site
+from sill.errors import NotFound, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund
 from sill.rails.base import ChargeReader, CreditReader
 from sill.rails.charge_sync import sync_charge
@@ -318,9 +318,7 @@ def resolve_item(
     ``invalid_field``); the note is required. Another site's item is ``not_found``; an item
     resolved meanwhile is :class:`AlreadyResolved`.
     """
-    membership = Membership.objects.filter(site=site, user=actor).first()
-    if not can(membership, RECONCILE_CAP):
-        raise PermissionDenied("Only an owner or an admin can resolve reconciliation items.")
+    require_member(actor, site.pk, RECONCILE_CAP)
     if resolution not in PERSON_RESOLUTIONS:
         raise SillError(
             "Choose how this difference was resolved.", code="invalid_field", field="resolution"

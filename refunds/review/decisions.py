@@ -42,6 +42,7 @@ from refunds.models import Decision, Refund, RefundStatus
 from refunds.quote import Quote, RefundRefused, quote_refund
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import HOLD_FOR, enqueue_execution, refund_body, reserve, transition
+from sill.accounts.access import Cap, require_member
 from sill.errors import SillError
 from sill.money import Money
 from sill.orders.models import Charge, Order
@@ -84,12 +85,14 @@ def approve_refund(
 ) -> Refund:
     """Approve a held refund and execute it on its rail (once this transaction commits).
 
-    Raises :class:`AlreadyDecided` (409) when it is no longer held,
-    :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
+    Raises ``forbidden`` (403) unless ``actor`` is a member of the refund's site whose role
+    decides held refunds (an owner or admin), :class:`AlreadyDecided` (409) when it is no
+    longer held, :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
     :class:`DecisionRefused` (409) — after committing the refund's closing — when it expired
     or the charge changed since it was held (open dispute, less left to refund, its shop no
     longer connected).
     """
+    require_member(actor, refund.site_id, Cap.DECIDE_HELD)
     asked_at = now or timezone.now()
     note = note.strip()[:NOTE_MAX_LENGTH]
     if refund.requested_by_id is None or refund.requested_by_id != actor.pk:
@@ -171,10 +174,13 @@ def reject_refund(
 ) -> Refund:
     """Reject a held refund: nothing is sent to the rail.
 
-    The requester may reject (withdraw) their own request. Raises :class:`AlreadyDecided`
-    when it is no longer held, and :class:`DecisionRefused` (code ``expired``) — after
-    recording the expiry — when its 24 hours had already run out.
+    The requester may reject (withdraw) their own request, if their role decides held refunds.
+    Raises ``forbidden`` (403) unless ``actor`` is a member of the refund's site whose role
+    decides held refunds, :class:`AlreadyDecided` when it is no longer held, and
+    :class:`DecisionRefused` (code ``expired``) — after recording the expiry — when its 24
+    hours had already run out.
     """
+    require_member(actor, refund.site_id, Cap.DECIDE_HELD)
     note = note.strip()[:NOTE_MAX_LENGTH]
     with transaction.atomic():
         locked = _lock_held(refund)

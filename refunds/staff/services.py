@@ -36,6 +36,7 @@ from refunds.quote import Quote, RefundRefused, charged_charge, quote_refund
 from refunds.reasons.selectors import pickable_reason
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import decide_and_open
+from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.money import Money, format_money
@@ -252,7 +253,8 @@ def create_staff_refund(
     now: datetime | None = None,
     on_opened: Callable[[Refund], None] | None = None,
 ) -> Refund:
-    """Refund ``order`` on behalf of ``actor`` (access already checked by the caller).
+    """Refund ``order`` on behalf of ``actor``, a member of ``site`` whose role may refund
+    (owners, admins, staff allowed to refund; else ``forbidden``, 403, before anything is read).
 
     ``kind`` is ``"full"`` (everything still refundable), ``"amount"`` (``amount``: more than
     zero, at most what remains, else ``exceeds_refundable`` naming the maximum) or
@@ -269,6 +271,7 @@ def create_staff_refund(
     whatever it writes commits (or rolls back) with the refund, and an exception it raises
     undoes the refund (``refunds.staff.idempotency`` links its key to the refund this way).
     """
+    require_member(actor, site.pk, Cap.REFUND)
     if kind not in KINDS:
         raise SillError(
             "Choose a full, fixed-amount or percentage refund.", code="invalid_field", field="kind"

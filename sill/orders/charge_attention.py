@@ -35,6 +35,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.services import append_record
+from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Role
 from sill.accounts.notices import absolute_url, email_members
 from sill.errors import ExecutionInProgress, SillError
@@ -137,11 +138,13 @@ def resolve_charge_attention(
 ) -> Charge:
     """An owner records what the rail's dashboard shows for ``charge``; returns it settled.
 
-    The caller has checked that ``actor`` is an owner of the charge's site. The form's text
+    ``actor`` must be an owner of the charge's site (else ``forbidden``, 403). The form's text
     goes through :func:`parse_resolution`. Refused: ``execution_in_progress`` (409) while a
     worker or the sweep holds the charge, ``already_resolved`` (409) when it does not need
     attention (any more), ``invalid_field`` for bad input or an id another charge holds.
     """
+    site_id = Order.objects.filter(pk=charge.order_id).values_list("site_id", flat=True).first()
+    require_member(actor, site_id or "", Cap.DECIDE_HELD, owner=True)
     resolution = parse_resolution(
         outcome=outcome,
         provider_charge_id=provider_charge_id,
