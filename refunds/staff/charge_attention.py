@@ -85,6 +85,15 @@ def dashboard_charges(ctx: SiteContext) -> list[Charge]:
     return list(attention_charges_for(ctx.site)[:DASHBOARD_LIMIT])
 
 
+def dashboard_charge_count(ctx: SiteContext, listed: list[Charge]) -> int:
+    """How many charges need attention, for the to-do strip: ``listed`` (what
+    :func:`dashboard_charges` gave) counts them when it is not cut at the limit, so only a site
+    with more than that many pays a COUNT."""
+    if len(listed) < DASHBOARD_LIMIT:
+        return len(listed)
+    return attention_charges_for(ctx.site).count()
+
+
 def confirmation_for(
     order: Order, charge: Charge, resolution: ChargeResolution
 ) -> ChargeConfirmation:

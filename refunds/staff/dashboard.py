@@ -68,8 +68,14 @@ def _counts(site: Site, since: Any) -> dict[str, int]:
     )
 
 
-def todo_strip(ctx: SiteContext, counts: dict[str, int], to_reconcile: int) -> list[Todo]:
-    """The counts that ask for someone, each linking to its list (only the viewer's lists)."""
+def todo_strip(
+    ctx: SiteContext, counts: dict[str, int], to_reconcile: int, charges: int = 0
+) -> list[Todo]:
+    """The counts that ask for someone, each linking to its list (only the viewer's lists).
+
+    ``charges``: the purchases' charges that need attention, shown to owners and admins
+    (who see them listed on the dashboard) only while there are any: a site that takes no
+    purchases never has one, and a zero would only ask what it means."""
     refunds = reverse("refunds:list")
     items = []
     if ctx.can(Cap.VIEW_HELD):
@@ -83,6 +89,11 @@ def todo_strip(ctx: SiteContext, counts: dict[str, int], to_reconcile: int) -> l
         Todo("failed", "Failed, not refunded again", counts["failed"],
              f"{refunds}?status=failed_open", "bad")
     )  # fmt: skip
+    if ctx.can(Cap.DECIDE_HELD) and charges:
+        items.append(
+            Todo("charges", "Charges need attention", charges,
+                 reverse("orders:dashboard") + "#dashboard-charge-attention", "bad")
+        )  # fmt: skip
     if ctx.can(Cap.DECIDE_HELD):
         items.append(
             Todo("reconcile", "To reconcile", to_reconcile, reverse("refunds:reconcile"), "info")
@@ -167,8 +178,9 @@ def setup_steps(site: Site) -> list[SetupStep]:
     ]  # fmt: skip
 
 
-def dashboard_context(ctx: SiteContext) -> dict[str, Any]:
-    """Everything the dashboard draws beyond the headline figures (a fixed number of queries)."""
+def dashboard_context(ctx: SiteContext, *, charges_needing_attention: int = 0) -> dict[str, Any]:
+    """Everything the dashboard draws beyond the headline figures (a fixed number of queries);
+    ``charges_needing_attention`` goes to the to-do strip (:func:`todo_strip`)."""
     site = ctx.site
     since = timezone.now() - timedelta(days=DAYS)
     counts = _counts(site, since)
@@ -181,7 +193,7 @@ def dashboard_context(ctx: SiteContext) -> dict[str, Any]:
     top_reasons = _top_reasons(site, since)
     steps = setup_steps(site) if ctx.can(Cap.MANAGE_SETTINGS) else []
     return {
-        "todos": todo_strip(ctx, counts, to_reconcile),
+        "todos": todo_strip(ctx, counts, to_reconcile, charges_needing_attention),
         "per_day": _per_day(site, since),
         "latency": _latency(site, since),
         "top_reasons": top_reasons,

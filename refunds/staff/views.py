@@ -47,6 +47,7 @@ from refunds.staff.charge_attention import (
     ChargeAttentionForm,
     charge_attention_context,
     confirmation_for,
+    dashboard_charge_count,
     dashboard_charges,
     outcome_message,
 )
@@ -85,14 +86,15 @@ FORM_WAIT_SECONDS = 10.0
 @site_view(Cap.VIEW_ORDERS)
 def dashboard(request: SiteRequest) -> HttpResponse:
     """The to-do strip, 30 days of refunds as charts, the setup checklist and recent orders."""
-    site = request.site_ctx.site
-    recent = orders_with_refund_state(site, ListFilters())[:8]
+    ctx = request.site_ctx
+    recent = orders_with_refund_state(ctx.site, ListFilters())[:8]
+    charges = dashboard_charges(ctx)
     context = {
         "recent": recent,
         "attention": dashboard_attention(request),
-        "attention_charges": dashboard_charges(request.site_ctx),
-        **dashboard_figures(site),
-        **dashboard_context(request.site_ctx),
+        "attention_charges": charges,
+        **dashboard_figures(ctx.site),
+        **dashboard_context(ctx, charges_needing_attention=dashboard_charge_count(ctx, charges)),
     }
     return render(request, "orders/dashboard.html", context)
 

@@ -13,6 +13,7 @@ from refunds.execution import execute_refund
 from refunds.models import Refund
 from refunds.staff.charts import nice_max, percentile
 from sill.orders.models import Charge
+from tests.orders.in_doubt import charge_in_doubt
 from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
@@ -41,6 +42,35 @@ def test_the_to_do_strip_counts_held_failed_and_attention_and_links_to_lists(
     # The list the strip links to shows that refund.
     failed = client_for("owner").get("/refunds/", {"status": "failed_open"}).content.decode()
     assert f"#{order.number}" in failed
+
+
+CHARGES_TODO = 'href="/#dashboard-charge-attention"><strong class="todo-count">{}</strong>'
+
+
+def test_the_to_do_strip_counts_charges_needing_attention_for_those_who_see_them(
+    client_for, make_order, agent
+):
+    assert "Charges need attention" not in client_for("owner").get("/").content.decode()
+    order = make_order(
+        status="PENDING", charged=False, placed_by_agent=agent, source_mandate_id="mnd_doubt"
+    )
+    charge = charge_in_doubt(order)
+    for persona in ("owner", "admin"):
+        body = client_for(persona).get("/").content.decode()
+        assert CHARGES_TODO.format(1) in body, persona
+        assert 'id="dashboard-charge-attention"' in body  # where the strip's link goes
+    for persona in ("reviewer", "staff"):
+        assert "Charges need attention" not in client_for(persona).get("/").content.decode()
+    # Past the dashboard's list of 20, the strip still counts them all.
+    for i in range(21):
+        Charge.objects.create(
+            order=make_order(status="PENDING", charged=False, email=f"b{i}@example.com"),
+            rail="mock", amount_minor=500, currency="USD", attention_since=timezone.now(),
+            attention_reason="The rail did not answer.",
+        )  # fmt: skip
+    body = client_for("owner").get("/").content.decode()
+    assert CHARGES_TODO.format(22) in body
+    assert body.count('href="/orders/') >= 20 and str(charge.order.number) in body
 
 
 def test_the_charts_are_inline_svg_with_a_title_and_a_table(
