@@ -30,6 +30,7 @@ from sill.http import SiteRequest
 from sill.orders.models import Rail
 from sill.rails import connection, services
 from sill.rails.forms import EnabledForm, PayPalForm, ShopifyForm, StripeForm, WooCommerceForm
+from sill.rails.left_behind import ACCOUNT_RAILS, LeftBehind, left_behind
 from sill.rails.models import RailAccount, RailMode
 from sill.rails.paypal import connect as paypal_connect
 from sill.rails.secrets import RailSecretUnreadable
@@ -91,6 +92,9 @@ class RailCard:
     # "Test connection": offered when there is something to test; its answer after a POST.
     testable: bool = False
     check: connection.ConnectionCheck | None = None
+    # Shopify and WooCommerce: orders of earlier shops or stores still refundable, which Sill
+    # refuses while another one is connected (sill.rails.left_behind).
+    left_behind: list[LeftBehind] = field(default_factory=list)
 
     @property
     def enabled(self) -> bool:
@@ -140,6 +144,10 @@ def _card(site: Site, rail: str, account: RailAccount | None) -> RailCard:
         )
     if rail == Rail.PAYPAL:
         _paypal_card(site, card, account)
+    if rail in ACCOUNT_RAILS and account is not None:
+        card.left_behind = left_behind(
+            site_id=site.pk, rail=rail, connected=account.connected_account
+        )
     return card
 
 
@@ -362,11 +370,18 @@ def shopify_configure(request: SiteRequest) -> HttpResponse:
         card.error = error
         return _render(request, card, status=422)
     message = f"Store {account.connected_account} saved."
+    message += _left_behind_words(site, Rail.SHOPIFY, account)
     if missing:
         message += " The token lacks " + ", ".join(missing) + ": see below."
     if not account.enabled:
         message += " The rail is still off: switch it on to refund through Shopify."
     return _done(request, Rail.SHOPIFY, message)
+
+
+def _left_behind_words(site: Site, rail: str, account: RailAccount) -> str:
+    """After a save: the orders of earlier accounts Sill now refuses to refund, in words."""
+    left = left_behind(site_id=site.pk, rail=rail, connected=account.connected_account)
+    return "".join(" " + each.sentence for each in left)
 
 
 def _refused(
@@ -406,6 +421,7 @@ def woocommerce_configure(request: SiteRequest) -> HttpResponse:
     except SillError as error:
         return _refused(request, Rail.WOOCOMMERCE, form, error)
     message = f"Store {account.connected_account} saved: the keys can read its orders."
+    message += _left_behind_words(request.site_ctx.site, Rail.WOOCOMMERCE, account)
     if not account.enabled:
         message += " It is still off: switch it on once Stripe is connected."
     return _done(request, Rail.WOOCOMMERCE, message)

@@ -302,3 +302,29 @@ def test_the_held_pages_link_opens_the_order_in_its_own_shops_admin(site, shopif
     connect(OTHER)
     link = charge_link(Charge.objects.select_related("order").get(order=order))
     assert link is not None and link.url == f"https://{SHOP}/admin/orders/{placed.id}"
+
+
+def test_the_rails_page_says_which_orders_a_switch_leaves_behind(
+    site, shopify, other, connect, client_for, settings
+):
+    """The merchant learns it from the switch and the card, not one refused refund at a time:
+    per earlier shop, how many orders still have money to refund, and how much."""
+    _synced(site, shopify, total="40.00")
+    _synced(site, shopify, total="25.00", refunded="5.00")
+    _synced(site, shopify, total="10.00", refunded="10.00")  # nothing left: not counted
+    client = client_for("owner")
+    assert "Orders of an earlier shop" not in client.get("/settings/rails/").content.decode()
+
+    switched = client.post(
+        "/settings/rails/shopify/",
+        {"shop_domain": OTHER, "access_token": TOKEN, "api_base": other.url},
+        follow=True,
+    )
+
+    said = f"2 orders from {SHOP} ($60.00 still refundable)"
+    page = switched.content.decode()
+    assert f"Store {OTHER} saved. {said}" in page  # the message after the switch
+    assert "Orders of an earlier shop" in page and said in page  # and the card
+    assert f"until {SHOP} is connected again" in page
+    connect(SHOP)  # back to A: nothing is left behind
+    assert "Orders of an earlier shop" not in client.get("/settings/rails/").content.decode()
