@@ -1,9 +1,12 @@
 """A loopback Shopify Admin API: GraphQL over ``POST /admin/api/<version>/graphql.json`` and
 ``GET /admin/oauth/access_scopes.json``, with state (shop and plan, customers, orders,
 transactions, refunds, disputes), answering in Shopify's shapes: ``data`` + ``extensions.cost``,
-``userErrors``, ``THROTTLED`` errors with ``extensions.cost.throttleStatus``, ``ACCESS_DENIED``
-errors with partial data when a scope is missing, 401 with a string ``errors``, 429 with
-``Retry-After``. Sill reaches it through the real ShopifyAPI client (``api_base``).
+``userErrors``, ``THROTTLED`` errors with ``extensions.cost.throttleStatus`` (and, on request,
+in the older shape whose error carries the message ``Throttled`` alone), ``MAX_COST_EXCEEDED``
+for a query whose requested cost passes 1,000 points (tests/rails/shopify_cost.py, Shopify's
+documented rules), ``ACCESS_DENIED`` errors with partial data when a scope is missing, 401 with
+a string ``errors``, 429 with ``Retry-After``. Sill reaches it through the real ShopifyAPI
+client (``api_base``); ``requests`` keeps each query's text as sent.
 
 It dispatches on the operation name Sill sends (it parses no GraphQL), but checks what Shopify
 would refuse: the access token, and ``refundCreate`` without ``@idempotent`` (2026-04). It cuts
@@ -24,6 +27,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.rails.shopify_cost import MAX_COST, requested_cost
 
 TOKEN = "shpat_0123456789abcdef0123456789abcdef"
 SHOP = "sill-dev.myshopify.com"
@@ -80,9 +85,14 @@ class ShopifyStub:
     orders: dict[int, StubOrder] = field(default_factory=dict)
     customers: dict[int, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # Every GraphQL request as sent: operation name, query text, variables.
+    requests: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     # Scripted trouble, each consumed by the next matching call.
     throttle: dict[str, int] = field(default_factory=dict)  # operation → THROTTLED answers
     throttle_wait: float = 0.2  # what the throttleStatus makes the wait
+    # Throttled answers in the older shape: ``{"message": "Throttled"}`` with no code.
+    throttle_without_code: bool = False
+    http_429_retry_after: str = "0.2"
     http_429: dict[str, int] = field(default_factory=dict)
     http_500: dict[str, int] = field(default_factory=dict)
     user_errors: list[dict[str, Any]] = field(default_factory=list)
@@ -520,6 +530,23 @@ def _idempotency_error(code: str, message: str) -> dict[str, Any]:
     }
 
 
+def _max_cost_exceeded(cost: int) -> dict[str, Any]:
+    return {
+        "errors": [
+            {
+                "message": f"Query cost is {cost}, which exceeds the single query max cost "
+                f"limit ({MAX_COST}).",
+                "extensions": {
+                    "code": "MAX_COST_EXCEEDED",
+                    "cost": cost,
+                    "maxCost": MAX_COST,
+                    "documentation": "https://shopify.dev/api/usage/rate-limits",
+                },
+            }
+        ]
+    }
+
+
 def _cost(requested: float, available: float, rate: float = 100.0) -> dict[str, Any]:
     return {
         "cost": {
@@ -586,8 +613,15 @@ class _Handler(BaseHTTPRequestHandler):
             entered, release = paused
             entered.set()
             release.wait(timeout=30)
+        query = str(request.get("query") or "")
         with stub.lock:
             stub.calls.append((op, variables))
+            stub.requests.append((op, query, variables))
+            cost = requested_cost(query, variables)
+            if cost > MAX_COST:
+                # Refused before it runs, whatever the bucket holds; nothing is spent.
+                self._send(200, _max_cost_exceeded(cost))
+                return
             if stub.http_429.get(op):
                 stub.http_429[op] -= 1
                 self._send(
@@ -595,7 +629,7 @@ class _Handler(BaseHTTPRequestHandler):
                     {
                         "errors": "Exceeded 2 calls per second for api client. Reduce request rates to resume uninterrupted service."
                     },
-                    {"Retry-After": "0.2"},
+                    {"Retry-After": stub.http_429_retry_after},
                 )
                 return
             if stub.http_500.get(op):
@@ -607,23 +641,17 @@ class _Handler(BaseHTTPRequestHandler):
             if stub.throttle.get(op):
                 stub.throttle[op] -= 1
                 rate = 100.0
-                self._send(
-                    200,
-                    {
-                        "errors": [
-                            {
-                                "message": "Throttled",
-                                "extensions": {
-                                    "code": "THROTTLED",
-                                    "documentation": "https://shopify.dev/api/usage/rate-limits",
-                                },
-                            }
-                        ],
-                        "extensions": _cost(10 + stub.throttle_wait * rate, 10.0, rate),
-                    },
-                )
+                error: dict[str, Any] = {"message": "Throttled"}
+                if not stub.throttle_without_code:
+                    error["extensions"] = {
+                        "code": "THROTTLED",
+                        "documentation": "https://shopify.dev/api/usage/rate-limits",
+                    }
+                extensions = _cost(10 + stub.throttle_wait * rate, 10.0, rate)
+                extensions["cost"]["actualQueryCost"] = None  # nothing ran
+                self._send(200, {"errors": [error], "extensions": extensions})
                 return
-            status, body = stub.answer(op, str(request.get("query") or ""), variables)
+            status, body = stub.answer(op, query, variables)
         self._send(status, body)
 
 

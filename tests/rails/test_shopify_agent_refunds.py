@@ -144,6 +144,15 @@ def test_when_the_store_cannot_say_it_is_a_test_nothing_moves(site, shopify, syn
     assert shopify.refund_creates() == []
 
 
+def test_when_shopify_throttles_the_facts_read_nothing_moves(site, shopify, synced, api, sign):
+    """A throttled read is no fact: live money is unknown, and the refund is refused."""
+    _order, placed = synced()
+    shopify.throttle, shopify.throttle_wait = {"SillChargeFacts": 10}, 30.0
+    answer = api(sign(shopify_intent(str(placed.id)))).json()
+    assert (answer["decision"], answer["reason"]) == ("rejected", "live_not_allowed"), answer
+    assert shopify.refund_creates() == []
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_policy_replaced_while_the_rails_facts_are_read_decides_the_refund(
     site, shopify, synced, api, sign

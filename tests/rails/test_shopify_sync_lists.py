@@ -15,6 +15,7 @@ from django.core.management import call_command
 
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.base import RailError
+from sill.rails.shopify.rail import LISTS_MAX
 from sill.rails.shopify.sync import sync_orders
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +83,7 @@ def test_an_order_with_more_than_shopify_lists_is_not_brought_in_and_is_named(
     call_command("rails", "sync-shopify", "--site", site.pk)
     out = capsys.readouterr().out
     assert "1 created" in out and "1 not recorded whole" in out
-    assert placed.gid in out and f"250 {cut}" in out
+    assert placed.gid in out and f"{LISTS_MAX[cut]} {cut}" in out
     assert not Order.objects.filter(charges__provider_payment_id=str(placed.id)).exists()
     assert not ExternalRefund.objects.exists()
 
@@ -97,8 +98,11 @@ def test_an_order_sill_holds_that_passes_what_shopify_lists_gets_the_refunds_rea
     # Each refund read is Shopify's, so counting it only lowers what Sill holds refundable;
     # the order is not counted as updated: Sill knows it has not read all of it.
     assert (report.incomplete, report.updated, report.unchanged) == (1, 0, 0)
-    assert report.outside_refunds == 250
-    assert Charge.objects.get(order__site=site).amount_refunded_outside_minor == 12500
+    assert report.outside_refunds == LISTS_MAX["refunds"]
+    assert (
+        Charge.objects.get(order__site=site).amount_refunded_outside_minor
+        == 50 * LISTS_MAX["refunds"]
+    )
 
 
 def test_a_failed_read_of_the_rest_of_an_order_still_ends_the_sync(site, shopify, shopify_account):

@@ -32,4 +32,5 @@ def rail_from_account(account: RailAccount) -> Rail:
         client=client,
         allow_live=bool(settings.SILL_ALLOW_LIVE),
         fact_timeout=float(settings.SILL_RAIL_FACT_TIMEOUT_SECONDS),
+        sync_throttle_seconds=float(getattr(settings, "SILL_SHOPIFY_SYNC_THROTTLE_SECONDS", 300)),
     )

@@ -188,10 +188,11 @@ class ShopifyClient:
     ) -> GraphQLResult:
         """Run one GraphQL operation; a short throttle is waited out once.
 
-        Raises ``ShopifyThrottled`` (``THROTTLED``, 429), ``RetryableRailError`` (5xx, and a
-        lost connection on a read), ``AmbiguousRailError`` (a mutation whose answer was lost:
-        a timeout or a 5xx, after which Shopify may have acted), ``PermanentRailError`` (401,
-        403, 4xx, other GraphQL errors). ``ACCESS_DENIED`` errors are returned in
+        Raises ``ShopifyThrottled`` (``THROTTLED``, 429: nothing was executed),
+        ``RetryableRailError`` (5xx, and a lost connection on a read), ``AmbiguousRailError``
+        (a mutation whose answer was lost: a timeout or a 5xx, after which Shopify may have
+        acted), ``PermanentRailError`` (401, 403, 4xx, ``MAX_COST_EXCEEDED`` as
+        ``rail_error``, other GraphQL errors). ``ACCESS_DENIED`` errors are returned in
         ``denied`` with the partial data, so a missing optional scope only blanks its fields.
         """
         for attempt in range(2):
@@ -252,9 +253,19 @@ class ShopifyClient:
         denied: list[str] = []
         for error in errors:
             code = str((error.get("extensions") or {}).get("code") or "")
-            if code == "THROTTLED":
+            if code == "THROTTLED" or (not code and error.get("message") == "Throttled"):
+                # Older answers name it by the message alone ({"message": "Throttled"}): read
+                # as any other error, a throttled refund was failed as if Shopify declined it.
                 cost = (answer.get("extensions") or {}).get("cost") or {}
                 raise ShopifyThrottled(f"{doing}: throttled", retry_after=_throttle_wait(cost))
+            if code == "MAX_COST_EXCEEDED":
+                # Sill's query asks for too much (refused before it ran): Sill's to fix, and
+                # no answer about the refund or order it asked after, so not a decline.
+                raise PermanentRailError(
+                    f"{doing}: Shopify refused the query as too costly "
+                    f"({self._scrub(str(error.get('message') or code))})",
+                    code="rail_error",
+                )
             if code == "ACCESS_DENIED":
                 denied.append(".".join(str(p) for p in error.get("path") or []) or "?")
                 continue

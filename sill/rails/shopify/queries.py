@@ -9,10 +9,14 @@ SHOP = (
     "query SillShop { shop { name myshopifyDomain plan { partnerDevelopment publicDisplayName } } }"
 )
 
+# A refund's transactions read with it: enough for its state (one succeeded is enough), few
+# enough that a list of refunds fits Shopify's cost limit (sill.rails.shopify.rail).
+REFUND_TRANSACTIONS = 5
+
 LINE_ITEM = f"sku name quantity originalUnitPriceSet {{ {MONEY} }}"
 TRANSACTION = f"id kind status test createdAt processedAt amountSet {{ {MONEY} }}"
 REFUND = f"""id createdAt note totalRefundedSet {{ {MONEY} }}
-    transactions(first: 10) {{ nodes {{ status kind }} }}"""
+    transactions(first: {REFUND_TRANSACTIONS}) {{ nodes {{ status kind }} }}"""
 
 # ``lineItems`` is a connection, read on by cursor (SillOrderLines). ``transactions`` and
 # ``refunds`` are plain lists: Shopify cuts each at ``first``, says nothing of what it left out

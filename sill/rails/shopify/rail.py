@@ -21,21 +21,38 @@ a retry after "not found" is still safe, because it carries the same idempotency
 An order is read whole or marked otherwise (:meth:`ShopifyRail.order`, :meth:`ShopifyRail.orders`):
 its line items are a connection, read on by cursor; its transactions and refunds are plain
 lists that Shopify cuts at the ``first`` asked for, silently, with no cursor to read on. A list
-that came back as long as asked is read again alone at Shopify's largest size (``LISTS_MAX``);
-one that fills even that may hold more than Shopify will list, and the order is marked ``cut``:
-the sync never records it as whole, and reconciliation does not compare its refunds.
+that came back as long as asked is read again alone at the largest size one query may ask for
+(``LISTS_MAX``); one that fills even that may hold more than can be read, and the order is
+marked ``cut``: the sync never records it as whole, and reconciliation does not compare its
+refunds.
+
+Every size here keeps its query under Shopify's limit of 1,000 points for one query (a query
+asking for more is refused, ``MAX_COST_EXCEEDED``, and never runs). By Shopify's documented
+cost rules (an object 1, a scalar 0, a connection 2 plus ``first`` times one node, a plain list
+``first`` times one item), one order of the order fragment costs
+``8 + 3·lines + 3·transactions + (5 + REFUND_TRANSACTIONS)·refunds`` = 103 with the sizes read
+with it, so a page of ``ORDERS_PAGE`` orders costs 2 + 8·103 + 1 = 827; a refund costs 10 with its
+5 transactions, so refunds read alone stop at 90 (904 points), transactions alone at 250 (751)
+and line items at 250 a page (754). tests/rails/test_shopify_query_cost.py computes the cost of
+each query Sill sends and holds it under the limit.
+
+The sync waits Shopify's rate limit out (:meth:`ShopifyRail.orders`): a throttled read did
+nothing and its cursor stays good, so after the wait ``throttleStatus`` or ``Retry-After`` asks
+for, the same read goes on where it was, within ``sync_throttle_seconds`` of waiting in all.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from sill.money import Money
 from sill.rails.base import (
+    CannotLookUp,
     ChargeRequest,
     ChargeResult,
     CustomerHistory,
@@ -51,7 +68,13 @@ from sill.rails.base import (
 )
 from sill.rails.fact_reads import read_at_once
 from sill.rails.shopify import queries
-from sill.rails.shopify.client import ShopifyClient, refused_key, refuses_key
+from sill.rails.shopify.client import (
+    GraphQLResult,
+    ShopifyClient,
+    ShopifyThrottled,
+    refused_key,
+    refuses_key,
+)
 from sill.rails.shopify.orders import (
     ShopifyOrder,
     SkippedOrder,
@@ -65,22 +88,25 @@ from sill.rails.shopify.orders import (
 
 logger = logging.getLogger(__name__)
 
-ORDERS_PAGE = 50
+# Sizes that keep each query under Shopify's 1,000 points (see the module's docstring).
+ORDERS_PAGE = 8
 # Line items read with an order, and then per read of the rest (by cursor).
-LINES_WITH_ORDER = 100
+LINES_WITH_ORDER = 10
 LINES_PAGE = 250
 # An order's line item pages, at most (Shopify paginates no list past 25,000 items).
 MAX_LINE_PAGES = 100
 # Transactions and refunds read with an order; an order with as many of either is read again
-# for that list alone, at most LISTS_MAX (the largest page Shopify serves anywhere). A list as
-# long as that may have been cut: Shopify's plain lists say nothing of what they left out.
-LISTS_WITH_ORDER = 50
-LISTS_MAX = 250
+# for that list alone, at most LISTS_MAX of it (what one query may ask for). A list as long as
+# that may have been cut: Shopify's plain lists say nothing of what they left out.
+LISTS_WITH_ORDER = 5
+LISTS_MAX = {"transactions": 250, "refunds": 90}
 _ORDER_LISTS = {
     "lines": LINES_WITH_ORDER,
     "transactions": LISTS_WITH_ORDER,
     "refunds": LISTS_WITH_ORDER,
 }
+# How long one sync waits for Shopify's rate limit in all before it ends with the error.
+SYNC_THROTTLE_SECONDS = 300.0
 # The most order pages one sync reads (a million orders): a store that never ends its list
 # stops the sync with an error rather than running it forever.
 MAX_ORDER_PAGES = 20_000
@@ -107,11 +133,19 @@ class ShopifyRail:
     name = "shopify"
 
     def __init__(
-        self, *, client: ShopifyClient, allow_live: bool = False, fact_timeout: float = 3.0
+        self,
+        *,
+        client: ShopifyClient,
+        allow_live: bool = False,
+        fact_timeout: float = 3.0,
+        sync_throttle_seconds: float = SYNC_THROTTLE_SECONDS,
     ) -> None:
         self.client = client
         self.allow_live = allow_live
         self.fact_timeout = fact_timeout
+        self.sync_throttle_seconds = sync_throttle_seconds
+        # Seconds :meth:`orders` has waited for Shopify's rate limit (the sync reports it).
+        self.throttled_seconds = 0.0
         # The disputes of the order ``list_refunds`` just read, by order id, for the
         # ``list_disputes`` that follows it (one order query for both).
         self._read_disputes: dict[str, list[RailDispute]] = {}
@@ -171,15 +205,23 @@ class ShopifyRail:
 
     def find_refund(self, request: RefundRequest) -> RefundResult | None:
         order_id = order_gid(request.provider_payment_id)
+        most = LISTS_MAX["refunds"]
         data = self.client.execute(
-            queries.REFUNDS, {"id": order_id, "refunds": LISTS_MAX}, operation="SillRefunds"
+            queries.REFUNDS, {"id": order_id, "refunds": most}, operation="SillRefunds"
         ).data
         order = data.get("order")
         if not isinstance(order, dict):
             raise PermanentRailError(f"Shopify has no order {order_id}")
-        for refund in order.get("refunds") or []:
+        listed = order.get("refunds") or []
+        for refund in listed:
             if request.idempotency_key in str(refund.get("note") or ""):
                 return _refund_result(refund)
+        if _full(listed, most):
+            # The refund may be past what one query lists: not found is no answer here.
+            raise CannotLookUp(
+                f"Shopify order {order_id} has {most} refunds or more, more than Sill can list "
+                f"in one query: whether one was made under {request.idempotency_key} is unknown"
+            )
         return None
 
     def _suggested(self, order: dict[str, Any], request: RefundRequest) -> list[dict[str, Any]]:
@@ -236,8 +278,8 @@ class ShopifyRail:
         order = self._listed_order(provider_payment_id)
         if "refunds" in order.cut:
             raise PermanentRailError(
-                f"Shopify order {order.gid} has {LISTS_MAX} refunds or more, more than Shopify "
-                "lists: its refunds cannot be compared"
+                f"Shopify order {order.gid} has {LISTS_MAX['refunds']} refunds or more, more "
+                "than Sill can list in one query: its refunds cannot be compared"
             )
         self._read_disputes[provider_payment_id] = order.disputes
         return sorted(order.refunds, key=lambda r: r.created_at, reverse=True)
@@ -280,13 +322,15 @@ class ShopifyRail:
     def orders(self, *, since: datetime | None = None) -> Iterator[ShopifyOrder | SkippedOrder]:
         """The store's orders updated at or after ``since`` (all pages), oldest update first,
         each read whole (or marked ``cut``); an order Sill cannot read comes as a
-        ``SkippedOrder`` saying why. Shopify's errors (unreachable, refusing the token) raise:
-        they are not one order's."""
+        ``SkippedOrder`` saying why. Shopify's rate limit is waited out, each read tried
+        again where it was (:meth:`_read_waiting`); Shopify's errors (unreachable, refusing
+        the token, throttling past ``sync_throttle_seconds``) raise: they are not one order's."""
         after: str | None = None
         seen: set[str] = set()
         query = f"updated_at:>='{since.astimezone(UTC).isoformat()}'" if since else None
+        read = self._read_waiting
         for _ in range(MAX_ORDER_PAGES):
-            result = self.client.execute(
+            result = read(
                 queries.ORDERS,
                 {"first": ORDERS_PAGE, "after": after, "query": query, **_ORDER_LISTS},
                 operation="SillOrders",
@@ -296,7 +340,7 @@ class ShopifyRail:
             for node in page.get("nodes") or []:
                 found: ShopifyOrder | SkippedOrder
                 try:
-                    found = self._whole(node, customer_readable=readable)
+                    found = self._whole(node, customer_readable=readable, read=read)
                 except UnreadableOrder as exc:
                     gid = node.get("id") if isinstance(node, dict) else None
                     found = SkippedOrder(gid=str(gid or ""), reason=exc.message)
@@ -310,37 +354,69 @@ class ShopifyRail:
             seen.add(after)
         raise PermanentRailError(f"Shopify's order list went on past {MAX_ORDER_PAGES} pages")
 
-    def _whole(self, node: Any, *, customer_readable: bool) -> ShopifyOrder:
+    def _read_waiting(
+        self, query: str, variables: dict[str, Any], *, operation: str
+    ) -> GraphQLResult:
+        """One read of the sync, Shopify's rate limit waited out: a throttled read did
+        nothing, and the order list's cursor is still good after the wait, so the same read
+        is sent again once ``throttleStatus`` (or ``Retry-After``) says it fits. Past
+        ``sync_throttle_seconds`` of waiting in all, the throttle is raised: the sync ends
+        with it, having recorded every order before it, rather than waiting on for good."""
+        while True:
+            try:
+                return self.client.execute(query, variables, operation=operation)
+            except ShopifyThrottled as exc:
+                # Never a wait of nothing: a bucket that says it fits and still throttles.
+                wait = max(exc.retry_after, 0.1)
+                if self.throttled_seconds + wait > self.sync_throttle_seconds:
+                    raise ShopifyThrottled(
+                        f"{exc.message}; the sync had already waited "
+                        f"{self.throttled_seconds:.0f} s for Shopify's rate limit and stops "
+                        "here: run it again (the orders recorded so far come back unchanged)",
+                        retry_after=exc.retry_after,
+                    ) from None
+                logger.info("Shopify throttled the sync's %s; waiting %.2f s", operation, wait)
+                time.sleep(wait)
+                self.throttled_seconds += wait
+
+    def _whole(
+        self, node: Any, *, customer_readable: bool, read: _Read | None = None
+    ) -> ShopifyOrder:
         """The order an order query read (``_ORDER_LISTS``), with the rest of its line items
-        and, where a list came back as long as asked, that list read again alone."""
+        and, where a list came back as long as asked, that list read again alone (by
+        ``read``: the sync's waits out throttling)."""
+        read = read or self.client.execute
         gid = node.get("id") if isinstance(node, dict) else None
         if not isinstance(gid, str) or not gid:
             return parse_order(node)  # raises UnreadableOrder, naming what is wrong
         node = dict(node)
         if _next_cursor(gid, node.get("lineItems")) is not None:
-            node["lineItems"] = {"nodes": self._all_lines(gid, node["lineItems"])}
+            node["lineItems"] = {"nodes": self._all_lines(gid, node["lineItems"], read)}
         for name, query, operation in (
             ("transactions", queries.ORDER_TRANSACTIONS, "SillOrderTransactions"),
             ("refunds", queries.REFUNDS, "SillRefunds"),
         ):
             if _full(node.get(name), LISTS_WITH_ORDER):
-                node[name] = self._order_part(gid, name, query, operation, **{name: LISTS_MAX})
+                node[name] = self._order_part(
+                    read, gid, name, query, operation, **{name: LISTS_MAX[name]}
+                )
         cut = tuple(
-            name for name in ("transactions", "refunds") if _full(node.get(name), LISTS_MAX)
+            name for name in ("transactions", "refunds") if _full(node.get(name), LISTS_MAX[name])
         )
         return parse_order(node, customer_readable=customer_readable, cut=cut)
 
-    def _all_lines(self, gid: str, read: dict[str, Any]) -> list[Any]:
-        """Every line item of the order: those ``read`` with it, then the rest by cursor."""
-        nodes = _nodes(gid, read)
+    def _all_lines(self, gid: str, listed: dict[str, Any], read: _Read) -> list[Any]:
+        """Every line item of the order: those ``listed`` with it, then the rest by cursor."""
+        nodes = _nodes(gid, listed)
         seen: set[str] = set()
-        while (after := _next_cursor(gid, read)) is not None:
+        while (after := _next_cursor(gid, listed)) is not None:
             if after in seen or len(seen) >= MAX_LINE_PAGES:
                 raise UnreadableOrder(
                     f"Shopify's line items of order {gid} go on without end (cursor {after!r})"
                 )
             seen.add(after)
-            read = self._order_part(
+            listed = self._order_part(
+                read,
                 gid,
                 "lineItems",
                 queries.ORDER_LINES,
@@ -348,12 +424,14 @@ class ShopifyRail:
                 lines=LINES_PAGE,
                 after=after,
             )
-            nodes += _nodes(gid, read)
+            nodes += _nodes(gid, listed)
         return nodes
 
-    def _order_part(self, gid: str, name: str, query: str, operation: str, **variables: Any) -> Any:
+    def _order_part(
+        self, read: _Read, gid: str, name: str, query: str, operation: str, **variables: Any
+    ) -> Any:
         """One list of the order, read alone."""
-        data = self.client.execute(query, {"id": gid, **variables}, operation=operation).data
+        data = read(query, {"id": gid, **variables}, operation=operation).data
         order = data.get("order")
         if not isinstance(order, dict):
             raise UnreadableOrder(f"Shopify no longer has order {gid} (it went while read)")
@@ -458,6 +536,10 @@ class ShopifyRail:
             truncated=bool((orders.get("pageInfo") or {}).get("hasNextPage")),
         )
         return created, history
+
+
+# How an order is read: the client's ``execute``, or the sync's read that waits out throttling.
+_Read = Callable[..., GraphQLResult]
 
 
 def _nodes(gid: str, connection: Any) -> list[Any]:

@@ -16,7 +16,12 @@ what Shopify reports after it, through a later webhook's read, replaces it.
 One order's trouble is that order's: an order Shopify sends unreadable, or that Sill cannot
 record (its data refused by the database, a refund larger than its charge), is left out with
 its reason named in the report and the log, and the sync goes on; Shopify unreachable or
-refusing the token still ends it. An order with more transactions or refunds than Shopify
+refusing the token still ends it. Shopify's rate limit is no order's trouble: a throttled read
+did nothing, so the rail waits as long as Shopify says and reads on from the same cursor
+(:meth:`ShopifyRail.orders`), and only throttling past ``SILL_SHOPIFY_SYNC_THROTTLE_SECONDS``
+of waiting ends the sync. Waiting, not stopping to resume later: a sync is one command run
+with no stored position (Shopify's cursor is good only while it runs), so a stopped run could
+only start over from ``--since``. An order with more transactions or refunds than Shopify
 lists (``ShopifyOrder.cut``) is never created from the part Shopify lists.
 """
 
@@ -66,6 +71,8 @@ class SyncReport:
     failed: int = 0
     outside_refunds: int = 0
     disputes: int = 0
+    # Seconds the sync waited for Shopify's rate limit (each throttled read then went on).
+    throttled_seconds: float = 0.0
     # An incomplete or failed order each: the order and why.
     problems: list[str] = field(default_factory=list)
 
@@ -82,6 +89,8 @@ class SyncReport:
             f"than Shopify lists), {self.failed} failed, {self.outside_refunds} outside "
             f"refund(s) and {self.disputes} dispute(s) recorded"
         )
+        if self.throttled_seconds:
+            summary += f"; waited {self.throttled_seconds:.1f} s for Shopify's rate limit"
         return "\n".join([summary, *(f"  {problem}" for problem in self.problems)])
 
 
@@ -120,6 +129,7 @@ def sync_orders(*, site: Site, since: datetime | None = None) -> SyncReport:
             )
         except ORDER_REFUSED as exc:
             _fail(site, report, f"Shopify order {order.gid} could not be recorded: {exc}")
+    report.throttled_seconds = rail.throttled_seconds
     return report
 
 
@@ -202,10 +212,10 @@ def _record_cut(
     refunds, and Sill would hold refundable what Shopify has refunded past the list. An order
     Sill already holds gets the refunds and disputes read recorded, and nothing else: each is
     Shopify's, and recording it only lowers what Sill holds refundable."""
-    what = " and ".join(order.cut)
+    what = " and ".join(f"{LISTS_MAX[name]} {name}" for name in order.cut)
     outcome = (
-        f"incomplete: Shopify order {order.gid} ({order.name}) has {LISTS_MAX} {what} or more, "
-        f"and Shopify lists no more than {LISTS_MAX}; Sill cannot record it whole"
+        f"incomplete: Shopify order {order.gid} ({order.name}) has {what} or more, more than "
+        "Sill can read of it in one Shopify query; Sill cannot record it whole"
     )
     charge = (
         Charge.objects.select_related("order")
