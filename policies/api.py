@@ -85,7 +85,15 @@ class RulesFromTemplateApi(APIView):
         operation_id="rules_from_template",
         summary="Apply a policy template or pack to a site (or preview it with dryRun)",
         request=FromTemplateInput,
-        responses={200: dict, 201: dict, 400: _ERROR, 403: _ERROR, 404: _ERROR, 409: _ERROR},
+        responses={
+            200: dict,
+            201: dict,
+            400: _ERROR,
+            403: _ERROR,
+            404: _ERROR,
+            409: _ERROR,
+            413: _ERROR,
+        },
     )
     def post(self, request: Request, site_id: str) -> Response:
         site = _member_site(request, site_id, Cap.EDIT_RULES)
@@ -125,7 +133,15 @@ class RulesApi(APIView):
         operation_id="rules_add",
         summary="Add one rule of the merchant's own (a new policy version)",
         request=dict,
-        responses={201: dict, 400: _ERROR, 401: _ERROR, 403: _ERROR, 404: _ERROR, 409: _ERROR},
+        responses={
+            201: dict,
+            400: _ERROR,
+            401: _ERROR,
+            403: _ERROR,
+            404: _ERROR,
+            409: _ERROR,
+            413: _ERROR,
+        },
     )
     def post(self, request: Request, site_id: str) -> Response:
         site = _member_site(request, site_id, Cap.EDIT_RULES)

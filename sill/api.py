@@ -1,6 +1,6 @@
 """The DRF exception handler (every API error is ``{"error": {"code", "message", "field"}}``),
-the strict JSON parser every API view reads bodies with, the API's rate limits and who may
-read the OpenAPI schema."""
+the strict JSON parser every API view reads bodies with (to a size limit), the API's rate
+limits and who may read the OpenAPI schema."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.http import Http404
 from rest_framework import exceptions
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -93,18 +93,32 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
-class StrictJSONParser(JSONParser):
-    """DRF's JSON parser with the project's rules (:func:`sill.jsonbody.loads`).
+class StrictJSONParser(BaseParser):
+    """JSON bodies with the project's rules (:func:`sill.jsonbody.loads`), read to a limit.
 
     The default parser of every API view (``REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]``):
     numbers with a fraction are ``Decimal``; nesting deeper than 32 levels, duplicate keys,
     ``NaN``/``Infinity``, out-of-range numbers, NUL and lone surrogates are a ``ParseError``,
     which :func:`exception_handler` answers as ``400`` with code ``malformed``.
+
+    A body longer than ``settings.SILL_API_MAX_BODY_BYTES`` is ``413 too_large``
+    (:class:`sill.jsonbody.BodyTooLarge`), written nowhere: refused on its Content-Length
+    before any of it is read, and a body without one is read one byte past the limit at most
+    (:func:`sill.jsonbody.read_at_most`). Not a subclass of DRF's ``JSONParser``: DRF hands
+    those ``request.body``, the whole body already read into memory (up to Django's
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE``, 2.5 MB, and past it Django's HTML 400 page); any other
+    parser gets the request's stream, which is read here only as far as the limit.
     """
 
+    media_type = "application/json"
+
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
-        encoding = (parser_context or {}).get("encoding") or "utf-8"
-        raw = stream.read() if stream is not None else b""
+        context = parser_context or {}
+        encoding = context.get("encoding") or "utf-8"
+        request = context.get("request")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        limit: int = settings.SILL_API_MAX_BODY_BYTES
+        raw = b"" if stream is None else jsonbody.read_at_most(stream, limit, declared=declared)
         try:
             return jsonbody.loads(raw, encoding=encoding)
         except jsonbody.MalformedJSON as exc:

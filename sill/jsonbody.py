@@ -1,7 +1,10 @@
 """Strict JSON for request bodies: the one reader every JSON edge of Sill uses.
 
 The mandate API (``refunds.agent.mandates``) and every DRF endpoint (``sill.api.StrictJSONParser``,
-the project's default parser) read bodies with :func:`loads`. It refuses, as ``400 malformed``
+the project's default parser) read bodies with :func:`loads`. Before that, a body longer than
+its endpoint allows is ``413 too_large`` (:class:`BodyTooLarge`) without being read whole:
+:func:`read_at_most` refuses a Content-Length over the limit before reading a byte, and
+otherwise reads one byte past the limit at most. :func:`loads` refuses, as ``400 malformed``
 (:class:`MalformedJSON`), what a lenient parser would quietly accept or crash on:
 
 - text that is not valid in the declared encoding (UTF-8 unless the request says otherwise);
@@ -52,12 +55,47 @@ class MalformedJSON(SillError):
     status = 400
 
 
+class BodyTooLarge(SillError):
+    """A body longer than its endpoint's limit: always ``413 too_large``, as the mandate API
+    and Slack's interactions answer too."""
+
+    code = "too_large"
+    status = 413
+
+
 class _DuplicateKey(ValueError):
     pass
 
 
 class _OutOfRange(ValueError):
     pass
+
+
+def read_at_most(stream: Any, limit: int, *, declared: str | None = None) -> bytes:
+    """The whole body in ``stream`` (anything with ``read(n)``), or :class:`BodyTooLarge` if
+    it is longer than ``limit`` bytes; never more than ``limit + 1`` bytes are read.
+
+    ``declared`` is the request's Content-Length, if it sent one: over the limit, the body is
+    refused before a byte of it is read. A body without one (a chunked upload), or with one
+    that understates it, is read in as many reads as the stream needs (a socket answers a
+    large read in pieces) until it ends or passes the limit.
+    """
+    # ASCII digits only and at most 15 of them before int(): "²".isdigit() is true, and int()
+    # refuses more than 4300 digits (a 500). Sixteen digits are more than any limit anyway.
+    length = declared or ""
+    if length.isascii() and length.isdigit() and (len(length) > 15 or int(length) > limit):
+        raise BodyTooLarge(f"The body is larger than {limit} bytes.")
+    pieces: list[bytes] = []
+    taken = 0
+    while taken <= limit:
+        piece = stream.read(limit + 1 - taken)
+        if not piece:
+            break
+        pieces.append(piece)
+        taken += len(piece)
+    if taken > limit:
+        raise BodyTooLarge(f"The body is larger than {limit} bytes.")
+    return b"".join(pieces)
 
 
 def nested_deeper_than(raw: bytes, limit: int = MAX_DEPTH) -> bool:

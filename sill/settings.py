@@ -489,6 +489,17 @@ for _scope, _default in _RATE_DEFAULTS.items():
         )
     SILL_API_RATES[_scope] = None if _rate in (None, "off") else _rate
 
+# The largest JSON body the DRF API reads (sill.api.StrictJSONParser); a larger one is
+# 413 too_large before it is read. The member APIs' bodies are small: a staff refund is a few
+# fields and a note of at most 1000 characters (12 KB even written as \u escapes), a rule a
+# handful of conditions, a template its id and a few parameters; 64 KiB leaves room to spare
+# and is the mandate API's own limit (refunds.agent.mandates.MAX_BODY_BYTES). Django's
+# DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB, left at its default) bounds request.body and forms
+# only, and is 40 times more memory than any API body needs.
+SILL_API_MAX_BODY_BYTES = env_int("SILL_API_MAX_BODY_BYTES", 64 * 1024)
+if SILL_API_MAX_BODY_BYTES < 1024:
+    raise ImproperlyConfigured("SILL_API_MAX_BODY_BYTES is at least 1024")
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

@@ -11,8 +11,17 @@ import time
 from decimal import Decimal
 
 import pytest
+from django.test import RequestFactory
+from rest_framework.request import Request
 
-from sill.jsonbody import MAX_DEPTH, MalformedJSON, loads, nested_deeper_than
+from sill.jsonbody import (
+    MAX_DEPTH,
+    BodyTooLarge,
+    MalformedJSON,
+    loads,
+    nested_deeper_than,
+    read_at_most,
+)
 
 
 def _arrays(levels: int) -> bytes:
@@ -134,3 +143,86 @@ def test_it_reads_the_declared_encoding():
     assert loads('{"a": ["\u00e9"]}'.encode("utf-16"), encoding="utf-16") == {"a": ["é"]}
     assert _refusal(b'["a"]', encoding="no-such-codec").message == "The body is not NO-SUCH-CODEC."
     assert _refusal(("[" * 33 + "]" * 33).encode("utf-16"), encoding="utf-16")
+
+
+# --- StrictJSONParser: how much of a body it reads --------------------------------------------
+
+
+class _Trickle:
+    """A request body arriving in 4 KiB pieces (a chunked upload), counting what was read:
+    ``read()`` returns all the rest, ``read(n)`` at most 4 KiB of it, like a socket."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.taken = 0
+
+    def read(self, size: int = -1) -> bytes:
+        size = len(self.data) if size is None or size < 0 else min(size, 4096)
+        piece = self.data[self.taken : self.taken + size]
+        self.taken += len(piece)
+        return piece
+
+
+def _parser():
+    """sill.api's parser, imported once DRF's views are (they import sill.api, which imported
+    first would find DRF half-loaded: tests/test_rate_limits.py does the same)."""
+    from rest_framework import views  # noqa: F401
+
+    from sill.api import StrictJSONParser
+
+    return StrictJSONParser()
+
+
+def _without_length() -> Request:
+    request = Request(RequestFactory().post("/", data=b"{}", content_type="application/json"))
+    del request._request.META["CONTENT_LENGTH"]
+    return request
+
+
+@pytest.mark.parametrize("with_request", [False, True], ids=["bare", "request-without-length"])
+def test_the_parser_reads_at_most_one_byte_past_the_limit(settings, with_request):
+    context = {"request": _without_length()} if with_request else {}
+    limit = settings.SILL_API_MAX_BODY_BYTES
+    body = _Trickle(b'{"note": "' + b"x" * (10 * 1024 * 1024) + b'"}')
+
+    with pytest.raises(BodyTooLarge) as caught:
+        _parser().parse(body, "application/json", context)
+
+    assert (caught.value.code, caught.value.status) == ("too_large", 413)
+    assert body.taken <= limit + 1
+
+
+def test_the_parser_reads_a_body_at_the_limit_in_pieces(settings):
+    limit = settings.SILL_API_MAX_BODY_BYTES
+    body = b'{"note": "' + b"x" * (limit - 12) + b'"}'
+    assert len(body) == limit
+
+    parsed = _parser().parse(_Trickle(body), "application/json", {})
+
+    assert parsed == {"note": "x" * (limit - 12)}
+
+
+def test_the_parser_refuses_a_declared_length_over_the_limit_unread(settings):
+    request = Request(RequestFactory().post("/", data=b"{}", content_type="application/json"))
+    request._request.META["CONTENT_LENGTH"] = str(settings.SILL_API_MAX_BODY_BYTES + 1)
+    body = _Trickle(b"{}")
+
+    with pytest.raises(BodyTooLarge):
+        _parser().parse(body, "application/json", {"request": request})
+
+    assert body.taken == 0
+
+
+@pytest.mark.parametrize(
+    ("declared", "refused"),
+    [("65537", True), ("0" * 4400 + "2", True), ("65536", False), ("\u00b2", False), ("-1", False)],
+)
+def test_read_at_most_trusts_only_a_length_in_ascii_digits(declared, refused):
+    body = _Trickle(b"{}")
+
+    if refused:
+        with pytest.raises(BodyTooLarge):
+            read_at_most(body, 64 * 1024, declared=declared)
+        assert body.taken == 0
+    else:  # read, to the limit at most
+        assert read_at_most(body, 64 * 1024, declared=declared) == b"{}"

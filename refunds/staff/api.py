@@ -222,6 +222,11 @@ class StaffRefundCreateApi(APIView):
                 description="`order_changed`, `order_not_refundable`, `rail_disabled`, or "
                 "`idempotency_in_flight` (a request with this Idempotency-Key is running).",
             ),
+            413: OpenApiResponse(
+                _ERROR,
+                description="`too_large`: the body is over 64 KiB (`SILL_API_MAX_BODY_BYTES`); "
+                "nothing was done.",
+            ),
             422: OpenApiResponse(
                 _ERROR,
                 description="`idempotency_conflict`: the Idempotency-Key was used with "

@@ -6,6 +6,8 @@ nested 800 levels deep was a 500.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from audit.models import AuditRecord
@@ -114,3 +116,74 @@ def test_a_json_number_with_a_fraction_is_still_read_exactly(members, site):
 
     assert response.status_code == 201, response.content
     assert response.json()["rules"][0]["when"] == {"refundAmountUsd": {"gt": 7010}}
+
+
+# --- size ------------------------------------------------------------------------------------
+# A member who may edit rules could send a body of any size up to Django's 2.5 MB: DRF read it
+# whole into memory and StrictJSONParser parsed all of it (past 2.5 MB: Django's HTML "Bad
+# Request" page). Now a body over SILL_API_MAX_BODY_BYTES (64 KiB) is 413 too_large, judged
+# on its Content-Length before any of it is read.
+
+RULE = {"when": {"refundAmountUsd": {"gt": 5000}}, "then": {"action": "require_approval"}}
+
+
+def _padded(doc: dict, size: int) -> str:
+    """``doc`` as JSON text of exactly ``size`` bytes (spaces before the closing brace)."""
+    text = json.dumps(doc)
+    padded = text[:-1] + " " * (size - len(text)) + "}"
+    assert len(padded.encode()) == size
+    return padded
+
+
+def _too_large(response) -> dict:
+    assert response.status_code == 413, response.content
+    error = response.json()["error"]
+    assert error == {
+        "code": "too_large",
+        "message": "The body is larger than 65536 bytes.",
+        "field": None,
+    }
+    return error
+
+
+def _add_rule(client_for, site, text: str):
+    return client_for("owner").post(
+        f"/api/v1/sites/{site.pk}/rules", data=text, content_type="application/json"
+    )
+
+
+def test_a_rule_over_the_limit_is_refused(client_for, site, settings):
+    assert settings.SILL_API_MAX_BODY_BYTES == 64 * 1024
+
+    _too_large(_add_rule(client_for, site, _padded(RULE, 64 * 1024 + 1)))
+
+    assert _nothing_written()
+
+
+def test_a_rule_at_the_limit_is_still_added(client_for, site):
+    response = _add_rule(client_for, site, _padded(RULE, 64 * 1024))
+
+    assert response.status_code == 201, response.content
+    assert PolicyVersion.objects.filter(site=site).count() == 1
+
+
+def test_a_template_body_over_the_limit_is_refused(members, site):
+    body = {"templateId": "conservative", "params": {"holdOverUsd": 70}}
+
+    _too_large(apply(members, "owner", site.pk, _padded(body, 64 * 1024 + 1)))
+
+    assert _nothing_written()
+    at_limit = apply(members, "owner", site.pk, _padded(body, 64 * 1024))
+    assert at_limit.status_code == 201, at_limit.content
+
+
+def test_a_declared_length_over_the_limit_is_refused_unread(client_for, site):
+    response = client_for("owner").post(
+        f"/api/v1/sites/{site.pk}/rules",
+        data=json.dumps(RULE),
+        content_type="application/json",
+        CONTENT_LENGTH=str(50 * 1024 * 1024),
+    )
+
+    _too_large(response)
+    assert _nothing_written()

@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 
 from audit.models import AuditRecord
-from refunds.models import Refund
+from refunds.models import IdempotencyRecord, Refund
 from sill.rails.models import MockLedgerEntry
 
 pytestmark = pytest.mark.django_db
@@ -187,4 +187,95 @@ def test_other_digit_look_alikes_are_a_400_not_a_500(nothing_moved, send, leaf, 
     ):
         error = _error(send(json.dumps(body, ensure_ascii=False)))
         assert error["code"] == "invalid_field", (body, error)
+    assert nothing_moved()
+
+
+# --- size ------------------------------------------------------------------------------------
+# A signed-in member could send a body of any size up to Django's DATA_UPLOAD_MAX_MEMORY_SIZE
+# (2.5 MB): DRF read it whole into memory for StrictJSONParser, which parsed all of it (a body
+# padded past 64 KiB was refunded); past 2.5 MB the answer was Django's HTML "Bad Request"
+# page. Now SILL_API_MAX_BODY_BYTES (64 KiB) is 413 too_large, judged on the Content-Length
+# before any of the body is read.
+
+
+def _padded(text: str, size: int) -> str:
+    """``text`` (a JSON object) grown to exactly ``size`` bytes with spaces before its ``}``."""
+    padded = text[:-1] + " " * (size - len(text.encode())) + "}"
+    assert len(padded.encode()) == size
+    return padded
+
+
+def _too_large(response) -> dict:
+    assert response.status_code == 413, response.content
+    body = response.json()
+    assert set(body) == {"error"} and body["error"]["code"] == "too_large"
+    assert body["error"]["field"] is None
+    return body["error"]
+
+
+def test_it_refuses_a_body_over_the_limit(nothing_moved, send, leaf, settings):
+    limit = settings.SILL_API_MAX_BODY_BYTES
+    assert limit == 64 * 1024
+
+    error = _too_large(send(_padded(f'{{"full": true, "reasonId": "{leaf.pk}"}}', limit + 1)))
+
+    assert error["message"] == "The body is larger than 65536 bytes."
+    assert nothing_moved()
+
+
+def test_a_body_at_the_limit_is_still_read(send, leaf, settings):
+    text = _padded(f'{{"full": true, "reasonId": "{leaf.pk}"}}', settings.SILL_API_MAX_BODY_BYTES)
+
+    response = send(text)
+
+    assert response.status_code == 201, response.content
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_reading(
+    nothing_moved, client_for, order, leaf
+):
+    # The Content-Length alone decides: the few bytes actually sent are never parsed.
+    response = client_for("staff").post(
+        f"/api/order/{order.id}/refund",
+        data=f'{{"full": true, "reasonId": "{leaf.pk}"}}',
+        content_type="application/json",
+        CONTENT_LENGTH=str(10 * 1024 * 1024),
+    )
+
+    _too_large(response)
+    assert nothing_moved()
+
+
+def test_a_refused_large_body_claims_no_idempotency_key(nothing_moved, client_for, order, leaf):
+    client = client_for("staff")
+    body = f'{{"full": true, "reasonId": "{leaf.pk}"}}'
+
+    def post(text: str):
+        return client.post(
+            f"/api/order/{order.id}/refund",
+            data=text,
+            content_type="application/json",
+            headers={"Idempotency-Key": "one-key"},
+        )
+
+    _too_large(post(_padded(body, 64 * 1024 + 1)))
+    assert nothing_moved() and not IdempotencyRecord.objects.exists()
+
+    assert post(body).status_code == 201  # the same key, with a body that fits
+
+
+def test_a_chunked_body_without_a_length_is_never_read_whole(nothing_moved, client_for, order):
+    # Under WSGI a body with no Content-Length (Transfer-Encoding: chunked) reaches Django as
+    # no body at all: nothing of the megabyte is read, and the empty body names no reason.
+    # (A stream that does arrive without a length is read to one byte past the limit at most:
+    # tests/test_json_bodies.py.)
+    response = client_for("staff").post(
+        f"/api/order/{order.id}/refund",
+        data=b'{"full": true, "x": "' + b"x" * (1024 * 1024) + b'"}',
+        content_type="application/json",
+        CONTENT_LENGTH="",
+        HTTP_TRANSFER_ENCODING="chunked",
+    )
+
+    assert (_error(response)["code"], _error(response)["field"]) == ("invalid_field", "reasonId")
     assert nothing_moved()
