@@ -39,7 +39,8 @@ urlpatterns = [
         name="favicon",
     ),
 ]
-# A JSON client gets its 403 and 404 as JSON (sill.error_pages); a browser, the pages.
+# A JSON client gets its 400, 403 and 404 as JSON (sill.error_pages); a browser, the pages.
+handler400 = "sill.error_pages.bad_request"
 handler403 = "sill.error_pages.permission_denied"
 handler404 = "sill.error_pages.page_not_found"
 

@@ -130,3 +130,88 @@ def test_a_nul_inside_a_mandate_is_malformed(client_for):
     body = b'{"signed": {"mandate_id": "mnd_\\u0000", "site_id": "s", "agent_id": "a"}, "envelope": {}}'
     response = Client().post("/api/v1/mandates", data=body, content_type="application/json")
     assert response.status_code == 400 and response.json()["error"]["code"] == "malformed"
+
+
+# --- bodies over Django's own limit ------------------------------------------------------------
+# Django reads a form body (request.body, request.POST) only up to DATA_UPLOAD_MAX_MEMORY_SIZE
+# and raises RequestDataTooBig past it (TooManyFieldsSent past 1000 fields). RefuseNulMiddleware
+# reads every form POST, so any endpoint sent a large enough form answered Django's HTML
+# "Bad Request (400)" page: the mandate API, the staff and rules APIs, every rail's webhook and
+# Slack's interactions, whose clients read JSON.
+
+MACHINE_URLS = [
+    "/api/v1/mandates",
+    "/api/order/{order}/refund",
+    "/api/v1/sites/{site}/rules",
+    "/webhooks/stripe/{site}",
+    "/webhooks/shopify/{site}",
+    "/webhooks/woocommerce/{site}",
+    "/webhooks/paypal/{site}",
+    "/slack/interactions/{site}",
+]
+
+
+def _written() -> tuple[int, ...]:
+    from audit.models import AuditRecord
+    from policies.models import PolicyVersion
+    from sill.rails.models import WebhookEvent
+
+    models = (Refund, PolicyVersion, WebhookEvent, AuditRecord, MockLedgerEntry)
+    return tuple(model.objects.count() for model in models)
+
+
+@pytest.mark.parametrize("route", MACHINE_URLS)
+def test_a_form_over_djangos_limit_is_413_too_large_in_the_error_shape(
+    client_for, site, make_order, settings, route
+):
+    url = route.format(site=site.pk, order=make_order().id)
+    body = b"payload=" + b"x" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    before = _written()
+
+    response = client_for("owner").post(
+        url, data=body, content_type="application/x-www-form-urlencoded"
+    )
+
+    assert response.status_code == 413, (url, response.content[:200])
+    assert response.json() == {
+        "error": {"code": "too_large", "message": "The request is too large.", "field": None}
+    }
+    assert _written() == before
+
+
+@pytest.mark.parametrize("route", MACHINE_URLS)
+def test_a_form_with_too_many_fields_is_400_malformed_in_the_error_shape(
+    client_for, site, make_order, route
+):
+    url = route.format(site=site.pk, order=make_order().id)
+    body = "&".join(f"f{n}=1" for n in range(1001))
+    before = _written()
+
+    response = client_for("owner").post(
+        url, data=body, content_type="application/x-www-form-urlencoded"
+    )
+
+    assert response.status_code == 400, (url, response.content[:200])
+    assert response.json()["error"]["code"] == "malformed"
+    assert _written() == before
+
+
+def test_a_page_form_over_djangos_limit_is_413_for_a_browser_and_a_json_client(
+    client_for, settings
+):
+    client = client_for("owner")
+    body = b"name=" + b"x" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+    def post(accept: str):
+        return client.post(
+            "/settings/reasons/add/",
+            data=body,
+            content_type="application/x-www-form-urlencoded",
+            headers={"Accept": accept},
+        )
+
+    page = post("text/html")
+    assert page.status_code == 413
+    assert page["Content-Type"].startswith("text/plain")
+    assert page.content.decode() == "The request is too large."
+    assert post("application/json").json()["error"]["code"] == "too_large"

@@ -221,7 +221,7 @@ def verify_click(
             "Slack approvals are not set up for this site.", code="not_found", status=404
         )
     if len(body) > MAX_BODY_BYTES:
-        raise SillError("The request is too large.", code="too_large", status=413)
+        raise jsonbody.BodyTooLarge("The request is too large.")
     # slack_sdk reads the timestamp with int() and compares the signature as text: a
     # timestamp that is not whole seconds (or too many digits for a float) or a non-ASCII
     # signature would raise there, so headers not in Slack's shape are refused first.
