@@ -390,6 +390,11 @@ def _retry_or_attention(refund: Refund, token: str, exc: RailError, *, may_have_
     # The refund's own count of attempts, not the task's: a re-enqueued refund backs off
     # from where it was.
     countdown = backoff_seconds(max(refund.attempts - 1, 0))
+    if exc.retry_after:
+        # Never sooner than the rail asked (a throttle): an earlier retry would only be
+        # throttled again and spend an attempt. Capped like the backoff.
+        cap = float(getattr(settings, "SILL_EXECUTION_BACKOFF_CAP_SECONDS", 300))
+        countdown = max(countdown, min(exc.retry_after, cap))
     if not release(refund.id, token, retry_at=timezone.now() + timedelta(seconds=countdown)):
         raise LeaseLost(refund.id)
     raise RetryLater(

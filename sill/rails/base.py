@@ -65,6 +65,9 @@ class RailError(Exception):
     retryable = False
     ambiguous = False
     code = "rail_error"
+    # Seconds the rail asked Sill to wait before trying again (a throttle's Retry-After or
+    # its bucket's refill time), when it said; a retry never comes sooner (refunds.execution).
+    retry_after: float | None = None
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)

@@ -14,6 +14,7 @@ from decimal import Decimal
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund
@@ -53,8 +54,12 @@ def test_a_429_on_the_refund_with_a_long_retry_after_keeps_it_reserved_for_the_r
     with pytest.raises(RetryLater) as raised:
         execute_refund(refund.pk)
     assert raised.value.code == "rail_throttled"
+    # Not sooner than Shopify asked: the jittered backoff alone would retry within seconds,
+    # throttled again, spending an attempt each time.
+    assert raised.value.countdown >= 30
     refund.refresh_from_db()
     assert refund.status == "processing" and refund.outcome_code != "rail_declined"
+    assert (refund.next_check_at - timezone.now()).total_seconds() > 25
     assert Charge.objects.get(order=order).amount_reserved_minor == refund.amount_minor
     refund = _execute(refund)
     assert refund.status == "succeeded" and len(placed.refunds) == 1

@@ -77,6 +77,7 @@ class ShopifyThrottled(RetryableRailError):
     """Shopify's cost-based limit or a 429: nothing was executed; retry after the wait."""
 
     code = "rail_throttled"
+    retry_after: float  # always known: throttleStatus or Retry-After says it
 
     def __init__(self, message: str, *, retry_after: float) -> None:
         super().__init__(message)
