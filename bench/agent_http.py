@@ -227,7 +227,7 @@ class World:
             agent=agent, key_id="bench", public_key=bytes(key.verify_key),
             valid_from=datetime(2026, 1, 1, tzinfo=UTC),
         )  # fmt: skip
-        token = issue_agent_token(agent=agent, actor=None)
+        token = issue_agent_token(agent=agent, actor=None, system=True)  # as `agents token`
         originals = paid_agent_orders(site, agent, orders)
         return cls(site, agent, key, token, originals)
 

@@ -161,7 +161,7 @@ def main() -> None:
             "valid_from": datetime(2026, 1, 1, tzinfo=UTC),
         },
     )  # a database kept from an earlier run has it
-    token = issue_agent_token(agent=agent, actor=None)
+    token = issue_agent_token(agent=agent, actor=None, system=True)  # as `agents token`
 
     warm, profiled = 10, 30
     n = HISTORY + 2 * args.decisions + warm + profiled + 1

@@ -5,6 +5,11 @@ The active version is read under the site's row lock, the edit is applied to wha
 version is switched off before the new one is switched on (the one-active constraint is
 checked row by row on PostgreSQL). The ``policy_change`` audit record is appended in the same
 transaction: the version and its record commit together or not at all.
+
+Each service first checks that ``actor`` is a member of the site whose role may edit rules
+(``require_member``, 403 ``forbidden``), whoever calls it: the pages and the API check too, but
+a task, a script or a new caller that forgot would otherwise change the rules for anyone.
+There is no system caller: a script or a test sets rules up as a member too.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from policies.selectors import (
     rules_digest,
 )
 from policies.simulation import Preview
+from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.errors import NotFound, SillError
 from sill.money import Money
@@ -77,8 +83,10 @@ def apply_catalog_item(
     A template applies once: rules it would write under ids already present are left as
     they are and reported in ``already``; when none is left to write the answer is
     ``already_applied`` and nothing changes. ``dry_run`` writes nothing and returns the
-    preview of the resulting rule set against the last 30 days.
+    preview of the resulting rule set against the last 30 days; it too needs a member who
+    may edit rules, as its page and API do.
     """
+    require_member(actor, site.pk, Cap.EDIT_RULES)
     wanted = build_rules(item, params=params, mode=mode)
     mode = mode or "enforced"
     if dry_run:
@@ -118,6 +126,7 @@ def apply_catalog_item(
 
 def set_rule_mode(*, site: Site, actor: Any, rule_id: str, mode: str) -> str:
     """Switch one rule between enforced and observe; the active version's label after."""
+    require_member(actor, site.pk, Cap.EDIT_RULES)
     if mode not in MODES:
         raise RuleError(f"Unknown mode {mode!r}: use enforced or observe.", field="mode")
 
@@ -144,6 +153,7 @@ def add_rule(
     active version's label after and the rule as stored. ``RuleError`` for an invalid rule,
     409 ``rule_exists`` for an id the policy already has, 409 ``too_many_rules``.
     """
+    require_member(actor, site.pk, Cap.EDIT_RULES)
     raw = dict(rule) if isinstance(rule, dict) else rule
     stored: dict[str, Any] = {}
 
@@ -181,6 +191,7 @@ MAX_WINDOW_DAYS = 3650
 def set_refund_window(*, site: Site, actor: Any, days: int | None) -> None:
     """The merchant's own refund window in days from payment (None: only the rails'). One
     signed ``settings_change`` record per change."""
+    require_member(actor, site.pk, Cap.EDIT_RULES)
     if days is not None and not 1 <= days <= MAX_WINDOW_DAYS:
         raise SillError(
             f"A refund window is 1 to {MAX_WINDOW_DAYS} days, or none.",
@@ -213,6 +224,7 @@ def restore_version(*, site: Site, actor: Any, number: int) -> str:
     NotFound for a version the site does not have; nothing is written when it is what is
     active already.
     """
+    require_member(actor, site.pk, Cap.EDIT_RULES)
     old = PolicyVersion.objects.filter(site=site, number=number).first()
     if old is None:
         raise NotFound(f"No policy version v{number} on this site.")
@@ -236,6 +248,8 @@ def restore_version(*, site: Site, actor: Any, number: int) -> str:
 
 
 def delete_rule(*, site: Site, actor: Any, rule_id: str) -> str:
+    require_member(actor, site.pk, Cap.EDIT_RULES)
+
     def edit(active: ActivePolicy) -> Edit:
         _existing_rule(active, rule_id)
         return Edit(
@@ -250,6 +264,7 @@ def delete_rule(*, site: Site, actor: Any, rule_id: str) -> str:
 
 def set_auto_refund(*, site: Site, actor: Any, enabled: bool, cap: Money) -> str:
     """AUTO-REFUND: approve held refunds up to ``cap`` from the agent that placed the order."""
+    require_member(actor, site.pk, Cap.EDIT_RULES)
     if cap.amount_minor < 0 or cap.amount_minor > MAX_CAP_MINOR:
         raise SillError("The cap must be between 0 and 10,000,000,000.", code="invalid_field",
                         field="cap")  # fmt: skip

@@ -221,12 +221,14 @@ def _demo_reasons_and_refunds(site: Site) -> None:
         defective = RefundReason.objects.get(site=site, code="defective")
         return RefundReason.objects.get_children(defective).filter(name__iexact=name).first()
 
+    users = get_user_model().objects
+    # The demo's owner adds them, as on Settings → Reasons (the service checks who acts).
+    owner = users.get(username="owner@northwind-coffee.example")
     for name in ("Damaged in transit", "Stopped working"):
         if under_defective(name) is None:
             # Fetched afresh: adding a child rewrites the parent's tree bookkeeping.
             defective = RefundReason.objects.get(site=site, code="defective")
-            add_reason(site=site, actor=None, name=name, parent=defective)
-    users = get_user_model().objects
+            add_reason(site=site, actor=owner, name=name, parent=defective)
     staff = users.get(username="staff@northwind-coffee.example")
     admin = users.get(username="admin@northwind-coffee.example")
     broken = under_defective("Damaged in transit")

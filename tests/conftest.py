@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -86,6 +87,21 @@ def members(site: Site, other_site: Site) -> dict[str, Membership]:
         site=other_site, email="owner@other.example", role=Role.OWNER, password=PASSWORD
     )
     return result
+
+
+def site_owner(site: Site) -> Any:
+    """A user who owns ``site``: the setup of a test that writes through a service which checks
+    the acting member's role (``require_member``) acts as one. The site's first owner, or
+    ``owner@<its domain>`` made one (on ``site``, the ``members`` fixture's owner)."""
+    membership = (
+        Membership.objects.filter(site=site, role=Role.OWNER)
+        .select_related("user")
+        .order_by("created_at", "pk")
+        .first()
+    )
+    if membership is None:
+        membership = add_member(site=site, email=f"owner@{site.merchant_domain}", role=Role.OWNER)
+    return membership.user
 
 
 @pytest.fixture

@@ -51,6 +51,7 @@ from tests.authorization_matrix import (
     ROLES,
     UNAUTHORIZED,
 )
+from tests.conftest import site_owner
 from tests.refunds.conftest import hold_refund, register_key
 
 pytestmark = pytest.mark.django_db
@@ -201,7 +202,9 @@ class Objects:
 
 
 def _reason(objects: Objects, request: pytest.FixtureRequest) -> str:
-    return str(add_reason(site=objects.site, actor=None, name="Arrived broken").pk)
+    return str(
+        add_reason(site=objects.site, actor=site_owner(objects.site), name="Arrived broken").pk
+    )
 
 
 def _member(objects: Objects, request: pytest.FixtureRequest) -> str:
@@ -226,7 +229,7 @@ def _item(objects: Objects, request: pytest.FixtureRequest) -> str:
 def _rule(objects: Objects, request: pytest.FixtureRequest) -> str:
     item = item_by_id("r07")
     assert item is not None
-    result = apply_catalog_item(site=objects.site, actor=None, item=item)
+    result = apply_catalog_item(site=objects.site, actor=site_owner(objects.site), item=item)
     return str(result.rules[0]["id"])
 
 
@@ -254,7 +257,7 @@ def _invite_token(objects: Objects, request: pytest.FixtureRequest) -> str:
 def _version(objects: Objects) -> int:
     item = item_by_id("r07")
     assert item is not None
-    apply_catalog_item(site=objects.site, actor=None, item=item)
+    apply_catalog_item(site=objects.site, actor=site_owner(objects.site), item=item)
     return PolicyVersion.objects.filter(site=objects.site).values_list("number", flat=True)[0]
 
 

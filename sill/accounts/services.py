@@ -24,6 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sill.accounts import sessions
+from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import (
     Agent,
@@ -210,10 +211,20 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def issue_agent_token(*, agent: Agent, actor: Any) -> str:
+def issue_agent_token(*, agent: Agent, actor: Any, system: bool = False) -> str:
     """Create a bearer token for ``agent``; only its hash is stored, so it is shown once.
 
-    A credential: its signed ``agent_change`` record names who issued it and its prefix."""
+    A credential: its signed ``agent_change`` record names who issued it and its prefix.
+    ``actor`` must be a member of the agent's site who manages settings (403 ``forbidden``),
+    unless ``system``: the operator's ``manage.py agents token`` (and scripts seeding a site
+    like it) has no user, says so with ``system=True`` and ``actor=None``, and its record names
+    no actor. ``actor=None`` alone is refused, so a caller cannot become the operator by
+    forgetting who acts."""
+    if system:
+        if actor is not None:
+            raise ValueError("system=True is the operator's call: pass actor=None")
+    else:
+        require_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
     token = "sill_at_" + secrets.token_urlsafe(32)
     with transaction.atomic():
         AgentToken.objects.create(agent=agent, token_sha256=token_sha256(token), prefix=token[:12])
@@ -421,6 +432,11 @@ def remove_member(*, membership: Membership, actor: Membership) -> None:
 
 
 # --- Settings → Agents (the page's services; the command-line ones are above) ---------------
+#
+# Each first checks that ``actor`` is a member of the agent's site whose role manages settings
+# (``require_member``, 403 ``forbidden``), as the Settings → Agents views do: an agent's keys,
+# switch and caps say who may spend the site's money, so no other caller may change them for a
+# member who may not.
 
 _AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 _PUBLIC_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{43}=?$")
@@ -438,6 +454,7 @@ def register_agent_key(
 ) -> AgentKey:
     """Add a new key from the settings page; unlike :func:`add_agent_key`, an existing key id
     (revoked or not) is refused, so re-adding can never look like it revived a revoked key."""
+    require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     agent_id, key_id, public_key_b64url = (
         agent_id.strip(),
         key_id.strip(),
@@ -489,6 +506,7 @@ def register_agent_key(
 
 def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
     """Revoke ``key`` now and write its ``key_change`` record; revoking twice changes nothing."""
+    require_member(actor, key.agent.site_id, Cap.MANAGE_SETTINGS)
     with transaction.atomic():
         key = AgentKey.objects.select_for_update().select_related("agent__site").get(pk=key.pk)
         if key.revoked_at is not None:
@@ -512,6 +530,7 @@ def set_agent_active(*, agent: Agent, actor: Any, active: bool) -> Agent:
     A real switch writes its ``agent_change`` record; switching to the state it is in
     changes and records nothing.
     """
+    require_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
     with transaction.atomic():
         locked = (
             Agent.objects.select_for_update(of=("self",)).select_related("site").get(pk=agent.pk)
@@ -551,6 +570,7 @@ def set_agent_refunds(
 ) -> Agent:
     """Switch the agent's refund method and set its caps (site currency minor units; None is
     no cap). A change writes one ``agent_change`` record; no change writes nothing."""
+    require_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
     for value in (cap_minor, daily_cap_minor):
         if value is not None and not 0 <= value <= 10**12:
             raise SillError("A cap is between 0 and 10,000,000,000.", code="invalid_field")

@@ -4,6 +4,10 @@ Nothing here calls a provider: rails are called from Celery tasks only, so savin
 not prove it works; the first refund on the rail does. The secret key is write-only: it is
 encrypted into ``RailAccount.secret_encrypted`` and never logged or returned; pages show
 :func:`key_hint` at most.
+
+Each service first checks that ``actor`` is a member of the site whose role manages settings
+(``require_member``, 403 ``forbidden``), as the Settings → Rails views do: a rail's keys say
+where the site's refunds go, so no other caller may change them for a member who may not.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import transaction
 
+from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.errors import SillError
@@ -51,6 +56,7 @@ def key_hint(secret: str) -> str:
 
 def set_rail_enabled(*, site: Site, actor: Any, rail: str, enabled: bool) -> RailAccount:
     """Switch ``rail`` on or off for ``site``; Stripe needs a saved key before it is switched on."""
+    require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     if rail not in CONFIGURABLE_RAILS:
         raise RailSettingsError(
             f"The {_label(rail)} rail is not available yet.", code="rail_unavailable", field="rail"
@@ -133,6 +139,7 @@ def configure_stripe(
     ``api_base`` is only accepted when ``settings.DEBUG`` is on (it exists for localstripe);
     ``None`` leaves the stored value alone. A new Stripe account starts switched off.
     """
+    require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     secret_key = secret_key.strip()
     connected_account = connected_account.strip()
     if mode not in RailMode.values:

@@ -13,6 +13,7 @@ from nacl.signing import SigningKey
 from audit.models import AuditRecord
 from sill.accounts.models import Agent, AgentKey, AgentToken
 from sill.accounts.services import add_agent_key, b64url_encode, issue_agent_token, token_sha256
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 URL = "/settings/agents/"
@@ -237,7 +238,9 @@ def test_it_deactivates_and_reactivates_an_agent(client_for, key):
 def test_a_token_is_shown_once_and_only_its_hash_is_stored(client_for, key, caplog):
     caplog.set_level(logging.DEBUG)
     client = client_for("owner")
-    issue_agent_token(agent=key.agent, actor=None)  # an earlier one, revoked below
+    issue_agent_token(
+        agent=key.agent, actor=site_owner(key.agent.site)
+    )  # an earlier one, revoked below
     AgentToken.objects.update(revoked_at=timezone.now())
     response = client.post(f"{URL}{key.agent.pk}/token/")
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 from nacl.signing import SigningKey
@@ -118,10 +119,11 @@ def test_the_demo_runs_again_after_the_merchant_reuses_a_demo_reasons_name():
 
     site = load_demo().site
     assert site.pk == DEMO_SITE_ID
+    owner = get_user_model().objects.get(username="owner@northwind-coffee.example")
     shipping = RefundReason.objects.get(site=site, code="not_received")
-    add_reason(site=site, actor=None, name="Damaged in transit", parent=shipping)
+    add_reason(site=site, actor=owner, name="Damaged in transit", parent=shipping)
     stopped = RefundReason.objects.get(site=site, name="Stopped working")
-    rename_reason(reason=stopped, actor=None, name="stopped working")
+    rename_reason(reason=stopped, actor=owner, name="stopped working")
     refunds = Refund.objects.count()
     load_demo()
     assert Refund.objects.count() == refunds

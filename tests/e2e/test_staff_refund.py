@@ -11,6 +11,7 @@ from refunds.reasons.selectors import PATH_SEPARATOR
 from refunds.reasons.services import add_reason
 from sill.accounts.models import Site
 from sill.orders.models import Order
+from tests.conftest import site_owner
 from tests.e2e.conftest import log_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -21,9 +22,9 @@ def test_staff_issue_a_25_percent_refund_with_a_leaf_reason(
 ):
     load_demo()
     site = Site.objects.get(pk=DEMO_SITE_ID)
-    product = add_reason(site=site, actor=None, name="Product problem")
-    leaf = add_reason(site=site, actor=None, name="Arrived broken", parent=product)
-    add_reason(site=site, actor=None, name="Wrong grind", parent=product)
+    product = add_reason(site=site, actor=site_owner(site), name="Product problem")
+    leaf = add_reason(site=site, actor=site_owner(site), name="Arrived broken", parent=product)
+    add_reason(site=site, actor=site_owner(site), name="Wrong grind", parent=product)
     order = Order.objects.get(site=site, source_mandate_id=DEMO_ORDER_MANDATE)
 
     log_in(page, live_server.url, "staff@northwind-coffee.example")

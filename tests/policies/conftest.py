@@ -12,6 +12,7 @@ from policies import catalog
 from policies.services import apply_catalog_item, set_auto_refund
 from sill.accounts.models import Membership, Site
 from sill.money import Money
+from tests.conftest import site_owner
 from tests.e2e.conftest import (  # noqa: F401  (browser fixtures, as in tests/e2e)
     CHROMIUM,
     browser_type_launch_args,
@@ -48,7 +49,9 @@ def apply_template(site: Site, owner: Any) -> Callable[..., Any]:
     def apply(item_id: str, *, on_site: Site | None = None, **kwargs: Any) -> Any:
         item = catalog.item_by_id(item_id)
         assert item is not None
-        return apply_catalog_item(site=on_site or site, actor=owner, item=item, **kwargs)
+        # On another site, as that site's owner: the service checks who acts.
+        actor = owner if on_site is None else site_owner(on_site)
+        return apply_catalog_item(site=on_site or site, actor=actor, item=item, **kwargs)
 
     return apply
 

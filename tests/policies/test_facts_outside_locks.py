@@ -21,6 +21,7 @@ from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import create_staff_refund
 from sill.orders.models import Order
 from sill.rails.models import RailAccount
+from tests.conftest import site_owner
 from tests.refunds.conftest import post, refund_intent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,7 +94,7 @@ def test_staff_refund_facts_are_read_before_the_order_is_locked(
     order = make_order(rail="stripe")
     state["order_pk"] = order.pk
     ensure_default_reasons(site)
-    leaf = add_reason(site=site, actor=None, name="Goodwill")
+    leaf = add_reason(site=site, actor=site_owner(site), name="Goodwill")
     create_staff_refund(
         site=site, order=order, actor=members["staff"].user, kind="full", reason=leaf
     )

@@ -62,8 +62,10 @@ def test_an_auto_refund_cap_above_a_hold_threshold_is_said():
 
 
 def test_the_rules_page_shows_the_warnings(client_for, site, members):
-    set_auto_refund(site=site, actor=None, enabled=True, cap=Money(10000, "USD"))
-    add_rule(site=site, actor=None, rule=rule("big", {"refundAmountUsd": {"gt": 5000}}))
+    set_auto_refund(site=site, actor=members["owner"].user, enabled=True, cap=Money(10000, "USD"))
+    add_rule(
+        site=site, actor=members["owner"].user, rule=rule("big", {"refundAmountUsd": {"gt": 5000}})
+    )
     page = client_for("reviewer").get("/rules/").content.decode()
     assert "above rule big" in page
 
@@ -79,9 +81,15 @@ def test_the_preview_lists_the_refunds_it_would_decide_differently(
 
 
 def test_an_earlier_version_is_restored_as_a_new_one(client_for, site, members):
-    add_rule(site=site, actor=None, rule=rule("first", {"refundFraction": {"gte": 0.5}}))
+    add_rule(
+        site=site, actor=members["owner"].user, rule=rule("first", {"refundFraction": {"gte": 0.5}})
+    )
     first = PolicyVersion.objects.get(site=site, active=True)
-    add_rule(site=site, actor=None, rule=rule("second", {"refundChargeAgeDays": {"gte": 60}}))
+    add_rule(
+        site=site,
+        actor=members["owner"].user,
+        rule=rule("second", {"refundChargeAgeDays": {"gte": 60}}),
+    )
 
     answer = client_for("admin").post(f"/rules/versions/{first.number}/restore/")
     assert answer.status_code == 302

@@ -13,6 +13,7 @@ import pytest
 from refunds.models import Refund
 from sill.orders.models import Charge, Order
 from sill.rails.shopify.sync import sync_orders
+from tests.conftest import site_owner
 from tests.refunds.conftest import refund_intent
 
 pytestmark = pytest.mark.django_db
@@ -170,6 +171,7 @@ def test_a_policy_replaced_while_the_rails_facts_are_read_decides_the_refund(
     from policies.services import add_rule
 
     _order, placed = synced()
+    owner = site_owner(site)  # before the decision starts: the rule is added as the owner
     entered, release = threading.Event(), threading.Event()
     shopify.pause["SillChargeFacts"] = (entered, release)
     answers: dict[str, Any] = {}
@@ -185,7 +187,7 @@ def test_a_policy_replaced_while_the_rails_facts_are_read_decides_the_refund(
     assert entered.wait(timeout=15), "the decision never read the rail's facts"
     label = add_rule(
         site=site,
-        actor=None,
+        actor=owner,
         rule={"id": "stop-shopify", "when": {"rail": "shopify"}, "then": {"action": "deny"}},
     )[0]
     release.set()

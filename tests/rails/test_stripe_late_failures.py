@@ -22,6 +22,7 @@ from refunds.models import Refund
 from refunds.tasks import notify_reversed_task
 from sill.accounts.services import issue_agent_token
 from sill.orders.models import Charge, ExternalRefund, Order
+from tests.conftest import site_owner
 from tests.rails.localstripe_fixtures import as_dict
 from tests.rails.stripe_events import event
 from tests.refunds.conftest import ORIGINAL, refund_intent
@@ -139,7 +140,7 @@ def test_it_applies_once_however_often_and_in_whatever_form_stripe_reports_it(
 
 def test_the_agent_api_answers_failed_with_the_reason(site, paid, settled, sdk, deliver):
     deliver(site, failed_event(sdk, settled))
-    token = issue_agent_token(agent=settled.agent, actor=None)
+    token = issue_agent_token(agent=settled.agent, actor=site_owner(settled.agent.site))
     answer = (
         Client()
         .get(

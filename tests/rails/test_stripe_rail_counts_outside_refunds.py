@@ -17,6 +17,7 @@ from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import NotRefundable, create_staff_refund
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.base import RefundFacts
+from tests.conftest import site_owner
 from tests.rails.localstripe_fixtures import as_dict
 from tests.rails.stripe_events import event
 from tests.refunds.conftest import ORIGINAL, refund_intent
@@ -65,7 +66,7 @@ def test_a_charge_refunded_in_full_at_stripe_refuses_the_staff_refund(
 ):
     sdk.v1.refunds.create(params={"charge": paid.provider_charge_id})
     ensure_default_reasons(site)
-    leaf = add_reason(site=site, actor=None, name="Goodwill")
+    leaf = add_reason(site=site, actor=site_owner(site), name="Goodwill")
     order = Order.objects.get(pk=paid.order_id)
     with pytest.raises(NotRefundable, match=r"(?i)nothing is left to refund"):
         create_staff_refund(

@@ -19,6 +19,7 @@ from sill.orders.models import ExternalRefund, Order
 from sill.rails.models import WebhookEvent
 from sill.rails.stripe import StripeRail
 from sill.rails.stripe_events import process_event
+from tests.conftest import site_owner
 from tests.rails.localstripe_fixtures import as_dict
 from tests.rails.stripe_events import dispute_obj, event, header
 from tests.refunds.conftest import ORIGINAL, refund_intent
@@ -71,7 +72,7 @@ def test_a_reported_dispute_refuses_agent_and_staff_refunds(
     answer = api(sign(refund_intent(ORIGINAL))).json()
     assert (answer["decision"], answer["reason"]) == ("rejected", "disputed"), answer
     ensure_default_reasons(site)
-    leaf = add_reason(site=site, actor=None, name="Goodwill")
+    leaf = add_reason(site=site, actor=site_owner(site), name="Goodwill")
     order = Order.objects.get(pk=paid.order_id)
     with pytest.raises(NotRefundable, match="disputed"):
         create_staff_refund(

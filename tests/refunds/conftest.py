@@ -33,6 +33,7 @@ from sill.money import Money
 from sill.orders.models import Order, Rail
 from sill.rails.models import RailAccount
 from sill.rails.registry import ensure_mock_rail
+from tests.conftest import site_owner
 
 KEY_ID = "test-2026-11"
 KEY_SEED = bytes(range(1, 33))
@@ -165,8 +166,8 @@ def order(make_order: Callable[..., Order], mock_rail: RailAccount) -> Order:
 def leaf(site: Site) -> RefundReason:
     """A merchant's own reason under the seeded ones: "Arrived broken" under "Product problem"."""
     ensure_default_reasons(site)
-    product = add_reason(site=site, actor=None, name="Product problem")
-    return add_reason(site=site, actor=None, name="Arrived broken", parent=product)
+    product = add_reason(site=site, actor=site_owner(site), name="Product problem")
+    return add_reason(site=site, actor=site_owner(site), name="Arrived broken", parent=product)
 
 
 @pytest.fixture
@@ -222,7 +223,7 @@ def require_approval(site: Site, *, origin: str) -> None:
     template, params = HOLDING_TEMPLATES[origin]
     item = item_by_id(template)
     assert item is not None
-    apply_catalog_item(site=site, actor=None, item=item, params=params)
+    apply_catalog_item(site=site, actor=site_owner(site), item=item, params=params)
 
 
 def hold_refund(
@@ -291,7 +292,7 @@ def _staff_reason(site: Site, *, code: str, name: str) -> RefundReason:
     if not name:
         return RefundReason.objects.get(site=site, code=code)
     mine = RefundReason.objects.filter(site=site, name=name).first()
-    return mine or add_reason(site=site, actor=None, name=name)
+    return mine or add_reason(site=site, actor=site_owner(site), name=name)
 
 
 @pytest.fixture

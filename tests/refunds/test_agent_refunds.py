@@ -13,6 +13,7 @@ from audit.models import AuditRecord
 from refunds.models import Mandate, Refund
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry
+from tests.conftest import site_owner
 from tests.refunds.conftest import ORIGINAL, post, purchase_intent, refund_intent
 
 pytestmark = pytest.mark.django_db
@@ -210,7 +211,7 @@ def test_the_agent_reads_its_refund_with_a_bearer_token(api, sign, original, age
     from sill.accounts.services import issue_agent_token
 
     body = api(sign(refund_intent(ORIGINAL))).json()
-    token = issue_agent_token(agent=agent, actor=None)
+    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
     client = Client()
     response = client.get(
         f"/api/v1/refunds/{body['mandate_id']}", headers={"Authorization": f"Bearer {token}"}
@@ -236,7 +237,7 @@ def test_another_agents_token_cannot_read_the_refund(api, sign, original, site):
     other = Agent.objects.create(
         site=site, agent_id="agent_other", name="Other", refund_enabled=True
     )
-    token = issue_agent_token(agent=other, actor=None)
+    token = issue_agent_token(agent=other, actor=site_owner(other.site))
     response = Client().get(
         f"/api/v1/refunds/{body['mandate_id']}", headers={"Authorization": f"Bearer {token}"}
     )

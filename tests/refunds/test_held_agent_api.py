@@ -10,13 +10,14 @@ from django.test import Client
 from refunds.review.decisions import approve_refund, reject_refund
 from refunds.tasks import expire_held_refunds_task
 from sill.accounts.services import issue_agent_token
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def read(agent):
-    token = issue_agent_token(agent=agent, actor=None)
+    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
 
     def get(refund):
         response = Client().get(

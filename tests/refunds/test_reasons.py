@@ -28,6 +28,7 @@ from refunds.reasons.services import (
 )
 from refunds.staff.services import create_staff_refund
 from sill.errors import SillError
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -101,7 +102,7 @@ def test_it_seeds_only_what_is_missing_and_codes_a_same_named_reason(site, owner
 def test_it_keeps_each_sites_tree_to_itself(site, other_site, owner):
     ensure_default_reasons(site)
     ensure_default_reasons(other_site)
-    add_reason(site=other_site, actor=None, name="Theirs")
+    add_reason(site=other_site, actor=site_owner(other_site), name="Theirs")
     assert "Theirs" not in [name for _, name in _names(site)]
     assert len(reason_tree_for(site)) == 5 and len(reason_tree_for(other_site)) == 6
     theirs = RefundReason.objects.get(site=other_site, name="Theirs")
@@ -181,7 +182,7 @@ def test_it_refuses_to_move_a_reason_under_itself(site, tree, owner):
 
 
 def test_it_refuses_another_sites_parent(site, other_site, tree, owner):
-    theirs = add_reason(site=other_site, actor=None, name="Theirs")
+    theirs = add_reason(site=other_site, actor=site_owner(other_site), name="Theirs")
     with pytest.raises(SillError):
         add_reason(site=site, actor=owner, name="Sneaky", parent=theirs)
     with pytest.raises(SillError):
@@ -191,9 +192,9 @@ def test_it_refuses_another_sites_parent(site, other_site, tree, owner):
 # --- active, picker --------------------------------------------------------------------------
 
 
-def test_the_picker_offers_only_active_leaves_grouped_under_their_categories(site, tree):
+def test_the_picker_offers_only_active_leaves_grouped_under_their_categories(site, tree, owner):
     ensure_default_reasons(site)
-    set_reason_active(reason=tree["colour"], actor=None, active=False)
+    set_reason_active(reason=tree["colour"], actor=owner, active=False)
     entries = reason_picker_for(site)
 
     def show(entry):
@@ -227,8 +228,8 @@ def test_a_category_with_leaves_at_several_depths_appears_once(site, tree, owner
     assert [o.label for o in entries[2].options] == ["Zzz late leaf"]
 
 
-def test_deactivating_a_category_hides_everything_under_it_until_reactivated(site, tree):
-    set_reason_active(reason=tree["shipping"], actor=None, active=False)
+def test_deactivating_a_category_hides_everything_under_it_until_reactivated(site, tree, owner):
+    set_reason_active(reason=tree["shipping"], actor=owner, active=False)
     labels = [e.label for e in reason_picker_for(site)]
     assert not any("Shipping" in label for label in labels)
     rows = {r.reason.name: r for r in reason_tree_for(site)}
@@ -236,15 +237,15 @@ def test_deactivating_a_category_hides_everything_under_it_until_reactivated(sit
     with pytest.raises(SillError) as exc:
         pickable_reason(site, tree["courier"].pk)
     assert exc.value.code == "reason_inactive"
-    set_reason_active(reason=tree["shipping"], actor=None, active=True)
+    set_reason_active(reason=tree["shipping"], actor=owner, active=True)
     assert pickable_reason(site, tree["courier"].pk).reason == tree["courier"]
 
 
-def test_a_pickable_reason_is_an_active_leaf_of_the_site(site, tree):
+def test_a_pickable_reason_is_an_active_leaf_of_the_site(site, tree, owner):
     with pytest.raises(SillError) as exc:
         pickable_reason(site, tree["product"].pk)
     assert exc.value.code == "reason_not_leaf"
-    set_reason_active(reason=tree["broken"], actor=None, active=False)
+    set_reason_active(reason=tree["broken"], actor=owner, active=False)
     with pytest.raises(SillError) as exc:
         pickable_reason(site, tree["broken"].pk)
     assert exc.value.code == "reason_inactive"

@@ -14,6 +14,7 @@ from django.db import connection
 
 from refunds.models import RefundReason
 from refunds.reasons.services import add_reason, ensure_default_reasons
+from tests.conftest import site_owner
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -24,14 +25,15 @@ def test_concurrent_adds_and_seeding_on_two_sites_keep_a_valid_tree(site, other_
     sites = [site, other_site]
     barrier = threading.Barrier(12)
     errors: list[BaseException] = []
+    owners = [site_owner(s) for s in sites]  # made here: the threads only add reasons
 
     def work(i: int) -> None:
         try:
             barrier.wait(timeout=30)
-            target = sites[i % 2]
+            target, owner = sites[i % 2], owners[i % 2]
             ensure_default_reasons(target)
-            parent = add_reason(site=target, actor=None, name=f"Group {i:02d}")
-            add_reason(site=target, actor=None, name=f"Leaf {i:02d}", parent=parent)
+            parent = add_reason(site=target, actor=owner, name=f"Group {i:02d}")
+            add_reason(site=target, actor=owner, name=f"Leaf {i:02d}", parent=parent)
         except BaseException as exc:
             errors.append(exc)
         finally:

@@ -7,6 +7,7 @@ import pytest
 from refunds.models import RefundReason
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import create_staff_refund
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 URL = "/settings/reasons/"
@@ -15,7 +16,7 @@ URL = "/settings/reasons/"
 @pytest.fixture
 def reason(site):
     ensure_default_reasons(site)
-    return add_reason(site=site, actor=None, name="Product problem")
+    return add_reason(site=site, actor=site_owner(site), name="Product problem")
 
 
 ROLES = [
@@ -115,7 +116,7 @@ def test_an_admin_builds_the_tree_through_the_page(as_, site, reason):
 
 
 def test_a_refused_change_re_renders_the_page_with_why(as_, site, reason):
-    child = add_reason(site=site, actor=None, name="Child", parent=reason)
+    child = add_reason(site=site, actor=site_owner(site), name="Child", parent=reason)
     response = as_("owner").post(f"{URL}{reason.pk}/move/", {"parent": str(child.pk)})
     assert response.status_code == 422
     assert "can't go under itself" in response.content.decode().replace("&#x27;", "'")
@@ -126,7 +127,7 @@ def test_a_refused_change_re_renders_the_page_with_why(as_, site, reason):
 def test_a_used_reason_offers_deactivation_and_says_why_it_cannot_be_deleted(
     as_, site, reason, make_order, members, mock_rail
 ):
-    leaf = add_reason(site=site, actor=None, name="Arrived broken", parent=reason)
+    leaf = add_reason(site=site, actor=site_owner(site), name="Arrived broken", parent=reason)
     create_staff_refund(
         site=site,
         order=make_order(),
@@ -150,7 +151,7 @@ def test_a_used_reason_offers_deactivation_and_says_why_it_cannot_be_deleted(
 
 
 def test_another_sites_reason_is_a_404_for_every_action(as_, other_site):
-    theirs = add_reason(site=other_site, actor=None, name="Theirs")
+    theirs = add_reason(site=other_site, actor=site_owner(other_site), name="Theirs")
     client = as_("owner")
     for action in ACTIONS:
         assert client.post(f"{URL}{theirs.pk}/{action}/", {"name": "x"}).status_code == 404

@@ -15,6 +15,7 @@ from django.test import Client
 
 from audit.models import AuditRecord
 from sill.accounts.services import issue_agent_token
+from tests.conftest import site_owner
 from tests.refunds.conftest import ORIGINAL, post, refund_intent
 
 pytestmark = pytest.mark.django_db
@@ -62,7 +63,7 @@ def test_the_answer_carries_a_receipt_an_agent_verifies_offline(
     assert record.kind == "approved" and int(amount) == 8900
     assert mandate_sha256 == hashlib.sha256(body).hexdigest()  # the bytes the agent sent
 
-    token = issue_agent_token(agent=agent, actor=None)
+    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
     again = client.get(
         f"/api/v1/refunds/{answer['mandate_id']}", HTTP_AUTHORIZATION=f"Bearer {token}"
     ).json()

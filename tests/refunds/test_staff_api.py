@@ -10,6 +10,7 @@ from django.test import Client
 from refunds.models import Refund, RefundReason
 from refunds.reasons.selectors import PATH_SEPARATOR
 from refunds.reasons.services import set_reason_active
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -115,7 +116,7 @@ def test_a_parent_or_inactive_reason_is_a_400(api, site, order, leaf):
         "field": "reasonId",
         "message": "",
     }
-    set_reason_active(reason=leaf, actor=None, active=False)
+    set_reason_active(reason=leaf, actor=site_owner(leaf.site), active=False)
     response = api("staff", order, {"full": True, "reasonId": leaf.pk})
     assert response.status_code == 400
     assert _error(response)["code"] == "reason_inactive"

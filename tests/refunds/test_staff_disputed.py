@@ -12,6 +12,7 @@ from refunds.models import Refund
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import NotRefundable, create_staff_refund
 from sill.orders.models import Charge, Dispute
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +22,7 @@ def refund_disputed(site, members, make_order, mock_rail):
     """``refund_disputed(status)``: a staff full refund of a $20.00 order whose charge has a
     dispute in ``status``."""
     ensure_default_reasons(site)
-    leaf = add_reason(site=site, actor=None, name="Goodwill")
+    leaf = add_reason(site=site, actor=site_owner(site), name="Goodwill")
 
     def refund(status: str) -> Refund:
         order = make_order(total="20.00")

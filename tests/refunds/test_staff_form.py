@@ -13,6 +13,7 @@ from refunds.reasons.selectors import PATH_SEPARATOR
 from refunds.reasons.services import set_reason_active
 from refunds.staff.services import ROUNDING_RULE
 from sill.orders.models import Charge
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -74,7 +75,9 @@ def test_the_form_offers_each_type_the_remaining_amount_and_the_rounding_rule(
 
 def test_the_picker_shows_active_leaves_under_their_category(client_for, site, order, leaf):
     set_reason_active(
-        reason=RefundReason.objects.get(site=site, code="other"), actor=None, active=False
+        reason=RefundReason.objects.get(site=site, code="other"),
+        actor=site_owner(site),
+        active=False,
     )
     body = _page(client_for("staff"), order)
     start = body.index('id="refund-reason"')
@@ -258,7 +261,7 @@ def test_a_parent_or_inactive_reason_is_refused_in_the_form(
     parent = RefundReason.objects.get(site=site, name="Product problem")
     response = post_refund(client, order, {"kind": "full", "reason": str(parent.pk)})
     assert response.status_code == 422 and "is a category" in response.content.decode()
-    set_reason_active(reason=leaf, actor=None, active=False)
+    set_reason_active(reason=leaf, actor=site_owner(leaf.site), active=False)
     response = post_refund(client, order, {"kind": "full", "reason": str(leaf.pk)})
     assert response.status_code == 422 and "is deactivated" in response.content.decode()
     assert Refund.objects.count() == 0

@@ -20,6 +20,7 @@ from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
 from sill.rails.registry import ensure_mock_rail
 from sill.rails.services import set_rail_enabled
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -28,8 +29,8 @@ KEY = "3f0c9a52-6d1e-4f7b-9a57-1c2d3e4f5a6b"
 
 def _leaf(site):
     ensure_default_reasons(site)
-    product = add_reason(site=site, actor=None, name="Product problem")
-    return add_reason(site=site, actor=None, name="Arrived broken", parent=product)
+    product = add_reason(site=site, actor=site_owner(site), name="Product problem")
+    return add_reason(site=site, actor=site_owner(site), name="Arrived broken", parent=product)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from sill.errors import SillError
 from sill.money import Money, format_money, parse_major
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry, RailAccount
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -30,10 +31,10 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def reasons(site):
     ensure_default_reasons(site)
-    product = add_reason(site=site, actor=None, name="Product problem")
-    broken = add_reason(site=site, actor=None, name="Arrived broken", parent=product)
+    product = add_reason(site=site, actor=site_owner(site), name="Product problem")
+    broken = add_reason(site=site, actor=site_owner(site), name="Arrived broken", parent=product)
     defective = RefundReason.objects.get(site=site, code="defective")
-    worn = add_reason(site=site, actor=None, name="Worn out early", parent=defective)
+    worn = add_reason(site=site, actor=site_owner(site), name="Worn out early", parent=defective)
     return {"product": product, "broken": broken, "defective": defective, "worn": worn}
 
 
@@ -295,11 +296,11 @@ def test_an_inactive_reason_or_one_under_an_inactive_category_is_refused(
     site, make_order, refund, reasons
 ):
     order = make_order()
-    set_reason_active(reason=reasons["broken"], actor=None, active=False)
+    set_reason_active(reason=reasons["broken"], actor=site_owner(site), active=False)
     with pytest.raises(SillError) as exc:
         refund(order, reason=reasons["broken"])
     assert exc.value.code == "reason_inactive"
-    set_reason_active(reason=reasons["defective"], actor=None, active=False)
+    set_reason_active(reason=reasons["defective"], actor=site_owner(site), active=False)
     with pytest.raises(SillError) as exc:
         refund(order, reason=reasons["worn"])
     assert exc.value.code == "reason_inactive"
@@ -307,7 +308,7 @@ def test_an_inactive_reason_or_one_under_an_inactive_category_is_refused(
 
 
 def test_another_sites_reason_is_refused(site, other_site, make_order, refund):
-    theirs = add_reason(site=other_site, actor=None, name="Theirs")
+    theirs = add_reason(site=other_site, actor=site_owner(other_site), name="Theirs")
     with pytest.raises(SillError) as exc:
         refund(make_order(), reason=theirs)
     assert exc.value.code == "invalid_field"

@@ -78,7 +78,7 @@ class Command(BaseCommand):
         agent = Agent.objects.filter(site=site, agent_id=opts["agent"]).first()
         if agent is None:
             raise CommandError(f"no agent {opts['agent']} on {site.id}")
-        self.stdout.write(issue_agent_token(agent=agent, actor=None))  # actor: the operator
+        self.stdout.write(issue_agent_token(agent=agent, actor=None, system=True))
 
     def _sign(self, opts: dict[str, Any]) -> None:
         try:

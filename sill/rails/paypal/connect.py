@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.rails.base import (
@@ -59,6 +60,8 @@ def configure_paypal(
     ``api_base`` (DEBUG only, for a loopback server) ``None`` keeps the stored value. A new
     PayPal account starts switched off. Raises ``RailSettingsError``; nothing is saved then.
     """
+    # First: a refused caller must not even get the provider called with what it sent.
+    require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     client_id, client_secret = client_id.strip(), client_secret.strip()
     webhook_id = webhook_id.strip()
     if mode not in RailMode.values:

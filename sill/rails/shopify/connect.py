@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from audit.models import AuditKind
 from audit.services import append_record
+from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.orders.models import Rail
 from sill.rails.base import ConnectionInfo, PermanentRailError, RailError, RetryableRailError
@@ -70,6 +71,8 @@ def configure_shopify(
     to one store). ``api_base`` (DEBUG only, for a loopback server) ``None`` keeps the
     stored value. A new Shopify account starts switched off.
     """
+    # First: a refused caller must not even get the provider called with what it sent.
+    require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     shop = normalize_shop_domain(shop_domain)
     if not SHOP_DOMAIN_RE.match(shop):
         raise RailSettingsError(

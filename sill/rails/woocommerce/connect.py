@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import transaction
 
+from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.rails.base import (
@@ -87,6 +88,8 @@ def configure_woocommerce(
     webhook_secret: str,
 ) -> RailAccount:
     """Save the site's store; empty key, secret or webhook secret keep the stored ones."""
+    # First: a refused caller must not even get the provider called with what it sent.
+    require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     url = check_store_url(store_url)
     consumer_key, consumer_secret = consumer_key.strip(), consumer_secret.strip()
     if bool(consumer_key) != bool(consumer_secret):
