@@ -65,7 +65,8 @@ def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
     """Sign ``site``'s tree as it stands; None when it has not grown since the last one.
 
     Raises :class:`CheckpointInconsistent` (and signs nothing) when the tree does not extend
-    the previous checkpoint.
+    the previous checkpoint, or the one published to ``SILL_AUDIT_CHECKPOINT_DIR`` (which
+    must verify): Sill never signs a view of the log that forks from one it published.
     """
     with transaction.atomic():
         # The head's lock holds appends back for the few milliseconds this takes, so size and
@@ -82,20 +83,39 @@ def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
             return None
         assert head is not None
         root = tree.root_from_frontier(tree.parse_frontier(head.tree_frontier))
-        if latest is not None:
-            stored = tree.StoredTree(site.pk, size)
+        earlier = [] if latest is None else [("checkpoint", latest.tree_size, latest.root_hash)]
+        # The copy published outside the database too: someone who can write the database
+        # alone can delete Sill's checkpoint rows after cutting records from the log's end;
+        # signing the log that then grows back would publish a second, forked view of it.
+        published = published_checkpoint(site_id=site.pk)
+        if published is not None:
+            try:
+                opened = open_checkpoint(published, site_id=site.pk).checkpoint
+            except note.NoteError as exc:
+                raise CheckpointInconsistent(
+                    f"site {site.pk}: the published checkpoint does not verify ({exc}); "
+                    "nothing is signed over it"
+                ) from exc
+            if opened.size > size:
+                raise CheckpointInconsistent(
+                    f"site {site.pk}: the log has {size} records, its published checkpoint "
+                    f"says {opened.size}"
+                )
+            earlier.append(("published checkpoint", opened.size, opened.root.hex()))
+        stored = tree.StoredTree(site.pk, size)
+        for what, earlier_size, earlier_root in earlier:
             try:
                 merkle.verify_consistency(
-                    latest.tree_size,
+                    earlier_size,
                     size,
-                    bytes.fromhex(latest.root_hash),
+                    bytes.fromhex(earlier_root),
                     root,
-                    stored.consistency_proof(latest.tree_size),
+                    stored.consistency_proof(earlier_size) if earlier_size < size else [],
                 )
-            except merkle.ProofError as exc:
+            except (merkle.ProofError, ValueError) as exc:
                 raise CheckpointInconsistent(
-                    f"site {site.pk}: the tree at {size} does not extend the checkpoint at "
-                    f"{latest.tree_size}: {exc}"
+                    f"site {site.pk}: the tree at {size} does not extend the {what} at "
+                    f"{earlier_size}: {exc}"
                 ) from exc
         now = timezone.now()
         key_id, signing_key = keys.signing_key(now)
@@ -139,6 +159,18 @@ def write_due_checkpoints() -> int:
 
 def latest_checkpoint(*, site_id: str) -> AuditCheckpoint | None:
     return AuditCheckpoint.objects.filter(site_id=site_id).order_by("-tree_size").first()
+
+
+def published_checkpoint(*, site_id: str) -> str | None:
+    """The latest checkpoint of ``site_id``'s log published to ``SILL_AUDIT_CHECKPOINT_DIR``
+    (its text, unverified), or None when there is no such directory or file yet."""
+    if not settings.SILL_AUDIT_CHECKPOINT_DIR:
+        return None
+    path = Path(settings.SILL_AUDIT_CHECKPOINT_DIR) / site_id / "checkpoint"
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
 
 
 def checkpoint_at(*, site_id: str, size: int) -> AuditCheckpoint | None:

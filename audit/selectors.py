@@ -63,11 +63,14 @@ def chain_verification(
     progress: Callable[[int], None] | None = None,
 ) -> chain.VerifyResult:
     """Verify ``site``'s whole chain against Sill's keys (and their windows), its chain head,
-    its Merkle tree and a signed checkpoint.
+    its Merkle tree and its signed checkpoints.
 
-    The checkpoint is ``checkpoint_note`` when given (one kept outside Sill: what catches an
-    operator who removed records and rewound the head), else the latest Sill signed. A log
-    with fewer records than the checkpoint counts, or whose first records hash to another
+    The checkpoints: ``checkpoint_note`` when given (one kept outside Sill), the latest Sill
+    signed (its signed note, which must verify and say what the columns beside it say: the
+    note is what outsiders are served), and the latest published to
+    ``SILL_AUDIT_CHECKPOINT_DIR`` when there is one (a copy outside the database: what catches
+    someone who removed records from the end, rewound the head and deleted Sill's checkpoint
+    rows). A log with fewer records than one counts, or whose first records hash to another
     root, fails; so does a chain head, or a stored tree node (those that serve inclusion and
     consistency proofs), that disagrees with the records. Each record's unsigned columns
     (``created_at``, the subjects) must say what its payload says.
@@ -76,21 +79,10 @@ def chain_verification(
     head_row = AuditChainHead.objects.filter(site=site).first()
     head = (head_row.last_seq, head_row.last_hash) if head_row else (0, chain.GENESIS_HASH)
     windows = keys.key_windows()
-    if checkpoint_note is not None:
-        try:
-            signed = checkpoints.open_checkpoint(checkpoint_note, site_id=site.pk)
-        except note.NoteError as exc:
-            return chain.VerifyResult(False, 0, None, f"the checkpoint does not verify: {exc}")
-        anchor: merkle_anchor | None = (signed.checkpoint.size, signed.checkpoint.root)
-    else:
-        latest = checkpoints.latest_checkpoint(site_id=site.pk)
-        try:
-            anchor = (latest.tree_size, bytes.fromhex(latest.root_hash)) if latest else None
-        except ValueError:
-            return chain.VerifyResult(
-                False, 0, None, "Sill's latest signed checkpoint root is corrupt (not hex)"
-            )
-    grown = _TreeOfRecords(site.pk, anchor[0] if anchor else 0, progress)
+    anchors = _checkpoint_anchors(site, checkpoint_note)
+    if isinstance(anchors, chain.VerifyResult):
+        return anchors
+    grown = _TreeOfRecords(site.pk, {size for _, size, _ in anchors}, progress)
     rows = (
         AuditRecord.objects.filter(site=site)
         .order_by("seq")
@@ -105,22 +97,21 @@ def chain_verification(
     )
     if not result.ok:
         return result
-    if anchor is not None:
-        size, root = anchor
+    for what, size, root in anchors:
         if result.count < size:
             return chain.VerifyResult(
                 False,
                 result.count,
                 result.count + 1,
-                f"the log ends at seq {result.count} but a signed checkpoint counts {size} "
+                f"the log ends at seq {result.count} but {what} counts {size} "
                 "records: records were removed from its end",
             )
-        if grown.at_anchor != root:
+        if grown.at_anchor.get(size) != root:
             return chain.VerifyResult(
                 False,
                 result.count,
                 None,
-                f"the first {size} records do not hash to the signed checkpoint's root",
+                f"the first {size} records do not hash to {what}'s root",
             )
     if head_row is not None:
         try:
@@ -138,27 +129,78 @@ def chain_verification(
     return result
 
 
-merkle_anchor = tuple[int, bytes]
+def _checkpoint_anchors(
+    site: Site, checkpoint_note: str | None
+) -> list[tuple[str, int, bytes]] | chain.VerifyResult:
+    """``(what, size, root)`` of each signed checkpoint the log must extend, or the failed
+    result that one of them does not verify."""
+    anchors: list[tuple[str, int, bytes]] = []
+    if checkpoint_note is not None:
+        try:
+            signed = checkpoints.open_checkpoint(checkpoint_note, site_id=site.pk)
+        except note.NoteError as exc:
+            return chain.VerifyResult(False, 0, None, f"the checkpoint does not verify: {exc}")
+        anchors.append(("the signed checkpoint", signed.checkpoint.size, signed.checkpoint.root))
+    latest = checkpoints.latest_checkpoint(site_id=site.pk)
+    if latest is not None:
+        try:
+            root = bytes.fromhex(latest.root_hash)
+        except ValueError:
+            return chain.VerifyResult(
+                False, 0, None, "Sill's latest signed checkpoint root is corrupt (not hex)"
+            )
+        try:
+            signed = checkpoints.open_checkpoint(latest.note, site_id=site.pk)
+        except note.NoteError as exc:
+            return chain.VerifyResult(
+                False, 0, None, f"Sill's latest checkpoint does not verify: {exc}"
+            )
+        if (signed.checkpoint.size, signed.checkpoint.root) != (latest.tree_size, root):
+            return chain.VerifyResult(
+                False,
+                0,
+                None,
+                f"Sill's latest checkpoint (at {latest.tree_size} records) does not say what "
+                "its signed note says",
+            )
+        if checkpoint_note is None:
+            anchors.append(("a signed checkpoint", latest.tree_size, root))
+        else:
+            anchors.append(("Sill's latest checkpoint", latest.tree_size, root))
+    published = checkpoints.published_checkpoint(site_id=site.pk)
+    if published is not None:
+        try:
+            signed = checkpoints.open_checkpoint(published, site_id=site.pk)
+        except note.NoteError as exc:
+            return chain.VerifyResult(
+                False, 0, None, f"the published checkpoint does not verify: {exc}"
+            )
+        anchors.append(("the published checkpoint", signed.checkpoint.size, signed.checkpoint.root))
+    return anchors
 
 
 class _TreeOfRecords:
-    """Grows the tree over the records as they are verified: its root at ``anchor_size``
-    (a checkpoint's size) and at the end, and whether ``site_id``'s stored nodes are the nodes
-    the records make (``stored_mismatch`` names the first that is not; None while all are).
+    """Grows the tree over the records as they are verified: its root at each of
+    ``anchor_sizes`` (checkpoints' sizes) and at the end, and whether ``site_id``'s stored
+    nodes are the nodes the records make (``stored_mismatch`` names the first that is not;
+    None while all are).
 
     The stored nodes are what Sill's proofs are built from: a changed one the frontier no
     longer holds would pass every other check while the proofs Sill serves fail for an
     outsider. They are compared a batch of records at a time (one query each)."""
 
     def __init__(
-        self, site_id: str, anchor_size: int, progress: Callable[[int], None] | None = None
+        self,
+        site_id: str,
+        anchor_sizes: set[int],
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         self.site_id = site_id
-        self.anchor_size = anchor_size
+        self.anchor_sizes = anchor_sizes
         self.progress = progress
         self.edge: list[bytes] = []
         self.size = 0
-        self.at_anchor: bytes | None = None
+        self.at_anchor: dict[int, bytes] = {}
         self.last_hash: str | None = None
         self.stored_mismatch: str | None = None
         # The nodes the records since ``_batch_start`` completed: (level, index) → hex.
@@ -175,8 +217,8 @@ class _TreeOfRecords:
             self._batch_nodes.update(((level, index), node.hex()) for level, index, node in nodes)
             self.size += 1
             self.last_hash = row["hash"]
-            if self.size == self.anchor_size:
-                self.at_anchor = tree.root_from_frontier(self.edge)
+            if self.size in self.anchor_sizes:
+                self.at_anchor[self.size] = tree.root_from_frontier(self.edge)
             if self.size % RECORDS_PER_BATCH == 0:
                 self._compare_stored()
             if self.progress is not None and self.size % PROGRESS_EVERY == 0:

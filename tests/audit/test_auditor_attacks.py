@@ -1,0 +1,567 @@
+"""An outside auditor's attacks on the audit log, and an insider's who wants to hide or alter a
+refund: each is run against `audit verify` / Activity's check (chain_verification) and the
+standalone verifier (audit/verify_export.py), and each must be caught, or pass only where
+that is what the evidence honestly shows (a genuine earlier state of the log).
+
+Attacks already covered elsewhere are not repeated here: a payload, hash, signature or kind
+byte changed, a middle record deleted, two records swapped (tests/audit/test_tamper.py), an
+export cut short, reordered or holding a record twice (test_checkpoints.py), a retired key
+signing by backdating (test_key_order.py), key rows written into the database and edited
+endorsements (test_key_endorsement.py), C2SP note and Merkle vectors (test_note.py,
+test_merkle_vectors.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+import unicodedata
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import pytest
+from django.apps import apps
+from django.db import transaction
+from django.utils import timezone
+
+from audit import chain, checkpoints, keys, merkle, note, verify_export
+from audit.models import (
+    AuditChainHead,
+    AuditCheckpoint,
+    AuditKind,
+    AuditRecord,
+    AuditTreeNode,
+)
+from audit.selectors import chain_verification
+from audit.services import append_record
+from sill.accounts.models import Site
+from tests.audit.test_tamper import (
+    column,
+    export,
+    run_standalone,
+    set_column,
+    sql,
+    verify_command,
+)
+
+pytestmark = pytest.mark.django_db
+
+TABLE = AuditRecord._meta.db_table
+
+
+def refund(site: Site, refund_id: str, amount_minor: int = 8900, actor: str = "owner@x") -> None:
+    with transaction.atomic():
+        append_record(
+            site=site,
+            kind=AuditKind.SETTLEMENT,
+            body={
+                "refund_id": refund_id,
+                "amount_minor": amount_minor,
+                "currency": "USD",
+                "actor": actor,
+            },
+        )
+
+
+def refunds(site: Site, n: int) -> None:
+    for i in range(1, n + 1):
+        refund(site, f"rf_{i}")
+
+
+def anchor() -> tuple[str, nacl.signing.SigningKey]:
+    return keys.configured_key()
+
+
+def pinned_anchor() -> dict[str, Any]:
+    key_id, key = anchor()
+    return {key_id: key.verify_key}
+
+
+def standalone(
+    path: Path, *, trusted: dict[str, Any] | None = None, checkpoint: str | None = None
+) -> list[str]:
+    """The standalone verifier's problems for ``path`` (in-process: the same module a copy
+    run without Sill executes; run_standalone runs it isolated where that matters)."""
+    _, _, problems = verify_export.verify_path(str(path), trusted, checkpoint)
+    return problems
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
+
+
+def resign_record(
+    rec: dict[str, Any], payload: dict[str, Any], prev_hash: str, key: nacl.signing.SigningKey
+) -> dict[str, Any]:
+    text = chain.canonical(payload)
+    digest = chain.record_hash(prev_hash, text)
+    return {
+        **rec,
+        "payload": text.decode("utf-8"),
+        "prev_hash": prev_hash,
+        "hash": digest,
+        "signature": chain.sign_hash(digest, key),
+        "key_id": keys.key_id_for(key.verify_key),
+    }
+
+
+def signed_checkpoint(origin: str, payloads: list[str], key: nacl.signing.SigningKey) -> str:
+    root = merkle.root_of([merkle.record_leaf_hash(p) for p in payloads])
+    text = note.Checkpoint(origin=origin, size=len(payloads), root=root).text()
+    return note.sign(text, name=origin, signing_key=key)
+
+
+# -- a record's body changed -----------------------------------------------------------------
+
+
+EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "amount": lambda body: body.update(amount_minor=1),
+    "refund id": lambda body: body.update(refund_id="rf_someone_else"),
+    "actor": lambda body: body.update(actor="nobody@x"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+@pytest.mark.parametrize("how", ["rehashed, old signature", "rehashed, signed by another key"])
+def test_a_body_edit_with_its_hash_recomputed_fails_at_that_record(
+    site: Site, tmp_path: Path, edit: str, how: str
+) -> None:
+    """The insider rewrites record 3 and every hash after it (so the chain links again) and
+    keeps the genuine key id: the signature of record 3 is what gives it away."""
+    refunds(site, 5)
+    attacker = nacl.signing.SigningKey.generate()
+    genuine_key_id = column(site, 3, "key_id")
+    prev = column(site, 2, "hash")
+    for seq in range(3, 6):
+        payload = json.loads(column(site, seq, "payload"))
+        if seq == 3:
+            EDITS[edit](payload["body"])
+        text = chain.canonical(payload)
+        digest = chain.record_hash(prev, text)
+        signature = (
+            column(site, seq, "signature")
+            if how == "rehashed, old signature"
+            else chain.sign_hash(digest, attacker)
+        )
+        set_column(site, seq, "hash", f"{seq:064x}")  # (site, hash) is unique
+        for name, value in (
+            ("payload", text.decode()),
+            ("prev_hash", prev),
+            ("hash", digest),
+            ("signature", signature),
+            ("key_id", genuine_key_id),
+        ):
+            set_column(site, seq, name, value)
+        prev = digest
+    AuditChainHead.objects.filter(site=site).update(last_hash=prev)
+
+    _, err, error = verify_command("--site", site.pk)
+    assert error is not None
+    assert f"site {site.pk}: FAILED at seq 3: signature does not verify" in err
+
+    problems = standalone(export(site, tmp_path / "e.jsonl"), trusted=pinned_anchor())
+    assert problems[0] == "FAILED at seq 3: signature does not verify", problems
+
+
+def test_a_forged_export_with_the_genuine_key_id_bound_to_the_attackers_key_fails_pinned(
+    site: Site, tmp_path: Path
+) -> None:
+    """The attacker controls the whole file: they swap the public key listed under Sill's key
+    id for their own and re-sign records and checkpoint. Consistent, so it passes unpinned
+    (the verifier says the file's keys prove only consistency); pinned, it fails."""
+    refunds(site, 3)
+    path = export(site, tmp_path / "e.jsonl")
+    lines = lines_of(path)
+    header = json.loads(lines[0])
+    key_id = next(iter(header["public_keys"]))
+    attacker = nacl.signing.SigningKey.generate()
+    header["public_keys"][key_id] = chain.b64url_encode(bytes(attacker.verify_key))
+    records = [json.loads(line) for line in lines[1:4]]
+    forged, prev = [], chain.GENESIS_HASH
+    for rec in records:
+        payload = json.loads(rec["payload"])
+        payload["body"]["amount_minor"] = 1
+        new = resign_record(rec, payload, prev, attacker)
+        new["key_id"] = key_id
+        forged.append(new)
+        prev = new["hash"]
+    checkpoint = signed_checkpoint(header["origin"], [r["payload"] for r in forged], attacker)
+    write_lines(
+        path,
+        [
+            json.dumps(header),
+            *(json.dumps(r) for r in forged),
+            json.dumps({"type": "checkpoint", "note": checkpoint}),
+        ],
+    )
+
+    assert standalone(path) == []
+    problems = standalone(path, trusted=pinned_anchor())
+    assert problems[0] == "FAILED at seq 1: signature does not verify", problems
+    assert any("the export's checkpoint" in p and "known key" in p for p in problems)
+
+
+# -- records removed, renumbered, spliced ------------------------------------------------------
+
+
+def test_an_export_cut_back_to_an_older_genuine_checkpoint_fails_only_against_a_newer_one(
+    site: Site, tmp_path: Path
+) -> None:
+    """Records 4 and 5 dropped and the genuine checkpoint at 3 (public, at
+    /audit/<site>/checkpoint/3) put at the end: that is a genuine earlier state of the log, so
+    only a checkpoint the auditor kept from later shows the refunds that were taken out."""
+    refunds(site, 3)
+    older = checkpoints.write_checkpoint(site=site)
+    refunds(site, 2)
+    newer = checkpoints.write_checkpoint(site=site)
+    assert older is not None and newer is not None
+    path = export(site, tmp_path / "e.jsonl")
+    lines = lines_of(path)
+    write_lines(path, [*lines[:4], json.dumps({"type": "checkpoint", "note": older.note})])
+
+    assert standalone(path, trusted=pinned_anchor()) == []
+    problems = standalone(path, trusted=pinned_anchor(), checkpoint=newer.note)
+    assert problems == [
+        "FAILED at the trusted checkpoint: it counts 5 records, the file holds 3: records were "
+        "removed from the end"
+    ]
+
+
+def test_records_renumbered_over_a_deleted_one_fail(site: Site, tmp_path: Path) -> None:
+    """Record 3 deleted and 4, 5 moved down to close the gap, the head rewound to match."""
+    refunds(site, 5)
+    sql(f"DELETE FROM {TABLE} WHERE site_id = %s AND seq = 3", site.pk)
+    set_column(site, 4, "seq", 3)
+    set_column(site, 5, "seq", 4)
+    AuditChainHead.objects.filter(site=site).update(last_seq=4)
+
+    _, err, error = verify_command("--site", site.pk)
+    assert error is not None
+    assert f"site {site.pk}: FAILED at seq 3: payload seq 4 != record 3" in err
+    problems = standalone(export(site, tmp_path / "e.jsonl"))
+    assert problems[0] == "FAILED at seq 3: payload seq 4 != record 3", problems
+
+
+def test_a_record_spliced_in_from_another_site_fails(
+    site: Site, other_site: Site, tmp_path: Path
+) -> None:
+    """Every site's records are signed by the same key: a genuine refund of another site is
+    moved into this site's chain (as the database row, and as a line of the export)."""
+    refunds(site, 3)
+    refunds(other_site, 2)
+    path = export(site, tmp_path / "e.jsonl")
+    other_path = export(other_site, tmp_path / "other.jsonl")
+
+    donor = AuditRecord.objects.get(site=other_site, seq=2)
+    sql(
+        f"UPDATE {TABLE} SET site_id = %s, seq = 4, prev_hash = %s WHERE id = %s",
+        site.pk,
+        column(site, 3, "hash"),
+        donor.pk,
+    )
+    AuditChainHead.objects.filter(site=site).update(last_seq=4, last_hash=donor.hash)
+    _, err, error = verify_command("--site", site.pk)
+    assert error is not None
+    assert f"site {site.pk}: FAILED at seq 4: payload site_id " in err
+
+    lines, spliced = lines_of(path), json.loads(lines_of(other_path)[2])
+    for relabel in (False, True):
+        if relabel:
+            spliced["site_id"] = site.pk
+        spliced["seq"] = 4
+        write_lines(path, [*lines[:4], json.dumps(spliced), lines[4]])
+        problems = standalone(path)
+        expected = "payload site_id" if relabel else f"record belongs to site {other_site.pk}"
+        assert problems[0].startswith(f"FAILED at seq 4: {expected}"), problems
+
+
+def test_another_sites_whole_export_fails_against_this_sites_checkpoint(
+    site: Site, other_site: Site, tmp_path: Path
+) -> None:
+    """Handed another site's (genuine) export as this site's: the file is consistent, so only
+    this site's checkpoint (or the site id the verifier prints) tells them apart."""
+    refunds(site, 2)
+    refunds(other_site, 2)
+    mine = checkpoints.write_checkpoint(site=site)
+    assert mine is not None
+    path = export(other_site, tmp_path / "other.jsonl")
+    problems = standalone(path, trusted=pinned_anchor(), checkpoint=mine.note)
+    assert problems and problems[0].startswith("FAILED at the trusted checkpoint: "), problems
+
+
+# -- checkpoints: older, forked ------------------------------------------------------------------
+
+
+def test_an_older_checkpoint_kept_by_the_auditor_still_verifies(site: Site, tmp_path: Path) -> None:
+    refunds(site, 3)
+    older = checkpoints.write_checkpoint(site=site)
+    refunds(site, 2)
+    assert older is not None
+    (tmp_path / "cp").write_text(older.note)
+
+    out, _, error = verify_command("--site", site.pk, "--checkpoint", str(tmp_path / "cp"))
+    assert error is None and "5 records OK" in out
+    path = export(site, tmp_path / "e.jsonl")
+    assert standalone(path, trusted=pinned_anchor(), checkpoint=older.note) == []
+
+
+def test_a_forked_checkpoint_of_the_same_size_fails(site: Site, tmp_path: Path) -> None:
+    """Two signed heads for the same size: the log matches at most one of them. (Sill never
+    signs a fork; this is one made with its key, to see the verifiers refuse it.)"""
+    refunds(site, 4)
+    genuine = checkpoints.write_checkpoint(site=site)
+    assert genuine is not None
+    payloads = list(AuditRecord.objects.filter(site=site).values_list("payload", flat=True))
+    payloads[2] = payloads[2].replace("rf_3", "rf_X")
+    fork = signed_checkpoint(checkpoints.origin_for(site.pk), payloads, anchor()[1])
+    assert note.parse_checkpoint(fork.split("\n\n")[0] + "\n").size == genuine.tree_size
+    (tmp_path / "fork").write_text(fork)
+
+    _, err, error = verify_command("--site", site.pk, "--checkpoint", str(tmp_path / "fork"))
+    assert error is not None
+    assert "the first 4 records do not hash to the signed checkpoint's root" in err
+    problems = standalone(export(site, tmp_path / "e.jsonl"), checkpoint=fork)
+    assert problems == [
+        "FAILED at the trusted checkpoint: the first 4 records do not hash to its root: records "
+        "were changed, inserted, removed or reordered"
+    ]
+
+
+def test_a_checkpoint_of_another_sites_log_is_refused(
+    site: Site, other_site: Site, tmp_path: Path
+) -> None:
+    refunds(site, 2)
+    refunds(other_site, 2)
+    theirs = checkpoints.write_checkpoint(site=other_site)
+    assert theirs is not None
+    (tmp_path / "cp").write_text(theirs.note)
+
+    _, err, error = verify_command("--site", site.pk, "--checkpoint", str(tmp_path / "cp"))
+    assert error is not None and "the checkpoint does not verify" in err
+    problems = standalone(export(site, tmp_path / "e.jsonl"), checkpoint=theirs.note)
+    assert problems[0].startswith("FAILED at the trusted checkpoint: "), problems
+
+
+def test_verify_reads_the_checkpoint_sill_signed_not_the_columns_beside_it(site: Site) -> None:
+    """The public endpoint serves the note; `Verify chain` checked the unsigned tree_size and
+    root_hash columns. A note replaced by one Sill never signed (what outsiders are then
+    served) must not pass as verified."""
+    refunds(site, 3)
+    signed = checkpoints.write_checkpoint(site=site)
+    assert signed is not None
+    stranger = nacl.signing.SigningKey.generate()
+    payloads = list(AuditRecord.objects.filter(site=site).values_list("payload", flat=True))
+    forged = signed_checkpoint(checkpoints.origin_for(site.pk), payloads, stranger)
+    AuditCheckpoint.objects.filter(pk=signed.pk).update(note=forged)
+
+    result = chain_verification(site)
+    assert not result.ok
+    assert result.problem.startswith("Sill's latest checkpoint does not verify"), result.problem
+
+
+def test_verify_reads_the_checkpoint_note_for_its_size_and_root(site: Site) -> None:
+    refunds(site, 3)
+    signed = checkpoints.write_checkpoint(site=site)
+    assert signed is not None
+    # The genuine note kept, its columns lowered (as if to hide a truncation to 2 records).
+    AuditCheckpoint.objects.filter(pk=signed.pk).update(tree_size=2)
+
+    result = chain_verification(site)
+    assert not result.ok
+    assert "does not say what its signed note says" in result.problem, result.problem
+
+
+# -- truncation hidden inside the database, caught by the published checkpoint ------------------
+
+
+def truncate_and_clean(site: Site, keep: int) -> None:
+    """Everything someone with database access can do to hide the last records: delete them,
+    rewind the head and the stored tree, and delete Sill's own checkpoints."""
+    last = AuditRecord.objects.get(site=site, seq=keep)
+    sql(f"DELETE FROM {TABLE} WHERE site_id = %s AND seq > %s", site.pk, keep)
+    AuditChainHead.objects.filter(site=site).update(last_seq=keep, last_hash=last.hash)
+    AuditTreeNode.objects.filter(site=site).delete()
+    AuditChainHead.objects.filter(site=site).update(tree_frontier="")
+    importlib.import_module("audit.migrations.0006_merkle_tree").build_trees(apps, None)
+    AuditCheckpoint.objects.filter(site=site).delete()
+
+
+def publish_one(site: Site) -> AuditCheckpoint:
+    signed = checkpoints.write_checkpoint(site=site)
+    assert signed is not None
+    assert checkpoints.publish_checkpoint(signed.pk)
+    return signed
+
+
+def test_verify_chain_catches_a_truncation_against_the_published_checkpoint(
+    site: Site, settings: Any, tmp_path: Path
+) -> None:
+    """Sill publishes each checkpoint to SILL_AUDIT_CHECKPOINT_DIR so a copy lives outside its
+    database; Activity's check (and `audit verify` without --checkpoint) read only the
+    database, so a cleaned-up truncation passed them although the published copy shows it."""
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 6)
+    publish_one(site)
+    truncate_and_clean(site, 4)
+
+    result = chain_verification(site)
+    assert not result.ok
+    assert result.first_bad_seq == 5
+    assert "published checkpoint" in result.problem
+    assert "records were removed from its end" in result.problem
+    _, err, error = verify_command("--site", site.pk)
+    assert error is not None and f"site {site.pk}: FAILED at seq 5: " in err
+
+
+def test_a_rewritten_log_is_not_signed_over_the_published_checkpoint(
+    site: Site, settings: Any, tmp_path: Path
+) -> None:
+    """After the truncation, new records bring the log back past its old size: Sill would sign
+    a checkpoint (and publish it as the latest) that forks from the one it published before."""
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 6)
+    published = publish_one(site)
+    truncate_and_clean(site, 4)
+    refunds(site, 3)
+
+    with pytest.raises(checkpoints.CheckpointInconsistent, match="published checkpoint"):
+        checkpoints.write_checkpoint(site=site)
+    assert (tmp_path / site.pk / "checkpoint").read_text() == published.note
+    assert not AuditCheckpoint.objects.filter(site=site).exists()
+
+
+def test_a_genuine_log_verifies_and_grows_against_its_published_checkpoints(
+    site: Site, settings: Any, tmp_path: Path
+) -> None:
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 3)
+    publish_one(site)
+    refunds(site, 2)
+    assert chain_verification(site).ok  # the log grew past the published checkpoint
+    publish_one(site)
+    refunds(site, 1)
+    result = chain_verification(site)
+    assert result.ok and result.count == 6
+
+
+# -- key rotation -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def switch_now(settings: Any) -> None:
+    settings.SILL_AUDIT_KEY_SWITCH_SECONDS = 0
+
+
+def rotate() -> keys.KeyWindow:
+    window = keys.rotate_key()
+    assert window.valid_from is not None
+    while timezone.now() < window.valid_from:
+        time.sleep(0.001)
+    return window
+
+
+def test_a_record_signed_by_a_key_missing_from_the_published_list_fails(
+    site: Site, tmp_path: Path
+) -> None:
+    refunds(site, 2)
+    stranger = nacl.signing.SigningKey.generate()
+    path = export(site, tmp_path / "e.jsonl")
+    lines = lines_of(path)
+    records = [json.loads(line) for line in lines[1:3]]
+    records[1] = resign_record(
+        records[1], json.loads(records[1]["payload"]), records[0]["hash"], stranger
+    )
+    write_lines(path, [lines[0], *(json.dumps(r) for r in records), lines[3]])
+    problems = standalone(path)
+    assert problems[0] == (
+        f"FAILED at seq 2: unknown key_id {keys.key_id_for(stranger.verify_key)!r}"
+    ), problems
+
+
+# -- canonicalisation: the app and the standalone verifier must agree ---------------------------
+
+BODIES: dict[str, dict[str, Any]] = {
+    "NFC text": {"note": unicodedata.normalize("NFC", "Café Ångström")},
+    "NFD text": {"note": unicodedata.normalize("NFD", "Café Ångström")},
+    "both forms as keys": {
+        unicodedata.normalize("NFC", "é"): 1,
+        unicodedata.normalize("NFD", "é"): 2,
+    },
+    "astral and high-BMP keys": {"\U0001f600": 1, "\ufb01": 2, "\ue000": 3, "a": 4},
+    "control characters": {"note": "tab\there\x01\x1f\x7f"},
+    "escapes JSON keeps": {"note": 'quote " backslash \\ slash /'},
+    "edge integers": {"max": 2**53 - 1, "min": -(2**53 - 1), "zero": 0, "neg": -1},
+    "deep and empty": {"a": [[], {}, [None, True, False, ""]]},
+}
+
+
+@pytest.mark.parametrize("name", BODIES)
+def test_the_app_and_the_standalone_verifier_agree_on_unusual_bodies(
+    site: Site, tmp_path: Path, name: str
+) -> None:
+    with transaction.atomic():
+        append_record(site=site, kind=AuditKind.REASON_CHANGE, body=BODIES[name])
+    refunds(site, 1)
+    assert chain_verification(site).ok
+    result = run_standalone(tmp_path, str(export(site, tmp_path / "e.jsonl")))
+    assert result.returncode == 0, result.stderr
+    body = json.loads(AuditRecord.objects.get(site=site, seq=1).payload)["body"]
+    assert body == BODIES[name]  # stored exactly, never normalised
+
+
+def test_a_body_renormalised_is_another_body(site: Site, tmp_path: Path) -> None:
+    """NFC and NFD spell the same text in different bytes: swapping one for the other (say, to
+    make a refund id match another's) changes what was signed."""
+    refund(site, unicodedata.normalize("NFC", "rf_é"))
+    refunds(site, 1)
+    payload = column(site, 1, "payload")
+    set_column(site, 1, "payload", unicodedata.normalize("NFD", payload))
+
+    _, err, error = verify_command("--site", site.pk)
+    assert error is not None and "FAILED at seq 1: hash does not match the payload" in err
+    problems = standalone(export(site, tmp_path / "e.jsonl"))
+    assert problems[0] == "FAILED at seq 1: hash does not match the payload", problems
+
+
+def resign_first_record(site: Site, text: str) -> None:
+    """Record 1 (of a one-record log) replaced by ``text``, hashed and signed with Sill's own
+    key, its tree rebuilt: what the verifiers would accept if Sill itself had written it."""
+    digest = chain.record_hash(chain.GENESIS_HASH, text.encode())
+    set_column(site, 1, "hash", digest)
+    set_column(site, 1, "payload", text)
+    set_column(site, 1, "signature", chain.sign_hash(digest, anchor()[1]))
+    AuditChainHead.objects.filter(site=site).update(last_hash=digest, tree_frontier="")
+    AuditTreeNode.objects.filter(site=site).delete()
+    importlib.import_module("audit.migrations.0006_merkle_tree").build_trees(apps, None)
+
+
+NUMBER_SPELLINGS = ["8.9e3", "8900.0", "08900", "8900 ", "-0", "89e2"]
+
+
+@pytest.mark.parametrize("spelling", NUMBER_SPELLINGS)
+def test_a_number_spelt_otherwise_is_refused_by_both_even_when_signed(
+    site: Site, tmp_path: Path, spelling: str
+) -> None:
+    """What the verifiers accept if Sill's own key signed it: only the canonical spelling.
+    (Sill never writes another; this pins both verifiers to the same answer.)"""
+    refunds(site, 1)
+    payload = column(site, 1, "payload")
+    assert '"amount_minor":8900' in payload
+    text = payload.replace('"amount_minor":8900', f'"amount_minor":{spelling}')
+    if spelling == "-0":
+        text = payload.replace('"amount_minor":8900', '"amount_minor":-0')
+    resign_first_record(site, text)
+
+    result = chain_verification(site)
+    assert not result.ok and result.first_bad_seq == 1
+    assert "canonical" in result.problem, result.problem
+    problems = standalone(export(site, tmp_path / "e.jsonl"))
+    assert problems[0].startswith("FAILED at seq 1: payload is not"), problems
+    assert "canonical" in problems[0]
