@@ -25,7 +25,10 @@ record names (a bundle whose decision names a mandate must carry it).
 A record is also refused when it is signed by a key whose window starts before that of a key
 which signed an earlier record ("signed by a retired key after its successor signed"): a
 record's time is the signer's own word, and a retired key must not sign on by backdating.
-Keys without a window (legacy) are outside this ordering.
+Keys without a window (legacy) are outside this ordering. A window ends where the next key's
+begins, whatever its ``valid_until`` says (an endorsement covers ``valid_from`` only). A
+payload's ``recorded_at`` is ``YYYY-MM-DDTHH:MM:SS.mmmZ`` and its integers within ±(2**53 - 1)
+(all RFC 8785 writes exactly), as Sill writes them and ``manage.py audit verify`` requires.
 
 Keys in the file prove only that the file is consistent: pass the keys you trust with
 ``--public-key`` — Sill's configured key, the one that signs from the log's start — and a
@@ -61,6 +64,8 @@ PAYLOAD_KEYS = {"site_id", "seq", "kind", "recorded_at", "body"}
 ENDORSEMENT_CONTEXT = b"sill-audit-key-endorsement-v1\n"
 HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 SIGNATURE_RE = re.compile(r"\A[A-Za-z0-9_-]{86}\Z")
+RECORDED_AT_RE = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z\Z")
+LONG_DIGITS = re.compile(r"\d{16}")
 
 
 class Failed(Exception):
@@ -142,7 +147,9 @@ def check_record(
         # The C encoder writes JCS for these values unless keys mix astral characters with
         # U+E000..U+FFFF (JCS sorts by UTF-16 units): only a mismatch pays for jcs().
         fast = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        canonical = text if fast == text else jcs(payload)
+        # json.dumps writes any integer exactly, JCS only up to 2**53 - 1: sixteen digits in a
+        # row (in a string too) is where a larger one could hide, so jcs() judges those.
+        canonical = text if fast == text and not LONG_DIGITS.search(text) else jcs(payload)
     except (ValueError, TypeError) as exc:
         raise Failed(f"seq {seq}", f"payload is not canonical JSON: {exc}") from None
     except RecursionError:  # nested deeper than Python parses; Sill never writes one
@@ -153,6 +160,9 @@ def check_record(
         raise Failed(
             f"seq {seq}", "payload does not have exactly site_id, seq, kind, recorded_at, body"
         )
+    recorded_at = payload["recorded_at"]
+    if not isinstance(recorded_at, str) or not RECORDED_AT_RE.match(recorded_at):
+        raise Failed(f"seq {seq}", f"recorded_at {recorded_at!r} is not YYYY-MM-DDTHH:MM:SS.mmmZ")
     if rec.get("site_id") != site_id:
         raise Failed(f"seq {seq}", f"record belongs to site {rec.get('site_id')}, not {site_id}")
     for field in ("site_id", "seq", "kind"):
@@ -415,6 +425,27 @@ def header_windows(header: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return windows
 
 
+def bound_windows(
+    windows: dict[str, tuple[Any, Any]], keys: dict[str, Any]
+) -> dict[str, tuple[Any, Any]]:
+    """``windows`` with each key's ending where the next key in use begins.
+
+    A header's ``valid_until`` is nobody's signed word (an endorsement covers ``valid_from``
+    only), and Sill ends every window at the next key's start: cleared in the file, it let a
+    retired key sign records timed after its successor took over, so long as none of them
+    followed one its successor signed. Keys without any window (legacy) stay unbounded.
+    """
+    starts = sorted(w[0] for k, w in windows.items() if k in keys and w[0] is not None)
+    bounded = {}
+    for key_id, (start, end) in windows.items():
+        if start is not None or end is not None:
+            later = [s for s in starts if start is None or s > start]
+            if later and (end is None or later[0] < end):
+                end = later[0]
+        bounded[key_id] = (start, end)
+    return bounded
+
+
 def _time(text: Any) -> datetime | None:
     if text is None:
         return None
@@ -485,7 +516,7 @@ def verify_export(
         return 0, [f"FAILED at line 1: unknown format {header.get('format')!r}"]
     try:
         keys, problems = header_keys(header, trusted)
-        windows = header_windows(header)
+        windows = bound_windows(header_windows(header), keys)
     except Failed as failed:
         return 0, [str(failed)]
     order = KeyOrder(windows)
@@ -592,7 +623,7 @@ def verify_bundle(
     """``(records, problems)`` for one refund's evidence bundle."""
     try:
         keys, problems = header_keys(bundle, trusted)
-        windows = header_windows(bundle)
+        windows = bound_windows(header_windows(bundle), keys)
     except Failed as failed:
         return 0, [str(failed)]
     origin = bundle.get("origin") or ""

@@ -31,6 +31,7 @@ from audit import chain, checkpoints, keys, merkle, note, verify_export
 from audit.models import (
     AuditChainHead,
     AuditCheckpoint,
+    AuditKey,
     AuditKind,
     AuditRecord,
     AuditTreeNode,
@@ -467,6 +468,59 @@ def rotate() -> keys.KeyWindow:
     return window
 
 
+def test_a_retired_key_cannot_sign_past_its_window_by_editing_the_export_header(
+    site: Site, switch_now: None, tmp_path: Path
+) -> None:
+    """Someone holding a retired rotated key (a leaked backup and the SECRET_KEY of its day)
+    re-signs the records its successor signed, and the export's checkpoint. The header's
+    ``valid_until`` is not endorsed: cleared, it let the retired key sign on for ever."""
+    refund(site, "rf_1")  # the configured key
+    first = rotate()
+    refund(site, "rf_2")  # first rotated key
+    second = rotate()
+    refund(site, "rf_3", amount_minor=8900)  # second rotated key
+    refund(site, "rf_4")
+    assert [r.key_id for r in AuditRecord.objects.filter(site=site)][2:] == [second.key_id] * 2
+    path = export(site, tmp_path / "e.jsonl")
+    assert standalone(path, trusted=pinned_anchor()) == []
+
+    retired = keys._unseal(AuditKey.objects.get(key_id=first.key_id))
+    lines = lines_of(path)
+    header = json.loads(lines[0])
+    header["key_windows"][first.key_id]["valid_until"] = None
+    records = [json.loads(line) for line in lines[1:5]]
+    prev = records[1]["hash"]
+    for i in (2, 3):
+        payload = json.loads(records[i]["payload"])
+        payload["body"]["amount_minor"] = 89000  # ten times the refund
+        records[i] = resign_record(records[i], payload, prev, retired)
+        prev = records[i]["hash"]
+    checkpoint = signed_checkpoint(header["origin"], [r["payload"] for r in records], retired)
+    write_lines(
+        path,
+        [
+            json.dumps(header),
+            *(json.dumps(r) for r in records),
+            json.dumps({"type": "checkpoint", "note": checkpoint}),
+        ],
+    )
+
+    problems = standalone(path, trusted=pinned_anchor())
+    assert problems and problems[0].startswith(f"FAILED at seq 3: signed by {first.key_id} at "), (
+        problems
+    )
+    assert "outside its window" in problems[0]
+    # The same, isolated from Sill, as an auditor runs it.
+    key_id, key = anchor()
+    result = run_standalone(
+        tmp_path,
+        str(path),
+        "--public-key",
+        f"{key_id}={chain.b64url_encode(bytes(key.verify_key))}",
+    )
+    assert result.returncode == 1 and "outside its window" in result.stderr
+
+
 def test_a_record_signed_by_a_key_missing_from_the_published_list_fails(
     site: Site, tmp_path: Path
 ) -> None:
@@ -565,3 +619,36 @@ def test_a_number_spelt_otherwise_is_refused_by_both_even_when_signed(
     problems = standalone(export(site, tmp_path / "e.jsonl"))
     assert problems[0].startswith("FAILED at seq 1: payload is not"), problems
     assert "canonical" in problems[0]
+
+
+def test_an_integer_beyond_what_jcs_writes_exactly_is_refused_by_both(
+    site: Site, tmp_path: Path
+) -> None:
+    """RFC 8785 writes numbers as IEEE doubles: 2**53 + 1 has no exact spelling, and a
+    verifier in JavaScript would read another amount than Python's do. Sill refuses to write
+    one; a record that holds one (signed by its key) is refused by both verifiers too."""
+    refunds(site, 1)
+    payload = column(site, 1, "payload")
+    text = payload.replace('"amount_minor":8900', f'"amount_minor":{2**53 + 1}')
+    resign_first_record(site, text)
+
+    result = chain_verification(site)
+    assert not result.ok and "2**53" in result.problem, result.problem
+    problems = standalone(export(site, tmp_path / "e.jsonl"))
+    assert problems[0].startswith("FAILED at seq 1: payload is not canonical JSON"), problems
+    assert "2**53" in problems[0]
+
+
+def test_a_recorded_at_in_another_format_is_refused_by_both(site: Site, tmp_path: Path) -> None:
+    """The standalone verifier read recorded_at with fromisoformat (any offset, microseconds);
+    the app only as Sill writes it. Signed by Sill's key, both must give the same answer."""
+    refunds(site, 1)
+    payload = json.loads(column(site, 1, "payload"))
+    stamp: str = payload["recorded_at"]
+    payload["recorded_at"] = stamp[:-1] + "000+00:00"
+    resign_first_record(site, chain.canonical(payload).decode())
+
+    result = chain_verification(site)
+    assert not result.ok and result.first_bad_seq == 1 and "recorded_at" in result.problem
+    problems = standalone(export(site, tmp_path / "e.jsonl"))
+    assert problems and problems[0].startswith("FAILED at seq 1: recorded_at"), problems
