@@ -205,15 +205,18 @@ def _read_rail(
     now: datetime,
     account: RailAccount | None = None,
 ) -> RefundFacts:
-    from sill.rails.registry import account_moved, rail_for, rail_from_account
+    from sill.rails.registry import rail_for, rail_from_account, site_account_moved
 
     rail_name = charge.rail
     taken_on = charge.provider_account
     try:
-        # A charge of a shop the site is no longer connected to (Shopify) is not asked about
-        # at the shop connected now (RailDisabled): its facts are unknown.
+        # A charge of a shop or store the site is no longer connected to (Shopify; WooCommerce,
+        # whose charges are on Stripe) is asked about nowhere (RailDisabled): its facts are
+        # unknown.
         if account is not None and account.rail == rail_name:
-            moved = account_moved(rail=rail_name, provider_account=taken_on, account=account)
+            moved = site_account_moved(
+                site_id=site_id, rail=rail_name, provider_account=taken_on, known=account
+            )
             if moved is not None:
                 raise moved
             rail = rail_from_account(account)

@@ -13,12 +13,12 @@ A refund in ``processing`` has its amount reserved on the charge. One attempt:
 
 The needs_attention rule (DESIGN.md): once an attempt may have reached the rail, the refund
 never becomes ``failed`` and never releases its reservation until the rail has answered, for
-that key, that no refund exists. A rail switched off (or connected to another account than the
-charge's: a Shopify shop the site switched away from), a key the rail now rejects, a lookup
-that fails for good, or retries used up while the outcome is unknown all lead to
-``needs_attention``: still reserved, shown to owners and admins, asked about again by the beat
-task, and resolvable only by the rail's answer or an owner's record of the provider's dashboard
-(both in :mod:`refunds.reconcile.attention`).
+that key, that no refund exists. A rail switched off (or a site connected to another account
+than the charge's: a Shopify shop or WooCommerce store it switched away from), a key the rail
+now rejects, a lookup that fails for good, or retries used up while the outcome is unknown all
+lead to ``needs_attention``: still reserved, shown to owners and admins, asked about again by
+the beat task, and resolvable only by the rail's answer or an owner's record of the provider's
+dashboard (both in :mod:`refunds.reconcile.attention`).
 
 Retries are bounded in attempts and in elapsed time (settings
 ``SILL_EXECUTION_MAX_ATTEMPTS`` and ``SILL_EXECUTION_MAX_SECONDS``); declines and other
@@ -265,8 +265,9 @@ def _rail_calls(refund: Refund) -> _RailCalls:
             return refused
         return None
 
-    # A charge of a shop the site is no longer connected to (Shopify): its rail is refused
-    # (RailDisabled) before anything is asked, so nothing goes to the shop connected now.
+    # A charge of a shop or store the site is no longer connected to (Shopify; WooCommerce,
+    # paid on Stripe): its rail is refused (RailDisabled) before anything is asked, so nothing
+    # goes to the shop connected now, nor to Stripe for an order no store of the site holds.
     taken_on = refund.charge.provider_account if refund.charge is not None else ""
     return _RailCalls(
         rail=lambda: rail_for(site_id=refund.site_id, rail=refund.rail, provider_account=taken_on),

@@ -33,8 +33,8 @@ OUTCOME_LABELS: dict[str, str] = {
     "exceeds_refundable": "More than is still refundable",
     "scope_unsupported": "Line-item refunds are not supported",
     # Switched off, or set up so that it cannot refund this payment (no key, no Stripe beside
-    # a WooCommerce store, connected to another Shopify shop than the order's): the refund's
-    # own words say which.
+    # a WooCommerce store, connected to another Shopify shop or WooCommerce store than the
+    # order's): the refund's own words say which.
     "rail_disabled": "The rail is off or not connected",
     "policy_denied": "Denied by a rule",
     "disputed": "The charge is disputed",

@@ -41,12 +41,7 @@ from sill.orders.models import (
 from sill.orders.outside import unrecorded_refunded_minor
 from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail_label
 from sill.rails.models import RailAccount
-from sill.rails.registry import (
-    RailDisabled,
-    account_moved,
-    rail_account_for,
-    site_account_moved,
-)
+from sill.rails.registry import RailDisabled, rail_account_for, site_account_moved
 from sill.rails.woocommerce import woocommerce_stripe_refusal
 from sill.sql import Carried, cols, fetch_row, for_update, placeholders
 
@@ -266,20 +261,20 @@ def quote_refund(
     order: no refundable original (``original_not_charged``, or ``already_executed`` for a
     REFUNDED order), an agent refund of this order already held, processing, needing attention
     or succeeded (``already_executed``, when ``origin`` is ``agent``), a charge of an account
-    the site's rail is no longer connected to (``rail_disabled``: a Shopify shop the site
-    switched away from, ``sill.rails.registry.account_moved``), the rail switched off
-    (``rail_disabled``, when ``check_rail``), an open dispute (``disputed``), nothing left
-    (``already_executed``), or nothing left once the charge's held refunds are counted
-    (``exceeds_refundable``, naming what is awaiting approval). The quote's ``remaining`` is
+    the site is no longer connected to (``rail_disabled``: a Shopify shop or a WooCommerce
+    store the site switched away from, ``sill.rails.registry.account_moved``), the rail
+    switched off (``rail_disabled``, when ``check_rail``), an open dispute (``disputed``),
+    nothing left (``already_executed``), or nothing left once the charge's held refunds are
+    counted (``exceeds_refundable``, naming what is awaiting approval). The quote's ``remaining`` is
     then net of those holds, and ``held`` is their sum.
 
     Again for ``refund``, already decided, before its money moves (an approval, an execution):
     ``charge`` is the refund's own. Its original was found when it was opened; what may have
     changed since is the charge and the site's rail, so the refusals are: the charge is no
-    longer refundable (``exceeds_refundable``), a charge of an account the site's rail is no
-    longer connected to (``rail_disabled``), an open dispute (``disputed``), less left than
-    the refund's amount (``exceeds_refundable``; a refund that reserved its amount counts it
-    as its own).
+    longer refundable (``exceeds_refundable``), a charge of an account the site is no longer
+    connected to (``rail_disabled``), an open dispute (``disputed``), less left than the
+    refund's amount (``exceeds_refundable``; a refund that reserved its amount counts it as
+    its own).
 
     ``rail_facts``: what the rail reported when its facts were read (a new refund only).
     Anything it counts as refunded beyond Sill's records was refunded outside Sill and is not
@@ -316,15 +311,13 @@ def quote_refund(
         and (needs_stripe := woocommerce_stripe_refusal(site_id=order.site_id, order_id=order.pk))
     ):
         raise RefundRefused(needs_stripe.message, code="rail_disabled", order=order, charge=charge)
-    # A charge of a shop the site is no longer connected to (Shopify): that shop's alone.
-    moved = (
-        account_moved(
-            rail=charge.rail, provider_account=charge.provider_account, account=rail_account
-        )
-        if rail_account is not None
-        else site_account_moved(
-            site_id=order.site_id, rail=charge.rail, provider_account=charge.provider_account
-        )
+    # A charge of a shop or store the site is no longer connected to (Shopify; WooCommerce,
+    # whose charges are on Stripe): that account's alone.
+    moved = site_account_moved(
+        site_id=order.site_id,
+        rail=charge.rail,
+        provider_account=charge.provider_account,
+        known=rail_account,
     )
     if moved is not None:
         raise RefundRefused(moved.message, code="rail_disabled", order=order, charge=charge)

@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field, Model, Q, QuerySet, Subquery
+from django.db.models import Field, Model, QuerySet
 from django.utils import timezone
 
 from policies.facts import (
@@ -62,6 +62,7 @@ from sill.orders.purchases import Purchase, place_order
 from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts
 from sill.rails.models import RailAccount
+from sill.rails.registry import connected_account_of, on_connected_account
 from sill.rails.woocommerce.models import WooOrderLink
 from sill.sql import Columns, cols, fetch_row, insert
 
@@ -519,20 +520,17 @@ def originals(site_id: str, intent: mandates.RefundIntent) -> QuerySet[Order]:
         # Paid on Stripe: the store's order is linked to Sill's by the order sync. Woo order
         # ids are per store and the mandate names none: the store connected now (an earlier
         # store's order of the same id is someone else's, its charge not this refund's).
-        store = RailAccount.objects.filter(site_id=site_id, rail="woocommerce").values(
-            "connected_account"
-        )[:1]
         links = WooOrderLink.objects.filter(
-            site_id=site_id, woo_order_id=int(named.order_id), store_url=Subquery(store)
+            site_id=site_id,
+            woo_order_id=int(named.order_id),
+            store_url=connected_account_of(site_id=site_id, rail=named.rail),
         )
         return Order.objects.filter(site_id=site_id, pk__in=links.values("order_id"))
     # Shopify: the order of the shop connected now (the mandate names no shop). An order of a
     # shop the site was connected to before is that shop's, refunded nowhere through Sill; a
     # charge that names no shop is read as the connected shop's, as before charges named one.
-    account = RailAccount.objects.filter(site_id=site_id, rail=named.rail)
-    shop = account.values("connected_account")[:1]
     charges = Charge.objects.filter(
-        Q(provider_account="") | Q(provider_account=Subquery(shop)),
+        on_connected_account(site_id=site_id, rail=named.rail),
         order__site_id=site_id,
         rail=named.rail,
         provider_payment_id=named.order_id,

@@ -8,9 +8,11 @@ more. A run checks the charges with activity in the last ``SILL_RECONCILE_DAYS``
 created, captured, refunded by Sill or outside it — plus every charge that still has an open
 item (so it can clear), at most ``SILL_RECONCILE_MAX_CHARGES`` (500) per run, going on from
 where the previous run stopped, so a busy site is covered in turns. A charge taken on another
-account than the one connected now (``Charge.provider_account``: an order of a Shopify shop the
-site switched away from) is left out: that account is no longer Sill's to ask, and the one
-connected holds no such payment (asked, it only ever counted the charge unreadable).
+account than the one connected now (``Charge.provider_account``: an order of a Shopify shop or
+a WooCommerce store the site switched away from) is left out: that account is no longer Sill's
+to ask, the shop connected holds no such order (asked, it only ever counted the charge
+unreadable), and an order no store of the site holds is asked about nowhere, as it is refunded
+nowhere (sill.rails.registry.account_moved), until its store is connected again.
 
 On a rail that credits customer balances (Stripe), a run then compares the credits of each
 customer with a credit changed in the same days, or an open credit item, with the balance
@@ -36,7 +38,7 @@ from refunds.reconcile.inbox import reconcile_charge, reconcile_customer_credits
 from sill.orders.models import Charge, ChargeStatus, Customer, ExternalRefund
 from sill.rails.base import ChargeReader, CreditReader, RailError
 from sill.rails.models import RailAccount
-from sill.rails.registry import RailDisabled, rail_from_account
+from sill.rails.registry import RailDisabled, on_connected_account, rail_from_account
 
 logger = logging.getLogger(__name__)
 
@@ -199,9 +201,9 @@ def _active_charges(account: RailAccount, *, since: datetime) -> QuerySet[Charge
             order__site_id=account.site_id, rail=account.rail, status=ChargeStatus.SUCCEEDED
         )
         .exclude(provider_charge_id="")
-        # Not a charge of another account than the one connected (a Shopify shop the site
-        # switched away from): the account connected now holds no such payment.
-        .filter(Q(provider_account="") | Q(provider_account=account.connected_account))
+        # Not a charge of another account than the one connected (a Shopify shop or a
+        # WooCommerce store the site switched away from): nothing about it is asked.
+        .filter(on_connected_account(site_id=account.site_id, rail=account.rail))
         .filter(
             Q(created_at__gte=since)
             | Q(captured_at__gte=since)

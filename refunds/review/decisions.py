@@ -12,9 +12,9 @@ no lock): a dispute or a refund made outside Sill that the rail reports and Sill
 own decision. It then locks the order and its charge (in the order refund → order → charge
 that settlement uses too, so the two never deadlock) and checks the facts again: a refund held
 yesterday is never paid on today's stale approval if the charge has since been disputed, or
-refunded elsewhere so that less than the held amount remains, or if the site's rail is now
-connected to another account than the charge's (a Shopify shop it switched away from). Such an
-approval is refused and the refund closed with the reason (``disputed``,
+refunded elsewhere so that less than the held amount remains, or if the site is now connected
+to another account than the charge's (a Shopify shop or WooCommerce store it switched away
+from). Such an approval is refused and the refund closed with the reason (``disputed``,
 ``exceeds_refundable``, ``rail_disabled``); an approval after ``expires_at`` expires the
 refund on the spot. Nothing is sent to the rail then.
 
@@ -89,8 +89,8 @@ def approve_refund(
     decides held refunds (an owner or admin), :class:`AlreadyDecided` (409) when it is no
     longer held, :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
     :class:`DecisionRefused` (409) — after committing the refund's closing — when it expired
-    or the charge changed since it was held (open dispute, less left to refund, its shop no
-    longer connected).
+    or the charge changed since it was held (open dispute, less left to refund, its shop or
+    store no longer connected).
     """
     require_member(actor, refund.site_id, Cap.DECIDE_HELD)
     asked_at = now or timezone.now()

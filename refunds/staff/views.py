@@ -71,7 +71,7 @@ from sill.orders.charge_attention import parse_resolution, resolve_charge_attent
 from sill.orders.models import Charge, ChargeStatus, Order
 from sill.orders.selectors import order_for, pending_charge_of
 from sill.rails.base import rail_label
-from sill.rails.registry import rail_account_for, site_account_moved
+from sill.rails.registry import account_noun, rail_account_for, site_account_moved
 from sill.rails.woocommerce.record import woocommerce_records_for
 
 KEY_FIELD = "idempotency_key"
@@ -120,11 +120,13 @@ def order_detail_context(
             if isinstance(r, Refund) and r.charge_id == charge.pk and r.status == RefundStatus.HELD
         )  # fmt: skip
         charge.held_for_review = Money(held, charge.currency) if held else None  # type: ignore[attr-defined]
-        # Taken on an account the site is no longer connected to (a Shopify shop it switched
-        # away from): the card says so, to everyone who sees the order, not only to refunders.
+        # Taken on an account the site is no longer connected to (a Shopify shop or WooCommerce
+        # store it switched away from): the card says so, to everyone who sees the order, not
+        # only to refunders.
         charge.account_moved = site_account_moved(  # type: ignore[attr-defined]
             site_id=order.site_id, rail=charge.rail, provider_account=charge.provider_account
         )
+        charge.account_noun = account_noun(charge.rail)  # type: ignore[attr-defined]
     return {
         "order": order,
         "status_area": refund_status_area(request.site_ctx, refunds),

@@ -180,11 +180,13 @@ class Charge(models.Model):
     # e.g. Stripe PaymentIntent id and charge id; Shopify order + transaction id.
     provider_payment_id = models.CharField(max_length=255, blank=True)
     provider_charge_id = models.CharField(max_length=255, blank=True)
-    # The rail account the payment was taken on, as the site's ``RailAccount`` named it then
-    # (``connected_account``: a Shopify shop's domain), where the rail's orders belong to one:
-    # after the site is connected to another, nothing about this charge is asked of that one
-    # (sill.rails.registry.account_moved). Blank where Sill does not record it: the account
-    # connected now.
+    # The account the payment's order belongs to, as the site's ``RailAccount`` named it then
+    # (``connected_account``), where a rail's orders belong to one: a Shopify charge's shop
+    # (its domain); a WooCommerce order's Stripe charge, its store (its URL: the account of
+    # the site's ``woocommerce`` rail, sill.rails.registry.account_rail). After the site is
+    # connected to another, nothing about this charge is asked of any rail, nor refunded
+    # (sill.rails.registry.account_moved). Blank where Sill does not record it (Sill's own
+    # purchases): the account connected now.
     provider_account = models.CharField(max_length=255, blank=True)
     amount_minor = models.BigIntegerField()
     amount_refunded_minor = models.BigIntegerField(default=0)

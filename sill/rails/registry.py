@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from django.conf import settings
+from django.db.models import Q, Subquery
 
 from sill.accounts.models import Site
 from sill.errors import SillError
@@ -31,10 +32,12 @@ class RailDisabled(SillError):
 
 def rail_account_for(*, site_id: str, rail: str, provider_account: str = "") -> RailAccount:
     """The site's enabled account for ``rail``; ``RailDisabled`` when absent or switched off,
-    or when it is not ``provider_account``, the account a charge was taken on
-    (:func:`account_moved`)."""
+    or when ``provider_account``, the account a charge was taken on, is not the one the site is
+    connected to now (:func:`account_moved`)."""
     account = RailAccount.objects.filter(site_id=site_id, rail=rail).first()
-    moved = account_moved(rail=rail, provider_account=provider_account, account=account)
+    moved = site_account_moved(
+        site_id=site_id, rail=rail, provider_account=provider_account, known=account
+    )
     if moved is not None:
         raise moved
     if account is None or not account.enabled:
@@ -46,48 +49,94 @@ def rail_for(*, site_id: str, rail: str, provider_account: str = "") -> Rail:
     """A ready rail for the site, refusing live money unless ``SILL_ALLOW_LIVE`` is set.
 
     ``provider_account``: the account the charge to be asked about or refunded was taken on
-    (``Charge.provider_account``); a rail connected to another account is refused
-    (:func:`account_moved`), never asked."""
+    (``Charge.provider_account``); a site connected to another account is refused
+    (:func:`account_moved`), and the rail never asked."""
     return rail_from_account(
         rail_account_for(site_id=site_id, rail=rail, provider_account=provider_account)
     )
 
 
+def account_rail(rail: str) -> str:
+    """The rail whose account (``RailAccount.connected_account``) a charge on ``rail`` names in
+    ``Charge.provider_account``: its own (a Shopify charge names its shop), or, for a Stripe
+    charge, WooCommerce (a Woo store's orders are paid on Stripe, and their charges name the
+    store: Woo order ids are the store's alone). Stripe charges of Sill's own purchases name
+    no account."""
+    return _ACCOUNT_RAILS.get(rail, rail)
+
+
 def account_moved(
     *, rail: str, provider_account: str, account: RailAccount | None
 ) -> RailDisabled | None:
-    """``RailDisabled``, in words, when a payment taken on ``provider_account`` (a Shopify
-    shop: ``Charge.provider_account``) is not on the account the site's ``rail`` is connected
-    to now, ``account`` (enabled or not; None when the site has none); None when it is, or
-    when the charge names no account (blank: the one connected now, as before Sill kept it).
+    """``RailDisabled``, in words, when a charge on ``rail`` taken on ``provider_account`` (a
+    Shopify shop, a WooCommerce store: ``Charge.provider_account``) is not of the account the
+    site is connected to now, ``account``: the site's account of :func:`account_rail` (enabled
+    or not; None when the site has none). None when it is, or when the charge names no
+    account (blank: the one connected now, as before Sill kept it). A caller holding an
+    account of the charge's own rail (a Stripe account, for a Woo store's charge) calls
+    :func:`site_account_moved` with it instead.
 
-    Such a payment is its own account's alone: Shopify's orders belong to their shop and its
-    order ids are global, so the shop connected now holds no such order, and asking it (with
-    its token) only ever answered "no such order". Nothing about the payment is asked of the
-    account connected now, nor refunded on it; connecting its own account again makes it
-    refundable again (so a refusal is ``rail_disabled``: the merchant's set-up, not the order).
+    Such a payment's order is its own account's alone. Shopify's order ids are global, so the
+    shop connected now holds no such order, and asking it (with its token) only ever answered
+    "no such order"; Woo order ids are per store, so the store connected now holds another
+    order (someone else's) under the same id, and Stripe refunded a payment whose order could
+    then be marked refunded nowhere. Nothing about the payment is asked of any rail, nor
+    refunded, until its own account is connected again (so a refusal is ``rail_disabled``:
+    the merchant's set-up, not the order).
     """
     if not provider_account:
         return None
+    owner = account_rail(rail)
     connected = account.connected_account if account is not None else ""
     if connected == provider_account:
         return None
-    noun = _ACCOUNT_NOUNS.get(rail, "account")
+    noun = account_noun(rail)
     now = f"it is now connected to {connected}" if connected else f"no {noun} is connected now"
     return RailDisabled(
-        f"This order came from the {_label(rail)} {noun} {provider_account}, which this site is "
-        f"no longer connected to ({now}), so it cannot be refunded through Sill until "
+        f"This order came from the {_label(owner)} {noun} {provider_account}, which this site "
+        f"is no longer connected to ({now}), so it cannot be refunded through Sill until "
         f"{provider_account} is connected again."
     )
 
 
-def site_account_moved(*, site_id: str, rail: str, provider_account: str) -> RailDisabled | None:
-    """:func:`account_moved`, reading the site's account of ``rail`` (no query when the charge
-    names no account)."""
+def site_account_moved(
+    *, site_id: str, rail: str, provider_account: str, known: RailAccount | None = None
+) -> RailDisabled | None:
+    """:func:`account_moved`, reading the site's account of :func:`account_rail` (no query when
+    the charge names no account, nor when ``known``, an account the caller already read, is
+    that one)."""
     if not provider_account:
         return None
-    account = RailAccount.objects.filter(site_id=site_id, rail=rail).first()
+    owner = account_rail(rail)
+    account = (
+        known
+        if known is not None and known.rail == owner
+        else RailAccount.objects.filter(site_id=site_id, rail=owner).first()
+    )
     return account_moved(rail=rail, provider_account=provider_account, account=account)
+
+
+def connected_account_of(*, site_id: str, rail: str) -> Subquery:
+    """The ``connected_account`` of the site's account that charges on ``rail`` name
+    (:func:`account_rail`), as a subquery (NULL when the site has none): for filters that
+    keep a rail's orders to those of the shop or store connected now."""
+    account = RailAccount.objects.filter(site_id=site_id, rail=account_rail(rail))
+    return Subquery(account.values("connected_account")[:1])
+
+
+def on_connected_account(*, site_id: str, rail: str) -> Q:
+    """A filter of charges on ``rail`` to those :func:`account_moved` lets through: taken on the
+    account the site is connected to now, or naming none (a site with no such account keeps
+    only those). A subquery, no query of its own."""
+    return Q(provider_account="") | Q(
+        provider_account=connected_account_of(site_id=site_id, rail=rail)
+    )
+
+
+def account_noun(rail: str) -> str:
+    """What one account of the rail a charge on ``rail`` names is called: "shop" (Shopify),
+    "store" (WooCommerce, for a Stripe charge), else "account"."""
+    return _ACCOUNT_NOUNS.get(account_rail(rail), "account")
 
 
 def rail_from_account(account: RailAccount) -> Rail:
@@ -149,7 +198,11 @@ def _stripe(account: RailAccount) -> Rail:
 
 
 # What one of a rail's accounts is called, where it is not "account".
-_ACCOUNT_NOUNS: dict[str, str] = {RailName.SHOPIFY: "shop"}
+_ACCOUNT_NOUNS: dict[str, str] = {RailName.SHOPIFY: "shop", RailName.WOOCOMMERCE: "store"}
+
+# The rail whose account a charge's ``provider_account`` names, where it is not the charge's
+# own (account_rail).
+_ACCOUNT_RAILS: dict[str, str] = {RailName.STRIPE: RailName.WOOCOMMERCE}
 
 _BUILDERS: dict[str, Callable[[RailAccount], Rail]] = {
     RailName.MOCK: _mock,

@@ -253,15 +253,17 @@ def test_a_refund_of_an_order_from_a_store_no_longer_connected_is_not_written_on
 ):
     """Woo order ids are per store: once the site is connected to another store, the old
     store's order 1001 is not the new store's order 1001. Writing the refund there marked a
-    stranger's order refunded."""
+    stranger's order refunded. (Such an order is no longer refunded at all, see
+    test_woocommerce_store_switch.py; this is a refund settled before the switch whose record
+    is written after it.)"""
     from tests.rails.woo_stub import StubServer
 
     order, _placed, _charge = woo_paid
+    refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
     with StubServer() as other:
         other.add_order(total="89.00", stripe_charge="ch_someone_else")  # the same id, 1001
         woo_account.connected_account = other.url
         woo_account.save()
-        refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
         result = record_refund_on_woocommerce(
             order=order, refund_id=refund.pk, amount=refund.amount, reason="Defective"
         )

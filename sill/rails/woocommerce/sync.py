@@ -4,7 +4,10 @@ An order is upserted by its WooCommerce id (``WooOrderLink``), so a second sync,
 after a sync, changes nothing. A delivery older than the state applied (by the order's
 ``date_modified_gmt``) changes nothing either; one of the same second changes what differs.
 Only paid orders with a Stripe payment come in: their charge is on rail ``stripe`` (the
-Stripe payment intent and charge ids), so their refunds run on Stripe.
+Stripe payment intent and charge ids), so their refunds run on Stripe, and it names the store
+its order came from (``provider_account``, the store's URL as connected): once the site is
+connected to another store, nothing about the order is asked or refunded anywhere until its
+store is connected again (sill.rails.registry.account_moved).
 Each new order, with its items, buyer and charge, is written in one transaction with a
 signed ``charge`` audit record. Refunds made in the WooCommerce admin through the Stripe
 gateway are Stripe refunds: Stripe's webhooks report them on the charge, so they are not
@@ -138,7 +141,7 @@ def upsert_order(*, site: Site, store_url: str, order: WooOrder) -> str:
             .first()
         )
         if link is not None:
-            return _update(link, order)
+            return _update(link, order, store_url)
         if (
             order.stripe_charge
             and Charge.objects.filter(
@@ -189,6 +192,8 @@ def _create(site: Site, store_url: str, order: WooOrder) -> None:
         rail=RailName.STRIPE,
         provider_payment_id=order.stripe_payment_intent,
         provider_charge_id=order.stripe_charge,
+        # The order's store: its Woo id (and so its order) is that store's alone.
+        provider_account=store_url,
         amount_minor=order.total.amount_minor,
         currency=order.total.currency,
         captured_at=order.paid_at,
@@ -211,6 +216,7 @@ def _create(site: Site, store_url: str, order: WooOrder) -> None:
             "rail": RailName.STRIPE,
             "provider_payment_id": order.stripe_payment_intent,
             "provider_charge_id": order.stripe_charge,
+            "store_url": store_url,
             "amount_minor": charge.amount_minor,
             "currency": charge.currency,
             "woocommerce_order_id": order.id,
@@ -219,7 +225,12 @@ def _create(site: Site, store_url: str, order: WooOrder) -> None:
     )
 
 
-def _update(link: WooOrderLink, order: WooOrder) -> str:
+def _update(link: WooOrderLink, order: WooOrder, store_url: str) -> str:
+    # Held from before charges named their store (orders 0009 names those it can): the
+    # store whose link it was just found under.
+    Charge.objects.filter(order_id=link.order_id, rail=RailName.STRIPE, provider_account="").update(
+        provider_account=store_url
+    )
     if link.woo_modified_at and order.modified_at and order.modified_at < link.woo_modified_at:
         return "unchanged"  # an older delivery
     # One of the same second (``date_modified_gmt``'s resolution) may be another state of the
