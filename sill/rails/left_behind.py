@@ -17,6 +17,7 @@ from django.db.models import Count, F, Sum
 
 from sill.money import Money, format_money
 from sill.orders.models import Charge, ChargeStatus, Rail
+from sill.rails.registry import account_rail
 
 # The rails whose orders belong to one account (a shop, a store) and whose charges name it.
 ACCOUNT_RAILS = frozenset({Rail.SHOPIFY, Rail.WOOCOMMERCE})
@@ -43,9 +44,12 @@ class LeftBehind:
 
 
 def left_behind(*, site_id: str, rail: str, connected: str) -> list[LeftBehind]:
-    """The site's orders on ``rail`` taken on another account than ``connected`` (the one
-    connected now; blank: none) that have money left to refund, per earlier account (one
-    query). Charges naming no account are the connected one's (as everywhere)."""
+    """The site's orders of ``rail``'s accounts (a Shopify shop; a WooCommerce store, whose
+    orders are paid on Stripe: :func:`sill.rails.registry.account_rail`) taken on another
+    account than ``connected`` (the one connected now; blank: none) that have money left to
+    refund, per earlier account (one query). Charges naming no account are the connected
+    one's (as everywhere)."""
+    charge_rails = [r for r in Rail.values if account_rail(r) == rail]
     left = (
         F("amount_minor")
         - F("amount_refunded_minor")
@@ -53,7 +57,9 @@ def left_behind(*, site_id: str, rail: str, connected: str) -> list[LeftBehind]:
         - F("amount_reserved_minor")
     )
     rows = (
-        Charge.objects.filter(order__site_id=site_id, rail=rail, status=ChargeStatus.SUCCEEDED)
+        Charge.objects.filter(
+            order__site_id=site_id, rail__in=charge_rails, status=ChargeStatus.SUCCEEDED
+        )
         .exclude(provider_account="")
         .exclude(provider_account=connected)
         .alias(left=left)

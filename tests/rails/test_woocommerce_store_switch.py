@@ -397,3 +397,21 @@ def test_reconciliation_leaves_the_old_stores_charges_out_and_checks_the_new_one
     run = run_reconciliation(account_id=stripe_on.pk, force=True)
     assert run is not None and run.error == ""
     assert (run.charges_checked, run.charges_unreadable) == (1, 0)
+
+
+def test_the_rails_page_says_which_of_the_earlier_stores_orders_are_left_behind(
+    site, woo, other, woo_account, stripe_on, connect, sdk, client_for
+):
+    """Their charges are Stripe's (rail ``stripe``), naming the store: the WooCommerce card
+    counts them, not the Stripe card."""
+    _synced(site, woo, sdk)
+    connect(other)
+    page = client_for("owner").get("/settings/rails/").content.decode()
+    said = f"1 order from {woo.url} ($89.00 still refundable)"
+    assert "Orders of an earlier store" in page and said in page
+    assert page.count(said) == 1  # on the WooCommerce card only
+    connect(woo)
+    assert (
+        "Orders of an earlier store"
+        not in client_for("owner").get("/settings/rails/").content.decode()
+    )
