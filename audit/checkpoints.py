@@ -90,7 +90,7 @@ def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
         published = published_checkpoint(site_id=site.pk)
         if published is not None:
             try:
-                opened = open_checkpoint(published, site_id=site.pk).checkpoint
+                opened = open_checkpoint(published, site_id=site.pk, earlier_origin=True).checkpoint
             except note.NoteError as exc:
                 raise CheckpointInconsistent(
                     f"site {site.pk}: the published checkpoint does not verify ({exc}); "
@@ -177,15 +177,26 @@ def checkpoint_at(*, site_id: str, size: int) -> AuditCheckpoint | None:
     return AuditCheckpoint.objects.filter(site_id=site_id, tree_size=size).first()
 
 
-def open_checkpoint(text: str, *, site_id: str) -> SignedCheckpoint:
+def open_checkpoint(text: str, *, site_id: str, earlier_origin: bool = False) -> SignedCheckpoint:
     """Verify a signed checkpoint of ``site_id``'s log under every audit key it may name.
 
     Raises :class:`audit.note.NoteError` unless one of Sill's keys signed it for this origin,
     or if a signature by any of Sill's keys does not verify (c2sp.org/signed-note: "If a
     signature from a known key fails to verify, clients SHOULD reject the whole note"), even
     beside a good one by another of them.
+
+    ``earlier_origin``: also a checkpoint this site's log was signed under an earlier
+    ``SILL_AUDIT_ORIGIN`` (``<earlier origin>/<site id>``, by Sill's key: the name the note
+    itself gives). The origin ships as a placeholder operators are asked to replace; the
+    checkpoints signed before they did are still Sill's word on the log's first records, which
+    the log must go on extending (:func:`write_checkpoint`, ``chain_verification``). What Sill
+    serves and an outside verifier checks is under the origin of now.
     """
     origin = origin_for(site_id)
+    if earlier_origin:
+        named = text.partition("\n")[0]
+        if named != origin and named.endswith(f"/{site_id}") and named.isprintable():
+            origin = named
     errors = []
     found: tuple[str, keys.KeyWindow] | None = None
     for window in keys.key_windows().values():

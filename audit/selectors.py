@@ -137,7 +137,9 @@ def _checkpoint_anchors(
     anchors: list[tuple[str, int, bytes]] = []
     if checkpoint_note is not None:
         try:
-            signed = checkpoints.open_checkpoint(checkpoint_note, site_id=site.pk)
+            signed = checkpoints.open_checkpoint(
+                checkpoint_note, site_id=site.pk, earlier_origin=True
+            )
         except note.NoteError as exc:
             return chain.VerifyResult(False, 0, None, f"the checkpoint does not verify: {exc}")
         anchors.append(("the signed checkpoint", signed.checkpoint.size, signed.checkpoint.root))
@@ -150,7 +152,7 @@ def _checkpoint_anchors(
                 False, 0, None, "Sill's latest signed checkpoint root is corrupt (not hex)"
             )
         try:
-            signed = checkpoints.open_checkpoint(latest.note, site_id=site.pk)
+            signed = checkpoints.open_checkpoint(latest.note, site_id=site.pk, earlier_origin=True)
         except note.NoteError as exc:
             return chain.VerifyResult(
                 False, 0, None, f"Sill's latest checkpoint does not verify: {exc}"
@@ -170,7 +172,7 @@ def _checkpoint_anchors(
     published = checkpoints.published_checkpoint(site_id=site.pk)
     if published is not None:
         try:
-            signed = checkpoints.open_checkpoint(published, site_id=site.pk)
+            signed = checkpoints.open_checkpoint(published, site_id=site.pk, earlier_origin=True)
         except note.NoteError as exc:
             return chain.VerifyResult(
                 False, 0, None, f"the published checkpoint does not verify: {exc}"

@@ -452,6 +452,42 @@ def test_a_genuine_log_verifies_and_grows_against_its_published_checkpoints(
     assert result.ok and result.count == 6
 
 
+def test_a_renamed_origin_keeps_its_earlier_checkpoints_as_anchors(
+    site: Site, settings: Any, tmp_path: Path
+) -> None:
+    """SILL_AUDIT_ORIGIN ships as a placeholder the README asks operators to set to their host.
+    Once checkpoints were read as signed notes, the first one under the old name no longer
+    opened under the new one: every beat refused to sign ("does not verify") and Verify chain
+    failed, for a log nobody touched. A note names the log it was signed for; one of this
+    site's (under any earlier name) by Sill's key is still an anchor the log must extend."""
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 3)
+    publish_one(site)
+    settings.SILL_AUDIT_ORIGIN = "refunds.merchant.example/audit"
+    refunds(site, 2)
+
+    assert chain_verification(site).ok
+    signed = publish_one(site)  # signed and published under the new name
+    assert signed.note.startswith(f"refunds.merchant.example/audit/{site.pk}\n5\n")
+    assert chain_verification(site).ok
+
+
+def test_a_checkpoint_under_an_earlier_origin_still_catches_a_truncation(
+    site: Site, settings: Any, tmp_path: Path
+) -> None:
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 3)
+    publish_one(site)
+    settings.SILL_AUDIT_ORIGIN = "refunds.merchant.example/audit"
+    truncate_and_clean(site, 2)
+
+    result = chain_verification(site)
+    assert not result.ok and "published checkpoint" in result.problem
+    refunds(site, 2)
+    with pytest.raises(checkpoints.CheckpointInconsistent, match="published checkpoint"):
+        checkpoints.write_checkpoint(site=site)
+
+
 # -- key rotation -----------------------------------------------------------------------------
 
 
