@@ -40,7 +40,7 @@ root, which catches a log rewritten or cut short before it was exported. With
 ``sill-audit-key-endorsement-v1\\n<key id>\\n<base64url public key>\\n<valid_from, UTC,
 YYYY-MM-DDTHH:MM:SS.mmmZ>\\n`` (a rotated key without a valid one is a problem; a key with no
 window is simply not used). Every problem is listed (``FAILED at …: problem``, one per line;
-exit 1); otherwise ``OK: N records …`` and exit 0.
+exit 1); otherwise ``OK: N records of log <origin> …`` and exit 0.
 """
 
 from __future__ import annotations
@@ -783,11 +783,30 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("\n".join(problems), file=sys.stderr)
         return 1
+    # Which log: the checkpoint that verified names it (its origin ends with the site's id),
+    # so an auditor handed another site's genuine export sees it is not the one they asked for.
+    log = log_name(args.file)
     if kind == "bundle":
-        print(f"OK: bundle of {count} records, each in the signed checkpoint")
+        print(f"OK: bundle of {count} records of log {log}, each in the signed checkpoint")
     else:
-        print(f"OK: {count} records, matching their signed checkpoint")
+        print(f"OK: {count} records of log {log}, matching their signed checkpoint")
     return 0
+
+
+def log_name(path: str) -> str:
+    """The log (``<origin>``, ending with the site's id) a verified export or bundle is of:
+    what its signed checkpoint names, which verification checked against its header."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    # An export's header is its first line; a bundle is one JSON document.
+    for candidate in (text.split("\n", 1)[0], text):
+        try:
+            parsed = json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(parsed, dict) and parsed.get("origin"):
+            return str(parsed["origin"])
+    return "?"
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from django.test import Client
 from django.utils import timezone
 
 from audit import bundles, chain, checkpoints, keys, merkle, note, verify_export
+from audit.checkpoints import origin_for
 from audit.models import AuditKey, AuditRecord
 from audit.selectors import chain_verification
 from sill.accounts.models import Site
@@ -204,7 +205,10 @@ def test_the_standalone_verifier_trusts_a_key_in_the_file_only_on_a_pinned_endor
     result = run_standalone(tmp_path, str(path), "--public-key", pinned(configured_id, configured))
     if edit is None:
         assert result.returncode == 0, result.stderr
-        assert result.stdout.strip() == "OK: 3 records, matching their signed checkpoint"
+        assert (
+            result.stdout.strip()
+            == f"OK: 3 records of log {origin_for(site.pk)}, matching their signed checkpoint"
+        )
         bundle = bundles.refund_bundle(site=site, refund_id="rf_1")  # seqs 1 and 2
         trusted = {configured_id: configured.verify_key}
         assert verify_export.verify_bundle(bundle, trusted, None) == (2, [])

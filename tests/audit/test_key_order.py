@@ -19,6 +19,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from audit import bundles, chain, keys, services, verify_export
+from audit.checkpoints import origin_for
 from audit.models import AuditChainHead, AuditKey, AuditRecord
 from audit.selectors import chain_verification
 from sill.accounts.models import Site
@@ -165,4 +166,7 @@ def test_a_genuine_log_across_two_rotations_verifies(
     for pins in ((), ("--public-key", pinned(configured_id, configured))):
         standalone = run_standalone(tmp_path, str(path), *pins)
         assert standalone.returncode == 0, standalone.stderr
-        assert standalone.stdout.strip() == "OK: 6 records, matching their signed checkpoint"
+        assert (
+            standalone.stdout.strip()
+            == f"OK: 6 records of log {origin_for(site.pk)}, matching their signed checkpoint"
+        )

@@ -23,6 +23,7 @@ from django.db.migrations.loader import MigrationLoader
 from django.test.utils import CaptureQueriesContext
 
 from audit import chain
+from audit.checkpoints import origin_for
 from audit.models import AuditKind, AuditLogImmutable, AuditRecord
 from audit.selectors import chain_verification, export_lines, records_about
 from audit.services import append_record
@@ -170,7 +171,10 @@ def test_the_backfill_fills_older_records_and_every_chain_still_verifies(
     call_command("audit", "export", "--site", site.pk, "--output", str(path))
     result = run_standalone(tmp_path, path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "OK: 4 records, matching their signed checkpoint"
+    assert (
+        result.stdout.strip()
+        == f"OK: 4 records of log {origin_for(site.pk)}, matching their signed checkpoint"
+    )
     call_command("audit", "verify")  # raises CommandError on any bad chain
 
 

@@ -22,6 +22,7 @@ from django.core.management.base import CommandError
 from django.db import connection, transaction
 
 from audit import chain, keys, merkle, note
+from audit.checkpoints import origin_for
 from audit.models import AuditChainHead, AuditKind, AuditRecord
 from audit.services import append_record
 from sill.accounts.models import Site
@@ -164,7 +165,10 @@ def test_it_passes_an_untouched_chain(site: Site, tmp_path: Path) -> None:
 
     result = run_standalone(tmp_path, str(export(site, tmp_path / "export.jsonl")))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "OK: 5 records, matching their signed checkpoint"
+    assert (
+        result.stdout.strip()
+        == f"OK: 5 records of log {origin_for(site.pk)}, matching their signed checkpoint"
+    )
 
 
 @pytest.mark.parametrize("name", TAMPERS)
@@ -267,7 +271,10 @@ def test_it_verifies_a_genuine_export_with_a_trusted_key(site: Site, tmp_path: P
 
     result = run_standalone(tmp_path, str(path), "--public-key", trusted)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "OK: 3 records, matching their signed checkpoint"
+    assert (
+        result.stdout.strip()
+        == f"OK: 3 records of log {origin_for(site.pk)}, matching their signed checkpoint"
+    )
 
     other = nacl.signing.SigningKey.generate().verify_key
     result = run_standalone(
@@ -345,7 +352,10 @@ def test_a_body_holding_a_unicode_line_separator_verifies_standalone(
     build_chain(site, 1)
     result = run_standalone(tmp_path, str(export(site, tmp_path / "export.jsonl")))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "OK: 2 records, matching their signed checkpoint"
+    assert (
+        result.stdout.strip()
+        == f"OK: 2 records of log {origin_for(site.pk)}, matching their signed checkpoint"
+    )
 
 
 def test_it_catches_a_moved_created_at(site: Site) -> None:

@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from audit import merkle
+from audit.checkpoints import origin_for
 from refunds.models import Refund
 from refunds.review.decisions import approve_refund
 from tests.audit.test_tamper import run_standalone
@@ -51,6 +52,8 @@ def test_the_bundle_of_a_settled_agent_refund_verifies(settled_agent_refund, tmp
     result = run_standalone(tmp_path, str(path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"OK: bundle of {len(kinds)} records")
+    # It names the log, so an auditor sees whose refund it is.
+    assert f" of log {origin_for(settled_agent_refund.site_id)}," in result.stdout
 
 
 def test_every_problem_in_a_tampered_bundle_is_listed(settled_agent_refund, tmp_path: Path):
