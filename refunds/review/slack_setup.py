@@ -1,0 +1,246 @@
+"""Writes to a site's Slack setup (Settings → Slack): where held refunds are posted, the app's
+signing secret (it verifies the Approve / Reject clicks), and which Slack user is which member.
+
+Owners and admins (``require_member``, Cap.MANAGE_SETTINGS, 403 ``forbidden``); but what lets
+a click speak for a member who decides is the owners' alone: the signing secret (whoever holds
+it can sign a click from any linked user) and the links of owners and admins other than
+oneself (an admin linking an owner to the admin's own Slack user would approve, from Slack, as
+that owner, past "whoever asked cannot approve"). An admin may link themselves and members who
+cannot decide. The service reads those rules from the membership ``require_member`` returns,
+not from its caller, so a caller other than the page (a script, an API, a task) cannot act
+beyond the member's role: an admin asking for an owner's change is refused 403 ``forbidden``
+(:class:`SlackOwnersOnly`) with nothing of the save written.
+
+The signing secret and the webhook URL are secrets: they are sealed at rest, never logged,
+never returned and never in the audit record. Every save that changes something is one signed
+``settings_change`` record naming what changed, written in the save's transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from audit.models import AuditKind
+from audit.services import append_record
+from refunds.review import slack
+from sill import errors
+from sill.accounts.access import Cap, can, require_member
+from sill.accounts.models import Membership, Role, Site
+
+SLACK_USER_RE = re.compile(r"\A[UW][A-Z0-9]{2,31}\Z")
+WEBHOOK_RE = re.compile(r"\Ahttps://hooks\.slack\.com/services/[A-Za-z0-9/_-]{10,200}\Z")
+SECRET_RE = re.compile(r"\A[0-9a-f]{32}\Z")
+
+OWNERS_ONLY_SECRET = "Only an owner can set or remove the signing secret: it signs every click."
+OWNERS_ONLY_LINK = (
+    "Only an owner can change which Slack user is another owner or admin: a click from that "
+    "user decides as them."
+)
+LINKED_TWICE = "Each Slack user can be linked to one member only."
+LINKED_MEANWHILE = "That Slack user is already linked to another member."
+
+
+class SlackSettingsRefused(errors.SillError):
+    """A save that wrote nothing. ``field_errors`` maps each field the page shows
+    (``webhook_url``, ``signing_secret``, ``slack_<membership id>``, ``members`` for the links
+    as a whole) to its words, so each is shown beside its field; ``message`` and ``field``
+    are one of them, for callers that show one error."""
+
+    code = "invalid_field"
+    status = 422
+
+    def __init__(self, field_errors: dict[str, str], *, field: str | None = None) -> None:
+        field = field if field is not None else next(iter(field_errors))
+        super().__init__(field_errors[field], field=field)
+        self.field_errors = dict(field_errors)
+
+
+class SlackOwnersOnly(SlackSettingsRefused, errors.PermissionDenied):
+    """A non-owner's save asking what only an owner may change (module doc): 403 forbidden.
+    ``field_errors`` holds every error of the save, the owners-only ones among them."""
+
+    code = "forbidden"
+    status = 403
+
+
+def save_slack_settings(
+    *,
+    site: Site,
+    actor: Any,
+    webhook_url: str = "",
+    clear_webhook: bool = False,
+    signing_secret: str = "",
+    clear_secret: bool = False,
+    links: Mapping[int, str] | None = None,
+) -> list[str]:
+    """Change ``site``'s Slack setup as ``actor``; returns what changed, in words.
+
+    An empty ``webhook_url`` or ``signing_secret`` leaves the one set alone (the page never
+    shows them back); ``clear_webhook`` / ``clear_secret`` remove it. ``links`` maps a
+    membership id of ``site`` to its Slack member ID ("" unlinks); members left out keep
+    theirs. Refused, with nothing written: :class:`SlackSettingsRefused` (422) for input Sill
+    does not accept, :class:`SlackOwnersOnly` (403) for an owner's change asked by an admin,
+    ``errors.PermissionDenied`` for a role that does not manage settings and
+    ``errors.NotFound`` for a membership of another site.
+    """
+    checked = require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
+    webhook = webhook_url.strip()
+    secret = signing_secret.strip()
+    wanted = {pk: value.strip().upper() for pk, value in (links or {}).items()}
+    try:
+        with transaction.atomic():
+            # Member changes lock the site row too (lock_for_member_change): the links and
+            # roles read next, the actor's own included, stay as read until this commits.
+            locked = Site.objects.select_for_update(no_key=True).get(pk=site.pk)
+            members = list(
+                Membership.objects.select_for_update(of=("self",))
+                .filter(site=site)
+                .select_related("user")
+                .order_by("role", "user__username")
+            )
+            membership = next((m for m in members if m.pk == checked.pk), None)
+            if membership is None or not can(membership, Cap.MANAGE_SETTINGS):
+                # Removed or demoted between require_member and the lock.
+                raise errors.PermissionDenied("Your role on this site does not allow this.")
+            if set(wanted) - {m.pk for m in members}:
+                raise errors.NotFound("No such member on this site.")
+            _refuse_what_may_not_be_saved(
+                membership=membership,
+                members=members,
+                webhook=webhook,
+                secret=secret,
+                clear_secret=clear_secret,
+                wanted=wanted,
+            )
+            return _write(
+                site=site,
+                locked=locked,
+                actor=actor,
+                members=members,
+                webhook=webhook,
+                clear_webhook=clear_webhook,
+                secret=secret,
+                clear_secret=clear_secret,
+                wanted=wanted,
+            )
+    except IntegrityError:
+        # The unique constraint on a site's Slack users refused a link saved meanwhile by a
+        # writer that did not wait for the site's lock: the whole save is undone.
+        raise SlackSettingsRefused({"members": LINKED_MEANWHILE}) from None
+
+
+def _refuse_what_may_not_be_saved(
+    *,
+    membership: Membership,
+    members: list[Membership],
+    webhook: str,
+    secret: str,
+    clear_secret: bool,
+    wanted: dict[int, str],
+) -> None:
+    """Every error of the save at once, in the page's order of fields."""
+    field_errors: dict[str, str] = {}
+    if webhook and not WEBHOOK_RE.match(webhook):
+        field_errors["webhook_url"] = (
+            "An incoming webhook URL starts https://hooks.slack.com/services/."
+        )
+    if secret and not SECRET_RE.match(secret):
+        field_errors["signing_secret"] = "A Slack signing secret is 32 lowercase hex characters."
+    for member in members:
+        value = wanted.get(member.pk, "")
+        if value and not SLACK_USER_RE.match(value):
+            field_errors[f"slack_{member.pk}"] = "A Slack member ID looks like U04ABCDE12."
+    owners_only = _owners_only(
+        membership=membership,
+        members=members,
+        asks_secret=bool(secret) or clear_secret,
+        wanted=wanted,
+    )
+    field_errors.update(owners_only)
+    taken = [wanted.get(m.pk, m.slack_user_id) for m in members]
+    taken = [v for v in taken if v]
+    if len(taken) != len(set(taken)):
+        field_errors["members"] = LINKED_TWICE
+    if owners_only:
+        raise SlackOwnersOnly(field_errors, field=next(iter(owners_only)))
+    if field_errors:
+        raise SlackSettingsRefused(field_errors)
+
+
+def _owners_only(
+    *,
+    membership: Membership,
+    members: list[Membership],
+    asks_secret: bool,
+    wanted: dict[int, str],
+) -> dict[str, str]:
+    """What a non-owner's save asks that only an owner may change (module doc)."""
+    if membership.role == Role.OWNER:
+        return {}
+    refused: dict[str, str] = {}
+    if asks_secret:
+        refused["signing_secret"] = OWNERS_ONLY_SECRET
+    for member in members:
+        decides = member.role in (Role.OWNER, Role.ADMIN)
+        other = member.pk != membership.pk
+        changes = wanted.get(member.pk, member.slack_user_id) != member.slack_user_id
+        if decides and other and changes:
+            refused[f"slack_{member.pk}"] = OWNERS_ONLY_LINK
+    return refused
+
+
+def _write(
+    *,
+    site: Site,
+    locked: Site,
+    actor: Any,
+    members: list[Membership],
+    webhook: str,
+    clear_webhook: bool,
+    secret: str,
+    clear_secret: bool,
+    wanted: dict[int, str],
+) -> list[str]:
+    changed: list[str] = []
+    if clear_webhook and locked.slack_webhook_sealed:
+        locked.slack_webhook_sealed = b""
+        changed.append("webhook cleared")
+    elif webhook and webhook != slack.webhook_url(locked):
+        locked.slack_webhook_sealed = slack.seal_webhook_url(locked, webhook)
+        changed.append("webhook set")
+    if clear_secret and locked.slack_signing_secret:
+        locked.slack_signing_secret = b""
+        changed.append("signing secret cleared")
+    elif secret:
+        locked.slack_signing_secret = slack.seal_signing_secret(locked, secret)
+        changed.append("signing secret set")
+    if changed:
+        locked.save(update_fields=["slack_webhook_sealed", "slack_signing_secret"])
+        site.slack_webhook_sealed = locked.slack_webhook_sealed
+        site.slack_signing_secret = locked.slack_signing_secret
+    links: list[dict[str, str | None]] = []
+    for member in members:
+        value = wanted.get(member.pk, member.slack_user_id)
+        if value != member.slack_user_id:
+            member.slack_user_id = value
+            member.save(update_fields=["slack_user_id"])
+            links.append({"member": member.user.get_username(), "slack_user_id": value or None})
+    if changed or links:
+        append_record(
+            site=site,
+            kind=AuditKind.SETTINGS_CHANGE,
+            body={
+                "change": "slack",
+                "actor": actor.get_username(),
+                "changed": changed,
+                "slack_users": links,
+            },
+        )
+    return changed + [
+        f"Slack user of {link['member']} {'set' if link['slack_user_id'] else 'cleared'}"
+        for link in links
+    ]
