@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Verify Sill's audit evidence without Sill: Python 3.11+ standard library and PyNaCl only.
 
-    python verify_export.py export.jsonl [--public-key KEY_ID=BASE64URL ...] [--checkpoint F]
-    python verify_export.py bundle.json  [--public-key KEY_ID=BASE64URL ...] [--checkpoint F]
+    python verify_export.py export.jsonl [--keys F] [--public-key KEY_ID=BASE64URL ...]
+                                         [--checkpoint F]
+    python verify_export.py bundle.json  [--keys F] [--public-key KEY_ID=BASE64URL ...]
+                                         [--checkpoint F]
 
 An export (``manage.py audit export --site S``) is JSON lines: a header
 ``{"type": "header", "format": "sill-audit-export-v1", "site_id", "origin", "public_keys",
@@ -39,8 +41,21 @@ root, which catches a log rewritten or cut short before it was exported. With
 ``key_windows`` carries an ``endorsement`` by a pinned key: ed25519 over
 ``sill-audit-key-endorsement-v1\\n<key id>\\n<base64url public key>\\n<valid_from, UTC,
 YYYY-MM-DDTHH:MM:SS.mmmZ>\\n`` (a rotated key without a valid one is a problem; a key with no
-window is simply not used). Every problem is listed (``FAILED at …: problem``, one per line;
-exit 1); otherwise ``OK: N records of log <origin> …`` and exit 0.
+window is simply not used).
+
+The file's keys are its writer's word, windows included: someone holding a retired key can
+drop its successor from the header and re-sign what came after, and nothing left in the file
+says the key was retired. ``--keys FILE`` takes the keys and windows from Sill's keys file
+instead (``/.well-known/sill-audit-keys.json``, fetched by the auditor): a key the file lists
+and the keys file does not is a problem and its records are ``unknown key_id``; each window is
+the published one, ending where the next published key in use begins; a rotated key is used
+only on an endorsement, as in a header. With ``--public-key`` too, the pinned keys are the
+roots (the keys file must list each as pinned; its other keys are used only on a pinned key's
+endorsement, a key with no window only if pinned); without, the keys file's keys with no window
+(its configured key, legacy keys) are the roots, on the word of the file as fetched.
+
+Every problem is listed (``FAILED at …: problem``, one per line; exit 1); otherwise ``OK: N
+records of log <origin> …`` and exit 0.
 """
 
 from __future__ import annotations
@@ -346,21 +361,123 @@ def leaf_of(payload: str) -> bytes:
 # -- keys and their windows ---------------------------------------------------------------
 
 
+def keys_for(
+    doc: dict[str, Any], trusted: dict[str, Any] | None, published: Any = None
+) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]], list[str]]:
+    """``(keys, windows, problems)`` that ``doc`` (an export's header, or a bundle) is checked
+    against: the keys records and checkpoints may be signed by, and each key's window.
+
+    Without ``published``, the keys and windows ``doc`` lists (:func:`header_keys`). With it
+    (the keys file Sill publishes at ``/.well-known/sill-audit-keys.json``, fetched by the
+    auditor), the keys and windows the keys file lists, whatever ``doc`` says: a file holds
+    what its writer chose to list, so someone holding a retired key can drop its successor
+    from the header and leave nothing saying the key was retired. A key ``doc`` lists that the
+    keys file does not (or lists with another public key) is a problem, and records it signed
+    are refused as ``unknown key_id``. The roots are the pinned keys (``trusted``), each of
+    which the keys file must list as it was pinned; unpinned, the keys the file lists without
+    a window (its configured key, and legacy keys) are taken on the file's word, as fetched.
+    Either way a rotated key (one with a ``valid_from``) is used only on a root's endorsement,
+    as in a header, and each window ends where the next key in use begins.
+    """
+    if published is None:
+        keys, problems = header_keys(doc, trusted)
+        return keys, bound_windows(header_windows(doc), keys), problems
+    listing = keys_file_listing(published)
+    windows = header_windows(listing, where="the keys file")
+    problems = []
+    if trusted is None:
+        roots = {
+            key_id: load_key(listing["public_keys"][key_id])
+            for key_id, (start, _) in windows.items()
+            if start is None
+        }
+        anchors = "the keys file's configured key"
+    else:
+        roots, anchors = trusted, "a key you pinned"
+        for key_id, key in trusted.items():
+            text = listing["public_keys"].get(key_id)
+            if text is None:
+                problems.append(
+                    f"FAILED at the keys file: it does not list the key you pinned, {key_id}"
+                )
+            elif bytes(load_key(text)) != bytes(key):
+                problems.append(
+                    f"FAILED at the keys file: it lists another public key as {key_id} than "
+                    "the one you pinned"
+                )
+    keys, endorsements = header_keys(listing, roots, where="the keys file", anchors=anchors)
+    problems += endorsements
+    listed = doc.get("public_keys")
+    for key_id, text in (listed if isinstance(listed, dict) else {}).items():
+        if key_id not in listing["public_keys"]:
+            problems.append(
+                f"FAILED at the header: key {key_id} is not in the keys file: the records it "
+                "signed are refused (fetch the keys file again if the export is newer)"
+            )
+        elif text != listing["public_keys"][key_id]:
+            problems.append(
+                f"FAILED at the header: key {key_id} is not the public key the keys file lists "
+                "under that id: the keys file's is used"
+            )
+    return keys, bound_windows(windows, keys), problems
+
+
+def keys_file_listing(published: Any) -> dict[str, Any]:
+    """The keys file (``{"keys": [{"key_id", "algorithm", "public_key", "valid_from",
+    "valid_until"}, …], "origin_prefix"}``, a rotated key also ``"endorsement"`` and
+    ``"endorsed_by"``) as a header lists keys: ``public_keys`` and ``key_windows``.
+    Raises :class:`Failed` unless it is that shape."""
+    entries = published.get("keys") if isinstance(published, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise Failed(
+            "the keys file", "no list of keys: not the answer of /.well-known/sill-audit-keys.json"
+        )
+    public_keys: dict[str, str] = {}
+    key_windows: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        key_id = entry.get("key_id") if isinstance(entry, dict) else None
+        if not isinstance(key_id, str) or not key_id:
+            raise Failed("the keys file", "a key without a key_id")
+        assert isinstance(entry, dict)
+        if key_id in public_keys:
+            raise Failed("the keys file", f"key {key_id} is listed twice")
+        algorithm = entry.get("algorithm")
+        if algorithm != "Ed25519":
+            raise Failed("the keys file", f"key {key_id}: algorithm {algorithm!r} is not Ed25519")
+        public_key = entry.get("public_key")
+        try:
+            load_key(public_key if isinstance(public_key, str) else "")
+        except ValueError as exc:
+            raise Failed("the keys file", f"key {key_id}: public_key is {exc}") from None
+        public_keys[key_id] = str(public_key)
+        key_windows[key_id] = {
+            field: entry[field]
+            for field in ("valid_from", "valid_until", "endorsement", "endorsed_by")
+            if field in entry
+        }
+    return {"public_keys": public_keys, "key_windows": key_windows}
+
+
 def header_keys(
-    header: dict[str, Any], trusted: dict[str, Any] | None
+    header: dict[str, Any],
+    trusted: dict[str, Any] | None,
+    *,
+    where: str = "the header",
+    anchors: str = "a key you pinned",
 ) -> tuple[dict[str, Any], list[str]]:
     """``(keys, problems)``: the keys records and checkpoints may be signed by.
 
     Unpinned (``trusted`` None): every key the header lists. Pinned: the pinned keys, and each
     key the header gives a window from a ``valid_from`` whose ``endorsement`` a pinned key
-    signed; a windowed key without one is a problem (and not used).
+    signed; a windowed key without one is a problem (and not used). (:func:`keys_for` reads a
+    keys file this way too: ``where`` and ``anchors`` name the file and its roots.)
     """
     listed = header.get("public_keys")
     if trusted is None:
         try:
             return {k: load_key(v) for k, v in dict(listed or {}).items()}, []
         except (ValueError, TypeError, AttributeError) as exc:
-            raise Failed("the header", f"bad public_keys: {exc}") from None
+            raise Failed(where, f"bad public_keys: {exc}") from None
     keys = dict(trusted)
     problems = []
     listed = listed if isinstance(listed, dict) else {}
@@ -374,9 +491,9 @@ def header_keys(
             valid_from = None  # header_windows reports it
         if valid_from is None:
             continue  # no window (a legacy key): used only if pinned
-        problem = _endorsement_problem(key_id, listed, valid_from, window, trusted)
+        problem = _endorsement_problem(key_id, listed, valid_from, window, trusted, anchors)
         if problem:
-            problems.append(f"FAILED at the header: key {key_id}: {problem}")
+            problems.append(f"FAILED at {where}: key {key_id}: {problem}")
         else:
             keys[key_id] = load_key(listed[key_id])
     return keys, problems
@@ -395,15 +512,17 @@ def _endorsement_problem(
     valid_from: datetime,
     window: dict[str, Any],
     trusted: dict[str, Any],
+    anchors: str,
 ) -> str:
-    """Why a pinned key does not vouch for ``key_id``'s window ("" when one does)."""
+    """Why no trusted key (``anchors`` names them) vouches for ``key_id``'s window ("" when
+    one does)."""
     try:
         public_key = bytes(load_key(listed[key_id]))
     except (KeyError, ValueError, TypeError, AttributeError):
         return "no valid public key in public_keys"
     endorsement = window.get("endorsement")
     if not isinstance(endorsement, str) or not SIGNATURE_RE.match(endorsement):
-        return "its window carries no endorsement by a key you pinned: its records are refused"
+        return f"its window carries no endorsement by {anchors}: its records are refused"
     statement = endorsement_statement(key_id, public_key, valid_from)
     for anchor in trusted.values():
         try:
@@ -411,17 +530,19 @@ def _endorsement_problem(
         except (ValueError, nacl.exceptions.BadSignatureError):
             continue
         return ""
-    return "its endorsement does not verify under a key you pinned: its records are refused"
+    return f"its endorsement does not verify under {anchors}: its records are refused"
 
 
-def header_windows(header: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def header_windows(
+    header: dict[str, Any], *, where: str = "the header"
+) -> dict[str, tuple[Any, Any]]:
     windows = {}
     listed = header.get("key_windows")
     for key_id, window in (listed if isinstance(listed, dict) else {}).items():
         try:
             windows[key_id] = (_time(window.get("valid_from")), _time(window.get("valid_until")))
         except (AttributeError, ValueError):
-            raise Failed("the header", f"bad key_windows for {key_id!r}") from None
+            raise Failed(where, f"bad key_windows for {key_id!r}") from None
     return windows
 
 
@@ -503,9 +624,14 @@ class KeyOrder:
 
 
 def verify_export(
-    lines: list[str], trusted: dict[str, Any] | None, trusted_checkpoint: str | None
+    lines: list[str],
+    trusted: dict[str, Any] | None,
+    trusted_checkpoint: str | None,
+    *,
+    published: Any = None,
 ) -> tuple[int, list[str]]:
-    """``(records, problems)`` for an export's lines; every problem found, in file order."""
+    """``(records, problems)`` for an export's lines; every problem found, in file order.
+    ``published``: the keys file the auditor fetched (:func:`keys_for`)."""
     try:
         header = json.loads(lines[0]) if lines else None
     except (ValueError, RecursionError):
@@ -515,8 +641,7 @@ def verify_export(
     if header.get("format") != FORMAT:
         return 0, [f"FAILED at line 1: unknown format {header.get('format')!r}"]
     try:
-        keys, problems = header_keys(header, trusted)
-        windows = bound_windows(header_windows(header), keys)
+        keys, windows, problems = keys_for(header, trusted, published)
     except Failed as failed:
         return 0, [str(failed)]
     order = KeyOrder(windows)
@@ -618,12 +743,16 @@ BUNDLE_FORMAT = "sill-evidence-bundle-v1"
 
 
 def verify_bundle(
-    bundle: dict[str, Any], trusted: dict[str, Any] | None, trusted_checkpoint: str | None
+    bundle: dict[str, Any],
+    trusted: dict[str, Any] | None,
+    trusted_checkpoint: str | None,
+    *,
+    published: Any = None,
 ) -> tuple[int, list[str]]:
-    """``(records, problems)`` for one refund's evidence bundle."""
+    """``(records, problems)`` for one refund's evidence bundle (``published`` as for an
+    export)."""
     try:
-        keys, problems = header_keys(bundle, trusted)
-        windows = bound_windows(header_windows(bundle), keys)
+        keys, windows, problems = keys_for(bundle, trusted, published)
     except Failed as failed:
         return 0, [str(failed)]
     origin = bundle.get("origin") or ""
@@ -728,9 +857,14 @@ def verify_bundle(
 
 
 def verify_path(
-    path: str, trusted: dict[str, Any] | None, trusted_checkpoint: str | None
+    path: str,
+    trusted: dict[str, Any] | None,
+    trusted_checkpoint: str | None,
+    *,
+    published: Any = None,
 ) -> tuple[str, int, list[str]]:
-    """``(kind, records, problems)`` for the file at ``path`` (an export or a bundle)."""
+    """``(kind, records, problems)`` for the file at ``path`` (an export or a bundle), against
+    the keys file ``published`` (parsed) when given."""
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     try:
@@ -738,11 +872,13 @@ def verify_path(
     except (ValueError, RecursionError):
         whole = None
     if isinstance(whole, dict) and whole.get("format") == BUNDLE_FORMAT:
-        count, problems = verify_bundle(whole, trusted, trusted_checkpoint)
+        count, problems = verify_bundle(whole, trusted, trusted_checkpoint, published=published)
         return "bundle", count, problems
     # Lines end at "\n" only (open() already read "\r\n" as "\n"): str.splitlines() would
     # also cut at U+2028, U+2029 and U+0085, which a record's JSON strings may hold unescaped.
-    count, problems = verify_export(text.split("\n"), trusted, trusted_checkpoint)
+    count, problems = verify_export(
+        text.split("\n"), trusted, trusted_checkpoint, published=published
+    )
     return "export", count, problems
 
 
@@ -753,8 +889,14 @@ def main(argv: list[str] | None = None) -> int:
         "--public-key",
         action="append",
         metavar="KEY_ID=BASE64URL",
-        help="a trusted public key (Sill's configured key); when given, the file's other keys "
-        "are used only if a pinned key endorses them (repeatable)",
+        help="a trusted public key (Sill's configured key); when given, the other keys (of the "
+        "file, or of --keys) are used only if a pinned key endorses them (repeatable)",
+    )
+    parser.add_argument(
+        "--keys",
+        metavar="FILE",
+        help="Sill's keys as you fetched them from /.well-known/sill-audit-keys.json: the keys "
+        "and windows records are checked against, instead of the ones the file lists",
     )
     parser.add_argument(
         "--checkpoint", metavar="FILE", help="a signed checkpoint of the log you kept yourself"
@@ -772,11 +914,19 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 parser.error(f"--public-key {item!r}: {exc}")
     try:
-        checkpoint = None
+        checkpoint = published = None
         if args.checkpoint:
             with open(args.checkpoint, encoding="utf-8") as fh:
                 checkpoint = fh.read()
-        kind, count, problems = verify_path(args.file, trusted, checkpoint)
+        if args.keys:
+            with open(args.keys, encoding="utf-8") as fh:
+                text = fh.read()
+            try:
+                published = json.loads(text)
+            except (ValueError, RecursionError):
+                print("FAILED at the keys file: not JSON", file=sys.stderr)
+                return 1
+        kind, count, problems = verify_path(args.file, trusted, checkpoint, published=published)
     except (OSError, UnicodeDecodeError) as exc:
         print(f"FAILED: cannot read a file: {exc}", file=sys.stderr)
         return 1
