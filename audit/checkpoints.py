@@ -13,10 +13,16 @@ written to ``SILL_AUDIT_CHECKPOINT_DIR/<site id>/checkpoint`` (the latest, repla
 atomically) and ``…/checkpoints/<size>``, and/or POSTed as ``text/plain`` to
 ``SILL_AUDIT_CHECKPOINT_URL`` (``{site_id}`` in it is replaced). Anyone can also fetch the
 latest at ``/audit/<site id>/checkpoint``.
+
+``checkpoints/<size>`` is written once: a published checkpoint is a promise to whoever read it,
+so another note of that size never replaces it (:class:`CheckpointInconsistent`, logged, the
+old file left); the same note again is a no-op. Those files are anchors too: Sill signs only a
+tree that extends the largest of them, and verification checks the log against each.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from dataclasses import dataclass
@@ -65,8 +71,9 @@ def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
     """Sign ``site``'s tree as it stands; None when it has not grown since the last one.
 
     Raises :class:`CheckpointInconsistent` (and signs nothing) when the tree does not extend
-    the previous checkpoint, or the one published to ``SILL_AUDIT_CHECKPOINT_DIR`` (which
-    must verify): Sill never signs a view of the log that forks from one it published.
+    the previous checkpoint, or the ones published to ``SILL_AUDIT_CHECKPOINT_DIR`` (the
+    latest pointer and the largest ``checkpoints/<size>``, which must verify): Sill never signs
+    a view of the log that forks from one it published.
     """
     with transaction.atomic():
         # The head's lock holds appends back for the few milliseconds this takes, so size and
@@ -87,21 +94,28 @@ def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
         # The copy published outside the database too: someone who can write the database
         # alone can delete Sill's checkpoint rows after cutting records from the log's end;
         # signing the log that then grows back would publish a second, forked view of it.
-        published = published_checkpoint(site_id=site.pk)
-        if published is not None:
+        # The latest pointer is replaced at every publish; the largest per-size file is not
+        # (put an older checkpoint back in the pointer, and the log could fork past it).
+        copies = [("published checkpoint", published_checkpoint(site_id=site.pk))]
+        sizes = published_sizes(site_id=site.pk)
+        if sizes:
+            largest = published_checkpoint_at(site_id=site.pk, name=sizes[-1])
+            if largest != copies[0][1]:
+                copies.append((f"checkpoint published as checkpoints/{sizes[-1]}", largest))
+        for what, published in copies:
+            if published is None:
+                continue
             try:
                 opened = open_checkpoint(published, site_id=site.pk, earlier_origin=True).checkpoint
             except note.NoteError as exc:
                 raise CheckpointInconsistent(
-                    f"site {site.pk}: the published checkpoint does not verify ({exc}); "
-                    "nothing is signed over it"
+                    f"site {site.pk}: the {what} does not verify ({exc}); nothing is signed over it"
                 ) from exc
             if opened.size > size:
                 raise CheckpointInconsistent(
-                    f"site {site.pk}: the log has {size} records, its published checkpoint "
-                    f"says {opened.size}"
+                    f"site {site.pk}: the log has {size} records, its {what} says {opened.size}"
                 )
-            earlier.append(("published checkpoint", opened.size, opened.root.hex()))
+            earlier.append((what, opened.size, opened.root.hex()))
         stored = tree.StoredTree(site.pk, size)
         for what, earlier_size, earlier_root in earlier:
             try:
@@ -173,6 +187,26 @@ def published_checkpoint(*, site_id: str) -> str | None:
         return None
 
 
+def published_sizes(*, site_id: str) -> list[str]:
+    """The names (decimal tree sizes) of the checkpoints of ``site_id``'s log published to
+    ``SILL_AUDIT_CHECKPOINT_DIR/<site id>/checkpoints/``, smallest first."""
+    if not settings.SILL_AUDIT_CHECKPOINT_DIR:
+        return []
+    folder = Path(settings.SILL_AUDIT_CHECKPOINT_DIR) / site_id / "checkpoints"
+    try:
+        names = [entry.name for entry in os.scandir(folder)]
+    except FileNotFoundError:
+        return []
+    return sorted((n for n in names if n.isascii() and n.isdigit()), key=int)
+
+
+def published_checkpoint_at(*, site_id: str, name: str) -> str | None:
+    """The text of ``checkpoints/<name>`` (unverified; undecodable bytes replaced), or None."""
+    if not settings.SILL_AUDIT_CHECKPOINT_DIR:
+        return None
+    return _read(Path(settings.SILL_AUDIT_CHECKPOINT_DIR) / site_id / "checkpoints" / name)
+
+
 def checkpoint_at(*, site_id: str, size: int) -> AuditCheckpoint | None:
     return AuditCheckpoint.objects.filter(site_id=site_id, tree_size=size).first()
 
@@ -235,10 +269,18 @@ def publish_checkpoint(checkpoint_id: int) -> bool:
     if checkpoint is None or checkpoint.published_at is not None:
         return True
     try:
+        # The directory first: a checkpoint it refuses as a fork is posted nowhere either.
         if settings.SILL_AUDIT_CHECKPOINT_DIR:
             _write_files(Path(settings.SILL_AUDIT_CHECKPOINT_DIR), checkpoint)
         if settings.SILL_AUDIT_CHECKPOINT_URL:
             _post(settings.SILL_AUDIT_CHECKPOINT_URL, checkpoint)
+    except CheckpointInconsistent as exc:
+        # Not retried: nothing a retry changes. An operator must look (`audit verify`).
+        AuditCheckpoint.objects.filter(pk=checkpoint.pk).update(
+            publish_attempts=MAX_PUBLISH_ATTEMPTS, last_publish_error=f"refused: {exc}"[:500]
+        )
+        log.error("audit checkpoint %s not published: %s", checkpoint.pk, exc)
+        return False
     except (OSError, requests.RequestException) as exc:
         AuditCheckpoint.objects.filter(pk=checkpoint.pk).update(
             publish_attempts=checkpoint.publish_attempts + 1,
@@ -265,7 +307,7 @@ def publish_pending() -> int:
 def _write_files(root: Path, checkpoint: AuditCheckpoint) -> None:
     folder = root / checkpoint.site_id
     (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
-    _atomic_write(folder / "checkpoints" / str(checkpoint.tree_size), checkpoint.note)
+    _write_once(folder / "checkpoints" / str(checkpoint.tree_size), checkpoint)
     latest = folder / "checkpoint"
     current = _size_in(latest)
     if current is None or current < checkpoint.tree_size:
@@ -277,6 +319,71 @@ def _size_in(path: Path) -> int | None:
         lines = path.read_text(encoding="utf-8").split("\n")
         return int(lines[1])
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def _write_once(path: Path, checkpoint: AuditCheckpoint) -> None:
+    """Publish ``checkpoint`` at ``path`` unless that file exists; never replace another note.
+
+    The same note already there is a retry (done). Another note of the same tree (size and
+    root; signed by another of Sill's keys) is kept: it says what this one says. Anything else
+    raises :class:`CheckpointInconsistent` and leaves the file as it is.
+    """
+    existing = _read(path)
+    if existing is None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(checkpoint.note, encoding="utf-8")
+        try:
+            # A hard link never replaces a file (a rename does): two publishers of one size
+            # cannot both win, and nobody reads a half-written note.
+            os.link(tmp, path)
+            return
+        except FileExistsError:
+            existing = _read(path)
+        except OSError as exc:
+            if exc.errno not in NO_HARD_LINKS:
+                raise
+            # A filesystem without hard links (a FUSE-mounted bucket): create-if-absent, then
+            # write (a crash in between leaves a short file, refused below until removed).
+            try:
+                with path.open("x", encoding="utf-8") as fh:
+                    fh.write(checkpoint.note)
+                return
+            except FileExistsError:
+                existing = _read(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    if existing is None or existing == checkpoint.note:
+        return
+    site_id = checkpoint.site_id
+    try:
+        theirs = open_checkpoint(existing, site_id=site_id, earlier_origin=True).checkpoint
+    except note.NoteError as exc:
+        held = f"a note that does not verify ({exc})"
+    else:
+        if (theirs.size, theirs.root.hex()) == (checkpoint.tree_size, checkpoint.root_hash):
+            log.warning(
+                "audit checkpoint %s of site %s: %s already holds the same tree, signed "
+                "otherwise; kept", checkpoint.pk, site_id, path,
+            )  # fmt: skip
+            return
+        held = f"root {theirs.root.hex()}"
+    raise CheckpointInconsistent(
+        f"site {site_id}: {path} already holds another checkpoint of {checkpoint.tree_size} "
+        f"records ({held}; this one: root {checkpoint.root_hash}); it is not published over "
+        "it: the log was rewritten after that one was published, or another Sill publishes "
+        f"to this directory (manage.py audit verify --site {site_id})"
+    )
+
+
+# What os.link raises where a filesystem has no hard links.
+NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EXDEV}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
         return None
 
 

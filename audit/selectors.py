@@ -67,13 +67,14 @@ def chain_verification(
 
     The checkpoints: ``checkpoint_note`` when given (one kept outside Sill), the latest Sill
     signed (its signed note, which must verify and say what the columns beside it say: the
-    note is what outsiders are served), and the latest published to
-    ``SILL_AUDIT_CHECKPOINT_DIR`` when there is one (a copy outside the database: what catches
-    someone who removed records from the end, rewound the head and deleted Sill's checkpoint
-    rows). A log with fewer records than one counts, or whose first records hash to another
-    root, fails; so does a chain head, or a stored tree node (those that serve inclusion and
-    consistency proofs), that disagrees with the records. Each record's unsigned columns
-    (``created_at``, the subjects) must say what its payload says.
+    note is what outsiders are served), and those published to ``SILL_AUDIT_CHECKPOINT_DIR``
+    when there are any, the latest pointer and each ``checkpoints/<size>`` (copies outside the
+    database: what catches someone who removed records from the end, rewound the head and
+    deleted Sill's checkpoint rows, or grew the log anew past a pointer put back). A log with
+    fewer records than one counts, or whose first records hash to another root, fails; so
+    does a chain head, or a stored tree node (those that serve inclusion and consistency
+    proofs), that disagrees with the records. Each record's unsigned columns (``created_at``,
+    the subjects) must say what its payload says.
     ``progress(n)`` is told every :data:`PROGRESS_EVERY` records how many passed so far.
     """
     head_row = AuditChainHead.objects.filter(site=site).first()
@@ -107,11 +108,9 @@ def chain_verification(
                 "records: records were removed from its end",
             )
         if grown.at_anchor.get(size) != root:
+            whose = f"{what}'s root" if what.endswith("checkpoint") else f"the root of {what}"
             return chain.VerifyResult(
-                False,
-                result.count,
-                None,
-                f"the first {size} records do not hash to {what}'s root",
+                False, result.count, None, f"the first {size} records do not hash to {whose}"
             )
     if head_row is not None:
         try:
@@ -178,6 +177,22 @@ def _checkpoint_anchors(
                 False, 0, None, f"the published checkpoint does not verify: {exc}"
             )
         anchors.append(("the published checkpoint", signed.checkpoint.size, signed.checkpoint.root))
+    # Each checkpoint published for a size (written once, unlike the latest pointer): a log that
+    # forks from one of them, under a pointer put back to an older checkpoint, is seen here.
+    for name in checkpoints.published_sizes(site_id=site.pk):
+        what = f"the checkpoint published as checkpoints/{name}"
+        text = checkpoints.published_checkpoint_at(site_id=site.pk, name=name)
+        if text is None:  # removed while this ran
+            continue
+        try:
+            signed = checkpoints.open_checkpoint(text, site_id=site.pk, earlier_origin=True)
+        except note.NoteError as exc:
+            return chain.VerifyResult(False, 0, None, f"{what} does not verify: {exc}")
+        if str(signed.checkpoint.size) != name:
+            return chain.VerifyResult(
+                False, 0, None, f"{what} counts {signed.checkpoint.size} records"
+            )
+        anchors.append((what, signed.checkpoint.size, signed.checkpoint.root))
     return anchors
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import time
 import unicodedata
 from collections.abc import Callable
@@ -486,6 +487,116 @@ def test_a_checkpoint_under_an_earlier_origin_still_catches_a_truncation(
     refunds(site, 2)
     with pytest.raises(checkpoints.CheckpointInconsistent, match="published checkpoint"):
         checkpoints.write_checkpoint(site=site)
+
+
+# -- a published checkpoint is never replaced ------------------------------------------------
+
+
+def forked_note(site: Site, size: int) -> str:
+    """A checkpoint of ``size`` records with record 2 changed, signed with Sill's key (Sill
+    never signs one: this is the fork a second Sill publishing to the same directory, or a log
+    rewritten behind Sill's back, would bring)."""
+    payloads = list(
+        AuditRecord.objects.filter(site=site, seq__lte=size)
+        .order_by("seq")
+        .values_list("payload", flat=True)
+    )
+    payloads[1] = payloads[1].replace("rf_2", "rf_X")
+    return signed_checkpoint(checkpoints.origin_for(site.pk), payloads, anchor()[1])
+
+
+def test_a_published_checkpoint_is_never_replaced_by_another_of_its_size(
+    site: Site, settings: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`checkpoints/<size>` is a promise to whoever read it. Publishing overwrote it with any
+    other note of that size, and moved the latest pointer to it: the evidence of the first view
+    was gone. Now the old file stays, the new one is refused (logged, not retried)."""
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 4)
+    genuine = publish_one(site)
+    folder = tmp_path / site.pk
+    AuditCheckpoint.objects.filter(pk=genuine.pk).delete()  # a database-only intruder
+    fork = AuditCheckpoint.objects.create(
+        site=site,
+        tree_size=4,
+        root_hash=note.parse_checkpoint(forked_note(site, 4).split("\n\n")[0] + "\n").root.hex(),
+        note=forked_note(site, 4),
+        key_id=anchor()[0],
+        created_at=timezone.now(),
+    )
+
+    with caplog.at_level(logging.ERROR, logger="audit.checkpoints"):
+        assert not checkpoints.publish_checkpoint(fork.pk)
+    assert (folder / "checkpoints" / "4").read_text() == genuine.note
+    assert (folder / "checkpoint").read_text() == genuine.note
+    fork.refresh_from_db()
+    assert fork.published_at is None
+    assert "already holds another checkpoint of 4 records" in fork.last_publish_error
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("already holds another checkpoint of 4 records" in m for m in logged), logged
+    assert checkpoints.publish_pending() == 0  # nothing a retry would change: an operator looks
+    assert (folder / "checkpoints" / "4").read_text() == genuine.note
+
+
+def test_publishing_the_same_checkpoint_again_leaves_the_file_as_it_is(
+    site: Site, settings: Any, tmp_path: Path
+) -> None:
+    """A retry (the URL failed, or the task ran twice) meets its own file: that is no fork."""
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 3)
+    signed = publish_one(site)
+    AuditCheckpoint.objects.filter(pk=signed.pk).update(published_at=None)
+    assert checkpoints.publish_checkpoint(signed.pk)
+    assert (tmp_path / site.pk / "checkpoints" / "3").read_text() == signed.note
+    assert [p.name for p in (tmp_path / site.pk / "checkpoints").iterdir()] == ["3"]
+
+
+def test_the_same_tree_signed_again_by_a_rotated_key_keeps_the_published_file(
+    site: Site, settings: Any, tmp_path: Path, switch_now: None
+) -> None:
+    """Another note, the same tree: the file says what the new note says (kept, no error)."""
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 3)
+    first = publish_one(site)
+    AuditCheckpoint.objects.filter(pk=first.pk).delete()
+    rotate()
+    again = checkpoints.write_checkpoint(site=site)
+    assert again is not None and again.note != first.note and again.root_hash == first.root_hash
+    assert checkpoints.publish_checkpoint(again.pk)
+    assert (tmp_path / site.pk / "checkpoints" / "3").read_text() == first.note
+    assert chain_verification(site).ok
+
+
+def test_verify_chain_reports_a_log_forked_from_a_checkpoint_published_for_its_size(
+    site: Site, settings: Any, tmp_path: Path
+) -> None:
+    """The latest pointer (`checkpoint`) is replaced at every publish, so it cannot be kept
+    write-once: someone who can write it and the database puts an older genuine checkpoint back
+    there, cuts the log back to that size and lets other records grow it again. Verify chain
+    read only the pointer (which the new log extends), so it passed; Sill signed the new log and
+    published it over `checkpoints/4`. The per-size files it published are anchors too now."""
+    settings.SILL_AUDIT_CHECKPOINT_DIR = str(tmp_path)
+    refunds(site, 2)
+    older = publish_one(site)
+    refunds(site, 2)
+    genuine = publish_one(site)
+    folder = tmp_path / site.pk
+    truncate_and_clean(site, 2)
+    (folder / "checkpoint").write_text(older.note)
+    refund(site, "rf_3", amount_minor=1)
+    refund(site, "rf_4", amount_minor=1)
+
+    result = chain_verification(site)
+    assert not result.ok
+    assert result.problem == (
+        "the first 4 records do not hash to the root of the checkpoint published as checkpoints/4"
+    ), result.problem
+    _, err, error = verify_command("--site", site.pk)
+    assert error is not None and "checkpoints/4" in err
+    with pytest.raises(checkpoints.CheckpointInconsistent, match="checkpoints/4"):
+        checkpoints.write_checkpoint(site=site)
+    assert (folder / "checkpoints" / "4").read_text() == genuine.note
+    assert not AuditCheckpoint.objects.filter(site=site).exists()
 
 
 # -- key rotation -----------------------------------------------------------------------------
