@@ -68,10 +68,10 @@ def chain_verification(
     The checkpoints: ``checkpoint_note`` when given (one kept outside Sill), the latest Sill
     signed (its signed note, which must verify and say what the columns beside it say: the
     note is what outsiders are served), and those published to ``SILL_AUDIT_CHECKPOINT_DIR``
-    when there are any, the latest pointer and each ``checkpoints/<size>`` (copies outside the
-    database: what catches someone who removed records from the end, rewound the head and
-    deleted Sill's checkpoint rows, or grew the log anew past a pointer put back). A log with
-    fewer records than one counts, or whose first records hash to another root, fails; so
+    when there are any, the latest pointer and the largest ``checkpoints/<size>`` (copies
+    outside the database: what catches someone who removed records from the end, rewound the
+    head and deleted Sill's checkpoint rows, or grew the log anew past a pointer put back). A
+    log with fewer records than one counts, or whose first records hash to another root, fails; so
     does a chain head, or a stored tree node (those that serve inclusion and consistency
     proofs), that disagrees with the records. Each record's unsigned columns (``created_at``,
     the subjects) must say what its payload says.
@@ -177,9 +177,12 @@ def _checkpoint_anchors(
                 False, 0, None, f"the published checkpoint does not verify: {exc}"
             )
         anchors.append(("the published checkpoint", signed.checkpoint.size, signed.checkpoint.root))
-    # Each checkpoint published for a size (written once, unlike the latest pointer): a log that
-    # forks from one of them, under a pointer put back to an older checkpoint, is seen here.
-    for name in checkpoints.published_sizes(site_id=site.pk):
+    # The largest checkpoint published for a size (written once, unlike the latest pointer): a
+    # log that forks from it, under a pointer put back to an older checkpoint, is seen here. The
+    # smaller ones need no reading: Sill signs no tree that does not extend the largest
+    # (checkpoints.write_checkpoint), so each is a prefix of it; reading them all would cost a
+    # signature check per checkpoint ever published (one every few minutes, for years).
+    for name in checkpoints.published_sizes(site_id=site.pk)[-1:]:
         what = f"the checkpoint published as checkpoints/{name}"
         text = checkpoints.published_checkpoint_at(site_id=site.pk, name=name)
         if text is None:  # removed while this ran
