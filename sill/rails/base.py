@@ -90,10 +90,20 @@ class CannotLookUp(PermanentRailError):
 
 
 class RetryableRailError(RailError):
-    """Nothing happened (rate limit, 5xx before processing): retry later, same key."""
+    """Nothing happened (rate limit, 5xx before processing): retry later, same key.
+
+    ``retry_after``: the seconds the rail asked Sill to wait (a 429's or 503's
+    ``Retry-After``, read by sill.rails.retry_after), when it said."""
 
     retryable = True
     code = "rail_unavailable"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        if retry_after is not None:
+            self.retry_after = retry_after
 
 
 class AmbiguousRailError(RailError):

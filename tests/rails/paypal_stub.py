@@ -13,8 +13,10 @@
   summary (no ``dispute_outcome``, as PayPal's list gives), and ``GET /v1/customer/disputes/{id}``
   → the whole dispute, its outcome included once resolved (``add_dispute``).
 
-Scripted failures for the refund call (``fail_next``): ``"429"``, ``"500"``, an issue name
-(422), or ``"slow"`` (the refund is made, then the answer comes after ``slow_seconds``).
+Scripted failures for the refund call (``fail_next``): ``"429"``, ``"500"``, ``"503"``, an
+issue name (422), or ``"slow"`` (the refund is made, then the answer comes after
+``slow_seconds``). ``retry_after``: when set, a scripted 429 or 503 carries it as its
+``Retry-After`` header (delta-seconds or an HTTP-date, or anything a broken server sends).
 ``slow_before_refund_seconds`` makes the next refund wait that long *before* it is made; while
 it waits, a request under the same ``PayPal-Request-Id`` is answered 409 ``RESOURCE_CONFLICT``
 with the issue ``PREVIOUS_REQUEST_IN_PROGRESS``, as PayPal answers two simultaneous requests
@@ -84,6 +86,7 @@ class PayPalStub:
         self.by_request_id: dict[str, dict[str, Any]] = {}
         self.refund_calls: list[dict[str, Any]] = []
         self.fail_next: list[str] = []
+        self.retry_after = ""
         self.slow_seconds = 2.0
         self.slow_before_refund_seconds = 0.0
         self.in_flight: set[str] = set()
@@ -301,12 +304,16 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def _send(self, status: int, body: dict[str, Any] | None = None) -> None:
+    def _send(
+        self, status: int, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         raw = json.dumps(body).encode() if body is not None else b""
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
         self.send_header("Paypal-Debug-Id", secrets.token_hex(6))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         # Sill may have stopped waiting (its timeout): then PayPal's answer is lost on the way.
         with contextlib.suppress(BrokenPipeError):
@@ -388,8 +395,18 @@ class _Handler(BaseHTTPRequestHandler):
                 stub.refund_calls.append({"request_id": request_id, "body": body})
                 script = stub.fail_next.pop(0) if stub.fail_next else ""
                 capture = stub.captures.get(parts[3])
+                wait = {"Retry-After": stub.retry_after} if stub.retry_after else {}
             if script == "429":
-                self._send(429, {"name": "RATE_LIMIT_REACHED", "message": "Too many requests."})
+                self._send(
+                    429, {"name": "RATE_LIMIT_REACHED", "message": "Too many requests."}, wait
+                )
+                return
+            if script == "503":
+                self._send(
+                    503,
+                    {"name": "SERVICE_UNAVAILABLE", "message": "Service Unavailable."},
+                    wait,
+                )
                 return
             if script == "500":
                 self._send(

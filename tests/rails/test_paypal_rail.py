@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import pytest
 
 from sill.money import Money
-from sill.rails.base import RefundFactsRequest, RefundRequest, RefundWindowPassed
+from sill.rails.base import (
+    RefundFactsRequest,
+    RefundRequest,
+    RefundWindowPassed,
+    RetryableRailError,
+)
 from sill.rails.paypal.client import SANDBOX_API
 from sill.rails.paypal.rail import PayPalRail
 from sill.rails.registry import RailDisabled, rail_for, rail_from_account
@@ -101,6 +107,40 @@ def test_paypals_own_window_refusal_is_refund_window_passed(paypal, paypal_accou
     assert refused.value.code == "refund_window_passed"
     assert "REFUND_TIME_LIMIT_EXCEEDED" in refused.value.message
     assert "in PayPal directly" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("failure", "header", "waits"),
+    [
+        ("429", "30", 30),
+        ("503", "120", 120),
+        ("429", "2.5", 2.5),
+        ("429", "in 600 s", 600),  # an HTTP-date, made when the test runs
+        ("429", "Tue, 01 Jan 2019 00:00:00 GMT", 0),  # already passed: no wait
+        ("429", str(3 * 24 * 3600), 3600),  # a broken server's days: an hour at most
+        ("429", "soon", None),
+        ("429", "-30", None),
+        ("429", "inf", None),
+        ("429", "", None),
+        ("500", "", None),
+    ],
+)
+def test_a_refusal_to_retry_later_says_how_long_paypal_asked_to_wait(
+    paypal, paypal_account, failure, header, waits
+):
+    capture = paypal.add_capture()
+    if header.startswith("in "):
+        when = datetime.now(UTC) + timedelta(seconds=int(header.split()[1]))
+        header = format_datetime(when, usegmt=True)
+    paypal.fail_next, paypal.retry_after = [failure], header
+    with pytest.raises(RetryableRailError) as refused:
+        rail_from_account(paypal_account).refund(_request(capture.id))
+    assert refused.value.code == "rail_unavailable"
+    if waits is None:
+        assert refused.value.retry_after is None
+    else:
+        assert refused.value.retry_after == pytest.approx(waits, abs=2)
+    assert capture.refunds == []
 
 
 def test_a_wrong_secret_is_permanent_and_never_quoted(paypal, paypal_account):

@@ -7,8 +7,10 @@ executed the way the refund task executes it (``execute_refund``, again after a 
 from __future__ import annotations
 
 from datetime import timedelta
+from email.utils import format_datetime
 
 import pytest
+from django.utils import timezone
 
 from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund, RefundReason
@@ -272,6 +274,91 @@ def test_a_rate_limit_or_server_error_is_retried_with_the_same_request_id(
     assert refund.status == "succeeded"
     assert [c["request_id"] for c in paypal.refund_calls] == [refund.idempotency_key] * 2
     assert len(capture.refunds) == 1
+
+
+@pytest.mark.parametrize("failure", ["429", "503"])
+def test_a_rate_limit_with_retry_after_is_retried_no_sooner_than_paypal_asked(
+    site,
+    members,
+    paypal,
+    paypal_account,
+    paypal_order,
+    django_capture_on_commit_callbacks,
+    failure,
+):
+    """PayPal's 429 (and a 503 in front of it) says how long to wait: the jittered backoff
+    alone sent the refund back within seconds, refused again, an attempt spent each time."""
+    order, capture = paypal_order()
+    paypal.fail_next, paypal.retry_after = [failure], "30"
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    with pytest.raises(RetryLater) as raised:
+        execute_refund(refund.pk)
+    assert raised.value.code == "rail_unavailable"
+    assert raised.value.countdown >= 30
+    refund.refresh_from_db()
+    assert refund.status == "processing" and refund.outcome_code == ""
+    assert (refund.next_check_at - timezone.now()).total_seconds() > 25
+    assert Charge.objects.get(order=order).amount_reserved_minor == refund.amount_minor
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded" and len(capture.refunds) == 1
+    assert [c["request_id"] for c in paypal.refund_calls] == [refund.idempotency_key] * 2
+
+
+def test_a_retry_after_given_as_an_http_date_is_honoured(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    order, _capture = paypal_order()
+    paypal.fail_next = ["429"]
+    paypal.retry_after = format_datetime(timezone.now() + timedelta(seconds=90), usegmt=True)
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    with pytest.raises(RetryLater) as raised:
+        execute_refund(refund.pk)
+    assert 85 <= raised.value.countdown <= 91  # the date has whole seconds
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded"
+
+
+@pytest.mark.parametrize("garbage", ["soon", "-30", "nan", "Tuesday"])
+def test_a_retry_after_that_says_no_wait_leaves_the_plain_backoff(
+    site,
+    members,
+    paypal,
+    paypal_account,
+    paypal_order,
+    django_capture_on_commit_callbacks,
+    settings,
+    garbage,
+):
+    order, _capture = paypal_order()
+    settings.SILL_EXECUTION_BACKOFF_BASE_SECONDS = 2
+    paypal.fail_next, paypal.retry_after = ["429"], garbage
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    with pytest.raises(RetryLater) as raised:
+        execute_refund(refund.pk)
+    assert raised.value.countdown <= 2  # the first backoff: uniform in [0, 2]
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded"
+
+
+def test_a_retry_after_of_days_waits_no_longer_than_the_backoff_cap(
+    site,
+    members,
+    paypal,
+    paypal_account,
+    paypal_order,
+    django_capture_on_commit_callbacks,
+    settings,
+):
+    """A broken or hostile server must not park a refund for a week."""
+    order, _capture = paypal_order()
+    settings.SILL_EXECUTION_BACKOFF_CAP_SECONDS = 300
+    paypal.fail_next, paypal.retry_after = ["429"], str(7 * 24 * 3600)
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    with pytest.raises(RetryLater) as raised:
+        execute_refund(refund.pk)
+    assert raised.value.countdown == 300
+    refund.refresh_from_db()
+    assert (refund.next_check_at - timezone.now()).total_seconds() < 301
 
 
 def test_the_token_is_fetched_once_and_again_when_paypal_drops_it(

@@ -12,13 +12,14 @@ more. The client secret and tokens never appear in ``repr`` or in an error messa
 Connections are kept alive: every client for the same API address and credentials uses one
 ``requests.Session`` of the process (sill.rails.keepalive), shared safely by its threads.
 
-Errors become ``RailError``: 429 and 5xx retryable; 422 ``UNPROCESSABLE_ENTITY`` permanent,
-keeping PayPal's issue code (``PayPalRefused.issue``) in the message; a timeout or dropped
-connection after the request left is *ambiguous* for a write (PayPal may have acted) and
-merely retryable for a read. So is, for a write, PayPal's word about the ``PayPal-Request-Id``
-itself (a 409 such as ``PREVIOUS_REQUEST_IN_PROGRESS``: a resend while PayPal still works on
-the first request, or an issue saying the id was used before): an earlier request under the
-id exists and may have refunded, so it is no refusal of the refund.
+Errors become ``RailError``: 429 and 5xx retryable (a 429's or 503's ``Retry-After`` is the
+error's ``retry_after``: a retry sooner is refused again); 422 ``UNPROCESSABLE_ENTITY``
+permanent, keeping PayPal's issue code (``PayPalRefused.issue``) in the message; a timeout or
+dropped connection after the request left is *ambiguous* for a write (PayPal may have acted)
+and merely retryable for a read. So is, for a write, PayPal's word about the
+``PayPal-Request-Id`` itself (a 409 such as ``PREVIOUS_REQUEST_IN_PROGRESS``: a resend while
+PayPal still works on the first request, or an issue saying the id was used before): an
+earlier request under the id exists and may have refunded, so it is no refusal of the refund.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from sill.rails.base import (
     RefundWindowPassed,
     RetryableRailError,
 )
+from sill.rails.retry_after import wait_asked
 
 SANDBOX_API = "https://api-m.sandbox.paypal.com"
 LIVE_API = "https://api-m.paypal.com"
@@ -241,7 +243,10 @@ class PayPalClient:
                 code="rail_auth_failed",
             )
         if response.status_code >= 300:
-            raise RetryableRailError(f"PayPal sign-in failed (HTTP {response.status_code})")
+            raise RetryableRailError(
+                f"PayPal sign-in failed (HTTP {response.status_code})",
+                retry_after=wait_asked(response.status_code, response.headers),
+            )
         data = _json(response, "sign-in")
         self._last_app_id = str(data.get("app_id") or "")
         token = data.get("access_token")
@@ -271,7 +276,7 @@ class PayPalClient:
         words = self._scrub(words + (f" (debug_id {debug_id})" if debug_id else ""))
         message = f"PayPal {doing} failed: {words}"
         if status == 429 or status >= 500:
-            return RetryableRailError(message)
+            return RetryableRailError(message, retry_after=wait_asked(status, response.headers))
         if status in (401, 403):
             return PermanentRailError(message, code="rail_auth_failed")
         if write and (status == 409 or issue in REQUEST_ID_ISSUES):

@@ -39,6 +39,7 @@ from sill.rails.base import (
     RailError,
     RetryableRailError,
 )
+from sill.rails.retry_after import retry_after_from
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +81,7 @@ class ShopifyThrottled(RetryableRailError):
     retry_after: float  # always known: throttleStatus or Retry-After says it
 
     def __init__(self, message: str, *, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+        super().__init__(message, retry_after=retry_after)
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,6 @@ def _throttle_wait(cost: dict[str, Any]) -> float:
 
 
 def _retry_after(headers: Any) -> float:
-    try:
-        return max(0.0, float(headers.get("Retry-After") or 1))
-    except (TypeError, ValueError):
-        return 1.0
+    """A 429's wait (sill.rails.retry_after); a second when it says none it can be read by."""
+    wait = retry_after_from(headers)
+    return 1.0 if wait is None else wait
