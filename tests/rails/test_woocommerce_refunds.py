@@ -6,6 +6,8 @@ The refund is a staff refund through the real pipeline, executed as the task exe
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from refunds.execution import execute_refund
@@ -107,6 +109,82 @@ def test_read_only_keys_leave_the_refund_done_and_say_why_then_retry(
     shown.refresh_from_db()
     assert shown.state == WooRecordState.RECORDED
     assert len(placed.refunds) == 1
+
+
+def test_a_store_that_asks_for_a_short_wait_is_retried_by_the_task_no_sooner(
+    site, members, woo, woo_paid, django_capture_on_commit_callbacks
+):
+    """The Stripe refund is done; the Woo order's record is what a store's rate limit (a
+    host's, a security plugin's) refuses. The task's own retry came 30 s later whatever the
+    store asked, refused again, a retry spent each time."""
+    from celery.exceptions import Retry
+
+    from sill.rails.woocommerce.record import record_woocommerce_refund
+
+    order, placed, _charge = woo_paid
+    refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+    assert refund.status == "succeeded"
+    woo.fail_next, woo.retry_after = ["429"], "120"
+    # As a worker runs it (a real request, not eager): its retry is sent with a countdown.
+    record_woocommerce_refund.push_request(
+        id="task-1", args=[refund.pk], kwargs={}, retries=0, called_directly=False
+    )
+    try:
+        with pytest.raises(Retry) as retried:
+            record_woocommerce_refund.run(refund.pk)
+    finally:
+        record_woocommerce_refund.pop_request()
+    assert retried.value.when >= 120
+    # The retry itself (run at once here, the tests' Celery being eager) records it, once.
+    [shown] = woocommerce_records_for(order)
+    assert shown.state == WooRecordState.RECORDED and len(placed.refunds) == 1
+    assert len(woo.refund_posts) == 2
+    assert Refund.objects.get(pk=refund.pk).status == "succeeded"
+
+
+def test_a_store_that_asks_for_a_long_wait_is_left_to_the_beat_task_until_then(
+    site, members, woo, woo_paid, django_capture_on_commit_callbacks
+):
+    """A store in maintenance mode for half an hour: neither the task's soon retries nor the
+    beat task's next pass (every 15 minutes) asks before the half hour is over."""
+    import time_machine
+    from django.utils import timezone
+
+    from sill.rails.woocommerce.record import record_woocommerce_refund
+
+    order, placed, _charge = woo_paid
+    refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+    woo.fail_next, woo.retry_after = ["503"], "1800"
+    asked_at = timezone.now()
+    assert record_woocommerce_refund.apply(args=[refund.pk]).get() == "not_updated"
+    assert len(woo.refund_posts) == 1
+    [shown] = woocommerce_records_for(order)
+    assert shown.state == WooRecordState.NOT_UPDATED and "not updated yet" in shown.last_error
+    assert shown.next_attempt_at >= asked_at + timedelta(seconds=1800)
+    with time_machine.travel(asked_at + timedelta(minutes=20), tick=False):
+        assert retry_woocommerce_records() == 0
+    with time_machine.travel(asked_at + timedelta(minutes=31), tick=False):
+        assert retry_woocommerce_records() == 1
+    shown.refresh_from_db()
+    assert shown.state == WooRecordState.RECORDED and len(placed.refunds) == 1
+    assert len(woo.refund_posts) == 2
+
+
+def test_the_record_says_how_long_the_store_asked_to_wait(
+    site, members, woo, woo_paid, django_capture_on_commit_callbacks
+):
+    order, _placed, _charge = woo_paid
+    refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+    woo.fail_next, woo.retry_after = ["429", "429"], "an hour or so"
+    result = record_refund_on_woocommerce(
+        order=order, refund_id=refund.pk, amount=refund.amount, reason="Defective"
+    )
+    assert (result.state, result.retry_after) == ("not_updated", None)  # garbage: no wait
+    woo.retry_after = "45"
+    result = record_refund_on_woocommerce(
+        order=order, refund_id=refund.pk, amount=refund.amount, reason="Defective"
+    )
+    assert (result.state, result.retry_after) == ("not_updated", 45)
 
 
 def test_a_woo_site_without_stripe_cannot_refund_and_says_to_connect_stripe(

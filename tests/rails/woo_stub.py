@@ -11,6 +11,9 @@
   ``consumer_key``/``consumer_secret`` query parameters; a wrong key is 401
   ``woocommerce_rest_cannot_view``. Keys with ``read`` permission only get 401
   ``woocommerce_rest_cannot_create`` on every write.
+- Scripted failures for the refund POST (``fail_next``): ``"429"`` (a host's or security
+  plugin's rate limit) or ``"503"`` (maintenance mode, an overloaded host), nothing written;
+  ``retry_after``, when set, goes out as their ``Retry-After`` header.
 Sill reaches it through the real ``woocommerce`` client library.
 """
 
@@ -92,6 +95,8 @@ class WooStub:
         self.url = ""
         self.orders: dict[int, StubOrder] = {}
         self.read_only = False
+        self.fail_next: list[str] = []
+        self.retry_after = ""
         self.refund_posts: list[dict[str, Any]] = []
         self.auth_seen: list[str] = []
         self.order_queries: list[dict[str, list[str]]] = []
@@ -195,6 +200,14 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw or b"{}")
         with self.stub.lock:
             self.stub.refund_posts.append(body)
+            script = self.stub.fail_next.pop(0) if self.stub.fail_next else ""
+            if script in ("429", "503"):
+                wait = {"Retry-After": self.stub.retry_after} if self.stub.retry_after else {}
+                error = ("too_many_requests", "Too many requests.")
+                if script == "503":
+                    error = ("maintenance", "Briefly unavailable for scheduled maintenance.")
+                self._send(int(script), _error(*error, int(script)), wait)
+                return
             if self.stub.read_only:
                 self._send(
                     401,

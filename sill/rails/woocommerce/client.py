@@ -25,6 +25,7 @@ from woocommerce import API
 
 from sill.rails import keepalive
 from sill.rails.base import AmbiguousRailError, PermanentRailError, RailError, RetryableRailError
+from sill.rails.retry_after import wait_asked
 
 PAGE_SIZE = 100
 MAX_PAGES = 200
@@ -216,7 +217,9 @@ class WooClient:
         said = str(data.get("message") or "").replace(self._secret, "[redacted]")
         message = f"WooCommerce {doing} failed: {code}{' — ' + said if said else ''}"
         if status == 429 or status >= 500:
-            return RetryableRailError(message)
+            # A host's or security plugin's rate limit, maintenance mode: a 429 or 503 may
+            # say how long (Retry-After); asked again sooner, the store refuses again.
+            return RetryableRailError(message, retry_after=wait_asked(status, response.headers))
         if status in (401, 403):
             return WooCannotWrite(message)
         return PermanentRailError(message, code="woocommerce_refused")

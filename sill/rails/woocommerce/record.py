@@ -6,7 +6,8 @@ the Sill refund: a store that does not take the record (read-only keys: 401/403
 ``woocommerce_rest_cannot_create``; the store down) leaves a ``WooRefundRecord`` in
 ``not_updated`` with the reason in words, retried by the task and later by the beat task
 every 15 minutes (``RETRY_EVERY``), for three days (``MAX_ATTEMPTS``; then ``gave_up``, still
-shown on the order page).
+shown on the order page). A store that says how long to wait (a 429's or 503's
+``Retry-After``: a rate limit, maintenance mode) is not asked again sooner, by either.
 
 WooCommerce has no idempotency key, so the reason carries ``Sill refund <id>`` and, before
 writing again after an attempt that may have reached the store, Sill reads the order's
@@ -37,6 +38,11 @@ logger = logging.getLogger(__name__)
 # and read-only keys are fixed by a person at any time.
 RETRY_EVERY = timedelta(minutes=15)
 MAX_ATTEMPTS = 3 * 24 * 4
+# The task's own retries (30 s, 1 min, 2 min) are for a store down for a moment. A store that
+# asks for a longer wait is left to the beat task, its next attempt pushed past the wait:
+# never both, since a task retry running while the beat task takes the record up could
+# write it on the Woo order twice.
+SOON_AT_MOST = timedelta(minutes=5)
 READ_ONLY_WORDS = (
     "The WooCommerce order was not updated: the store's REST API keys are read-only ({code}). "
     "The Stripe refund is done. Give the key Read/Write access in WooCommerce → Settings → "
@@ -46,11 +52,13 @@ READ_ONLY_WORDS = (
 
 @dataclass(frozen=True)
 class WooRecordResult:
-    """``state``: a ``WooRecordState`` value, or ``not_woocommerce`` (nothing to record)."""
+    """``state``: a ``WooRecordState`` value, or ``not_woocommerce`` (nothing to record).
+    ``retry_after``: the seconds the store asked Sill to wait before the next attempt."""
 
     state: str
     message: str = ""
     woo_refund_id: str = ""
+    retry_after: float | None = None
 
 
 def queue_woocommerce_record(
@@ -147,7 +155,11 @@ def attempt_record(*, refund_id: str) -> WooRecordResult:
             record, f"The WooCommerce order was not updated: {exc.message}", final=True
         )
     except RailError as exc:
-        return _not_updated(record, f"The WooCommerce order was not updated yet: {exc.message}")
+        return _not_updated(
+            record,
+            f"The WooCommerce order was not updated yet: {exc.message}",
+            retry_after=exc.retry_after,
+        )
     WooRefundRecord.objects.filter(pk=record.pk).update(
         state=WooRecordState.RECORDED,
         woo_refund_id=str(found.get("id")),
@@ -158,7 +170,13 @@ def attempt_record(*, refund_id: str) -> WooRecordResult:
     return WooRecordResult(WooRecordState.RECORDED, woo_refund_id=str(found.get("id")))
 
 
-def _not_updated(record: WooRefundRecord, message: str, *, final: bool = False) -> WooRecordResult:
+def _not_updated(
+    record: WooRefundRecord,
+    message: str,
+    *,
+    final: bool = False,
+    retry_after: float | None = None,
+) -> WooRecordResult:
     state = (
         WooRecordState.GAVE_UP
         if final or record.attempts >= MAX_ATTEMPTS
@@ -167,15 +185,21 @@ def _not_updated(record: WooRefundRecord, message: str, *, final: bool = False) 
     WooRefundRecord.objects.filter(pk=record.pk).update(
         state=state,
         last_error=message[:500],
-        next_attempt_at=None if state == WooRecordState.GAVE_UP else _next_attempt(),
+        next_attempt_at=None
+        if state == WooRecordState.GAVE_UP
+        else _next_attempt(retry_after=retry_after),
     )
     logger.warning("refund %s: %s", record.refund_id, message)
-    return WooRecordResult(state, message)
+    return WooRecordResult(state, message, retry_after=retry_after)
 
 
-def _next_attempt() -> datetime:
-    # A minute early, so the next beat run (every 15 minutes) finds it due.
-    return timezone.now() + RETRY_EVERY - timedelta(minutes=1)
+def _next_attempt(*, retry_after: float | None = None) -> datetime:
+    # A minute early, so the next beat run (every 15 minutes) finds it due; never before the
+    # wait the store asked for (read with a cap: sill.rails.retry_after).
+    due = timezone.now() + RETRY_EVERY - timedelta(minutes=1)
+    if retry_after:
+        due = max(due, timezone.now() + timedelta(seconds=retry_after))
+    return due
 
 
 def records_due(*, now: datetime | None = None) -> list[str]:
@@ -198,12 +222,18 @@ def woocommerce_records_for(order: Order) -> list[WooRefundRecord]:
 
 @shared_task(name="rails.record_woocommerce_refund", acks_late=True, bind=True, max_retries=3)
 def record_woocommerce_refund(self: Task, refund_id: str) -> str:
-    """One attempt, retried a few times soon (a store down for a moment); a record still not
-    taken is left ``not_updated`` for the beat task (read-only keys need a person)."""
+    """One attempt, retried a few times soon (a store down for a moment; never sooner than it
+    asked); a record still not taken is left ``not_updated`` for the beat task (read-only keys
+    need a person, a store asking for a long wait is the beat task's: ``SOON_AT_MOST``)."""
     result = attempt_record(refund_id=refund_id)
-    soon = result.state == WooRecordState.NOT_UPDATED and "read-only" not in result.message
+    wait = result.retry_after or 0.0
+    soon = (
+        result.state == WooRecordState.NOT_UPDATED
+        and "read-only" not in result.message
+        and wait <= SOON_AT_MOST.total_seconds()
+    )
     if soon and self.request.retries < 3:
-        raise self.retry(countdown=30 * 2**self.request.retries)
+        raise self.retry(countdown=max(30 * 2**self.request.retries, wait))
     return result.state
 
 
