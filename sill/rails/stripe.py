@@ -47,6 +47,7 @@ from sill.rails.base import (
     RetryableRailError,
 )
 from sill.rails.fact_reads import read_at_once
+from sill.rails.retry_after import retry_after_from
 
 logger = logging.getLogger(__name__)
 
@@ -609,7 +610,9 @@ class StripeRail:
                 f"limit ({code}). Refund the buyer another way, e.g. a credit or transfer."
             )
         elif isinstance(exc, stripe.RateLimitError):
-            error = RetryableRailError(message)
+            # stripe-python keeps the answer's headers: Stripe documents no Retry-After on a
+            # 429 (it advises a backoff), but one it or a proxy in front of it sends is kept.
+            error = RetryableRailError(message, retry_after=retry_after_from(exc.headers))
         elif isinstance(exc, stripe.IdempotencyError) and not read:
             # Stripe's word about the key, not the request: an earlier request under it exists
             # and may have moved the money. Looked up and retried under the same key.
