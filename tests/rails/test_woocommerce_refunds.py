@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import time_machine
+from django.utils import timezone
 
 from refunds.execution import execute_refund
 from refunds.models import Refund, RefundReason
@@ -19,7 +21,11 @@ from sill.money import Money
 from sill.rails.registry import RailDisabled, rail_from_account
 from sill.rails.woocommerce import woocommerce_stripe_refusal
 from sill.rails.woocommerce.models import WooRecordState, WooRefundRecord
-from sill.rails.woocommerce.record import record_refund_on_woocommerce, woocommerce_records_for
+from sill.rails.woocommerce.record import (
+    attempt_record,
+    record_refund_on_woocommerce,
+    woocommerce_records_for,
+)
 from sill.rails.woocommerce.sync import sync_orders
 from sill.rails.woocommerce.tasks import retry_woocommerce_records
 from tests.rails.stripe_events import stripe_account
@@ -135,10 +141,13 @@ def test_a_store_that_asks_for_a_short_wait_is_retried_by_the_task_no_sooner(
     finally:
         record_woocommerce_refund.pop_request()
     assert retried.value.when >= 120
-    # The retry itself (run at once here, the tests' Celery being eager) records it, once.
+    # The retry itself ran at once here (the tests' Celery is eager): before the store's two
+    # minutes, it sends nothing. After them it records it, once.
     [shown] = woocommerce_records_for(order)
-    assert shown.state == WooRecordState.RECORDED and len(placed.refunds) == 1
-    assert len(woo.refund_posts) == 2
+    assert shown.state == WooRecordState.NOT_UPDATED and len(woo.refund_posts) == 1
+    with time_machine.travel(timezone.now() + timedelta(seconds=121), tick=False):
+        assert attempt_record(refund_id=refund.pk).state == WooRecordState.RECORDED
+    assert len(placed.refunds) == 1 and len(woo.refund_posts) == 2
     assert Refund.objects.get(pk=refund.pk).status == "succeeded"
 
 
@@ -181,10 +190,11 @@ def test_the_record_says_how_long_the_store_asked_to_wait(
     )
     assert (result.state, result.retry_after) == ("not_updated", None)  # garbage: no wait
     woo.retry_after = "45"
-    result = record_refund_on_woocommerce(
-        order=order, refund_id=refund.pk, amount=refund.amount, reason="Defective"
-    )
+    with time_machine.travel(timezone.now() + timedelta(seconds=31), tick=False):
+        result = attempt_record(refund_id=refund.pk)  # the first soon retry
     assert (result.state, result.retry_after) == ("not_updated", 45)
+    [shown] = woocommerce_records_for(order)
+    assert shown.next_attempt_at >= timezone.now() + timedelta(seconds=40)
 
 
 def test_a_woo_site_without_stripe_cannot_refund_and_says_to_connect_stripe(

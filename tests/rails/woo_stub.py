@@ -98,6 +98,9 @@ class WooStub:
         self.fail_next: list[str] = []
         self.retry_after = ""
         self.refund_posts: list[dict[str, Any]] = []
+        # Set by a test: the next refund POST waits for it before it is handled (a request the
+        # store is still working on when another arrives).
+        self.hold_next_refund_post: threading.Event | None = None
         self.auth_seen: list[str] = []
         self.order_queries: list[dict[str, list[str]]] = []
         # Called (under the stub's lock) after each order list page is served: the store
@@ -198,6 +201,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, _error("rest_no_route", "No route was found.", 404))
             return
         body = json.loads(raw or b"{}")
+        held, self.stub.hold_next_refund_post = self.stub.hold_next_refund_post, None
+        if held is not None:
+            held.wait(10)
         with self.stub.lock:
             self.stub.refund_posts.append(body)
             script = self.stub.fail_next.pop(0) if self.stub.fail_next else ""

@@ -39,9 +39,9 @@ logger = logging.getLogger(__name__)
 RETRY_EVERY = timedelta(minutes=15)
 MAX_ATTEMPTS = 3 * 24 * 4
 # The task's own retries (30 s, 1 min, 2 min) are for a store down for a moment. A store that
-# asks for a longer wait is left to the beat task, its next attempt pushed past the wait:
-# never both, since a task retry running while the beat task takes the record up could
-# write it on the Woo order twice.
+# asks for a longer wait is left to the beat task, its next attempt pushed past the wait. Two
+# attempts never write at once whoever runs them (attempt_record goes ahead only when due).
+SOON_SECONDS = 30
 SOON_AT_MOST = timedelta(minutes=5)
 READ_ONLY_WORDS = (
     "The WooCommerce order was not updated: the store's REST API keys are read-only ({code}). "
@@ -53,12 +53,15 @@ READ_ONLY_WORDS = (
 @dataclass(frozen=True)
 class WooRecordResult:
     """``state``: a ``WooRecordState`` value, or ``not_woocommerce`` (nothing to record).
-    ``retry_after``: the seconds the store asked Sill to wait before the next attempt."""
+    ``retry_after``: the seconds the store asked Sill to wait before the next attempt.
+    ``not_due``: nothing was tried: another attempt is writing, or its time has not come (the
+    attempt that set it, or the beat task, takes it up)."""
 
     state: str
     message: str = ""
     woo_refund_id: str = ""
     retry_after: float | None = None
+    not_due: bool = False
 
 
 def queue_woocommerce_record(
@@ -116,6 +119,17 @@ def attempt_record(*, refund_id: str) -> WooRecordResult:
         )
         if record.state in (WooRecordState.RECORDED, WooRecordState.GAVE_UP):
             return WooRecordResult(record.state, record.last_error, record.woo_refund_id)
+        # A second's grace: a task retry sent with the countdown that time was set from may run
+        # a hair before it.
+        now = timezone.now() + timedelta(seconds=1)
+        if record.attempts and record.next_attempt_at and record.next_attempt_at > now:
+            # Another attempt is writing on the store now (each one, below, sets the next
+            # attempt's time before it leaves the lock), or the store asked for a wait that has
+            # not passed. Woo has no idempotency key: two attempts writing at once would each
+            # find no refund on the order and write one. Nothing is sent.
+            return WooRecordResult(
+                record.state, "Another attempt is recording it, or it is not due yet.", not_due=True
+            )
         reached_before = record.attempts > 0
         record.attempts += 1
         # Due again later whatever happens to this attempt (a crash, a killed worker): the
@@ -185,21 +199,23 @@ def _not_updated(
     WooRefundRecord.objects.filter(pk=record.pk).update(
         state=state,
         last_error=message[:500],
-        next_attempt_at=None
-        if state == WooRecordState.GAVE_UP
-        else _next_attempt(retry_after=retry_after),
+        next_attempt_at=None if state == WooRecordState.GAVE_UP else _retry_at(retry_after),
     )
     logger.warning("refund %s: %s", record.refund_id, message)
     return WooRecordResult(state, message, retry_after=retry_after)
 
 
-def _next_attempt(*, retry_after: float | None = None) -> datetime:
-    # A minute early, so the next beat run (every 15 minutes) finds it due; never before the
-    # wait the store asked for (read with a cap: sill.rails.retry_after).
-    due = timezone.now() + RETRY_EVERY - timedelta(minutes=1)
-    if retry_after:
-        due = max(due, timezone.now() + timedelta(seconds=retry_after))
-    return due
+def _next_attempt() -> datetime:
+    # A minute early, so the next beat run (every 15 minutes) finds it due. Set when a record
+    # is queued and when an attempt begins: until then no other attempt writes (attempt_record).
+    return timezone.now() + RETRY_EVERY - timedelta(minutes=1)
+
+
+def _retry_at(retry_after: float | None) -> datetime:
+    """When a failed attempt's record is due again: after the task's first soon retry, never
+    before the wait the store asked for (read with a cap: sill.rails.retry_after). The beat
+    task takes it up at its next pass after that, should the task's retries be lost."""
+    return timezone.now() + timedelta(seconds=max(SOON_SECONDS, retry_after or 0.0))
 
 
 def records_due(*, now: datetime | None = None) -> list[str]:
@@ -228,12 +244,13 @@ def record_woocommerce_refund(self: Task, refund_id: str) -> str:
     result = attempt_record(refund_id=refund_id)
     wait = result.retry_after or 0.0
     soon = (
-        result.state == WooRecordState.NOT_UPDATED
+        not result.not_due
+        and result.state == WooRecordState.NOT_UPDATED
         and "read-only" not in result.message
         and wait <= SOON_AT_MOST.total_seconds()
     )
     if soon and self.request.retries < 3:
-        raise self.retry(countdown=max(30 * 2**self.request.retries, wait))
+        raise self.retry(countdown=max(SOON_SECONDS * 2**self.request.retries, wait))
     return result.state
 
 
