@@ -94,7 +94,7 @@ def dashboard(request: SiteRequest) -> HttpResponse:
         "attention": dashboard_attention(request),
         "attention_charges": charges,
         **dashboard_figures(ctx.site),
-        **dashboard_context(ctx, charges_needing_attention=dashboard_charge_count(ctx, charges)),
+        **dashboard_context(ctx, charges_needing_attention=dashboard_charge_count(charges)),
     }
     return render(request, "orders/dashboard.html", context)
 
