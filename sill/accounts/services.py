@@ -161,6 +161,13 @@ def add_agent_key(
     """
     if len(public_key) != 32:
         raise SillError("an ed25519 public key is 32 bytes", code="invalid_field")
+    if valid_until is not None and valid_until <= valid_from:
+        # Said here rather than by the database's check constraint (an IntegrityError).
+        raise SillError(
+            "a key's valid_until must be after its valid_from",
+            code="invalid_field",
+            field="valid_until",
+        )
     agent, agent_created = Agent.objects.get_or_create(
         site=site, agent_id=agent_id, defaults={"name": agent_name or agent_id}
     )

@@ -130,3 +130,44 @@ def test_the_demo_runs_again_after_the_merchant_reuses_a_demo_reasons_name():
     names = list(RefundReason.objects.filter(site=site).values_list("name", flat=True))
     assert names.count("Damaged in transit") == 2
     assert "Stopped working" not in names and "stopped working" in names
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--valid-from", "yesterday", "--valid-from 'yesterday' is not an ISO 8601 time"),
+        ("--valid-until", "2026-02-30T00:00:00Z", "--valid-until '2026-02-30T00:00:00Z' is not"),
+    ],
+)
+def test_it_refuses_an_unreadable_validity_time_without_a_trace(site, option, value, words):
+    # An operator's typo was a ValueError traceback, and nothing said which option it was.
+    public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
+    with pytest.raises(CommandError, match=words):
+        _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
+             "--public-key", public, option, value)  # fmt: skip
+    assert not AgentKey.objects.filter(key_id="k1").exists()
+
+
+def test_it_refuses_a_key_that_ends_before_it_starts_and_writes_nothing(site):
+    # It was the database's check constraint as an IntegrityError traceback.
+    from audit.models import AuditRecord
+    from sill.accounts.models import Agent
+
+    public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
+    with pytest.raises(CommandError, match="--valid-until must be after --valid-from"):
+        _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
+             "--public-key", public, "--valid-from", "2026-03-01T00:00:00Z",
+             "--valid-until", "2026-02-01T00:00:00Z")  # fmt: skip
+    assert not Agent.objects.filter(site=site, agent_id="agent_new").exists()
+    assert not AuditRecord.objects.filter(site=site).exists()
+
+
+def test_adding_a_key_again_says_when_the_stored_one_starts(site):
+    # The second run printed "valid from <now>", a time the stored key does not have.
+    public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
+    _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
+         "--public-key", public, "--valid-from", "2026-01-01T00:00:00Z")  # fmt: skip
+    out = _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
+               "--public-key", public)  # fmt: skip
+    assert "already registered" in out and "valid from 2026-01-01T00:00:00Z" in out
+    assert AgentKey.objects.filter(key_id="k1").count() == 1

@@ -11,7 +11,7 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 
 from refunds.agent.mandates import canonical_json, sign_mandate
-from sill.accounts.models import Agent, Site
+from sill.accounts.models import Agent, AgentKey, Site
 from sill.accounts.services import add_agent_key, b64url_decode, issue_agent_token
 from sill.errors import SillError
 from sill.ids import new_ulid
@@ -59,18 +59,26 @@ class Command(BaseCommand):
             public_key = b64url_decode(opts["public_key"])
         except ValueError as exc:
             raise CommandError("--public-key must be base64url") from exc
-        valid_from = _when(opts["valid_from"]) or timezone.now()
+        valid_from = _when(opts["valid_from"], "--valid-from") or timezone.now()
+        valid_until = _when(opts["valid_until"], "--valid-until")
+        if valid_until is not None and valid_until <= valid_from:
+            raise CommandError("--valid-until must be after --valid-from (default: now)")
+        existed = AgentKey.objects.filter(
+            agent__site=site, agent__agent_id=opts["agent"], key_id=opts["key_id"]
+        ).exists()
         key = add_agent_key(
             site=site,
             agent_id=opts["agent"],
             key_id=opts["key_id"],
             public_key=public_key,
             valid_from=valid_from,
-            valid_until=_when(opts["valid_until"]),
+            valid_until=valid_until,
         )
+        # Running it again with the same key changes nothing: say so, with the stored window.
         self.stdout.write(
             f"key {key.key_id} of {opts['agent']} on {site.id} "
-            f"is valid from {valid_from:%Y-%m-%dT%H:%M:%SZ}"
+            + ("is already registered, " if existed else "is ")
+            + f"valid from {key.valid_from.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
         )
 
     def _token(self, opts: dict[str, Any]) -> None:
@@ -108,10 +116,15 @@ class Command(BaseCommand):
         self.stdout.write(canonical_json(document).decode("utf-8"))
 
 
-def _when(text: str | None) -> datetime | None:
+def _when(text: str | None, option: str) -> datetime | None:
     if not text:
         return None
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CommandError(
+            f"{option} {text!r} is not an ISO 8601 time (e.g. 2026-10-01T00:00:00Z)"
+        ) from None
     if value.tzinfo is None:
         raise CommandError("timestamps need a timezone (e.g. 2026-10-01T00:00:00Z)")
     return value
