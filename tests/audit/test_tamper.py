@@ -368,3 +368,18 @@ def test_it_catches_a_moved_created_at(site: Site) -> None:
     assert error is not None
     assert f"site {site.pk}: FAILED at seq 2: created_at " in err
     assert "is not the signed recorded_at" in err
+
+
+@pytest.mark.parametrize("action", ["export", "bundle"])
+def test_an_output_it_cannot_write_is_a_command_error_and_leaves_no_file(
+    site: Site, tmp_path: Path, action: str
+) -> None:
+    # Was a FileNotFoundError traceback (a mistyped folder, at 3 a.m.).
+    build_chain(site, 2)
+    target = tmp_path / "no-such-folder" / "audit.jsonl"
+    which = ["--site", site.pk] if action == "export" else ["--refund", "rf_1"]
+    with pytest.raises(CommandError, match=r"cannot write .*no-such-folder"):
+        call_command("audit", action, *which, "--output", str(target))
+    with pytest.raises(CommandError, match="cannot write"):
+        call_command("audit", action, *which, "--output", str(tmp_path))  # a folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import json
+import os
 from argparse import ArgumentParser
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +117,7 @@ class Command(BaseCommand):
         if output is None:
             self.stdout.write(text, ending="")
         else:
-            Path(output).write_text(text, encoding="utf-8")
+            _write_whole(output, [text])
 
     def rotate_key(self) -> None:
         with transaction.atomic():
@@ -143,9 +145,27 @@ class Command(BaseCommand):
             for line in export_lines(site):
                 self.stdout.write(line)
             return
-        with Path(output).open("w", encoding="utf-8", newline="\n") as fh:
-            for line in export_lines(site):
-                fh.write(line + "\n")
+        _write_whole(output, (line + "\n" for line in export_lines(site)))
+
+
+def _write_whole(output: str, chunks: Iterable[str]) -> None:
+    """Write ``output`` whole or not at all: into a file beside it, renamed over it at the end.
+
+    An export that stops half-way (the database gone, Ctrl-C) would otherwise leave a file
+    cut short where a good one was; a path that cannot be written is a CommandError, not a
+    traceback.
+    """
+    path = Path(output)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with partial.open("w", encoding="utf-8", newline="\n") as fh:
+            for chunk in chunks:
+                fh.write(chunk)
+        os.replace(partial, path)
+    except OSError as exc:
+        raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from None
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _site(site_id: str) -> Site:
