@@ -171,3 +171,13 @@ def test_adding_a_key_again_says_when_the_stored_one_starts(site):
                "--public-key", public)  # fmt: skip
     assert "already registered" in out and "valid from 2026-01-01T00:00:00Z" in out
     assert AgentKey.objects.filter(key_id="k1").count() == 1
+
+
+@pytest.mark.parametrize("password", ["x", "password123"])
+def test_it_refuses_a_password_the_validators_refuse_and_writes_nothing(site, password):
+    # An operator could give an owner the password "x": the login and invitation forms apply
+    # AUTH_PASSWORD_VALIDATORS, the command did not (Django's createsuperuser does).
+    with pytest.raises(CommandError, match="password"):
+        _run("members", "add", "--site", site.id, "--email", "weak@example.com", "--role",
+             "owner", "--password", password)  # fmt: skip
+    assert not get_user_model().objects.filter(username="weak@example.com").exists()

@@ -3,6 +3,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sill.accounts.models import Membership, Role, Site
@@ -41,6 +43,13 @@ class Command(BaseCommand):
         password = opts["password"]
         if password is None and not sys.stdin.isatty():
             password = sys.stdin.readline().rstrip("\n") or None
+        if password:
+            # The invitation and reset forms (SetPasswordForm) apply AUTH_PASSWORD_VALIDATORS;
+            # so does this, before anything is written (the password is never echoed).
+            try:
+                validate_password(password)
+            except ValidationError as exc:
+                raise CommandError("password refused: " + " ".join(exc.messages)) from None
         try:
             # Signed member_change record, actor: the operator (sill.accounts.admin_audit).
             membership = add_member_as_operator(
