@@ -181,3 +181,29 @@ def test_it_refuses_a_password_the_validators_refuse_and_writes_nothing(site, pa
         _run("members", "add", "--site", site.id, "--email", "weak@example.com", "--role",
              "owner", "--password", password)  # fmt: skip
     assert not get_user_model().objects.filter(username="weak@example.com").exists()
+
+
+@pytest.mark.parametrize(
+    ("key_file", "args", "words"),
+    [
+        ({"agent_id": "a", "key_id": "k", "private_key": "x"}, [], "lacks site_id"),
+        (["not", "an", "object"], [], "lacks site_id, agent_id, key_id, private_key"),
+        ({"site_id": "s", "agent_id": "a", "key_id": 7, "private_key": "x"}, [], "lacks key_id"),
+        (None, ["--window", "0"], "--window is seconds from 1 to 300"),
+        (None, ["--window", "-60"], "--window is seconds from 1 to 300"),
+        (None, ["--window", "301"], "--window is seconds from 1 to 300"),
+    ],
+)
+def test_signing_refuses_a_key_file_without_its_fields_or_a_window_sill_refuses(
+    tmp_path, key_file, args, words
+):
+    """A key file without its ids crashed with a KeyError trace; a window of 0 or below, or
+    past what Sill accepts, signed a mandate every server refuses."""
+    whole = {
+        "site_id": "01TESTSITE0000000000000001", "agent_id": "a", "key_id": "k",
+        "private_key": b64url_encode(bytes(SigningKey.generate())),
+    }  # fmt: skip
+    path = tmp_path / "key.json"
+    path.write_text(json.dumps(whole if key_file is None else key_file))
+    with pytest.raises(CommandError, match=words):
+        call_command("agents", "sign", "--key-file", str(path), "--intent", "{}", *args)

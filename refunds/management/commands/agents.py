@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from nacl.signing import SigningKey
 
-from refunds.agent.mandates import canonical_json, sign_mandate
+from refunds.agent.mandates import MAX_REPLAY_WINDOW, canonical_json, sign_mandate
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.accounts.services import add_agent_key, b64url_decode, issue_agent_token
 from sill.errors import SillError
@@ -91,9 +91,22 @@ class Command(BaseCommand):
     def _sign(self, opts: dict[str, Any]) -> None:
         try:
             key = json.loads(Path(opts["key_file"]).read_text())
-            signing_key = SigningKey(b64url_decode(key["private_key"]))
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError) as exc:
             raise CommandError(f"cannot read key file: {exc}") from exc
+        fields = ("site_id", "agent_id", "key_id", "private_key")
+        missing = [
+            f for f in fields if not isinstance(key, dict) or not isinstance(key.get(f), str)
+        ]
+        if missing:
+            raise CommandError(f"the key file lacks {', '.join(missing)} (text each)")
+        try:
+            signing_key = SigningKey(b64url_decode(key["private_key"]))
+        except ValueError as exc:
+            raise CommandError(f"cannot read key file: {exc}") from exc
+        if not 1 <= opts["window"] <= MAX_REPLAY_WINDOW:
+            raise CommandError(
+                f"--window is seconds from 1 to {MAX_REPLAY_WINDOW} (what Sill accepts)"
+            )
         try:
             intent = json.loads(opts["intent"], parse_float=__import__("decimal").Decimal)
         except ValueError as exc:
