@@ -28,7 +28,11 @@ from sill.rails.secrets import RailSecretUnreadable, reencrypt_row, sealed_field
 
 
 class Command(BaseCommand):
-    help = "Rails: `reencrypt-secrets` (rewrite stored credentials under the current key)."
+    help = (
+        "Rails: `reencrypt-secrets` (rewrite stored credentials under the current key), "
+        "`sync-shopify` and `sync-woocommerce` (bring a store's orders in), `replay-webhooks` "
+        "(apply the webhook events Sill missed since a time)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
