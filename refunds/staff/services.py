@@ -356,11 +356,15 @@ def quote_staff_refund(
     kind: str,
     amount: Money | None = None,
     percentage: Decimal | None = None,
+    expected: OrderSnapshot | None = None,
 ) -> StaffQuote:
     """The concrete amount of a refund, without locks (for the preview; the real refund
-    recomputes it under the row locks). Raises the same ``SillError``s as the refund would."""
+    recomputes it under the row locks). Raises the same ``SillError``s as the refund would,
+    ``order_changed`` included when ``expected`` (the order as the form showed it) no longer
+    holds: a confirmation must not offer a refund that its submit is bound to refuse."""
     quote = _quote(order, charge)
     remaining = quote.remaining
+    _check_snapshot(order=order, remaining=remaining, expected=expected)
     value = _amount_for(
         kind=kind,
         order=order,

@@ -387,6 +387,9 @@ def _confirm(
             kind=size.kind,
             amount=size.amount,
             percentage=size.percentage,
+            # A form opened before another refund landed is refused here, not after the
+            # user confirmed an amount the refund would then refuse as stale.
+            expected=form.snapshot(),
         )
         assert charge is not None  # the quote refuses an order without one
         # What the refund itself would refuse before deciding, refused before confirming.

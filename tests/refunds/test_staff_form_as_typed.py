@@ -1,0 +1,213 @@
+"""The order page's refund form as a merchant types into it, through confirmation to refund.
+
+Each case goes the way a browser does: open the order page, submit its form (the confirmation
+comes back), then press the confirmation's Refund button with exactly the fields it carries.
+Whatever is typed is understood exactly (the confirmed amount is the amount refunded) or
+refused beside its field with words saying what to type instead; never a 500.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import pytest
+
+from refunds.models import Refund
+from refunds.staff.services import create_staff_refund
+from sill.money import Money
+from sill.rails.models import MockLedgerEntry
+
+pytestmark = pytest.mark.django_db
+
+
+def _hidden(body: str) -> dict[str, str]:
+    fields = {
+        html.unescape(m.group(1)): html.unescape(m.group(2))
+        for m in re.finditer(r'<input type="hidden" name="([^"]*)" value="([^"]*)"', body)
+    }
+    fields.pop("csrfmiddlewaretoken", None)
+    return fields
+
+
+def _page_form(client: Any, order: Any) -> dict[str, str]:
+    """The hidden fields of the order page's refund form, as the browser would post them."""
+    page = client.get(f"/orders/{order.id}/").content.decode()
+    return _hidden(page.split('id="refund-panel"', 1)[1].split("</form>", 1)[0])
+
+
+def _confirmation(body: str) -> dict[str, str]:
+    return _hidden(body.split('class="refund-card refund-confirm"', 1)[1].split("</form>", 1)[0])
+
+
+def _shown_amount(body: str) -> str:
+    match = re.search(r'<strong class="refund-amount">([^<]*)</strong>', body)
+    assert match, body
+    return html.unescape(match.group(1))
+
+
+@pytest.fixture
+def submit(client_for, leaf):
+    client = client_for("staff")
+
+    def first(order: Any, **data: str) -> Any:
+        form = {**_page_form(client, order), "reason": str(leaf.pk), **data}
+        return client.post(f"/orders/{order.id}/refund/", form)
+
+    return first
+
+
+@pytest.fixture
+def confirm(client_for, django_capture_on_commit_callbacks):
+    client = client_for("staff")
+
+    def press_refund(order: Any, confirmation_body: str) -> Any:
+        fields = {**_confirmation(confirmation_body), "confirmed": "1"}
+        with django_capture_on_commit_callbacks(execute=True):
+            return client.post(f"/orders/{order.id}/refund/", fields)
+
+    return press_refund
+
+
+def _nothing_moved() -> None:
+    assert not Refund.objects.exists()
+    assert not MockLedgerEntry.objects.filter(kind="refund").exists()
+
+
+# --- amounts that are understood exactly ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("currency", "total", "typed", "shown", "minor"),
+    [
+        ("USD", "89.00", "10", "$10.00", 1000),
+        ("USD", "89.00", "10.5", "$10.50", 1050),
+        ("USD", "89.00", "10.50", "$10.50", 1050),
+        ("USD", "89.00", " 10.50 ", "$10.50", 1050),
+        ("JPY", "5000", "100", "¥100", 100),
+        ("KWD", "10.000", "1.234", "KWD 1.234", 1234),
+    ],
+)
+def test_it_refunds_exactly_the_amount_typed_and_confirmed(
+    make_order, mock_rail, submit, confirm, currency, total, typed, shown, minor
+):
+    order = make_order(total=total, currency=currency)
+
+    asked = submit(order, kind="amount", amount=typed)
+    assert asked.status_code == 200
+    assert _shown_amount(asked.content.decode()) == shown
+    done = confirm(order, asked.content.decode())
+
+    assert done.status_code == 303
+    assert Refund.objects.get().amount_minor == minor
+
+
+# --- percentages -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("currency", "total", "typed", "shown", "minor"),
+    [
+        ("USD", "89.00", "100", "$89.00", 8900),
+        ("USD", "89.00", "33.33", "$29.66", 2966),  # 29.6637 → 29.66
+        ("USD", "10.01", "50", "$5.01", 501),  # 5.005 → 5.01, half up
+        ("JPY", "1001", "50", "¥501", 501),
+        ("KWD", "1.001", "50", "KWD 0.501", 501),
+    ],
+)
+def test_a_percentage_refunds_what_its_confirmation_showed(
+    make_order, mock_rail, submit, confirm, currency, total, typed, shown, minor
+):
+    order = make_order(total=total, currency=currency)
+
+    asked = submit(order, kind="percentage", percentage=typed)
+    assert asked.status_code == 200
+    assert _shown_amount(asked.content.decode()) == shown
+    done = confirm(order, asked.content.decode())
+
+    assert done.status_code == 303
+    assert Refund.objects.get().amount_minor == minor
+
+
+def test_a_percentage_of_a_partly_refunded_order_is_of_the_total_capped_at_what_is_left(
+    site, members, make_order, mock_rail, leaf, submit, confirm, django_capture_on_commit_callbacks
+):
+    order = make_order(total="89.00")
+    with django_capture_on_commit_callbacks(execute=True):
+        create_staff_refund(
+            site=site,
+            order=order,
+            actor=members["owner"].user,
+            kind="amount",
+            amount=Money(8000, "USD"),
+            reason=leaf,
+        )
+
+    asked = submit(order, kind="percentage", percentage="50")
+    body = asked.content.decode()
+    assert _shown_amount(body) == "$9.00"
+    assert "$44.50" in body and "capped at the $9.00 left to refund" in body
+    assert confirm(order, body).status_code == 303
+
+    assert sorted(r.amount_minor for r in Refund.objects.all()) == [900, 8000]
+
+
+# --- the order changes under the form ------------------------------------------------------
+
+
+def _another_refund_lands(site: Any, members: Any, order: Any, leaf: Any, capture: Any) -> None:
+    with capture(execute=True):
+        create_staff_refund(
+            site=site,
+            order=order,
+            actor=members["owner"].user,
+            kind="amount",
+            amount=Money(100, "USD"),
+            reason=leaf,
+        )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"kind": "full"},
+        {"kind": "amount", "amount": "5"},
+        {"kind": "percentage", "percentage": "10"},
+    ],
+)
+def test_a_refund_landing_after_the_confirmation_refuses_the_submit(
+    site, members, make_order, mock_rail, leaf, submit, confirm, data,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    order = make_order(total="89.00")
+    asked = submit(order, **data)
+    assert asked.status_code == 200
+
+    _another_refund_lands(site, members, order, leaf, django_capture_on_commit_callbacks)
+    done = confirm(order, asked.content.decode())
+
+    assert done.status_code == 422
+    assert "changed since you" in html.unescape(done.content.decode())
+    assert [r.amount_minor for r in Refund.objects.all()] == [100]
+
+
+def test_a_form_opened_before_another_refund_is_refused_at_the_confirmation(
+    client_for, site, members, make_order, mock_rail, leaf, django_capture_on_commit_callbacks
+):
+    """The confirmation must not offer "Refund $88.00" for a form the refund will refuse as
+    stale: the user opened the page when $89.00 was left, and the click would be refused."""
+    order = make_order(total="89.00")
+    client = client_for("staff")
+    form = _page_form(client, order)
+
+    _another_refund_lands(site, members, order, leaf, django_capture_on_commit_callbacks)
+    response = client.post(
+        f"/orders/{order.id}/refund/", {**form, "kind": "full", "reason": str(leaf.pk)}
+    )
+
+    body = html.unescape(response.content.decode())
+    assert response.status_code == 422
+    assert "refund-confirm" not in body
+    assert "changed since you opened it" in body and "$88.00" in body
+    assert [r.amount_minor for r in Refund.objects.all()] == [100]
