@@ -20,6 +20,9 @@ from sill.money import Money, MoneyError, parse_major
 
 TEXT_MAX = 200
 NOTE_MAX = 1000
+# Longer than any amount Money holds (18 digits, a sign, a dot and 6 decimals) or any
+# percentage: such text is refused as too long, in a message that does not repeat it.
+FIGURE_MAX = 32
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,13 @@ class RefundSize:
 
 def parse_money_field(text: str, currency: str, field: str) -> Money:
     """Major units of ``currency`` (``"15.00"``) → Money; a refusal names ``field``."""
+    if isinstance(text, str) and len(text.strip()) > FIGURE_MAX:
+        raise SillError(
+            f"That amount is too long: type the {currency} amount in digits, with a dot "
+            f"before any decimals (e.g. {Money(1050, currency).major_str()}).",
+            code="invalid_field",
+            field=field,
+        )
     try:
         return parse_major(text, currency)
     except MoneyError as exc:
@@ -68,9 +78,13 @@ def parse_refund_size(*, kind: str, amount: Any, percentage: Any, currency: str)
 
 
 class _Text(forms.Field):
-    """Stripped text cut to ``limit`` characters: a long value is shortened, never an error."""
+    """Stripped text cut to ``limit`` characters: a long value is shortened, never an error.
 
-    def __init__(self, *, limit: int = TEXT_MAX) -> None:
+    ``limit=None`` keeps it whole: an amount or a percentage is read as typed or refused, as
+    cutting it could leave a different number ("10", spaces, "5" cut after the spaces is 10).
+    """
+
+    def __init__(self, *, limit: int | None = TEXT_MAX) -> None:
         super().__init__(required=False)
         self.limit = limit
 
@@ -94,8 +108,8 @@ class StaffRefundForm(forms.Form):
     """
 
     kind = _Text()
-    amount = _Text()
-    percentage = _Text()
+    amount = _Text(limit=None)
+    percentage = _Text(limit=None)
     reason = _Text()
     note = _Text(limit=NOTE_MAX)
     # The order as the user saw it (see refunds.staff.services.OrderSnapshot).

@@ -84,6 +84,12 @@ def parse_percentage(value: Any, *, field: str = "percentage") -> Decimal:
         pct = Decimal(value)
     else:
         text = str(value).strip().removesuffix("%").strip()
+        if len(text) > 32:  # refused whole, in words that do not repeat it
+            raise SillError(
+                "That percentage is too long: type a number from 0.01 to 100 (e.g. 25).",
+                code="invalid_field",
+                field=field,
+            )
         # ASCII digits only: Decimal() alone also reads Arabic-Indic or fullwidth digits.
         if not _PERCENT_RE.fullmatch(text):
             raise SillError(f"{value!r} is not a percentage.", code="invalid_field", field=field)

@@ -103,6 +103,58 @@ def test_it_refunds_exactly_the_amount_typed_and_confirmed(
     assert Refund.objects.get().amount_minor == minor
 
 
+# --- amounts that are refused ------------------------------------------------------------
+
+
+def test_a_long_amount_is_refused_not_cut_to_something_else(make_order, mock_rail, submit):
+    """The form cut every field to 200 characters before reading it: "10", 198 spaces and
+    "5" became "10", and $10.00 was offered for a value that was not 10."""
+    order = make_order(total="89.00")
+
+    response = submit(order, kind="amount", amount="10" + " " * 198 + "5")
+
+    assert response.status_code == 422
+    assert "That amount is too long" in html.unescape(response.content.decode())
+    _nothing_moved()
+
+
+def test_a_long_percentage_is_refused_not_cut_to_something_else(make_order, mock_rail, submit):
+    order = make_order(total="89.00")
+
+    response = submit(order, kind="percentage", percentage="10" + " " * 198 + "0")
+
+    assert response.status_code == 422
+    assert "That percentage is too long" in html.unescape(response.content.decode())
+    _nothing_moved()
+
+
+def test_a_long_amount_is_not_echoed_back_in_the_message(make_order, mock_rail, submit):
+    order = make_order(total="89.00")
+
+    response = submit(order, kind="amount", amount="1" * 5000)
+
+    assert response.status_code == 422
+    body = html.unescape(response.content.decode())
+    assert "That amount is too long: type the USD amount in digits" in body
+    assert "1" * 40 not in body.split('name="amount"', 1)[0]  # only the input keeps it
+    _nothing_moved()
+
+
+def test_the_staff_api_refuses_a_long_amount_in_words(client_for, make_order, mock_rail, leaf):
+    order = make_order(total="89.00")
+
+    response = client_for("staff").post(
+        f"/api/order/{order.id}/refund",
+        {"amount": "1" * 300, "reasonId": leaf.pk},
+        content_type="application/json",
+    )
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["field"] == "amount" and error["message"].startswith("That amount is too long")
+    _nothing_moved()
+
+
 # --- percentages -------------------------------------------------------------------------
 
 
