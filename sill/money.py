@@ -49,6 +49,17 @@ class MoneyError(ValueError):
     """An amount or currency that cannot be represented exactly."""
 
 
+class NotAnAmount(MoneyError):
+    """Text that is not a plain decimal number at all (``"1,000.00"``, ``"$10"``, ``"1e3"``),
+    as opposed to a number the currency cannot hold: a form can say how to type it."""
+
+
+def _too_many_decimals(code: str, exp: int) -> MoneyError:
+    if exp == 0:
+        return MoneyError(f"{code} amounts are whole numbers, without decimals")
+    return MoneyError(f"{code} amounts have at most {exp} decimal place(s)")
+
+
 def exponent(currency: str) -> int:
     """Number of decimals of ``currency``'s minor unit (JPY 0, USD 2, KWD 3)."""
     return _EXPONENTS.get(normalize_currency(currency), 2)
@@ -157,7 +168,7 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
         text = value.strip()
         # ASCII digits only: ``\d`` and ``Decimal()`` also read Arabic-Indic or fullwidth digits.
         if not _AMOUNT_RE.fullmatch(text):
-            raise MoneyError(f"{value!r} is not a decimal amount")
+            raise NotAnAmount(f"{value!r} is not a decimal amount")
         try:
             dec = Decimal(text)
         except InvalidOperation as exc:  # pragma: no cover - the regex already guards this
@@ -176,11 +187,11 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
         if adjusted >= 18:
             raise MoneyError("amount is too large")
         if adjusted < -exp:
-            raise MoneyError(f"{code} amounts have at most {exp} decimal place(s)")
+            raise _too_many_decimals(code, exp)
     scaled = dec.scaleb(exp)
     minor = int(scaled)  # truncated: equal to scaled exactly when scaled is a whole number
     if scaled != minor:
-        raise MoneyError(f"{code} amounts have at most {exp} decimal place(s)")
+        raise _too_many_decimals(code, exp)
     if abs(minor) >= _MINOR_LIMIT:
         raise MoneyError("amount is too large")
     return Money(minor, code)

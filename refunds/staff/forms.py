@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 
 from refunds.staff.services import OrderSnapshot, RefundKind, parse_percentage
 from sill.errors import SillError
-from sill.money import Money, MoneyError, parse_major
+from sill.money import Money, MoneyError, NotAnAmount, exponent, parse_major
 
 TEXT_MAX = 200
 NOTE_MAX = 1000
@@ -60,6 +60,17 @@ def parse_money_field(text: str, currency: str, field: str) -> Money:
         )
     try:
         return parse_major(text, currency)
+    except NotAnAmount as exc:
+        # "1,000.00", "1.000,00" and "$10" are how people write money; say how to type it
+        # rather than guess which of a comma and a dot is the decimal point.
+        digits = exponent(currency)
+        example = "1000" + ("." + "5".ljust(digits, "0") if digits else "")
+        raise SillError(
+            f"{exc}: type it in digits with a dot for the decimals, without thousands "
+            f"separators and without a currency symbol (e.g. {example}).",
+            code="invalid_field",
+            field=field,
+        ) from None
     except MoneyError as exc:
         raise SillError(str(exc), code="invalid_field", field=field) from None
 

@@ -106,6 +106,36 @@ def test_it_refunds_exactly_the_amount_typed_and_confirmed(
 # --- amounts that are refused ------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("currency", "total", "typed", "words"),
+    [
+        ("USD", "2000.00", "1,000.00", "without thousands separators"),
+        ("USD", "2000.00", "1.000,00", "with a dot for the decimals"),
+        ("USD", "89.00", " $10 ", "without a currency symbol (e.g. 1000.50)"),
+        ("USD", "89.00", "1e3", "is not a decimal amount"),
+        ("USD", "89.00", "\u0661\u0660", "is not a decimal amount"),
+        ("USD", "89.00", "10.505", "USD amounts have at most 2 decimal place(s)"),
+        ("USD", "89.00", "0", "The amount must be more than zero."),
+        ("USD", "89.00", "-5", "The amount must be more than zero."),
+        ("JPY", "5000", "100.5", "JPY amounts are whole numbers, without decimals"),
+        ("JPY", "5000", "1,000", "(e.g. 1000)"),
+        ("KWD", "10.000", "1.2345", "KWD amounts have at most 3 decimal place(s)"),
+        ("KWD", "10.000", "KWD 1", "(e.g. 1000.500)"),
+    ],
+)
+def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
+    make_order, mock_rail, submit, currency, total, typed, words
+):
+    """Never guessed: "1,000.00" is a thousand in one country and one in another."""
+    order = make_order(total=total, currency=currency)
+
+    response = submit(order, kind="amount", amount=typed)
+
+    assert response.status_code == 422
+    assert words in html.unescape(response.content.decode())
+    _nothing_moved()
+
+
 def test_a_long_amount_is_refused_not_cut_to_something_else(make_order, mock_rail, submit):
     """The form cut every field to 200 characters before reading it: "10", 198 spaces and
     "5" became "10", and $10.00 was offered for a value that was not 10."""
