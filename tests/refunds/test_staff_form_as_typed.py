@@ -47,6 +47,14 @@ def _shown_amount(body: str) -> str:
     return html.unescape(match.group(1))
 
 
+def _field_error(body: str, field: str) -> str:
+    """The message shown beside ``field``'s input (``refund-<field>-error``), or ''."""
+    match = re.search(
+        rf'<small class="field-error" id="refund-{field}-error"[^>]*>([^<]*)</small>', body
+    )
+    return html.unescape(match.group(1)) if match else ""
+
+
 @pytest.fixture
 def submit(client_for, leaf):
     client = client_for("staff")
@@ -133,6 +141,33 @@ def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
 
     assert response.status_code == 422
     assert words in html.unescape(response.content.decode())
+    _nothing_moved()
+
+
+@pytest.mark.parametrize(
+    ("currency", "total", "data", "field", "words"),
+    [
+        ("USD", "89.00", {"amount": "1,000.00"}, "amount", "without thousands separators"),
+        ("USD", "89.00", {"amount": "100"}, "amount", "At most $89.00 can be refunded"),
+        ("USD", "89.00", {"amount": "0"}, "amount", "The amount must be more than zero."),
+        ("USD", "89.00", {"percentage": "0"}, "percentage", "more than 0 and at most 100"),
+        ("USD", "89.00", {"percentage": "150"}, "percentage", "more than 0 and at most 100"),
+        ("USD", "89.00", {"percentage": "33.333"}, "percentage", "at most 2 decimals"),
+        ("JPY", "5", {"percentage": "1"}, "percentage", "1 % of ¥5 rounds to ¥0; nothing to"),
+    ],
+)
+def test_a_refused_amount_or_percentage_is_named_beside_its_field(
+    make_order, mock_rail, submit, currency, total, data, field, words
+):
+    order = make_order(total=total, currency=currency)
+
+    response = submit(order, kind=field, **data)
+
+    assert response.status_code == 422
+    body = response.content.decode()
+    assert words in _field_error(body, field)
+    assert f'aria-invalid="true" aria-describedby="refund-{field}-error"' in body
+    assert 'class="flash flash-error"' not in body  # said once, where the user looks
     _nothing_moved()
 
 
