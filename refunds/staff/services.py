@@ -92,7 +92,12 @@ def parse_percentage(value: Any, *, field: str = "percentage") -> Decimal:
             )
         # ASCII digits only: Decimal() alone also reads Arabic-Indic or fullwidth digits.
         if not _PERCENT_RE.fullmatch(text):
-            raise SillError(f"{value!r} is not a percentage.", code="invalid_field", field=field)
+            raise SillError(
+                f"{value!r} is not a percentage: type a number from 0.01 to 100 in digits, "
+                "with a dot before any decimals (e.g. 12.5).",
+                code="invalid_field",
+                field=field,
+            )
         try:
             pct = Decimal(text)
         except InvalidOperation:  # pragma: no cover - the pattern already guards this

@@ -153,6 +153,7 @@ def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
         ("USD", "89.00", {"percentage": "0"}, "percentage", "more than 0 and at most 100"),
         ("USD", "89.00", {"percentage": "150"}, "percentage", "more than 0 and at most 100"),
         ("USD", "89.00", {"percentage": "33.333"}, "percentage", "at most 2 decimals"),
+        ("USD", "89.00", {"percentage": "12,5"}, "percentage", "with a dot before any decimals"),
         ("JPY", "5", {"percentage": "1"}, "percentage", "1 % of ¥5 rounds to ¥0; nothing to"),
     ],
 )
