@@ -63,6 +63,17 @@ _ERROR = inline_serializer(
         )
     },
 )
+# The read endpoints' shared refusals (README "The agent API").
+_TOKEN_REFUSED = OpenApiResponse(
+    _ERROR,
+    description="`not_authenticated`: no bearer token, or an unknown or revoked one "
+    "(`WWW-Authenticate: Bearer`).",
+)
+_READ_RATE_LIMITED = OpenApiResponse(
+    _ERROR,
+    description="`rate_limited`: over the token's limit; `Retry-After` says in how many "
+    "seconds to ask again.",
+)
 _EXAMPLE_REQUEST: dict[str, Any] = {
     "signed": {
         "mandate_id": "mnd_01K6HBK7MK753DH3YBX4NVCYTT",
@@ -128,11 +139,28 @@ class MandateCreateApi(APIView):
         responses={
             200: _RESULT,
             201: _RESULT,
-            400: _ERROR,
-            401: _ERROR,
-            409: _ERROR,
-            413: _ERROR,
-            422: _ERROR,
+            400: OpenApiResponse(
+                _ERROR,
+                description="`malformed` (not a JSON object of `signed` and `envelope`, "
+                "duplicate keys, too deep…), `unsupported_algorithm`, `expired`, "
+                "`not_yet_valid`, `window_too_long`.",
+            ),
+            401: OpenApiResponse(
+                _ERROR,
+                description="`unknown_key` (no such key for the agent on the site, revoked, or "
+                "not valid at `issued_at`), `bad_signature`.",
+            ),
+            409: OpenApiResponse(
+                _ERROR,
+                description="`replay`: the nonce was used by another mandate; "
+                "`mandate_conflict`: this `mandate_id` was received with another body.",
+            ),
+            413: OpenApiResponse(_ERROR, description="`too_large`: over 64 KiB."),
+            422: OpenApiResponse(
+                _ERROR,
+                description="`forbidden_field`, `unknown_field`, `invalid_field`; `field` "
+                "names the offending one.",
+            ),
             429: OpenApiResponse(
                 _ERROR,
                 description="`rate_limited`: over the address's or the signing key's limit; "
@@ -212,7 +240,8 @@ class AgentMeApi(APIView):
                     "name": serializers.CharField(),
                 },
             ),
-            401: _ERROR,
+            401: _TOKEN_REFUSED,
+            429: _READ_RATE_LIMITED,
         },
     )
     def get(self, request: Request) -> Response:
@@ -227,7 +256,14 @@ class RefundDetailApi(APIView):
     @extend_schema(
         operation_id="refunds_retrieve",
         summary="A mandate's refund (or purchase) as it stands now",
-        responses={200: _RESULT, 401: _ERROR, 404: _ERROR},
+        responses={
+            200: _RESULT,
+            401: _TOKEN_REFUSED,
+            404: OpenApiResponse(
+                _ERROR, description="`not_found`: no mandate with this id from this agent."
+            ),
+            429: _READ_RATE_LIMITED,
+        },
         examples=[OpenApiExample("Succeeded", value={**_EXAMPLE_RESULT, "status": "succeeded"})],
     )
     def get(self, request: Request, mandate_id: str) -> Response:
