@@ -389,3 +389,29 @@ def test_an_agent_naming_a_woo_order_gets_the_connected_stores_order_not_an_old_
         assert refund.order_id == new_order.pk
         assert sdk.v1.charges.retrieve(new_charge).amount_refunded == 8900
         assert sdk.v1.charges.retrieve(old_charge).amount_refunded == 0
+
+
+def test_a_store_quoting_the_credential_back_never_has_it_in_sills_words():
+    """A store (or a security plugin before it) that echoes the request's consumer key or
+    secret in its error message: the secret was redacted, the key was not, and went into the
+    refund record's words and the log."""
+    import requests
+
+    from sill.rails.woocommerce.client import WooClient
+
+    client = WooClient(
+        store_url="https://store.example", consumer_key="ck_" + "a" * 40,
+        consumer_secret="cs_" + "b" * 40,
+    )  # fmt: skip
+    answer = requests.Response()
+    answer.status_code = 401
+    answer._content = (
+        b'{"code": "woocommerce_rest_authentication_error", "message": "Consumer key ck_'
+        + b"a" * 40
+        + b" with secret cs_"
+        + b"b" * 40
+        + b' is invalid."}'
+    )
+    words = client._error(answer, "refund record").message
+    assert "ck_" + "a" * 40 not in words and "cs_" + "b" * 40 not in words
+    assert words.count("[redacted]") == 2

@@ -92,6 +92,7 @@ class WooClient:
     ) -> None:
         self.store_url = store_url
         self._secret = consumer_secret
+        self._key = consumer_key
         self._api = _KeptAliveAPI(
             session=keepalive.session_for("woocommerce", store_url, consumer_key, consumer_secret),
             url=store_url,
@@ -214,7 +215,12 @@ class WooClient:
             data = {}
         data = data if isinstance(data, dict) else {}
         code = str(data.get("code") or f"HTTP {status}")
-        said = str(data.get("message") or "").replace(self._secret, "[redacted]")
+        # Neither half of the credential is ever quoted back into Sill's words and logs (the
+        # settings page itself shows only the key's last characters).
+        said = str(data.get("message") or "")
+        for credential in (self._secret, self._key):
+            if credential:
+                said = said.replace(credential, "[redacted]")
         message = f"WooCommerce {doing} failed: {code}{' — ' + said if said else ''}"
         if status == 429 or status >= 500:
             # A host's or security plugin's rate limit, maintenance mode: a 429 or 503 may
