@@ -67,3 +67,26 @@ def test_a_failure_never_commits_without_the_cancellation(placed, settings):
     assert outcomes == ["retry", "needs_attention"]
     assert charge.needs_attention
     call_command("audit", "verify", stdout=io.StringIO())
+
+
+def test_the_agent_asking_again_is_told_failed_charge_failed(
+    sign, mock_rail, django_capture_on_commit_callbacks
+):
+    """The answer the README documents for a declined purchase: approved, then ``failed`` with
+    ``charge_failed`` once the rail declined it."""
+    mock_rail.config = {"charge": "decline"}
+    mock_rail.save()
+    body = sign(purchase_intent())
+    with django_capture_on_commit_callbacks(execute=False):
+        first = post(Client(), body)
+    assert (first.status_code, first.json()["status"], first.json()["reason"]) == (
+        201, "processing", None,
+    )  # fmt: skip
+    assert charge_order(order_id=first.json()["order_id"]) == "failed"
+    again = post(Client(), body)  # the same mandate again: the answer as it stands now
+    assert again.status_code == 200
+    answer = again.json()
+    assert (answer["decision"], answer["status"], answer["reason"]) == (
+        "approved", "failed", "charge_failed",
+    )  # fmt: skip
+    assert answer["order_id"] == first.json()["order_id"]
