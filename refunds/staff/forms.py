@@ -54,7 +54,7 @@ def parse_money_field(text: str, currency: str, field: str) -> Money:
     if isinstance(text, str) and len(text.strip()) > FIGURE_MAX:
         raise SillError(
             f"That amount is too long: type the {currency} amount in digits, with a dot "
-            f"before any decimals (e.g. {Money(1050, currency).major_str()}).",
+            f"before any decimals (e.g. {_typed_example(currency)}).",
             code="invalid_field",
             field=field,
         )
@@ -63,11 +63,9 @@ def parse_money_field(text: str, currency: str, field: str) -> Money:
     except NotAnAmount as exc:
         # "1,000.00", "1.000,00" and "$10" are how people write money; say how to type it
         # rather than guess which of a comma and a dot is the decimal point.
-        digits = exponent(currency)
-        example = "1000" + ("." + "5".ljust(digits, "0") if digits else "")
         raise SillError(
             f"{exc}: type it in digits with a dot for the decimals, without thousands "
-            f"separators and without a currency symbol (e.g. {example}).",
+            f"separators and without a currency symbol (e.g. {_typed_example(currency)}).",
             code="invalid_field",
             field=field,
         ) from None
@@ -86,6 +84,12 @@ def parse_refund_size(*, kind: str, amount: Any, percentage: Any, currency: str)
     raise SillError(
         "Choose a full, fixed-amount or percentage refund.", code="invalid_field", field="kind"
     )
+
+
+def _typed_example(currency: str) -> str:
+    """An amount as the form reads it, in ``currency``'s decimals: 1000.50, 1000, 1000.500."""
+    digits = exponent(currency)
+    return "1000" + ("." + "5".ljust(digits, "0") if digits else "")
 
 
 class _Text(forms.Field):
