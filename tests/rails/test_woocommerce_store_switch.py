@@ -27,12 +27,10 @@ from audit.models import AuditRecord
 from policies.facts import prefetch_rail_facts
 from refunds.execution import execute_refund
 from refunds.models import IdempotencyRecord, Refund, RefundReason
-from refunds.reasons.services import ensure_default_reasons
 from refunds.reconcile.attention import check_refund_at_rail
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.reconcile.runs import run_reconciliation
 from refunds.review.decisions import DecisionRefused, approve_refund
-from refunds.staff.services import create_staff_refund
 from sill.errors import SillError
 from sill.orders.models import Charge, Order
 from sill.rails.base import RefundFacts
@@ -43,6 +41,7 @@ from sill.rails.woocommerce.record import woocommerce_records_for
 from sill.rails.woocommerce.sync import sync_orders
 from tests.rails.stripe_events import stripe_account
 from tests.rails.test_shopify_agent_refunds import shopify_intent
+from tests.rails.test_shopify_shop_switch import _staff_refund
 from tests.rails.test_woocommerce_refunds import _paid_at_localstripe
 from tests.rails.woo_fixtures import woo_headers
 from tests.rails.woo_stub import CONSUMER_KEY, CONSUMER_SECRET, StubOrder, StubServer, WooStub
@@ -89,20 +88,6 @@ def _synced(site, store: WooStub, sdk) -> tuple[Order, StubOrder, str]:
     sync_orders(site=site)
     link = WooOrderLink.objects.get(site=site, store_url=store.url, woo_order_id=placed.id)
     return link.order, placed, charge
-
-
-def _staff_refund(site, members, order, capture, **kind) -> Refund:
-    ensure_default_reasons(site)
-    reason = RefundReason.objects.filter(site=site, active=True, code="defective").first()
-    with capture(execute=False):  # executed by the test, when it says
-        return create_staff_refund(
-            site=site,
-            order=order,
-            actor=members[kind.pop("actor", "staff")].user,
-            kind=kind.pop("kind", "full"),
-            reason=reason,
-            **kind,
-        )
 
 
 class _Quiet:
