@@ -940,7 +940,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"OK: bundle of {count} records of log {log}, each in the signed checkpoint")
     else:
         print(f"OK: {count} records of log {log}, matching their signed checkpoint")
+    if (note := unpinned_note(trusted, keys_file=args.keys is not None)) is not None:
+        print(note, file=sys.stderr)
     return 0
+
+
+def unpinned_note(trusted: dict[str, Any] | None, *, keys_file: bool) -> str | None:
+    """What an OK without ``--public-key`` does not show (None when keys were pinned): whose
+    keys the signatures were checked with. The OK line stays as it is, for scripts reading it;
+    this goes to standard error beside it."""
+    if trusted:
+        return None
+    taken = "the keys file as you gave it" if keys_file else "the file itself (its header's keys)"
+    return (
+        f"NOTE: no key was pinned: the signatures were checked with keys taken from {taken}, "
+        "so this shows the file is consistent, not that Sill signed it. Pin Sill's configured "
+        "key, obtained apart from this file, with --public-key KEY_ID=BASE64URL."
+    )
 
 
 def log_name(path: str) -> str:

@@ -104,6 +104,12 @@ def test_a_genuine_export_with_rotated_keys_passes_with_the_keys_file(
         result = run_standalone(tmp_path, str(path), "--keys", str(keys_file), *pinning)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == ok
+        # Unpinned, the OK is the keys file's word: the auditor is told so, beside the OK.
+        if pinning:
+            assert "NOTE" not in result.stderr
+        else:
+            assert "NOTE: no key was pinned" in result.stderr
+            assert "the keys file as you gave it" in result.stderr
     published = json.loads(keys_file.read_text())
     bundle = bundles.refund_bundle(site=site, refund_id="rf_3")
     assert verify_export.verify_bundle(bundle, None, None, published=published) == (1, [])
@@ -320,3 +326,20 @@ def test_the_keys_file_names_the_configured_key_as_every_rotated_keys_endorser(
     assert listed[0]["key_id"] == keys.configured_key()[0] and "endorsement" not in listed[0]
     assert listed[1]["endorsed_by"] == listed[0]["key_id"]
     assert datetime.fromisoformat(listed[1]["valid_from"]).microsecond % 1000 == 0
+
+
+def test_an_ok_without_a_pinned_key_says_the_file_vouched_for_its_own_keys(
+    site: Site, tmp_path: Path
+) -> None:
+    two_rotations(site)
+    path = export(site, tmp_path / "e.jsonl")
+
+    alone = run_standalone(tmp_path, str(path))
+    pinned_run = run_standalone(tmp_path, str(path), "--public-key", pin())
+
+    assert alone.returncode == 0 and pinned_run.returncode == 0, alone.stderr + pinned_run.stderr
+    assert alone.stdout == pinned_run.stdout  # scripts reading the OK line see no change
+    assert "NOTE: no key was pinned" in alone.stderr
+    assert "the file itself (its header's keys)" in alone.stderr
+    assert "--public-key" in alone.stderr
+    assert pinned_run.stderr == ""
