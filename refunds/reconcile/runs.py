@@ -7,12 +7,13 @@ nothing to compare) and whose last run started ``SILL_RECONCILE_EVERY_MINUTES`` 
 more. A run checks the charges with activity in the last ``SILL_RECONCILE_DAYS`` (7) —
 created, captured, refunded by Sill or outside it — plus every charge that still has an open
 item (so it can clear), at most ``SILL_RECONCILE_MAX_CHARGES`` (500) per run, going on from
-where the previous run stopped, so a busy site is covered in turns. A charge taken on another
-account than the one connected now (``Charge.provider_account``: an order of a Shopify shop or
-a WooCommerce store the site switched away from) is left out: that account is no longer Sill's
-to ask, the shop connected holds no such order (asked, it only ever counted the charge
-unreadable), and an order no store of the site holds is asked about nowhere, as it is refunded
-nowhere (sill.rails.registry.account_moved), until its store is connected again.
+where the previous run stopped, so a busy site is covered in turns. A charge of a Shopify shop
+the site switched away from (``Charge.provider_account``) is left out until that shop is
+connected again: only its token could read it, and the shop connected holds no such order
+(asked, it only ever counted the charge unreadable). A Stripe charge of a WooCommerce store
+the site switched away from is checked like any other: the payment is still on the Stripe
+account, and a refund made in Stripe's dashboard or a dispute of it must still be recorded,
+though Sill refunds it nowhere (sill.rails.registry.readable_with_connected_account).
 
 On a rail that credits customer balances (Stripe), a run then compares the credits of each
 customer with a credit changed in the same days, or an open credit item, with the balance
@@ -38,7 +39,11 @@ from refunds.reconcile.inbox import reconcile_charge, reconcile_customer_credits
 from sill.orders.models import Charge, ChargeStatus, Customer, ExternalRefund
 from sill.rails.base import ChargeReader, CreditReader, RailError
 from sill.rails.models import RailAccount
-from sill.rails.registry import RailDisabled, on_connected_account, rail_from_account
+from sill.rails.registry import (
+    RailDisabled,
+    rail_from_account,
+    readable_with_connected_account,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -201,9 +206,9 @@ def _active_charges(account: RailAccount, *, since: datetime) -> QuerySet[Charge
             order__site_id=account.site_id, rail=account.rail, status=ChargeStatus.SUCCEEDED
         )
         .exclude(provider_charge_id="")
-        # Not a charge of another account than the one connected (a Shopify shop or a
-        # WooCommerce store the site switched away from): nothing about it is asked.
-        .filter(on_connected_account(site_id=account.site_id, rail=account.rail))
+        # Not a charge the account cannot be asked about: an earlier Shopify shop's (its
+        # token is gone). An earlier Woo store's Stripe charge is read like any other.
+        .filter(readable_with_connected_account(site_id=account.site_id, rail=account.rail))
         .filter(
             Q(created_at__gte=since)
             | Q(captured_at__gte=since)

@@ -184,9 +184,10 @@ class Charge(models.Model):
     # (``connected_account``), where a rail's orders belong to one: a Shopify charge's shop
     # (its domain); a WooCommerce order's Stripe charge, its store (its URL: the account of
     # the site's ``woocommerce`` rail, sill.rails.registry.account_rail). After the site is
-    # connected to another, nothing about this charge is asked of any rail, nor refunded
-    # (sill.rails.registry.account_moved). Blank where Sill does not record it (Sill's own
-    # purchases): the account connected now.
+    # connected to another, this charge is refunded nowhere (sill.rails.registry.account_moved);
+    # a Stripe charge is still reconciled, a Shopify one is not
+    # (sill.rails.registry.readable_with_connected_account). Blank where Sill does not record
+    # it (Sill's own purchases): the account connected now.
     provider_account = models.CharField(max_length=255, blank=True)
     amount_minor = models.BigIntegerField()
     amount_refunded_minor = models.BigIntegerField(default=0)

@@ -6,6 +6,12 @@ until their account is connected again, because the account connected now does n
 them. A merchant who switches stores should not find that out one refusal at a time: the
 rail's card in Settings → Rails says, per earlier account, how many such orders still have
 money left to refund and how much, and so does the message after the switch.
+
+How much is left counts the refunds made outside Sill that each charge records. An earlier
+WooCommerce store's payments are on the site's Stripe account, and reconciliation keeps
+recording what Stripe reports about them
+(:func:`sill.rails.registry.readable_with_connected_account`); an earlier Shopify shop's
+orders are not read (only that shop's token could).
 """
 
 from __future__ import annotations

@@ -80,9 +80,10 @@ def account_moved(
     shop connected now holds no such order, and asking it (with its token) only ever answered
     "no such order"; Woo order ids are per store, so the store connected now holds another
     order (someone else's) under the same id, and Stripe refunded a payment whose order could
-    then be marked refunded nowhere. Nothing about the payment is asked of any rail, nor
-    refunded, until its own account is connected again (so a refusal is ``rail_disabled``:
-    the merchant's set-up, not the order).
+    then be marked refunded nowhere. Nothing about the payment is refunded, nor asked of the
+    account connected now, until its own account is connected again (so a refusal is
+    ``rail_disabled``: the merchant's set-up, not the order). Reading a Woo store's payment
+    at Stripe is another matter (:func:`readable_with_connected_account`).
     """
     if not provider_account:
         return None
@@ -131,6 +132,26 @@ def on_connected_account(*, site_id: str, rail: str) -> Q:
     return Q(provider_account="") | Q(
         provider_account=connected_account_of(site_id=site_id, rail=rail)
     )
+
+
+def readable_with_connected_account(*, site_id: str, rail: str) -> Q:
+    """A filter of charges on ``rail`` to those the site's account of ``rail`` can be *asked
+    about* (their refunds and disputes read, as reconciliation does; never refunded: a refund
+    goes by :func:`account_moved`). A subquery at most, no query of its own.
+
+    Where a charge names an account of its own rail (a Shopify charge, its shop), that is
+    :func:`on_connected_account`: an earlier shop's order can only be read with that shop's
+    token, which went when the site switched shops, and the shop connected now holds no such
+    order. Where it names another rail's account (a Stripe charge, its WooCommerce store:
+    :func:`account_rail`), every charge: the payment is on the Stripe account whichever store
+    is connected, and Stripe answers about it while that account is connected, so a refund
+    made in Stripe's dashboard or a dispute of an earlier store's order is still reconciled
+    (its refundable amount, on the order page and the rails card, stays right).
+    """
+    if account_rail(rail) != rail:
+        return Q()  # Stripe: the Woo store does not hold the payment, the Stripe account does
+    # Shopify stays as it was: an earlier shop's charge cannot be read at all.
+    return on_connected_account(site_id=site_id, rail=rail)
 
 
 def account_noun(rail: str) -> str:

@@ -6,9 +6,11 @@ order 1001 is another order (someone else's) than A's 1001. A refund of A's orde
 if nothing had changed: Stripe refunded A's payment, and the record of it on the Woo order
 then gave up (it is never written on B's 1001), so the money moved for an order of a store
 Sill no longer speaks to, and A's order never said so. Charges now name their store
-(``Charge.provider_account``), and nothing about A's orders is asked of Stripe, refunded, or
-written on either store until A is connected again (the Shopify rule,
-tests/rails/test_shopify_shop_switch.py).
+(``Charge.provider_account``), and A's orders are not refunded, nor written on either store,
+until A is connected again (the Shopify rule, tests/rails/test_shopify_shop_switch.py). Unlike
+an earlier Shopify shop's, their payments are still on the site's Stripe account, so
+reconciliation keeps reading them there: what Stripe reports (a refund made in its dashboard)
+is recorded.
 
 Two loopback stores (tests/rails/woo_stub.py), both numbering their orders from 1001, and
 localstripe for the payments.
@@ -26,14 +28,16 @@ from django.utils import timezone
 from audit.models import AuditRecord
 from policies.facts import prefetch_rail_facts
 from refunds.execution import execute_refund
-from refunds.models import IdempotencyRecord, Refund, RefundReason
+from refunds.models import IdempotencyRecord, ReconciliationItem, Refund, RefundReason
 from refunds.reconcile.attention import check_refund_at_rail
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.reconcile.runs import run_reconciliation
 from refunds.review.decisions import DecisionRefused, approve_refund
 from sill.errors import SillError
-from sill.orders.models import Charge, Order
+from sill.money import Money
+from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.base import RefundFacts
+from sill.rails.left_behind import left_behind
 from sill.rails.models import RailAccount
 from sill.rails.woocommerce.connect import configure_woocommerce
 from sill.rails.woocommerce.models import WooOrderLink, WooRecordState
@@ -351,8 +355,9 @@ def test_connecting_the_old_store_again_makes_its_order_refundable_again(
 def test_the_stripe_facts_of_the_old_stores_order_are_not_read(
     site, woo, other, stripe_on, connect, sdk
 ):
-    """Nothing about an order of a store the site no longer connects is asked: its facts are
-    unknown (the refund is refused anyway); the connected store's are read."""
+    """The refund facts of an order of a store the site no longer connects are not read: they
+    are unknown (the refund is refused anyway; reconciliation still reads its payment at
+    Stripe, below); the connected store's are read."""
     order, _placed, _charge = _synced(site, woo, sdk)
     charge = Charge.objects.get(order=order)
 
@@ -371,17 +376,69 @@ def test_the_stripe_facts_of_the_old_stores_order_are_not_read(
     ) == RefundFacts()  # fmt: skip
 
 
-def test_reconciliation_leaves_the_old_stores_charges_out_and_checks_the_new_ones(
+def test_reconciliation_checks_the_old_stores_charges_too(
     site, woo, other, stripe_on, connect, sdk
 ):
+    """Their payments are still on the Stripe account connected now: the run reads them as it
+    reads the connected store's (tests below: what it finds is recorded)."""
     _synced(site, woo, sdk)
     run = run_reconciliation(account_id=stripe_on.pk, force=True)
     assert run is not None and (run.charges_checked, run.charges_unreadable) == (1, 0)
     connect(other)
     _synced(site, other, sdk)
+    quiet = _Quiet(woo, other)
     run = run_reconciliation(account_id=stripe_on.pk, force=True)
     assert run is not None and run.error == ""
-    assert (run.charges_checked, run.charges_unreadable) == (1, 0)
+    assert (run.charges_checked, run.charges_unreadable, run.items_opened) == (2, 0, 0)
+    assert quiet  # Stripe alone is read: neither store is asked anything
+
+
+def test_a_refund_made_at_stripe_on_the_old_stores_order_is_reconciled(
+    site, members, woo, other, woo_account, stripe_on, connect, sdk, client_for,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    """Refunded in Stripe's dashboard after the switch, with no webhook: the run left A's
+    charge out, so the refund was never recorded, the charge and the order page went on
+    saying nothing was refunded, and the rails card counted the refunded money as still
+    refundable. Now the run records it and opens its inbox item; the order stays
+    unrefundable through Sill, and nothing is written on either store."""
+    order, _placed, charge_id = _synced(site, woo, sdk)
+    other.add_order(total="89.00", stripe_charge="ch_someone_else")  # B's own order 1001
+    connect(other)
+    quiet = _Quiet(woo, other)
+    outside = sdk.v1.refunds.create(params={"charge": charge_id, "amount": 3000})
+    run = run_reconciliation(account_id=stripe_on.pk, force=True)
+    assert run is not None and run.error == ""
+    assert (run.charges_checked, run.charges_unreadable, run.items_opened) == (1, 0, 1)
+    charge = Charge.objects.get(order=order)
+    assert charge.amount_refunded_outside_minor == 3000
+    [recorded] = ExternalRefund.objects.filter(charge=charge)
+    assert (recorded.provider_refund_id, recorded.amount_minor) == (outside.id, 3000)
+    [item] = ReconciliationItem.objects.filter(charge=charge, resolved_at__isnull=True)
+    assert item.order_id == order.pk
+    # The order page says so; the rails card counts what is left, and so does left_behind.
+    page = client_for("reviewer").get(f"/orders/{order.pk}/").content.decode()
+    assert "+ $30.00 outside Sill" in page and "<dt>Refundable</dt><dd>$59.00" in page
+    rails = client_for("owner").get("/settings/rails/").content.decode()
+    assert f"1 order from {woo.url} ($59.00 still refundable)" in rails
+    [behind] = left_behind(site_id=site.pk, rail="woocommerce", connected=other.url)
+    assert (behind.account, behind.orders) == (woo.url, 1)
+    assert behind.refundable == (Money(8900 - 3000, "USD"),)
+    # Reading is not refunding: the order is still refused, and nothing else moved.
+    with pytest.raises(SillError) as refused:
+        _staff_refund(site, members, order, django_capture_on_commit_callbacks)
+    assert refused.value.code == "rail_disabled"
+    assert _stripe_refunded(sdk, charge_id) == 3000 and quiet
+    assert woocommerce_records_for(order) == []
+    # Refunded in full at Stripe, the order is no longer left behind with money to refund.
+    sdk.v1.refunds.create(params={"charge": charge_id, "amount": 5900})
+    run = run_reconciliation(account_id=stripe_on.pk, force=True)
+    assert run is not None and run.items_opened == 1
+    assert Charge.objects.get(order=order).amount_refunded_outside_minor == 8900
+    assert left_behind(site_id=site.pk, rail="woocommerce", connected=other.url) == []
+    rails = client_for("owner").get("/settings/rails/").content.decode()
+    assert "Orders of an earlier store" not in rails
+    assert quiet
 
 
 def test_the_rails_page_says_which_of_the_earlier_stores_orders_are_left_behind(

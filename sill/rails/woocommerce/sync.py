@@ -6,8 +6,9 @@ after a sync, changes nothing. A delivery older than the state applied (by the o
 Only paid orders with a Stripe payment come in: their charge is on rail ``stripe`` (the
 Stripe payment intent and charge ids), so their refunds run on Stripe, and it names the store
 its order came from (``provider_account``, the store's URL as connected): once the site is
-connected to another store, nothing about the order is asked or refunded anywhere until its
-store is connected again (sill.rails.registry.account_moved).
+connected to another store, the order is refunded nowhere until its store is connected again
+(sill.rails.registry.account_moved), though reconciliation still reads its payment at Stripe
+(sill.rails.registry.readable_with_connected_account).
 Each new order, with its items, buyer and charge, is written in one transaction with a
 signed ``charge`` audit record. Refunds made in the WooCommerce admin through the Stripe
 gateway are Stripe refunds: Stripe's webhooks report them on the charge, so they are not
