@@ -3,6 +3,7 @@ needs attention. Enqueued on commit (the notice by name, ``sill.queue``)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from celery import Task, shared_task
@@ -10,6 +11,8 @@ from django.conf import settings
 
 from sill.orders.charge_attention import notify_charge_attention, notify_missed_charge_attention
 from sill.orders.charging import ChargeRetry, charge_order, stuck_charge_order_ids
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="orders.charge", bind=True, max_retries=None, acks_late=True)
@@ -45,8 +48,14 @@ def recover_stuck_charges_task() -> int:
     owners of any charge needing attention they were not told of; how many were re-enqueued.
     Beat: every minute."""
     recovered = recover_stuck_charges()
-    # After the recovery: a mail server that refuses fails this run, not the charges' retries.
-    notify_missed_charge_attention()
+    # After the recovery, and never failing it: with SMTP down (an OSError) the claim was given
+    # back, so the charge stays untold and the next minute tries again, as refunds.check_attention
+    # does. Only the error's class is logged: an SMTP error's text can carry the server's reply
+    # and the recipients' addresses.
+    try:
+        notify_missed_charge_attention()
+    except OSError as exc:
+        logger.warning("charge attention emails not sent: mail is failing (%s)", type(exc).__name__)
     return recovered
 
 
