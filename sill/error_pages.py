@@ -11,13 +11,19 @@ above all a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (``RequestDataTooBig``, ra
 form of more than 1000 fields. :func:`bad_request` answers the first ``413 too_large``, the
 rest ``400 malformed``, as JSON to JSON clients and to every machine endpoint (the API, the
 rails' webhooks, Slack's interactions), whatever they sent as ``Accept``: those callers read
-JSON, and got Django's HTML "Bad Request" page.
+JSON, and got Django's HTML "Bad Request" page. A browser's form gets a page in the site's
+layout instead (templates/form_refused.html): 413 for a form too large, 400 for one with too
+many fields (or files), saying that nothing was changed. Any other refusal keeps Django's page.
 """
 
 from __future__ import annotations
 
-from django.core.exceptions import RequestDataTooBig
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.defaultfilters import filesizeformat
+from django.template.loader import render_to_string
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import defaults
 
 from sill.errors import NotFound, PermissionDenied, SillError
@@ -42,11 +48,57 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     )
     if wants_json(request) or request.path.startswith(MACHINE_PATHS):
         return JsonResponse(refused.as_dict(), status=refused.status)
-    if too_large:  # a page's form: say what was wrong, not "Bad Request"
-        return HttpResponse(
-            refused.message, status=refused.status, content_type="text/plain; charset=utf-8"
-        )
+    if too_large or isinstance(exception, TooManyFieldsSent | TooManyFilesSent):
+        # A page's form: say what was wrong, and that nothing was changed, not "Bad Request".
+        return _form_refused(request, exception, status=refused.status)
     return defaults.bad_request(request, exception)
+
+
+def _form_refused(request: HttpRequest, exception: Exception, *, status: int) -> HttpResponse:
+    """The page for a form Django refused to read. Rendered without the request's context
+    processors: the refusal comes from middleware before the member is looked up (there is no
+    ``request.user`` yet), and a refused body should cost no query."""
+    if isinstance(exception, RequestDataTooBig):
+        size = filesizeformat(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        label, title = "Form too large", "That form was too large to send"
+        limit = f"Sill accepts at most {size} from one form, and what you sent was larger."
+        advice = (
+            "Go back, shorten what you entered (a long note or a large paste, say), and send "
+            "it again."
+        )
+    elif isinstance(exception, TooManyFilesSent):
+        label, title = "Too many files", "That form had too many files"
+        limit = (
+            f"Sill accepts at most {settings.DATA_UPLOAD_MAX_NUMBER_FILES:,} files in one form, "
+            "and what you sent had more."
+        )
+        advice = "Go back and send it again with fewer files."
+    else:
+        label, title = "Too many fields", "That form had too many fields"
+        limit = (
+            f"Sill accepts at most {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS:,} fields in one "
+            "form, and what you sent had more."
+        )
+        advice = "Go back and send it again with fewer entries."
+    context = {
+        "htmx": request.headers.get("HX-Request") == "true",
+        "status": status,
+        "label": label,
+        "title": title,
+        "limit": limit,
+        "advice": advice,
+        "back": _same_site_referer(request),
+    }
+    return HttpResponse(render_to_string("form_refused.html", context), status=status)
+
+
+def _same_site_referer(request: HttpRequest) -> str:
+    """The page the form was on, when the browser said and it is one of Sill's; else ""."""
+    referer = request.headers.get("Referer", "")
+    safe = url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return referer if referer and safe else ""
 
 
 def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
