@@ -16,12 +16,14 @@ last (the lock order of every money path: order, charge, the site's chain head).
 charge already holds is refused (``invalid_field``): recorded twice, one payment at the rail
 would be counted, and refunded, as two. A refusal changes nothing.
 
-The site's owners are told once, by email, when a charge first needs attention
-(:func:`notify_charge_attention`): ``charging`` enqueues it on the commit that flagged the
-charge, and the every-minute sweep (``orders.recover_stuck``) sends any the first path missed.
-Both claim the charge's ``attention_notified_at`` by conditional UPDATE before sending (one
-caller wins it, in any process) and give it back if the email fails, so a retry sends it and
-the other path sends nothing. Owners, not admins: only an owner can record the answer.
+The site's owners and admins (active accounts) are told once, by email, when a charge first
+needs attention (:func:`notify_charge_attention`): ``charging`` enqueues it on the commit that
+flagged the charge, and the every-minute sweep (``orders.recover_stuck``) sends any the first
+path missed. Both claim the charge's ``attention_notified_at`` by conditional UPDATE before
+sending (one caller wins it, in any process) and give it back if the email fails, so a retry
+sends it and the other path sends nothing. The same people as a refund that needs attention
+(``refunds.reconcile.attention``): an admin cannot record the answer, but sees the charge on
+the dashboard and the order page, and can look in the rail's dashboard or fetch an owner.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ CHARGED = "charged"
 NOT_CHARGED = "not_charged"
 PROVIDER_ID_MAX = 255  # Charge.provider_charge_id and provider_payment_id
 NOTE_MAX = 1000
-# Who is told: those who can record what the rail's dashboard shows.
-TOLD = (Role.OWNER,)
+# Who is told: whoever is told of a refund needing attention (refunds.review.notifications
+# DECIDERS, which sill may not import): the owners, who record the answer, and the admins.
+TOLD = (Role.OWNER, Role.ADMIN)
 SWEEP_LIMIT = 500
 
 
@@ -275,12 +278,13 @@ def _refuse_a_held_id(order: Order, charge: Charge, *, charge_id: str, payment_i
         )
 
 
-# --- telling the owners ------------------------------------------------------------------------
+# --- telling the owners and admins -------------------------------------------------------------
 
 
 def notify_charge_attention(*, charge_id: str) -> bool:
-    """Email the site's owners that the charge needs attention, once; False when already told
-    or no longer needing attention. The mail server's refusal is raised, the claim given back."""
+    """Email the site's owners and admins that the charge needs attention, once; False when
+    already told or no longer needing attention. The mail server's refusal is raised, the
+    claim given back."""
     claimed = Charge.objects.filter(
         pk=charge_id,
         status=ChargeStatus.PENDING,
@@ -291,7 +295,7 @@ def notify_charge_attention(*, charge_id: str) -> bool:
         return False
     charge = Charge.objects.select_related("order__site").get(pk=charge_id)
     try:
-        _email_owners(charge)
+        _email_deciders(charge)
     except Exception:
         # Not sent: give the claim back so the task's retry (or the sweep) sends it.
         Charge.objects.filter(pk=charge_id).update(attention_notified_at=None)
@@ -300,7 +304,7 @@ def notify_charge_attention(*, charge_id: str) -> bool:
 
 
 def untold_attention_charge_ids() -> list[str]:
-    """Charges that need attention whose owners were not told yet (the sweep's pick)."""
+    """Charges that need attention nobody was told of yet (the sweep's pick)."""
     return list(
         Charge.objects.filter(
             status=ChargeStatus.PENDING,
@@ -313,7 +317,8 @@ def untold_attention_charge_ids() -> list[str]:
 
 
 def notify_missed_charge_attention() -> int:
-    """The sweep: tell the owners of each charge the on-commit task missed; how many told."""
+    """The sweep: tell the owners and admins of each charge the on-commit task missed; how
+    many told."""
     return sum(notify_charge_attention(charge_id=pk) for pk in untold_attention_charge_ids())
 
 
@@ -322,7 +327,7 @@ def _charge_page_url(charge: Charge) -> str:
     return absolute_url(reverse("orders:detail", args=[charge.order_id]) + f"#charge-{charge.pk}")
 
 
-def _email_owners(charge: Charge) -> None:
+def _email_deciders(charge: Charge) -> None:
     order = charge.order
     rail = rail_label(charge.rail)
     amount = format_money(charge.amount)
@@ -349,4 +354,6 @@ def _email_owners(charge: Charge) -> None:
         lines=lines,
     )
     if not told:
-        logger.warning("charge %s needs attention; site %s has no owner", charge.pk, order.site_id)
+        logger.warning(
+            "charge %s needs attention; site %s has no owner or admin", charge.pk, order.site_id
+        )

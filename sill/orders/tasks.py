@@ -1,5 +1,5 @@
-"""Celery tasks of orders: charging an agent's purchase, and telling the owners of a charge that
-needs attention. Enqueued on commit (the notice by name, ``sill.queue``)."""
+"""Celery tasks of orders: charging an agent's purchase, and telling the owners and admins of a
+charge that needs attention. Enqueued on commit (the notice by name, ``sill.queue``)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def recover_stuck_charges() -> int:
 @shared_task(name="orders.recover_stuck")
 def recover_stuck_charges_task() -> int:
     """Re-enqueue pending charges whose lease lapsed or whose check is due, then email the
-    owners of any charge needing attention they were not told of; how many were re-enqueued.
+    owners and admins of any charge needing attention they were not told of; how many were
+    re-enqueued.
     Beat: every minute."""
     recovered = recover_stuck_charges()
     # After the recovery, and never failing it: with SMTP down (an OSError) the claim was given
@@ -67,5 +68,6 @@ def recover_stuck_charges_task() -> int:
     retry_backoff=30,
 )
 def notify_charge_attention_task(charge_id: str) -> None:
-    """Email the site's owners, once, that a charge needs attention (enqueued on commit)."""
+    """Email the site's owners and admins, once, that a charge needs attention (enqueued on
+    commit)."""
     notify_charge_attention(charge_id=charge_id)

@@ -1,4 +1,5 @@
-"""When a purchase's charge first needs attention, the site's owners get one email: what
+"""When a purchase's charge first needs attention, the site's owners and admins get one email
+(the people told of a refund that needs attention, active accounts only): what
 happened, the order, the amount, the idempotency key to look for in the rail's dashboard and
 the link to the order page where they record what it shows. A send that fails is retried;
 the beat sweep sends one the on-commit task missed."""
@@ -11,6 +12,10 @@ import pytest
 from django.core import mail
 from django.test import override_settings
 
+from refunds.review.notifications import DECIDERS
+from sill.accounts.models import Role
+from sill.accounts.notices import member_emails
+from sill.accounts.services import add_member
 from sill.orders.charge_attention import notify_charge_attention
 from sill.orders.charging import charge_order
 from sill.orders.models import Charge, ChargeStatus, Order
@@ -45,9 +50,10 @@ def notified(charge: Charge) -> bool:
     return Charge.objects.filter(pk=charge.pk, attention_notified_at__isnull=False).exists()
 
 
-def test_the_owners_get_one_email_when_a_charge_first_needs_attention(order, told):
+def test_the_owners_and_admins_get_one_email_when_a_charge_first_needs_attention(order, told):
     [message] = mail.outbox
-    assert message.to == ["owner@roasters.example"]  # not admins, reviewers, staff, others
+    # Not reviewers, staff, nor another site's owner.
+    assert message.to == ["admin@roasters.example", "owner@roasters.example"]
     assert message.subject == f"[Sill] Needs attention: a $89.00 charge for order #{order.number}"
     body = message.body
     assert "A charge on Test Roasters needs attention" in body
@@ -59,6 +65,27 @@ def test_the_owners_get_one_email_when_a_charge_first_needs_attention(order, tol
     assert "not cancelled" in body
     assert f"https://sill.example/orders/{order.pk}/#charge-{told.pk}\n" in body
     assert notified(told)
+
+
+def test_it_goes_to_the_same_people_as_a_refund_that_needs_attention(
+    order, members, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        charge_in_doubt(order)
+    [message] = mail.outbox
+    assert message.to == member_emails(order.site_id, roles=DECIDERS)
+
+
+def test_a_deactivated_owner_or_admin_is_not_told(order, members, missed):
+    gone = add_member(
+        site=order.site, email="former-admin@roasters.example", role=Role.ADMIN, password="x"
+    )
+    for user in (members["owner"].user, gone.user):
+        user.is_active = False
+        user.save()
+    assert notify_charge_attention(charge_id=missed.pk) is True
+    [message] = mail.outbox
+    assert message.to == ["admin@roasters.example"]
 
 
 def test_a_second_flag_sends_nothing_more(order, told, django_capture_on_commit_callbacks):
