@@ -41,7 +41,12 @@ from sill.orders.models import (
 from sill.orders.outside import unrecorded_refunded_minor
 from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail_label
 from sill.rails.models import RailAccount
-from sill.rails.registry import RailDisabled, rail_account_for, site_account_moved
+from sill.rails.registry import (
+    RailDisabled,
+    key_unreadable,
+    site_account_moved,
+    usable_rail_account,
+)
 from sill.rails.woocommerce import woocommerce_stripe_refusal
 from sill.sql import Carried, cols, fetch_row, for_update, placeholders
 
@@ -263,7 +268,8 @@ def quote_refund(
     or succeeded (``already_executed``, when ``origin`` is ``agent``), a charge of an account
     the site is no longer connected to (``rail_disabled``: a Shopify shop or a WooCommerce
     store the site switched away from, ``sill.rails.registry.account_moved``), the rail
-    switched off (``rail_disabled``, when ``check_rail``), an open dispute (``disputed``),
+    switched off or its stored API key unreadable (``rail_disabled``, when ``check_rail``:
+    ``sill.rails.registry.usable_rail_account``), an open dispute (``disputed``),
     nothing left (``already_executed``), or nothing left once the charge's held refunds are
     counted (``exceeds_refundable``, naming what is awaiting approval). The quote's ``remaining`` is
     then net of those holds, and ``held`` is their sum.
@@ -272,9 +278,10 @@ def quote_refund(
     ``charge`` is the refund's own. Its original was found when it was opened; what may have
     changed since is the charge and the site's rail, so the refusals are: the charge is no
     longer refundable (``exceeds_refundable``), a charge of an account the site is no longer
-    connected to (``rail_disabled``), an open dispute (``disputed``), less left than the
-    refund's amount (``exceeds_refundable``; a refund that reserved its amount counts it as
-    its own).
+    connected to (``rail_disabled``), the rail switched off or its key unreadable
+    (``rail_disabled``, when ``check_rail``: an approval), an open dispute (``disputed``),
+    less left than the refund's amount (``exceeds_refundable``; a refund that reserved its
+    amount counts it as its own).
 
     ``rail_facts``: what the rail reported when its facts were read (a new refund only).
     Anything it counts as refunded beyond Sill's records was refunded outside Sill and is not
@@ -283,8 +290,10 @@ def quote_refund(
     is set (:func:`live_refusal`).
 
     ``rail_account``: the charge's enabled rail account, when the caller already read it
-    (``check_rail`` and the account check then ask nothing more). ``order.site`` is read for
-    the refund window: callers that have the site set it on the order.
+    (``check_rail`` and the account check then read nothing more; ``check_rail`` still asks
+    whether its stored key opens, which costs nothing for an account without one).
+    ``order.site`` is read for the refund window: callers that have the site set it on the
+    order.
 
     Callers hold the order's and the charge's row locks when they act on the answer.
     """
@@ -321,9 +330,13 @@ def quote_refund(
     )
     if moved is not None:
         raise RefundRefused(moved.message, code="rail_disabled", order=order, charge=charge)
-    if check_rail and rail_account is None:
+    if check_rail:
+        # Switched off, or its stored key no key opens: the refund would fail at execution.
         try:
-            rail_account_for(site_id=order.site_id, rail=charge.rail)
+            if rail_account is None:
+                usable_rail_account(site_id=order.site_id, rail=charge.rail)
+            elif (unreadable := key_unreadable(rail_account)) is not None:
+                raise unreadable
         except RailDisabled as exc:
             raise RefundRefused(
                 exc.message, code="rail_disabled", order=order, charge=charge

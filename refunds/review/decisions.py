@@ -14,9 +14,10 @@ that settlement uses too, so the two never deadlock) and checks the facts again:
 yesterday is never paid on today's stale approval if the charge has since been disputed, or
 refunded elsewhere so that less than the held amount remains, or if the site is now connected
 to another account than the charge's (a Shopify shop or WooCommerce store it switched away
-from). Such an approval is refused and the refund closed with the reason (``disputed``,
-``exceeds_refundable``, ``rail_disabled``); an approval after ``expires_at`` expires the
-refund on the spot. Nothing is sent to the rail then.
+from), or its rail is switched off or its stored API key can no longer be read (the refund
+would only fail at execution). Such an approval is refused and the refund closed with the
+reason (``disputed``, ``exceeds_refundable``, ``rail_disabled``); an approval after
+``expires_at`` expires the refund on the spot. Nothing is sent to the rail then.
 
 Each outcome writes its decision record in the same transaction, linking the ``escalated``
 record it resolves (``escalated_hash``): ``escalated_approved`` names the reviewer and
@@ -90,7 +91,8 @@ def approve_refund(
     longer held, :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
     :class:`DecisionRefused` (409) — after committing the refund's closing — when it expired
     or the charge changed since it was held (open dispute, less left to refund, its shop or
-    store no longer connected).
+    store no longer connected) or its rail can no longer refund it (switched off, its stored
+    key unreadable).
     """
     require_member(actor, refund.site_id, Cap.DECIDE_HELD)
     asked_at = now or timezone.now()
@@ -129,8 +131,9 @@ def approve_refund(
         else:
             order, charge = _lock_money_rows(locked)
             try:
-                # The facts again: a dispute opened or less left since the refund was held.
-                quote = quote_refund(order=order, charge=charge, refund=locked)
+                # The facts again: a dispute opened or less left since the refund was held,
+                # or its rail switched off or its stored key no longer readable.
+                quote = quote_refund(order=order, charge=charge, refund=locked, check_rail=True)
             except RefundRefused as refused:
                 refusal = (refused.code, refused.message)
             else:

@@ -42,7 +42,7 @@ from sill.errors import SillError
 from sill.money import Money, format_money
 from sill.orders.models import Charge, Order
 from sill.rails.base import RefundFacts
-from sill.rails.registry import rail_account_for
+from sill.rails.registry import usable_rail_account
 
 RefundKind = Literal["full", "amount", "percentage"]
 KINDS: tuple[str, ...] = ("full", "amount", "percentage")
@@ -323,7 +323,8 @@ def create_staff_refund(
             held=quote.held,
         )
         _check_confirmed(order=locked, amount=refund_amount, expected=expected)
-        rail_account_for(site_id=site.pk, rail=charge.rail)  # RailDisabled (409) if off
+        # RailDisabled (409) if switched off or its stored key cannot be read.
+        usable_rail_account(site_id=site.pk, rail=charge.rail)
         context = RefundContext(
             site=site,
             order=locked,

@@ -71,7 +71,7 @@ from sill.orders.charge_attention import parse_resolution, resolve_charge_attent
 from sill.orders.models import Charge, ChargeStatus, Order
 from sill.orders.selectors import order_for, pending_charge_of
 from sill.rails.base import rail_label
-from sill.rails.registry import account_noun, rail_account_for, site_account_moved
+from sill.rails.registry import account_noun, site_account_moved, usable_rail_account
 from sill.rails.woocommerce.record import woocommerce_records_for
 
 KEY_FIELD = "idempotency_key"
@@ -394,7 +394,7 @@ def _confirm(
         assert charge is not None  # the quote refuses an order without one
         # What the refund itself would refuse before deciding, refused before confirming.
         pickable_reason(request.site_ctx.site, form.values["reason"])
-        rail_account_for(site_id=order.site_id, rail=charge.rail)
+        usable_rail_account(site_id=order.site_id, rail=charge.rail)
     except SillError as error:
         form.error = error
         return _render_form(request, order, form)

@@ -9,7 +9,12 @@ from django.db.models import Q
 
 from sill.accounts.models import Site
 from sill.orders.models import Rail
-from sill.rails.secrets import SecretBinding, encrypt_secret, open_secret
+from sill.rails.secrets import (
+    RailSecretUnreadable,
+    SecretBinding,
+    encrypt_secret,
+    open_secret,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +93,21 @@ class RailAccount(models.Model):
         if not opened.current and self.pk is not None:
             self._store_reencrypted(opened.plain, opened.stale_because, quiet=True)
         return opened.plain
+
+    def secret_opens(self) -> bool:
+        """Whether a key opens the stored secret (True when none is stored), writing nothing.
+
+        For decisions: :meth:`get_secret` may rewrite a blob stored under a fallback key, and
+        a decision only needs to know that the rail will be able to read its key. No work
+        at all for an account without a secret (the mock rail).
+        """
+        if not self.has_secret:
+            return True
+        try:
+            open_secret(self.secret_encrypted, binding=self.secret_binding())
+        except RailSecretUnreadable:
+            return False
+        return True
 
     @property
     def has_webhook_secrets(self) -> bool:

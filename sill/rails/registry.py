@@ -45,6 +45,26 @@ def rail_account_for(*, site_id: str, rail: str, provider_account: str = "") -> 
     return account
 
 
+def usable_rail_account(*, site_id: str, rail: str) -> RailAccount:
+    """:func:`rail_account_for`, also refusing an account whose stored API key no key opens
+    (:func:`key_unreadable`): what a decision asks before answering that a refund is on its
+    way, so that it is refused then rather than failed a moment later at execution."""
+    account = rail_account_for(site_id=site_id, rail=rail)
+    if (unreadable := key_unreadable(account)) is not None:
+        raise unreadable
+    return account
+
+
+def key_unreadable(account: RailAccount) -> RailDisabled | None:
+    """``RailDisabled``, in :func:`rail_from_account`'s words, when ``account``'s stored API
+    key cannot be decrypted; None when it can or none is stored (no work then).
+
+    Writes nothing and runs no query (``RailAccount.secret_opens``): unlike building the rail,
+    which re-encrypts a key stored under a fallback, so a decision can ask it.
+    """
+    return None if account.secret_opens() else _unreadable(account)
+
+
 def rail_for(*, site_id: str, rail: str, provider_account: str = "") -> Rail:
     """A ready rail for the site, refusing live money unless ``SILL_ALLOW_LIVE`` is set.
 
@@ -178,10 +198,14 @@ def rail_from_account(account: RailAccount) -> Rail:
             account.rail,
             account.site_id,
         )
-        raise RailDisabled(
-            f"The {_label(account.rail)} rail is disabled because its stored API key cannot "
-            f"be read: {WHAT_TO_DO}."
-        ) from exc
+        raise _unreadable(account) from exc
+
+
+def _unreadable(account: RailAccount) -> RailDisabled:
+    return RailDisabled(
+        f"The {_label(account.rail)} rail is disabled because its stored API key cannot be "
+        f"read: {WHAT_TO_DO}."
+    )
 
 
 def ensure_mock_rail(site: Site) -> RailAccount:

@@ -5,10 +5,18 @@ from __future__ import annotations
 import logging
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from sill.rails.models import RailAccount
-from sill.rails.registry import RailDisabled, rail_for
+from sill.rails.registry import (
+    RailDisabled,
+    ensure_mock_rail,
+    key_unreadable,
+    rail_for,
+    usable_rail_account,
+)
 
 pytestmark = pytest.mark.django_db
 URL = "/settings/rails/"
@@ -87,3 +95,42 @@ def test_re_entering_the_key_fixes_the_rail(unreadable_stripe, client_for, site)
     assert rail_for(site_id=site.pk, rail="stripe") is not None
     body = client_for("owner").get(URL).content.decode()
     assert "Key unreadable" not in body and "sk_test_…XYZ9" in body
+
+
+@override_settings(SECRET_KEY=NOW, SECRET_KEY_FALLBACKS=[OLD])
+def test_a_decision_gets_the_same_refusal_without_a_query(unreadable_stripe, site):
+    account = RailAccount.objects.get(pk=unreadable_stripe.pk)
+    with CaptureQueriesContext(connection) as queries:
+        refusal = key_unreadable(account)
+
+    assert refusal is not None and refusal.code == "rail_disabled"
+    with pytest.raises(RailDisabled) as built:
+        rail_for(site_id=site.pk, rail="stripe")
+    assert refusal.message == built.value.message
+    assert queries.captured_queries == []
+    with pytest.raises(RailDisabled) as usable:
+        usable_rail_account(site_id=site.pk, rail="stripe")
+    assert usable.value.message == built.value.message
+
+
+@override_settings(SECRET_KEY=NOW, SECRET_KEY_FALLBACKS=[SAVED_UNDER])
+def test_a_key_under_a_fallback_opens_for_a_decision_which_rewrites_nothing(
+    unreadable_stripe, site
+):
+    """Building the rail re-encrypts such a key under SECRET_KEY (a write); asking whether it
+    opens, as a decision does, must not."""
+    before = bytes(unreadable_stripe.secret_encrypted)
+    account = RailAccount.objects.get(pk=unreadable_stripe.pk)
+    with CaptureQueriesContext(connection) as queries:
+        assert key_unreadable(account) is None
+    assert queries.captured_queries == []
+    assert usable_rail_account(site_id=site.pk, rail="stripe").pk == account.pk
+    assert bytes(RailAccount.objects.get(pk=account.pk).secret_encrypted) == before
+
+
+def test_an_account_without_a_key_is_not_asked(site):
+    mock = ensure_mock_rail(site)
+    assert not mock.has_secret
+    with CaptureQueriesContext(connection) as queries:
+        assert mock.secret_opens() and key_unreadable(mock) is None
+    assert queries.captured_queries == []

@@ -1,0 +1,220 @@
+"""A rail whose stored API key no key opens is refused when a refund is decided, as a rail
+switched off is (``rail_disabled``, saying what to do), not answered "approved" and then
+failed a moment later at execution: an agent's mandate, a staff refund (service, form and
+API), and the approval of a refund held before the key became unreadable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client, override_settings
+
+from audit.models import AuditRecord
+from refunds.models import Refund, RefundReason
+from refunds.reasons.services import ensure_default_reasons
+from refunds.review.decisions import DecisionRefused, approve_refund
+from refunds.staff.services import create_staff_refund
+from sill.errors import SillError
+from sill.orders.models import Charge, Order
+from sill.rails.models import MockLedgerEntry, RailAccount
+from sill.rails.secrets import WHAT_TO_DO
+from tests.refunds.conftest import ORIGINAL, hold_refund, post, refund_intent
+
+pytestmark = pytest.mark.django_db
+
+KEY = "sk_test_51UnreadableDecisionKey00000000XYZ9"
+# The SECRET_KEY the key was sealed under, since rotated away without being kept as a fallback.
+LOST = "the-secret-key-that-was-rotated-away-" + "l" * 40
+REFUSAL = f"The Stripe rail is disabled because its stored API key cannot be read: {WHAT_TO_DO}."
+
+
+def seal_under_lost_key(account: RailAccount) -> None:
+    """Store ``account``'s key as it was sealed before SECRET_KEY was rotated to today's."""
+    with override_settings(SECRET_KEY=LOST, SECRET_KEY_FALLBACKS=[]):
+        account.set_secret(KEY)
+    account.save()
+
+
+@pytest.fixture
+def stripe_rail(site) -> RailAccount:
+    account = RailAccount(site=site, rail="stripe", enabled=True)
+    seal_under_lost_key(account)
+    return account
+
+
+@pytest.fixture
+def reason(site) -> RefundReason:
+    ensure_default_reasons(site)
+    return RefundReason.objects.get(site=site, code="defective")
+
+
+def _sealed(account: RailAccount) -> bytes:
+    return bytes(RailAccount.objects.get(pk=account.pk).secret_encrypted)
+
+
+def _nothing_moved(order: Order) -> None:
+    """No refund was reserved, sent or failed: an execution enqueued (the tests run what
+    commits enqueues) would have failed the refund rail_disabled."""
+    charge = Charge.objects.get(order=order)
+    assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (0, 0)
+    assert not Refund.objects.filter(
+        order=order, status__in=["processing", "succeeded", "failed", "needs_attention"]
+    ).exists()
+
+
+# --- an agent's mandate -----------------------------------------------------------------------
+
+
+def test_an_agents_mandate_is_answered_rejected_rail_disabled(
+    agent, make_order, stripe_rail, sign, django_capture_on_commit_callbacks
+):
+    """It was answered 201 approved/processing, and the refund failed rail_disabled at once."""
+    order = make_order(rail="stripe", placed_by_agent=agent, source_mandate_id=ORIGINAL)
+    sealed = _sealed(stripe_rail)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(Client(), sign(refund_intent(ORIGINAL)))
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["decision"], body["status"], body["reason"]) == (
+        "rejected",
+        "rejected",
+        "rail_disabled",
+    )
+    refund = Refund.objects.get(pk=body["refund_id"])
+    assert (refund.status, refund.outcome_code) == ("rejected", "rail_disabled")
+    assert AuditRecord.objects.filter(kind="rejected", subject_refund_id=refund.pk).exists()
+    _nothing_moved(order)
+    assert _sealed(stripe_rail) == sealed  # the decision wrote nothing to the account
+
+
+# --- a staff refund ---------------------------------------------------------------------------
+
+
+def test_a_staff_refund_is_refused_with_what_to_do(
+    site, members, make_order, stripe_rail, reason, django_capture_on_commit_callbacks
+):
+    """It was decided and reserved ("on its way"), then failed rail_disabled at execution."""
+    order = make_order(rail="stripe")
+
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        pytest.raises(SillError) as refused,
+    ):
+        create_staff_refund(
+            site=site, order=order, actor=members["staff"].user, kind="full", reason=reason
+        )
+
+    assert (refused.value.code, refused.value.status) == ("rail_disabled", 409)
+    assert refused.value.message == REFUSAL
+    assert not Refund.objects.filter(order=order).exists()
+    _nothing_moved(order)
+
+
+def test_the_staff_form_refuses_it_before_the_confirmation(
+    client_for, make_order, stripe_rail, reason
+):
+    order = make_order(rail="stripe")
+    form = {"kind": "full", "reason": str(reason.pk), "note": ""}
+
+    response = client_for("staff").post(f"/orders/{order.id}/refund/", form)
+
+    assert response.status_code == 422
+    body = response.content.decode()
+    assert "its stored API key cannot be read" in body and "SILL_SECRET_KEY_FALLBACKS" in body
+    assert "Confirm the refund" not in body
+    assert KEY not in body
+    assert not Refund.objects.filter(order=order).exists()
+
+
+def test_the_staff_api_answers_409_rail_disabled(
+    client_for, make_order, stripe_rail, reason, django_capture_on_commit_callbacks
+):
+    order = make_order(rail="stripe")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for("staff").post(
+            f"/api/order/{order.id}/refund",
+            data=json.dumps({"full": True, "reasonId": str(reason.pk)}),
+            content_type="application/json",
+            headers={"Idempotency-Key": "unreadable-key-1"},
+        )
+
+    assert response.status_code == 409, response.content
+    assert response.json()["error"]["code"] == "rail_disabled"
+    assert response.json()["error"]["message"] == REFUSAL
+    _nothing_moved(order)
+
+
+# --- approving a held refund ------------------------------------------------------------------
+
+
+@pytest.fixture
+def held_on_stripe(site, members, make_order, localstripe_url, reason) -> Refund:
+    """A staff refund of a Stripe order, held while the rail's key was readable."""
+    account = RailAccount(site=site, rail="stripe", enabled=True, api_base=localstripe_url)
+    account.set_secret(KEY)
+    account.save()
+    order = make_order(rail="stripe")
+    return hold_refund(order=order, requested_by=members["staff"].user, reason_code="defective")
+
+
+def test_approving_a_held_refund_whose_key_became_unreadable_closes_it(
+    site, members, held_on_stripe, django_capture_on_commit_callbacks
+):
+    """The approval went through and the refund failed rail_disabled a moment later."""
+    seal_under_lost_key(RailAccount.objects.get(site=site, rail="stripe"))
+
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        pytest.raises(DecisionRefused) as refused,
+    ):
+        approve_refund(refund=held_on_stripe, actor=members["owner"].user)
+
+    assert (refused.value.code, refused.value.message) == ("rail_disabled", REFUSAL)
+    held_on_stripe.refresh_from_db()
+    assert (held_on_stripe.status, held_on_stripe.outcome_code) == ("rejected", "rail_disabled")
+    closing = AuditRecord.objects.get(
+        kind="escalated_rejected", subject_refund_id=held_on_stripe.pk
+    )
+    assert json.loads(closing.payload)["body"]["reason"] == "rail_disabled"
+    _nothing_moved(held_on_stripe.order)
+
+
+def test_an_approval_in_the_browser_answers_the_refusal(
+    site, client_for, held_on_stripe, django_capture_on_commit_callbacks
+):
+    seal_under_lost_key(RailAccount.objects.get(site=site, rail="stripe"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for("owner").post(
+            f"/held/{held_on_stripe.id}/approve/", headers={"Accept": "application/json"}
+        )
+
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "rail_disabled"
+    assert response.json()["error"]["message"] == REFUSAL
+    assert Refund.objects.get(pk=held_on_stripe.pk).outcome_code == "rail_disabled"
+
+
+def test_approving_a_held_refund_on_a_rail_switched_off_closes_it_too(
+    members, held, mock_rail, django_capture_on_commit_callbacks
+):
+    """The approval's check of the rail refuses a switched-off rail as it refuses an unreadable
+    key: it was approved, then failed rail_disabled at execution."""
+    mock_rail.enabled = False
+    mock_rail.save()
+
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        pytest.raises(DecisionRefused) as refused,
+    ):
+        approve_refund(refund=held, actor=members["owner"].user)
+
+    assert refused.value.code == "rail_disabled"
+    held.refresh_from_db()
+    assert (held.status, held.outcome_code) == ("rejected", "rail_disabled")
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
+    _nothing_moved(held.order)
