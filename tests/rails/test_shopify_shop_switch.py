@@ -38,6 +38,7 @@ from sill.rails.shopify.connect import configure_shopify
 from sill.rails.shopify.sync import sync_order, sync_orders
 from tests.rails.shopify_stub import SHOP, TOKEN, ShopifyStub, StubOrder, StubServer
 from tests.rails.test_shopify_agent_refunds import shopify_intent
+from tests.refunds.staff_api import post_full_refund
 
 pytestmark = pytest.mark.django_db
 
@@ -137,11 +138,8 @@ def test_a_staff_refund_of_the_old_shops_order_is_refused_and_nothing_is_asked_o
     # makes the order refundable, and a retry under the key must then run.
     reason = RefundReason.objects.filter(site=site, active=True, code="defective").first()
     with django_capture_on_commit_callbacks(execute=False):
-        answer = client_for("staff").post(
-            f"/api/order/{order.pk}/refund",
-            data=json.dumps({"full": True, "reasonId": str(reason.pk)}),
-            content_type="application/json",
-            headers={"Idempotency-Key": "switched-1"},
+        answer = post_full_refund(
+            client_for("staff"), order.pk, reason_id=reason.pk, key="switched-1"
         )
     assert answer.status_code == 409, answer.content
     assert answer.json()["error"]["code"] == "rail_disabled"

@@ -50,6 +50,7 @@ from tests.rails.test_woocommerce_refunds import _paid_at_localstripe
 from tests.rails.woo_fixtures import woo_headers
 from tests.rails.woo_stub import CONSUMER_KEY, CONSUMER_SECRET, StubOrder, StubServer, WooStub
 from tests.refunds.conftest import post
+from tests.refunds.staff_api import post_full_refund
 
 pytestmark = pytest.mark.django_db
 
@@ -182,11 +183,8 @@ def test_a_staff_refund_of_the_old_stores_order_is_refused_and_nothing_is_sent_a
     # makes the order refundable, and a retry under the key must then run.
     reason = RefundReason.objects.filter(site=site, active=True, code="defective").first()
     with django_capture_on_commit_callbacks(execute=True):
-        answer = client_for("staff").post(
-            f"/api/order/{order.pk}/refund",
-            data=json.dumps({"full": True, "reasonId": str(reason.pk)}),
-            content_type="application/json",
-            headers={"Idempotency-Key": "switched-1"},
+        answer = post_full_refund(
+            client_for("staff"), order.pk, reason_id=reason.pk, key="switched-1"
         )
     assert answer.status_code == 409, answer.content
     assert answer.json()["error"]["code"] == "rail_disabled"

@@ -20,6 +20,7 @@ from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry, RailAccount
 from sill.rails.secrets import WHAT_TO_DO
 from tests.refunds.conftest import ORIGINAL, hold_refund, post, refund_intent
+from tests.refunds.staff_api import post_full_refund
 
 pytestmark = pytest.mark.django_db
 
@@ -135,11 +136,8 @@ def test_the_staff_api_answers_409_rail_disabled(
     order = make_order(rail="stripe")
 
     with django_capture_on_commit_callbacks(execute=True):
-        response = client_for("staff").post(
-            f"/api/order/{order.id}/refund",
-            data=json.dumps({"full": True, "reasonId": str(reason.pk)}),
-            content_type="application/json",
-            headers={"Idempotency-Key": "unreadable-key-1"},
+        response = post_full_refund(
+            client_for("staff"), order.id, reason_id=reason.pk, key="unreadable-key-1"
         )
 
     assert response.status_code == 409, response.content
