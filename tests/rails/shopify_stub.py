@@ -12,7 +12,8 @@ It dispatches on the operation name Sill sends (it parses no GraphQL), but check
 would refuse: the access token, and ``refundCreate`` without ``@idempotent`` (2026-04). It cuts
 an order's lists where Shopify does, reading each ``first`` (and ``after``) from the query's text
 and variables: ``transactions`` and ``refunds`` are plain lists, cut at ``first`` without a word;
-``lineItems`` is a connection, a page at a time with ``pageInfo``.
+``lineItems`` and a refund's own ``transactions`` are connections, a page at a time with
+``pageInfo`` (the rest of a refund's: ``SillRefundTransactions``, ``refund(id:)``).
 """
 
 from __future__ import annotations
@@ -195,13 +196,19 @@ class ShopifyStub:
     def _customer_json(self, order: StubOrder) -> dict[str, Any] | None:
         return self.customers.get(order.customer_id) if order.customer_id else None
 
-    def _refund_json(self, order: StubOrder, refund: dict[str, Any]) -> dict[str, Any]:
+    def _refund_json(
+        self,
+        order: StubOrder,
+        refund: dict[str, Any],
+        query: str = "",
+        v: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         return {
             "id": refund["id"],
             "createdAt": refund["createdAt"],
             "note": refund["note"],
             "totalRefundedSet": _money(refund["amount"], order.currency),
-            "transactions": {"nodes": refund["transactions"]},
+            "transactions": _refund_transactions(refund, query, v or {}),
         }
 
     def _order_json(
@@ -248,7 +255,7 @@ class ShopifyStub:
                 }
                 for t in transactions
             ],
-            "refunds": [self._refund_json(order, r) for r in refunds],
+            "refunds": [self._refund_json(order, r, query, v) for r in refunds],
             "disputes": order.disputes,
         } | order.overrides
 
@@ -380,7 +387,10 @@ class ShopifyStub:
             if key in self._by_key:
                 order, refund = self._by_key[key]["order"], self._by_key[key]["refund"]
                 data = {
-                    "refundCreate": {"refund": self._refund_json(order, refund), "userErrors": []}
+                    "refundCreate": {
+                        "refund": self._refund_json(order, refund, query, v),
+                        "userErrors": [],
+                    }
                 }
             elif self.user_errors:
                 data = {"refundCreate": {"refund": None, "userErrors": [self.user_errors.pop(0)]}}
@@ -414,7 +424,7 @@ class ShopifyStub:
                     self._by_key[key] = {"order": order, "refund": refund, "input": inp}
                     data = {
                         "refundCreate": {
-                            "refund": self._refund_json(order, refund),
+                            "refund": self._refund_json(order, refund, query, v),
                             "userErrors": [],
                         }
                     }
@@ -434,6 +444,19 @@ class ShopifyStub:
                     "order": {
                         k: full[k]
                         for k in ("id", "refunds", "disputes", "createdAt", "totalPriceSet")
+                    }
+                }
+        elif op == "SillRefundTransactions":
+            found = next(
+                (r for o in self.orders.values() for r in o.refunds if r["id"] == v["id"]),
+                None,
+            )
+            data = {"refund": None}
+            if found is not None:
+                data = {
+                    "refund": {
+                        "id": found["id"],
+                        "transactions": _refund_transactions(found, query, v),
                     }
                 }
         elif op == "SillChargeFacts":
@@ -513,6 +536,33 @@ def _argument(query: str, field: str, name: str, v: dict[str, Any]) -> Any:
         return None
     value = given.group(1)
     return v.get(value[1:]) if value.startswith("$") else value
+
+
+def _refund_transactions(refund: dict[str, Any], query: str, v: dict[str, Any]) -> dict[str, Any]:
+    """A refund's ``transactions``: a connection (``Refund.transactions``), a page of
+    ``first`` after the ``after`` cursor that the query gives the refund's own list, with
+    ``pageInfo``; all of them when the query gives no ``first``."""
+    found = re.search(r"\brefunds?\s*[({][\s\S]*?\btransactions\(([^)]*)\)", query)
+    arguments = found.group(1) if found else ""
+
+    def given(name: str) -> Any:
+        value = re.search(rf"\b{name}:\s*(\$?\w+)", arguments)
+        if value is None:
+            return None
+        text = value.group(1)
+        return v.get(text[1:]) if text.startswith("$") else text
+
+    every = refund["transactions"]
+    start = int(given("after") or 0)
+    first = given("first")
+    end = len(every) if first is None else start + int(first)
+    return {
+        "nodes": every[start:end],
+        "pageInfo": {
+            "hasNextPage": end < len(every),
+            "endCursor": str(min(end, len(every))) if every[start:end] else None,
+        },
+    }
 
 
 def _cut(query: str, field: str, v: dict[str, Any]) -> int | None:

@@ -15,7 +15,7 @@ from decimal import Decimal
 import pytest
 
 from sill.rails.shopify import queries
-from sill.rails.shopify.rail import LISTS_MAX, ORDERS_PAGE
+from sill.rails.shopify.rail import LISTS_MAX, ORDERS_PAGE, REFUND_TRANSACTIONS_PAGE
 from sill.rails.shopify.sync import sync_orders
 from tests.rails.shopify_cost import MAX_COST, requested_cost
 from tests.rails.test_shopify_refunds import _execute, _refund
@@ -64,8 +64,8 @@ def test_every_query_the_sync_refunds_and_facts_send_costs_at_most_1000_points(
     for op, query, variables in shopify.requests:
         costs[op] = max(costs[op], requested_cost(query, variables))
     assert max(costs.values()) <= MAX_COST, costs
-    # 2 + 8 orders x 103 + pageInfo: pinned, see sill.rails.shopify.rail
-    assert costs["SillOrders"] == 827
+    # 2 + 8 orders x 108 + pageInfo: pinned, see sill.rails.shopify.rail
+    assert costs["SillOrders"] == 867
 
 
 def test_the_lists_read_alone_fit_at_their_largest():
@@ -73,6 +73,7 @@ def test_the_lists_read_alone_fit_at_their_largest():
         queries.ORDER_LINES: {"lines": 250},
         queries.ORDER_TRANSACTIONS: {"transactions": LISTS_MAX["transactions"]},
         queries.REFUNDS: {"refunds": LISTS_MAX["refunds"]},
+        queries.REFUND_TRANSACTIONS_AFTER: {"transactions": REFUND_TRANSACTIONS_PAGE},
     }
     for query, variables in sizes.items():
         assert requested_cost(query, variables) <= MAX_COST, query

@@ -118,12 +118,18 @@ def shop_money(bag: Any) -> Money:
 
 
 def refund_state(refund: dict[str, Any]) -> str:
-    """A refund's state from its transactions: ``succeeded``, ``pending`` or ``failed``."""
+    """A refund's state from its transactions: ``succeeded``, ``pending`` or ``failed``.
+
+    One that succeeded is enough. A list Shopify says goes on (``pageInfo.hasNextPage``:
+    the rail reads on, sill.rails.shopify.rail) with none succeeded in it is never
+    ``failed``: one past it may have succeeded."""
     transactions = refund.get("transactions") or {}
     statuses = {str(t.get("status")) for t in transactions.get("nodes") or []}
     if "SUCCESS" in statuses:
         return "succeeded"
     if statuses & {"PENDING", "AWAITING_RESPONSE", "UNKNOWN"} or not statuses:
+        return "pending"
+    if (transactions.get("pageInfo") or {}).get("hasNextPage"):
         return "pending"
     return "failed"
 

@@ -10,13 +10,15 @@ SHOP = (
 )
 
 # A refund's transactions read with it: enough for its state (one succeeded is enough), few
-# enough that a list of refunds fits Shopify's cost limit (sill.rails.shopify.rail).
+# enough that a list of refunds fits Shopify's cost limit (sill.rails.shopify.rail). They are
+# a connection: a refund none of whose first ones succeeded is read on (SillRefundTransactions).
 REFUND_TRANSACTIONS = 5
+REFUND_TRANSACTION_PAGE = "nodes { status kind } pageInfo { hasNextPage endCursor }"
 
 LINE_ITEM = f"sku name quantity originalUnitPriceSet {{ {MONEY} }}"
 TRANSACTION = f"id kind status test createdAt processedAt amountSet {{ {MONEY} }}"
 REFUND = f"""id createdAt note totalRefundedSet {{ {MONEY} }}
-    transactions(first: {REFUND_TRANSACTIONS}) {{ nodes {{ status kind }} }}"""
+    transactions(first: {REFUND_TRANSACTIONS}) {{ {REFUND_TRANSACTION_PAGE} }}"""
 
 # ``lineItems`` is a connection, read on by cursor (SillOrderLines). ``transactions`` and
 # ``refunds`` are plain lists: Shopify cuts each at ``first``, says nothing of what it left out
@@ -100,6 +102,16 @@ query SillRefundPlan($id: ID!, $amount: Money!) {{
 }}
 """
 
+# The rest of a refund's transactions, after the ones read with it.
+REFUND_TRANSACTIONS_AFTER = f"""
+query SillRefundTransactions($id: ID!, $transactions: Int!, $after: String) {{
+  refund(id: $id) {{
+    id
+    transactions(first: $transactions, after: $after) {{ {REFUND_TRANSACTION_PAGE} }}
+  }}
+}}
+"""
+
 # The idempotent directive is mandatory on refundCreate from API version 2026-04; no
 # refundLineItems, so nothing is restocked: the refund is money only.
 REFUND_CREATE = f"""
@@ -107,7 +119,7 @@ mutation SillRefundCreate($input: RefundInput!, $key: String!) {{
   refundCreate(input: $input) @idempotent(key: $key) {{
     refund {{
       id createdAt note totalRefundedSet {{ {MONEY} }}
-      transactions(first: 10) {{ nodes {{ id status kind }} }}
+      transactions(first: 10) {{ nodes {{ id status kind }} pageInfo {{ hasNextPage }} }}
     }}
     userErrors {{ field message }}
   }}

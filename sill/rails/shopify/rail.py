@@ -24,16 +24,19 @@ lists that Shopify cuts at the ``first`` asked for, silently, with no cursor to 
 that came back as long as asked is read again alone at the largest size one query may ask for
 (``LISTS_MAX``); one that fills even that may hold more than can be read, and the order is
 marked ``cut``: the sync never records it as whole, and reconciliation does not compare its
-refunds.
+refunds. A refund's own transactions are a connection: a refund none of whose first ones
+succeeded is read on by cursor (``_with_state``) until one did or they end, since its state
+(a failed refund counts for nothing) comes from them.
 
 Every size here keeps its query under Shopify's limit of 1,000 points for one query (a query
 asking for more is refused, ``MAX_COST_EXCEEDED``, and never runs). By Shopify's documented
 cost rules (an object 1, a scalar 0, a connection 2 plus ``first`` times one node, a plain list
 ``first`` times one item), one order of the order fragment costs
-``8 + 3·lines + 3·transactions + (5 + REFUND_TRANSACTIONS)·refunds`` = 103 with the sizes read
-with it, so a page of ``ORDERS_PAGE`` orders costs 2 + 8·103 + 1 = 827; a refund costs 10 with its
-5 transactions, so refunds read alone stop at 90 (904 points), transactions alone at 250 (751)
-and line items at 250 a page (754). tests/rails/test_shopify_query_cost.py computes the cost of
+``8 + 3·lines + 3·transactions + (6 + REFUND_TRANSACTIONS)·refunds`` = 108 with the sizes read
+with it, so a page of ``ORDERS_PAGE`` orders costs 2 + 8·108 + 1 = 867; a refund costs 11 with its
+5 transactions and their ``pageInfo``, so refunds read alone stop at 90 (994 points),
+transactions alone at 250 (751), line items at 250 a page (754) and a refund's transactions at
+250 a page (254). tests/rails/test_shopify_query_cost.py computes the cost of
 each query Sill sends and holds it under the limit.
 
 The sync waits Shopify's rate limit out (:meth:`ShopifyRail.orders`): a throttled read did
@@ -95,6 +98,9 @@ LINES_WITH_ORDER = 10
 LINES_PAGE = 250
 # An order's line item pages, at most (Shopify paginates no list past 25,000 items).
 MAX_LINE_PAGES = 100
+# A refund's transactions read after those read with it, per read, and at most so many reads.
+REFUND_TRANSACTIONS_PAGE = 250
+MAX_REFUND_TRANSACTION_PAGES = 100
 # Transactions and refunds read with an order; an order with as many of either is read again
 # for that list alone, at most LISTS_MAX of it (what one query may ask for). A list as long as
 # that may have been cut: Shopify's plain lists say nothing of what they left out.
@@ -215,7 +221,7 @@ class ShopifyRail:
         listed = order.get("refunds") or []
         for refund in listed:
             if request.idempotency_key in str(refund.get("note") or ""):
-                return _refund_result(refund)
+                return _refund_result(_with_state(refund, self.client.execute))
         if _full(listed, most):
             # The refund may be past what one query lists: not found is no answer here.
             raise CannotLookUp(
@@ -390,7 +396,7 @@ class ShopifyRail:
         if not isinstance(gid, str) or not gid:
             return parse_order(node)  # raises UnreadableOrder, naming what is wrong
         node = dict(node)
-        if _next_cursor(gid, node.get("lineItems")) is not None:
+        if _next_cursor(f"line items of order {gid}", node.get("lineItems")) is not None:
             node["lineItems"] = {"nodes": self._all_lines(gid, node["lineItems"], read)}
         for name, query, operation in (
             ("transactions", queries.ORDER_TRANSACTIONS, "SillOrderTransactions"),
@@ -403,13 +409,16 @@ class ShopifyRail:
         cut = tuple(
             name for name in ("transactions", "refunds") if _full(node.get(name), LISTS_MAX[name])
         )
+        if isinstance(node.get("refunds"), list):
+            node["refunds"] = [_with_state(r, read) for r in node["refunds"]]
         return parse_order(node, customer_readable=customer_readable, cut=cut)
 
     def _all_lines(self, gid: str, listed: dict[str, Any], read: _Read) -> list[Any]:
         """Every line item of the order: those ``listed`` with it, then the rest by cursor."""
-        nodes = _nodes(gid, listed)
+        what = f"line items of order {gid}"
+        nodes = _nodes(what, listed)
         seen: set[str] = set()
-        while (after := _next_cursor(gid, listed)) is not None:
+        while (after := _next_cursor(what, listed)) is not None:
             if after in seen or len(seen) >= MAX_LINE_PAGES:
                 raise UnreadableOrder(
                     f"Shopify's line items of order {gid} go on without end (cursor {after!r})"
@@ -424,7 +433,7 @@ class ShopifyRail:
                 lines=LINES_PAGE,
                 after=after,
             )
-            nodes += _nodes(gid, listed)
+            nodes += _nodes(what, listed)
         return nodes
 
     def _order_part(
@@ -542,23 +551,59 @@ class ShopifyRail:
 _Read = Callable[..., GraphQLResult]
 
 
-def _nodes(gid: str, connection: Any) -> list[Any]:
+def _nodes(what: str, connection: Any) -> list[Any]:
+    """The nodes of a connection (``what``: its name in words, for the error)."""
     nodes = connection.get("nodes") if isinstance(connection, dict) else None
     if not isinstance(nodes, list):
-        raise UnreadableOrder(f"Shopify sent unreadable line items of order {gid}")
+        raise UnreadableOrder(f"Shopify sent unreadable {what}")
     return nodes
 
 
-def _next_cursor(gid: str, connection: Any) -> str | None:
-    """Where an order's line items go on; None where they end (or are not a connection:
-    parsing the order says so)."""
+def _next_cursor(what: str, connection: Any) -> str | None:
+    """Where a connection (an order's line items, a refund's transactions) goes on; None
+    where it ends (or is not a connection: parsing the order says so)."""
     info = connection.get("pageInfo") if isinstance(connection, dict) else None
     if not isinstance(info, dict) or not info.get("hasNextPage"):
         return None
     cursor = info.get("endCursor")
     if not isinstance(cursor, str) or not cursor:
-        raise UnreadableOrder(f"Shopify's line items of order {gid} go on from no cursor")
+        raise UnreadableOrder(f"Shopify's {what} go on from no cursor")
     return cursor
+
+
+def _with_state(refund: Any, read: _Read) -> Any:
+    """The refund with enough of its transactions to tell its state: those read with it
+    and, while none of them succeeded and Shopify says there are more, the rest by cursor
+    (``Refund.transactions`` is a connection). Read from the first five alone, a refund that
+    succeeded after five failed attempts was read as failed: an outside refund counted for
+    nothing, and Sill's own settled refund reversed as failed after settlement."""
+    if not isinstance(refund, dict) or not isinstance(refund.get("id"), str):
+        return refund  # parsing the order says what is wrong
+    rid = refund["id"]
+    what = f"transactions of refund {rid}"
+    listed = refund.get("transactions")
+    after = _next_cursor(what, listed)
+    if after is None:
+        return refund
+    nodes = list(_nodes(what, listed))
+    seen: set[str] = set()
+    while after is not None and not any(
+        isinstance(t, dict) and t.get("status") == "SUCCESS" for t in nodes
+    ):
+        if after in seen or len(seen) >= MAX_REFUND_TRANSACTION_PAGES:
+            raise UnreadableOrder(f"Shopify's {what} go on without end (cursor {after!r})")
+        seen.add(after)
+        data = read(
+            queries.REFUND_TRANSACTIONS_AFTER,
+            {"id": rid, "transactions": REFUND_TRANSACTIONS_PAGE, "after": after},
+            operation="SillRefundTransactions",
+        ).data
+        found = data.get("refund")
+        if not isinstance(found, dict):
+            raise UnreadableOrder(f"Shopify no longer has refund {rid} (it went while read)")
+        nodes += _nodes(what, found.get("transactions"))
+        after = _next_cursor(what, found.get("transactions"))
+    return refund | {"transactions": {"nodes": nodes, "pageInfo": {"hasNextPage": bool(after)}}}
 
 
 def _full(listed: Any, asked: int) -> bool:
