@@ -4,8 +4,9 @@
   by ``date_modified`` (``orderby=modified``, oldest first, then by id), and only orders
   modified after ``modified_after`` (GMT with ``dates_are_gmt=true``, else the store's zone,
   UTC here) when it is given; each list query is kept in ``order_queries``.
-- ``GET /wp-json/wc/v3/orders/{id}/refunds`` and ``POST`` (``amount``, ``reason``,
-  ``api_refund``) → 201 with the refund; the order's ``refunds`` list grows.
+- ``GET /wp-json/wc/v3/orders/{id}/refunds?per_page=&page=`` (10 a page unless asked, at most
+  100; newest first) with ``X-WP-Total`` / ``X-WP-TotalPages``, and ``POST`` (``amount``,
+  ``reason``, ``api_refund``) → 201 with the refund; the order's ``refunds`` list grows.
 - Authentication as WooCommerce checks it: over plain http an OAuth 1.0a signed query
   (``oauth_consumer_key``, ``oauth_signature``…), over https basic auth or
   ``consumer_key``/``consumer_secret`` query parameters; a wrong key is 401
@@ -187,7 +188,26 @@ class _Handler(BaseHTTPRequestHandler):
             if len(path) == 3 and path[0] == "orders" and path[2] == "refunds":
                 order = self.stub.orders.get(int(path[1]))
                 if order is not None:
-                    self._send(200, list(order.refunds))
+                    per_page = int(query.get("per_page", ["10"])[0])
+                    page = int(query.get("page", ["1"])[0])
+                    if not 1 <= per_page <= 100:
+                        self._send(
+                            400,
+                            _error("rest_invalid_param", "Invalid parameter(s): per_page", 400),
+                        )
+                        return
+                    # Newest first, as WooCommerce lists an order's refunds.
+                    newest = sorted(
+                        order.refunds,
+                        key=lambda r: (r["date_created_gmt"], r["id"]),
+                        reverse=True,
+                    )
+                    pages = max((len(newest) + per_page - 1) // per_page, 1)
+                    self._send(
+                        200,
+                        newest[(page - 1) * per_page : page * per_page],
+                        {"X-WP-Total": str(len(newest)), "X-WP-TotalPages": str(pages)},
+                    )
                     return
         self._send(404, _error("woocommerce_rest_shop_order_invalid_id", "Invalid ID.", 404))
 

@@ -166,9 +166,28 @@ class WooClient:
         self._send("get", "orders", params={"per_page": 1}, doing="key check")
 
     def refunds(self, order_id: int) -> list[dict[str, Any]]:
-        response = self._send("get", f"orders/{order_id}/refunds", doing="refund list")
-        data = _json(response, "refund list")
-        return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+        """Every refund of the order, page by page. WooCommerce lists 10 a page unless asked
+        (at most 100), newest first: the first page alone left older refunds out, and a
+        record looked for among them was written again. An answer that is not a list, or a
+        list past ``MAX_PAGES``, raises: it says nothing of which refunds the order has."""
+        found: list[dict[str, Any]] = []
+        for page in range(1, MAX_PAGES + 1):
+            response = self._send(
+                "get",
+                f"orders/{order_id}/refunds",
+                params={"per_page": PAGE_SIZE, "page": page},
+                doing="refund list",
+            )
+            batch = _json(response, "refund list")
+            if not isinstance(batch, list):
+                raise RetryableRailError("WooCommerce refund list: the answer is not a list")
+            found += [r for r in batch if isinstance(r, dict)]
+            if len(batch) < PAGE_SIZE or page >= _total_pages(response, default=page + 1):
+                return found
+        raise PermanentRailError(
+            f"WooCommerce refund list: order {order_id} lists more than "
+            f"{MAX_PAGES * PAGE_SIZE} refunds, more than Sill reads"
+        )
 
     def create_refund(self, order_id: int, *, amount: str, reason: str) -> dict[str, Any]:
         # api_refund False: WooCommerce only records it; no gateway moves money (Stripe did).
@@ -243,6 +262,14 @@ def _modified(order: dict[str, Any]) -> datetime | None:
         return datetime.fromisoformat(text).replace(tzinfo=UTC)
     except ValueError:
         return None
+
+
+def _total_pages(response: requests.Response, *, default: int) -> int:
+    """The list's ``X-WP-TotalPages``; ``default`` when the store (or a proxy) left it out."""
+    try:
+        return int(response.headers.get("X-WP-TotalPages", ""))
+    except ValueError:
+        return default
 
 
 def _json(response: requests.Response, doing: str) -> Any:
