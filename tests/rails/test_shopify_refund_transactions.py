@@ -14,6 +14,7 @@ from decimal import Decimal
 
 import pytest
 
+from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund
 from refunds.reconcile.runs import run_reconciliation
 from sill.orders.models import Charge, ExternalRefund, Order
@@ -67,6 +68,26 @@ def test_a_refund_sill_settled_that_succeeded_after_five_failed_attempts_is_not_
     refund = Refund.objects.get(pk=refund.pk)
     assert (refund.status, refund.reversed_at) == ("succeeded", None)
     assert Charge.objects.get(order=order).remaining.amount_minor == 0
+
+
+def test_a_refund_recovered_by_lookup_after_five_failed_attempts_is_read_as_succeeded(
+    site, members, shopify, shopify_account, settings, django_capture_on_commit_callbacks
+):
+    placed = shopify.add_order(total="60.00")
+    sync_orders(site=site)
+    order = Order.objects.get(charges__provider_payment_id=str(placed.id))
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    settings.SILL_SHOPIFY_TIMEOUT_SECONDS = 0.5
+    shopify.slow_after_refund_seconds = 2.0  # made, then answered too late
+    with pytest.raises(RetryLater):
+        execute_refund(refund.pk)
+    [made] = placed.refunds
+    _failed_five_times_first(shopify, made)
+    Refund.objects.filter(pk=refund.pk).update(lease_until=None)
+    execute_refund(refund.pk)  # looks the refund up (SillRefunds) before sending anything
+    refund.refresh_from_db()
+    assert (refund.status, refund.provider_refund_id) == ("succeeded", made["id"])
+    assert len(shopify.refund_creates()) == 1
 
 
 def test_a_refund_whose_transactions_all_failed_is_still_read_as_failed(
