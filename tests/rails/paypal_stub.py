@@ -9,8 +9,10 @@
   ``UNPROCESSABLE_ENTITY`` with ``details[].issue`` for over-refunds and 180-day-old captures.
 - ``GET /v2/checkout/orders/{id}`` → ``purchase_units[].payments.{captures,refunds}``.
 - ``POST /v1/notifications/verify-webhook-signature`` → ``verification_status``.
-- ``GET /v1/customer/disputes?disputed_transaction_id={capture id}`` → ``items``: each dispute's
-  summary (no ``dispute_outcome``, as PayPal's list gives), and ``GET /v1/customer/disputes/{id}``
+- ``GET /v1/customer/disputes?disputed_transaction_id={capture id}&page_size=`` → ``items``:
+  each dispute's summary (no ``dispute_outcome``, as PayPal's list gives), a page at a time
+  (``page_size``, 10 unless asked) with a ``next`` link while there are more (its
+  ``next_page_token``), and ``GET /v1/customer/disputes/{id}``
   → the whole dispute, its outcome included once resolved (``add_dispute``).
 
 Scripted failures for the refund call (``fail_next``): ``"429"``, ``"500"``, ``"503"``, an
@@ -141,7 +143,11 @@ class PayPalStub:
             self.disputes[dispute_id] = dispute
             return dispute
 
-    def disputes_of(self, capture_id: str) -> dict[str, Any]:
+    def disputes_of(
+        self, capture_id: str, *, page_size: int = 10, token: str = ""
+    ) -> dict[str, Any]:
+        """One page of the capture's disputes (``page_size``, PayPal's default 10), from the
+        ``next_page_token`` the previous page's ``next`` link carried."""
         summary = ("dispute_id", "create_time", "update_time", "reason", "status",
                    "dispute_amount", "links")  # fmt: skip
         items = [
@@ -149,7 +155,21 @@ class PayPalStub:
             for d in self.disputes.values()
             if any(t["seller_transaction_id"] == capture_id for t in d["disputed_transactions"])
         ]
-        return {"items": items, "links": []}
+        start = int(token or 0)
+        end = start + page_size
+        query = f"disputed_transaction_id={capture_id}&page_size={page_size}"
+        links = [
+            {"href": f"{self.url}/v1/customer/disputes?{query}", "rel": "self", "method": "GET"}
+        ]
+        if end < len(items):
+            links.append(
+                {
+                    "href": f"{self.url}/v1/customer/disputes?{query}&next_page_token={end}",
+                    "rel": "next",
+                    "method": "GET",
+                }
+            )
+        return {"items": items[start:end], "links": links}
 
     def expire_tokens(self) -> None:
         with self.lock:
@@ -453,7 +473,14 @@ class _Handler(BaseHTTPRequestHandler):
         with self.stub.lock:
             if parts == ["v1", "customer", "disputes"]:
                 asked = dict(parse_qsl(query))
-                self._send(200, self.stub.disputes_of(asked.get("disputed_transaction_id", "")))
+                self._send(
+                    200,
+                    self.stub.disputes_of(
+                        asked.get("disputed_transaction_id", ""),
+                        page_size=int(asked.get("page_size") or 10),
+                        token=asked.get("next_page_token", ""),
+                    ),
+                )
                 return
             if len(parts) == 4 and parts[:3] == ["v1", "customer", "disputes"]:
                 dispute = self.stub.disputes.get(parts[3])

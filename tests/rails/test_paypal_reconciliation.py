@@ -138,3 +138,13 @@ def test_a_refund_decision_records_a_refund_paypal_reports_before_its_webhook(
         )  # fmt: skip
     [outside] = ExternalRefund.objects.filter(charge__order=order)
     assert outside.counted_minor == 3000 and paypal.refund_calls == []
+
+
+def test_disputes_past_one_page_are_all_read(site, paypal, paypal_account, paypal_order):
+    # Seen before: one page of 50 was read and its ``next`` link ignored, so a dispute past
+    # it was never recorded and refunds of the capture were not refused.
+    order, capture = paypal_order(total="89.00")
+    for _ in range(51):
+        paypal.add_dispute(capture, status="OPEN")
+    _run(paypal_account)
+    assert Dispute.objects.filter(charge__order=order).count() == 51

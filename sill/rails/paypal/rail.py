@@ -52,8 +52,10 @@ from sill.rails.paypal.resources import amount, dispute_word, rail_refund
 from sill.rails.paypal.resources import time as paypal_time
 
 REFUND_WINDOW_DAYS = RAIL_REFUND_WINDOW_DAYS["paypal"]
-# PayPal's largest page of disputes; a capture has a handful at most.
+# PayPal's largest page of disputes; a capture has a handful at most. A list that goes on (a
+# ``next`` link) is read on, at most DISPUTE_PAGES pages.
 DISPUTE_PAGE_SIZE = 50
+DISPUTE_PAGES = 20
 
 _STATES: dict[str, RefundState] = {
     "COMPLETED": "succeeded",
@@ -145,15 +147,27 @@ class PayPalRail:
     ) -> list[RailDispute]:
         """Every dispute of the capture (``GET /v1/customer/disputes?disputed_transaction_id``).
         The list gives a summary: a resolved dispute's outcome (who won) is read from its own
-        details, since RESOLVED alone does not say."""
-        page = self.client.get(
+        details, since RESOLVED alone does not say. Every page is read (its ``next`` link):
+        one page alone left a dispute past it unrecorded, and the capture refundable."""
+        path = (
             "/v1/customer/disputes?disputed_transaction_id="
-            f"{quote(provider_charge_id, safe='')}&page_size={DISPUTE_PAGE_SIZE}",
-            doing="dispute list",
+            f"{quote(provider_charge_id, safe='')}&page_size={DISPUTE_PAGE_SIZE}"
         )
+        items: list[Any] = []
+        for _ in range(DISPUTE_PAGES):
+            page = self.client.get(path, doing="dispute list")
+            items += page.get("items") or []
+            path = _next_page(page)
+            if not path:
+                break
+        else:
+            raise RetryableRailError(
+                f"PayPal's disputes of capture {provider_charge_id} go on past "
+                f"{DISPUTE_PAGES} pages: which it has is unknown"
+            )
         now = datetime.now(UTC)
         found = []
-        for item in page.get("items") or []:
+        for item in items:
             if not isinstance(item, dict) or not item.get("dispute_id"):
                 continue
             if str(item.get("status") or "").upper() == "RESOLVED" and not item.get(
@@ -266,6 +280,15 @@ def _link(resource: dict[str, Any], rel: str) -> str:
     for link in resource.get("links") or []:
         if isinstance(link, dict) and link.get("rel") == rel and link.get("href"):
             return urlsplit(str(link["href"])).path
+    return ""
+
+
+def _next_page(page: dict[str, Any]) -> str:
+    """The path and query of a list page's ``next`` link; "" on its last page."""
+    for link in page.get("links") or []:
+        if isinstance(link, dict) and link.get("rel") == "next" and link.get("href"):
+            parts = urlsplit(str(link["href"]))
+            return parts.path + (f"?{parts.query}" if parts.query else "")
     return ""
 
 
