@@ -124,7 +124,7 @@ def _ensure_agent(site: Site) -> Agent:
         # The key file under the data dir was replaced: follow it, it is the dev key.
         existing.public_key = public
         existing.save(update_fields=["public_key"])
-        record_key_change(key=existing, action="replace")
+        record_key_change(key=existing, action="replace", actor=None, system=True)
     elif existing is None:
         add_agent_key(
             site=site,
@@ -132,6 +132,8 @@ def _ensure_agent(site: Site) -> Agent:
             key_id=DEMO_KEY_ID,
             public_key=public,
             valid_from=datetime(2026, 1, 1, tzinfo=UTC),
+            actor=None,
+            system=True,
         )
     return agent
 

@@ -2,10 +2,10 @@
 member's role themselves (``sill.accounts.access.require_member``), not only their views.
 
 A caller that skipped the view's ``@site_view`` (a task, a script, an API, a new page) cannot
-act beyond the member's role: a reviewer, a staff member, an owner of *another* site and no
-user at all are refused with 403 ``forbidden`` before anything is read for the change or
-written (no provider is called, no version, audit record or row changes). An admin's call
-goes through. Each service is called directly here, with no view in front of it.
+act beyond the member's role: a reviewer, a staff member, an owner of *another* site, a
+deactivated admin and no user at all are refused with 403 ``forbidden`` before anything is
+read for the change or written (no provider is called, no version, audit record or row changes). An owner's or an
+admin's call goes through. Each service is called directly here, with no view in front of it.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from sill.accounts.services import (
     add_agent_key,
     b64url_encode,
     issue_agent_token,
+    record_key_change,
     register_agent_key,
     revoke_agent_key,
     set_agent_active,
@@ -58,6 +59,7 @@ from sill.rails.registry import ensure_mock_rail
 from sill.rails.services import configure_stripe, set_rail_enabled
 from sill.rails.shopify.connect import configure_shopify
 from sill.rails.woocommerce.connect import configure_woocommerce
+from tests.conftest import site_owner
 from tests.rails import paypal_stub, shopify_stub, woo_stub
 
 pytestmark = pytest.mark.django_db
@@ -197,6 +199,22 @@ def _register_agent_key(w: World) -> Call:
     )  # fmt: skip
 
 
+def _add_agent_key(w: World) -> Call:
+    public = _public_key()
+    return lambda actor: add_agent_key(
+        site=w.site, agent_id="agent_new", key_id="key-1", public_key=public,
+        valid_from=timezone.now() - timedelta(minutes=1), actor=actor,
+    )  # fmt: skip
+
+
+def _record_key_change(w: World) -> Call:
+    key = add_agent_key(
+        site=w.site, agent_id=w.agent.agent_id, key_id="key-1", public_key=_public_key(),
+        valid_from=timezone.now() - timedelta(days=1), actor=w.owner,
+    )  # fmt: skip
+    return lambda actor: record_key_change(key=key, action="replace", actor=actor)
+
+
 def _revoke_agent_key(w: World) -> Call:
     key = add_agent_key(
         site=w.site, agent_id=w.agent.agent_id, key_id="key-1", public_key=_public_key(),
@@ -237,6 +255,8 @@ SERVICES: dict[str, Callable[[World], Call]] = {
     "configure_shopify": _configure_shopify,
     "configure_paypal": _configure_paypal,
     "configure_woocommerce": _configure_woocommerce,
+    "add_agent_key": _add_agent_key,
+    "record_key_change": _record_key_change,
     "register_agent_key": _register_agent_key,
     "revoke_agent_key": _revoke_agent_key,
     "set_agent_active": _set_agent_active,
@@ -287,23 +307,29 @@ def test_it_refuses_a_role_that_may_not_and_changes_nothing(
     assert _state() == before
 
 
+@pytest.mark.parametrize("persona", ["owner", "admin"])
 @pytest.mark.parametrize("service", SERVICES)
-def test_it_lets_an_admin_change_the_site(
-    world: World, members: dict[str, Membership], service: str
+def test_it_lets_an_owner_or_admin_change_the_site(
+    world: World, members: dict[str, Membership], service: str, persona: str
 ) -> None:
     call = SERVICES[service](world)
     before = _state()
-    call(members["admin"].user)
+    call(members[persona].user)
     assert _state() != before
 
 
-def test_it_refuses_a_deactivated_admin(world: World, members: dict[str, Membership]) -> None:
+@pytest.mark.parametrize("service", SERVICES)
+def test_it_refuses_a_deactivated_admin_and_changes_nothing(
+    world: World, members: dict[str, Membership], service: str
+) -> None:
     admin = members["admin"].user
     admin.is_active = False
     admin.save(update_fields=["is_active"])
-    call = _set_auto_refund(world)
+    call = SERVICES[service](world)
+    before = _state()
     with pytest.raises(errors.PermissionDenied):
         call(admin)
+    assert _state() == before
 
 
 def test_the_operator_issues_an_agent_token_without_a_member(agent: Agent) -> None:
@@ -313,3 +339,22 @@ def test_the_operator_issues_an_agent_token_without_a_member(agent: Agent) -> No
     assert AgentToken.objects.filter(agent=agent, prefix=token[:12]).exists()
     with pytest.raises(errors.PermissionDenied):
         issue_agent_token(agent=agent, actor=None)
+
+
+def test_the_operator_adds_an_agent_key_without_a_member(site: Site, agent: Agent) -> None:
+    """``manage.py agents add-key`` and the demo seed say ``system=True`` like the token
+    command; ``actor=None`` alone is refused and writes nothing, and a user cannot pass as
+    the operator."""
+    key = dict(
+        site=site, agent_id=agent.agent_id, key_id="key-1", public_key=_public_key(),
+        valid_from=timezone.now() - timedelta(days=1),
+    )  # fmt: skip
+    before = _state()
+    with pytest.raises(errors.PermissionDenied):
+        add_agent_key(**key, actor=None)
+    assert _state() == before
+    added = add_agent_key(**key, actor=None, system=True)
+    record_key_change(key=added, action="replace", actor=None, system=True)
+    with pytest.raises(ValueError):
+        record_key_change(key=added, action="replace", actor=site_owner(site), system=True)
+    assert AuditRecord.objects.filter(site=site, kind="key_change").count() == 2

@@ -151,14 +151,19 @@ def add_agent_key(
     public_key: bytes,
     valid_from: datetime,
     valid_until: datetime | None = None,
+    actor: Any,
     agent_name: str | None = None,
-    actor: Any = None,
+    system: bool = False,
 ) -> AgentKey:
     """Register an ed25519 public key for ``agent_id`` (creating the agent if needed).
 
     A new agent writes an ``agent_change`` record, a new key a ``key_change`` record, both
-    naming ``actor`` (None: an operator's command).
+    naming ``actor``. ``actor`` must be a member of ``site`` who manages settings, as the
+    Settings → Agents page requires (403 ``forbidden``, before anything is read or written),
+    unless ``system``: the operator's ``manage.py agents add-key`` and the demo seed have no
+    user, say so with ``system=True`` and ``actor=None``, and their records name no actor.
     """
+    _require_agent_manager(actor=actor, site_id=site.pk, system=system)
     if len(public_key) != 32:
         raise SillError("an ed25519 public key is 32 bytes", code="invalid_field")
     if valid_until is not None and valid_until <= valid_from:
@@ -190,14 +195,17 @@ def add_agent_key(
             code="key_conflict",
         )
     if created:
-        record_key_change(key=key, action="add", actor=actor)
+        record_key_change(key=key, action="add", actor=actor, system=system)
     return key
 
 
-def record_key_change(*, key: AgentKey, action: str, actor: Any = None) -> None:
+def record_key_change(*, key: AgentKey, action: str, actor: Any, system: bool = False) -> None:
     """Write the signed ``key_change`` record for an agent key (inside the caller's transaction).
 
-    ``actor`` None is an operator (a management command, the demo seed)."""
+    Checks ``actor`` like :func:`add_agent_key` (a record of a change is that change's say, so
+    no caller may write one in the name of a member who may not make it); ``system=True`` with
+    ``actor=None`` is the operator (a management command, the demo seed)."""
+    _require_agent_manager(actor=actor, site_id=key.agent.site_id, system=system)
     record_admin_change(
         site=key.agent.site,
         kind="key_change",
@@ -214,6 +222,17 @@ def record_key_change(*, key: AgentKey, action: str, actor: Any = None) -> None:
     )
 
 
+def _require_agent_manager(*, actor: Any, site_id: str, system: bool) -> None:
+    """The role check of the agent key and token services: ``system`` is the operator (no user, and
+    ``actor`` None); anyone else must manage the site's settings. ``actor=None`` alone is
+    refused, so a caller cannot become the operator by forgetting who acts."""
+    if system:
+        if actor is not None:
+            raise ValueError("system=True is the operator's call: pass actor=None")
+        return
+    require_member(actor, site_id, Cap.MANAGE_SETTINGS)
+
+
 def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -227,11 +246,7 @@ def issue_agent_token(*, agent: Agent, actor: Any, system: bool = False) -> str:
     like it) has no user, says so with ``system=True`` and ``actor=None``, and its record names
     no actor. ``actor=None`` alone is refused, so a caller cannot become the operator by
     forgetting who acts."""
-    if system:
-        if actor is not None:
-            raise ValueError("system=True is the operator's call: pass actor=None")
-    else:
-        require_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
+    _require_agent_manager(actor=actor, site_id=agent.site_id, system=system)
     token = "sill_at_" + secrets.token_urlsafe(32)
     with transaction.atomic():
         AgentToken.objects.create(agent=agent, token_sha256=token_sha256(token), prefix=token[:12])

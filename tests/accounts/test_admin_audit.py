@@ -17,6 +17,7 @@ from sill.accounts.admin_audit import OPERATOR
 from sill.accounts.models import Agent, AgentKey, Membership
 from sill.accounts.services import add_agent_key, b64url_encode
 from tests.accounts.test_sessions import sign_in
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 PUBLIC = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
@@ -151,7 +152,8 @@ def test_the_agents_command_records_the_operator(site):
 def test_revoking_a_key_is_signed_with_its_actor(client_for, site):
     key = add_agent_key(site=site, agent_id="agent_a", key_id="k1",
                         public_key=bytes(SigningKey(bytes(32)).verify_key),
-                        valid_from=timezone.now() - timedelta(days=1))  # fmt: skip
+                        valid_from=timezone.now() - timedelta(days=1),
+                        actor=site_owner(site))  # fmt: skip
     client = client_for("admin")
     assert client.post(f"/settings/agents/keys/{key.pk}/revoke/").status_code == 303
     assert client.post(f"/settings/agents/keys/{key.pk}/revoke/").status_code == 303

@@ -30,6 +30,7 @@ def key(site):
         key_id="k1",
         public_key=bytes(SigningKey(bytes(32)).verify_key),
         valid_from=timezone.now() - timedelta(days=1),
+        actor=site_owner(site),
     )
 
 
@@ -41,6 +42,7 @@ def their_key(other_site):
         key_id="k9",
         public_key=bytes(SigningKey(bytes(32)).verify_key),
         valid_from=timezone.now(),
+        actor=site_owner(other_site),
     )
 
 

@@ -73,6 +73,8 @@ class Command(BaseCommand):
             public_key=public_key,
             valid_from=valid_from,
             valid_until=valid_until,
+            actor=None,
+            system=True,
         )
         # Running it again with the same key changes nothing: say so, with the stored window.
         self.stdout.write(
