@@ -52,9 +52,9 @@ class RefundsConfig(AppConfig):
 
 
 def _register_slack_secrets() -> None:
-    """Slack's webhook and signing secret are sealed with SECRET_KEY: re-encrypted after a
-    rotation by ``manage.py rails reencrypt-secrets`` with the rails' own."""
-    from refunds.review.slack import signing_secret_binding, webhook_binding
+    """Slack's webhook, signing secret and bot token are sealed with SECRET_KEY: re-encrypted
+    after a rotation by ``manage.py rails reencrypt-secrets`` with the rails' own."""
+    from refunds.review.slack import bot_token_binding, signing_secret_binding, webhook_binding
     from sill.accounts.models import Site
     from sill.rails.secrets import SealedField, register_sealed_field
 
@@ -65,6 +65,7 @@ def _register_slack_secrets() -> None:
     for field, binding, what in (
         ("slack_webhook_sealed", webhook_binding, "Slack webhook"),
         ("slack_signing_secret", signing_secret_binding, "Slack signing secret"),
+        ("slack_bot_token_sealed", bot_token_binding, "Slack bot token"),
     ):
         register_sealed_field(
             SealedField(

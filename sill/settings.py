@@ -102,6 +102,8 @@ if SILL_AUDIT_KEY_SWITCH_SECONDS < 30:
 SILL_SLACK_RESPONSE_HOSTS = tuple(
     (env_str("SILL_SLACK_RESPONSE_HOSTS", "hooks.slack.com") or "").split(",")
 )
+# Slack's Web API (users.info, refunds/review/slack_users.py); tests point it at a loopback stub.
+SILL_SLACK_API_URL = env_str("SILL_SLACK_API_URL", "https://slack.com/api/") or ""
 
 INSTALLED_APPS = [
     # Django's admin with Sill's site class (sill/admin.py): superusers only, mounted only

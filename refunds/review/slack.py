@@ -100,6 +100,26 @@ def webhook_url(site: Site) -> str:
         return ""
 
 
+def bot_token_binding(site: Site) -> SecretBinding:
+    return SecretBinding(site_id=site.pk, rail="slack", field="bot_token")
+
+
+def seal_bot_token(site: Site, token: str) -> bytes:
+    return encrypt_secret(token, binding=bot_token_binding(site))
+
+
+def bot_token(site: Site) -> str:
+    """The site's Slack bot token (it asks Slack who a Slack user is), or "" when none is set
+    or it cannot be opened: then no Slack user can be linked until an owner sets it again."""
+    try:
+        return decrypt_secret(
+            bytes(site.slack_bot_token_sealed or b""), binding=bot_token_binding(site)
+        )
+    except RailSecretUnreadable:
+        logger.warning("site %s: the Slack bot token cannot be decrypted; set it again", site.pk)
+        return ""
+
+
 def _signing_secret(site: Site) -> str:
     try:
         return decrypt_secret(

@@ -1,12 +1,13 @@
 """Settings → Slack: where held refunds are posted, the app's signing secret (it verifies the
-Approve / Reject clicks), and which Slack user is which member. Owners and admins; the
-secret and the links of owners and admins other than oneself are the owners' alone. The
+Approve / Reject clicks) and bot token (Slack confirms with it who a Slack user is before a
+link is saved), and which Slack user is which member. Owners and admins; the secret, the
+token and the links of owners and admins other than oneself are the owners' alone. The
 rules and the write are :func:`refunds.review.slack_setup.save_slack_settings`'s, which checks
 the member's role itself; the page shows an admin those boxes read-only, and each refusal
 beside its field (422).
 
-The signing secret is write-only: the page says whether one is set, never shows it, and
-neither is the webhook URL (a secret too).
+The signing secret and the bot token are write-only: the page says whether each is set, never
+shows it, and neither is the webhook URL (a secret too).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
         ],
         "errors": errors,
         "secret_set": bool(site.slack_signing_secret),
+        "token_set": bool(site.slack_bot_token_sealed),
         "is_owner": is_owner,
         "webhook_set": bool(site.slack_webhook_sealed),
         "request_url": base + reverse("refunds:slack-interactions", args=[site.pk]),
@@ -80,6 +82,8 @@ def _save(request: SiteRequest, site: Site, members: list[Membership]) -> dict[s
             clear_webhook=data.get("clear_webhook") == "on",
             signing_secret=data.get("signing_secret", ""),
             clear_secret=data.get("clear_secret") == "on",
+            bot_token=data.get("bot_token", ""),
+            clear_bot_token=data.get("clear_bot_token") == "on",
             links={m.pk: data.get(f"slack_{m.pk}", "") for m in members},
         )
     except SlackSettingsRefused as refused:

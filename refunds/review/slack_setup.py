@@ -1,19 +1,29 @@
 """Writes to a site's Slack setup (Settings → Slack): where held refunds are posted, the app's
-signing secret (it verifies the Approve / Reject clicks), and which Slack user is which member.
+signing secret (it verifies the Approve / Reject clicks) and bot token (it asks Slack who a
+Slack user is), and which Slack user is which member.
 
 Owners and admins (``require_member``, Cap.MANAGE_SETTINGS, 403 ``forbidden``); but what lets
 a click speak for a member who decides is the owners' alone: the signing secret (whoever holds
-it can sign a click from any linked user) and the links of owners and admins other than
-oneself (an admin linking an owner to the admin's own Slack user would approve, from Slack, as
-that owner, past "whoever asked cannot approve"). An admin may link themselves and members who
-cannot decide. The service reads those rules from the membership ``require_member`` returns,
-not from its caller, so a caller other than the page (a script, an API, a task) cannot act
-beyond the member's role: an admin asking for an owner's change is refused 403 ``forbidden``
-(:class:`SlackOwnersOnly`) with nothing of the save written.
+it can sign a click from any linked user), the bot token (Slack's answers with it confirm the
+links) and the links of owners and admins other than oneself (an admin linking an owner to the
+admin's own Slack user would approve, from Slack, as that owner, past "whoever asked cannot
+approve"). An admin may link themselves and members who cannot decide. The service reads
+those rules from the membership ``require_member`` returns, not from its caller, so a caller
+other than the page (a script, an API, a task) cannot act beyond the member's role: an admin
+asking for an owner's change is refused 403 ``forbidden`` (:class:`SlackOwnersOnly`) with
+nothing of the save written.
 
-The signing secret and the webhook URL are secrets: they are sealed at rest, never logged,
-never returned and never in the audit record. Every save that changes something is one signed
-``settings_change`` record naming what changed, written in the save's transaction.
+Whoever may set a link, it takes effect only when Slack confirms the Slack user is that member:
+``users.info`` with the site's bot token must answer a profile whose email is the member's
+(:mod:`refunds.review.slack_users`). Otherwise (another person's Slack user, no bot token,
+Slack unreachable) the link is refused beside its box and nothing of the save is written: a
+click decides as the member, so no one links a member to a Slack user on their own word.
+Removing a link needs no confirmation, and links made before stay as they are.
+
+The signing secret, the bot token and the webhook URL are secrets: they are sealed at rest,
+never logged, never returned and never in the audit record. Every save that changes
+something is one signed ``settings_change`` record naming what changed, written in the save's
+transaction.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from django.db import IntegrityError, transaction
 from audit.models import AuditKind
 from audit.services import append_record
 from refunds.review import slack
+from refunds.review.slack_users import SlackUserUnconfirmed, slack_user_email
 from sill import errors
 from sill.accounts.access import Cap, can, require_member
 from sill.accounts.models import Membership, Role, Site
@@ -34,11 +45,15 @@ from sill.accounts.models import Membership, Role, Site
 SLACK_USER_RE = re.compile(r"\A[UW][A-Z0-9]{2,31}\Z")
 WEBHOOK_RE = re.compile(r"\Ahttps://hooks\.slack\.com/services/[A-Za-z0-9/_-]{10,200}\Z")
 SECRET_RE = re.compile(r"\A[0-9a-f]{32}\Z")
+BOT_TOKEN_RE = re.compile(r"\Axoxb-[A-Za-z0-9-]{10,250}\Z")
 
 OWNERS_ONLY_SECRET = "Only an owner can set or remove the signing secret: it signs every click."
 OWNERS_ONLY_LINK = (
     "Only an owner can change which Slack user is another owner or admin: a click from that "
     "user decides as them."
+)
+OWNERS_ONLY_TOKEN = (
+    "Only an owner can set or remove the bot token: Slack's answers with it decide who is who."
 )
 LINKED_TWICE = "Each Slack user can be linked to one member only."
 LINKED_MEANWHILE = "That Slack user is already linked to another member."
@@ -75,22 +90,34 @@ def save_slack_settings(
     clear_webhook: bool = False,
     signing_secret: str = "",
     clear_secret: bool = False,
+    bot_token: str = "",
+    clear_bot_token: bool = False,
     links: Mapping[int, str] | None = None,
 ) -> list[str]:
     """Change ``site``'s Slack setup as ``actor``; returns what changed, in words.
 
-    An empty ``webhook_url`` or ``signing_secret`` leaves the one set alone (the page never
-    shows them back); ``clear_webhook`` / ``clear_secret`` remove it. ``links`` maps a
-    membership id of ``site`` to its Slack member ID ("" unlinks); members left out keep
-    theirs. Refused, with nothing written: :class:`SlackSettingsRefused` (422) for input Sill
-    does not accept, :class:`SlackOwnersOnly` (403) for an owner's change asked by an admin,
+    An empty ``webhook_url``, ``signing_secret`` or ``bot_token`` leaves the one set alone (the
+    page never shows them back); ``clear_webhook`` / ``clear_secret`` / ``clear_bot_token``
+    remove it. ``links`` maps a membership id of ``site`` to its Slack member ID ("" unlinks);
+    members left out keep theirs. A new link is asked of Slack first (with the bot token of
+    this save, else the one set). Refused, with nothing written:
+    :class:`SlackSettingsRefused` (422) for input Sill does not accept or a link Slack does not
+    confirm, :class:`SlackOwnersOnly` (403) for an owner's change asked by an admin,
     ``errors.PermissionDenied`` for a role that does not manage settings and
     ``errors.NotFound`` for a membership of another site.
     """
     checked = require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     webhook = webhook_url.strip()
     secret = signing_secret.strip()
+    token = bot_token.strip()
     wanted = {pk: value.strip().upper() for pk, value in (links or {}).items()}
+    # Slack is asked before the site is locked: its answer may take seconds, and member
+    # changes wait on that lock. The answers are checked against the locked rows below.
+    answers = _ask_slack(
+        site=site,
+        token="" if clear_bot_token else (token if _owner_token(checked, token) else None),
+        wanted=wanted,
+    )
     try:
         with transaction.atomic():
             # Member changes lock the site row too (lock_for_member_change): the links and
@@ -114,7 +141,10 @@ def save_slack_settings(
                 webhook=webhook,
                 secret=secret,
                 clear_secret=clear_secret,
+                token=token,
+                clear_token=clear_bot_token,
                 wanted=wanted,
+                answers=answers,
             )
             return _write(
                 site=site,
@@ -125,12 +155,65 @@ def save_slack_settings(
                 clear_webhook=clear_webhook,
                 secret=secret,
                 clear_secret=clear_secret,
+                token=token,
+                clear_token=clear_bot_token,
                 wanted=wanted,
             )
     except IntegrityError:
         # The unique constraint on a site's Slack users refused a link saved meanwhile by a
         # writer that did not wait for the site's lock: the whole save is undone.
         raise SlackSettingsRefused({"members": LINKED_MEANWHILE}) from None
+
+
+def _owner_token(checked: Membership, token: str) -> bool:
+    """Whether Slack is asked with the bot token of this save: an owner's, well formed (an
+    admin's is refused below, so Slack is not asked on its word)."""
+    return checked.role == Role.OWNER and bool(BOT_TOKEN_RE.match(token))
+
+
+# What Slack said of a Slack user: their profile's email, or why it did not say.
+SlackAnswer = str | SlackUserUnconfirmed
+
+
+def _ask_slack(*, site: Site, token: str | None, wanted: dict[int, str]) -> dict[str, SlackAnswer]:
+    """What Slack says of each Slack user this save links anew (``token`` None: the site's
+    bot token). Ids that are not Slack member IDs are left to the checks under the lock."""
+    current = dict(
+        Membership.objects.filter(site=site, pk__in=list(wanted)).values_list("pk", "slack_user_id")
+    )
+    asked = {
+        value
+        for pk, value in wanted.items()
+        if value and value != current.get(pk, value) and SLACK_USER_RE.match(value)
+    }
+    if not asked:
+        return {}
+    if token is None:
+        token = slack.bot_token(site)
+    answers: dict[str, SlackAnswer] = {}
+    for slack_user_id in sorted(asked):
+        try:
+            answers[slack_user_id] = slack_user_email(token=token, slack_user_id=slack_user_id)
+        except SlackUserUnconfirmed as unconfirmed:
+            answers[slack_user_id] = unconfirmed
+    return answers
+
+
+def _unconfirmed(*, member: Membership, value: str, answers: dict[str, SlackAnswer]) -> str:
+    """Why Slack's answer does not link ``value`` to ``member``; "" when it does."""
+    answer = answers.get(value)
+    if answer is None:
+        # The link was changed meanwhile by another save, after Slack was asked.
+        return "Another save changed this link meanwhile; save again."
+    if isinstance(answer, SlackUserUnconfirmed):
+        return str(answer)
+    email = (member.user.email or "").strip()
+    if not email or answer.casefold() != email.casefold():
+        return (
+            f"Slack's profile of {value} does not have the email {email or 'of this member'}: "
+            "a member is linked only to their own Slack user. Nothing was linked."
+        )
+    return ""
 
 
 def _refuse_what_may_not_be_saved(
@@ -140,7 +223,10 @@ def _refuse_what_may_not_be_saved(
     webhook: str,
     secret: str,
     clear_secret: bool,
+    token: str,
+    clear_token: bool,
     wanted: dict[int, str],
+    answers: dict[str, SlackAnswer],
 ) -> None:
     """Every error of the save at once, in the page's order of fields."""
     field_errors: dict[str, str] = {}
@@ -150,14 +236,21 @@ def _refuse_what_may_not_be_saved(
         )
     if secret and not SECRET_RE.match(secret):
         field_errors["signing_secret"] = "A Slack signing secret is 32 lowercase hex characters."
+    if token and not BOT_TOKEN_RE.match(token):
+        field_errors["bot_token"] = "A Slack bot token starts xoxb- (OAuth & Permissions)."
     for member in members:
         value = wanted.get(member.pk, "")
         if value and not SLACK_USER_RE.match(value):
             field_errors[f"slack_{member.pk}"] = "A Slack member ID looks like U04ABCDE12."
+        elif value and value != member.slack_user_id:
+            refused = _unconfirmed(member=member, value=value, answers=answers)
+            if refused:
+                field_errors[f"slack_{member.pk}"] = refused
     owners_only = _owners_only(
         membership=membership,
         members=members,
         asks_secret=bool(secret) or clear_secret,
+        asks_token=bool(token) or clear_token,
         wanted=wanted,
     )
     field_errors.update(owners_only)
@@ -176,6 +269,7 @@ def _owners_only(
     membership: Membership,
     members: list[Membership],
     asks_secret: bool,
+    asks_token: bool,
     wanted: dict[int, str],
 ) -> dict[str, str]:
     """What a non-owner's save asks that only an owner may change (module doc)."""
@@ -184,6 +278,8 @@ def _owners_only(
     refused: dict[str, str] = {}
     if asks_secret:
         refused["signing_secret"] = OWNERS_ONLY_SECRET
+    if asks_token:
+        refused["bot_token"] = OWNERS_ONLY_TOKEN
     for member in members:
         decides = member.role in (Role.OWNER, Role.ADMIN)
         other = member.pk != membership.pk
@@ -203,6 +299,8 @@ def _write(
     clear_webhook: bool,
     secret: str,
     clear_secret: bool,
+    token: str,
+    clear_token: bool,
     wanted: dict[int, str],
 ) -> list[str]:
     changed: list[str] = []
@@ -218,10 +316,17 @@ def _write(
     elif secret:
         locked.slack_signing_secret = slack.seal_signing_secret(locked, secret)
         changed.append("signing secret set")
+    if clear_token and locked.slack_bot_token_sealed:
+        locked.slack_bot_token_sealed = b""
+        changed.append("bot token cleared")
+    elif token:
+        locked.slack_bot_token_sealed = slack.seal_bot_token(locked, token)
+        changed.append("bot token set")
     if changed:
-        locked.save(update_fields=["slack_webhook_sealed", "slack_signing_secret"])
-        site.slack_webhook_sealed = locked.slack_webhook_sealed
-        site.slack_signing_secret = locked.slack_signing_secret
+        fields = ["slack_webhook_sealed", "slack_signing_secret", "slack_bot_token_sealed"]
+        locked.save(update_fields=fields)
+        for field in fields:
+            setattr(site, field, getattr(locked, field))
     links: list[dict[str, str | None]] = []
     for member in members:
         value = wanted.get(member.pk, member.slack_user_id)

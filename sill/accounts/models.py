@@ -33,6 +33,9 @@ class Site(models.Model):
     # The Slack app's signing secret, sealed with SECRET_KEY (sill.rails.secrets, bound to the
     # site): it verifies the Approve / Reject clicks Slack sends (refunds/review/slack.py).
     slack_signing_secret = models.BinaryField(blank=True, default=b"")
+    # The Slack app's bot token (xoxb-…), sealed the same way: Sill asks Slack with it who a
+    # Slack user is (users.info) before linking them to a member (refunds/review/slack_users.py).
+    slack_bot_token_sealed = models.BinaryField(blank=True, default=b"")
     # Owners and admins need a confirmed second factor, and a session verified with it, to
     # change anything an approver changes (sill/accounts/two_factor.py).
     require_two_factor = models.BooleanField(default=require_two_factor_default)

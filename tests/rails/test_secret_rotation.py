@@ -183,14 +183,20 @@ def test_the_migration_rewrites_legacy_blobs_and_reverses(site, settings):
 
 
 def test_the_command_re_encrypts_every_sealed_secret_not_only_api_keys(site, settings):
-    """Webhook signing secrets, Slack's webhook and signing secret and the rotated audit
+    """Webhook signing secrets, Slack's webhook, signing secret and bot token and the rotated audit
     signing keys are sealed with SECRET_KEY too. The command rewrote API keys only, so after
     a run reporting "0 unreadable" the README's next step (drop the old key from the
     fallbacks) left them sealed under a key nobody had: webhooks refused, Slack silent, and
     with a rotated audit key every audit append (so every decision) failing."""
     from audit import keys
     from audit.models import AuditKey
-    from refunds.review.slack import seal_signing_secret, seal_webhook_url, webhook_url
+    from refunds.review.slack import (
+        bot_token,
+        seal_bot_token,
+        seal_signing_secret,
+        seal_webhook_url,
+        webhook_url,
+    )
     from sill.accounts.models import Site
 
     settings.SILL_AUDIT_KEY_SWITCH_SECONDS = 0
@@ -200,6 +206,7 @@ def test_the_command_re_encrypts_every_sealed_secret_not_only_api_keys(site, set
         account.save()
         site.slack_webhook_sealed = seal_webhook_url(site, "https://hooks.slack.com/services/T/B/X")
         site.slack_signing_secret = seal_signing_secret(site, "slack-signing-secret")
+        site.slack_bot_token_sealed = seal_bot_token(site, "xoxb-rotate-me-0000000000")
         site.save()
         rotated = keys.rotate_key()
     out = StringIO()
@@ -209,8 +216,9 @@ def test_the_command_re_encrypts_every_sealed_secret_not_only_api_keys(site, set
     assert f"site {site.pk} stripe webhook signing secrets: re-encrypted" in text
     assert f"site {site.pk} Slack webhook: re-encrypted" in text
     assert f"site {site.pk} Slack signing secret: re-encrypted" in text
+    assert f"site {site.pk} Slack bot token: re-encrypted" in text
     assert f"audit signing key {rotated.key_id}: re-encrypted" in text
-    assert "5 re-encrypted, 0 already current, 0 unreadable" in text
+    assert "6 re-encrypted, 0 already current, 0 unreadable" in text
 
     keys.forget_rotated_keys()
     with override_settings(SECRET_KEY=NEW, SECRET_KEY_FALLBACKS=[]):  # the old key is gone
@@ -218,6 +226,7 @@ def test_the_command_re_encrypts_every_sealed_secret_not_only_api_keys(site, set
         assert reloaded.get_secret() == KEY
         assert reloaded.get_webhook_secrets() == ["whsec_rotate_me"]
         assert webhook_url(Site.objects.get(pk=site.pk)).startswith("https://hooks.slack.com/")
+        assert bot_token(Site.objects.get(pk=site.pk)) == "xoxb-rotate-me-0000000000"
         key_id, signer = keys.signing_key()  # the rotated key still signs
         assert key_id == rotated.key_id and bytes(signer.verify_key) == rotated.public_key
     assert AuditKey.objects.count() == 1

@@ -9,7 +9,7 @@ agent's signed mandate goes through ``POST /api/v1/mandates``, or a staff refund
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -26,6 +26,7 @@ from refunds.agent.mandates import canonical_json, sign_mandate
 from refunds.models import Refund, RefundOrigin, RefundReason, RefundStatus
 from refunds.quote import charged_charge
 from refunds.reasons.services import add_reason, ensure_default_reasons
+from refunds.review.slack import seal_bot_token
 from refunds.staff.services import create_staff_refund
 from sill.accounts.models import Agent, AgentKey, Membership, Site
 from sill.ids import new_ulid
@@ -34,6 +35,7 @@ from sill.orders.models import Order, Rail
 from sill.rails.models import RailAccount
 from sill.rails.registry import ensure_mock_rail
 from tests.conftest import site_owner
+from tests.refunds import slack_stub
 
 KEY_ID = "test-2026-11"
 KEY_SEED = bytes(range(1, 33))
@@ -299,6 +301,32 @@ def _staff_reason(site: Site, *, code: str, name: str) -> RefundReason:
 def held(original: Order, agent: Agent) -> Refund:
     """The seed's case: the agent's full refund of the $89.00 order, held by r07."""
     return hold_refund(order=original, agent=agent)
+
+
+# --- Slack --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def slack_api(site: Site, settings: Any) -> Iterator[slack_stub.SlackStub]:
+    """A loopback Slack Web API (``tests/refunds/slack_stub.py``) as ``site``'s workspace: its
+    bot token is set on the site, and Slack knows the members' users by these ids, each with
+    the member's email (``U0OTHER`` is ``admin2@roasters.example``)."""
+    with slack_stub.StubServer() as stub:
+        settings.SILL_SLACK_API_URL = stub.url
+        site.slack_bot_token_sealed = seal_bot_token(site, stub.token)
+        site.save(update_fields=["slack_bot_token_sealed"])
+        for slack_user_id, email in SLACK_USERS.items():
+            stub.add_user(slack_user_id, email)
+        yield stub
+
+
+SLACK_USERS = {
+    "U0OWNER": "owner@roasters.example",
+    "U0ADMIN": "admin@roasters.example",
+    "U0OTHER": "admin2@roasters.example",
+    "U0REVIEW": "reviewer@roasters.example",
+    "U0STAFF": "staff@roasters.example",
+}
 
 
 from tests.localstripe import localstripe_url  # noqa: E402, F401

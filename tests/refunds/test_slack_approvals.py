@@ -359,7 +359,7 @@ def test_a_click_on_review_in_sill_is_acknowledged_and_decides_nothing(
 HOOK = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXX"
 
 
-def test_an_owner_sets_up_slack_and_links_members(client_for, site, members):
+def test_an_owner_sets_up_slack_and_links_members(client_for, site, members, slack_api):
     owner = client_for("owner")
     page = owner.get("/settings/slack/")
     assert page.status_code == 200 and f"/slack/interactions/{site.pk}" in page.content.decode()
@@ -427,7 +427,9 @@ def test_an_admin_cannot_speak_for_another_decider_in_slack(client_for, site, me
     assert not AuditRecord.objects.filter(site=site, kind="settings_change").exists()
 
 
-def test_an_admin_links_their_own_and_non_deciders_slack_users(client_for, site, members):
+def test_an_admin_links_their_own_and_non_deciders_slack_users(
+    client_for, site, members, slack_api
+):
     Membership.objects.filter(pk=members["owner"].pk).update(slack_user_id="U0OWNER")
     answer = client_for("admin").post(
         "/settings/slack/",
@@ -435,13 +437,40 @@ def test_an_admin_links_their_own_and_non_deciders_slack_users(client_for, site,
             "webhook_url": HOOK,
             f"slack_{members['owner'].pk}": "U0OWNER",  # unchanged, as the form sends it
             f"slack_{members['admin'].pk}": "U0ADMIN",
-            f"slack_{members['reviewer'].pk}": "U0REVIEWER",
+            f"slack_{members['reviewer'].pk}": "U0REVIEW",
         },
     )
     assert answer.status_code == 302
     links = dict(Membership.objects.filter(site=site).values_list("role", "slack_user_id"))
     assert links["owner"] == "U0OWNER" and links["admin"] == "U0ADMIN"
-    assert links["reviewer"] == "U0REVIEWER"
+    assert links["reviewer"] == "U0REVIEW"
+
+
+def test_an_admin_linking_themselves_to_a_colleagues_slack_user_is_told_why_not(
+    client_for, site, members, slack_api
+):
+    """Slack says U0COLLEAGUE is someone else: their clicks would approve as the admin."""
+    slack_api.add_user("U0COLLEAGUE", "colleague@roasters.example")
+    answer = client_for("admin").post(
+        "/settings/slack/", {"webhook_url": HOOK, f"slack_{members['admin'].pk}": "U0COLLEAGUE"}
+    )
+    assert answer.status_code == 422
+    page = answer.content.decode()
+    assert "a member is linked only to their own Slack user" in page
+    assert 'value="U0COLLEAGUE"' in page and 'aria-invalid="true"' in page
+    members["admin"].refresh_from_db()
+    site.refresh_from_db()
+    assert members["admin"].slack_user_id == "" and not site.slack_webhook_sealed
+    assert not AuditRecord.objects.filter(site=site, kind="settings_change").exists()
+
+
+def test_the_bot_token_is_an_owners_write_only_field(client_for, site, slack_api):
+    owner_page = client_for("owner").get("/settings/slack/").content.decode()
+    assert 'name="bot_token"' in owner_page and slack_api.token not in owner_page
+    admin_page = client_for("admin").get("/settings/slack/").content.decode()
+    assert (
+        'name="bot_token"' not in admin_page and "Only an owner can set or remove it" in admin_page
+    )
 
 
 def test_only_managers_see_slack_settings(client_for):

@@ -7,6 +7,10 @@ themselves and members who cannot decide; the signing secret and the links of ow
 other admins are the owners' (an admin asking for them is refused 403 ``forbidden``, nothing
 written, the rest of the same save included). An owner may change everything. The secret and
 the webhook URL never reach the audit record or the log.
+
+A link takes effect only when Slack says (``users.info``, the loopback Slack of
+``tests/refunds/slack_stub.py``) that the Slack user's email is the member's: another person's
+Slack user, no bot token or an unreachable Slack refuse it with nothing written.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from sill import errors
 from sill.accounts.models import Membership, Role, Site
 from sill.accounts.services import add_member
 
-pytestmark = pytest.mark.django_db
+# Slack knows the members' users (tests/refunds/conftest.py: slack_api, SLACK_USERS).
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("slack_api")]
 
 HOOK = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXX"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -45,9 +50,9 @@ def _state() -> dict[str, Any]:
     return {
         "audit": list(AuditRecord.objects.order_by("pk").values_list("pk", flat=True)),
         "sites": [
-            (pk, bytes(hook), bytes(secret))
-            for pk, hook, secret in Site.objects.order_by("pk").values_list(
-                "pk", "slack_webhook_sealed", "slack_signing_secret"
+            (pk, bytes(hook), bytes(secret), bytes(token))
+            for pk, hook, secret, token in Site.objects.order_by("pk").values_list(
+                "pk", "slack_webhook_sealed", "slack_signing_secret", "slack_bot_token_sealed"
             )
         ],
         "links": list(Membership.objects.order_by("pk").values_list("pk", "slack_user_id")),
@@ -111,7 +116,8 @@ def test_an_admin_may_not_link_an_owner_or_another_admin(
     decide from Slack as them; unlinking them is theirs to decide too."""
     target = second_admin if whom == "second_admin" else members[whom]
     if change == "unlink":
-        save_slack_settings(site=site, actor=members["owner"].user, links={target.pk: "U0THEIRS"})
+        theirs = "U0OWNER" if whom == "owner" else "U0OTHER"
+        save_slack_settings(site=site, actor=members["owner"].user, links={target.pk: theirs})
     before = _state()
     with pytest.raises(errors.PermissionDenied) as refused:
         save_slack_settings(
@@ -228,29 +234,33 @@ def test_an_owner_changes_everything_and_no_secret_is_recorded_or_logged(
 
 
 @pytest.mark.parametrize(
-    ("ask", "field"),
+    ("ask", "fields"),
     [
-        ({"webhook_url": "https://evil.example/services/T000/B000/XXXX"}, "webhook_url"),
-        ({"signing_secret": "not-hex"}, "signing_secret"),
-        ({"links": {"ADMIN": "not an id"}}, "slack_ADMIN"),
-        ({"links": {"ADMIN": "U0SAME", "OWNER": "u0same"}}, "members"),
-        # Linked to a member the save leaves as they are.
-        ({"links": {"ADMIN": "U0REVIEW"}}, "members"),
+        ({"webhook_url": "https://evil.example/services/T000/B000/XXXX"}, ["webhook_url"]),
+        ({"signing_secret": "not-hex"}, ["signing_secret"]),
+        ({"bot_token": "xoxp-not-a-bot-token"}, ["bot_token"]),
+        ({"links": {"ADMIN": "not an id"}}, ["slack_ADMIN"]),
+        # Slack's U0ADMIN is the admin, not the owner: that link is refused too.
+        ({"links": {"ADMIN": "U0ADMIN", "OWNER": "u0admin"}}, ["slack_OWNER", "members"]),
+        # Linked to a member the save leaves as they are (and Slack's U0REVIEW is theirs).
+        ({"links": {"ADMIN": "U0REVIEW"}}, ["slack_ADMIN", "members"]),
     ],
 )
 def test_bad_settings_are_refused_beside_their_field_and_change_nothing(
-    site: Site, members: dict[str, Membership], ask: dict[str, Any], field: str
+    site: Site, members: dict[str, Membership], ask: dict[str, Any], fields: list[str]
 ) -> None:
     Membership.objects.filter(pk=members["reviewer"].pk).update(slack_user_id="U0REVIEW")
     pk = {"ADMIN": members["admin"].pk, "OWNER": members["owner"].pk}
     if "links" in ask:
         ask = {"links": {pk[k]: v for k, v in ask["links"].items()}}
-    field = field.replace("ADMIN", str(pk["ADMIN"]))
+    fields = [
+        f.replace("ADMIN", str(pk["ADMIN"])).replace("OWNER", str(pk["OWNER"])) for f in fields
+    ]
     before = _state()
     with pytest.raises(SlackSettingsRefused) as refused:
         save_slack_settings(site=site, actor=members["owner"].user, **ask)
     assert refused.value.status == 422 and refused.value.code == "invalid_field"
-    assert list(refused.value.field_errors) == [field] and refused.value.field == field
+    assert list(refused.value.field_errors) == fields and refused.value.field == fields[0]
     assert _state() == before
 
 

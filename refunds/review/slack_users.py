@@ -1,0 +1,79 @@
+"""Who a Slack user is, as Slack says: ``users.info`` through slack_sdk's ``WebClient``, with the
+site's bot token (its app needs the ``users:read`` and ``users:read.email`` scopes).
+
+Settings → Slack links a Slack user to a member only when Slack confirms that user is the
+member (:mod:`refunds.review.slack_setup`): the email on the Slack profile must be the
+member's. A click from a linked Slack user decides as the member, so a link typed in by
+someone else (an admin linking themselves to a colleague's Slack user) must not take effect
+on their word alone. Sill keeps nothing of Slack's answer but the link.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+
+logger = logging.getLogger(__name__)
+
+TIMEOUT_SECONDS = 5
+
+NO_TOKEN = (
+    "Slack can't confirm who this Slack user is without the app's bot token: an owner sets "
+    "it above. Nothing was linked."
+)
+NO_EMAIL = (
+    "Slack does not share this user's email with the app, so Sill can't confirm who they are: "
+    "give the app the users:read.email scope, reinstall it, and save again."
+)
+UNREACHABLE = "Slack could not be reached to confirm who this Slack user is; nothing was linked."
+# Slack's errors for a user id its workspace does not have (users.info documents
+# user_not_found; users_not_found is the lookup methods' word for it).
+_NOT_FOUND = frozenset({"user_not_found", "users_not_found", "user_not_visible"})
+_BAD_TOKEN = frozenset(
+    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
+)
+
+
+class SlackUserUnconfirmed(Exception):
+    """Slack did not say who the Slack user is; ``str()`` is the words the page shows."""
+
+
+def slack_user_email(*, token: str, slack_user_id: str) -> str:
+    """The email on ``slack_user_id``'s Slack profile, from ``users.info``;
+    :class:`SlackUserUnconfirmed` saying why not (no token, Slack unreachable, no such user,
+    a token Slack refuses, no email shared)."""
+    if not token:
+        raise SlackUserUnconfirmed(NO_TOKEN)
+    client = WebClient(token=token, base_url=settings.SILL_SLACK_API_URL, timeout=TIMEOUT_SECONDS)
+    try:
+        answer = client.users_info(user=slack_user_id)
+    except SlackApiError as exc:
+        error = str(exc.response.get("error") or "")
+        if error in _NOT_FOUND:
+            raise SlackUserUnconfirmed(
+                f"Slack has no user {slack_user_id} in this workspace."
+            ) from None
+        if error in _BAD_TOKEN:
+            raise SlackUserUnconfirmed(
+                "Slack refused the app's bot token: an owner sets a current one above. "
+                "Nothing was linked."
+            ) from None
+        if error == "missing_scope":
+            raise SlackUserUnconfirmed(NO_EMAIL) from None
+        logger.warning("Slack users.info failed: %s", error or exc.response.status_code)
+        raise SlackUserUnconfirmed(UNREACHABLE) from None
+    except (SlackClientError, OSError, ValueError) as exc:
+        # Refused connections and timeouts are OSErrors (urllib's URLError among them).
+        logger.warning("Slack users.info failed: %s", type(exc).__name__)
+        raise SlackUserUnconfirmed(UNREACHABLE) from None
+    user = answer.get("user")
+    profile = user.get("profile") if isinstance(user, dict) else None
+    email = profile.get("email") if isinstance(profile, dict) else None
+    if not isinstance(user, dict) or user.get("id") != slack_user_id:
+        raise SlackUserUnconfirmed(f"Slack did not confirm user {slack_user_id}; try again.")
+    if not isinstance(email, str) or not email.strip():
+        raise SlackUserUnconfirmed(NO_EMAIL)
+    return email.strip()

@@ -1,0 +1,108 @@
+"""A loopback Slack Web API, answering in Slack's shapes (driven through slack_sdk's WebClient).
+
+- ``GET|POST /api/users.info?user=U…`` with ``Authorization: Bearer <bot token>`` →
+  ``{"ok": true, "user": {"id", "team_id", "name", "deleted", "is_bot", "profile": {"email",
+  "real_name"}}}``; a user the workspace does not have → ``{"ok": false, "error":
+  "user_not_found"}`` (users.info's documented error); another token →
+  ``{"ok": false, "error": "invalid_auth"}``. Slack answers both with HTTP 200.
+- A user added with ``email=None`` has no ``email`` in their profile, as Slack answers an app
+  without the ``users:read.email`` scope.
+
+``calls`` records each ``(method, user)`` asked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
+
+TOKEN = "xoxb-1111111111-2222222222222-sillstubbottoken0000000"
+TEAM = "T0SILLSTUB"
+
+
+@dataclass
+class SlackStub:
+    url: str = ""  # the API base, ending /api/ as slack_sdk's base_url does
+    token: str = TOKEN
+    users: dict[str, str | None] = field(default_factory=dict)  # Slack user id → email
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def add_user(self, slack_user_id: str, email: str | None) -> None:
+        self.users[slack_user_id] = email
+
+    def users_info(self, *, token: str, user: str) -> dict[str, object]:
+        self.calls.append(("users.info", user))
+        if token != self.token:
+            return {"ok": False, "error": "invalid_auth"}
+        if user not in self.users:
+            return {"ok": False, "error": "user_not_found"}
+        email = self.users[user]
+        name = (email or user).split("@")[0]
+        profile: dict[str, object] = {"real_name": name, "display_name": name}
+        if email is not None:
+            profile["email"] = email
+        return {
+            "ok": True,
+            "user": {
+                "id": user,
+                "team_id": TEAM,
+                "name": name,
+                "deleted": False,
+                "is_bot": False,
+                "profile": profile,
+            },
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stub: SlackStub
+
+    def do_GET(self) -> None:
+        self._answer(dict(parse_qsl(urlsplit(self.path).query)))
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode()
+        params = dict(parse_qsl(urlsplit(self.path).query))
+        if self.headers.get("Content-Type", "").startswith("application/json"):
+            params.update(json.loads(body or "{}"))
+        else:
+            params.update(parse_qsl(body))
+        self._answer(params)
+
+    def _answer(self, params: dict[str, str]) -> None:
+        path = urlsplit(self.path).path
+        auth = self.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
+        if path == "/api/users.info":
+            status, answer = 200, self.stub.users_info(token=token, user=params.get("user", ""))
+        else:
+            status, answer = 404, {"ok": False, "error": "unknown_method"}
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class StubServer:
+    def __enter__(self) -> SlackStub:
+        self.stub = SlackStub()
+        handler = type("Handler", (_Handler,), {"stub": self.stub})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.stub.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return self.stub
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
