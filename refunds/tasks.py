@@ -64,10 +64,13 @@ def check_attention_refunds_task() -> int:
     ids = attention_refund_ids_due()
     for refund_id in ids:
         check_refund_at_rail_task.delay(refund_id)
+    # SMTP down (an OSError): the claims were given back, the next minute tries again. A
+    # refused email does not get here: it skips its refund and the others are told. Only the
+    # error's class is logged: an SMTP error's text can carry the server's reply and addresses.
     try:
         notify_missed_attention()
-    except OSError:  # SMTP down: the claims were given back, the next minute tries again
-        logger.warning("refund attention emails not sent: mail is failing", exc_info=True)
+    except OSError as exc:
+        logger.warning("refund attention emails not sent: mail is failing (%s)", type(exc).__name__)
     return len(ids)
 
 

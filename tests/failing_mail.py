@@ -1,20 +1,70 @@
-"""A mail backend whose server refuses every message, as an SMTP outage does: Django's own
-backend interface, raising the ``OSError`` subclass smtplib raises. Point ``EMAIL_BACKEND`` at
-:class:`RefusingBackend` to make every ``send_mail`` fail."""
+"""Mail backends whose server fails, Django's own backend interface raising what smtplib raises.
+
+:class:`RefusingBackend` is an outage: the server refuses every message (an ``OSError``
+subclass). Point ``EMAIL_BACKEND`` at ``PATH`` to make every ``send_mail`` fail;
+``RefusingBackend.offered`` counts the messages it was given (a test resets it).
+
+:class:`RefusingSomeBackend` is a server that is up but refuses some messages, delivering the
+rest to ``django.core.mail.outbox`` as the test backend does. Point ``EMAIL_BACKEND`` at
+``REFUSING_SOME`` and list what it refuses in settings:
+
+- ``MAIL_REFUSED_ADDRESSES``: mailboxes it refuses. A message to none but those is refused
+  at RCPT (``SMTPRecipientsRefused``, as smtplib raises when every recipient is refused); one
+  that also has other recipients is refused whole at the end of DATA (``SMTPDataError`` 550),
+  as a server does whose content filter applies one recipient's policy to the transaction.
+- ``MAIL_REFUSED_SUBJECTS``: a message whose subject contains one of these is refused for
+  its content (``SMTPDataError`` 554).
+
+Each refusal's text carries the addresses and the server's reply (``REPLY``), as a real
+server's does, so a test can check that none of it reaches the log.
+"""
 
 from __future__ import annotations
 
 import smtplib
 from collections.abc import Sequence
 
+from django.conf import settings
 from django.core.mail import EmailMessage
 from django.core.mail.backends.base import BaseEmailBackend
+from django.core.mail.backends.locmem import EmailBackend as LocmemBackend
 
 PATH = "tests.failing_mail.RefusingBackend"
+REFUSING_SOME = "tests.failing_mail.RefusingSomeBackend"
+REPLY = "relay.roasters.example policy"
 
 
 class RefusingBackend(BaseEmailBackend):
+    offered = 0
+
     def send_messages(self, email_messages: Sequence[EmailMessage]) -> int:
         if not email_messages:
             return 0
+        RefusingBackend.offered += len(email_messages)
         raise smtplib.SMTPServerDisconnected("Connection unexpectedly closed")
+
+
+class RefusingSomeBackend(LocmemBackend):
+    def send_messages(self, messages: Sequence[EmailMessage]) -> int:
+        refused_to = {a.lower() for a in getattr(settings, "MAIL_REFUSED_ADDRESSES", ())}
+        refused_subjects = getattr(settings, "MAIL_REFUSED_SUBJECTS", ())
+        sent = 0
+        for message in messages:
+            recipients = [r.lower() for r in message.recipients()]
+            bad = [r for r in recipients if r in refused_to]
+            if bad and len(bad) == len(recipients):
+                raise smtplib.SMTPRecipientsRefused(
+                    {r: (550, f"5.1.1 <{r}>: Recipient address rejected ({REPLY})".encode())
+                     for r in bad}
+                )  # fmt: skip
+            if bad:
+                raise smtplib.SMTPDataError(
+                    550, f"5.7.1 Message refused for <{bad[0]}> ({REPLY})".encode()
+                )
+            if any(marker in message.subject for marker in refused_subjects):
+                raise smtplib.SMTPDataError(
+                    554,
+                    f"5.7.1 Message to {', '.join(recipients)} rejected as spam ({REPLY})".encode(),
+                )
+            sent += super().send_messages([message])
+        return sent

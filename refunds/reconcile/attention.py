@@ -24,11 +24,18 @@ from audit.services import append_record
 from refunds.execution import attention_recheck, claim, find_at_rail, record_result, release
 from refunds.labels import refund_headline
 from refunds.models import Refund, RefundStatus
-from refunds.review.notifications import DECIDERS
 from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
 from sill.accounts.access import Cap, require_member
-from sill.accounts.models import Site
-from sill.accounts.notices import absolute_url, email_members
+from sill.accounts.models import Role, Site
+from sill.accounts.notices import (
+    Delivery,
+    MessageRefused,
+    absolute_url,
+    back_off,
+    email_members,
+    forget_refusals,
+    not_backing_off,
+)
 from sill.errors import ExecutionInProgress, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund, Order
 from sill.rails.base import RailError
@@ -48,8 +55,20 @@ def attention_refunds_for(site: Site) -> QuerySet[Refund]:
     )
 
 
+def _notice(refund_id: str) -> str:
+    return f"refund-attention:{refund_id}"
+
+
 def notify_attention(*, refund_id: str) -> bool:
-    """Email the owners and admins once; False when already told or no longer flagged."""
+    """Email the owners and admins once; False when already told, no longer flagged, or
+    refused.
+
+    A mail server that is down is raised (an ``OSError`` for SMTP), the claim given back: the
+    task's retry or the sweep sends it. A server that refuses the message to every owner and
+    admin gives the claim back too, but is not raised: the refund waits
+    (:func:`sill.accounts.notices.back_off`) while the sweep tells the others. Only the
+    error's class and the refund's id are logged, never the addresses or the server's reply.
+    """
     claimed = Refund.objects.filter(
         pk=refund_id, status=RefundStatus.NEEDS_ATTENTION, attention_notified_at__isnull=True
     ).update(attention_notified_at=timezone.now())
@@ -57,10 +76,27 @@ def notify_attention(*, refund_id: str) -> bool:
         return False
     refund = Refund.objects.select_related("site", "order").get(pk=refund_id)
     try:
-        _email(refund)
+        delivery = _email(refund)
+    except MessageRefused as refusal:
+        Refund.objects.filter(pk=refund.pk).update(attention_notified_at=None)
+        wait = back_off(_notice(refund.pk))
+        logger.warning(
+            "refund %s: attention email refused (%s); tried again in %d minutes",
+            refund.pk,
+            refusal.kind,
+            wait.total_seconds() // 60,
+        )
+        return False
     except Exception:
         Refund.objects.filter(pk=refund.pk).update(attention_notified_at=None)
         raise
+    forget_refusals(_notice(refund.pk))
+    if delivery.refused:
+        logger.warning(
+            "refund %s: attention email refused for a recipient (%s); the others were told",
+            refund.pk,
+            delivery.refused,
+        )
     return True
 
 
@@ -71,15 +107,22 @@ NOTIFY_SWEEP_LIMIT = 500
 def notify_missed_attention() -> int:
     """Email the owners and admins of each refund needing attention they were not told about
     (the on-commit task's message lost, or its retries used up); how many were told. Run by
-    the every-minute ``refunds.check_attention``."""
+    the every-minute ``refunds.check_attention``. A refund whose email the server refused is
+    skipped while it waits (it neither goes first nor stops the others); a mail server that
+    is down ends the run, raised, leaving the rest untold for the next."""
     untold = (
         Refund.objects.filter(
             status=RefundStatus.NEEDS_ATTENTION, attention_notified_at__isnull=True
         )
         .order_by("attention_since", "id")
-        .values_list("pk", flat=True)[:NOTIFY_SWEEP_LIMIT]
+        .values_list("pk", flat=True)
     )
-    return sum(notify_attention(refund_id=pk) for pk in list(untold))
+    due = not_backing_off(
+        untold.iterator(chunk_size=NOTIFY_SWEEP_LIMIT),
+        notice="refund-attention",
+        limit=NOTIFY_SWEEP_LIMIT,
+    )
+    return sum(notify_attention(refund_id=pk) for pk in due)
 
 
 def _page_url(refund: Refund) -> str:
@@ -89,7 +132,7 @@ def _page_url(refund: Refund) -> str:
     return absolute_url(reverse("orders:detail", args=[refund.order_id]))
 
 
-def _email(refund: Refund) -> None:
+def _email(refund: Refund) -> Delivery:
     order = refund.order
     what, held, page = (
         ("A customer credit", "Sill will not send it again while it is in doubt.", "its page")
@@ -100,7 +143,7 @@ def _email(refund: Refund) -> None:
             "the order page",
         )
     )
-    lines = [
+    facts = [
         f"{what} on {refund.site.name} needs attention: the {refund.rail} rail may have "
         "made it, and Sill could not confirm whether it did.",
         "",
@@ -108,19 +151,32 @@ def _email(refund: Refund) -> None:
         f"Order: #{order.number}" if order else "",
         f"What happened: {refund.failure_message}",
         "",
-        f"{held} Sill asks the rail again "
-        "every few minutes. If you can see the answer in the provider's dashboard (look for "
-        f"idempotency key {refund.idempotency_key}), record it on {page}:",
-        _page_url(refund),
+        f"{held} Sill asks the rail again every few minutes.",
     ]
-    sent_to = email_members(
+    look = f"look for idempotency key {refund.idempotency_key}"
+    # Only an owner may record the answer (resolve_attention): an admin is asked to look and
+    # to fetch an owner, not sent to a form they cannot use.
+    delivery = email_members(
         site_id=refund.site_id,
-        roles=DECIDERS,
         subject=f"[Sill] Needs attention: {refund_headline(refund)}",
-        lines=lines,
+        lines_for={
+            Role.OWNER: [
+                *facts,
+                f"If you can see the answer in the provider's dashboard ({look}), record it on "
+                f"{page}:",
+                _page_url(refund),
+            ],
+            Role.ADMIN: [
+                *facts,
+                "Only an owner can record the answer. If you can see it in the provider's "
+                f"dashboard ({look}), ask an owner to record it on {page}:",
+                _page_url(refund),
+            ],
+        },
     )
-    if not sent_to:
+    if not delivery.sent_to:
         logger.warning("refund %s needs attention; site has no owner or admin", refund.id)
+    return delivery
 
 
 def resolve_attention(

@@ -22,8 +22,11 @@ flagged the charge, and the every-minute sweep (``orders.recover_stuck``) sends 
 path missed. Both claim the charge's ``attention_notified_at`` by conditional UPDATE before
 sending (one caller wins it, in any process) and give it back if the email fails, so a retry
 sends it and the other path sends nothing. The same people as a refund that needs attention
-(``refunds.reconcile.attention``): an admin cannot record the answer, but sees the charge on
-the dashboard and the order page, and can look in the rail's dashboard or fetch an owner.
+(``refunds.reconcile.attention``), each in words for their role: an owner is asked to record
+the answer; an admin cannot, but sees the charge on the dashboard and the order page, so is
+asked to look in the rail's dashboard and fetch an owner. A server refusing the email (every
+recipient's message) does not stop the sweep: that charge waits, backing off, while the
+others are told (:mod:`sill.accounts.notices`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,15 @@ from django.utils import timezone
 from audit.services import append_record
 from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Role
-from sill.accounts.notices import absolute_url, email_members
+from sill.accounts.notices import (
+    Delivery,
+    MessageRefused,
+    absolute_url,
+    back_off,
+    email_members,
+    forget_refusals,
+    not_backing_off,
+)
 from sill.errors import ExecutionInProgress, SillError
 from sill.money import format_money
 from sill.orders.charge_lease import claim_charge, locked_for_update, release_charge
@@ -53,9 +64,6 @@ CHARGED = "charged"
 NOT_CHARGED = "not_charged"
 PROVIDER_ID_MAX = 255  # Charge.provider_charge_id and provider_payment_id
 NOTE_MAX = 1000
-# Who is told: whoever is told of a refund needing attention (refunds.review.notifications
-# DECIDERS, which sill may not import): the owners, who record the answer, and the admins.
-TOLD = (Role.OWNER, Role.ADMIN)
 SWEEP_LIMIT = 500
 
 
@@ -281,10 +289,21 @@ def _refuse_a_held_id(order: Order, charge: Charge, *, charge_id: str, payment_i
 # --- telling the owners and admins -------------------------------------------------------------
 
 
+def _notice(charge_id: str) -> str:
+    return f"charge-attention:{charge_id}"
+
+
 def notify_charge_attention(*, charge_id: str) -> bool:
     """Email the site's owners and admins that the charge needs attention, once; False when
-    already told or no longer needing attention. The mail server's refusal is raised, the
-    claim given back."""
+    already told, no longer needing attention, or refused.
+
+    A mail server that is down is raised (an ``OSError`` for SMTP), the claim given back: the
+    task's retry or the sweep sends it. A server that refuses the message to every owner and
+    admin (their addresses, or the message) gives the claim back too, but is not raised: the
+    charge waits (:func:`sill.accounts.notices.back_off`) while the sweep tells the others.
+    Only the error's class and the charge's id are logged, never the addresses or the
+    server's reply.
+    """
     claimed = Charge.objects.filter(
         pk=charge_id,
         status=ChargeStatus.PENDING,
@@ -295,30 +314,54 @@ def notify_charge_attention(*, charge_id: str) -> bool:
         return False
     charge = Charge.objects.select_related("order__site").get(pk=charge_id)
     try:
-        _email_deciders(charge)
+        delivery = _email_deciders(charge)
+    except MessageRefused as refusal:
+        Charge.objects.filter(pk=charge_id).update(attention_notified_at=None)
+        wait = back_off(_notice(charge_id))
+        logger.warning(
+            "charge %s: attention email refused (%s); tried again in %d minutes",
+            charge_id,
+            refusal.kind,
+            wait.total_seconds() // 60,
+        )
+        return False
     except Exception:
         # Not sent: give the claim back so the task's retry (or the sweep) sends it.
         Charge.objects.filter(pk=charge_id).update(attention_notified_at=None)
         raise
+    forget_refusals(_notice(charge_id))
+    if delivery.refused:
+        logger.warning(
+            "charge %s: attention email refused for a recipient (%s); the others were told",
+            charge_id,
+            delivery.refused,
+        )
     return True
 
 
 def untold_attention_charge_ids() -> list[str]:
-    """Charges that need attention nobody was told of yet (the sweep's pick)."""
-    return list(
+    """Charges that need attention nobody was told of yet, oldest first, but for those waiting
+    after the mail server refused their email (the sweep's pick)."""
+    untold = (
         Charge.objects.filter(
             status=ChargeStatus.PENDING,
             attention_since__isnull=False,
             attention_notified_at__isnull=True,
         )
         .order_by("attention_since", "id")
-        .values_list("pk", flat=True)[:SWEEP_LIMIT]
+        .values_list("pk", flat=True)
+    )
+    return not_backing_off(
+        untold.iterator(chunk_size=SWEEP_LIMIT),
+        notice="charge-attention",
+        limit=SWEEP_LIMIT,
     )
 
 
 def notify_missed_charge_attention() -> int:
     """The sweep: tell the owners and admins of each charge the on-commit task missed; how
-    many told."""
+    many told. A refused email skips its charge; a mail server that is down ends the run,
+    raised, leaving the rest untold for the next."""
     return sum(notify_charge_attention(charge_id=pk) for pk in untold_attention_charge_ids())
 
 
@@ -327,13 +370,14 @@ def _charge_page_url(charge: Charge) -> str:
     return absolute_url(reverse("orders:detail", args=[charge.order_id]) + f"#charge-{charge.pk}")
 
 
-def _email_deciders(charge: Charge) -> None:
+def _email_deciders(charge: Charge) -> Delivery:
     order = charge.order
     rail = rail_label(charge.rail)
     amount = format_money(charge.amount)
     buyer = ", ".join(part for part in (order.buyer_name, order.buyer_email) if part)
     every = max(1, round(attention_recheck().total_seconds() / 60))
-    lines = [
+    key = idempotency_key(order)
+    facts = [
         f"A charge on {order.site.name} needs attention: {rail} may have charged the buyer, "
         "and Sill could not confirm whether it did.",
         "",
@@ -342,18 +386,32 @@ def _email_deciders(charge: Charge) -> None:
         f"What happened: {charge.attention_reason}",
         "",
         "The order stays pending, not cancelled, while the buyer may have been charged. Sill "
-        f"asks {rail} again every {every} minutes. If you can see the answer in {rail}'s "
-        f"dashboard (look for idempotency key {idempotency_key(order)}), record it on the "
-        "order page:",
-        _charge_page_url(charge),
+        f"asks {rail} again every {every} minutes.",
     ]
-    told = email_members(
+    url = _charge_page_url(charge)
+    # Only an owner may record the answer (resolve_charge_attention): an admin is asked to
+    # look and to fetch an owner, not sent to a form they cannot use.
+    delivery = email_members(
         site_id=order.site_id,
-        roles=TOLD,
         subject=f"[Sill] Needs attention: a {amount} charge for order #{order.number}",
-        lines=lines,
+        lines_for={
+            Role.OWNER: [
+                *facts,
+                f"If you can see the answer in {rail}'s dashboard (look for idempotency key "
+                f"{key}), record it on the order page:",
+                url,
+            ],
+            Role.ADMIN: [
+                *facts,
+                f"Only an owner can record the answer. If you can see it in {rail}'s dashboard "
+                f"(look for idempotency key {key}), ask an owner to record it on the order "
+                "page:",
+                url,
+            ],
+        },
     )
-    if not told:
+    if not delivery.sent_to:
         logger.warning(
             "charge %s needs attention; site %s has no owner or admin", charge.pk, order.site_id
         )
+    return delivery

@@ -51,8 +51,9 @@ def recover_stuck_charges_task() -> int:
     recovered = recover_stuck_charges()
     # After the recovery, and never failing it: with SMTP down (an OSError) the claim was given
     # back, so the charge stays untold and the next minute tries again, as refunds.check_attention
-    # does. Only the error's class is logged: an SMTP error's text can carry the server's reply
-    # and the recipients' addresses.
+    # does. A refused email does not get here: it skips its charge and the others are told. Only
+    # the error's class is logged: an SMTP error's text can carry the server's reply and the
+    # recipients' addresses.
     try:
         notify_missed_charge_attention()
     except OSError as exc:

@@ -1,8 +1,9 @@
-"""When a purchase's charge first needs attention, the site's owners and admins get one email
-(the people told of a refund that needs attention, active accounts only): what
-happened, the order, the amount, the idempotency key to look for in the rail's dashboard and
-the link to the order page where they record what it shows. A send that fails is retried;
-the beat sweep sends one the on-commit task missed."""
+"""When a purchase's charge first needs attention, the site's owners and admins each get one
+email of their own (the people told of a refund that needs attention, active accounts only):
+what happened, the order, the amount, the idempotency key to look for in the rail's dashboard
+and the link to the order page. An owner is asked to record what it shows there; an admin,
+who cannot, to ask an owner to. A send that fails is retried; the beat sweep sends one the
+on-commit task missed."""
 
 from __future__ import annotations
 
@@ -50,21 +51,43 @@ def notified(charge: Charge) -> bool:
     return Charge.objects.filter(pk=charge.pk, attention_notified_at__isnull=False).exists()
 
 
-def test_the_owners_and_admins_get_one_email_when_a_charge_first_needs_attention(order, told):
-    [message] = mail.outbox
-    # Not reviewers, staff, nor another site's owner.
-    assert message.to == ["admin@roasters.example", "owner@roasters.example"]
-    assert message.subject == f"[Sill] Needs attention: a $89.00 charge for order #{order.number}"
-    body = message.body
-    assert "A charge on Test Roasters needs attention" in body
-    assert "Mock may have charged the buyer" in body
-    assert f"Order: #{order.number} (Buyer, buyer@example.com)" in body
-    assert "Amount: $89.00 on Mock" in body
-    assert f"What happened: {told.attention_reason}" in body
-    assert f"idempotency key sill-charge-{order.pk}" in body
-    assert "not cancelled" in body
-    assert f"https://sill.example/orders/{order.pk}/#charge-{told.pk}\n" in body
+def test_the_owners_and_admins_get_one_email_each_when_a_charge_first_needs_attention(order, told):
+    # Not reviewers, staff, nor another site's owner; each their own message.
+    assert sorted(m.to for m in mail.outbox) == [
+        ["admin@roasters.example"],
+        ["owner@roasters.example"],
+    ]
+    for message in mail.outbox:
+        assert (
+            message.subject == f"[Sill] Needs attention: a $89.00 charge for order #{order.number}"
+        )
+        body = message.body
+        assert "A charge on Test Roasters needs attention" in body
+        assert "Mock may have charged the buyer" in body
+        assert f"Order: #{order.number} (Buyer, buyer@example.com)" in body
+        assert "Amount: $89.00 on Mock" in body
+        assert f"What happened: {told.attention_reason}" in body
+        assert f"idempotency key sill-charge-{order.pk}" in body
+        assert "not cancelled" in body
+        assert f"https://sill.example/orders/{order.pk}/#charge-{told.pk}\n" in body
     assert notified(told)
+
+
+def test_an_owner_is_asked_to_record_the_answer_and_an_admin_to_ask_an_owner(order, told):
+    # Seen: both were told to "record it on the order page", which only an owner may do
+    # (resolve_charge_attention); an admin opening the page found no form.
+    by_role = {m.to[0].split("@")[0]: m.body for m in mail.outbox}
+    owner, admin = by_role["owner"], by_role["admin"]
+    assert (
+        f"If you can see the answer in Mock's dashboard (look for idempotency key "
+        f"sill-charge-{order.pk}), record it on the order page:\n"
+    ) in owner
+    assert "Only an owner" not in owner and "ask an owner" not in owner
+    assert (
+        "Only an owner can record the answer. If you can see it in Mock's dashboard (look for "
+        f"idempotency key sill-charge-{order.pk}), ask an owner to record it on the order page:\n"
+    ) in admin
+    assert ", record it on the order page" not in admin
 
 
 def test_it_goes_to_the_same_people_as_a_refund_that_needs_attention(
@@ -72,8 +95,7 @@ def test_it_goes_to_the_same_people_as_a_refund_that_needs_attention(
 ):
     with django_capture_on_commit_callbacks(execute=True):
         charge_in_doubt(order)
-    [message] = mail.outbox
-    assert message.to == member_emails(order.site_id, roles=DECIDERS)
+    assert sorted(m.to[0] for m in mail.outbox) == member_emails(order.site_id, roles=DECIDERS)
 
 
 def test_a_deactivated_owner_or_admin_is_not_told(order, members, missed):
@@ -86,6 +108,7 @@ def test_a_deactivated_owner_or_admin_is_not_told(order, members, missed):
     assert notify_charge_attention(charge_id=missed.pk) is True
     [message] = mail.outbox
     assert message.to == ["admin@roasters.example"]
+    assert "ask an owner to record it" in message.body
 
 
 def test_a_second_flag_sends_nothing_more(order, told, django_capture_on_commit_callbacks):
@@ -95,10 +118,10 @@ def test_a_second_flag_sends_nothing_more(order, told, django_capture_on_commit_
         django_capture_on_commit_callbacks(execute=True),
     ):
         assert charge_order(order_id=order.pk) == "needs_attention"
-    assert len(mail.outbox) == 1
+    assert len(mail.outbox) == 2  # the owner's and the admin's
     assert notify_charge_attention(charge_id=told.pk) is False
     assert recover_stuck_charges_task.apply().get() == 0
-    assert len(mail.outbox) == 1
+    assert len(mail.outbox) == 2
 
 
 def test_an_email_that_fails_is_sent_by_the_next_attempt(missed, settings):
@@ -112,16 +135,16 @@ def test_an_email_that_fails_is_sent_by_the_next_attempt(missed, settings):
     assert not notified(missed)  # the claim was given back
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     assert notify_charge_attention(charge_id=missed.pk) is True
-    assert len(mail.outbox) == 1 and notified(missed)
+    assert len(mail.outbox) == 2 and notified(missed)
 
 
 def test_the_sweep_sends_one_the_on_commit_task_missed(order, missed):
     assert mail.outbox == []
     recover_stuck_charges_task.apply().get()
-    [message] = mail.outbox
-    assert f"sill-charge-{order.pk}" in message.body and notified(missed)
+    assert len(mail.outbox) == 2 and notified(missed)
+    assert all(f"sill-charge-{order.pk}" in m.body for m in mail.outbox)
     recover_stuck_charges_task.apply().get()
-    assert len(mail.outbox) == 1
+    assert len(mail.outbox) == 2
 
 
 def test_a_charge_settled_before_the_email_went_is_not_told(missed):

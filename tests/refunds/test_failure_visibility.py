@@ -69,7 +69,8 @@ def test_a_refund_needing_attention_then_failing_gets_one_email_per_state(
     mock_rail.save()
     with django_capture_on_commit_callbacks(execute=True):
         assert execute_refund(refund.id) == "needs_attention"
-    assert [m.subject.split(":")[0] for m in mail.outbox] == ["[Sill] Needs attention"]
+    # One to the owner, one to the admin: each their own (refunds.reconcile.attention).
+    assert [m.subject.split(":")[0] for m in mail.outbox] == ["[Sill] Needs attention"] * 2
     mock_rail.enabled = True
     mock_rail.save()
     from refunds.reconcile.attention import check_refund_at_rail
@@ -77,6 +78,7 @@ def test_a_refund_needing_attention_then_failing_gets_one_email_per_state(
     with django_capture_on_commit_callbacks(execute=True):
         assert check_refund_at_rail(refund.id) == "failed"  # the rail has no such refund
     assert [m.subject.split(":")[0] for m in mail.outbox] == [
+        "[Sill] Needs attention",
         "[Sill] Needs attention",
         "[Sill] Refund failed",
     ]
