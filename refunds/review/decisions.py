@@ -17,7 +17,9 @@ to another account than the charge's (a Shopify shop or WooCommerce store it swi
 from), or its rail is switched off or its stored API key can no longer be read (the refund
 would only fail at execution). Such an approval is refused and the refund closed with the
 reason (``disputed``, ``exceeds_refundable``, ``rail_disabled``); an approval after
-``expires_at`` expires the refund on the spot. Nothing is sent to the rail then.
+``expires_at`` expires the refund on the spot. Nothing is sent to the rail then. A held
+customer credit draws on no charge: what is checked again is its rail alone (switched off, or
+its stored key unreadable, closes it ``rail_disabled`` the same way).
 
 Each outcome writes its decision record in the same transaction, linking the ``escalated``
 record it resolves (``escalated_hash``): ``escalated_approved`` names the reviewer and
@@ -37,6 +39,7 @@ from django.utils import timezone
 
 from audit.services import append_record
 from policies.facts import prefetch_rail_facts
+from refunds.credit_rail import CREDIT_RAIL
 from refunds.labels import deadline_text, money_words
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Decision, Refund, RefundStatus
@@ -47,6 +50,7 @@ from sill.accounts.access import Cap, require_member
 from sill.errors import SillError
 from sill.money import Money
 from sill.orders.models import Charge, Order
+from sill.rails.registry import RailDisabled, usable_rail_account
 
 NOTE_MAX_LENGTH = 2000
 
@@ -91,8 +95,8 @@ def approve_refund(
     longer held, :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
     :class:`DecisionRefused` (409) — after committing the refund's closing — when it expired
     or the charge changed since it was held (open dispute, less left to refund, its shop or
-    store no longer connected) or its rail can no longer refund it (switched off, its stored
-    key unreadable).
+    store no longer connected) or its rail can no longer refund it, or credit it for a
+    customer credit (switched off, its stored key unreadable).
     """
     require_member(actor, refund.site_id, Cap.DECIDE_HELD)
     asked_at = now or timezone.now()
@@ -125,16 +129,10 @@ def approve_refund(
                 locked, status=RefundStatus.EXPIRED, outcome_code="expired", now=now, actor=actor
             )
             refusal = ("expired", _expired_message(locked))
-        elif locked.is_credit:
-            # A credit draws on no charge: nothing to re-quote (the rail checks the currency).
-            return _approve(locked, quote=None, actor=actor, note=note, now=now)
         else:
-            order, charge = _lock_money_rows(locked)
             try:
-                # The facts again: a dispute opened or less left since the refund was held,
-                # or its rail switched off or its stored key no longer readable.
-                quote = quote_refund(order=order, charge=charge, refund=locked, check_rail=True)
-            except RefundRefused as refused:
+                quote = _facts_again(locked)
+            except (RefundRefused, RailDisabled) as refused:
                 refusal = (refused.code, refused.message)
             else:
                 return _approve(locked, quote=quote, actor=actor, note=note, now=now)
@@ -148,6 +146,21 @@ def approve_refund(
                 note=note,
             )
     raise DecisionRefused(refusal[1], code=refusal[0])
+
+
+def _facts_again(refund: Refund) -> Quote | None:
+    """What may have changed since ``refund`` was held, checked again under its locks: the
+    quote of a refund (``RefundRefused``), nothing for a credit (``RailDisabled``)."""
+    if refund.is_credit:
+        # A credit draws on no charge: nothing to re-quote (the rail checks the currency). Its
+        # rail, though, may have been switched off, or its stored key become unreadable, since
+        # it was held: the credit would only fail at execution (``creditor_for``).
+        usable_rail_account(site_id=refund.site_id, rail=CREDIT_RAIL)
+        return None
+    order, charge = _lock_money_rows(refund)
+    # The facts again: a dispute opened or less left since the refund was held, or its rail
+    # switched off or its stored key no longer readable.
+    return quote_refund(order=order, charge=charge, refund=refund, check_rail=True)
 
 
 def _catch_up_with_rail(refund: Refund, *, now: datetime) -> None:

@@ -34,13 +34,15 @@ from refunds.models import (
     RefundStatus,
 )
 from refunds.reconcile.runs import run_reconciliation
-from refunds.review.decisions import approve_refund
+from refunds.review.decisions import DecisionRefused, approve_refund
 from refunds.review.slack import held_message, outcome_text
 from sill.accounts.models import Agent, Site
 from sill.orders.models import Customer
 from sill.rails.models import RailAccount
 from tests.rails.stripe_balance_stub import KEY, BalanceStub, serving_balance_stub
 from tests.refunds.conftest import post
+from tests.refunds.test_unreadable_rail_key import REFUSAL as UNREADABLE
+from tests.refunds.test_unreadable_rail_key import seal_under_lost_key
 
 pytestmark = pytest.mark.django_db
 
@@ -503,6 +505,75 @@ def test_an_owner_approves_a_held_credit_in_the_browser_and_a_reviewer_cannot(
     refund = Refund.objects.get(pk=refund_id)
     assert refund.status == RefundStatus.SUCCEEDED
     assert len(stub.posts()) == 1
+
+
+@pytest.fixture
+def held_credit(send, stub, stripe_rail, cora, site, owner) -> Refund:
+    """A credit held for review while the Stripe rail was on and its key readable."""
+    _apply(site, owner, "r07")  # every agent request waits for a human
+    body = send().json()
+    assert body["status"] == "held"
+    return Refund.objects.get(pk=body["refund_id"])
+
+
+def _approval_closed_it(held: Refund, refused: Any, stub: BalanceStub) -> None:
+    """Closed rail_disabled as a held refund's approval closes it, and nothing credited."""
+    assert refused.value.code == "rail_disabled"
+    held.refresh_from_db()
+    assert (held.status, held.outcome_code) == ("rejected", "rail_disabled")
+    closing = AuditRecord.objects.get(kind="escalated_rejected", subject_refund_id=held.pk)
+    assert json.loads(closing.payload)["body"]["reason"] == "rail_disabled"
+    assert not AuditRecord.objects.filter(subject_refund_id=held.pk, kind="settlement").exists()
+    assert stub.posts() == []
+
+
+def test_approving_a_held_credit_whose_key_became_unreadable_closes_it(
+    held_credit, stub, stripe_rail, owner, django_capture_on_commit_callbacks
+):
+    """The approval went through and the credit failed rail_disabled a moment later."""
+    seal_under_lost_key(RailAccount.objects.get(pk=stripe_rail.pk))
+
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        pytest.raises(DecisionRefused) as refused,
+    ):
+        approve_refund(refund=held_credit, actor=owner)
+
+    assert refused.value.message == UNREADABLE
+    _approval_closed_it(held_credit, refused, stub)
+
+
+def test_approving_a_held_credit_on_a_rail_switched_off_closes_it(
+    held_credit, stub, stripe_rail, owner, django_capture_on_commit_callbacks
+):
+    RailAccount.objects.filter(pk=stripe_rail.pk).update(enabled=False)
+
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        pytest.raises(DecisionRefused) as refused,
+    ):
+        approve_refund(refund=held_credit, actor=owner)
+
+    assert refused.value.message == "The Stripe rail is not enabled for this site."
+    _approval_closed_it(held_credit, refused, stub)
+
+
+def test_an_approval_of_a_credit_in_the_browser_answers_the_refusal(
+    held_credit, stub, stripe_rail, client_for, django_capture_on_commit_callbacks
+):
+    seal_under_lost_key(RailAccount.objects.get(pk=stripe_rail.pk))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for("owner").post(
+            f"/held/{held_credit.id}/approve/", headers={"Accept": "application/json"}
+        )
+
+    assert response.status_code == 409
+    assert response.json()["error"] == {
+        "code": "rail_disabled", "message": UNREADABLE, "field": None
+    }  # fmt: skip
+    assert Refund.objects.get(pk=held_credit.pk).outcome_code == "rail_disabled"
+    assert stub.posts() == []
 
 
 def test_every_attempt_asks_the_rail_the_same_even_after_the_site_changes(
