@@ -42,7 +42,7 @@ from sill.errors import SillError
 from sill.money import Money, format_money
 from sill.orders.models import Charge, Order
 from sill.rails.base import RefundFacts
-from sill.rails.registry import usable_rail_account
+from sill.rails.registry import RailDisabled, usable_rail_account
 
 RefundKind = Literal["full", "amount", "percentage"]
 KINDS: tuple[str, ...] = ("full", "amount", "percentage")
@@ -139,13 +139,20 @@ def percentage_of_total(*, total: Money, percentage: Decimal, remaining: Money) 
     return PercentageAmount(amount=remaining if capped else exact, exact=exact, capped=capped)
 
 
-def refusal_for(order: Order, charge: Charge | None) -> str | None:
-    """Why ``order`` can't be refunded at all right now, in words for staff; None if it can."""
+def refusal_for(
+    order: Order, charge: Charge | None, *, rail_refused: RailDisabled | None = None
+) -> str | None:
+    """Why ``order`` can't be refunded at all right now, in words for staff; None if it can.
+
+    ``rail_refused``: what the charge's rail refuses (switched off, its stored key unreadable:
+    ``sill.rails.registry.account_refusal``), as the caller read it; said when the order
+    itself refuses nothing, as the confirmation says it.
+    """
     try:
         quote_refund(order=order, charge=charge)
     except RefundRefused as refused:
         return refused.message
-    return None
+    return rail_refused.message if rail_refused is not None else None
 
 
 def _quote(order: Order, charge: Charge | None, *, rail_facts: RefundFacts | None = None) -> Quote:

@@ -71,7 +71,17 @@ from sill.orders.charge_attention import parse_resolution, resolve_charge_attent
 from sill.orders.models import Charge, ChargeStatus, Order
 from sill.orders.selectors import order_for, pending_charge_of
 from sill.rails.base import rail_label
-from sill.rails.registry import account_noun, site_account_moved, usable_rail_account
+from sill.rails.models import RailAccount
+from sill.rails.registry import (
+    RailDisabled,
+    account_moved,
+    account_noun,
+    account_rail,
+    account_refusal,
+    rail_refusal,
+    site_rail_accounts,
+    usable_rail_account,
+)
 from sill.rails.woocommerce.record import woocommerce_records_for
 
 KEY_FIELD = "idempotency_key"
@@ -110,6 +120,8 @@ def order_detail_context(
     """What the order page shows; the refund and charge-attention POST views re-render the
     page with it (their form's confirmation, or its refusal)."""
     charges = list(order.charges.prefetch_related("disputes"))
+    # The site's rail accounts, read once for all the charges (not at all without one).
+    accounts = site_rail_accounts(order.site_id) if charges else {}
     transactions = transactions_for(order)
     refunds = [t.obj for t in transactions if t.kind == "refund"]
     for charge in charges:
@@ -123,10 +135,20 @@ def order_detail_context(
         # Taken on an account the site is no longer connected to (a Shopify shop or WooCommerce
         # store it switched away from): the card says so, to everyone who sees the order, not
         # only to refunders.
-        charge.account_moved = site_account_moved(  # type: ignore[attr-defined]
-            site_id=order.site_id, rail=charge.rail, provider_account=charge.provider_account
+        charge.account_moved = account_moved(  # type: ignore[attr-defined]
+            rail=charge.rail,
+            provider_account=charge.provider_account,
+            account=accounts.get(account_rail(charge.rail)),
         )
         charge.account_noun = account_noun(charge.rail)  # type: ignore[attr-defined]
+        # Something left to refund, and its rail switched off or its stored key unreadable:
+        # every refund of it is refused (the confirmation refuses it), which the card says to
+        # everyone who sees the order, as for a moved account.
+        charge.rail_refused = (  # type: ignore[attr-defined]
+            account_refusal(accounts.get(charge.rail), rail=charge.rail)
+            if charge.status == ChargeStatus.SUCCEEDED and charge.remaining.amount_minor > 0
+            else None
+        )
     return {
         "order": order,
         "status_area": refund_status_area(request.site_ctx, refunds),
@@ -138,8 +160,17 @@ def order_detail_context(
             request, refunds=[t.obj for t in transactions if t.kind == "refund"]
         ),
         "refund_panel": refund_panel_context(
-            request, order=order, charges=charges, transactions=transactions, form=refund_form
+            request,
+            order=order,
+            charges=charges,
+            transactions=transactions,
+            accounts=accounts,
+            form=refund_form,
         ),
+        # Where a rail is switched on or its key re-entered, for whoever may.
+        "rail_settings_url": reverse("settings:rails")
+        if request.site_ctx.can(Cap.MANAGE_SETTINGS)
+        else "",
         # A WooCommerce order: whether each refund was recorded on the Woo order too.
         "woocommerce_records": woocommerce_records_for(order),
         # A purchase's charge that needs attention: an owner's form under it.
@@ -224,7 +255,15 @@ def _first_charge(charges: list[Charge]) -> Charge | None:
     return next((c for c in charges if c.status == ChargeStatus.SUCCEEDED), None)
 
 
-def _preview_context(order: Order, charge: Charge | None, data: dict[str, str]) -> dict[str, Any]:
+def _preview_context(
+    order: Order,
+    charge: Charge | None,
+    data: dict[str, str],
+    *,
+    rail_refused: RailDisabled | None = None,
+) -> dict[str, Any]:
+    """The live amount; ``rail_refused``: what the charge's rail refuses, said in its place (a
+    page opened before the rail was switched off or its key became unreadable)."""
     kind = data.get("kind") or "full"
     context: dict[str, Any] = {"order": order, "quote": None, "preview_error": "", "hint": ""}
     if kind == "amount" and not data.get("amount"):
@@ -240,7 +279,7 @@ def _preview_context(order: Order, charge: Charge | None, data: dict[str, str]) 
             percentage=data.get("percentage", ""),
             currency=order.currency,
         )
-        context["quote"] = quote_staff_refund(
+        quote = quote_staff_refund(
             order=order,
             charge=charge,
             kind=size.kind,
@@ -249,6 +288,11 @@ def _preview_context(order: Order, charge: Charge | None, data: dict[str, str]) 
         )
     except SillError as error:
         context["preview_error"] = error.message
+        return context
+    if rail_refused is not None:  # what the confirmation refuses after the quote
+        context["preview_error"] = rail_refused.message
+    else:
+        context["quote"] = quote
     return context
 
 
@@ -258,13 +302,18 @@ def refund_panel_context(
     order: Order,
     charges: list[Charge],
     transactions: list[Transaction],
+    accounts: dict[str, RailAccount],
     form: StaffRefundForm | None = None,
 ) -> dict[str, Any]:
-    """The refund panel of the order page, for whoever is looking (constant queries)."""
+    """The refund panel of the order page, for whoever is looking (constant queries);
+    ``accounts``: the site's rail accounts, as the page read them."""
     ctx = request.site_ctx
     if not ctx.can(Cap.REFUND):
         return {"allowed": False, "show_hint": ctx.role == Role.STAFF}
     charge = _first_charge(charges)
+    # Switched off or its stored key unreadable: the confirmation would refuse every refund.
+    rail_refused = account_refusal(accounts.get(charge.rail), rail=charge.rail) if charge else None
+    refusal = refusal_for(order, charge, rail_refused=rail_refused)
     refunds = [t.obj for t in transactions if t.kind == "refund"]
     # Awaiting approval: they count against what is left (refunds.quote), each one linked.
     holds = (
@@ -279,7 +328,10 @@ def refund_panel_context(
     panel: dict[str, Any] = {
         "allowed": True,
         "order": order,
-        "refusal": refusal_for(order, charge),
+        "refusal": refusal,
+        # The rail's refusal, whose fix is on Settings → Rails (linked for whoever may).
+        "rail_refused": rail_refused is not None and refusal == rail_refused.message,
+        "charge_rail": charge.rail if charge is not None else "",
         "holds": holds,
         # Staff with the refund permission cannot open /held/: their link is the refund page.
         "can_view_held": ctx.can(Cap.VIEW_HELD),
@@ -517,5 +569,7 @@ def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
 def order_refund_preview(request: SiteRequest, order_id: str) -> HttpResponse:
     order = order_for(request.site_ctx.site, order_id)
     values = StaffRefundForm(request.GET, currency=order.currency).values
-    context = _preview_context(order, charged_charge(order), values)
+    charge = charged_charge(order)
+    refused = rail_refusal(site_id=order.site_id, rail=charge.rail) if charge else None
+    context = _preview_context(order, charge, values, rail_refused=refused)
     return render(request, "refunds/_refund_form.html#preview", context)

@@ -41,7 +41,7 @@ def rail_account_for(*, site_id: str, rail: str, provider_account: str = "") -> 
     if moved is not None:
         raise moved
     if account is None or not account.enabled:
-        raise RailDisabled(f"The {_label(rail)} rail is not enabled for this site.")
+        raise _not_enabled(rail)
     return account
 
 
@@ -53,6 +53,31 @@ def usable_rail_account(*, site_id: str, rail: str) -> RailAccount:
     if (unreadable := key_unreadable(account)) is not None:
         raise unreadable
     return account
+
+
+def rail_refusal(*, site_id: str, rail: str) -> RailDisabled | None:
+    """What :func:`usable_rail_account` refuses (one query), as a value: None when the site's
+    ``rail`` can refund."""
+    try:
+        usable_rail_account(site_id=site_id, rail=rail)
+    except RailDisabled as refused:
+        return refused
+    return None
+
+
+def site_rail_accounts(site_id: str) -> dict[str, RailAccount]:
+    """The site's rail accounts by rail, in one query: for a page that asks
+    :func:`account_refusal` or :func:`account_moved` of several charges."""
+    return {account.rail: account for account in RailAccount.objects.filter(site_id=site_id)}
+
+
+def account_refusal(account: RailAccount | None, *, rail: str) -> RailDisabled | None:
+    """What :func:`usable_rail_account` refuses for ``rail``, given the site's account of it
+    as the caller read it (None: the site has none), without a query: absent or switched off,
+    or its stored API key unreadable (:func:`key_unreadable`). None when it can refund."""
+    if account is None or not account.enabled:
+        return _not_enabled(rail)
+    return key_unreadable(account)
 
 
 def key_unreadable(account: RailAccount) -> RailDisabled | None:
@@ -199,6 +224,10 @@ def rail_from_account(account: RailAccount) -> Rail:
             account.site_id,
         )
         raise _unreadable(account) from exc
+
+
+def _not_enabled(rail: str) -> RailDisabled:
+    return RailDisabled(f"The {_label(rail)} rail is not enabled for this site.")
 
 
 def _unreadable(account: RailAccount) -> RailDisabled:

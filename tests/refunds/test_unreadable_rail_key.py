@@ -1,14 +1,17 @@
 """A rail whose stored API key no key opens is refused when a refund is decided, as a rail
 switched off is (``rail_disabled``, saying what to do), not answered "approved" and then
 failed a moment later at execution: an agent's mandate, a staff refund (service, form and
-API), and the approval of a refund held before the key became unreadable."""
+API), and the approval of a refund held before the key became unreadable. The order page
+says so instead of offering a form and an amount the confirmation would refuse."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from django.db import connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditRecord
 from refunds.models import Refund, RefundReason
@@ -216,3 +219,98 @@ def test_approving_a_held_refund_on_a_rail_switched_off_closes_it_too(
     assert (held.status, held.outcome_code) == ("rejected", "rail_disabled")
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
     _nothing_moved(held.order)
+
+
+# --- the order page -----------------------------------------------------------------------
+
+REFUSED = "<strong>Refunds on Stripe are refused.</strong> " + REFUSAL
+SETTINGS_LINK = '<a href="/settings/rails/">Rail settings</a>'
+ASK = "An owner or admin can fix it on Settings → Rails."
+FORM = 'name="idempotency_key"'
+
+
+def test_the_order_page_tells_an_owner_instead_of_offering_the_form(
+    client_for, make_order, stripe_rail
+):
+    """It offered the Refund form and its amount; the confirmation then refused them."""
+    order = make_order(rail="stripe")
+
+    body = client_for("owner").get(f"/orders/{order.id}/").content.decode()
+
+    assert f"{REFUSED} {SETTINGS_LINK}" in body
+    assert body.count("its stored API key cannot be read") == 1  # the card does not repeat it
+    assert FORM not in body and "You are refunding" not in body
+    assert KEY not in body
+
+
+def test_the_order_page_tells_a_reviewer_who_can_fix_it(client_for, make_order, stripe_rail):
+    """A reviewer has no refund panel: the charge's card says it, without the settings link
+    a reviewer cannot open."""
+    order = make_order(rail="stripe")
+
+    body = client_for("reviewer").get(f"/orders/{order.id}/").content.decode()
+
+    assert 'id="charge-rail-refused"><strong>Refunds on Stripe are refused.</strong> ' in body
+    assert f"{REFUSED} {ASK}" in body
+    assert "/settings/rails/" not in body and FORM not in body
+
+
+def test_staff_who_refund_are_told_who_can_fix_it(client_for, make_order, stripe_rail):
+    order = make_order(rail="stripe")
+
+    body = client_for("staff").get(f"/orders/{order.id}/").content.decode()
+
+    assert 'id="refund-rail-refused"' in body and f"{REFUSED} {ASK}" in body
+    assert "/settings/rails/" not in body and FORM not in body
+
+
+def test_the_preview_says_it_instead_of_an_amount(client_for, make_order, stripe_rail):
+    """A page opened while the key was readable asks for previews: no amount to confirm."""
+    order = make_order(rail="stripe")
+
+    body = client_for("staff").get(f"/orders/{order.id}/refund/preview/?kind=full")
+
+    assert body.status_code == 200
+    assert f'<p class="preview-error">{REFUSAL}</p>' in body.content.decode()
+    assert "confirmed_amount_minor" not in body.content.decode()
+
+
+def test_the_order_page_says_a_switched_off_rail_refuses_too(client_for, make_order, mock_rail):
+    mock_rail.enabled = False
+    mock_rail.save()
+    order = make_order()
+
+    body = client_for("admin").get(f"/orders/{order.id}/").content.decode()
+
+    assert (
+        "<strong>Refunds on Mock are refused.</strong> The Mock rail is not enabled for this "
+        f"site. {SETTINGS_LINK}"
+    ) in body
+    assert FORM not in body
+
+
+def test_nothing_is_said_once_nothing_is_left_to_refund(client_for, make_order, stripe_rail):
+    order = make_order(rail="stripe")
+    charge = Charge.objects.get(order=order)
+    Charge.objects.filter(pk=charge.pk).update(amount_refunded_minor=charge.amount_minor)
+
+    for persona in ("owner", "reviewer"):
+        body = client_for(persona).get(f"/orders/{order.id}/").content.decode()
+        assert "are refused" not in body, persona
+
+
+def _rail_account_reads(client: Client, order: Order) -> int:
+    client.get(f"/orders/{order.id}/")  # warm: the session, the site context
+    with CaptureQueriesContext(connection) as page:
+        assert client.get(f"/orders/{order.id}/").status_code == 200
+    return sum(RailAccount._meta.db_table in q["sql"] for q in page.captured_queries)
+
+
+def test_the_page_reads_the_sites_rail_accounts_once(client_for, make_order, stripe_rail):
+    """One query for the page, whatever its charges (none without a charge), and no more when
+    the key cannot be read."""
+    charged, uncharged = make_order(rail="stripe"), make_order(rail="stripe", charged=False)
+    for persona in ("owner", "reviewer"):
+        client = client_for(persona)
+        assert _rail_account_reads(client, charged) == 1, persona
+        assert _rail_account_reads(client, uncharged) == 0, persona
