@@ -43,7 +43,7 @@ from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail
 from sill.rails.models import RailAccount
 from sill.rails.registry import (
     RailDisabled,
-    key_unreadable,
+    account_unusable,
     site_account_moved,
     usable_rail_account,
 )
@@ -331,12 +331,13 @@ def quote_refund(
     if moved is not None:
         raise RefundRefused(moved.message, code="rail_disabled", order=order, charge=charge)
     if check_rail:
-        # Switched off, or its stored key no key opens: the refund would fail at execution.
+        # Switched off, live where live money is off, or its stored key no key opens: the
+        # refund would fail at execution.
         try:
             if rail_account is None:
                 usable_rail_account(site_id=order.site_id, rail=charge.rail)
-            elif (unreadable := key_unreadable(rail_account)) is not None:
-                raise unreadable
+            elif (unusable := account_unusable(rail_account)) is not None:
+                raise unusable
         except RailDisabled as exc:
             raise RefundRefused(
                 exc.message, code="rail_disabled", order=order, charge=charge

@@ -46,12 +46,13 @@ def rail_account_for(*, site_id: str, rail: str, provider_account: str = "") -> 
 
 
 def usable_rail_account(*, site_id: str, rail: str) -> RailAccount:
-    """:func:`rail_account_for`, also refusing an account whose stored API key no key opens
-    (:func:`key_unreadable`): what a decision asks before answering that a refund is on its
-    way, so that it is refused then rather than failed a moment later at execution."""
+    """:func:`rail_account_for`, also refusing what building the rail would refuse
+    (:func:`account_unusable`: live mode where live money is off, a stored API key no key
+    opens): what a decision asks before answering that a refund is on its way, so that it is
+    refused then rather than failed a moment later at execution."""
     account = rail_account_for(site_id=site_id, rail=rail)
-    if (unreadable := key_unreadable(account)) is not None:
-        raise unreadable
+    if (unusable := account_unusable(account)) is not None:
+        raise unusable
     return account
 
 
@@ -74,10 +75,19 @@ def site_rail_accounts(site_id: str) -> dict[str, RailAccount]:
 def account_refusal(account: RailAccount | None, *, rail: str) -> RailDisabled | None:
     """What :func:`usable_rail_account` refuses for ``rail``, given the site's account of it
     as the caller read it (None: the site has none), without a query: absent or switched off,
-    or its stored API key unreadable (:func:`key_unreadable`). None when it can refund."""
+    or what building the rail would refuse (:func:`account_unusable`). None when it can
+    refund."""
     if account is None or not account.enabled:
         return _not_enabled(rail)
-    return key_unreadable(account)
+    return account_unusable(account)
+
+
+def account_unusable(account: RailAccount) -> RailDisabled | None:
+    """What :func:`rail_from_account` would refuse ``account`` for, in its words, without
+    building the rail: live mode on a deployment that does not allow live money, or a stored
+    API key no key opens (:func:`key_unreadable`). No query, no write; no work at all for a
+    test-mode account without a key (the mock rail)."""
+    return _live_off(account) or key_unreadable(account)
 
 
 def key_unreadable(account: RailAccount) -> RailDisabled | None:
@@ -206,11 +216,8 @@ def account_noun(rail: str) -> str:
 
 
 def rail_from_account(account: RailAccount) -> Rail:
-    if account.mode == RailMode.LIVE and not settings.SILL_ALLOW_LIVE:
-        raise RailDisabled(
-            f"The {_label(account.rail)} rail is in live mode, and live money is switched off "
-            "on this deployment (set SILL_ALLOW_LIVE=1 to allow it)."
-        )
+    if (live_off := _live_off(account)) is not None:
+        raise live_off
     builder = _BUILDERS.get(account.rail) or _plugged_in_builder(account.rail)
     try:
         return builder(account)
@@ -224,6 +231,15 @@ def rail_from_account(account: RailAccount) -> Rail:
             account.site_id,
         )
         raise _unreadable(account) from exc
+
+
+def _live_off(account: RailAccount) -> RailDisabled | None:
+    if account.mode != RailMode.LIVE or settings.SILL_ALLOW_LIVE:
+        return None
+    return RailDisabled(
+        f"The {_label(account.rail)} rail is in live mode, and live money is switched off "
+        "on this deployment (set SILL_ALLOW_LIVE=1 to allow it)."
+    )
 
 
 def _not_enabled(rail: str) -> RailDisabled:

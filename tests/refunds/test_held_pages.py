@@ -451,8 +451,11 @@ def test_the_detail_lists_prior_refunds_of_the_order(client_for, original, agent
     ],
 )
 def test_it_links_the_charge_in_the_stripe_dashboard(
-    client_for, make_order, agent, site, mode, url
+    client_for, make_order, agent, site, mode, url, settings
 ):
+    # A live account's refunds are held only where live money is allowed: elsewhere they are
+    # refused when decided (tests/refunds/test_live_rail_at_decision.py).
+    settings.SILL_ALLOW_LIVE = mode == "live"
     RailAccount.objects.create(site=site, rail="stripe", mode=mode)
     order = make_order(rail="stripe")
     Charge.objects.filter(order=order).update(provider_payment_id="pi_3Test")
