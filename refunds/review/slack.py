@@ -242,12 +242,13 @@ def verify_click(
         )
     if len(body) > MAX_BODY_BYTES:
         raise jsonbody.BodyTooLarge("The request is too large.")
-    # slack_sdk reads the timestamp with int() and compares the signature as text: a
-    # timestamp that is not whole seconds (or too many digits for a float) or a non-ASCII
-    # signature would raise there, so headers not in Slack's shape are refused first.
+    # slack_sdk reads the timestamp with int(), compares the signature as text and decodes
+    # the body as UTF-8: a timestamp that is not whole seconds (or too many digits for a
+    # float), a non-ASCII signature or a body that is not UTF-8 (Slack signs only UTF-8)
+    # would raise there, so requests not in Slack's shape are refused first.
     seconds = timestamp is not None and re.fullmatch(r"[0-9]{1,15}", timestamp) is not None
     shaped = signature is not None and re.fullmatch(r"v0=[0-9a-f]{64}", signature) is not None
-    if not (seconds and shaped) or not SignatureVerifier(secret).is_valid(
+    if not (seconds and shaped and _is_utf8(body)) or not SignatureVerifier(secret).is_valid(
         body, timestamp, signature
     ):
         raise SillError("The Slack signature does not verify.", code="bad_signature", status=400)
@@ -275,6 +276,14 @@ def verify_click(
     if payload.get("type") != "block_actions" or click.action not in (APPROVE, REJECT):
         raise SillError("Not an Approve or Reject click.", code="malformed", status=400)
     return click
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def accept_click(*, site: Site, click: Click) -> None:

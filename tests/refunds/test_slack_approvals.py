@@ -598,3 +598,34 @@ def test_a_click_with_a_signature_that_is_not_slacks_is_refused(site, linked, he
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "bad_signature"
     held.refresh_from_db()
     assert held.status == "held"
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"payload=\xff\xfe", "application/x-www-form-urlencoded"),
+        (b"\xc3\x28", "text/plain"),
+        (b"payload=%7B%7D\xed\xa0\x80", "application/octet-stream"),  # a UTF-8 surrogate
+    ],
+    ids=["form", "text", "surrogate"],
+)
+def test_a_body_that_is_not_utf8_is_a_bad_signature_not_a_500(
+    site, linked, held, body, content_type
+):
+    """Slack's signature is over UTF-8 text, and slack_sdk decodes the body before hashing it:
+    a body that is not UTF-8 (sent by anyone, with a fresh timestamp and any 64 hex digits)
+    raised UnicodeDecodeError there, a 500. Slack never signs such a body: a bad signature."""
+    timestamp = str(int(time.time()))
+    signature = (
+        "v0="
+        + hmac.new(
+            SECRET.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256
+        ).hexdigest()
+    )
+    answer = Client(raise_request_exception=False).post(
+        f"/slack/interactions/{site.pk}", data=body, content_type=content_type,
+        HTTP_X_SLACK_REQUEST_TIMESTAMP=timestamp, HTTP_X_SLACK_SIGNATURE=signature,
+    )  # fmt: skip
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "bad_signature"
+    held.refresh_from_db()
+    assert held.status == "held"
