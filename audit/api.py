@@ -139,7 +139,7 @@ class InclusionProofApi(PublicApi):
             leaf = stored.leaf(seq - 1)
         except merkle.ProofError as exc:
             raise NotFound(f"The stored tree cannot prove it: {exc}") from exc
-        return Response(
+        return _proof_answer(
             {
                 "site_id": site_id,
                 "seq": seq,
@@ -148,7 +148,8 @@ class InclusionProofApi(PublicApi):
                 "leaf_hash": _b64(leaf),
                 "proof": [_b64(h) for h in proof],
                 "checkpoint": checkpoint.note if checkpoint else None,
-            }
+            },
+            fixed="size" in request.query_params and checkpoint is not None,
         )
 
 
@@ -174,15 +175,26 @@ class ConsistencyProofApi(PublicApi):
             proof = tree.StoredTree(site_id, second).consistency_proof(first)
         except merkle.ProofError as exc:
             raise NotFound(f"The stored tree cannot prove it: {exc}") from exc
-        return Response(
+        return _proof_answer(
             {
                 "site_id": site_id,
                 "size1": first,
                 "size2": second,
                 "proof": [_b64(h) for h in proof],
                 "checkpoint": checkpoint.note if checkpoint else None,
-            }
+            },
+            fixed="to" in request.query_params and checkpoint is not None,
         )
+
+
+def _proof_answer(body: dict[str, Any], *, fixed: bool) -> Response:
+    """``fixed``: the tree size was asked for and has a signed checkpoint, so the answer never
+    changes and any cache may keep it, as it keeps that checkpoint. Otherwise the answer follows
+    the latest checkpoint (or gains one when the size is signed): revalidated every time, like
+    the latest checkpoint, so a monitor never holds a proof older than the checkpoint it saw."""
+    response = Response(body)
+    response["Cache-Control"] = "public, max-age=86400" if fixed else "no-cache"
+    return response
 
 
 def _int_param(request: Request, name: str, *, minimum: int) -> int:

@@ -96,3 +96,26 @@ def test_it_changes_nothing(logged: Site):
     before = AuditRecord.objects.count()
     assert Client().post(f"/audit/{logged.pk}/checkpoint").status_code == 405
     assert AuditRecord.objects.count() == before
+
+
+def test_a_proof_of_a_signed_size_may_be_cached_and_one_of_the_latest_is_revalidated(
+    logged: Site,
+):
+    """As the checkpoints are: one at a size never changes (a day in any cache), the latest
+    does. Proofs had no Cache-Control at all, so a shared cache's default lifetime decided
+    how long a monitor was shown a proof of an older tree than the latest checkpoint."""
+    append(logged, 2)  # size 9 has no checkpoint (yet): its answer may still gain one
+    fixed, following = "public, max-age=86400", "no-cache"
+    for query, expected in [
+        ("inclusion?seq=3&size=7", fixed),
+        ("inclusion?seq=3", following),
+        ("inclusion?seq=3&size=9", following),
+        ("consistency?from=3&to=7", fixed),
+        ("consistency?from=3", following),
+        ("consistency?from=3&to=9", following),
+    ]:
+        answer = Client().get(f"/audit/{logged.pk}/proof/{query}")
+        assert answer.status_code == 200, query
+        assert answer["Cache-Control"] == expected, query
+    refused = Client().get(f"/audit/{logged.pk}/proof/inclusion?seq=99&size=7")
+    assert refused.status_code == 400 and "Cache-Control" not in refused
