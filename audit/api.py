@@ -25,6 +25,7 @@ from django.http import HttpResponse
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -49,9 +50,25 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
+class OneRepresentation(BaseContentNegotiation):
+    """Each answer here has one form (a checkpoint is a text/plain signed note, the rest
+    JSON): the client's ``Accept`` chooses nothing, so it never makes a 406. DRF's negotiation
+    matched it against the JSON renderer alone, and refused ``Accept: text/plain`` (what a
+    log monitor asks a checkpoint for) with 406 before the view ran."""
+
+    def select_parser(self, request: Request, parsers: Any) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(
+        self, request: Request, renderers: Any, format_suffix: str | None = None
+    ) -> tuple[Any, str]:
+        return renderers[0], renderers[0].media_type
+
+
 class PublicApi(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
+    content_negotiation_class = OneRepresentation
 
 
 class AuditKeysApi(PublicApi):

@@ -119,3 +119,23 @@ def test_a_proof_of_a_signed_size_may_be_cached_and_one_of_the_latest_is_revalid
         assert answer["Cache-Control"] == expected, query
     refused = Client().get(f"/audit/{logged.pk}/proof/inclusion?seq=99&size=7")
     assert refused.status_code == 400 and "Cache-Control" not in refused
+
+
+@pytest.mark.parametrize("accept", ["text/plain", "text/*", "text/html", "application/xml"])
+def test_any_accept_header_gets_the_one_form_each_answer_has(logged: Site, accept: str):
+    """A checkpoint is text/plain and everything else JSON; the Accept header chooses nothing.
+    ``Accept: text/plain`` (a monitor fetching a checkpoint) was refused 406 before the view
+    ran, since DRF matched it against the JSON renderer only."""
+    headers = {"Accept": accept}
+    latest = Client().get(f"/audit/{logged.pk}/checkpoint", headers=headers)
+    assert latest.status_code == 200 and latest["Content-Type"].startswith("text/plain")
+    assert Client().get(f"/audit/{logged.pk}/checkpoint/7", headers=headers).status_code == 200
+    for url in (
+        f"/audit/{logged.pk}/proof/inclusion?seq=3",
+        f"/audit/{logged.pk}/proof/consistency?from=3",
+        "/.well-known/sill-audit-keys.json",
+    ):
+        answer = Client().get(url, headers=headers)
+        assert answer.status_code == 200 and answer["Content-Type"] == "application/json", url
+    missing = Client().get(f"/audit/{logged.pk}/checkpoint/99", headers=headers)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
