@@ -33,6 +33,7 @@ _DRF_CODES = {
     exceptions.PermissionDenied: "forbidden",
     exceptions.NotFound: "not_found",
     exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
     exceptions.ParseError: "malformed",
     exceptions.Throttled: "rate_limited",

@@ -208,3 +208,21 @@ def test_a_content_length_int_cannot_read_is_too_large_not_a_500(length):
     )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "too_large"
+
+
+def test_an_accept_header_the_api_cannot_answer_is_406_not_acceptable_and_writes_nothing(
+    sign, original
+):
+    """The API answers JSON only. A client asking for another form gets 406 under a code of
+    its own, before anything is read or written (it was the catch-all code ``error``)."""
+    before = (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count())
+    response = Client().post(
+        "/api/v1/mandates",
+        data=sign(refund_intent(ORIGINAL)),
+        content_type="application/json",
+        headers={"Accept": "text/html"},
+    )
+    assert response.status_code == 406
+    assert response.json()["error"]["code"] == "not_acceptable"
+    assert (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count()) == before
+    assert MockLedgerEntry.objects.count() == 0

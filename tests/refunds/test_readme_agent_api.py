@@ -102,6 +102,7 @@ def test_the_read_endpoints_answer_the_errors_the_readme_lists(demo_key_file: Pa
         "not_found": 404,
         "rate_limited": 429,
         "method_not_allowed": 405,
+        "not_acceptable": 406,
     }
 
     for path in ("/api/v1/agent", "/api/v1/refunds/mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"):
@@ -121,6 +122,10 @@ def test_the_read_endpoints_answer_the_errors_the_readme_lists(demo_key_file: Pa
     wrong = Client().post("/api/v1/agent", {}, content_type="application/json", headers=bearer)
     assert wrong.status_code == 405
     assert wrong.json()["error"]["code"] == "method_not_allowed"
+
+    html = Client().get("/api/v1/agent", headers={**bearer, "Accept": "text/html"})
+    assert html.status_code == 406
+    assert html.json()["error"]["code"] == "not_acceptable"
 
 
 def test_the_schema_names_the_codes_of_each_error_status(settings: Settings) -> None:
