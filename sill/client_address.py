@@ -12,6 +12,11 @@ everywhere.
   are skipped. The entries left of the first untrusted one were written by the client and
   prove nothing, so they never count. With no trusted networks listed, the right-most entry
   (what the one proxy in front of Sill appended) is the client.
+- An IPv6 client is its /64, written as the network's first address (``2001:db8:1:2::``):
+  one subscriber (a home, a server, a phone) is given a whole /64 and may send from any of its
+  2**64 addresses, each of which was a fresh budget for every per-address limit (a password
+  guessed from rotating addresses was never locked). An IPv4 address written as IPv6
+  (``::ffff:203.0.113.7``, a dual-stack socket's peer) is that IPv4 address.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def client_address(request: HttpRequest) -> str:
-    """The client's IP address as text ("" when the request has none, as in some tests)."""
+    """The client's IP address as text, an IPv6 client's /64 as its first address ("" when
+    the request has none, as in some tests)."""
     remote = _parse(request.META.get("REMOTE_ADDR", ""))
     if not settings.SILL_TRUST_PROXY:
-        return str(remote) if remote else ""
+        return _counted(remote)
     hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
     trusted = _trusted_networks(tuple(settings.SILL_TRUSTED_PROXIES))
     chosen = remote
@@ -42,7 +48,19 @@ def client_address(request: HttpRequest) -> str:
         chosen = address
         if not any(address in network for network in trusted):
             break
-    return str(chosen) if chosen else ""
+    return _counted(chosen)
+
+
+def _counted(address: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> str:
+    """``address`` as the limits count it: an IPv6 address by its /64 (the module docstring)."""
+    if address is None:
+        return ""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        # Through int: the network of an address with a zone (fe80::1%eth0) keeps no zone.
+        return str(ipaddress.IPv6Address(int(address) >> 64 << 64))
+    return str(address)
 
 
 def _parse(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

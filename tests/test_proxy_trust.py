@@ -78,6 +78,24 @@ def test_the_client_address_is_the_peer_by_default():
 
 
 @pytest.mark.parametrize(
+    ("remote", "expected"),
+    [
+        ("2001:db8:aa:bb:1:2:3:4", "2001:db8:aa:bb::"),
+        ("2001:db8:aa:bb::ffff", "2001:db8:aa:bb::"),  # the same /64: the same client
+        ("2001:db8:aa:bc::1", "2001:db8:aa:bc::"),
+        ("::ffff:198.51.100.7", "198.51.100.7"),  # a dual-stack socket's IPv4 peer
+        ("::ffff:198.51.100.8", "198.51.100.8"),  # ...each its own client, not one "::"
+        ("::1", "::"),
+        ("not an address", ""),
+    ],
+)
+def test_an_ipv6_peer_counts_as_its_64(remote, expected):
+    """Per-address limits count an IPv6 client by its /64: one subscriber holds all of it, and
+    each of its 2**64 addresses was a fresh budget."""
+    assert _address(remote=remote) == expected
+
+
+@pytest.mark.parametrize(
     ("xff", "trusted", "expected"),
     [
         (None, [], "10.0.0.5"),  # no header: the peer
@@ -88,8 +106,10 @@ def test_the_client_address_is_the_peer_by_default():
         ("1.2.3.4, garbage, 203.0.113.7", [], "203.0.113.7"),
         ("1.2.3.4, garbage, 10.1.2.3", ["10.0.0.0/8"], "10.1.2.3"),  # stop at what can't be read
         ("203.0.113.7:51234", [], "203.0.113.7"),
-        ("[2001:db8::7]:443", [], "2001:db8::7"),
-        ("2001:db8::7", [], "2001:db8::7"),
+        ("[2001:db8::7]:443", [], "2001:db8::"),  # an IPv6 client is its /64
+        ("2001:db8::7", [], "2001:db8::"),
+        ("2001:db8:1:2:3:4:5:6", [], "2001:db8:1:2::"),
+        ("::ffff:203.0.113.7", [], "203.0.113.7"),  # IPv4 written as IPv6 is that address
         (" , ", [], "10.0.0.5"),
     ],
 )

@@ -173,3 +173,18 @@ def test_the_admin_and_the_product_login_share_the_count(superuser):
         _hammer(attacker, half, username=superuser.username)
         statuses = _hammer(attacker, half, username=superuser.username, path="/django-admin/login/")
         assert statuses[-1] == 429
+
+
+def test_an_attacker_rotating_through_its_ipv6_64_is_one_address(members):
+    """An IPv6 subscriber is given a whole /64 and may send from any of its 2**64 addresses:
+    counted one by one, every try came from a fresh address and nothing was ever locked. The
+    /64 is the client; the owner, in a /64 of their own, still logs in."""
+    statuses = [
+        _try(Client(REMOTE_ADDR=f"2001:db8:66:1::{n + 1:x}"), f"guess-{n}").status_code
+        for n in range(settings.SILL_LOGIN_FAILURE_LIMIT + 5)
+    ]
+    limit = settings.SILL_LOGIN_FAILURE_LIMIT
+    assert statuses[: limit - 1] == [200] * (limit - 1)
+    assert set(statuses[limit - 1 :]) == {429}
+    assert _try(Client(REMOTE_ADDR="2001:db8:66:1:ffff::9"), PASSWORD).status_code == 429
+    assert _try(Client(REMOTE_ADDR="2001:db8:10:2::1"), PASSWORD).status_code == 302
