@@ -14,9 +14,17 @@ rails' webhooks, Slack's interactions), whatever they sent as ``Accept``: those 
 JSON, and got Django's HTML "Bad Request" page. A browser's form gets a page in the site's
 layout instead (templates/form_refused.html): 413 for a form too large, 400 for one with too
 many fields (or files), saying that nothing was changed. Any other refusal keeps Django's page.
+
+A 404 under the machine paths (a URL that names nothing) is JSON too, and
+:func:`machine_post_only` answers another method than POST to a webhook or Slack
+``405 method_not_allowed`` (Django's ``require_POST`` answers an empty HTML page).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
@@ -109,7 +117,28 @@ def permission_denied(request: HttpRequest, exception: Exception) -> HttpRespons
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if wants_json(request):
+    if wants_json(request) or request.path.startswith(MACHINE_PATHS):
         missing = NotFound("Nothing here on this site.")
         return JsonResponse(missing.as_dict(), status=404)
     return defaults.page_not_found(request, exception)
+
+
+def machine_post_only(
+    view: Callable[..., HttpResponse],
+) -> Callable[..., HttpResponse]:
+    """``require_POST`` for a machine endpoint (a rail's webhook, Slack's interactions): any
+    other method is ``405 method_not_allowed`` in the error shape, with ``Allow: POST``, as the
+    API answers it (Django's own 405 is an empty HTML page)."""
+
+    @wraps(view)
+    def post_only(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method != "POST":
+            refused = SillError(
+                f"Method {request.method} not allowed.", code="method_not_allowed", status=405
+            )
+            response = JsonResponse(refused.as_dict(), status=refused.status)
+            response["Allow"] = "POST"
+            return response
+        return view(request, *args, **kwargs)
+
+    return post_only

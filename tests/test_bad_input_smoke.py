@@ -215,3 +215,36 @@ def test_a_page_form_over_djangos_limit_is_413_for_a_browser_and_a_json_client(
     assert page["Content-Type"].startswith("text/html")  # the page: test_forms_over_djangos_limits
     assert "That form was too large to send" in page.content.decode()
     assert post("application/json").json()["error"]["code"] == "too_large"
+
+
+# --- methods and paths a machine endpoint does not have -----------------------------------------
+# The rails' webhooks and Slack's interactions answered another method with Django's empty
+# text/html 405, and a path under /api/, /webhooks/ or /slack/ that names nothing with the HTML
+# 404 page: their callers read JSON, as for the 400 and 413 above.
+
+
+@pytest.mark.parametrize("route", MACHINE_URLS)
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
+def test_a_method_a_machine_endpoint_does_not_take_is_405_in_the_error_shape(
+    client_for, site, make_order, route, method
+):
+    url = route.format(site=site.pk, order=make_order().id)
+    before = _written()
+
+    response = client_for("owner").generic(method, url)
+
+    assert response.status_code == 405, (url, method)
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert "POST" in response["Allow"]
+    assert _written() == before
+
+
+@pytest.mark.parametrize(
+    "url", ["/api/v1/nothing", "/webhooks/stripe/{site}/", "/webhooks/nothing/{site}", "/slack/x"]
+)
+def test_a_path_under_a_machine_prefix_that_names_nothing_is_404_in_the_error_shape(
+    client, site, url
+):
+    response = client.post(url.format(site=site.pk), data=b"{}", content_type="application/json")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"

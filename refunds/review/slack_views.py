@@ -5,15 +5,15 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from refunds.review.slack import accept_click, verify_click
 from sill.accounts.models import Site
+from sill.error_pages import machine_post_only
 from sill.errors import SillError
 
 
 @csrf_exempt  # Slack signs the request (X-Slack-Signature): that is the credential, not a cookie
-@require_POST
+@machine_post_only
 def slack_interaction(request: HttpRequest, site_id: str) -> HttpResponse:
     """Acknowledge within Slack's 3 s: the click is verified here and decided by a worker,
     which answers through the click's response_url."""

@@ -19,9 +19,9 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from sill import jsonbody
+from sill.error_pages import machine_post_only
 from sill.orders.models import Rail
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
@@ -63,7 +63,7 @@ def _fresh(header: str, now: float) -> bool:
 
 
 @csrf_exempt
-@require_POST
+@machine_post_only
 def stripe_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)

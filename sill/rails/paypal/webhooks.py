@@ -25,10 +25,10 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from sill import jsonbody
 from sill.api import RateLimited, spend_paypal_verification
+from sill.error_pages import machine_post_only
 from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.rails.base import RailError
@@ -78,7 +78,7 @@ class VerificationUnavailable(SillError):
 
 
 @csrf_exempt
-@require_POST
+@machine_post_only
 def paypal_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)

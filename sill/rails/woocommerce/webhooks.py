@@ -30,9 +30,9 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from sill import jsonbody
+from sill.error_pages import machine_post_only
 from sill.orders.models import Rail
 from sill.rails.event_attempts import attempt_event
 from sill.rails.models import RailAccount, WebhookEvent
@@ -49,7 +49,7 @@ _PING = re.compile(rb"^webhook_id=[0-9]{1,20}$")
 
 
 @csrf_exempt
-@require_POST
+@machine_post_only
 def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
