@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.urls import reverse
 
 from refunds.labels import refund_headline
 from refunds.models import RESERVED_STATUSES, Refund, RefundStatus
-from refunds.review.failures import send_once
-from refunds.review.notifications import decider_emails
+from refunds.review.failures import send_once, told
+from refunds.review.notifications import DECIDERS
 from refunds.services import reverse_settled_refund
+from sill.accounts.notices import MessageRefused, email_members
 from sill.orders.models import Charge
 from sill.rails.base import RailRefund, rail_label
 
@@ -62,19 +62,27 @@ def apply_own_refund_report(charge: Charge, reported: RailRefund, event_id: str)
 
 
 def notify_reversed(*, refund_id: str) -> bool:
-    """Email the owners and admins that a settled refund failed at the rail, once (a task
-    delivered twice sends one email; one the mail server refused is sent by the retry)."""
+    """Email the owners and admins that a settled refund failed at the rail, once: each their
+    own message (one refused address keeps nobody else from hearing). A task delivered twice
+    sends one email; one the mail server could not take (down: an ``OSError``) is sent by the
+    task's retry. A refusal of every message is logged (the error's class, the refund's id)
+    and answered False, not raised: the task retries an outage only."""
     refund = Refund.objects.select_related("site", "order").get(pk=refund_id)
     if refund.reversed_at is None:
         return False
-    return send_once(f"{refund_id}:reversed", lambda: _email_reversed(refund))
+    try:
+        return send_once(f"{refund_id}:reversed", lambda: _email_reversed(refund))
+    except MessageRefused as refusal:
+        # Only the class: the server's error carries the addresses and its reply.
+        logger.warning(
+            "refund %s: failed-after-settlement email refused (%s); not sent",
+            refund_id,
+            refusal.kind,
+        )
+        return False
 
 
 def _email_reversed(refund: Refund) -> bool:
-    recipients = decider_emails(refund)
-    if not recipients:
-        logger.warning("refund %s failed after settlement; site has no owner or admin", refund.id)
-        return False
     order = refund.order
     base = (settings.SILL_BASE_URL or "").rstrip("/")
     lines = [
@@ -89,10 +97,12 @@ def _email_reversed(refund: Refund) -> bool:
         "refund again, or another way, from the order page:",
         base + reverse("orders:detail", args=[refund.order_id]) if order else base,
     ]
-    send_mail(
-        subject=f"[Sill] Refund failed after settlement: {refund_headline(refund)}",
-        message="\n".join(line for line in lines if line is not None) + "\n",
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        recipient_list=recipients,
+    return told(
+        refund,
+        notice="failed-after-settlement",
+        delivery=email_members(
+            site_id=refund.site_id,
+            subject=f"[Sill] Refund failed after settlement: {refund_headline(refund)}",
+            lines_for={role: lines for role in DECIDERS},
+        ),
     )
-    return True

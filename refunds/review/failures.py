@@ -4,7 +4,15 @@
 refund ``failed``. ``failed`` is final and ``fail_refund`` changes a refund into it once (under
 its row lock), so each failed refund is enqueued once; a task delivered twice is stopped by
 an atomic claim in the cache (Redis in production), given back if the email cannot be sent
-so that the task's retry sends it. A refund that needs attention has its own, earlier email
+so that the task's retry sends it.
+
+Each owner and admin gets a message of their own (:func:`sill.accounts.notices.email_members`):
+one address the mail server refuses keeps nobody else from hearing. A refusal of every message
+is logged (the error's class and the refund's id) and not retried, as the attention emails'
+task does not retry one: the refund shows as failed on the dashboard and its page. A server
+that is down (an ``OSError``) is raised, for the task's retries.
+
+A refund that needs attention has its own, earlier email
 (``refunds.reconcile.attention.notify_attention``), and a settled refund that failed later
 its own (``refunds.reconcile.rail_reports.notify_reversed``).
 """
@@ -16,12 +24,12 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.core.cache import cache
-from django.core.mail import send_mail
 from django.urls import reverse
 
 from refunds.labels import money_words, outcome_label, rail_label, refund_headline
 from refunds.models import Refund, RefundStatus
-from refunds.review.notifications import decider_emails
+from refunds.review.notifications import DECIDERS
+from sill.accounts.notices import Delivery, MessageRefused, email_members
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +39,8 @@ CLAIM_SECONDS = 7 * 24 * 3600
 
 def send_once(claim: str, send: Callable[[], bool]) -> bool:
     """``send()`` unless ``claim`` was already taken (False then): an atomic claim in the
-    cache, given back if ``send`` raises (the mail server refused: the task's retry sends)."""
+    cache, given back if ``send`` raises: the mail server is down (the task's retry sends), or
+    it refused every message (:class:`MessageRefused`: nobody was told)."""
     key = f"sill:notified:{claim}"
     if not cache.add(key, 1, CLAIM_SECONDS):
         return False
@@ -44,7 +53,8 @@ def send_once(claim: str, send: Callable[[], bool]) -> bool:
 
 def notify_failed(*, refund_id: str) -> bool:
     """Email the owners and admins that ``refund_id`` failed, once. False when not sent: the
-    refund is not failed (or failed after settlement: that has its own email), or was told."""
+    refund is not failed (or failed after settlement: that has its own email), was told, or
+    the server refused every message (logged, not raised: the task retries an outage only)."""
     refund = (
         Refund.objects.select_related("site", "order", "agent", "requested_by")
         .filter(pk=refund_id, status=RefundStatus.FAILED, reversed_at__isnull=True)
@@ -52,14 +62,15 @@ def notify_failed(*, refund_id: str) -> bool:
     )
     if refund is None:
         return False
-    return send_once(f"{refund_id}:failed", lambda: _email(refund))
+    try:
+        return send_once(f"{refund_id}:failed", lambda: _email(refund))
+    except MessageRefused as refusal:
+        # Only the class: the server's error carries the addresses and its reply.
+        logger.warning("refund %s: failure email refused (%s); not sent", refund_id, refusal.kind)
+        return False
 
 
 def _email(refund: Refund) -> bool:
-    recipients = decider_emails(refund)
-    if not recipients:
-        logger.warning("refund %s failed; site %s has no owner or admin", refund.id, refund.site_id)
-        return False
     order = refund.order
     base = (getattr(settings, "SILL_BASE_URL", "") or "").rstrip("/")
     what = outcome_label(refund.outcome_code) or "The rail refused it"
@@ -91,10 +102,34 @@ def _email(refund: Refund) -> bool:
         next_step,
         link,
     ]
-    send_mail(
-        subject=f"[Sill] {money_words(refund)[0].capitalize()} failed: {refund_headline(refund)}",
-        message="\n".join(line for line in lines if line is not None) + "\n",
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        recipient_list=recipients,
+    return told(
+        refund,
+        notice="failure",
+        delivery=email_members(
+            site_id=refund.site_id,
+            subject=f"[Sill] {money_words(refund)[0].capitalize()} failed: "
+            f"{refund_headline(refund)}",
+            lines_for={role: lines for role in DECIDERS},
+        ),
     )
+
+
+def told(refund: Refund, *, notice: str, delivery: Delivery) -> bool:
+    """Whether anyone was told of ``refund``'s ``notice``; a recipient the server refused, or
+    a site with nobody to tell, is logged (the error's class, the ids)."""
+    if not delivery.sent_to:
+        logger.warning(
+            "refund %s: no %s email; site %s has no owner or admin",
+            refund.id,
+            notice,
+            refund.site_id,
+        )
+        return False
+    if delivery.refused:
+        logger.warning(
+            "refund %s: %s email refused for a recipient (%s); the others were told",
+            refund.id,
+            notice,
+            delivery.refused,
+        )
     return True

@@ -7,6 +7,12 @@ refund's ``held_notified_at`` with a conditional UPDATE before sending (only one
 win it, in any process) and gives it back if the email fails, so a retry sends it and a
 second path sends nothing.
 
+Each owner and admin gets a message of their own (:func:`sill.accounts.notices.email_members`):
+one address the mail server refuses keeps nobody else from hearing. A refusal of every
+message is not an outage: the refund waits before the sweep tries it again
+(:func:`sill.accounts.notices.back_off`) and the sweep goes on with the others. A server that is
+down (an ``OSError``) ends the sweep's run, leaving the rest for the next minute.
+
 Slack is best effort: an incoming webhook that is down or slow (5 s timeout) is logged, never
 raised, so it can neither block nor repeat the email. The Slack message carries the facts in
 words, the rules that held the refund and Approve / Reject buttons (refunds/review/slack.py).
@@ -18,7 +24,6 @@ import logging
 from datetime import datetime
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
@@ -37,19 +42,32 @@ from refunds.review.facts_words import fact_phrases
 from refunds.review.slack import post_held_message, webhook_url
 from refunds.services import HOLD_FOR
 from sill.accounts.models import Role
-from sill.accounts.notices import member_emails
+from sill.accounts.notices import (
+    MessageRefused,
+    back_off,
+    email_members,
+    forget_refusals,
+    not_backing_off,
+)
 
 logger = logging.getLogger(__name__)
 
 SWEEP_LIMIT = 500
-# Who is told of a refund that waits for someone: those who may decide it.
+# Who is told of a refund that waits for someone: those who may decide it (Cap.DECIDE_HELD,
+# which both roles have alike: the same words go to each).
 DECIDERS = (Role.OWNER, Role.ADMIN)
+NOTICE = "held-refund"
 
 
 def notify_held_refund(*, refund_id: str) -> bool:
     """Email the owners and admins (and post to Slack) about a held refund, once.
 
-    Returns False when there is nothing to send: already notified, or no longer held.
+    Returns False when there is nothing to send (already notified, or no longer held) or the
+    mail server refused the message to every owner and admin: the claim is given back and
+    the refund waits (:func:`sill.accounts.notices.back_off`) before the sweep tries again,
+    not raised, so the on-commit task does not retry it at once. A server that is down is
+    raised (an ``OSError`` for SMTP), the claim given back. Only the error's class and the
+    refund's id are logged, never an address or the server's reply.
     """
     refund = (
         Refund.objects.select_related("site", "order", "agent", "requested_by", "customer")
@@ -64,29 +82,52 @@ def notify_held_refund(*, refund_id: str) -> bool:
     if claimed != 1:
         return False
     try:
-        _email_deciders(refund)
+        refused = _email_deciders(refund)
+    except MessageRefused as refusal:
+        Refund.objects.filter(pk=refund.pk).update(held_notified_at=None)
+        wait = back_off(f"{NOTICE}:{refund.pk}")
+        logger.warning(
+            "held refund %s: email refused (%s); tried again in %d minutes",
+            refund.pk,
+            refusal.kind,
+            wait.total_seconds() // 60,
+        )
+        return False
     except Exception:
         # Not sent: give the claim back so the retry (or the next sweep) sends it.
         Refund.objects.filter(pk=refund.pk).update(held_notified_at=None)
         raise
+    forget_refusals(f"{NOTICE}:{refund.pk}")
+    if refused:
+        logger.warning(
+            "held refund %s: email refused for a recipient (%s); the others were told",
+            refund.pk,
+            refused,
+        )
     if hook := webhook_url(refund.site):
         post_held_message(url=hook, refund=refund, review_url=review_url(refund))
     return True
 
 
 def pending_held_refund_ids(*, now: datetime | None = None) -> list[str]:
-    """Held, unexpired refunds nobody was told about yet."""
+    """Held, unexpired refunds nobody was told about yet, oldest first, but for those waiting
+    after the mail server refused their email: they neither go first nor use up the limit."""
     now = now or timezone.now()
-    return list(
+    untold = (
         Refund.objects.filter(status=RefundStatus.HELD, held_notified_at__isnull=True)
         .filter(Q(expires_at__gt=now) | Q(expires_at__isnull=True, created_at__gt=now - HOLD_FOR))
         .order_by("created_at", "id")
-        .values_list("pk", flat=True)[:SWEEP_LIMIT]
+        .values_list("pk", flat=True)
+    )
+    return not_backing_off(
+        untold.iterator(chunk_size=SWEEP_LIMIT), notice=NOTICE, limit=SWEEP_LIMIT
     )
 
 
 def notify_pending_held_refunds(*, now: datetime | None = None) -> int:
-    """The sweep: notify every held refund that was missed; returns how many were sent."""
+    """The sweep: notify every held refund that was missed; returns how many were sent. A
+    refused email skips its refund; a mail server that is down ends the run, raised, leaving
+    the rest untold for the next."""
     return sum(
         notify_held_refund(refund_id=refund_id) for refund_id in pending_held_refund_ids(now=now)
     )
@@ -99,12 +140,6 @@ def review_url(refund: Refund) -> str:
     return base + reverse("refunds:held-detail", args=[refund.id])
 
 
-def decider_emails(refund: Refund) -> list[str]:
-    """The site's owners and admins whose accounts are active: a deactivated one is locked
-    out of Sill and hears nothing more of its refunds and buyers."""
-    return member_emails(refund.site_id, roles=DECIDERS)
-
-
 def _credited(refund: Refund) -> str:
     customer = refund.customer if refund.is_credit else None
     if customer is None:
@@ -113,13 +148,9 @@ def _credited(refund: Refund) -> str:
     return f"Credit to: {who}'s Stripe balance (customer {customer.rail_customer_id})"
 
 
-def _email_deciders(refund: Refund) -> None:
-    recipients = decider_emails(refund)
-    if not recipients:
-        logger.warning(
-            "held refund %s: site %s has no owner or admin to tell", refund.id, refund.site_id
-        )
-        return
+def _email_deciders(refund: Refund) -> str:
+    """Each owner and admin their own message; the error's class when the server refused
+    some of them (the others were told). Raises what :func:`email_members` raises."""
     order = refund.order
     done = money_words(refund)[1]
     what = "A customer credit" if refund.is_credit else "A refund"
@@ -139,12 +170,16 @@ def _email_deciders(refund: Refund) -> None:
         "",
         f"Review it: {review_url(refund)}",
     ]
-    send_mail(
+    delivery = email_members(
+        site_id=refund.site_id,
         subject=f"[Sill] Held for review: {refund_headline(refund)}",
-        message="\n".join(line for line in lines if line is not None) + "\n",
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        recipient_list=recipients,
+        lines_for={role: lines for role in DECIDERS},
     )
+    if not delivery.sent_to:
+        logger.warning(
+            "held refund %s: site %s has no owner or admin to tell", refund.id, refund.site_id
+        )
+    return delivery.refused
 
 
 def held_by(refund: Refund) -> str:
