@@ -103,8 +103,6 @@ def rail_label(rail: str) -> str:
     return rails.rail_label(rail) if rail else "—"
 
 
-# Who tells the buyer about a refund: Sill emails owners and admins, never the buyer, so the
-# confirmation before money moves says what the rail itself does.
 def buyer_label(name: str, email: str) -> str:
     """``Ada Lovelace (ada@example.com)``; whichever of the two is known."""
     if name and email:
