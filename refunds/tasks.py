@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import smtplib
 from datetime import timedelta
 
 from celery import Task, shared_task
@@ -23,6 +24,7 @@ from refunds.review.decisions import expire_held_refunds
 from refunds.review.failures import notify_failed
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 from refunds.review.slack import Click, decide_click, respond
+from sill.accounts.notices import message_refused
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +88,34 @@ def notify_attention_task(refund_id: str) -> None:
     notify_attention(refund_id=refund_id)
 
 
-@shared_task(name="refunds.send_confirmation", ignore_result=True)
+@shared_task(
+    name="refunds.send_confirmation",
+    ignore_result=True,
+    autoretry_for=(OSError,),  # SMTP down (a refusal of the message is not raised: below)
+    max_retries=5,
+    retry_backoff=30,
+)
 def send_refund_confirmation_task(refund_id: str) -> None:
-    """Tell the buyer their refund went through."""
+    """Tell the buyer their refund went through (a credit's customer, that it was credited).
+
+    A mail server that is down is tried again, a few times, with a backoff. One that refuses
+    the message (the buyer's mailbox, its content) is not: it is logged, by the error's class
+    and the refund's id only, since the server's error carries the buyer's address and its
+    reply, which a failed task's log would otherwise keep."""
     refund = Refund.objects.select_related("order", "site", "customer").get(pk=refund_id)
+    try:
+        _send_confirmation(refund)
+    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPDataError) as exc:
+        if not message_refused(exc):
+            raise
+        logger.warning(
+            "refund %s: the buyer's confirmation was refused by the mail server (%s)",
+            refund.pk,
+            type(exc).__name__,
+        )
+
+
+def _send_confirmation(refund: Refund) -> None:
     if refund.is_credit:
         _send_credit_confirmation(refund)
         return

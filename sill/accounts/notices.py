@@ -111,7 +111,7 @@ def email_members(
             try:
                 message.send()
             except (smtplib.SMTPRecipientsRefused, smtplib.SMTPDataError) as exc:
-                if _server_closing(exc):
+                if not message_refused(exc):
                     raise
                 refused = type(exc).__name__
                 continue
@@ -122,9 +122,13 @@ def email_members(
     return Delivery(sent_to=tuple(sent), refused=refused)
 
 
-def _server_closing(exc: smtplib.SMTPException) -> bool:
-    """421 at DATA: the server is closing the connection, for every message (an outage)."""
-    return isinstance(exc, smtplib.SMTPDataError) and exc.smtp_code == 421
+def message_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server refusing this one message (its recipients at RCPT, or
+    the message at DATA), not an outage: a 421 at DATA is the server closing the connection,
+    for every message."""
+    if isinstance(exc, smtplib.SMTPDataError):
+        return exc.smtp_code != 421
+    return isinstance(exc, smtplib.SMTPRecipientsRefused)
 
 
 # --- trying a refused notice again later ------------------------------------------------------
