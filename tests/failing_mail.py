@@ -14,6 +14,8 @@ rest to ``django.core.mail.outbox`` as the test backend does. Point ``EMAIL_BACK
   as a server does whose content filter applies one recipient's policy to the transaction.
 - ``MAIL_REFUSED_SUBJECTS``: a message whose subject contains one of these is refused for
   its content (``SMTPDataError`` 554).
+- ``MAIL_GREYLISTED_ADDRESSES``: mailboxes it refuses for now (``SMTPRecipientsRefused``
+  with 450, greylisting: a server that wants the message sent again later).
 
 Each refusal's text carries the addresses and the server's reply (``REPLY``), as a real
 server's does, so a test can check that none of it reaches the log.
@@ -48,9 +50,15 @@ class RefusingSomeBackend(LocmemBackend):
     def send_messages(self, messages: Sequence[EmailMessage]) -> int:
         refused_to = {a.lower() for a in getattr(settings, "MAIL_REFUSED_ADDRESSES", ())}
         refused_subjects = getattr(settings, "MAIL_REFUSED_SUBJECTS", ())
+        greylisted = {a.lower() for a in getattr(settings, "MAIL_GREYLISTED_ADDRESSES", ())}
         sent = 0
         for message in messages:
             recipients = [r.lower() for r in message.recipients()]
+            if later := [r for r in recipients if r in greylisted]:
+                raise smtplib.SMTPRecipientsRefused(
+                    {r: (450, f"4.2.0 <{r}>: Greylisted, try again later ({REPLY})".encode())
+                     for r in later}
+                )  # fmt: skip
             bad = [r for r in recipients if r in refused_to]
             if bad and len(bad) == len(recipients):
                 raise smtplib.SMTPRecipientsRefused(

@@ -123,12 +123,20 @@ def email_members(
 
 
 def message_refused(exc: BaseException) -> bool:
-    """Whether ``exc`` is the server refusing this one message (its recipients at RCPT, or
-    the message at DATA), not an outage: a 421 at DATA is the server closing the connection,
-    for every message."""
+    """Whether ``exc`` is the server refusing this one message for good (its recipients at
+    RCPT, or the message at DATA, with a 5xx reply), not a failure worth trying again: a 4xx
+    reply is temporary (greylisting, a full mailbox, 421: the server closing the connection
+    for every message), and is raised like an outage, so it is tried again."""
     if isinstance(exc, smtplib.SMTPDataError):
-        return exc.smtp_code != 421
-    return isinstance(exc, smtplib.SMTPRecipientsRefused)
+        return _permanent(exc.smtp_code)
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        codes = [reply[0] for reply in exc.recipients.values()]
+        return bool(codes) and all(_permanent(code) for code in codes)
+    return False
+
+
+def _permanent(code: object) -> bool:
+    return isinstance(code, int) and 500 <= code < 600
 
 
 # --- trying a refused notice again later ------------------------------------------------------

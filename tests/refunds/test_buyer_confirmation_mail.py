@@ -69,3 +69,17 @@ def test_a_mail_server_that_is_down_is_tried_again(refunded, settings):
     assert RefusingBackend.offered == 1
     assert isinstance(retry.value.exc, OSError)
     assert send_refund_confirmation_task.max_retries == 5
+
+
+def test_a_confirmation_greylisted_for_now_is_tried_again(refunded, settings, caplog):
+    """A 4xx refusal is the server asking for the message later, not refusing it."""
+    settings.EMAIL_BACKEND = REFUSING_SOME
+    settings.MAIL_GREYLISTED_ADDRESSES = [refunded.order.buyer_email]
+
+    with pytest.raises(Retry):
+        send_refund_confirmation_task.apply(args=[refunded.pk])
+
+    assert mail.outbox == []
+    settings.MAIL_GREYLISTED_ADDRESSES = []
+    assert send_refund_confirmation_task.apply(args=[refunded.pk]).successful()
+    assert [m.to for m in mail.outbox] == [[refunded.order.buyer_email]]
