@@ -248,6 +248,12 @@ class WebhookEvent(models.Model):
     # an event applied before Sill kept it (migration 0008 named the waiting ones'); for a blank
     # one processing takes the store connected now, as before.
     sender = models.CharField(max_length=255, blank=True)
+    # Shopify and WooCommerce sign the body alone, not the delivery id beside it: the
+    # sha256 (hex) of the signed body, kept once per site and rail, so a captured delivery
+    # replayed under fresh ids is a duplicate (sill.rails.webhook_common.body_digest).
+    # Blank: Stripe's and PayPal's events (their ids are signed), or a body another stored
+    # event already held when Sill began keeping digests (migration 0009).
+    body_sha256 = models.CharField(max_length=64, blank=True)
     received_at = models.DateTimeField(auto_now_add=True)
     processed_at = models.DateTimeField(null=True, blank=True)
     # What processing concluded, e.g. "external refund recorded" or "not Sill's charge".
@@ -267,6 +273,11 @@ class WebhookEvent(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["site", "rail", "event_id"], name="webhookevent_unique_per_site_rail"
+            ),
+            models.UniqueConstraint(
+                fields=["site", "rail", "body_sha256"],
+                condition=~Q(body_sha256=""),
+                name="webhookevent_body_once_per_site_rail",
             ),
         ]
 

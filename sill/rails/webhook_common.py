@@ -34,6 +34,22 @@ def base64_hmac(payload: bytes, secret: str) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
+def body_sha256(payload: bytes) -> str:
+    """The hex sha256 of a signed body: what Shopify's and WooCommerce's deliveries are kept
+    once by (``WebhookEvent.body_sha256``) besides their id.
+
+    Their signature covers the body alone, not ``X-Shopify-Webhook-Id`` nor
+    ``X-WC-Webhook-Delivery-ID``: whoever captured one delivery could send its body again
+    under a fresh id, forever, each one a store read and a task. A genuine retry reuses its
+    id, and two real changes differ in their bodies (Shopify's carry ``updated_at``, a refund
+    or a dispute its own id and state; Woo's ``date_modified_gmt`` and the whole order), so a
+    body seen before is a duplicate whatever its id says. The topic is left out: its header
+    is not signed either, and a replay under invented ``orders/…`` topics would make new
+    keys.
+    """
+    return hashlib.sha256(payload).hexdigest()
+
+
 def verify_base64_hmac(payload: bytes, header: str, secrets: list[str]) -> bool:
     """Whether ``header`` signs ``payload`` under any of ``secrets`` (constant-time compare)."""
     given = header.strip().encode("ascii", "replace")

@@ -14,6 +14,7 @@ from decimal import Decimal
 import pytest
 from django.db.models import F
 from django.test import Client
+from django.utils import timezone
 
 from refunds.models import ReconciliationItem, ReconciliationRun, Refund
 from refunds.reconcile.runs import run_reconciliation
@@ -27,10 +28,17 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def webhook(site, django_capture_on_commit_callbacks):
     """``webhook(placed, topic, webhook_id)``: Shopify's webhook about an order at the stub,
-    processed (its task re-reads the order) when it commits."""
+    processed (its task re-reads the order) when it commits. Each one reports a change, so its
+    body carries a new ``updated_at``, as Shopify's do (Sill keeps each body once)."""
 
     def deliver(placed, topic: str, webhook_id: str) -> None:
-        body = json.dumps({"id": placed.id, "admin_graphql_api_id": placed.gid}).encode()
+        body = json.dumps(
+            {
+                "id": placed.id,
+                "admin_graphql_api_id": placed.gid,
+                "updated_at": timezone.now().isoformat(),
+            }
+        ).encode()
         headers = signed_headers(body, topic=topic, webhook_id=webhook_id)
         with django_capture_on_commit_callbacks(execute=True):
             response = Client().post(

@@ -139,3 +139,37 @@ def test_a_delivery_processed_after_the_site_switched_shops_asks_the_new_shop_no
     assert event.processed_at is not None and (event.attempts, event.last_error) == (1, "")
     assert SHOP in event.outcome and "other-shop.myshopify.com" in event.outcome
     assert not Order.objects.exists() and [op for op, _ in shopify.calls] == []
+
+
+def test_the_same_signed_body_under_a_fresh_webhook_id_is_a_duplicate(
+    site, shopify, shopify_account, django_capture_on_commit_callbacks
+):
+    """Shopify's HMAC covers the body, not ``X-Shopify-Webhook-Id``: whoever captured one
+    delivery could send its body again under fresh ids (and invented ``orders/…`` topics,
+    whose header is not signed either), each one an order read from the shop's API budget
+    and a task. The body is kept once per site: a replay is the duplicate a redelivery is."""
+    placed = shopify.add_order()
+    body = json.dumps(
+        {"id": placed.id, "admin_graphql_api_id": placed.gid, "updated_at": "2026-12-01T10:00:00Z"}
+    ).encode()
+    headers = signed_headers(body, topic="orders/updated", webhook_id="wh-genuine")
+    assert _post(site, body, **headers).json()["duplicate"] is False
+    assert [op for op, _ in shopify.calls].count("SillOrder") == 1
+
+    for webhook_id, topic in (("wh-replay-1", "orders/updated"), ("wh-replay-2", "orders/x")):
+        headers = signed_headers(body, topic=topic, webhook_id=webhook_id)
+        with django_capture_on_commit_callbacks(execute=True) as enqueued:
+            replay = Client().post(
+                f"/webhooks/shopify/{site.pk}", body, content_type="application/json", **headers
+            )
+        assert replay.status_code == 200
+        assert replay.json() == {"received": True, "duplicate": True}
+        assert enqueued == []
+    assert [op for op, _ in shopify.calls].count("SillOrder") == 1
+    assert list(WebhookEvent.objects.values_list("event_id", flat=True)) == ["wh-genuine"]
+
+    # The order's next change is another body (Shopify's carry ``updated_at``): taken.
+    changed = body.replace(b"10:00:00Z", b"10:00:01Z")
+    headers = signed_headers(changed, topic="orders/updated", webhook_id="wh-next")
+    assert _post(site, changed, **headers).json()["duplicate"] is False
+    assert [op for op, _ in shopify.calls].count("SillOrder") == 2

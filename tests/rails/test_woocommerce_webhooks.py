@@ -230,3 +230,38 @@ def test_a_replay_after_the_site_switched_stores_settles_the_old_stores_event(
     event = WebhookEvent.objects.get(site=site, rail="woocommerce")
     assert event.processed_at is not None and woo.url in event.outcome
     assert not Order.objects.exists() and not WooOrderLink.objects.exists()
+
+
+def test_the_same_signed_body_under_a_fresh_delivery_id_is_a_duplicate(
+    site, woo, woo_account, django_capture_on_commit_callbacks
+):
+    """WooCommerce's signature covers the body, not ``X-WC-Webhook-Delivery-ID``. A body
+    without ``date_modified_gmt`` was named by its delivery id, so whoever captured it could
+    send it again under fresh ids, each one stored and a task. The body is kept once per
+    site, whatever names it: a replay is the duplicate a redelivery is, and does nothing."""
+    placed = woo.add_order(total="42.00", stripe_charge="ch_replayed")
+    order = placed.json()
+    del order["date_modified_gmt"]
+    body = json.dumps(order).encode()
+    headers = woo_headers(body, url=woo.url, topic="order.created")
+    first = _post(site, body, headers, django_capture_on_commit_callbacks)
+    assert first.status_code == 200 and first.json()["duplicate"] is False
+    assert WooOrderLink.objects.filter(site=site, woo_order_id=placed.id).exists()
+    asked = len(woo.auth_seen)
+
+    for delivery, topic in (("replay-1", "order.created"), ("replay-2", "order.updated")):
+        headers = woo_headers(body, url=woo.url, topic=topic)
+        headers["HTTP_X_WC_WEBHOOK_DELIVERY_ID"] = delivery
+        with django_capture_on_commit_callbacks(execute=True) as enqueued:
+            replay = Client().post(
+                f"/webhooks/woocommerce/{site.pk}",
+                body,
+                content_type="application/json",
+                **headers,
+            )
+        assert replay.status_code == 200
+        assert replay.json() == {"received": True, "duplicate": True}
+        assert enqueued == []
+    assert len(woo.auth_seen) == asked
+    assert WebhookEvent.objects.filter(site=site, rail="woocommerce").count() == 1
+    assert Order.objects.filter(site=site).count() == 1

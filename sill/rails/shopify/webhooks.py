@@ -5,7 +5,14 @@ base64 HMAC-SHA256 of the raw body, compared here in constant time against every
 secret (several while one is rotated). A bad signature, a delivery for another shop, a body
 that is not a JSON object, or one without ``X-Shopify-Webhook-Id`` is 400 and records
 nothing. The webhook id is stored once (``WebhookEvent``'s unique constraint): a redelivery
-answers 200 and changes nothing. Processing (``rails.process_shopify_event``) runs on commit.
+answers 200 and changes nothing. So is the body (its sha256, per site): the signature does not
+cover the webhook id, so the same signed body under another id is a replay, answered the same
+200 "duplicate", reading nothing and enqueuing nothing (sill.rails.webhook_common.body_sha256).
+Digests are kept as long as the events (none is deleted), so no body is refused for its age:
+the signed ``updated_at`` could say how old it is, but an old body Sill never took costs one
+read of the order's current state (a late delivery never overwrites a newer one), once, while
+refusing it could drop a late genuine delivery. ``X-Shopify-Triggered-At`` is not signed.
+Processing (``rails.process_shopify_event``) runs on commit.
 
 Topics: ``orders/create``, ``orders/updated`` (and any other ``orders/*``), ``refunds/create``,
 ``disputes/create``, ``disputes/update``; each makes Sill read the order again and upsert it
@@ -26,7 +33,7 @@ from sill.error_pages import machine_post_only
 from sill.orders.models import Rail
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
-from sill.rails.webhook_common import MAX_BODY_BYTES
+from sill.rails.webhook_common import MAX_BODY_BYTES, body_sha256
 from sill.rails.webhook_common import refuse as _refuse
 from sill.rails.webhook_common import verify_base64_hmac as verify
 
@@ -84,6 +91,8 @@ def shopify_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
                 payload=payload.decode("utf-8"),
                 # The shop whose secret verified it (its domain header, if sent, agrees).
                 sender=account.connected_account,
+                # Unique per site too: a replay of this body under a fresh id is refused here.
+                body_sha256=body_sha256(payload),
             )
             transaction.on_commit(lambda: _enqueue(stored.pk))
     except IntegrityError:

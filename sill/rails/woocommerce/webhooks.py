@@ -12,7 +12,10 @@ so a redelivery of the same change would look new; the event id is the order id,
 missing). The same change delivered twice is the same body, stored once; the second answer is
 200 and changes nothing. The date alone is not enough: it has one-second resolution, and a
 checkout creates the order pending and the gateway marks it paid within the same second, so
-the paid state would have been answered "duplicate" and never brought in.
+the paid state would have been answered "duplicate" and never brought in. The body's whole
+sha256 is also kept once per site (``WebhookEvent.body_sha256``), whatever the event id: the
+signature does not cover the delivery id, so a body without ``date_modified_gmt`` (named by
+its delivery id) would otherwise be taken again under every fresh id a replayer sends.
 
 Each stored event names its sender, the store whose secret verified it. Processing files the
 order under that store; one processed or retried after the site was connected to another
@@ -21,7 +24,6 @@ store is settled unapplied, its outcome saying so (neither store's orders change
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 
@@ -37,7 +39,7 @@ from sill.orders.models import Rail
 from sill.rails.event_attempts import attempt_event
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
-from sill.rails.webhook_common import MAX_BODY_BYTES
+from sill.rails.webhook_common import MAX_BODY_BYTES, body_sha256
 from sill.rails.webhook_common import refuse as _refuse
 from sill.rails.webhook_common import verify_base64_hmac as verify
 
@@ -90,8 +92,8 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
         return _refuse("The body is not a WooCommerce order.")
     modified = str(body.get("date_modified_gmt") or "")
     delivery = request.headers.get("X-WC-Webhook-Delivery-ID", "").strip()
-    digest = hashlib.sha256(payload).hexdigest()[:16]
-    event_id = f"order-{body['id']}@{modified}#{digest}" if modified else delivery
+    digest = body_sha256(payload)
+    event_id = f"order-{body['id']}@{modified}#{digest[:16]}" if modified else delivery
     if not event_id:
         return _refuse("The webhook names no order change and no delivery id.")
     try:
@@ -104,6 +106,8 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
                 payload=payload.decode("utf-8"),
                 # The store whose secret verified it (its source header, if sent, agrees).
                 sender=account.connected_account,
+                # Unique per site too: a replay of this body under a fresh id is refused here.
+                body_sha256=digest,
             )
             transaction.on_commit(lambda: _enqueue(stored.pk))
     except IntegrityError:
