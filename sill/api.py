@@ -4,6 +4,7 @@ limits and who may read the OpenAPI schema."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from typing import TYPE_CHECKING, Any
@@ -143,6 +144,9 @@ class _Throttle(SimpleRateThrottle):
     window's budget at its end and the next one's at its start, at most 2N in any minute.
     """
 
+    # The window's counter the last :meth:`take_key` counted in (None: none yet, or no limit).
+    counter: str | None = None
+
     def get_rate(self) -> str | None:
         rates: dict[str, str | None] = settings.SILL_API_RATES
         return rates.get(self.scope or "")
@@ -169,6 +173,7 @@ class _Throttle(SimpleRateThrottle):
         window = int(now // duration)
         self.retry_after = (window + 1) * duration - now
         counter = f"{key}:{window}"
+        self.counter = counter
         try:
             count = self.cache.incr(counter)
         except ValueError:  # the window's first request (or a racing one, just before)
@@ -247,13 +252,38 @@ class _PayPalVerifyThrottle(_MandateKeyThrottle):
     scope = "paypal_verify"
 
 
-def spend_paypal_verification(*, site_id: str) -> None:
-    """Count one ``verify-webhook-signature`` call for the site's PayPal webhooks, or raise
-    :class:`RateLimited`: each costs a call with the merchant's credentials, which anyone who
-    knows the site's webhook address could otherwise spend (its refunds need that budget)."""
+class _PayPalVerifyAddressThrottle(_MandateKeyThrottle):
+    scope = "paypal_verify_address"
+
+
+def spend_paypal_verification(*, site_id: str, address: str) -> str | None:
+    """Count one ``verify-webhook-signature`` call for the site's PayPal webhooks against the
+    client address's share, then against the site's budget, or raise :class:`RateLimited`:
+    each costs a call with the merchant's credentials, which anyone who knows the site's
+    webhook address could otherwise spend (its refunds need that budget).
+
+    The share is counted first, so an address past it spends nothing of the site's budget:
+    one client's junk cannot use up what PayPal's own deliveries need. Returns the share's
+    counter, for :func:`return_paypal_verification` once PayPal verified the delivery (None
+    while the share is off)."""
+    share = _PayPalVerifyAddressThrottle()
+    if not share.take(hashlib.sha256(f"{site_id}\n{address or 'unknown'}".encode()).hexdigest()):
+        raise RateLimited(retry_after=max(1, math.ceil(share.wait() or 1)))
     throttle = _PayPalVerifyThrottle()
     if not throttle.take(hashlib.sha256(site_id.encode()).hexdigest()):
         raise RateLimited(retry_after=max(1, math.ceil(throttle.wait() or 1)))
+    return share.counter
+
+
+def return_paypal_verification(counter: str | None) -> None:
+    """Give a delivery PayPal verified back to its address's share (not to the site's budget:
+    the call was made). PayPal sends every site's webhooks from a few addresses of its own, so
+    the share bounds only what an address sent that PayPal did not sign."""
+    if counter is None:
+        return
+    # ValueError: the window's counter is gone (expired, or the cache evicted it).
+    with contextlib.suppress(ValueError):
+        _PayPalVerifyAddressThrottle.cache.decr(counter)
 
 
 def spend_mandate_budget(*, site_id: str, agent_id: str, key_id: str) -> None:

@@ -475,8 +475,11 @@ _RATE_DEFAULTS = {
     "agent_token": "600/minute",
     "member_token": "300/minute",
     "member_session": "600/minute",
-    # PayPal webhooks PayPal is asked to verify, per site (sill.rails.paypal.webhooks).
+    # PayPal webhooks PayPal is asked to verify, per site (sill.rails.paypal.webhooks), and
+    # each client address's share of that budget (what PayPal verified is given back to the
+    # share): one address's junk cannot use up the site's.
     "paypal_verify": "120/minute",
+    "paypal_verify_address": "30/minute",
 }
 SILL_API_RATES: dict[str, str | None] = {}
 for _scope, _default in _RATE_DEFAULTS.items():

@@ -209,6 +209,7 @@ def test_production_has_every_limit_on_by_default_and_refuses_a_bad_rate(tmp_pat
             "member_token": "300/minute",
             "member_session": "600/minute",
             "paypal_verify": "120/minute",
+            "paypal_verify_address": "30/minute",
         }
     )
     off = _production(tmp_path, "shell", "--no-imports", "-c", show, SILL_RATE_ADDRESS="off")

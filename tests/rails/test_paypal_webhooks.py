@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -21,6 +22,16 @@ from tests.rails.test_paypal_refunds import _execute, _refund
 
 pytestmark = pytest.mark.django_db
 CERT = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1d93a270"
+
+
+@pytest.fixture(autouse=True)
+def own_counters(settings):
+    """Rate counters and remembered transmissions of this test only: the default cache under
+    a key prefix of its own (every test's site has the same id)."""
+    settings.CACHES = {
+        name: {**config, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}
+        for name, config in settings.CACHES.items()
+    }
 
 
 def _now() -> str:
@@ -356,3 +367,158 @@ def test_verifications_per_site_are_limited_and_the_rest_asked_to_come_again(
     assert later.status_code == 429 and int(later["Retry-After"]) >= 1
     assert later.json()["error"]["code"] == "rate_limited"
     assert len(paypal.verifications) == 2 and not WebhookEvent.objects.exists()
+
+
+# --- junk is refused before PayPal is asked; one client cannot starve the site --------------
+
+
+def _post(site, raw: bytes, *, address: str = "127.0.0.1", **headers):
+    return Client(REMOTE_ADDR=address).post(
+        f"/webhooks/paypal/{site.pk}", raw, content_type="application/json", **headers
+    )
+
+
+def _signed_headers(paypal: PayPalStub, raw: bytes, *, transmission_id: str = "", when=""):
+    """The five PAYPAL-* headers PayPal would send with ``raw``."""
+    transmission_id = transmission_id or secrets.token_hex(16)
+    when = when or _now()
+    return {
+        "HTTP_PAYPAL_TRANSMISSION_ID": transmission_id,
+        "HTTP_PAYPAL_TRANSMISSION_TIME": when,
+        "HTTP_PAYPAL_TRANSMISSION_SIG": paypal.sign(
+            transmission_id=transmission_id, transmission_time=when, body=raw
+        ),
+        "HTTP_PAYPAL_CERT_URL": CERT,
+        "HTTP_PAYPAL_AUTH_ALGO": "SHA256withRSA",
+    }
+
+
+def _iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("HTTP_PAYPAL_TRANSMISSION_ID", "not an id"),
+        ("HTTP_PAYPAL_TRANSMISSION_ID", "a" * 51),
+        ("HTTP_PAYPAL_TRANSMISSION_ID", "é" * 10),
+        ("HTTP_PAYPAL_TRANSMISSION_TIME", "yesterday"),
+        ("HTTP_PAYPAL_TRANSMISSION_TIME", "1700000000"),
+        ("HTTP_PAYPAL_TRANSMISSION_TIME", "2026-13-45T99:00:00Z"),
+        # No zone: not a moment in time.
+        ("HTTP_PAYPAL_TRANSMISSION_TIME", "2026-01-02T10:00:00"),
+        # Older than PayPal's three days of retries.
+        ("HTTP_PAYPAL_TRANSMISSION_TIME", _iso(datetime.now(UTC) - timedelta(days=5))),
+        # Ahead of our clock by more than any skew.
+        ("HTTP_PAYPAL_TRANSMISSION_TIME", _iso(datetime.now(UTC) + timedelta(hours=1))),
+        ("HTTP_PAYPAL_TRANSMISSION_SIG", "not base64 at all!"),
+        ("HTTP_PAYPAL_TRANSMISSION_SIG", "QUJD="),  # bad padding
+        ("HTTP_PAYPAL_TRANSMISSION_SIG", "QUJD" * 200),  # longer than PayPal's 500
+        ("HTTP_PAYPAL_CERT_URL", "ftp://api.paypal.com/v1/notifications/certs/CERT-1"),
+        ("HTTP_PAYPAL_CERT_URL", "https://api-m.paypal.example/v1/notifications/certs/C"),
+        ("HTTP_PAYPAL_AUTH_ALGO", "SHA1withRSA"),
+    ],
+)
+def test_junk_headers_are_refused_without_asking_paypal(
+    site, paypal, paypal_account, paypal_order, header, value
+):
+    _order, capture = paypal_order()
+    raw = json.dumps(refund_event(paypal, capture, value="5.00"), separators=(",", ":")).encode()
+    response = _post(site, raw, **{**_signed_headers(paypal, raw), header: value})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webhook_refused"
+    assert paypal.verifications == [] and not WebhookEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"event_type":"PAYMENT.CAPTURE.REFUNDED"}',
+        b'{"id":"WH-1","event_type":7}',
+        b'{"id":"  ","event_type":"PAYMENT.CAPTURE.REFUNDED"}',
+        b'"WH-1"',
+        b"null",
+    ],
+)
+def test_a_body_that_is_not_a_paypal_event_is_refused_without_asking_paypal(
+    site, paypal, paypal_account, body
+):
+    response = _post(site, body, **_signed_headers(paypal, body))
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webhook_refused"
+    assert paypal.verifications == [] and not WebhookEvent.objects.exists()
+
+
+def test_a_retry_days_after_the_first_transmission_is_still_verified(
+    site, paypal, paypal_account, paypal_order, run
+):
+    """PayPal retries a delivery it had no 2xx for over three days, and keeps the first
+    transmission's id and time: the freshness window must let its retries through."""
+    _order, capture = paypal_order()
+    raw = json.dumps(refund_event(paypal, capture, value="5.00"), separators=(",", ":")).encode()
+    sent = datetime.now(UTC) - timedelta(days=2, hours=20)
+    response = _post(site, raw, **_signed_headers(paypal, raw, when=_iso(sent)))
+    assert response.status_code == 200 and response.json()["duplicate"] is False
+    assert len(paypal.verifications) == 1 and WebhookEvent.objects.count() == 1
+
+
+def test_a_replayed_transmission_id_is_a_duplicate_without_asking_paypal_again(
+    site, paypal, paypal_account, paypal_order
+):
+    """A transmission PayPal verified, sent again with another event id (which the stored
+    event ids cannot catch), is answered as the duplicate it is: PayPal is not asked twice."""
+    _order, capture = paypal_order()
+    event = refund_event(paypal, capture, value="5.00")
+    raw = json.dumps(event, separators=(",", ":")).encode()
+    headers = _signed_headers(paypal, raw)
+    assert _post(site, raw, **headers).json() == {"received": True, "duplicate": False}
+    again = json.dumps({**event, "id": "WH-REPLAYED"}, separators=(",", ":")).encode()
+    replayed = _post(site, again, address="198.51.100.9", **headers)
+    assert replayed.status_code == 200
+    assert replayed.json() == {"received": True, "duplicate": True}
+    assert len(paypal.verifications) == 1 and WebhookEvent.objects.count() == 1
+
+
+def test_one_address_past_its_share_leaves_the_site_able_to_verify_paypals_deliveries(
+    site, paypal, paypal_account, paypal_order, settings
+):
+    """Junk from one address spends at most that address's share of the site's budget:
+    past it the address is answered 429 (Retry-After) and PayPal is not asked, so a genuine
+    delivery from another address is still verified."""
+    settings.SILL_API_RATES = {
+        **settings.SILL_API_RATES,
+        "paypal_verify": "3/minute",
+        "paypal_verify_address": "2/minute",
+    }
+    _order, capture = paypal_order()
+    attacker = "203.0.113.66"
+    for n in range(2):
+        raw = json.dumps({"id": f"WH-JUNK-{n}", "event_type": "X"}).encode()
+        forged = {**_signed_headers(paypal, raw), "HTTP_PAYPAL_TRANSMISSION_SIG": "QUJD"}
+        assert _post(site, raw, address=attacker, **forged).status_code == 400
+    raw = json.dumps({"id": "WH-JUNK-2", "event_type": "X"}).encode()
+    forged = {**_signed_headers(paypal, raw), "HTTP_PAYPAL_TRANSMISSION_SIG": "QUJD"}
+    refused = _post(site, raw, address=attacker, **forged)
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert len(paypal.verifications) == 2
+
+    raw = json.dumps(refund_event(paypal, capture, value="5.00"), separators=(",", ":")).encode()
+    genuine = _post(site, raw, address="173.0.82.126", **_signed_headers(paypal, raw))
+    assert genuine.status_code == 200 and genuine.json()["duplicate"] is False
+    assert len(paypal.verifications) == 3 and WebhookEvent.objects.count() == 1
+
+
+def test_deliveries_paypal_verified_do_not_use_up_their_addresss_share(
+    site, paypal, paypal_account, paypal_order, settings
+):
+    """PayPal delivers from a few addresses of its own: what it signed is given back to the
+    address's share (the site's budget still counts it), so the share bounds only junk."""
+    settings.SILL_API_RATES = {**settings.SILL_API_RATES, "paypal_verify_address": "2/minute"}
+    _order, capture = paypal_order()
+    for _ in range(4):
+        event = refund_event(paypal, capture, value="1.00")
+        raw = json.dumps(event, separators=(",", ":")).encode()
+        assert _post(site, raw, **_signed_headers(paypal, raw)).status_code == 200
+    assert len(paypal.verifications) == 4 and WebhookEvent.objects.count() == 4
