@@ -8,6 +8,8 @@
   the same refund (200 the second time, 201 the first) and never refunds twice; 422
   ``UNPROCESSABLE_ENTITY`` with ``details[].issue`` for over-refunds and 180-day-old captures.
 - ``GET /v2/checkout/orders/{id}`` → ``purchase_units[].payments.{captures,refunds}``.
+- ``GET /v2/payments/refunds/{id}`` → one refund, made by the refund call or held with
+  ``add_refund`` (a refund made in PayPal's dashboard); 404 ``RESOURCE_NOT_FOUND`` otherwise.
 - ``POST /v1/notifications/verify-webhook-signature`` → ``verification_status``.
 - ``GET /v1/customer/disputes?disputed_transaction_id={capture id}&page_size=`` → ``items``:
   each dispute's summary (no ``dispute_outcome``, as PayPal's list gives), a page at a time
@@ -23,6 +25,8 @@ issue name (422), or ``"slow"`` (the refund is made, then the answer comes after
 it waits, a request under the same ``PayPal-Request-Id`` is answered 409 ``RESOURCE_CONFLICT``
 with the issue ``PREVIOUS_REQUEST_IN_PROGRESS``, as PayPal answers two simultaneous requests
 under one id.
+``fail_next_lookup``: scripted statuses (``"429"``, ``"503"``) for the next reads of one
+refund or dispute by id (``lookups`` lists the paths read).
 An expired or unknown bearer token is 401 ``invalid_token``.
 """
 
@@ -94,6 +98,9 @@ class PayPalStub:
         self.in_flight: set[str] = set()
         self.verifications: list[dict[str, Any]] = []
         self.disputes: dict[str, dict[str, Any]] = {}
+        # Scripted answers to the next reads of one refund or dispute ("429", "503").
+        self.fail_next_lookup: list[str] = []
+        self.lookups: list[str] = []
 
     # --- state for tests --------------------------------------------------------------------
 
@@ -142,6 +149,57 @@ class PayPalStub:
                 dispute["dispute_outcome"] = {"outcome_code": outcome}
             self.disputes[dispute_id] = dispute
             return dispute
+
+    def add_refund(
+        self,
+        capture: StubCapture,
+        *,
+        value: str,
+        status: str = "COMPLETED",
+        refund_id: str = "",
+        custom_id: str = "",
+        when: str = "",
+    ) -> dict[str, Any]:
+        """A refund of ``capture`` made in PayPal, not through the stub's refund call (the
+        merchant's dashboard, say); its order lists it and ``GET /v2/payments/refunds/{id}``
+        answers it."""
+        with self.lock:
+            refund_id = refund_id or f"RF{secrets.token_hex(6).upper()}"
+            when = when or _iso(datetime.now(UTC))
+            refund: dict[str, Any] = {
+                "id": refund_id,
+                "status": status,
+                "amount": {"value": value, "currency_code": capture.currency},
+                **({"custom_id": custom_id} if custom_id else {}),
+                "create_time": when,
+                "update_time": when,
+                "links": [
+                    {
+                        "href": f"{self.url}/v2/payments/refunds/{refund_id}",
+                        "rel": "self",
+                        "method": "GET",
+                    },
+                    {
+                        "href": f"{self.url}/v2/payments/captures/{capture.id}",
+                        "rel": "up",
+                        "method": "GET",
+                    },
+                ],
+            }
+            capture.refunds.append(refund)
+            return refund
+
+    def held_refund(self, refund_id: str) -> dict[str, Any] | None:
+        for capture in self.captures.values():
+            for refund in capture.refunds:
+                if refund["id"] == refund_id:
+                    return refund
+        return None
+
+    def put_dispute(self, dispute: dict[str, Any]) -> None:
+        """Hold ``dispute`` (Customer Disputes v1's shape) as given, replacing one of its id."""
+        with self.lock:
+            self.disputes[dispute["dispute_id"]] = json.loads(json.dumps(dispute))
 
     def disputes_of(
         self, capture_id: str, *, page_size: int = 10, token: str = ""
@@ -482,6 +540,23 @@ class _Handler(BaseHTTPRequestHandler):
                     ),
                 )
                 return
+            if len(parts) == 4 and parts[:3] in (
+                ["v1", "customer", "disputes"],
+                ["v2", "payments", "refunds"],
+            ):
+                self.stub.lookups.append(path)
+                script = self.stub.fail_next_lookup.pop(0) if self.stub.fail_next_lookup else ""
+                if script:
+                    self._send(
+                        int(script),
+                        {"name": "SERVICE_UNAVAILABLE", "message": "Service Unavailable."},
+                    )
+                    return
+            if len(parts) == 4 and parts[:3] == ["v2", "payments", "refunds"]:
+                refund = self.stub.held_refund(parts[3])
+                if refund is not None:
+                    self._send(200, refund)
+                    return
             if len(parts) == 4 and parts[:3] == ["v1", "customer", "disputes"]:
                 dispute = self.stub.disputes.get(parts[3])
                 if dispute is not None:

@@ -39,8 +39,20 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def refund_event(paypal: PayPalStub, capture, *, value: str, custom_id: str = "", refund_id=""):
+def refund_event(
+    paypal: PayPalStub,
+    capture,
+    *,
+    value: str,
+    custom_id: str = "",
+    refund_id="",
+    held: bool = True,
+):
+    """The event of a refund of ``capture``; ``held``: PayPal's API holds the refund it
+    names, as the event says (unless it holds one of that id already)."""
     refund_id = refund_id or f"RF{secrets.token_hex(6).upper()}"
+    if held and paypal.held_refund(refund_id) is None:
+        paypal.add_refund(capture, value=value, refund_id=refund_id, custom_id=custom_id)
     return {
         "id": f"WH-{secrets.token_hex(8).upper()}",
         "event_version": "1.0",
@@ -64,7 +76,17 @@ def refund_event(paypal: PayPalStub, capture, *, value: str, custom_id: str = ""
     }
 
 
-def dispute_event(capture, *, kind: str = "CREATED", status: str = "OPEN", outcome: str = ""):
+def dispute_event(
+    paypal: PayPalStub,
+    capture,
+    *,
+    kind: str = "CREATED",
+    status: str = "OPEN",
+    outcome: str = "",
+    held: bool = True,
+):
+    """The event of a dispute of ``capture``; ``held``: PayPal's API holds the dispute as the
+    event says."""
     resource = {
         "dispute_id": "PP-D-27803",
         "create_time": "2026-01-02T10:00:00.000Z",
@@ -80,6 +102,8 @@ def dispute_event(capture, *, kind: str = "CREATED", status: str = "OPEN", outco
     }
     if outcome:
         resource["dispute_outcome"] = {"outcome_code": outcome}
+    if held:
+        paypal.put_dispute(resource)
     return {
         "id": f"WH-{secrets.token_hex(8).upper()}",
         "create_time": _now(),
@@ -174,8 +198,9 @@ def test_sills_own_refund_reported_by_paypal_is_not_an_outside_refund(
     )
     refund, _ = _execute(refund)
     made = capture.refunds[0]
-    by_custom_id = refund_event(paypal, capture, value="10.00", custom_id=refund.pk)
-    by_custom_id["resource"]["id"] = made["id"]
+    by_custom_id = refund_event(
+        paypal, capture, value="10.00", custom_id=refund.pk, refund_id=made["id"]
+    )
     assert run(site, paypal, by_custom_id).status_code == 200
     # A copy without custom_id (e.g. an older event version) is still Sill's, by refund id.
     by_refund_id = refund_event(paypal, capture, value="10.00", refund_id=made["id"])
@@ -190,7 +215,7 @@ def test_a_dispute_refuses_the_next_refund_until_it_is_resolved(
     site, members, paypal, paypal_account, paypal_order, run, django_capture_on_commit_callbacks
 ):
     order, capture = paypal_order()
-    assert run(site, paypal, dispute_event(capture)).status_code == 200
+    assert run(site, paypal, dispute_event(paypal, capture)).status_code == 200
     dispute = Dispute.objects.get(charge__order=order)
     assert (dispute.status, dispute.rail_status, dispute.amount_minor) == (
         "needs_response",
@@ -201,11 +226,11 @@ def test_a_dispute_refuses_the_next_refund_until_it_is_resolved(
         _refund(site, members, order, django_capture_on_commit_callbacks)
     assert refused.value.__cause__.code == "disputed"
 
-    waiting = dispute_event(capture, kind="UPDATED", status="WAITING_FOR_BUYER_RESPONSE")
+    waiting = dispute_event(paypal, capture, kind="UPDATED", status="WAITING_FOR_BUYER_RESPONSE")
     run(site, paypal, waiting)
     assert Dispute.objects.get(pk=dispute.pk).status == "under_review"
     resolved = dispute_event(
-        capture, kind="RESOLVED", status="RESOLVED", outcome="RESOLVED_SELLER_FAVOUR"
+        paypal, capture, kind="RESOLVED", status="RESOLVED", outcome="RESOLVED_SELLER_FAVOUR"
     )
     run(site, paypal, resolved)
     dispute.refresh_from_db()

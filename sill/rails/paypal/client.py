@@ -74,6 +74,10 @@ class PayPalRefused(PermanentRailError):
         self.issue = issue
 
 
+class PayPalNotFound(PayPalRefused):
+    """PayPal answered 404 to a read: it holds no such resource (for these credentials)."""
+
+
 class _TokenCache:
     """Tokens by (API address, client id, secret digest): a new secret gets a new token."""
 
@@ -118,6 +122,9 @@ class PayPalClient:
         self._session = keepalive.session_for("paypal", self.api_base, client_id, digest)
         self._cache_key = (self.api_base, client_id, digest)
         self._last_app_id = ""
+
+    def has_credentials(self) -> bool:
+        return bool(self.client_id and self._secret)
 
     def __repr__(self) -> str:
         return f"PayPalClient(api_base={self.api_base!r}, client_id={self.client_id!r})"
@@ -285,6 +292,8 @@ class PayPalClient:
                 "refunded: Sill looks it up and retries under the same id."
             )
         code = ISSUE_CODES.get(issue, "rail_declined")
+        if status == 404 and not write:
+            return PayPalNotFound(message, code=code, issue=issue)
         if code == "refund_window_passed":
             return RefundWindowPassed(
                 f"{message}. PayPal no longer refunds this capture: refund the buyer in PayPal "

@@ -1,5 +1,15 @@
 """Processing of stored PayPal events (the ``rails.process_paypal_event`` task).
 
+PayPal's signature covers the transmission id, its time, the webhook id and only a CRC32 of
+the body, which a crafted body can keep: the body is never taken as fact. It names the
+refund or dispute and the capture; Sill reads that resource again from PayPal's API with
+the site's credentials (``PayPalRail.held_refund`` / ``held_dispute``, before the event's
+row is locked: no transaction waits on PayPal) and records what PayPal holds, as
+reconciliation does. PayPal holding no such resource (404), or holding it for another
+capture than the body names, records nothing: the event is processed with an outcome
+saying so. PayPal not answering (a timeout, 429, 5xx) is a ``RetryableRailError``: the
+attempt is retried like any transient failure (sill.rails.event_attempts).
+
 Each event is applied once, under its row lock, as Stripe's are (sill.rails.stripe_events):
 
 - ``PAYMENT.CAPTURE.REFUNDED``: the resource is a refund; its ``up`` link names the capture
@@ -18,8 +28,9 @@ Nothing here starts a money movement.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from celery import shared_task
 from django.db import OperationalError, transaction
@@ -33,9 +44,12 @@ from sill.orders.outside import (
     record_outside_refund,
     report_own_refund,
 )
+from sill.rails.base import RetryableRailError
 from sill.rails.dispute_states import dispute_status
 from sill.rails.event_attempts import attempt_event
-from sill.rails.models import WebhookEvent
+from sill.rails.models import RailAccount, WebhookEvent
+from sill.rails.paypal import reader_for
+from sill.rails.paypal.rail import PayPalRail
 from sill.rails.paypal.resources import (
     SILL_REFUND_ID,
     amount,
@@ -44,6 +58,7 @@ from sill.rails.paypal.resources import (
     rail_refund,
     time,
 )
+from sill.rails.registry import RailDisabled
 
 REFUND_EVENTS = frozenset({"PAYMENT.CAPTURE.REFUNDED"})
 DISPUTE_EVENTS = frozenset(
@@ -51,13 +66,29 @@ DISPUTE_EVENTS = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class Held:
+    """A refund or dispute of ``charge`` as PayPal's API holds it."""
+
+    kind: Literal["refund", "dispute"]
+    charge: Charge
+    resource: dict[str, Any]
+    event_at: datetime
+
+
 def process_event(event_pk: int) -> str:
     """Apply one stored event once; returns (and stores) what was done."""
+    stored = WebhookEvent.objects.get(pk=event_pk)
+    if stored.processed_at is not None:
+        return stored.outcome
+    # PayPal is read before the row is locked: no transaction stays open while it answers. Two
+    # workers may both read; the lock lets one apply, and the other finds the event processed.
+    held = _read_at_paypal(stored, json.loads(stored.payload))
     with transaction.atomic():
         stored = WebhookEvent.objects.select_for_update().get(pk=event_pk)
         if stored.processed_at is not None:
             return stored.outcome
-        outcome = _apply(stored, json.loads(stored.payload))
+        outcome = held if isinstance(held, str) else _apply(stored, held)
         stored.processed_at = timezone.now()
         stored.outcome = outcome[:300]
         stored.save(update_fields=["processed_at", "outcome"])
@@ -67,7 +98,7 @@ def process_event(event_pk: int) -> str:
 @shared_task(
     name="rails.process_paypal_event",
     acks_late=True,
-    autoretry_for=(OperationalError,),
+    autoretry_for=(OperationalError, RetryableRailError),
     retry_backoff=True,
     max_retries=5,
 )
@@ -77,15 +108,75 @@ def process_paypal_event(event_pk: int) -> str:
     return attempt_event(event_pk).outcome
 
 
-def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
+def _read_at_paypal(stored: WebhookEvent, event: dict[str, Any]) -> Held | str:
+    """What PayPal's API holds for the refund or dispute the event names, or (a str) why
+    nothing is recorded. The body only says which resource to read and of which capture."""
     resource = event.get("resource")
     if not isinstance(resource, dict):
         return "ignored: the event has no resource"
     if stored.type in REFUND_EVENTS:
-        return _apply_refund(stored, resource, _event_time(event, resource))
+        return _read_refund(stored, resource)
     if stored.type in DISPUTE_EVENTS:
-        return _apply_dispute(stored, resource, _event_time(event, resource))
+        return _read_dispute(stored, resource)
     return "ignored: not an event Sill records"
+
+
+def _reader(stored: WebhookEvent) -> PayPalRail:
+    account = RailAccount.objects.filter(site_id=stored.site_id, rail=Rail.PAYPAL).first()
+    if account is None:
+        raise RailDisabled("No PayPal account is connected to read this event's resource with.")
+    return reader_for(account)
+
+
+def _read_refund(stored: WebhookEvent, said: dict[str, Any]) -> Held | str:
+    refund_id = str(said.get("id") or "")
+    capture_id = capture_of(said)
+    charge = _charge(stored, capture_id)
+    if charge is None or not refund_id:
+        if SILL_REFUND_ID.match(str(said.get("custom_id") or "")):
+            return f"{refund_id}: Sill's own refund"
+        return f"{refund_id or 'refund'}: not a capture Sill knows"
+    refund = _reader(stored).held_refund(refund_id)
+    if refund is None:
+        return f"{refund_id}: PayPal holds no such refund; nothing recorded"
+    if capture_of(refund) != capture_id or str(refund.get("id") or "") != refund_id:
+        return (
+            f"{refund_id}: PayPal's refund is not of capture {capture_id}, as the event says; "
+            "nothing recorded"
+        )
+    return Held("refund", charge, refund, _event_time(refund))
+
+
+def _read_dispute(stored: WebhookEvent, said: dict[str, Any]) -> Held | str:
+    dispute_id = str(said.get("dispute_id") or "")
+    charge = next(
+        (
+            found
+            for capture_id in _disputed_captures(said)
+            if (found := _charge(stored, capture_id)) is not None
+        ),
+        None,
+    )
+    if charge is None or not dispute_id:
+        return f"{dispute_id or 'dispute'}: not a capture Sill knows"
+    dispute = _reader(stored).held_dispute(dispute_id)
+    if dispute is None:
+        return f"{dispute_id}: PayPal holds no such dispute; nothing recorded"
+    if (
+        charge.provider_charge_id not in _disputed_captures(dispute)
+        or str(dispute.get("dispute_id") or "") != dispute_id
+    ):
+        return (
+            f"{dispute_id}: PayPal's dispute is not of capture {charge.provider_charge_id}, "
+            "as the event says; nothing recorded"
+        )
+    return Held("dispute", charge, dispute, _event_time(dispute))
+
+
+def _apply(stored: WebhookEvent, held: Held) -> str:
+    if held.kind == "refund":
+        return _apply_refund(stored, held.charge, held.resource, held.event_at)
+    return _apply_dispute(stored, held.charge, held.resource, held.event_at)
 
 
 def _charge(stored: WebhookEvent, capture_id: str) -> Charge | None:
@@ -96,14 +187,18 @@ def _charge(stored: WebhookEvent, capture_id: str) -> Charge | None:
     ).first()
 
 
-def _apply_refund(stored: WebhookEvent, refund: dict[str, Any], event_at: datetime) -> str:
-    refund_id = str(refund.get("id") or "")
-    custom_id = str(refund.get("custom_id") or "")
-    charge = _charge(stored, capture_of(refund))
-    if charge is None or not refund_id:
-        if SILL_REFUND_ID.match(custom_id):
-            return f"{refund_id}: Sill's own refund"
-        return f"{refund_id or 'refund'}: not a capture Sill knows"
+def _disputed_captures(dispute: dict[str, Any]) -> list[str]:
+    return [
+        capture_id
+        for t in dispute.get("disputed_transactions") or []
+        if isinstance(t, dict) and (capture_id := str(t.get("seller_transaction_id") or ""))
+    ]
+
+
+def _apply_refund(
+    stored: WebhookEvent, charge: Charge, refund: dict[str, Any], event_at: datetime
+) -> str:
+    refund_id = str(refund["id"])
     report = rail_refund(refund, default_time=event_at)
     if report is None:
         return f"{refund_id}: malformed refund"
@@ -124,19 +219,10 @@ def _apply_refund(stored: WebhookEvent, refund: dict[str, Any], event_at: dateti
     return f"{refund_id}: {done}"
 
 
-def _apply_dispute(stored: WebhookEvent, dispute: dict[str, Any], event_at: datetime) -> str:
-    dispute_id = str(dispute.get("dispute_id") or "")
-    transactions = [t for t in dispute.get("disputed_transactions") or [] if isinstance(t, dict)]
-    charge = next(
-        (
-            found
-            for t in transactions
-            if (found := _charge(stored, str(t.get("seller_transaction_id") or ""))) is not None
-        ),
-        None,
-    )
-    if charge is None or not dispute_id:
-        return f"{dispute_id or 'dispute'}: not a capture Sill knows"
+def _apply_dispute(
+    stored: WebhookEvent, charge: Charge, dispute: dict[str, Any], event_at: datetime
+) -> str:
+    dispute_id = str(dispute["dispute_id"])
     money = amount(dispute.get("dispute_amount"))
     if money is None:
         return f"{dispute_id}: malformed dispute"
@@ -156,7 +242,7 @@ def _apply_dispute(stored: WebhookEvent, dispute: dict[str, Any], event_at: date
     return f"{dispute_id}: {done}"
 
 
-def _event_time(event: dict[str, Any], resource: dict[str, Any]) -> datetime:
-    # The resource's update time orders the events of one refund or dispute; the event's own
-    # time is a fallback.
-    return time(resource.get("update_time")) or time(event.get("create_time")) or timezone.now()
+def _event_time(resource: dict[str, Any]) -> datetime:
+    # The resource's update time orders what is recorded of one refund or dispute; without
+    # one, what PayPal holds now is as of now.
+    return time(resource.get("update_time")) or timezone.now()

@@ -47,7 +47,7 @@ from sill.rails.base import (
     RetryableRailError,
 )
 from sill.rails.fact_reads import read_at_once
-from sill.rails.paypal.client import PayPalClient
+from sill.rails.paypal.client import PayPalClient, PayPalNotFound
 from sill.rails.paypal.resources import amount, dispute_word, rail_refund
 from sill.rails.paypal.resources import time as paypal_time
 
@@ -191,6 +191,23 @@ class PayPalRail:
                 )
             )
         return found
+
+    # --- one refund or dispute as PayPal holds it (sill.rails.paypal.events) ------------------
+
+    def held_refund(self, refund_id: str) -> dict[str, Any] | None:
+        """``GET /v2/payments/refunds/{id}``; None when PayPal holds no such refund."""
+        return self._held(f"/v2/payments/refunds/{quote(refund_id, safe='')}", "refund lookup")
+
+    def held_dispute(self, dispute_id: str) -> dict[str, Any] | None:
+        """``GET /v1/customer/disputes/{id}`` (its outcome included once resolved); None when
+        PayPal holds no such dispute."""
+        return self._held(f"/v1/customer/disputes/{quote(dispute_id, safe='')}", "dispute lookup")
+
+    def _held(self, path: str, doing: str) -> dict[str, Any] | None:
+        try:
+            return self.client.get(path, doing=doing)
+        except PayPalNotFound:
+            return None
 
     # --- reads ------------------------------------------------------------------------------
 

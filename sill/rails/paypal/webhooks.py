@@ -28,7 +28,6 @@ import re
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, JsonResponse
@@ -43,8 +42,7 @@ from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.rails.base import RailError
 from sill.rails.models import RailAccount, WebhookEvent
-from sill.rails.paypal import api_base_for
-from sill.rails.paypal.client import PayPalClient
+from sill.rails.paypal import client_for
 from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.webhook_common import MAX_BODY_BYTES
 from sill.rails.webhook_common import refuse as _refuse
@@ -199,7 +197,7 @@ def paypal_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
         response["Retry-After"] = str(limited.retry_after)
         return response
     try:
-        verified = _client(account).verify_webhook_signature(
+        verified = client_for(account).verify_webhook_signature(
             headers=headers, webhook_id=webhook_id, event=payload
         )
     except RailSecretUnreadable:
@@ -237,15 +235,6 @@ def _remember(transmission: str) -> None:
     transmission time is accepted at all; past that, it is refused on its time."""
     ttl = MAX_TRANSMISSION_AGE + MAX_CLOCK_SKEW
     cache.set(transmission, 1, int(ttl.total_seconds()))
-
-
-def _client(account: RailAccount) -> PayPalClient:
-    return PayPalClient(
-        client_id=str((account.config or {}).get("client_id") or ""),
-        client_secret=account.get_secret(),
-        api_base=api_base_for(account),
-        timeout=float(getattr(settings, "SILL_PAYPAL_TIMEOUT_SECONDS", 20)),
-    )
 
 
 def _enqueue(event_pk: int) -> None:
