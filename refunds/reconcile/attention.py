@@ -29,12 +29,10 @@ from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Role, Site
 from sill.accounts.notices import (
     Delivery,
-    MessageRefused,
     absolute_url,
-    back_off,
     email_members,
-    forget_refusals,
     not_backing_off,
+    send_claimed,
 )
 from sill.errors import ExecutionInProgress, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund, Order
@@ -75,29 +73,13 @@ def notify_attention(*, refund_id: str) -> bool:
     if claimed != 1:
         return False
     refund = Refund.objects.select_related("site", "order").get(pk=refund_id)
-    try:
-        delivery = _email(refund)
-    except MessageRefused as refusal:
-        Refund.objects.filter(pk=refund.pk).update(attention_notified_at=None)
-        wait = back_off(_notice(refund.pk))
-        logger.warning(
-            "refund %s: attention email refused (%s); tried again in %d minutes",
-            refund.pk,
-            refusal.kind,
-            wait.total_seconds() // 60,
-        )
-        return False
-    except Exception:
-        Refund.objects.filter(pk=refund.pk).update(attention_notified_at=None)
-        raise
-    forget_refusals(_notice(refund.pk))
-    if delivery.refused:
-        logger.warning(
-            "refund %s: attention email refused for a recipient (%s); the others were told",
-            refund.pk,
-            delivery.refused,
-        )
-    return True
+    return send_claimed(
+        notice=_notice(refund.pk),
+        what=f"refund {refund.pk}: attention email",
+        send=lambda: _email(refund),
+        give_back=lambda: Refund.objects.filter(pk=refund.pk).update(attention_notified_at=None),
+        log=logger,
+    )
 
 
 # How many untold refunds one sweep emails about, oldest first (the rest on the next).

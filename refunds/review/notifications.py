@@ -43,11 +43,10 @@ from refunds.review.slack import post_held_message, webhook_url
 from refunds.services import HOLD_FOR
 from sill.accounts.models import Role
 from sill.accounts.notices import (
-    MessageRefused,
-    back_off,
+    Delivery,
     email_members,
-    forget_refusals,
     not_backing_off,
+    send_claimed,
 )
 
 logger = logging.getLogger(__name__)
@@ -81,29 +80,15 @@ def notify_held_refund(*, refund_id: str) -> bool:
     ).update(held_notified_at=timezone.now())
     if claimed != 1:
         return False
-    try:
-        refused = _email_deciders(refund)
-    except MessageRefused as refusal:
-        Refund.objects.filter(pk=refund.pk).update(held_notified_at=None)
-        wait = back_off(f"{NOTICE}:{refund.pk}")
-        logger.warning(
-            "held refund %s: email refused (%s); tried again in %d minutes",
-            refund.pk,
-            refusal.kind,
-            wait.total_seconds() // 60,
-        )
+    told = send_claimed(
+        notice=f"{NOTICE}:{refund.pk}",
+        what=f"held refund {refund.pk}: email",
+        send=lambda: _email_deciders(refund),
+        give_back=lambda: Refund.objects.filter(pk=refund.pk).update(held_notified_at=None),
+        log=logger,
+    )
+    if not told:
         return False
-    except Exception:
-        # Not sent: give the claim back so the retry (or the next sweep) sends it.
-        Refund.objects.filter(pk=refund.pk).update(held_notified_at=None)
-        raise
-    forget_refusals(f"{NOTICE}:{refund.pk}")
-    if refused:
-        logger.warning(
-            "held refund %s: email refused for a recipient (%s); the others were told",
-            refund.pk,
-            refused,
-        )
     if hook := webhook_url(refund.site):
         post_held_message(url=hook, refund=refund, review_url=review_url(refund))
     return True
@@ -148,9 +133,9 @@ def _credited(refund: Refund) -> str:
     return f"Credit to: {who}'s Stripe balance (customer {customer.rail_customer_id})"
 
 
-def _email_deciders(refund: Refund) -> str:
-    """Each owner and admin their own message; the error's class when the server refused
-    some of them (the others were told). Raises what :func:`email_members` raises."""
+def _email_deciders(refund: Refund) -> Delivery:
+    """Each owner and admin their own message; who was told (and the error's class when the
+    server refused some of them). Raises what :func:`email_members` raises."""
     order = refund.order
     done = money_words(refund)[1]
     what = "A customer credit" if refund.is_credit else "A refund"
@@ -179,7 +164,7 @@ def _email_deciders(refund: Refund) -> str:
         logger.warning(
             "held refund %s: site %s has no owner or admin to tell", refund.id, refund.site_id
         )
-    return delivery.refused
+    return delivery
 
 
 def held_by(refund: Refund) -> str:

@@ -18,8 +18,9 @@ alike. A sweep that meets a refusal tries the item again later (:func:`back_off`
 
 from __future__ import annotations
 
+import logging
 import smtplib
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -137,6 +138,45 @@ def message_refused(exc: BaseException) -> bool:
 
 def _permanent(code: object) -> bool:
     return isinstance(code, int) and 500 <= code < 600
+
+
+def send_claimed(
+    *,
+    notice: str,
+    what: str,
+    send: Callable[[], Delivery],
+    give_back: Callable[[], object],
+    log: logging.Logger,
+) -> bool:
+    """Send a notice whose claim the caller took (a conditional UPDATE of its ``…_notified_at``):
+    True when told.
+
+    The server refusing the message to every recipient gives the claim back (``give_back``)
+    and is not raised: the notice waits (:func:`back_off`) while a sweep tells the others,
+    False. Any other error (a mail server that is down: an ``OSError`` for SMTP) gives it back
+    and is raised, for the task's retry or the next sweep. Sent, a refusal of some recipients
+    is logged. ``what`` starts each warning (``"refund rf_…: attention email"``): the log
+    names the notice and the error's class, never an address or the server's reply.
+    """
+    try:
+        delivery = send()
+    except MessageRefused as refusal:
+        give_back()
+        wait = back_off(notice)
+        log.warning(
+            "%s refused (%s); tried again in %d minutes",
+            what,
+            refusal.kind,
+            wait.total_seconds() // 60,
+        )
+        return False
+    except Exception:
+        give_back()
+        raise
+    forget_refusals(notice)
+    if delivery.refused:
+        log.warning("%s refused for a recipient (%s); the others were told", what, delivery.refused)
+    return True
 
 
 # --- trying a refused notice again later ------------------------------------------------------

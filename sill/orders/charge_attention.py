@@ -44,12 +44,10 @@ from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Role
 from sill.accounts.notices import (
     Delivery,
-    MessageRefused,
     absolute_url,
-    back_off,
     email_members,
-    forget_refusals,
     not_backing_off,
+    send_claimed,
 )
 from sill.errors import ExecutionInProgress, SillError
 from sill.money import format_money
@@ -313,30 +311,13 @@ def notify_charge_attention(*, charge_id: str) -> bool:
     if claimed != 1:
         return False
     charge = Charge.objects.select_related("order__site").get(pk=charge_id)
-    try:
-        delivery = _email_deciders(charge)
-    except MessageRefused as refusal:
-        Charge.objects.filter(pk=charge_id).update(attention_notified_at=None)
-        wait = back_off(_notice(charge_id))
-        logger.warning(
-            "charge %s: attention email refused (%s); tried again in %d minutes",
-            charge_id,
-            refusal.kind,
-            wait.total_seconds() // 60,
-        )
-        return False
-    except Exception:
-        # Not sent: give the claim back so the task's retry (or the sweep) sends it.
-        Charge.objects.filter(pk=charge_id).update(attention_notified_at=None)
-        raise
-    forget_refusals(_notice(charge_id))
-    if delivery.refused:
-        logger.warning(
-            "charge %s: attention email refused for a recipient (%s); the others were told",
-            charge_id,
-            delivery.refused,
-        )
-    return True
+    return send_claimed(
+        notice=_notice(charge_id),
+        what=f"charge {charge_id}: attention email",
+        send=lambda: _email_deciders(charge),
+        give_back=lambda: Charge.objects.filter(pk=charge_id).update(attention_notified_at=None),
+        log=logger,
+    )
 
 
 def untold_attention_charge_ids() -> list[str]:
