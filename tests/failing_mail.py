@@ -76,3 +76,17 @@ class RefusingSomeBackend(LocmemBackend):
                 )
             sent += super().send_messages([message])
         return sent
+
+
+# Both of the test site's deciders, each told in a message of their own.
+DECIDERS_TOLD = [["admin@roasters.example"], ["owner@roasters.example"]]
+
+
+def warnings_of(caplog, *loggers: str) -> list[str]:
+    """What ``loggers`` logged, in order."""
+    return [r.getMessage() for r in caplog.records if r.name in loggers]
+
+
+def assert_nothing_secret_logged(caplog) -> None:
+    """No address and nothing of the server's reply reached the log."""
+    assert "@" not in caplog.text and REPLY not in caplog.text

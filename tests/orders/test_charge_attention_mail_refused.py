@@ -20,8 +20,14 @@ from django.utils import timezone
 from sill.orders.charge_attention import notify_missed_charge_attention
 from sill.orders.models import Charge
 from sill.orders.tasks import notify_charge_attention_task, recover_stuck_charges_task
+from tests.failing_mail import (
+    DECIDERS_TOLD,
+    REFUSING_SOME,
+    RefusingBackend,
+    assert_nothing_secret_logged,
+    warnings_of,
+)
 from tests.failing_mail import PATH as DOWN
-from tests.failing_mail import REFUSING_SOME, REPLY, RefusingBackend
 from tests.orders.in_doubt import charge_in_doubt
 
 pytestmark = pytest.mark.django_db
@@ -55,11 +61,7 @@ def told(charge: Charge) -> bool:
 
 
 def warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
-
-
-def assert_nothing_secret_logged(caplog) -> None:
-    assert "@" not in caplog.text and REPLY not in caplog.text
+    return warnings_of(caplog, LOGGER)
 
 
 def test_a_refused_email_skips_its_charge_and_the_sweep_tells_the_others(
@@ -73,10 +75,7 @@ def test_a_refused_email_skips_its_charge_and_the_sweep_tells_the_others(
         recover_stuck_charges_task.apply().get()
 
     assert told(later) and not told(oldest)
-    assert sorted(m.to for m in mail.outbox) == [
-        ["admin@roasters.example"],
-        ["owner@roasters.example"],
-    ]
+    assert sorted(m.to for m in mail.outbox) == DECIDERS_TOLD
     assert all(f"sill-charge-{later.order_id}" in m.body for m in mail.outbox)
     assert warnings(caplog) == [
         f"charge {oldest.pk}: attention email refused (SMTPDataError); tried again in 5 minutes"

@@ -22,8 +22,14 @@ from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund
 from refunds.reconcile.attention import notify_missed_attention
 from refunds.tasks import check_attention_refunds_task
+from tests.failing_mail import (
+    DECIDERS_TOLD,
+    REFUSING_SOME,
+    RefusingBackend,
+    assert_nothing_secret_logged,
+    warnings_of,
+)
 from tests.failing_mail import PATH as DOWN
-from tests.failing_mail import REFUSING_SOME, REPLY, RefusingBackend
 
 pytestmark = pytest.mark.django_db
 
@@ -58,11 +64,7 @@ def told(refund: Refund) -> bool:
 
 
 def warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
-
-
-def assert_nothing_secret_logged(caplog) -> None:
-    assert "@" not in caplog.text and REPLY not in caplog.text
+    return warnings_of(caplog, LOGGER)
 
 
 def test_a_refused_email_skips_its_refund_and_the_sweep_tells_the_others(flag, settings, caplog):
@@ -75,10 +77,7 @@ def test_a_refused_email_skips_its_refund_and_the_sweep_tells_the_others(flag, s
         check_attention_refunds_task.apply().get()
 
     assert told(later) and not told(oldest)
-    assert sorted(m.to for m in mail.outbox) == [
-        ["admin@roasters.example"],
-        ["owner@roasters.example"],
-    ]
+    assert sorted(m.to for m in mail.outbox) == DECIDERS_TOLD
     assert all(later.idempotency_key in m.body for m in mail.outbox)
     assert warnings(caplog) == [
         f"refund {oldest.pk}: attention email refused (SMTPDataError); tried again in 5 minutes"

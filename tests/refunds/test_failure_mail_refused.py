@@ -22,7 +22,7 @@ from refunds.reconcile.rail_reports import notify_reversed
 from refunds.review.failures import notify_failed
 from refunds.services import reverse_settled_refund
 from refunds.tasks import notify_failed_task, notify_reversed_task
-from tests.failing_mail import REFUSING_SOME, REPLY
+from tests.failing_mail import REFUSING_SOME, assert_nothing_secret_logged, warnings_of
 
 pytestmark = pytest.mark.django_db
 
@@ -81,11 +81,7 @@ def kind(request):
 
 
 def warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name in LOGGERS]
-
-
-def assert_nothing_secret_logged(caplog) -> None:
-    assert "@" not in caplog.text and REPLY not in caplog.text
+    return warnings_of(caplog, *LOGGERS)
 
 
 def test_one_refused_address_does_not_keep_the_other_decider_from_being_told(

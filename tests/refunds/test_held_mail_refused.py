@@ -22,8 +22,14 @@ from django.utils import timezone
 from refunds.models import Refund
 from refunds.review.notifications import notify_pending_held_refunds
 from refunds.tasks import notify_held_refund_task, notify_pending_held_refunds_task
+from tests.failing_mail import (
+    DECIDERS_TOLD,
+    REFUSING_SOME,
+    RefusingBackend,
+    assert_nothing_secret_logged,
+    warnings_of,
+)
 from tests.failing_mail import PATH as DOWN
-from tests.failing_mail import REFUSING_SOME, REPLY, RefusingBackend
 from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
@@ -54,11 +60,7 @@ def told(refund: Refund) -> bool:
 
 
 def warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
-
-
-def assert_nothing_secret_logged(caplog) -> None:
-    assert "@" not in caplog.text and REPLY not in caplog.text
+    return warnings_of(caplog, LOGGER)
 
 
 def test_a_refused_email_skips_its_refund_and_the_sweep_tells_the_others(hold, settings, caplog):
@@ -70,10 +72,7 @@ def test_a_refused_email_skips_its_refund_and_the_sweep_tells_the_others(hold, s
         assert notify_pending_held_refunds_task.apply().get() == 1
 
     assert told(later) and not told(oldest)
-    assert sorted(m.to for m in mail.outbox) == [
-        ["admin@roasters.example"],
-        ["owner@roasters.example"],
-    ]
+    assert sorted(m.to for m in mail.outbox) == DECIDERS_TOLD
     assert all(f"/held/{later.id}/" in m.body for m in mail.outbox)
     assert warnings(caplog) == [
         f"held refund {oldest.pk}: email refused (SMTPDataError); tried again in 5 minutes"
