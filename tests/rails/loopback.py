@@ -13,7 +13,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+S = TypeVar("S")
 
 
 class CountingServer(ThreadingHTTPServer):
@@ -99,3 +101,26 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class StubServer(Generic[S]):
+    """``with``: a stub's ``handler`` (given the stub as its ``stub`` class attribute) served on
+    a loopback port in a thread, the stub's ``url`` set to the server's (plus ``path``); the
+    block gets the stub. Each rail stub module's ``StubServer`` is one of these."""
+
+    def __init__(self, stub: S, handler: type[BaseHTTPRequestHandler], path: str = "") -> None:
+        self.stub = stub
+        self.server = ThreadingHTTPServer(
+            ("127.0.0.1", 0), type("Handler", (handler,), {"stub": stub})
+        )
+        self.server.daemon_threads = True
+        stub.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> S:
+        self.thread.start()
+        return self.stub
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -44,9 +44,11 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl
+
+from tests.rails.loopback import StubServer as LoopbackServer
 
 CLIENT_ID = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789sillclient"
 CLIENT_SECRET = "EFgHiJkLmNoPqRsTuVwXyZ0123456789sillsecretvalue"
@@ -577,17 +579,6 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
 
-class StubServer:
-    def __enter__(self) -> PayPalStub:
-        self.stub = PayPalStub()
-        handler = type("Handler", (_Handler,), {"stub": self.stub})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        self.stub.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        return self.stub
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+class StubServer(LoopbackServer[PayPalStub]):
+    def __init__(self) -> None:
+        super().__init__(PayPalStub(), _Handler)

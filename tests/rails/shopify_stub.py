@@ -26,9 +26,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from tests.rails.loopback import StubServer as LoopbackServer
 from tests.rails.shopify_cost import MAX_COST, requested_cost
 
 TOKEN = "shpat_0123456789abcdef0123456789abcdef"
@@ -705,19 +706,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body)
 
 
-class StubServer:
+class StubServer(LoopbackServer[ShopifyStub]):
     def __init__(self) -> None:
-        self.stub = ShopifyStub()
-        handler = type("Handler", (_Handler,), {"stub": self.stub})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        self.stub.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> ShopifyStub:
-        self.thread.start()
-        return self.stub
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(ShopifyStub(), _Handler)

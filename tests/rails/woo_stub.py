@@ -25,9 +25,11 @@ import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.rails.loopback import StubServer as LoopbackServer
 
 CONSUMER_KEY = "ck_" + "0123456789abcdef" * 2 + "01234567"
 CONSUMER_SECRET = "cs_" + "fedcba9876543210" * 2 + "76543210"
@@ -274,17 +276,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(201, refund)
 
 
-class StubServer:
-    def __enter__(self) -> WooStub:
-        self.stub = WooStub()
-        handler = type("Handler", (_Handler,), {"stub": self.stub})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        self.stub.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        return self.stub
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+class StubServer(LoopbackServer[WooStub]):
+    def __init__(self) -> None:
+        super().__init__(WooStub(), _Handler)

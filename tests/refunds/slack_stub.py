@@ -14,10 +14,11 @@
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qsl, urlsplit
+
+from tests.rails.loopback import StubServer as LoopbackServer
 
 TOKEN = "xoxb-1111111111-2222222222222-sillstubbottoken0000000"
 TEAM = "T0SILLSTUB"
@@ -92,17 +93,6 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class StubServer:
-    def __enter__(self) -> SlackStub:
-        self.stub = SlackStub()
-        handler = type("Handler", (_Handler,), {"stub": self.stub})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        self.stub.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        return self.stub
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+class StubServer(LoopbackServer[SlackStub]):
+    def __init__(self) -> None:
+        super().__init__(SlackStub(), _Handler, path="/api/")
