@@ -61,6 +61,14 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
             for m in members
         ],
         "errors": errors,
+        # Said above the form: the refusals no box on this page stands for (a Slack user
+        # linked to two members; an owners-only field an admin does not see); the others are
+        # said beside their box.
+        "form_errors": [
+            message
+            for field, message in errors.items()
+            if field not in _fields_shown(members, is_owner=is_owner)
+        ],
         "secret_set": bool(site.slack_signing_secret),
         "token_set": bool(site.slack_bot_token_sealed),
         "is_owner": is_owner,
@@ -68,6 +76,13 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
         "request_url": base + reverse("refunds:slack-interactions", args=[site.pk]),
     }
     return render(request, "refunds/slack_settings.html", context, status=422 if errors else 200)
+
+
+def _fields_shown(members: list[Membership], *, is_owner: bool) -> set[str]:
+    """The form's boxes, by field name, on the page as an owner (``is_owner``) or an admin
+    sees it: the secret and the token are an owner's alone."""
+    owners = {"signing_secret", "bot_token"} if is_owner else set()
+    return {"webhook_url", *owners, *(f"slack_{m.pk}" for m in members)}
 
 
 def _save(request: SiteRequest, site: Site, members: list[Membership]) -> dict[str, str]:

@@ -464,6 +464,38 @@ def test_an_admin_linking_themselves_to_a_colleagues_slack_user_is_told_why_not(
     assert not AuditRecord.objects.filter(site=site, kind="settings_change").exists()
 
 
+def test_a_refused_link_is_said_beside_its_box_and_only_there(client_for, members, slack_api):
+    """It was said in a list above the form, away from the box it was about (a phone scrolls
+    past a screen of fields between them), with nothing beside the box but a red border."""
+    box = f"slack-{members['admin'].pk}"
+    answer = client_for("owner").post(
+        "/settings/slack/", {f"slack_{members['admin'].pk}": "U0NOBODY"}
+    )
+
+    assert answer.status_code == 422
+    page = answer.content.decode()
+    assert f'aria-describedby="{box}-error"' in page
+    assert (
+        f'<small class="field-error" id="{box}-error">'
+        "Slack has no user U0NOBODY in this workspace.</small>"
+    ) in page
+    assert page.count("Slack has no user U0NOBODY") == 1  # not again above the form
+    assert "<strong>Nothing was saved.</strong> Fix what is marked below" in page
+
+
+def test_a_refusal_no_box_stands_for_is_said_above_the_form(client_for, members, slack_api):
+    """One Slack user for two members: the refusal is the save's, not one box's."""
+    answer = client_for("owner").post(
+        "/settings/slack/",
+        {f"slack_{members['admin'].pk}": "U0ADMIN", f"slack_{members['owner'].pk}": "U0ADMIN"},
+    )
+
+    assert answer.status_code == 422
+    page = answer.content.decode()
+    refused = page.split('id="slack-refused">', 1)[1].split("</div>", 1)[0]
+    assert "Each Slack user can be linked to one member only." in refused
+
+
 def test_the_bot_token_is_an_owners_write_only_field(client_for, site, slack_api):
     owner_page = client_for("owner").get("/settings/slack/").content.decode()
     assert 'name="bot_token"' in owner_page and slack_api.token not in owner_page
