@@ -238,7 +238,7 @@ def _live_off(account: RailAccount) -> RailDisabled | None:
         return None
     return RailDisabled(
         f"The {_label(account.rail)} rail is in live mode, and live money is switched off "
-        "on this deployment (set SILL_ALLOW_LIVE=1 to allow it)."
+        "on this deployment (whoever runs Sill can allow it with SILL_ALLOW_LIVE=1)."
     )
 
 

@@ -57,8 +57,8 @@ _MIN_V2_SIZE = 1 + _NONCE_SIZE + bindings.crypto_aead_xchacha20poly1305_ietf_ABY
 # What an operator does about an unreadable credential; shown by the rails page and in the
 # RailDisabled message a refund on that rail fails with.
 WHAT_TO_DO = (
-    "re-enter the API key on Settings → Rails; if SECRET_KEY was rotated, add the old one "
-    "to SILL_SECRET_KEY_FALLBACKS"
+    "re-enter the API key on Settings → Rails; if SECRET_KEY was changed on the server, "
+    "whoever runs Sill can add the old one to SILL_SECRET_KEY_FALLBACKS instead"
 )
 
 

@@ -26,8 +26,8 @@ NOW = "the-current-secret-key-" + "c" * 40
 OLD = "a-fallback-that-is-not-it-" + "f" * 40
 TEST_KEY = "sk_test_51UnreadableKeyValueNeverShown0000XYZ9"
 WHAT_TO_DO = (
-    "re-enter the API key on Settings → Rails; if SECRET_KEY was rotated, add the old one "
-    "to SILL_SECRET_KEY_FALLBACKS"
+    "re-enter the API key on Settings → Rails; if SECRET_KEY was changed on the server, "
+    "whoever runs Sill can add the old one to SILL_SECRET_KEY_FALLBACKS instead"
 )
 
 

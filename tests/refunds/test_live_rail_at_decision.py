@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("live_money_off")]
 
 LIVE_WORDS = (
     "The Stripe rail is in live mode, and live money is switched off on this deployment "
-    "(set SILL_ALLOW_LIVE=1 to allow it)."
+    "(whoever runs Sill can allow it with SILL_ALLOW_LIVE=1)."
 )
 
 

@@ -35,7 +35,7 @@ def rail_from_account(account: RailAccount) -> Rail:
     if account.mode == RailMode.LIVE and not settings.SILL_ALLOW_LIVE:
         raise RailDisabled(
             "The PayPal rail is in live mode, and live money is switched off on this deployment "
-            "(set SILL_ALLOW_LIVE=1 to allow it)."
+            "(whoever runs Sill can allow it with SILL_ALLOW_LIVE=1)."
         )
     client = client_for(account)
     if not client.has_credentials():
