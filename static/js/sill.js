@@ -13,6 +13,12 @@ document.addEventListener("DOMContentLoaded", () => {
   document.body.addEventListener("htmx:beforeSwap", (e) => {
     if (SWAPPED_ERRORS.includes(e.detail.xhr.status)) { e.detail.shouldSwap = true; e.detail.isError = false; }
   });
+  // What was swapped in place of the focused form (a refusal page) takes the focus, once:
+  // the submit button that had it is gone, and focus would fall back to the page's top.
+  document.body.addEventListener("htmx:afterSettle", () => {
+    const el = document.querySelector("[data-focus-when-swapped]");
+    if (el) { el.removeAttribute("data-focus-when-swapped"); el.focus(); }
+  });
 
   // Countdown badges: <span data-countdown="ISO8601">.
   const tick = () => {
