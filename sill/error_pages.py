@@ -88,6 +88,17 @@ def _form_refused(request: HttpRequest, exception: Exception, *, status: int) ->
             "form, and what you sent had more."
         )
         advice = "Go back and send it again with fewer entries."
+    return form_refused_page(
+        request, status=status, label=label, title=title, limit=limit, advice=advice
+    )
+
+
+def form_refused_page(
+    request: HttpRequest, *, status: int, label: str, title: str, limit: str, advice: str
+) -> HttpResponse:
+    """templates/form_refused.html: a page's form refused before any view read it, saying what
+    was wrong (``limit``), what to do (``advice``) and that nothing was changed; in the form's
+    place when htmx sent it."""
     context = {
         "htmx": request.headers.get("HX-Request") == "true",
         "status": status,

@@ -19,6 +19,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
+from sill.error_pages import MACHINE_PATHS, form_refused_page, wants_json
+
 
 class PermissionsPolicyMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -66,11 +68,23 @@ class RefuseNulMiddleware:
 
 
 def _refusal(request: HttpRequest) -> HttpResponse:
+    """400 ``malformed``: in the error shape for programs (the API, the webhooks, Slack, a
+    caller asking for JSON), else the page of a refused form (in the form's place for htmx)."""
     message = "The request holds a NUL character, which no field accepts."
-    if request.path.startswith("/api/"):
+    if wants_json(request) or request.path.startswith(MACHINE_PATHS):
         body = {"error": {"code": "malformed", "message": message, "field": None}}
         return JsonResponse(body, status=400)
-    return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
+    return form_refused_page(
+        request,
+        status=400,
+        label="Unreadable characters",
+        title="That form held a character Sill cannot store",
+        limit=(
+            "What you sent holds a NUL character (often from a paste out of another program), "
+            "which no field in Sill accepts."
+        ),
+        advice="Go back, type the text again instead of pasting it, and send it again.",
+    )
 
 
 class SiteTimeZoneMiddleware:

@@ -124,6 +124,27 @@ def test_a_nul_in_a_query_or_form_is_a_400(client_for):
     assert response.status_code == 400 and response.json()["error"]["code"] == "malformed"
 
 
+def test_a_nul_in_a_form_is_said_on_a_page_and_to_programs_in_the_error_shape(client_for):
+    """Seen: a page's form got a bare text answer, which htmx then put in the form's place;
+    a webhook or Slack got it too, where the other refusals are JSON."""
+    client = client_for("owner")
+
+    page = client.post("/settings/reasons/add/", {"name": "x\x00"})
+    swapped = client.post(
+        "/settings/reasons/add/", {"name": "x\x00"}, headers={"HX-Request": "true"}
+    )
+
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
+    body = page.content.decode()
+    assert "<h1" in body and "NUL character" in body and "nothing was changed" in body
+    assert "data-focus-when-swapped" in swapped.content.decode()  # in the form's place
+    for path in ("/webhooks/stripe/s_1", "/slack/interactions/s_1"):
+        answer = client.post(path, {"payload": "\x00"})
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "malformed", path
+    answer = client.get("/orders/", {"q": "\x00"}, headers={"Accept": "application/json"})
+    assert answer.json()["error"]["code"] == "malformed"
+
+
 def test_a_nul_inside_a_mandate_is_malformed(client_for):
     from django.test import Client
 
