@@ -45,6 +45,7 @@ from sill.accounts.models import Role
 from sill.accounts.notices import (
     Delivery,
     email_members,
+    member_address,
     not_backing_off,
     send_claimed,
 )
@@ -140,7 +141,7 @@ def _email_deciders(refund: Refund) -> Delivery:
     done = money_words(refund)[1]
     what = "A customer credit" if refund.is_credit else "A refund"
     facts = " · ".join(fact_phrases(refund.facts or {}, credit=refund.is_credit))
-    lines = [
+    about = [
         f"{what} on {refund.site.name} is waiting for an owner or admin.",
         "",
         refund_headline(refund),
@@ -150,15 +151,31 @@ def _email_deciders(refund: Refund) -> Delivery:
         "Facts: " + (facts or "none recorded"),
         "Held by: " + held_by(refund),
         "",
-        f"Decide before {deadline_text(deadline(refund), refund.site.zone)}. If nobody "
-        f"approves it by then, it expires and nothing is {done}.",
+    ]
+    before = deadline_text(deadline(refund), refund.site.zone)
+    lines = [
+        *about,
+        f"Decide before {before}. If nobody approves it by then, it expires and nothing is {done}.",
         "",
         f"Review it: {review_url(refund)}",
     ]
+    # Whoever asked for it cannot approve it (refunds.review.decisions): told so, not "decide".
+    asked = refund.requested_by
+    own = {}
+    if asked is not None:
+        own[member_address(asked)] = [
+            *about,
+            "You asked for it, so another owner or admin decides it (whoever asks cannot "
+            f"approve). If nobody approves it before {before}, it expires and nothing is "
+            f"{done}.",
+            "",
+            f"See it: {review_url(refund)}",
+        ]
     delivery = email_members(
         site_id=refund.site_id,
         subject=f"[Sill] Held for review: {refund_headline(refund)}",
         lines_for={role: lines for role in DECIDERS},
+        own_lines=own,
     )
     if not delivery.sent_to:
         logger.warning(

@@ -23,6 +23,7 @@ import smtplib
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -74,10 +75,15 @@ def _members_by_email(site_id: str, *, roles: Collection[str]) -> dict[str, str]
     rank = {role: i for i, role in enumerate(roles)}
     found: dict[str, str] = {}
     for m in sorted(members, key=lambda m: rank[m.role]):
-        email = (m.user.email or m.user.get_username()).strip().lower()
+        email = member_address(m.user)
         if "@" in email:
             found.setdefault(email, m.role)
     return found
+
+
+def member_address(user: Any) -> str:
+    """The address a member's notices go to (their email, else a username that is one)."""
+    return str(user.email or user.get_username()).strip().lower()
 
 
 def absolute_url(path: str) -> str:
@@ -86,10 +92,16 @@ def absolute_url(path: str) -> str:
 
 
 def email_members(
-    *, site_id: str, subject: str, lines_for: Mapping[str, Sequence[str]]
+    *,
+    site_id: str,
+    subject: str,
+    lines_for: Mapping[str, Sequence[str]],
+    own_lines: Mapping[str, Sequence[str]] | None = None,
 ) -> Delivery:
     """Send each active member of the site in a role of ``lines_for`` a plain-text email of
-    their own, in their role's lines; nothing when the site has no such member.
+    their own, in their role's lines (or in ``own_lines``, by :func:`member_address`, for a
+    member the words differ for: whoever asked for what the others are asked to decide);
+    nothing when the site has no such member.
 
     Raises :class:`MessageRefused` when the server refused every message; any other error of
     the mail server (an ``OSError`` for SMTP: it is down) as it is. Either way nothing counts
@@ -104,7 +116,7 @@ def email_members(
         for email, role in sorted(recipients.items()):
             message = EmailMessage(
                 subject=subject,
-                body="\n".join(lines_for[role]) + "\n",
+                body="\n".join((own_lines or {}).get(email) or lines_for[role]) + "\n",
                 from_email=settings.DEFAULT_FROM_EMAIL,
                 to=[email],
                 connection=connection,

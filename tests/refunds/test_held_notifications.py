@@ -192,3 +192,21 @@ def test_a_deactivated_owner_is_not_emailed(held, members):
     assert notify_held_refund(refund_id=held.id)
     [message] = mail.outbox
     assert message.to == ["admin@roasters.example"]
+
+
+def test_whoever_asked_is_told_another_decides_not_to_decide(original, members):
+    """Seen: an admin who asked for a staff refund that was held got "Decide before …" and a
+    Review link, though Sill refuses their approval (whoever asks cannot approve)."""
+    held = hold_refund(order=original, requested_by=members["admin"].user, reason_code="defective")
+
+    assert notify_held_refund(refund_id=held.id) is True
+
+    by_address = {m.to[0]: m for m in mail.outbox}
+    asked, owner = by_address["admin@roasters.example"], by_address["owner@roasters.example"]
+    assert asked.subject == owner.subject
+    assert "Decide before" in owner.body and "Review it:" in owner.body
+    assert "Decide before" not in asked.body and "Review it:" not in asked.body
+    assert "You asked for it, so another owner or admin decides it" in asked.body
+    assert "See it: http" in asked.body and f"/held/{held.id}/" in asked.body
+    # The rest of the message is the owner's, word for word.
+    assert asked.body.split("You asked for it")[0] == owner.body.split("Decide before")[0]
