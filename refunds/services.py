@@ -380,7 +380,7 @@ def flag_refund_for_attention(
             flagged_at=now.isoformat(),
         ),
     )
-    enqueue_on_commit("refunds.notify_attention", refund.id)
+    enqueue_on_commit("refunds.notify_attention", refund.id, recovered_by="refunds.check_attention")
     return True
 
 
@@ -453,7 +453,7 @@ def open_decided(
 
 def enqueue_execution(refund: Refund) -> None:
     """Execute on the rail once the current transaction commits (never before)."""
-    enqueue_on_commit("refunds.execute", refund.id)
+    enqueue_on_commit("refunds.execute", refund.id, recovered_by="refunds.recover_stuck")
 
 
 def notify_hold(refund: Refund) -> None:
@@ -461,4 +461,4 @@ def notify_hold(refund: Refund) -> None:
 
     The notification itself is idempotent, and the every-minute sweep sends any this missed.
     """
-    enqueue_on_commit("refunds.notify_held", refund.id)
+    enqueue_on_commit("refunds.notify_held", refund.id, recovered_by="refunds.notify_pending_held")

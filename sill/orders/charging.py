@@ -345,7 +345,9 @@ def _flag(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
                 body=charge_body(order, locked, outcome="needs_attention", message=reason[:300]),
             )
             # By name: the tasks module imports this one (sill.queue).
-            enqueue_on_commit("orders.notify_attention", locked.pk)
+            enqueue_on_commit(
+                "orders.notify_attention", locked.pk, recovered_by="orders.recover_stuck"
+            )
     return "needs_attention"
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
-from django.db import connection, transaction
+from django.db import connection
 
 from sill.accounts.models import Agent, Site
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
 from sill.orders.services import NewLine, create_order, set_order_status
-from sill.orders.tasks import charge_order_task
+from sill.queue import enqueue_on_commit
 from sill.rails.registry import RailDisabled, rail_account_for
 
 
@@ -93,6 +92,7 @@ def place_order(*, purchase: Purchase) -> Order:
         status=ChargeStatus.PENDING,
         payment_method=purchase.payment_method,
     )
-    # What DjangoTask.delay_on_commit does, spelled out: celery's types don't declare it.
-    transaction.on_commit(partial(charge_order_task.delay, order.id, purchase.payment_method))
+    enqueue_on_commit(
+        "orders.charge", order.id, purchase.payment_method, recovered_by="orders.recover_stuck"
+    )
     return order

@@ -23,9 +23,9 @@ from django.views.decorators.csrf import csrf_exempt
 from sill import jsonbody
 from sill.error_pages import machine_post_only
 from sill.orders.models import Rail
+from sill.queue import enqueue_on_commit
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
-from sill.rails.tasks import process_stripe_event
 from sill.rails.webhook_common import MAX_BODY_BYTES, WebhookRefused
 from sill.rails.webhook_common import refuse as _refuse
 
@@ -93,7 +93,9 @@ def stripe_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
         return JsonResponse(refused.as_dict(), status=400)
     if stored is None:
         return JsonResponse({"received": True, "duplicate": True})
-    transaction.on_commit(lambda: _enqueue(stored.pk))
+    enqueue_on_commit(
+        "rails.process_stripe_event", stored.pk, recovered_by="rails.retry_webhook_events"
+    )
     return JsonResponse({"received": True, "duplicate": False})
 
 
@@ -129,10 +131,6 @@ def store_event(*, account: RailAccount, payload: bytes) -> WebhookEvent | None:
             )
     except IntegrityError:
         return None
-
-
-def _enqueue(event_pk: int) -> None:
-    process_stripe_event.delay(event_pk)
 
 
 urlpatterns = [

@@ -22,6 +22,7 @@ from sill.rails.event_attempts import attempt_event, claim_events_to_retry, give
 from sill.rails.models import WebhookEvent
 from sill.rails.stripe_webhooks import store_event
 from sill.rails.tasks import retry_webhook_events_task
+from tests.broker_down import broker_unreachable
 from tests.rails.failing_stripe_event import books_agree, books_disagree, too_large_refund
 from tests.rails.stripe_events import deliverer, header, stripe_account
 from tests.threads import row_locked_elsewhere
@@ -274,3 +275,18 @@ def test_a_real_worker_keeps_the_error_and_the_beat_task_retries_it(tmp_path, si
 
     assert stored().attempts == 2
     assert ExternalRefund.objects.get().amount_minor == 5000
+
+
+def test_a_stored_event_is_acknowledged_while_the_broker_is_down(site, charge, clock, deliver):
+    """Stored, the event is Sill's to process: the rail is told so (not a 500 that makes it
+    deliver again into the duplicate check), and the beat task processes it."""
+    books_agree(charge)
+    with broker_unreachable():
+        response = deliver(site, too_large_refund(charge))
+    assert response.status_code == 200 and response.json()["duplicate"] is False
+    assert stored().attempts == 0 and stored().processed_at is None
+
+    clock.shift(LATER)
+    assert retry_webhook_events_task() == 1
+    assert stored().processed_at is not None
+    assert ExternalRefund.objects.count() == 1

@@ -40,6 +40,7 @@ from sill.client_address import client_address
 from sill.error_pages import machine_post_only
 from sill.errors import SillError
 from sill.orders.models import Rail
+from sill.queue import enqueue_on_commit
 from sill.rails.base import RailError
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.paypal import client_for
@@ -221,7 +222,9 @@ def paypal_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
                 type=event["event_type"][:100],
                 payload=payload.decode("utf-8"),
             )
-            transaction.on_commit(lambda: _enqueue(stored.pk))
+            enqueue_on_commit(
+                "rails.process_paypal_event", stored.pk, recovered_by="rails.retry_webhook_events"
+            )
     except IntegrityError:
         _remember(transmission)
         return JsonResponse({"received": True, "duplicate": True})
@@ -235,12 +238,6 @@ def _remember(transmission: str) -> None:
     transmission time is accepted at all; past that, it is refused on its time."""
     ttl = MAX_TRANSMISSION_AGE + MAX_CLOCK_SKEW
     cache.set(transmission, 1, int(ttl.total_seconds()))
-
-
-def _enqueue(event_pk: int) -> None:
-    from sill.rails.paypal.events import process_paypal_event
-
-    process_paypal_event.delay(event_pk)
 
 
 urlpatterns = [

@@ -31,6 +31,7 @@ from django.views.decorators.csrf import csrf_exempt
 from sill import jsonbody
 from sill.error_pages import machine_post_only
 from sill.orders.models import Rail
+from sill.queue import enqueue_on_commit
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.webhook_common import MAX_BODY_BYTES, body_sha256
@@ -94,16 +95,12 @@ def shopify_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
                 # Unique per site too: a replay of this body under a fresh id is refused here.
                 body_sha256=body_sha256(payload),
             )
-            transaction.on_commit(lambda: _enqueue(stored.pk))
+            enqueue_on_commit(
+                "rails.process_shopify_event", stored.pk, recovered_by="rails.retry_webhook_events"
+            )
     except IntegrityError:
         return JsonResponse({"received": True, "duplicate": True})
     return JsonResponse({"received": True, "duplicate": False})
-
-
-def _enqueue(event_pk: int) -> None:
-    from sill.rails.shopify.tasks import process_shopify_event
-
-    process_shopify_event.delay(event_pk)
 
 
 urlpatterns = [

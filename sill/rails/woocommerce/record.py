@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from sill.money import Money
 from sill.orders.models import Order
+from sill.queue import enqueue_on_commit
 from sill.rails.base import PermanentRailError, RailError
 from sill.rails.woocommerce.client import WooCannotWrite
 from sill.rails.woocommerce.models import WooOrderLink, WooRecordState, WooRefundRecord
@@ -86,12 +87,12 @@ def queue_woocommerce_record(
             "next_attempt_at": _next_attempt(),
         },
     )
-    transaction.on_commit(lambda: _enqueue(refund_id))
+    enqueue_on_commit(
+        "rails.record_woocommerce_refund",
+        refund_id,
+        recovered_by="rails.retry_woocommerce_records",
+    )
     return record
-
-
-def _enqueue(refund_id: str) -> None:
-    record_woocommerce_refund.delay(refund_id)
 
 
 def record_refund_on_woocommerce(

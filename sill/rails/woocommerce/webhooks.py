@@ -36,6 +36,7 @@ from django.views.decorators.csrf import csrf_exempt
 from sill import jsonbody
 from sill.error_pages import machine_post_only
 from sill.orders.models import Rail
+from sill.queue import enqueue_on_commit
 from sill.rails.event_attempts import attempt_event
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.secrets import RailSecretUnreadable
@@ -109,14 +110,14 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
                 # Unique per site too: a replay of this body under a fresh id is refused here.
                 body_sha256=digest,
             )
-            transaction.on_commit(lambda: _enqueue(stored.pk))
+            enqueue_on_commit(
+                "rails.process_woocommerce_event",
+                stored.pk,
+                recovered_by="rails.retry_webhook_events",
+            )
     except IntegrityError:
         return JsonResponse({"received": True, "duplicate": True})
     return JsonResponse({"received": True, "duplicate": False})
-
-
-def _enqueue(event_pk: int) -> None:
-    process_woocommerce_event.delay(event_pk)
 
 
 def process_event(event_pk: int) -> str:
