@@ -1,4 +1,4 @@
-"""400, 403 and 404 in the shape the client asked for.
+"""400, 403, 404 and 500 in the shape the client asked for.
 
 A JSON client (``Accept: application/json``, not htmx) gets Sill's ``{"error": {"code", …}}``
 with the stable codes ``forbidden`` and ``not_found``, as the API answers; everyone else gets
@@ -132,6 +132,22 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
         missing = NotFound("Nothing here on this site.")
         return JsonResponse(missing.as_dict(), status=404)
     return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """500: Django's page (templates/500.html) for people; for programs (the machine paths
+    and JSON clients) the error shape with the stable code ``server_error``, which they can
+    read and act on, where they got that HTML page. Nothing of the failure is said (it is
+    logged by Django); what is said is what makes a retry safe."""
+    if wants_json(request) or request.path.startswith(MACHINE_PATHS):
+        failed = SillError(
+            "Sill could not finish this request. Send it again later: a signed mandate, a "
+            "webhook event or a request with the same Idempotency-Key is never acted on twice.",
+            code="server_error",
+            status=500,
+        )
+        return JsonResponse(failed.as_dict(), status=failed.status)
+    return defaults.server_error(request)
 
 
 def machine_post_only(

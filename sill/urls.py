@@ -39,10 +39,11 @@ urlpatterns = [
         name="favicon",
     ),
 ]
-# A JSON client gets its 400, 403 and 404 as JSON (sill.error_pages); a browser, the pages.
+# A JSON client gets its 400, 403, 404 and 500 as JSON (sill.error_pages); a browser, the pages.
 handler400 = "sill.error_pages.bad_request"
 handler403 = "sill.error_pages.permission_denied"
 handler404 = "sill.error_pages.page_not_found"
+handler500 = "sill.error_pages.server_error"
 
 # The Django admin exists only where an operator asked for it (sill/admin.py): otherwise 404.
 if settings.SILL_ADMIN:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.template import loader
 from django.urls import reverse
@@ -76,3 +78,38 @@ def test_the_copy_id_include_shortens_and_keeps_the_full_id():
     assert "…FHK06X" in html and 'data-copy="rf_01M8S5R5TNA06CN171H8FHK06X"' in html
     assert 'aria-label="Copy refund id"' in html and 'role="status"' in html
     assert render({"v": ""}).strip() == "—"
+
+
+@pytest.mark.parametrize(
+    ("path", "accept"),
+    [
+        ("/api/v1/mandates", "*/*"),
+        ("/webhooks/stripe/01JDEMOSITE00000000000MAIN", ""),
+        ("/slack/interactions", "text/html"),
+        ("/orders/", "application/json"),
+    ],
+)
+def test_a_program_gets_its_500_in_the_error_shape(path, accept):
+    """What Django answers when a view raises (the broker down under a Slack click, say): a
+    program reads the error shape and the code ``server_error``, not the HTML page."""
+    from django.test import RequestFactory
+    from django.urls import get_resolver
+
+    handler = get_resolver().resolve_error_handler(500)
+    response = handler(RequestFactory().post(path, HTTP_ACCEPT=accept))
+    assert response.status_code == 500
+    assert response["Content-Type"] == "application/json"
+    error = json.loads(response.content)["error"]
+    assert error["code"] == "server_error"
+    assert "never acted on twice" in error["message"]
+
+
+def test_a_browser_gets_the_500_page():
+    from django.test import RequestFactory
+    from django.urls import get_resolver
+
+    handler = get_resolver().resolve_error_handler(500)
+    response = handler(RequestFactory().get("/orders/", HTTP_ACCEPT="text/html"))
+    assert response.status_code == 500
+    assert response["Content-Type"].startswith("text/html")
+    assert "Something went wrong" in response.content.decode()
