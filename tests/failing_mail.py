@@ -19,20 +19,31 @@ rest to ``django.core.mail.outbox`` as the test backend does. Point ``EMAIL_BACK
 
 Each refusal's text carries the addresses and the server's reply (``REPLY``), as a real
 server's does, so a test can check that none of it reaches the log.
+
+:class:`DownPartWayBackend` is a server that goes down part-way through a notice: it takes
+the first ``MAIL_TAKEN_BEFORE_OUTAGE`` messages (to ``django.core.mail.outbox``), counted from
+``DownPartWayBackend.taken`` (a test resets it), and drops the connection on every later one.
+Point ``EMAIL_BACKEND`` at ``DOWN_PART_WAY``.
 """
 
 from __future__ import annotations
 
 import smtplib
+from collections import Counter
 from collections.abc import Sequence
 
 from django.conf import settings
+from django.core import mail
 from django.core.mail import EmailMessage
 from django.core.mail.backends.base import BaseEmailBackend
 from django.core.mail.backends.locmem import EmailBackend as LocmemBackend
 
+from sill.accounts.models import Site
+from sill.accounts.services import add_member
+
 PATH = "tests.failing_mail.RefusingBackend"
 REFUSING_SOME = "tests.failing_mail.RefusingSomeBackend"
+DOWN_PART_WAY = "tests.failing_mail.DownPartWayBackend"
 REPLY = "relay.roasters.example policy"
 
 
@@ -78,8 +89,35 @@ class RefusingSomeBackend(LocmemBackend):
         return sent
 
 
+class DownPartWayBackend(LocmemBackend):
+    taken = 0
+
+    def send_messages(self, messages: Sequence[EmailMessage]) -> int:
+        sent = 0
+        for message in messages:
+            if DownPartWayBackend.taken >= settings.MAIL_TAKEN_BEFORE_OUTAGE:
+                raise smtplib.SMTPServerDisconnected("Connection unexpectedly closed")
+            DownPartWayBackend.taken += 1
+            sent += super().send_messages([message])
+        return sent
+
+
 # Both of the test site's deciders, each told in a message of their own.
 DECIDERS_TOLD = [["admin@roasters.example"], ["owner@roasters.example"]]
+# The test site's deciders with ADMIN2 (:func:`add_second_admin`), in the order they are sent
+# to: a server down after two messages has told the admins and not the owner.
+ADMIN2 = "admin2@roasters.example"
+THREE_DECIDERS = [ADMIN2, "admin@roasters.example", "owner@roasters.example"]
+
+
+def add_second_admin(site: Site) -> None:
+    """A third decider on ``site`` (the ``members`` fixture has an owner and an admin)."""
+    add_member(site=site, email=ADMIN2, role="admin")
+
+
+def messages_to() -> Counter[str]:
+    """How many messages each address was sent (``mail.outbox``)."""
+    return Counter(address for message in mail.outbox for address in message.to)
 
 
 def warnings_of(caplog, *loggers: str) -> list[str]:

@@ -140,6 +140,7 @@ def _email(refund: Refund) -> Delivery:
     # to fetch an owner, not sent to a form they cannot use.
     delivery = email_members(
         site_id=refund.site_id,
+        notice=_notice(refund.pk),
         subject=f"[Sill] Needs attention: {refund_headline(refund)}",
         lines_for={
             Role.OWNER: [
@@ -156,7 +157,7 @@ def _email(refund: Refund) -> Delivery:
             ],
         },
     )
-    if not delivery.sent_to:
+    if not delivery.told:
         logger.warning("refund %s needs attention; site has no owner or admin", refund.id)
     return delivery
 

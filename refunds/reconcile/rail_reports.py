@@ -102,6 +102,7 @@ def _email_reversed(refund: Refund) -> bool:
         notice="failed-after-settlement",
         delivery=email_members(
             site_id=refund.site_id,
+            notice=f"refund-reversed:{refund.pk}",
             subject=f"[Sill] Refund failed after settlement: {refund_headline(refund)}",
             lines_for={role: lines for role in DECIDERS},
         ),

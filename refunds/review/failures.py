@@ -4,7 +4,8 @@
 refund ``failed``. ``failed`` is final and ``fail_refund`` changes a refund into it once (under
 its row lock), so each failed refund is enqueued once; a task delivered twice is stopped by
 an atomic claim in the cache (Redis in production), given back if the email cannot be sent
-so that the task's retry sends it.
+so that the task's retry sends it, to those it did not reach (each hears once:
+:mod:`sill.accounts.notices`).
 
 Each owner and admin gets a message of their own (:func:`sill.accounts.notices.email_members`):
 one address the mail server refuses keeps nobody else from hearing. A refusal of every message
@@ -107,6 +108,7 @@ def _email(refund: Refund) -> bool:
         notice="failure",
         delivery=email_members(
             site_id=refund.site_id,
+            notice=f"refund-failed:{refund.pk}",
             subject=f"[Sill] {money_words(refund)[0].capitalize()} failed: "
             f"{refund_headline(refund)}",
             lines_for={role: lines for role in DECIDERS},
@@ -117,7 +119,7 @@ def _email(refund: Refund) -> bool:
 def told(refund: Refund, *, notice: str, delivery: Delivery) -> bool:
     """Whether anyone was told of ``refund``'s ``notice``; a recipient the server refused, or
     a site with nobody to tell, is logged (the error's class, the ids)."""
-    if not delivery.sent_to:
+    if not delivery.told:
         logger.warning(
             "refund %s: no %s email; site %s has no owner or admin",
             refund.id,

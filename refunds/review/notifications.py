@@ -4,8 +4,9 @@ Once per held refund. Two paths lead here: :func:`refunds.services.notify_hold` 
 that held the refund, and the every-minute sweep (:func:`notify_pending_held_refunds`) that
 catches any the first path missed. Both end in :func:`notify_held_refund`, which claims the
 refund's ``held_notified_at`` with a conditional UPDATE before sending (only one caller can
-win it, in any process) and gives it back if the email fails, so a retry sends it and a
-second path sends nothing.
+win it, in any process) and gives it back if the email fails, so a retry sends it (to the
+deciders not told yet: each hears once, :mod:`sill.accounts.notices`) and a second path
+sends nothing.
 
 Each owner and admin gets a message of their own (:func:`sill.accounts.notices.email_members`):
 one address the mail server refuses keeps nobody else from hearing. A refusal of every
@@ -173,11 +174,12 @@ def _email_deciders(refund: Refund) -> Delivery:
         ]
     delivery = email_members(
         site_id=refund.site_id,
+        notice=f"{NOTICE}:{refund.pk}",
         subject=f"[Sill] Held for review: {refund_headline(refund)}",
         lines_for={role: lines for role in DECIDERS},
         own_lines=own,
     )
-    if not delivery.sent_to:
+    if not delivery.told:
         logger.warning(
             "held refund %s: site %s has no owner or admin to tell", refund.id, refund.site_id
         )

@@ -227,3 +227,32 @@ class MemberInvite(models.Model):
     @property
     def pending(self) -> bool:
         return self.accepted_at is None and self.revoked_at is None
+
+
+class NoticeDelivery(models.Model):
+    """One member of ``site`` given their message of one emailed notice (``notice``, such as
+    ``refund-attention:<refund id>``), so that a retry of the notice skips them
+    (:func:`sill.accounts.notices.email_members`).
+
+    Taken by INSERT before the message goes to the mail server (the unique constraint is the
+    lock: two senders of one notice cannot both take a member) and deleted again when the
+    server does not take the message. A row whose sender died in between stays: that member
+    counts as told, perhaps wrongly, never twice. No address is stored: the row names the
+    user, whose address may change. Rows older than ``notices.DELIVERIES_KEPT`` are deleted.
+    """
+
+    # Led by the unique constraint below: no index of its own.
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, db_index=False, related_name="+")
+    notice = models.CharField(max_length=100)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    claimed_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "notice", "user"], name="noticedelivery_once_per_member"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.notice} → user {self.user_id} @ {self.site_id}"

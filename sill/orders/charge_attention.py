@@ -21,12 +21,12 @@ needs attention (:func:`notify_charge_attention`): ``charging`` enqueues it on t
 flagged the charge, and the every-minute sweep (``orders.recover_stuck``) sends any the first
 path missed. Both claim the charge's ``attention_notified_at`` by conditional UPDATE before
 sending (one caller wins it, in any process) and give it back if the email fails, so a retry
-sends it and the other path sends nothing. The same people as a refund that needs attention
-(``refunds.reconcile.attention``), each in words for their role: an owner is asked to record
-the answer; an admin cannot, but sees the charge on the dashboard and the order page, so is
-asked to look in the rail's dashboard and fetch an owner. A server refusing the email (every
-recipient's message) does not stop the sweep: that charge waits, backing off, while the
-others are told (:mod:`sill.accounts.notices`).
+sends it (to those not told yet: each hears once) and the other path sends nothing. The same
+people as a refund that needs attention (``refunds.reconcile.attention``), each in words for
+their role: an owner is asked to record the answer; an admin cannot, but sees the charge on
+the dashboard and the order page, so is asked to look in the rail's dashboard and fetch an
+owner. A server refusing the email (every recipient's message) does not stop the sweep: that
+charge waits, backing off, while the others are told (:mod:`sill.accounts.notices`).
 """
 
 from __future__ import annotations
@@ -374,6 +374,7 @@ def _email_deciders(charge: Charge) -> Delivery:
     # look and to fetch an owner, not sent to a form they cannot use.
     delivery = email_members(
         site_id=order.site_id,
+        notice=_notice(charge.pk),
         subject=f"[Sill] Needs attention: a {amount} charge for order #{order.number}",
         lines_for={
             Role.OWNER: [
@@ -391,7 +392,7 @@ def _email_deciders(charge: Charge) -> Delivery:
             ],
         },
     )
-    if not delivery.sent_to:
+    if not delivery.told:
         logger.warning(
             "charge %s needs attention; site %s has no owner or admin", charge.pk, order.site_id
         )

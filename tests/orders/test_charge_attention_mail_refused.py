@@ -22,8 +22,12 @@ from sill.orders.models import Charge
 from sill.orders.tasks import notify_charge_attention_task, recover_stuck_charges_task
 from tests.failing_mail import (
     DECIDERS_TOLD,
+    DOWN_PART_WAY,
     REFUSING_SOME,
+    THREE_DECIDERS,
+    DownPartWayBackend,
     RefusingBackend,
+    add_second_admin,
     assert_nothing_secret_logged,
     warnings_of,
 )
@@ -175,3 +179,27 @@ def test_a_mail_server_that_is_down_still_ends_the_run_and_nobody_waits_for_it(i
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     recover_stuck_charges_task.apply().get()  # the next minute: no wait after an outage
     assert told(first) and told(second) and len(mail.outbox) == 4
+
+
+def test_a_server_down_part_way_through_the_sweep_tells_each_decider_once_of_each_charge(
+    in_doubt, site, settings
+):
+    """Seen: the server went down after the first decider's message of the second charge; its
+    claim was given back and the next sweep sent that decider the same email again."""
+    first, second = in_doubt(60), in_doubt(5)
+    add_second_admin(site)
+    settings.EMAIL_BACKEND = DOWN_PART_WAY
+    settings.MAIL_TAKEN_BEFORE_OUTAGE = 4  # the first charge's three, one of the second's
+    DownPartWayBackend.taken = 0
+
+    recover_stuck_charges_task.apply().get()
+
+    assert told(first) and not told(second)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    recover_stuck_charges_task.apply().get()
+    recover_stuck_charges_task.apply().get()
+    assert told(second)
+    sent = sorted((charge.pk, m.to[0]) for charge in (first, second) for m in mail.outbox
+                  if f"#charge-{charge.pk}" in m.body)  # fmt: skip
+    assert sent == sorted((c.pk, to) for c in (first, second) for to in THREE_DECIDERS)
+    assert len(mail.outbox) == 6

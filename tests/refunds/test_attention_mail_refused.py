@@ -15,18 +15,24 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from celery.exceptions import Retry
 from django.core import mail
 from django.utils import timezone
 
 from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund
 from refunds.reconcile.attention import notify_missed_attention
-from refunds.tasks import check_attention_refunds_task
+from refunds.tasks import check_attention_refunds_task, notify_attention_task
 from tests.failing_mail import (
     DECIDERS_TOLD,
+    DOWN_PART_WAY,
     REFUSING_SOME,
+    THREE_DECIDERS,
+    DownPartWayBackend,
     RefusingBackend,
+    add_second_admin,
     assert_nothing_secret_logged,
+    messages_to,
     warnings_of,
 )
 from tests.failing_mail import PATH as DOWN
@@ -155,3 +161,25 @@ def test_a_mail_server_that_is_down_still_ends_the_run_and_nobody_waits_for_it(
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     check_attention_refunds_task.apply().get()  # the next minute: no wait after an outage
     assert told(first) and told(second) and len(mail.outbox) == 4
+
+
+def test_a_server_down_part_way_tells_each_decider_once_across_the_retry(flag, site, settings):
+    """Seen: the server took the admins' messages and went down before the owner's; the claim
+    was given back and the task's retry sent the admins the same email again."""
+    refund = flag("25.00", 5)
+    add_second_admin(site)
+    mail.outbox.clear()
+    settings.EMAIL_BACKEND = DOWN_PART_WAY
+    settings.MAIL_TAKEN_BEFORE_OUTAGE = 2
+    DownPartWayBackend.taken = 0
+
+    with pytest.raises(Retry):
+        notify_attention_task.apply(args=[refund.pk])
+
+    assert messages_to() == dict.fromkeys(THREE_DECIDERS[:2], 1) and not told(refund)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    notify_attention_task.apply(args=[refund.pk]).get()  # the task's retry
+    assert messages_to() == dict.fromkeys(THREE_DECIDERS, 1) and told(refund)
+    assert all(refund.idempotency_key in m.body for m in mail.outbox)
+    check_attention_refunds_task.apply().get()
+    assert len(mail.outbox) == 3

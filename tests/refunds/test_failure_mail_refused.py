@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from celery.exceptions import Retry
 from django.core import mail
 from django.core.cache import cache
 
@@ -22,7 +23,16 @@ from refunds.reconcile.rail_reports import notify_reversed
 from refunds.review.failures import notify_failed
 from refunds.services import reverse_settled_refund
 from refunds.tasks import notify_failed_task, notify_reversed_task
-from tests.failing_mail import REFUSING_SOME, assert_nothing_secret_logged, warnings_of
+from tests.failing_mail import (
+    DOWN_PART_WAY,
+    REFUSING_SOME,
+    THREE_DECIDERS,
+    DownPartWayBackend,
+    add_second_admin,
+    assert_nothing_secret_logged,
+    messages_to,
+    warnings_of,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +135,26 @@ def test_a_refusal_of_every_decider_is_logged_and_not_retried(kind, settings, ca
     settings.MAIL_REFUSED_ADDRESSES = []
     assert notify(refund_id=refund.pk) is True
     assert sorted(m.to for m in mail.outbox) == [[ADMIN], [OWNER]]
+
+
+def test_a_server_down_part_way_tells_each_decider_once_across_the_retries(kind, site, settings):
+    """Seen: the server took the first messages and went down; the claim was given back and
+    the task's retry sent those deciders the same email again."""
+    refund, task, notify, _, _ = kind
+    add_second_admin(site)
+    settings.EMAIL_BACKEND = DOWN_PART_WAY
+    settings.MAIL_TAKEN_BEFORE_OUTAGE = 1
+    DownPartWayBackend.taken = 0
+
+    with pytest.raises(Retry):
+        task.apply(args=[refund.pk])
+    settings.MAIL_TAKEN_BEFORE_OUTAGE = 2  # the retry: one more, then down again
+    with pytest.raises(Retry):
+        task.apply(args=[refund.pk])
+
+    assert messages_to() == dict.fromkeys(THREE_DECIDERS[:2], 1)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    assert task.apply(args=[refund.pk]).successful()
+    assert messages_to() == dict.fromkeys(THREE_DECIDERS, 1)
+    assert notify(refund_id=refund.pk) is False  # told
+    assert len(mail.outbox) == 3

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from celery.exceptions import Retry
 from django.core import mail
 from django.utils import timezone
 
@@ -23,10 +24,16 @@ from refunds.models import Refund
 from refunds.review.notifications import notify_pending_held_refunds
 from refunds.tasks import notify_held_refund_task, notify_pending_held_refunds_task
 from tests.failing_mail import (
+    ADMIN2,
     DECIDERS_TOLD,
+    DOWN_PART_WAY,
     REFUSING_SOME,
+    THREE_DECIDERS,
+    DownPartWayBackend,
     RefusingBackend,
+    add_second_admin,
     assert_nothing_secret_logged,
+    messages_to,
     warnings_of,
 )
 from tests.failing_mail import PATH as DOWN
@@ -166,3 +173,45 @@ def test_a_mail_server_that_is_down_ends_the_run_and_nobody_waits_for_it(hold, s
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     assert notify_pending_held_refunds_task.apply().get() == 2  # no wait after an outage
     assert told(first) and told(second) and len(mail.outbox) == 4
+
+
+def test_a_server_down_part_way_tells_each_decider_once_across_the_retry(hold, site, settings):
+    """Seen: the server took the admins' messages and went down before the owner's; the claim
+    was given back and the sweep sent the admins the same email again."""
+    refund = hold("25.00", 5)
+    add_second_admin(site)
+    settings.EMAIL_BACKEND = DOWN_PART_WAY
+    settings.MAIL_TAKEN_BEFORE_OUTAGE = 2
+    DownPartWayBackend.taken = 0
+
+    with pytest.raises(Retry):
+        notify_held_refund_task.apply(args=[refund.pk])
+
+    assert messages_to() == dict.fromkeys(THREE_DECIDERS[:2], 1) and not told(refund)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    assert notify_pending_held_refunds_task.apply().get() == 1
+    assert messages_to() == dict.fromkeys(THREE_DECIDERS, 1) and told(refund)
+    assert notify_pending_held_refunds_task.apply().get() == 0
+    assert len(mail.outbox) == 3
+
+
+def test_a_greylisted_decider_is_told_once_the_server_takes_it_and_the_others_once(
+    hold, site, settings, caplog
+):
+    """A 4xx for one decider is the server asking for their message later: the others are
+    sent theirs at once, and only the greylisted one's is sent again."""
+    refund = hold("25.00", 5)
+    add_second_admin(site)
+    settings.EMAIL_BACKEND = REFUSING_SOME
+    settings.MAIL_GREYLISTED_ADDRESSES = ["admin@roasters.example"]
+
+    with pytest.raises(Retry):
+        notify_held_refund_task.apply(args=[refund.pk])
+    with caplog.at_level(logging.WARNING):
+        assert notify_pending_held_refunds_task.apply().get() == 0  # still greylisted
+
+    assert messages_to() == {ADMIN2: 1, "owner@roasters.example": 1} and not told(refund)
+    assert_nothing_secret_logged(caplog)
+    settings.MAIL_GREYLISTED_ADDRESSES = []
+    assert notify_pending_held_refunds_task.apply().get() == 1
+    assert messages_to() == dict.fromkeys(THREE_DECIDERS, 1) and told(refund)
