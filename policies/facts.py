@@ -178,7 +178,12 @@ def _caught_up(
     if not (behind or dispute_unseen):
         return facts
     try:
-        rail = rail_for(site_id=site_id, rail=charge.rail, provider_account=charge.provider_account)
+        rail = rail_for(
+            site_id=site_id,
+            rail=charge.rail,
+            provider_account=charge.provider_account,
+            payment_account=charge.payment_account,
+        )
         if not isinstance(rail, ChargeReader):
             return facts
         disputes_read = catch_up(charge=charge, rail=rail, event_id=f"decision:{charge.pk}")
@@ -215,13 +220,22 @@ def _read_rail(
         # unknown.
         if account is not None and account.rail == rail_name:
             moved = site_account_moved(
-                site_id=site_id, rail=rail_name, provider_account=taken_on, known=account
+                site_id=site_id,
+                rail=rail_name,
+                provider_account=taken_on,
+                payment_account=charge.payment_account,
+                known=account,
             )
             if moved is not None:
                 raise moved
             rail = rail_from_account(account)
         else:
-            rail = rail_for(site_id=site_id, rail=rail_name, provider_account=taken_on)
+            rail = rail_for(
+                site_id=site_id,
+                rail=rail_name,
+                provider_account=taken_on,
+                payment_account=charge.payment_account,
+            )
         if not isinstance(rail, RefundFactsReader):
             _log_once(site_id, rail_name, "reader", "the rail cannot read refund facts")
             return RefundFacts()

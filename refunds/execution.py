@@ -269,8 +269,14 @@ def _rail_calls(refund: Refund) -> _RailCalls:
     # paid on Stripe): its rail is refused (RailDisabled) before anything is asked, so nothing
     # goes to the shop connected now, nor to Stripe for an order no store of the site holds.
     taken_on = refund.charge.provider_account if refund.charge is not None else ""
+    paid_on = refund.charge.payment_account if refund.charge is not None else ""
     return _RailCalls(
-        rail=lambda: rail_for(site_id=refund.site_id, rail=refund.rail, provider_account=taken_on),
+        rail=lambda: rail_for(
+            site_id=refund.site_id,
+            rail=refund.rail,
+            provider_account=taken_on,
+            payment_account=paid_on,
+        ),
         find=lambda rail: rail.find_refund(request),
         call=lambda rail: rail.refund(request),
         refusal=refusal,

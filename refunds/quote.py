@@ -326,6 +326,7 @@ def quote_refund(
         site_id=order.site_id,
         rail=charge.rail,
         provider_account=charge.provider_account,
+        payment_account=charge.payment_account,
         known=rail_account,
     )
     if moved is not None:

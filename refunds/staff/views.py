@@ -78,6 +78,7 @@ from sill.rails.registry import (
     account_noun,
     account_rail,
     account_refusal,
+    payment_account_moved,
     rail_refusal,
     site_rail_accounts,
     usable_rail_account,
@@ -133,12 +134,16 @@ def order_detail_context(
         )  # fmt: skip
         charge.held_for_review = Money(held, charge.currency) if held else None  # type: ignore[attr-defined]
         # Taken on an account the site is no longer connected to (a Shopify shop or WooCommerce
-        # store it switched away from): the card says so, to everyone who sees the order, not
-        # only to refunders.
+        # store it switched away from, a Stripe account whose key it replaced): the card says
+        # so, to everyone who sees the order, not only to refunders.
         charge.account_moved = account_moved(  # type: ignore[attr-defined]
             rail=charge.rail,
             provider_account=charge.provider_account,
             account=accounts.get(account_rail(charge.rail)),
+        ) or payment_account_moved(
+            rail=charge.rail,
+            payment_account=charge.payment_account,
+            account=accounts.get(charge.rail),
         )
         charge.account_noun = account_noun(charge.rail)  # type: ignore[attr-defined]
         # Something left to refund, and its rail switched off or its stored key unreadable:

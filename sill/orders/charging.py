@@ -67,7 +67,7 @@ from sill.rails.base import (
     ChargeResult,
     RailError,
 )
-from sill.rails.registry import RailDisabled, rail_for
+from sill.rails.registry import RailDisabled, rail_account_for, rail_from_account
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,8 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
     may_exist = reached
     looking_up = False
     try:
-        rail = rail_for(site_id=charge.order.site_id, rail=charge.rail)
+        account = rail_account_for(site_id=charge.order.site_id, rail=charge.rail)
+        rail = rail_from_account(account)
         result: ChargeResult | None = None
         if reached:
             if isinstance(rail, ChargeFinder):
@@ -214,7 +215,9 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
             # nor does a refusal from a rail that could not be asked whether it charged.
             return _later(charge, token, reason=exc.message)
         return _fail(charge, token, code=exc.code, message=exc.message)
-    return _succeed(charge, token, result)
+    # The account the key that charged acts on, read with it (the same row): the charge's money
+    # is there, whatever key the site holds later (sill.rails.payment_account).
+    return _succeed(charge, token, result, payment_account=account.payment_account)
 
 
 def _later(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
@@ -234,7 +237,7 @@ def _later(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:
 # --- the outcomes, each in one transaction with its audit record ---------------------------
 
 
-def _succeed(charge: Charge, token: str, result: ChargeResult) -> str:
+def _succeed(charge: Charge, token: str, result: ChargeResult, *, payment_account: str) -> str:
     with transaction.atomic():
         order, locked, holds = locked_for_update(charge.pk, token)
         if holds:
@@ -246,6 +249,7 @@ def _succeed(charge: Charge, token: str, result: ChargeResult) -> str:
                 provider_charge_id=result.provider_charge_id,
                 captured_at=result.captured_at or timezone.now(),
             )
+            Charge.objects.filter(pk=locked.pk).update(payment_account=payment_account)
             append_record(
                 site=order.site,
                 kind="charge",

@@ -189,6 +189,13 @@ class Charge(models.Model):
     # (sill.rails.registry.readable_with_connected_account). Blank where Sill does not record
     # it (Sill's own purchases): the account connected now.
     provider_account = models.CharField(max_length=255, blank=True)
+    # The account at the payment provider that holds the money, as the site's ``RailAccount``
+    # named it when the charge was taken or brought in (``payment_account``; Stripe: its
+    # ``acct_…`` and mode). Another account, or the other mode, holds no such payment: after
+    # the site's key is replaced by one of another account this charge is refunded nowhere
+    # (sill.rails.registry.payment_account_moved). Blank where Sill did not know it (charges
+    # from before it kept it, a key whose account Stripe would not name): the one connected.
+    payment_account = models.CharField(max_length=255, blank=True)
     amount_minor = models.BigIntegerField()
     amount_refunded_minor = models.BigIntegerField(default=0)
     # Held by refunds that are executing on the rail and not yet settled (see refunds.services).

@@ -1,5 +1,6 @@
 """Orders a switch of account leaves behind: payments taken on a Shopify shop or WooCommerce
-store (``Charge.provider_account``) the site is no longer connected to.
+store (``Charge.provider_account``), or on a Stripe account (``Charge.payment_account``), the
+site is no longer connected to.
 
 Sill refuses to refund them (``rail_disabled``: :func:`sill.rails.registry.account_moved`)
 until their account is connected again, because the account connected now does not hold
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, QuerySet, Sum
 
 from sill.money import Money, format_money
 from sill.orders.models import Charge, ChargeStatus, Rail
@@ -56,6 +57,22 @@ def left_behind(*, site_id: str, rail: str, connected: str) -> list[LeftBehind]:
     refund, per earlier account (one query). Charges naming no account are the connected
     one's (as everywhere)."""
     charge_rails = [r for r in Rail.values if account_rail(r) == rail]
+    charges = Charge.objects.filter(order__site_id=site_id, rail__in=charge_rails)
+    return _per_account(charges, field="provider_account", connected=connected)
+
+
+def payment_left_behind(*, site_id: str, rail: str, connected: str) -> list[LeftBehind]:
+    """The site's charges on ``rail`` (Stripe) taken on another payment account
+    (``Charge.payment_account``) than ``connected``, the one the site's key acts on now, that
+    have money left to refund, per earlier account (one query). None while the key's account
+    is unknown (blank), as :func:`sill.rails.registry.payment_account_moved` refuses none."""
+    if not connected:
+        return []
+    charges = Charge.objects.filter(order__site_id=site_id, rail=rail)
+    return _per_account(charges, field="payment_account", connected=connected)
+
+
+def _per_account(charges: QuerySet[Charge], *, field: str, connected: str) -> list[LeftBehind]:
     left = (
         F("amount_minor")
         - F("amount_refunded_minor")
@@ -63,22 +80,20 @@ def left_behind(*, site_id: str, rail: str, connected: str) -> list[LeftBehind]:
         - F("amount_reserved_minor")
     )
     rows = (
-        Charge.objects.filter(
-            order__site_id=site_id, rail__in=charge_rails, status=ChargeStatus.SUCCEEDED
-        )
-        .exclude(provider_account="")
-        .exclude(provider_account=connected)
+        charges.filter(status=ChargeStatus.SUCCEEDED)
+        .exclude(**{field: ""})
+        .exclude(**{field: connected})
         .alias(left=left)
         .filter(left__gt=0)
-        .values("provider_account", "currency")
+        .values(field, "currency")
         .annotate(orders=Count("order_id", distinct=True), refundable=Sum(left))
-        .order_by("provider_account", "currency")
+        .order_by(field, "currency")
     )
     grouped: dict[str, tuple[int, list[Money]]] = {}
     for row in rows:
-        orders, amounts = grouped.get(row["provider_account"], (0, []))
+        orders, amounts = grouped.get(row[field], (0, []))
         amounts.append(Money(row["refundable"], row["currency"]))
-        grouped[row["provider_account"]] = (orders + row["orders"], amounts)
+        grouped[row[field]] = (orders + row["orders"], amounts)
     return [
         LeftBehind(account=account, orders=orders, refundable=_largest_first(amounts))
         for account, (orders, amounts) in grouped.items()

@@ -37,6 +37,11 @@ class RailAccount(models.Model):
     webhook_secrets_encrypted = models.BinaryField(blank=True, default=b"")
     # Stripe Connect: sent as the Stripe-Account header when set.
     connected_account = models.CharField(max_length=255, blank=True)
+    # The provider account the saved credentials act on, as the provider named it after they
+    # were saved (sill.rails.payment_account; Stripe: ``acct_… (test mode)``), so that a charge
+    # records which account holds its money (``Charge.payment_account``). Blank until it is
+    # read, or where the provider would not say: unknown, nothing is refused for it.
+    payment_account = models.CharField(max_length=255, blank=True)
     # Overrides the provider's API address, e.g. http://127.0.0.1:8420 for localstripe.
     api_base = models.URLField(max_length=255, blank=True)
     # Mock rail scripting (see sill.rails.mock); ignored by the other rails.

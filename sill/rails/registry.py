@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db.models import Q, Subquery
+from django.db.models import Exists, Q, Subquery
 
 from sill.accounts.models import Site
 from sill.errors import SillError
@@ -30,13 +30,20 @@ class RailDisabled(SillError):
     status = 409
 
 
-def rail_account_for(*, site_id: str, rail: str, provider_account: str = "") -> RailAccount:
+def rail_account_for(
+    *, site_id: str, rail: str, provider_account: str = "", payment_account: str = ""
+) -> RailAccount:
     """The site's enabled account for ``rail``; ``RailDisabled`` when absent or switched off,
-    or when ``provider_account``, the account a charge was taken on, is not the one the site is
-    connected to now (:func:`account_moved`)."""
+    or when ``provider_account`` or ``payment_account``, the accounts a charge was taken on,
+    are not the ones the site is connected to now (:func:`account_moved`,
+    :func:`payment_account_moved`)."""
     account = RailAccount.objects.filter(site_id=site_id, rail=rail).first()
     moved = site_account_moved(
-        site_id=site_id, rail=rail, provider_account=provider_account, known=account
+        site_id=site_id,
+        rail=rail,
+        provider_account=provider_account,
+        payment_account=payment_account,
+        known=account,
     )
     if moved is not None:
         raise moved
@@ -100,14 +107,22 @@ def key_unreadable(account: RailAccount) -> RailDisabled | None:
     return None if account.secret_opens() else _unreadable(account)
 
 
-def rail_for(*, site_id: str, rail: str, provider_account: str = "") -> Rail:
+def rail_for(
+    *, site_id: str, rail: str, provider_account: str = "", payment_account: str = ""
+) -> Rail:
     """A ready rail for the site, refusing live money unless ``SILL_ALLOW_LIVE`` is set.
 
-    ``provider_account``: the account the charge to be asked about or refunded was taken on
-    (``Charge.provider_account``); a site connected to another account is refused
-    (:func:`account_moved`), and the rail never asked."""
+    ``provider_account``, ``payment_account``: the accounts the charge to be asked about or
+    refunded was taken on (``Charge.provider_account``, ``Charge.payment_account``); a site
+    connected to another is refused (:func:`account_moved`, :func:`payment_account_moved`),
+    and the rail never asked."""
     return rail_from_account(
-        rail_account_for(site_id=site_id, rail=rail, provider_account=provider_account)
+        rail_account_for(
+            site_id=site_id,
+            rail=rail,
+            provider_account=provider_account,
+            payment_account=payment_account,
+        )
     )
 
 
@@ -146,30 +161,67 @@ def account_moved(
     connected = account.connected_account if account is not None else ""
     if connected == provider_account:
         return None
-    noun = account_noun(rail)
-    now = f"it is now connected to {connected}" if connected else f"no {noun} is connected now"
+    return _moved(rail=owner, noun=account_noun(rail), taken_on=provider_account, now=connected)
+
+
+def payment_account_moved(
+    *, rail: str, payment_account: str, account: RailAccount | None
+) -> RailDisabled | None:
+    """``RailDisabled``, in :func:`account_moved`'s words, when a charge on ``rail`` was taken
+    on ``payment_account`` (a Stripe account and mode: ``Charge.payment_account``) and the
+    site's key of ``rail`` now acts on another, ``account`` being the site's account of
+    ``rail`` (None: it has none). None when it is the same, or when either is unknown (blank:
+    a charge from before Sill kept it; a key Stripe has not named, or would not): as before.
+
+    Another Stripe account, or the other mode of the same one, holds no such payment: a refund
+    would be refused ``resource_missing`` at execution after the agent was told it was on its
+    way, and every reconciliation would count the charge unreadable. Nothing about it is asked
+    of Stripe until a key of its account is saved again (sill.rails.payment_account).
+    """
+    connected = account.payment_account if account is not None else ""
+    if not payment_account or not connected or connected == payment_account:
+        return None
+    return _moved(rail=rail, noun="account", taken_on=payment_account, now=connected)
+
+
+def _moved(*, rail: str, noun: str, taken_on: str, now: str) -> RailDisabled:
+    connected = f"it is now connected to {now}" if now else f"no {noun} is connected now"
     return RailDisabled(
-        f"This order came from the {_label(owner)} {noun} {provider_account}, which this site "
-        f"is no longer connected to ({now}), so it cannot be refunded through Sill until "
-        f"{provider_account} is connected again."
+        f"This order came from the {_label(rail)} {noun} {taken_on}, which this site "
+        f"is no longer connected to ({connected}), so it cannot be refunded through Sill until "
+        f"{taken_on} is connected again."
     )
 
 
 def site_account_moved(
-    *, site_id: str, rail: str, provider_account: str, known: RailAccount | None = None
+    *,
+    site_id: str,
+    rail: str,
+    provider_account: str,
+    payment_account: str = "",
+    known: RailAccount | None = None,
 ) -> RailDisabled | None:
-    """:func:`account_moved`, reading the site's account of :func:`account_rail` (no query when
-    the charge names no account, nor when ``known``, an account the caller already read, is
-    that one)."""
-    if not provider_account:
-        return None
-    owner = account_rail(rail)
-    account = (
-        known
-        if known is not None and known.rail == owner
-        else RailAccount.objects.filter(site_id=site_id, rail=owner).first()
-    )
-    return account_moved(rail=rail, provider_account=provider_account, account=account)
+    """:func:`account_moved`, reading the site's account of :func:`account_rail`, then
+    :func:`payment_account_moved`, reading the site's account of ``rail`` (no query for a
+    check whose account the charge does not name, nor when ``known``, an account the caller
+    already read, is the one needed)."""
+
+    def site_account(of: str) -> RailAccount | None:
+        if known is not None and known.rail == of:
+            return known
+        return RailAccount.objects.filter(site_id=site_id, rail=of).first()
+
+    if provider_account:
+        moved = account_moved(
+            rail=rail, provider_account=provider_account, account=site_account(account_rail(rail))
+        )
+        if moved is not None:
+            return moved
+    if payment_account:
+        return payment_account_moved(
+            rail=rail, payment_account=payment_account, account=site_account(rail)
+        )
+    return None
 
 
 def connected_account_of(*, site_id: str, rail: str) -> Subquery:
@@ -201,12 +253,28 @@ def readable_with_connected_account(*, site_id: str, rail: str) -> Q:
     :func:`account_rail`), every charge: the payment is on the Stripe account whichever store
     is connected, and Stripe answers about it while that account is connected, so a refund
     made in Stripe's dashboard or a dispute of an earlier store's order is still reconciled
-    (its refundable amount, on the order page and the rails card, stays right).
+    (its refundable amount, on the order page and the rails card, stays right). A Stripe
+    charge of another Stripe account than the site's key acts on now is not
+    (:func:`on_payment_account`): Stripe holds no such charge for this key.
     """
     if account_rail(rail) != rail:
-        return Q()  # Stripe: the Woo store does not hold the payment, the Stripe account does
+        # Stripe: the Woo store does not hold the payment, the Stripe account does.
+        return on_payment_account(site_id=site_id, rail=rail)
     # Shopify stays as it was: an earlier shop's charge cannot be read at all.
     return on_connected_account(site_id=site_id, rail=rail)
+
+
+def on_payment_account(*, site_id: str, rail: str) -> Q:
+    """A filter of charges on ``rail`` to those :func:`payment_account_moved` lets through:
+    taken on the account the site's key acts on now, or on an unknown one (blank), or any
+    while the site's key names none. Subqueries, no query of their own."""
+    account = RailAccount.objects.filter(site_id=site_id, rail=rail)
+    named = account.exclude(payment_account="")
+    return (
+        Q(payment_account="")
+        | Q(payment_account=Subquery(account.values("payment_account")[:1]))
+        | Q(~Exists(named))
+    )
 
 
 def account_noun(rail: str) -> str:

@@ -1,9 +1,10 @@
 """Writes to a site's rail accounts (Settings → Rails).
 
 Nothing here calls a provider: rails are called from Celery tasks only, so saving a key does
-not prove it works; the first refund on the rail does. The secret key is write-only: it is
-encrypted into ``RailAccount.secret_encrypted`` and never logged or returned; pages show
-:func:`key_hint` at most.
+not prove it works; the first refund on the rail does (which Stripe account a saved key acts
+on is asked in such a task, enqueued on commit: sill.rails.payment_account). The secret key is
+write-only: it is encrypted into ``RailAccount.secret_encrypted`` and never logged or
+returned; pages show :func:`key_hint` at most.
 
 Each service first checks that ``actor`` is a member of the site whose role manages settings
 (``require_member``, 403 ``forbidden``), as the Settings → Rails views do: a rail's keys say
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,6 +28,7 @@ from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.rails.models import RailAccount, RailMode
+from sill.rails.payment_account import learn_payment_account_task
 
 logger = logging.getLogger(__name__)
 
@@ -189,11 +192,19 @@ def configure_stripe(
             account.set_secret(secret_key)
         if signing:
             account.set_webhook_secrets(signing)
+        before = (account.mode, account.connected_account, account.api_base)
         account.mode = mode
         account.connected_account = connected_account
         if api_base is not None:
             account.api_base = api_base
+        relearn = bool(secret_key) or before != (mode, connected_account, account.api_base)
+        if relearn:
+            # Another key, mode or Connect account may act on another Stripe account: unknown
+            # until Stripe names it (sill.rails.payment_account), after this commits.
+            account.payment_account = ""
         account.save()
+        if relearn:
+            transaction.on_commit(partial(learn_payment_account_task.delay, account.pk))
         # Signed in the same transaction: what changed, never a key or secret (counts only).
         record_admin_change(
             site=site,

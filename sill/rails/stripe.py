@@ -181,6 +181,29 @@ class StripeRail:
             )
         return ConnectionInfo(name=name, test_mode=not bool(getattr(balance, "livemode", False)))
 
+    def payment_account(self) -> str:
+        """Which Stripe account, in which mode, this rail's payments are on: ``acct_…
+        (test mode)`` or ``acct_… (live mode)``; ``""`` where Stripe does not say.
+
+        A charge is another account's (or the other mode's) to refund once the key is replaced,
+        so Sill records this with each charge (sill.rails.payment_account). A Connect account
+        (the Stripe-Account header) holds the payments itself; otherwise the key's own account
+        is read (GET /v1/account). A restricted key without account access, and localstripe,
+        have none to read: unknown, never a guess. The mode is the key's (Stripe's test and
+        live data share one account id).
+        """
+        account_id = self.connected_account
+        if not account_id:
+            try:
+                account_id = str(self._client.v1.accounts.retrieve_current().id or "")
+            except stripe.StripeError as exc:
+                logger.info("Stripe did not name the key's account: %s", type(exc).__name__)
+                return ""
+        if not account_id.startswith("acct_"):
+            return ""
+        mode = "live" if "_live_" in self._secret_key[:8] else "test"
+        return f"{account_id} ({mode} mode)"
+
     # --- the protocol -------------------------------------------------------------------
 
     def charge(self, request: ChargeRequest) -> ChargeResult:

@@ -10,6 +10,7 @@ from django.db import OperationalError
 
 from sill.orders.models import Rail
 from sill.rails.event_attempts import attempt_event, claim_events_to_retry, give_up_on_events
+from sill.rails.payment_account import learn_payment_account_task  # noqa: F401 (registers it)
 
 
 # A lost connection or lock timeout rolls the whole event back (it stays unprocessed), so a

@@ -30,7 +30,12 @@ from sill.http import SiteRequest
 from sill.orders.models import Rail
 from sill.rails import connection, services
 from sill.rails.forms import EnabledForm, PayPalForm, ShopifyForm, StripeForm, WooCommerceForm
-from sill.rails.left_behind import ACCOUNT_RAILS, LeftBehind, left_behind
+from sill.rails.left_behind import (
+    ACCOUNT_RAILS,
+    LeftBehind,
+    left_behind,
+    payment_left_behind,
+)
 from sill.rails.models import RailAccount, RailMode
 from sill.rails.paypal import connect as paypal_connect
 from sill.rails.secrets import RailSecretUnreadable
@@ -147,6 +152,10 @@ def _card(site: Site, rail: str, account: RailAccount | None) -> RailCard:
     if rail in ACCOUNT_RAILS and account is not None:
         card.left_behind = left_behind(
             site_id=site.pk, rail=rail, connected=account.connected_account
+        )
+    if rail == Rail.STRIPE and account is not None:
+        card.left_behind = payment_left_behind(
+            site_id=site.pk, rail=rail, connected=account.payment_account
         )
     return card
 

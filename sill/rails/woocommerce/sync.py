@@ -195,6 +195,9 @@ def _create(site: Site, store_url: str, order: WooOrder) -> None:
         provider_charge_id=order.stripe_charge,
         # The order's store: its Woo id (and so its order) is that store's alone.
         provider_account=store_url,
+        # The Stripe account the site's key acts on now: the store's payments are taken there
+        # (a store paid on another Stripe account cannot be refunded with this key either).
+        payment_account=_stripe_payment_account(site),
         amount_minor=order.total.amount_minor,
         currency=order.total.currency,
         captured_at=order.paid_at,
@@ -224,6 +227,15 @@ def _create(site: Site, store_url: str, order: WooOrder) -> None:
             "source": "woocommerce order sync",
         },
     )
+
+
+def _stripe_payment_account(site: Site) -> str:
+    """The Stripe account the site's key acts on (sill.rails.payment_account; ``""``:
+    unknown)."""
+    named = RailAccount.objects.filter(site=site, rail=RailName.STRIPE).values_list(
+        "payment_account", flat=True
+    )
+    return named.first() or ""
 
 
 def _update(link: WooOrderLink, order: WooOrder, store_url: str) -> str:

@@ -1,0 +1,85 @@
+"""localstripe behind a loopback proxy that names each key's Stripe account.
+
+localstripe has no ``GET /v1/account`` (it answers 404) and keeps one store for every key, so
+two keys cannot be told apart there. Stripe answers ``GET /v1/account`` with the key's
+account (``{"id": "acct_…", "object": "account"}``, API reference: Accounts, "Retrieve
+account"). The proxy answers that one read from ``accounts`` (key → account id; any other
+key is Stripe's 401) and passes every other request to localstripe as it came, noting the
+refunds posted (``refund_posts``), so a test can say nothing was sent to Stripe.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from tests.rails.loopback import StubServer as LoopbackServer
+
+_PASSED_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "Stripe-Version")
+
+
+@dataclass
+class AccountProxy:
+    localstripe: str
+    accounts: dict[str, str] = field(default_factory=dict)
+    refund_posts: list[str] = field(default_factory=list)
+    url: str = ""
+
+
+class Handler(BaseHTTPRequestHandler):
+    stub: AccountProxy
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] == "/v1/account":
+            key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            account = self.stub.accounts.get(key)
+            if account is None:
+                error = {"type": "invalid_request_error", "message": "Invalid API Key provided"}
+                self._send(401, json.dumps({"error": error}).encode())
+            else:
+                self._send(200, json.dumps({"id": account, "object": "account"}).encode())
+            return
+        self._pass("GET")
+
+    def do_POST(self) -> None:
+        if self.path.split("?")[0] == "/v1/refunds":
+            self.stub.refund_posts.append(self.path)
+        self._pass("POST")
+
+    def do_DELETE(self) -> None:
+        self._pass("DELETE")
+
+    def _pass(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        request = urllib.request.Request(
+            self.stub.localstripe + self.path, data=body, method=method
+        )
+        for name in _PASSED_HEADERS:
+            if value := self.headers.get(name):
+                request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                self._send(answer.status, answer.read())
+        except urllib.error.HTTPError as refused:
+            self._send(refused.code, refused.read())
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class StubServer(LoopbackServer[AccountProxy]):
+    def __init__(self, stub: AccountProxy) -> None:
+        super().__init__(stub, Handler)

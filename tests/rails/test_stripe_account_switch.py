@@ -1,0 +1,193 @@
+"""Charges of a Stripe account whose key the site replaced with another account's.
+
+A Stripe key is one account's, in one mode. A merchant who saved a key of account A, took
+payments, then saved a key of account B found every refund of A's payments accepted ("approved,
+processing" to the agent) and then failed ``resource_missing`` at execution, and every
+reconciliation counted them unreadable: B holds none of them. Sill now asks Stripe which
+account a saved key acts on (sill.rails.payment_account), each charge records the account it
+was taken on, and a charge of an earlier account is refused at decision time in the words an
+earlier Shopify shop's or WooCommerce store's is, and left out of reconciliation.
+
+localstripe keeps one store for every key and cannot name an account, so it runs behind a
+loopback proxy that answers ``GET /v1/account`` per key, as Stripe does
+(tests/rails/stripe_account_proxy.py); everything else is localstripe's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+
+from refunds.models import Refund
+from refunds.reconcile.runs import run_reconciliation
+from sill.errors import SillError
+from sill.orders.charging import charge_order
+from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
+from sill.rails.left_behind import payment_left_behind
+from sill.rails.models import RailAccount
+from sill.rails.services import configure_stripe
+from tests.rails.stripe_account_proxy import AccountProxy, StubServer
+from tests.rails.stripe_events import stripe_account
+from tests.rails.test_shopify_shop_switch import _staff_refund
+from tests.refunds.conftest import ORIGINAL, post, refund_intent
+
+pytestmark = pytest.mark.django_db
+
+KEY_A = "sk_test_SillAccountA0001"
+KEY_B = "sk_test_SillAccountB0001"
+LATER = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTP"  # the purchase mandate of an order taken on B
+
+
+@pytest.fixture
+def proxy(localstripe_url: str) -> Iterator[AccountProxy]:
+    stub = AccountProxy(localstripe=localstripe_url, accounts={KEY_A: "acct_A1", KEY_B: "acct_B2"})
+    with StubServer(stub) as served:
+        yield served
+
+
+@pytest.fixture
+def save_key(site, members, proxy, django_capture_on_commit_callbacks) -> Callable[[str], None]:
+    """``save_key(KEY_B)``: the owner saves a Stripe key on Settings → Rails' service, and
+    what it enqueues runs (asking Stripe which account the key is)."""
+    stripe_account(site, enabled=True, api_base=proxy.url)
+
+    def save(key: str) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            configure_stripe(
+                site=site,
+                actor=members["owner"].user,
+                secret_key=key,
+                connected_account="",
+                mode="test",
+            )
+
+    return save
+
+
+@pytest.fixture
+def buy(site, make_order, agent) -> Callable[[str], Charge]:
+    """``buy(mandate_id)``: an $89.00 order the agent placed, charged by Sill on the site's
+    Stripe key (sill.orders.charging, as an agent's purchase is)."""
+
+    def make(mandate_id: str) -> Charge:
+        order = make_order(
+            rail="stripe",
+            charged=False,
+            status=OrderStatus.PENDING,
+            placed_by_agent=agent,
+            source_mandate_id=mandate_id,
+        )
+        Charge.objects.create(
+            order=order,
+            rail="stripe",
+            amount_minor=order.total_minor,
+            currency=order.currency,
+            status=ChargeStatus.PENDING,
+            payment_method="pm_card_visa",
+        )
+        assert charge_order(order_id=order.pk, payment_method="pm_card_visa") == "succeeded"
+        return Charge.objects.get(order=order)
+
+    return make
+
+
+def _agent_refund(sign, django_capture_on_commit_callbacks, mandate_id: str) -> dict:
+    body = sign(refund_intent(mandate_id, max_amount=Decimal("89.00")))
+    with django_capture_on_commit_callbacks(execute=True):
+        return post(Client(), body).json()
+
+
+def test_a_saved_key_is_named_by_its_account_and_charges_record_it(site, save_key, buy):
+    save_key(KEY_A)
+    account = RailAccount.objects.get(site=site, rail="stripe")
+    assert account.payment_account == "acct_A1 (test mode)"
+
+    charge = buy(ORIGINAL)
+    assert charge.payment_account == "acct_A1 (test mode)"
+
+    save_key(KEY_B)
+    account.refresh_from_db()
+    assert account.payment_account == "acct_B2 (test mode)"
+    assert buy(LATER).payment_account == "acct_B2 (test mode)"
+
+
+def test_an_agent_refund_of_an_earlier_accounts_charge_is_refused_at_decision(
+    site, members, save_key, buy, proxy, sign, agent_key, django_capture_on_commit_callbacks
+):
+    save_key(KEY_A)
+    old = buy(ORIGINAL)
+    save_key(KEY_B)
+
+    answer = _agent_refund(sign, django_capture_on_commit_callbacks, ORIGINAL)
+
+    assert answer["decision"] == "rejected", answer
+    assert answer["reason"] == "rail_disabled"
+    assert answer["status"] == "rejected"
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert (refund.status, refund.outcome_code) == ("rejected", "rail_disabled")
+    # A member is told why, in the words of an earlier Shopify shop or WooCommerce store.
+    with pytest.raises(SillError) as refused:
+        _staff_refund(site, members, old.order, django_capture_on_commit_callbacks)
+    assert (refused.value.code, refused.value.status) == ("rail_disabled", 409)
+    assert refused.value.message == (
+        "This order came from the Stripe account acct_A1 (test mode), which this site is no "
+        "longer connected to (it is now connected to acct_B2 (test mode)), so it cannot be "
+        "refunded through Sill until acct_A1 (test mode) is connected again."
+    )
+    assert proxy.refund_posts == []  # nothing was sent to Stripe
+    old.refresh_from_db()
+    assert old.amount_reserved_minor == 0 and old.amount_refunded_minor == 0
+    assert Order.objects.get(pk=old.order_id).status == OrderStatus.PAID
+
+
+def test_a_charge_of_the_account_connected_now_refunds_as_before(
+    site, save_key, buy, proxy, sign, agent_key, django_capture_on_commit_callbacks
+):
+    save_key(KEY_A)
+    buy(ORIGINAL)
+    save_key(KEY_B)
+    new = buy(LATER)
+
+    answer = _agent_refund(sign, django_capture_on_commit_callbacks, LATER)
+
+    assert answer["decision"] == "approved", answer
+    assert Refund.objects.get(pk=answer["refund_id"]).status == "succeeded"
+    assert len(proxy.refund_posts) == 1
+    new.refresh_from_db()
+    assert new.amount_refunded_minor == 8900
+
+
+def test_charges_from_before_sill_kept_the_account_refund_as_before(
+    site, save_key, buy, proxy, sign, agent_key, django_capture_on_commit_callbacks
+):
+    save_key(KEY_A)
+    old = buy(ORIGINAL)
+    Charge.objects.filter(pk=old.pk).update(payment_account="")  # as before this change
+    save_key(KEY_B)
+
+    answer = _agent_refund(sign, django_capture_on_commit_callbacks, ORIGINAL)
+
+    assert answer["decision"] == "approved", answer
+    assert len(proxy.refund_posts) == 1
+
+
+def test_reconciliation_leaves_an_earlier_accounts_charges_behind_not_unreadable(
+    site, save_key, buy
+):
+    save_key(KEY_A)
+    buy(ORIGINAL)
+    save_key(KEY_B)
+    buy(LATER)
+    account = RailAccount.objects.get(site=site, rail="stripe")
+
+    run = run_reconciliation(account_id=account.pk, force=True)
+
+    assert run is not None and run.error == ""
+    assert (run.charges_checked, run.charges_unreadable) == (1, 0)
+    [left] = payment_left_behind(site_id=site.pk, rail="stripe", connected=account.payment_account)
+    assert left.account == "acct_A1 (test mode)"
+    assert left.orders == 1
+    assert "acct_A1 (test mode) is connected again" in left.sentence
