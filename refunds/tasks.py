@@ -24,6 +24,7 @@ from refunds.review.decisions import expire_held_refunds
 from refunds.review.failures import notify_failed
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 from refunds.review.slack import Click, decide_click, respond
+from refunds.review.slack_link_checks import check_slack_links
 from sill.accounts.notices import message_refused
 
 logger = logging.getLogger(__name__)
@@ -218,6 +219,19 @@ def slack_decide_task(
     )  # fmt: skip
     decided = decide_click(site_id=site_id, click=click)
     return "refused" if decided is None else str(decided.status)
+
+
+@shared_task(name="refunds.slack_check_links")
+def slack_check_links_task() -> dict[str, int]:
+    """Ask Slack about the Slack links it has not confirmed (made before Sill asked): confirm
+    or clear each, or leave it for the next run when Slack does not say. Beat: every 15
+    minutes."""
+    check = check_slack_links()
+    return {
+        "confirmed": check.confirmed,
+        "cleared": check.cleared,
+        "unconfirmed": check.unconfirmed,
+    }
 
 
 @shared_task(

@@ -4,11 +4,13 @@ secret through slack_sdk).
 
 A click is a POST to ``/slack/interactions/<site_id>`` (``payload=<JSON>``, signed with
 ``X-Slack-Signature`` / ``X-Slack-Request-Timestamp``, five minutes' tolerance). The Slack user
-is mapped to a member of that site (``Membership.slack_user_id``) who may decide held refunds;
-the decision then runs through the same services as the browser — the re-checks at approval,
-maker-checker, expiry — and is audited the same way (the review record names the member; its
-note says it came from Slack). A site that requires two factors refuses decisions from Slack
-(Sill cannot see Slack's second factor) and links the refund page instead.
+is mapped to a member of that site (``Membership.slack_user_id``) who may decide held refunds,
+through a link Slack confirmed (``slack_checked_at``: a link made before Sill asked Slack
+decides nothing until it is confirmed); the decision then runs through the same services as
+the browser — the re-checks at approval, maker-checker, expiry — and is audited the same way
+(the review record names the member; its note says it came from Slack). A site that requires
+two factors refuses decisions from Slack (Sill cannot see Slack's second factor) and links the
+refund page instead.
 
 Slack waits three seconds for the answer to a click, and an approval first reads the charge at
 the rail (up to ``SILL_RAIL_FACT_TIMEOUT_SECONDS``): so the request only verifies the click and
@@ -60,6 +62,12 @@ MAX_BODY_BYTES = 64 * 1024
 TIMEOUT_SECONDS = 5
 # How long a click's signature is remembered: past the verifier's five minutes either way.
 REPLAY_SECONDS = 11 * 60
+
+
+UNCONFIRMED_LINK = (
+    "Your Slack user's link to Sill is not confirmed yet, so this click decided nothing: it "
+    "must be confirmed in Sill first (Settings → Slack). Until then, decide it in Sill."
+)
 
 
 class SlackRefused(SillError):
@@ -323,6 +331,12 @@ def _decide(*, site: Site, click: Click) -> Refund:
     )
     if membership is None or not membership.user.is_active:
         raise SlackRefused("Your Slack user is not linked to a member of this site in Sill.")
+    if membership.slack_checked_at is None:
+        # A link made before Sill asked Slack who a Slack user is: whoever typed it may have
+        # linked someone else's Slack user, so it speaks for no one until Slack confirms it
+        # (refunds/review/slack_link_checks.py). Said before the role: it is not yet known
+        # whose click this is.
+        raise SlackRefused(UNCONFIRMED_LINK)
     if not can(membership, Cap.DECIDE_HELD):
         raise SlackRefused("Only owners and admins decide held refunds; you can review it in Sill.")
     if site.require_two_factor:

@@ -1,7 +1,9 @@
 """Settings → Slack: where held refunds are posted, the app's signing secret (it verifies the
 Approve / Reject clicks) and bot token (Slack confirms with it who a Slack user is before a
 link is saved), and which Slack user is which member. Owners and admins; the secret, the
-token and the links of owners and admins other than oneself are the owners' alone. The
+token and the links of owners and admins other than oneself are the owners' alone. A link
+Slack has not confirmed (made before Sill asked Slack) is marked "Not confirmed yet": its
+clicks decide nothing until it is. The
 rules and the write are :func:`refunds.review.slack_setup.save_slack_settings`'s, which checks
 the member's role itself; the page shows an admin those boxes read-only, and each refusal
 beside its field (422).
@@ -46,20 +48,7 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
     is_owner = request.site_ctx.role == Role.OWNER
     context: dict[str, Any] = {
         "site": site,
-        "rows": [
-            {
-                "member": m,
-                "value": request.POST.get(f"slack_{m.pk}", "")
-                if request.method == "POST"
-                else m.slack_user_id,
-                "error": errors.get(f"slack_{m.pk}", ""),
-                "decides": m.role in (Role.OWNER, Role.ADMIN),
-                "locked": not is_owner
-                and m.role in (Role.OWNER, Role.ADMIN)
-                and m.user_id != request.user.pk,
-            }
-            for m in members
-        ],
+        "rows": [_row(request, m, errors=errors, is_owner=is_owner) for m in members],
         "errors": errors,
         # Said above the form: the refusals no box on this page stands for (a Slack user
         # linked to two members; an owners-only field an admin does not see); the others are
@@ -76,6 +65,38 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
         "request_url": base + reverse("refunds:slack-interactions", args=[site.pk]),
     }
     return render(request, "refunds/slack_settings.html", context, status=422 if errors else 200)
+
+
+def _row(
+    request: SiteRequest, member: Membership, *, errors: dict[str, str], is_owner: bool
+) -> dict[str, Any]:
+    """One member's line of "Who is who": the box, its refusal, whether the viewer may change
+    it, and whether Slack has not confirmed the saved link yet (made before Sill asked Slack:
+    its clicks decide nothing), said beside the box while it shows that link."""
+    field = f"slack_{member.pk}"
+    value = request.POST.get(field, "") if request.method == "POST" else member.slack_user_id
+    locked = (
+        not is_owner
+        and member.role in (Role.OWNER, Role.ADMIN)
+        and member.user_id != request.user.pk
+    )
+    unconfirmed = bool(member.slack_user_id) and member.slack_checked_at is None
+    unconfirmed = unconfirmed and value.strip().upper() == member.slack_user_id
+    error = errors.get(field, "")
+    described_by = [
+        *([f"slack-{member.pk}-error"] if error else []),
+        *([f"slack-{member.pk}-unconfirmed"] if unconfirmed else []),
+        *(["slack-owners-only"] if locked else []),
+    ]
+    return {
+        "member": member,
+        "value": value,
+        "error": error,
+        "decides": member.role in (Role.OWNER, Role.ADMIN),
+        "locked": locked,
+        "unconfirmed": unconfirmed,
+        "described_by": " ".join(described_by),
+    }
 
 
 def _fields_shown(members: list[Membership], *, is_owner: bool) -> set[str]:

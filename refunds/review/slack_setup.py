@@ -18,7 +18,11 @@ Whoever may set a link, it takes effect only when Slack confirms the Slack user 
 (:mod:`refunds.review.slack_users`). Otherwise (another person's Slack user, no bot token,
 Slack unreachable) the link is refused beside its box and nothing of the save is written: a
 click decides as the member, so no one links a member to a Slack user on their own word.
-Removing a link needs no confirmation, and links made before stay as they are.
+A confirmed link is stamped ``slack_checked_at``; removing a link needs no confirmation. Links
+made before Sill asked Slack are unconfirmed (their clicks decide nothing): a save that sends
+one back is also asked of Slack and confirms it if Slack says so (never refused for it: the
+saver may not be able to change it), and :mod:`refunds.review.slack_link_checks` asks Slack
+about the rest.
 
 The signing secret, the bot token and the webhook URL are secrets: they are sealed at rest,
 never logged, never returned and never in the audit record. Every save that changes
@@ -33,11 +37,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from audit.models import AuditKind
 from audit.services import append_record
 from refunds.review import slack
-from refunds.review.slack_users import SlackUserUnconfirmed, slack_user_email
+from refunds.review.slack_users import (
+    SlackUserUnconfirmed,
+    is_members_email,
+    slack_user_email,
+)
 from sill import errors
 from sill.accounts.access import Cap, can, require_member
 from sill.accounts.models import Membership, Role, Site
@@ -100,7 +109,9 @@ def save_slack_settings(
     page never shows them back); ``clear_webhook`` / ``clear_secret`` / ``clear_bot_token``
     remove it. ``links`` maps a membership id of ``site`` to its Slack member ID ("" unlinks);
     members left out keep theirs. A new link is asked of Slack first (with the bot token of
-    this save, else the one set). Refused, with nothing written:
+    this save, else the one set); so is a link sent back unchanged that Slack has not
+    confirmed (made before Sill asked), which is confirmed when Slack says it is the member's
+    and otherwise left unconfirmed, never refused. Refused, with nothing written:
     :class:`SlackSettingsRefused` (422) for input Sill does not accept or a link Slack does not
     confirm, :class:`SlackOwnersOnly` (403) for an owner's change asked by an admin,
     ``errors.PermissionDenied`` for a role that does not manage settings and
@@ -158,6 +169,7 @@ def save_slack_settings(
                 token=token,
                 clear_token=clear_bot_token,
                 wanted=wanted,
+                answers=answers,
             )
     except IntegrityError:
         # The unique constraint on a site's Slack users refused a link saved meanwhile by a
@@ -176,15 +188,19 @@ SlackAnswer = str | SlackUserUnconfirmed
 
 
 def _ask_slack(*, site: Site, token: str | None, wanted: dict[int, str]) -> dict[str, SlackAnswer]:
-    """What Slack says of each Slack user this save links anew (``token`` None: the site's
-    bot token). Ids that are not Slack member IDs are left to the checks under the lock."""
-    current = dict(
-        Membership.objects.filter(site=site, pk__in=list(wanted)).values_list("pk", "slack_user_id")
-    )
+    """What Slack says of each Slack user this save links anew, or sends back unchanged while
+    Slack has not confirmed it (``token`` None: the site's bot token). Ids that are not Slack
+    member IDs are left to the checks under the lock."""
+    current = {
+        pk: (slack_user_id, checked_at is not None)
+        for pk, slack_user_id, checked_at in Membership.objects.filter(
+            site=site, pk__in=list(wanted)
+        ).values_list("pk", "slack_user_id", "slack_checked_at")
+    }
     asked = {
         value
         for pk, value in wanted.items()
-        if value and value != current.get(pk, value) and SLACK_USER_RE.match(value)
+        if value and current.get(pk, (value, True)) != (value, True) and SLACK_USER_RE.match(value)
     }
     if not asked:
         return {}
@@ -208,7 +224,7 @@ def _unconfirmed(*, member: Membership, value: str, answers: dict[str, SlackAnsw
     if isinstance(answer, SlackUserUnconfirmed):
         return str(answer)
     email = (member.user.email or "").strip()
-    if not email or answer.casefold() != email.casefold():
+    if not is_members_email(slack_email=answer, member_email=email):
         return (
             f"Slack's profile of {value} does not have the email {email or 'of this member'}: "
             "a member is linked only to their own Slack user. Nothing was linked."
@@ -302,6 +318,7 @@ def _write(
     token: str,
     clear_token: bool,
     wanted: dict[int, str],
+    answers: dict[str, SlackAnswer],
 ) -> list[str]:
     changed: list[str] = []
     if clear_webhook and locked.slack_webhook_sealed:
@@ -327,13 +344,26 @@ def _write(
         locked.save(update_fields=fields)
         for field in fields:
             setattr(site, field, getattr(locked, field))
-    links: list[dict[str, str | None]] = []
+    links: list[dict[str, str | bool | None]] = []
     for member in members:
         value = wanted.get(member.pk, member.slack_user_id)
         if value != member.slack_user_id:
+            # A new link was confirmed by Slack (_refuse_what_may_not_be_saved refused any
+            # other), so it takes effect at once.
             member.slack_user_id = value
-            member.save(update_fields=["slack_user_id"])
+            member.slack_checked_at = timezone.now() if value else None
+            member.save(update_fields=["slack_user_id", "slack_checked_at"])
             links.append({"member": member.user.get_username(), "slack_user_id": value or None})
+        elif value and member.slack_checked_at is None and _confirms(member, answers.get(value)):
+            # A link made before Sill asked Slack, sent back unchanged, that Slack confirms.
+            # One Slack does not confirm is left as it is (its clicks decide nothing) for
+            # refunds.review.slack_link_checks, not refused: the save may be another
+            # member's, about something else, who cannot change this link.
+            member.slack_checked_at = timezone.now()
+            member.save(update_fields=["slack_checked_at"])
+            links.append(
+                {"member": member.user.get_username(), "slack_user_id": value, "confirmed": True}
+            )
     if changed or links:
         append_record(
             site=site,
@@ -345,7 +375,16 @@ def _write(
                 "slack_users": links,
             },
         )
-    return changed + [
-        f"Slack user of {link['member']} {'set' if link['slack_user_id'] else 'cleared'}"
-        for link in links
-    ]
+    return changed + [f"Slack user of {link['member']} {_done(link)}" for link in links]
+
+
+def _confirms(member: Membership, answer: SlackAnswer | None) -> bool:
+    """Whether Slack's answer is the member's email."""
+    email = member.user.email or ""
+    return isinstance(answer, str) and is_members_email(slack_email=answer, member_email=email)
+
+
+def _done(link: dict[str, str | bool | None]) -> str:
+    if link.get("confirmed"):
+        return "confirmed"
+    return "set" if link["slack_user_id"] else "cleared"

@@ -5,7 +5,9 @@ Settings → Slack links a Slack user to a member only when Slack confirms that 
 member (:mod:`refunds.review.slack_setup`): the email on the Slack profile must be the
 member's. A click from a linked Slack user decides as the member, so a link typed in by
 someone else (an admin linking themselves to a colleague's Slack user) must not take effect
-on their word alone. Sill keeps nothing of Slack's answer but the link.
+on their word alone. Sill keeps nothing of Slack's answer but the link and when Slack
+confirmed it (``Membership.slack_checked_at``); links made before Sill asked are confirmed or
+cleared later (:mod:`refunds.review.slack_link_checks`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,22 @@ _BAD_TOKEN = frozenset(
 
 
 class SlackUserUnconfirmed(Exception):
-    """Slack did not say who the Slack user is; ``str()`` is the words the page shows."""
+    """Slack did not say who the Slack user is; ``str()`` is the words the page shows.
+
+    ``site_wide``: the reason is not this user but the site's app (no token, a token Slack
+    refuses, a missing scope) or Slack itself (unreachable, failing), so asking about the
+    site's other Slack users now would be refused the same way."""
+
+    def __init__(self, message: str, *, site_wide: bool = False) -> None:
+        super().__init__(message)
+        self.site_wide = site_wide
+
+
+def is_members_email(*, slack_email: str, member_email: str) -> bool:
+    """Whether the email on a Slack profile is the member's: compared without case (Slack
+    keeps what the person typed); a member without an email is no Slack user."""
+    mine = (member_email or "").strip()
+    return bool(mine) and slack_email.strip().casefold() == mine.casefold()
 
 
 def slack_user_email(*, token: str, slack_user_id: str) -> str:
@@ -46,7 +63,7 @@ def slack_user_email(*, token: str, slack_user_id: str) -> str:
     :class:`SlackUserUnconfirmed` saying why not (no token, Slack unreachable, no such user,
     a token Slack refuses, no email shared)."""
     if not token:
-        raise SlackUserUnconfirmed(NO_TOKEN)
+        raise SlackUserUnconfirmed(NO_TOKEN, site_wide=True)
     client = WebClient(token=token, base_url=settings.SILL_SLACK_API_URL, timeout=TIMEOUT_SECONDS)
     try:
         answer = client.users_info(user=slack_user_id)
@@ -59,16 +76,17 @@ def slack_user_email(*, token: str, slack_user_id: str) -> str:
         if error in _BAD_TOKEN:
             raise SlackUserUnconfirmed(
                 "Slack refused the app's bot token: an owner sets a current one above. "
-                "Nothing was linked."
+                "Nothing was linked.",
+                site_wide=True,
             ) from None
         if error == "missing_scope":
-            raise SlackUserUnconfirmed(NO_EMAIL) from None
+            raise SlackUserUnconfirmed(NO_EMAIL, site_wide=True) from None
         logger.warning("Slack users.info failed: %s", error or exc.response.status_code)
-        raise SlackUserUnconfirmed(UNREACHABLE) from None
+        raise SlackUserUnconfirmed(UNREACHABLE, site_wide=True) from None
     except (SlackClientError, OSError, ValueError) as exc:
         # Refused connections and timeouts are OSErrors (urllib's URLError among them).
         logger.warning("Slack users.info failed: %s", type(exc).__name__)
-        raise SlackUserUnconfirmed(UNREACHABLE) from None
+        raise SlackUserUnconfirmed(UNREACHABLE, site_wide=True) from None
     user = answer.get("user")
     profile = user.get("profile") if isinstance(user, dict) else None
     email = profile.get("email") if isinstance(profile, dict) else None

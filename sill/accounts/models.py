@@ -81,6 +81,11 @@ class Membership(models.Model):
     can_refund = models.BooleanField(default=False)
     # The member's Slack user id (U…), so a click on Approve in Slack acts as this member.
     slack_user_id = models.CharField(max_length=32, blank=True, default="")
+    # When Slack confirmed that Slack user is this member (users.info: their profile email is
+    # the member's; refunds/review/slack_users.py). Null while it is not confirmed: links made
+    # before Sill asked Slack, until the check (refunds/review/slack_link_checks.py) confirms
+    # or clears them. A click from an unconfirmed link decides nothing.
+    slack_checked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -91,6 +96,10 @@ class Membership(models.Model):
                 fields=["site", "slack_user_id"],
                 condition=~Q(slack_user_id=""),
                 name="membership_one_slack_user_per_site",
+            ),
+            models.CheckConstraint(
+                condition=~Q(slack_user_id="", slack_checked_at__isnull=False),
+                name="membership_slack_checked_only_linked",
             ),
             models.CheckConstraint(
                 condition=Q(role__in=[r.value for r in Role]), name="membership_role_valid"

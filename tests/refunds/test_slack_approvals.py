@@ -59,10 +59,12 @@ def slack(settings) -> Iterator[str]:
 
 @pytest.fixture
 def linked(site, members):
+    """Owner, admin and reviewer linked to their Slack users, as Slack confirmed them."""
     site.slack_signing_secret = seal_signing_secret(site, SECRET)
     site.save()
     for role, slack_id in (("owner", "U0OWNER"), ("admin", "U0ADMIN"), ("reviewer", "U0REVIEW")):
         members[role].slack_user_id = slack_id
+        members[role].slack_checked_at = timezone.now()
         members[role].save()
     return members
 

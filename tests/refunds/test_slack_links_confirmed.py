@@ -6,7 +6,8 @@ loopback Slack of ``tests/refunds/slack_stub.py`` through slack_sdk's WebClient)
 only a Slack user whose profile email is the member's, in any case. An admin linking
 themselves to a colleague's Slack user, or to the owner's while the owner is unlinked, is
 refused beside the box with nothing written; so is any link when the bot token is missing or
-Slack cannot be reached. Unlinking asks nothing of Slack, and links made before stay.
+Slack cannot be reached. Unlinking asks nothing of Slack; links made before stay, unconfirmed
+until Slack confirms them (tests/refunds/test_slack_unconfirmed_links.py).
 """
 
 from __future__ import annotations
@@ -132,10 +133,11 @@ def test_a_token_slack_refuses_links_nothing(
     )
 
 
-def test_unlinking_and_links_made_before_ask_nothing_of_slack(
+def test_unlinking_asks_nothing_of_slack_and_an_old_link_slack_cannot_confirm_stays(
     site: Site, members: dict[str, Membership], slack_api: SlackStub, settings: Any
 ) -> None:
-    """Links made before this check stay; the form sends them back unchanged."""
+    """A link made before this check, sent back unchanged by the form while Slack is down,
+    stays as it was (unconfirmed), and the save goes through."""
     owner, admin = members["owner"], members["admin"]
     Membership.objects.filter(pk=owner.pk).update(slack_user_id="U0EARLIER")
     Membership.objects.filter(pk=admin.pk).update(slack_user_id="U0ADMIN")
@@ -146,6 +148,7 @@ def test_unlinking_and_links_made_before_ask_nothing_of_slack(
     assert changed == ["Slack user of admin@roasters.example cleared"]
     links = dict(Membership.objects.filter(site=site).values_list("pk", "slack_user_id"))
     assert links[owner.pk] == "U0EARLIER" and links[admin.pk] == ""
+    assert Membership.objects.get(pk=owner.pk).slack_checked_at is None
     assert slack_api.calls == []
 
 
