@@ -7,6 +7,9 @@ class RailsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Register the tasks in every process (web too): the webhooks and the settings
+        # enqueue them by name (sill.queue).
+        import sill.rails.tasks  # noqa: F401
         from sill.rails.models import RailAccount
         from sill.rails.secrets import WHAT_TO_DO, SealedField, register_sealed_field
 

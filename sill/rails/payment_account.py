@@ -60,9 +60,8 @@ def learn_payment_account(*, account_pk: int) -> str:
     return named
 
 
-# Here rather than in sill.rails.tasks (which imports it, so workers register it): the
-# settings service enqueues it, and sill.rails.tasks reaches that service through the rails'
-# webhook processing.
+# Registered in workers by sill.rails.tasks, which imports it; the settings service enqueues it
+# by name, on commit (sill.queue).
 @shared_task(name="rails.learn_payment_account")
 def learn_payment_account_task(account_pk: int) -> str:
     return learn_payment_account(account_pk=account_pk)

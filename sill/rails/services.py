@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import re
-from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,8 +26,8 @@ from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.orders.models import Rail
+from sill.queue import enqueue_on_commit
 from sill.rails.models import RailAccount, RailMode
-from sill.rails.payment_account import learn_payment_account_task
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +203,7 @@ def configure_stripe(
             account.payment_account = ""
         account.save()
         if relearn:
-            transaction.on_commit(partial(learn_payment_account_task.delay, account.pk))
+            enqueue_on_commit("rails.learn_payment_account", account.pk)
         # Signed in the same transaction: what changed, never a key or secret (counts only).
         record_admin_change(
             site=site,
