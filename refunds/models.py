@@ -224,6 +224,14 @@ class Refund(models.Model):
     # When the rail reported that this settled refund failed after all (its money came back
     # to the merchant): the refund is ``failed`` from then on, and ``settled_at`` stays.
     reversed_at = models.DateTimeField(null=True, blank=True)
+    # Owners and admins were told this refund failed / failed after settlement, and the buyer
+    # (a credit's customer) was sent its confirmation: each claimed by a conditional UPDATE
+    # before sending, by the on-commit task or the sweep that sends what it missed
+    # (refunds.tasks.notify_missed_outcomes_task). Refunds that failed or settled before these
+    # columns existed were marked told (refunds 0023), not told again.
+    failure_notified_at = models.DateTimeField(null=True, blank=True)
+    reversal_notified_at = models.DateTimeField(null=True, blank=True)
+    confirmation_sent_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -277,6 +285,26 @@ class Refund(models.Model):
                 fields=["agent", "created_at"],
                 include=["status", "currency", "amount_minor"],
                 name="refund_agent_day_idx",
+            ),
+            # What the sweep of missed outcome emails reads every minute: only the refunds
+            # not told yet (a minute's worth, or those a mail server keeps refusing), never
+            # every failed or settled refund there ever was.
+            models.Index(
+                fields=["created_at"],
+                condition=Q(
+                    status="failed", reversed_at__isnull=True, failure_notified_at__isnull=True
+                ),
+                name="refund_failure_untold_idx",
+            ),
+            models.Index(
+                fields=["reversed_at"],
+                condition=Q(reversed_at__isnull=False, reversal_notified_at__isnull=True),
+                name="refund_reversal_untold_idx",
+            ),
+            models.Index(
+                fields=["settled_at"],
+                condition=Q(status="succeeded", confirmation_sent_at__isnull=True),
+                name="refund_confirmation_unsent_idx",
             ),
         ]
 

@@ -30,6 +30,9 @@ from sill.queue import enqueue_on_commit
 from sill.rails.woocommerce.record import queue_woocommerce_record
 
 HOLD_FOR = timedelta(hours=24)
+# The beat task that sends a failure, failed-after-settlement or confirmation email whose
+# on-commit message never arrived (refunds.tasks.notify_missed_outcomes_task).
+MISSED_OUTCOMES = "refunds.notify_missed_outcomes"
 
 REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
     RefundStatus.HELD: frozenset(
@@ -264,7 +267,7 @@ def settle_refund(
             resolved_by=resolved_by.get_username() if resolved_by is not None else None,
         ),
     )
-    enqueue_on_commit("refunds.send_confirmation", refund.id)
+    enqueue_on_commit("refunds.send_confirmation", refund.id, recovered_by=MISSED_OUTCOMES)
     return True
 
 
@@ -301,8 +304,9 @@ def fail_refund(
             resolved_by=resolved_by.get_username() if resolved_by is not None else None,
         ),
     )
-    # Owners and admins hear of it once (refunds.review.failures), after the commit.
-    enqueue_on_commit("refunds.notify_failed", refund.id)
+    # Owners and admins hear of it once (refunds.review.failures), after the commit, or from
+    # the sweep when that message is lost.
+    enqueue_on_commit("refunds.notify_failed", refund.id, recovered_by=MISSED_OUTCOMES)
     return True
 
 
@@ -345,7 +349,7 @@ def reverse_settled_refund(
             reversed_at=now.isoformat(),
         ),
     )
-    enqueue_on_commit("refunds.notify_reversed", refund.id)
+    enqueue_on_commit("refunds.notify_reversed", refund.id, recovered_by=MISSED_OUTCOMES)
     return True
 
 

@@ -3,29 +3,26 @@
 from __future__ import annotations
 
 import logging
-import smtplib
 from datetime import timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
-from django.core.mail import send_mail
 
+from refunds.confirmations import send_confirmation, send_missed_confirmations
 from refunds.execution import RetryLater, execute_refund, stuck_refund_ids
-from refunds.models import Refund
 from refunds.reconcile.attention import (
     attention_refund_ids_due,
     check_refund_at_rail,
     notify_attention,
     notify_missed_attention,
 )
-from refunds.reconcile.rail_reports import notify_reversed
+from refunds.reconcile.rail_reports import notify_missed_reversals, notify_reversed
 from refunds.reconcile.runs import accounts_due, run_reconciliation
 from refunds.review.decisions import expire_held_refunds
-from refunds.review.failures import notify_failed
+from refunds.review.failures import notify_failed, notify_missed_failures
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 from refunds.review.slack import Click, decide_click, respond
 from refunds.review.slack_link_checks import check_slack_links
-from sill.accounts.notices import message_refused
 
 logger = logging.getLogger(__name__)
 
@@ -92,66 +89,15 @@ def notify_attention_task(refund_id: str) -> None:
 @shared_task(
     name="refunds.send_confirmation",
     ignore_result=True,
-    autoretry_for=(OSError,),  # SMTP down (a refusal of the message is not raised: below)
+    autoretry_for=(OSError,),  # SMTP down; the claim was given back (a refusal is not raised)
     max_retries=5,
     retry_backoff=30,
 )
 def send_refund_confirmation_task(refund_id: str) -> None:
-    """Tell the buyer their refund went through (a credit's customer, that it was credited).
-
-    A mail server that is down is tried again, a few times, with a backoff. One that refuses
-    the message (the buyer's mailbox, its content) is not: it is logged, by the error's class
-    and the refund's id only, since the server's error carries the buyer's address and its
-    reply, which a failed task's log would otherwise keep."""
-    refund = Refund.objects.select_related("order", "site", "customer").get(pk=refund_id)
-    try:
-        _send_confirmation(refund)
-    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPDataError) as exc:
-        if not message_refused(exc):
-            raise
-        logger.warning(
-            "refund %s: the buyer's confirmation was refused by the mail server (%s)",
-            refund.pk,
-            type(exc).__name__,
-        )
-
-
-def _send_confirmation(refund: Refund) -> None:
-    if refund.is_credit:
-        _send_credit_confirmation(refund)
-        return
-    order = refund.order
-    if order is None or not order.buyer_email:
-        return
-    send_mail(
-        subject=f"Your refund from {refund.site.name}",
-        message=(
-            f"Hello {order.buyer_name or ''},\n\n"
-            f"We have refunded {refund.amount} for order #{order.number}. "
-            "It goes back to the payment method you used; depending on your bank it can take "
-            "5-10 business days to appear.\n\n"
-            f"{refund.site.name}\n"
-        ),
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        recipient_list=[order.buyer_email],
-    )
-
-
-def _send_credit_confirmation(refund: Refund) -> None:
-    customer = refund.customer
-    if customer is None or not customer.email:
-        return
-    send_mail(
-        subject=f"A credit from {refund.site.name}",
-        message=(
-            f"Hello {customer.name or ''},\n\n"
-            f"We have added {refund.amount} to your account balance with {refund.site.name}. "
-            "It is taken off your next invoices automatically.\n\n"
-            f"{refund.site.name}\n"
-        ),
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        recipient_list=[customer.email],
-    )
+    """Tell the buyer, once, that their refund went through (a credit's customer, that it was
+    credited). A mail server that is down is tried again, a few times, with a backoff; one that
+    refuses the message is left to the sweep (``refunds.notify_missed_outcomes``), later."""
+    send_confirmation(refund_id=refund_id)
 
 
 @shared_task(name="refunds.expire_held")
@@ -193,7 +139,8 @@ def notify_pending_held_refunds_task() -> int:
     retry_backoff=30,
 )
 def notify_failed_task(refund_id: str) -> None:
-    """Email the site's owners and admins, once, that a refund failed (enqueued on commit)."""
+    """Email the site's owners and admins, once, that a refund failed (enqueued on commit; the
+    sweep ``refunds.notify_missed_outcomes`` sends one this task missed)."""
     notify_failed(refund_id=refund_id)
 
 
@@ -241,8 +188,24 @@ def slack_check_links_task() -> dict[str, int]:
     retry_backoff=30,
 )
 def notify_reversed_task(refund_id: str) -> bool:
-    """Tell owners and admins that a settled refund failed at the rail (enqueued on commit)."""
+    """Tell owners and admins that a settled refund failed at the rail (enqueued on commit; the
+    sweep ``refunds.notify_missed_outcomes`` sends one this task missed)."""
     return notify_reversed(refund_id=refund_id)
+
+
+@shared_task(name="refunds.notify_missed_outcomes")
+def notify_missed_outcomes_task() -> int:
+    """Send the failure, failed-after-settlement and buyer's confirmation emails their
+    on-commit task missed (its message lost, its retries used up, or refused and now due
+    again); how many were sent. Beat: every minute."""
+    # SMTP down (an OSError): the claim was given back, the next minute tries again. A refused
+    # email does not get here: it skips its refund and the others are sent. Only the error's
+    # class is logged: an SMTP error's text can carry the server's reply and addresses.
+    try:
+        return notify_missed_failures() + notify_missed_reversals() + send_missed_confirmations()
+    except OSError as exc:
+        logger.warning("refund outcome emails not sent: mail is failing (%s)", type(exc).__name__)
+        return 0
 
 
 @shared_task(name="refunds.reconcile")

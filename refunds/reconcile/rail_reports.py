@@ -3,9 +3,9 @@
 A webhook or a reconciliation read hands over the rail's state of a refund whose metadata
 names one of Sill's (``sill.orders.outside.report_own_refund``). Only one report changes
 Sill's books here: a refund Sill settled that the rail now says failed or was canceled is
-reversed (:func:`refunds.services.reverse_settled_refund`). A refund still being executed
-needs nothing: its execution records the rail's answer for the idempotency key. Nothing
-here starts a money movement.
+reversed (:func:`refunds.services.reverse_settled_refund`), and owners and admins are told
+(:func:`notify_reversed`). A refund still being executed needs nothing: its execution records
+the rail's answer for the idempotency key. Nothing here starts a money movement.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import logging
 
 from django.conf import settings
 from django.urls import reverse
+from django.utils import timezone
 
 from refunds.labels import refund_headline
 from refunds.models import RESERVED_STATUSES, Refund, RefundStatus
-from refunds.review.failures import send_once, told
+from refunds.review.failures import warn_if_nobody_told
 from refunds.review.notifications import DECIDERS
 from refunds.services import reverse_settled_refund
-from sill.accounts.notices import MessageRefused, email_members
+from sill.accounts.notices import Delivery, email_members, not_backing_off, send_claimed
 from sill.orders.models import Charge
 from sill.rails.base import RailRefund, rail_label
 
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 # Rail refund states that mean no money went back to the buyer.
 FAILED_STATES = frozenset({"failed", "canceled"})
+
+NOTICE = "refund-reversed"
+# How many untold reversed refunds one sweep emails about, oldest first (the rest on the next).
+SWEEP_LIMIT = 500
 
 
 def apply_own_refund_report(charge: Charge, reported: RailRefund, event_id: str) -> str:
@@ -63,26 +68,45 @@ def apply_own_refund_report(charge: Charge, reported: RailRefund, event_id: str)
 
 def notify_reversed(*, refund_id: str) -> bool:
     """Email the owners and admins that a settled refund failed at the rail, once: each their
-    own message (one refused address keeps nobody else from hearing). A task delivered twice
-    sends one email; one the mail server could not take (down: an ``OSError``) is sent by the
-    task's retry. A refusal of every message is logged (the error's class, the refund's id)
-    and answered False, not raised: the task retries an outage only."""
+    own message (one refused address keeps nobody else from hearing).
+
+    Sent by ``refunds.notify_reversed``, enqueued on the commit that reversed the refund, or
+    by the every-minute sweep (:func:`notify_missed_reversals`) when that message was lost.
+    Both claim the refund's ``reversal_notified_at`` with a conditional UPDATE first, so a
+    task delivered twice, or a task and the sweep, send one email. A mail server that is down
+    is raised (an ``OSError``), the claim given back, for the task's retry or the sweep. A
+    refusal of every message gives it back too, and is answered False, not raised: the refund
+    waits (:func:`sill.accounts.notices.back_off`) before the sweep tries again. Only the
+    error's class and the refund's id are logged."""
+    claimed = Refund.objects.filter(
+        pk=refund_id, reversed_at__isnull=False, reversal_notified_at__isnull=True
+    ).update(reversal_notified_at=timezone.now())
+    if claimed != 1:
+        return False
     refund = Refund.objects.select_related("site", "order").get(pk=refund_id)
-    if refund.reversed_at is None:
-        return False
-    try:
-        return send_once(f"{refund_id}:reversed", lambda: _email_reversed(refund))
-    except MessageRefused as refusal:
-        # Only the class: the server's error carries the addresses and its reply.
-        logger.warning(
-            "refund %s: failed-after-settlement email refused (%s); not sent",
-            refund_id,
-            refusal.kind,
-        )
-        return False
+    return send_claimed(
+        notice=f"{NOTICE}:{refund.pk}",
+        what=f"refund {refund.pk}: failed-after-settlement email",
+        send=lambda: _email_reversed(refund),
+        give_back=lambda: Refund.objects.filter(pk=refund.pk).update(reversal_notified_at=None),
+        log=logger,
+    )
 
 
-def _email_reversed(refund: Refund) -> bool:
+def notify_missed_reversals() -> int:
+    """The sweep: email the owners and admins of each reversed refund they were not told of;
+    how many were told. One whose email was refused is skipped while it waits; a mail server
+    that is down ends the run, raised."""
+    untold = (
+        Refund.objects.filter(reversed_at__isnull=False, reversal_notified_at__isnull=True)
+        .order_by("reversed_at", "id")
+        .values_list("pk", flat=True)
+    )
+    due = not_backing_off(untold.iterator(chunk_size=SWEEP_LIMIT), notice=NOTICE, limit=SWEEP_LIMIT)
+    return sum(notify_reversed(refund_id=pk) for pk in due)
+
+
+def _email_reversed(refund: Refund) -> Delivery:
     order = refund.order
     base = (settings.SILL_BASE_URL or "").rstrip("/")
     lines = [
@@ -97,12 +121,12 @@ def _email_reversed(refund: Refund) -> bool:
         "refund again, or another way, from the order page:",
         base + reverse("orders:detail", args=[refund.order_id]) if order else base,
     ]
-    return told(
+    return warn_if_nobody_told(
         refund,
         notice="failed-after-settlement",
         delivery=email_members(
             site_id=refund.site_id,
-            notice=f"refund-reversed:{refund.pk}",
+            notice=f"{NOTICE}:{refund.pk}",
             subject=f"[Sill] Refund failed after settlement: {refund_headline(refund)}",
             lines_for={role: lines for role in DECIDERS},
         ),

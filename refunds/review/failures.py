@@ -1,17 +1,19 @@
 """Telling a site's owners and admins that a refund failed: one email per failed refund.
 
-``refunds.services.fail_refund`` enqueues :func:`notify_failed` on the commit that made the
-refund ``failed``. ``failed`` is final and ``fail_refund`` changes a refund into it once (under
-its row lock), so each failed refund is enqueued once; a task delivered twice is stopped by
-an atomic claim in the cache (Redis in production), given back if the email cannot be sent
-so that the task's retry sends it, to those it did not reach (each hears once:
-:mod:`sill.accounts.notices`).
+Once per failed refund. Two paths lead here: ``refunds.services.fail_refund`` enqueues
+:func:`notify_failed` on the commit that made the refund ``failed``, and the every-minute
+sweep (:func:`notify_missed_failures`, run by ``refunds.notify_missed_outcomes``) sends any the
+first path missed: a message lost with the broker down or a worker killed, retries used up, a
+refusal. Both claim the refund's ``failure_notified_at`` with a conditional UPDATE before
+sending (one caller wins it, in any process, and a flushed cache changes nothing) and give it
+back if the email cannot be sent, so a retry or the sweep sends it, to those it did not reach
+(each hears once: :mod:`sill.accounts.notices`).
 
 Each owner and admin gets a message of their own (:func:`sill.accounts.notices.email_members`):
 one address the mail server refuses keeps nobody else from hearing. A refusal of every message
-is logged (the error's class and the refund's id) and not retried, as the attention emails'
-task does not retry one: the refund shows as failed on the dashboard and its page. A server
-that is down (an ``OSError``) is raised, for the task's retries.
+is not an outage: the refund waits (:func:`sill.accounts.notices.back_off`) before the sweep
+tries it again, and the sweep goes on with the others. A server that is down (an ``OSError``)
+is raised, for the task's retries, and ends the sweep's run.
 
 A refund that needs attention has its own, earlier email
 (``refunds.reconcile.attention.notify_attention``), and a settled refund that failed later
@@ -21,57 +23,66 @@ its own (``refunds.reconcile.rail_reports.notify_reversed``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from django.conf import settings
-from django.core.cache import cache
 from django.urls import reverse
+from django.utils import timezone
 
 from refunds.labels import money_words, outcome_label, rail_label, refund_headline
 from refunds.models import Refund, RefundStatus
 from refunds.review.notifications import DECIDERS
-from sill.accounts.notices import Delivery, MessageRefused, email_members
+from sill.accounts.notices import Delivery, email_members, not_backing_off, send_claimed
 
 logger = logging.getLogger(__name__)
 
-# Long enough to outlast any redelivery or retry of the task.
-CLAIM_SECONDS = 7 * 24 * 3600
-
-
-def send_once(claim: str, send: Callable[[], bool]) -> bool:
-    """``send()`` unless ``claim`` was already taken (False then): an atomic claim in the
-    cache, given back if ``send`` raises: the mail server is down (the task's retry sends), or
-    it refused every message (:class:`MessageRefused`: nobody was told)."""
-    key = f"sill:notified:{claim}"
-    if not cache.add(key, 1, CLAIM_SECONDS):
-        return False
-    try:
-        return send()
-    except Exception:
-        cache.delete(key)  # not sent: the retry may send it
-        raise
+NOTICE = "refund-failed"
+# How many untold failed refunds one sweep emails about, oldest first (the rest on the next).
+SWEEP_LIMIT = 500
 
 
 def notify_failed(*, refund_id: str) -> bool:
     """Email the owners and admins that ``refund_id`` failed, once. False when not sent: the
     refund is not failed (or failed after settlement: that has its own email), was told, or
-    the server refused every message (logged, not raised: the task retries an outage only)."""
-    refund = (
-        Refund.objects.select_related("site", "order", "agent", "requested_by")
-        .filter(pk=refund_id, status=RefundStatus.FAILED, reversed_at__isnull=True)
-        .first()
+    the server refused every message (the claim given back, the refund waits for the sweep:
+    not raised, so the task does not send it again at once). A server that is down is
+    raised, the claim given back. Only the error's class and the refund's id are logged."""
+    claimed = Refund.objects.filter(
+        pk=refund_id,
+        status=RefundStatus.FAILED,
+        reversed_at__isnull=True,
+        failure_notified_at__isnull=True,
+    ).update(failure_notified_at=timezone.now())
+    if claimed != 1:
+        return False
+    refund = Refund.objects.select_related("site", "order", "agent", "requested_by").get(
+        pk=refund_id
     )
-    if refund is None:
-        return False
-    try:
-        return send_once(f"{refund_id}:failed", lambda: _email(refund))
-    except MessageRefused as refusal:
-        # Only the class: the server's error carries the addresses and its reply.
-        logger.warning("refund %s: failure email refused (%s); not sent", refund_id, refusal.kind)
-        return False
+    return send_claimed(
+        notice=f"{NOTICE}:{refund.pk}",
+        what=f"refund {refund.pk}: failure email",
+        send=lambda: _email(refund),
+        give_back=lambda: Refund.objects.filter(pk=refund.pk).update(failure_notified_at=None),
+        log=logger,
+    )
 
 
-def _email(refund: Refund) -> bool:
+def notify_missed_failures() -> int:
+    """The sweep: email the owners and admins of each failed refund they were not told of;
+    how many were told. A refund whose email the server refused is skipped while it waits
+    (it neither goes first nor uses up the limit); a mail server that is down ends the run,
+    raised, leaving the rest untold for the next."""
+    untold = (
+        Refund.objects.filter(
+            status=RefundStatus.FAILED, reversed_at__isnull=True, failure_notified_at__isnull=True
+        )
+        .order_by("created_at", "id")
+        .values_list("pk", flat=True)
+    )
+    due = not_backing_off(untold.iterator(chunk_size=SWEEP_LIMIT), notice=NOTICE, limit=SWEEP_LIMIT)
+    return sum(notify_failed(refund_id=pk) for pk in due)
+
+
+def _email(refund: Refund) -> Delivery:
     order = refund.order
     base = (getattr(settings, "SILL_BASE_URL", "") or "").rstrip("/")
     what = outcome_label(refund.outcome_code) or "The rail refused it"
@@ -103,12 +114,12 @@ def _email(refund: Refund) -> bool:
         next_step,
         link,
     ]
-    return told(
+    return warn_if_nobody_told(
         refund,
         notice="failure",
         delivery=email_members(
             site_id=refund.site_id,
-            notice=f"refund-failed:{refund.pk}",
+            notice=f"{NOTICE}:{refund.pk}",
             subject=f"[Sill] {money_words(refund)[0].capitalize()} failed: "
             f"{refund_headline(refund)}",
             lines_for={role: lines for role in DECIDERS},
@@ -116,9 +127,10 @@ def _email(refund: Refund) -> bool:
     )
 
 
-def told(refund: Refund, *, notice: str, delivery: Delivery) -> bool:
-    """Whether anyone was told of ``refund``'s ``notice``; a recipient the server refused, or
-    a site with nobody to tell, is logged (the error's class, the ids)."""
+def warn_if_nobody_told(refund: Refund, *, notice: str, delivery: Delivery) -> Delivery:
+    """``delivery``, logged (by the ids) when the site had nobody to tell of ``refund``'s
+    ``notice``: the claim is kept, as there is nobody a retry would reach. A recipient the
+    server refused is logged by :func:`sill.accounts.notices.send_claimed`."""
     if not delivery.told:
         logger.warning(
             "refund %s: no %s email; site %s has no owner or admin",
@@ -126,12 +138,4 @@ def told(refund: Refund, *, notice: str, delivery: Delivery) -> bool:
             notice,
             refund.site_id,
         )
-        return False
-    if delivery.refused:
-        logger.warning(
-            "refund %s: %s email refused for a recipient (%s); the others were told",
-            refund.id,
-            notice,
-            delivery.refused,
-        )
-    return True
+    return delivery

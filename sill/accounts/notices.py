@@ -16,9 +16,9 @@ alike. A sweep that meets a refusal tries the item again later (:func:`back_off`
 :func:`not_backing_off`) and goes on with the next; an outage ends its run.
 
 Each member hears of a notice at most once, however often it is tried. The callers' claim of
-the notice (a conditional UPDATE, or a claim in the cache) is given back when the mail server
-fails part-way, and the retry would otherwise send again to those it had already taken a
-message for. So :func:`email_members` claims each member too, as a
+the notice (a conditional UPDATE of its row's ``…_notified_at``) is given back when the mail
+server fails part-way, and the retry would otherwise send again to those it had already taken
+a message for. So :func:`email_members` claims each member too, as a
 :class:`~sill.accounts.models.NoticeDelivery` row, *before* handing their message to the
 server, and deletes the row when the server does not take it; a retry sends only to the
 members without a row. Claimed before, not recorded after: a worker that dies between the

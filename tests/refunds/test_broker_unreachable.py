@@ -113,4 +113,4 @@ def test_work_nothing_would_send_again_still_fails_loudly(django_capture_on_comm
         pytest.raises(OperationalError),
         django_capture_on_commit_callbacks(execute=True),
     ):
-        enqueue_on_commit("refunds.notify_failed", "rf_nothing_sweeps_this")
+        enqueue_on_commit("rails.learn_payment_account", 0)

@@ -1,6 +1,7 @@
 """The buyer's confirmation (``refunds.send_confirmation``, enqueued once the rail refunded):
 sent to the order's address; a mail server that is down is tried again; one that refuses the
-message is not, and what it said (the buyer's address, its reply) stays out of the log.
+message is not by the task (the sweep tries it later: tests/refunds/test_missed_outcome_emails.py),
+and what it said (the buyer's address, its reply) stays out of the log.
 
 Seen: a refused confirmation failed the task, and the failure's log kept the server's error,
 the buyer's address in it; a server that was down lost the confirmation, never tried again."""
@@ -40,7 +41,7 @@ def test_the_buyer_is_told_once_the_rail_refunded(refunded):
     assert "$89.00" in message.body and f"#{refunded.order.number}" in message.body
 
 
-def test_a_refused_confirmation_is_logged_without_the_address_and_not_retried(
+def test_a_refused_confirmation_is_logged_without_the_address_and_not_retried_by_the_task(
     refunded, settings, caplog
 ):
     settings.EMAIL_BACKEND = REFUSING_SOME
@@ -51,9 +52,9 @@ def test_a_refused_confirmation_is_logged_without_the_address_and_not_retried(
 
     assert result.successful()  # not failed, so not retried, and no failure log
     assert mail.outbox == []
-    assert [r.getMessage() for r in caplog.records if r.name == "refunds.tasks"] == [
-        f"refund {refunded.pk}: the buyer's confirmation was refused by the mail server "
-        "(SMTPRecipientsRefused)"
+    assert [r.getMessage() for r in caplog.records if r.name == "refunds.confirmations"] == [
+        f"refund {refunded.pk}: buyer's confirmation email refused (SMTPRecipientsRefused); "
+        "tried again in 5 minutes"
     ]
     assert refunded.order.buyer_email not in caplog.text and REPLY not in caplog.text
 
