@@ -8,6 +8,10 @@ Only a Stripe key can be entered here: the other rails' credentials are checked 
 provider by the rails page (a Shopify token's scopes, a PayPal app's token); WooCommerce is
 switched on only beside a keyed, switched-on Stripe rail, as there.
 
+A save that changes what decides which Stripe account the key acts on (the key, mode, Connect
+account, address, site or rail) forgets the account named before and asks Stripe again on
+commit, as the rails page does (sill.rails.payment_account).
+
 Every save and delete here writes the signed ``rail_change`` record the rails page writes, in
 the same transaction (``via``: ``django_admin``), naming the fields that changed and never a
 secret; a save that changed nothing records nothing. An account moved to another site or rail
@@ -29,6 +33,7 @@ from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.orders.models import Rail
+from sill.queue import enqueue_on_commit
 from sill.rails.models import MockLedgerEntry, RailAccount, RailMode
 from sill.rails.services import (
     _CONNECTED_ACCOUNT_RE,
@@ -147,6 +152,12 @@ _COMPARED = (
     "secret_encrypted",
 )  # fmt: skip
 _SHOWN = {"site_id": "site", "secret_encrypted": "new_key"}
+# What decides which Stripe account the saved key acts on (sill.rails.payment_account): another
+# key, mode, Connect account or address may be another account's, and an account moved to
+# another site or rail is that one's to name. As the rails page does (services.configure_stripe).
+_NAMES_THE_ACCOUNT = (
+    "site_id", "rail", "mode", "connected_account", "api_base", "secret_encrypted",
+)  # fmt: skip
 
 
 @admin.register(RailAccount)
@@ -164,7 +175,16 @@ class RailAccountAdmin(admin.ModelAdmin):
                 if change
                 else None
             )
+            relearn = stored is None or any(
+                stored[name] != getattr(obj, name) for name in _NAMES_THE_ACCOUNT
+            )
+            if relearn:
+                # Unknown until Stripe names it, after this commits: charges taken meanwhile
+                # record no account rather than the earlier key's.
+                obj.payment_account = ""
             super().save_model(request, obj, form, change)
+            if relearn and obj.rail == Rail.STRIPE and obj.has_secret:
+                enqueue_on_commit("rails.learn_payment_account", obj.pk)
             before = stored or {}
             changed = sorted(
                 _SHOWN.get(name, name)

@@ -15,10 +15,12 @@ loopback proxy that answers ``GET /v1/account`` per key, as Stripe does
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 
 from refunds.models import Refund
@@ -29,6 +31,7 @@ from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
 from sill.rails.left_behind import payment_left_behind
 from sill.rails.models import RailAccount
 from sill.rails.services import configure_stripe
+from tests.admin_mount import admin_mounted
 from tests.rails.stripe_account_proxy import AccountProxy, StubServer
 from tests.rails.stripe_events import stripe_account
 from tests.rails.test_shopify_shop_switch import _staff_refund
@@ -191,3 +194,44 @@ def test_reconciliation_leaves_an_earlier_accounts_charges_behind_not_unreadable
     assert left.account == "acct_A1 (test mode)"
     assert left.orders == 1
     assert "acct_A1 (test mode) is connected again" in left.sentence
+
+
+# --- a key replaced in the Django admin ------------------------------------------------------
+# Before: the admin's rail form saved another key (or mode, Connect account, address) and kept
+# the earlier key's payment_account. Charges then taken on the new account recorded the old
+# one, and the old account's charges were let through, to fail at Stripe as before.
+
+
+def test_a_key_replaced_in_the_django_admin_is_named_again(
+    site, save_key, buy, sign, agent_key, django_capture_on_commit_callbacks
+):
+    save_key(KEY_A)
+    old = buy(ORIGINAL)
+    account = RailAccount.objects.get(site=site, rail="stripe")
+    superuser = get_user_model().objects.create_superuser(
+        "root@sill.example", email="root@sill.example", password="unused-here"
+    )
+    client = Client()
+    client.force_login(superuser)
+    form = {
+        "site": site.pk,
+        "rail": "stripe",
+        "enabled": "on",
+        "mode": "test",
+        "connected_account": "",
+        "api_base": account.api_base,  # unchanged: the admin keeps a stored address
+        "config": json.dumps(account.config),
+        "new_secret": KEY_B,
+    }
+    with admin_mounted(), django_capture_on_commit_callbacks(execute=True):
+        saved = client.post(f"/django-admin/rails/railaccount/{account.pk}/change/", form)
+    assert saved.status_code == 302
+
+    account.refresh_from_db()
+    assert account.get_secret() == KEY_B
+    assert account.payment_account == "acct_B2 (test mode)"
+    assert buy(LATER).payment_account == "acct_B2 (test mode)"
+    answer = _agent_refund(sign, django_capture_on_commit_callbacks, ORIGINAL)
+    assert (answer["decision"], answer["reason"]) == ("rejected", "rail_disabled"), answer
+    old.refresh_from_db()
+    assert old.amount_reserved_minor == 0 and old.amount_refunded_minor == 0
