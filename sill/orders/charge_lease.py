@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -58,12 +58,21 @@ def release_charge(charge_id: str, token: str, **fields: Any) -> bool:
     )
 
 
-def mark_rail_attempted(charge_id: str, token: str) -> bool:
-    """Commit, before the rail call, that a charge may from now on exist at the rail."""
+def mark_rail_attempted(charge_id: str, token: str, *, payment_account: str = "") -> bool:
+    """Commit, before the rail call, that a charge may from now on exist at the rail, and, on
+    the first such call, on which payment account (``RailAccount.payment_account`` of the key
+    that calls; blank: unknown): a later attempt, or an owner settling the charge by hand,
+    knows where the buyer may have been charged even after the site's key changed."""
     return (
         Charge.objects.filter(pk=charge_id, lease_token=token, status=ChargeStatus.PENDING)
         .exclude(lease_until__isnull=True)
-        .update(rail_attempted_at=Coalesce(F("rail_attempted_at"), timezone.now()))
+        .update(
+            rail_attempted_at=Coalesce(F("rail_attempted_at"), timezone.now()),
+            payment_account=Case(
+                When(rail_attempted_at__isnull=True, then=Value(payment_account)),
+                default=F("payment_account"),
+            ),
+        )
         == 1
     )
 

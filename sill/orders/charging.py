@@ -67,7 +67,13 @@ from sill.rails.base import (
     ChargeResult,
     RailError,
 )
-from sill.rails.registry import RailDisabled, rail_account_for, rail_from_account
+from sill.rails.models import RailAccount
+from sill.rails.registry import (
+    RailDisabled,
+    payment_account_moved,
+    rail_account_for,
+    rail_from_account,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +174,11 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
     try:
         account = rail_account_for(site_id=charge.order.site_id, rail=charge.rail)
         rail = rail_from_account(account)
+        if reached and (elsewhere := _tried_elsewhere(charge, account)):
+            # The key now acts on another account (or mode), which holds nothing of the
+            # earlier attempt: its lookup would answer "no charge", and a charge there would
+            # take the buyer's money a second time. Only the first account can answer.
+            return _later(charge, token, reason=elsewhere)
         result: ChargeResult | None = None
         if reached:
             if isinstance(rail, ChargeFinder):
@@ -192,7 +203,7 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
                     code="not_attempted",
                     message="no attempt reached the rail; Sill stopped trying",
                 )
-            if not mark_rail_attempted(charge.pk, token):
+            if not mark_rail_attempted(charge.pk, token, payment_account=account.payment_account):
                 raise ChargeLeaseLost(charge.pk)
             reached = True
             result = rail.charge(request)
@@ -218,6 +229,24 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
     # The account the key that charged acts on, read with it (the same row): the charge's money
     # is there, whatever key the site holds later (sill.rails.payment_account).
     return _succeed(charge, token, result, payment_account=account.payment_account)
+
+
+def _tried_elsewhere(charge: Charge, account: RailAccount) -> str:
+    """Why the charge may not be looked up or charged with ``account``'s key: an earlier
+    attempt went to another payment account than the one it acts on now (both known;
+    :func:`sill.rails.registry.payment_account_moved`'s rule). "" when it may."""
+    if (
+        payment_account_moved(
+            rail=charge.rail, payment_account=charge.payment_account, account=account
+        )
+        is None
+    ):
+        return ""
+    return (
+        f"the charge was first tried on the Stripe account {charge.payment_account}, and the "
+        f"site's key now acts on {account.payment_account}, which cannot say whether the "
+        "buyer was charged: look it up in the first account's dashboard"
+    )
 
 
 def _later(charge: Charge, token: str, *, reason: str, **fields: Any) -> str:

@@ -5,7 +5,9 @@ two keys cannot be told apart there. Stripe answers ``GET /v1/account`` with the
 account (``{"id": "acct_…", "object": "account"}``, API reference: Accounts, "Retrieve
 account"). The proxy answers that one read from ``accounts`` (key → account id; any other
 key is Stripe's 401) and passes every other request to localstripe as it came, noting the
-refunds posted (``refund_posts``), so a test can say nothing was sent to Stripe.
+refunds posted (``refund_posts``), so a test can say nothing was sent to Stripe, and the key of
+each payment posted (``charge_keys``). With ``charges_fail`` set, a payment posted is answered
+Stripe's 500 (without passing it on): an attempt whose outcome Sill cannot know.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class AccountProxy:
     localstripe: str
     accounts: dict[str, str] = field(default_factory=dict)
     refund_posts: list[str] = field(default_factory=list)
+    charge_keys: list[str] = field(default_factory=list)
+    charges_fail: bool = False
     url: str = ""
 
 
@@ -52,6 +56,14 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if self.path.split("?")[0] == "/v1/refunds":
             self.stub.refund_posts.append(self.path)
+        if self.path.split("?")[0] == "/v1/payment_intents":
+            key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            self.stub.charge_keys.append(key)
+            if self.stub.charges_fail:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                error = {"type": "api_error", "message": "An unknown error occurred"}
+                self._send(500, json.dumps({"error": error}).encode())
+                return
         self._pass("POST")
 
     def do_DELETE(self) -> None:

@@ -21,12 +21,13 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.test import Client
+from django.test import Client, override_settings
 
 from refunds.models import Refund
 from refunds.reconcile.runs import run_reconciliation
 from sill.errors import SillError
-from sill.orders.charging import charge_order
+from sill.orders.charge_attention import resolve_charge_attention
+from sill.orders.charging import ChargeRetry, charge_order
 from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
 from sill.rails.left_behind import payment_left_behind
 from sill.rails.models import RailAccount
@@ -235,3 +236,83 @@ def test_a_key_replaced_in_the_django_admin_is_named_again(
     assert (answer["decision"], answer["reason"]) == ("rejected", "rail_disabled"), answer
     old.refresh_from_db()
     assert old.amount_reserved_minor == 0 and old.amount_refunded_minor == 0
+
+
+# --- a charge whose attempt's outcome is unknown when the key is replaced ----------------------
+# Before: a charge records its account only when it succeeded. An attempt on account A whose
+# answer was lost, then a key of account B: the next attempt asked B (which holds nothing of
+# A's), heard "no charge" and charged the buyer again on B; and an owner who settled the charge
+# from A's dashboard left it naming no account, so its refunds went to B's key.
+
+
+@pytest.fixture
+def in_doubt(site, make_order, agent, proxy) -> Callable[..., Charge]:
+    """``in_doubt()``: an agent's $89.00 order whose one charge attempt reached Stripe on the
+    site's key and got no answer (Stripe's 500): the buyer may have been charged. With
+    ``last=True`` it was the last attempt allowed, so the charge needs attention."""
+
+    def make(*, last: bool = False) -> Charge:
+        order = make_order(
+            rail="stripe",
+            charged=False,
+            status=OrderStatus.PENDING,
+            placed_by_agent=agent,
+            source_mandate_id=ORIGINAL,
+        )
+        charge = Charge.objects.create(
+            order=order,
+            rail="stripe",
+            amount_minor=order.total_minor,
+            currency=order.currency,
+            status=ChargeStatus.PENDING,
+            payment_method="pm_card_visa",
+        )
+        proxy.charges_fail = True
+        if last:
+            with override_settings(SILL_CHARGE_MAX_ATTEMPTS=1):
+                assert charge_order(order_id=order.pk) == "needs_attention"
+        else:
+            with pytest.raises(ChargeRetry):
+                charge_order(order_id=order.pk)
+        proxy.charges_fail = False
+        return Charge.objects.get(pk=charge.pk)
+
+    return make
+
+
+def test_an_attempt_in_doubt_on_an_earlier_account_is_not_charged_again_on_the_new_one(
+    save_key, in_doubt, proxy
+):
+    save_key(KEY_A)
+    charge = in_doubt()
+    assert proxy.charge_keys == [KEY_A]
+    save_key(KEY_B)
+
+    with pytest.raises(ChargeRetry):
+        charge_order(order_id=charge.order_id)
+
+    assert proxy.charge_keys == [KEY_A]  # nothing posted with B's key
+    charge.refresh_from_db()
+    assert charge.status == ChargeStatus.PENDING
+    assert charge.payment_account == "acct_A1 (test mode)"
+
+
+def test_a_charge_in_doubt_settled_by_an_owner_names_the_account_it_was_tried_on(
+    site, members, save_key, in_doubt, proxy, sign, agent_key, django_capture_on_commit_callbacks
+):
+    save_key(KEY_A)
+    charge = in_doubt(last=True)
+    charge = resolve_charge_attention(
+        charge=charge,
+        actor=members["owner"].user,
+        outcome="charged",
+        provider_charge_id="ch_fromAsDashboard01",
+    )
+    assert charge.status == ChargeStatus.SUCCEEDED
+    assert charge.payment_account == "acct_A1 (test mode)"
+    save_key(KEY_B)
+
+    answer = _agent_refund(sign, django_capture_on_commit_callbacks, ORIGINAL)
+
+    assert (answer["decision"], answer["reason"]) == ("rejected", "rail_disabled"), answer
+    assert proxy.refund_posts == []
