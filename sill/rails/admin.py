@@ -184,7 +184,11 @@ class RailAccountAdmin(admin.ModelAdmin):
                 obj.payment_account = ""
             super().save_model(request, obj, form, change)
             if relearn and obj.rail == Rail.STRIPE and obj.has_secret:
-                enqueue_on_commit("rails.learn_payment_account", obj.pk)
+                enqueue_on_commit(
+                    "rails.learn_payment_account",
+                    obj.pk,
+                    recovered_by="rails.learn_payment_accounts",
+                )
             before = stored or {}
             changed = sorted(
                 _SHOWN.get(name, name)

@@ -203,7 +203,11 @@ def configure_stripe(
             account.payment_account = ""
         account.save()
         if relearn:
-            enqueue_on_commit("rails.learn_payment_account", account.pk)
+            enqueue_on_commit(
+                "rails.learn_payment_account",
+                account.pk,
+                recovered_by="rails.learn_payment_accounts",
+            )
         # Signed in the same transaction: what changed, never a key or secret (counts only).
         record_admin_change(
             site=site,

@@ -52,6 +52,8 @@ from sill.rails.retry_after import retry_after_from
 logger = logging.getLogger(__name__)
 
 _KEY_RE = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9]+")
+# A Stripe account id as Stripe writes them (acct_ and 16 letters and digits today).
+STRIPE_ACCOUNT_ID = re.compile(r"acct_[A-Za-z0-9]{1,64}")
 
 # Currencies whose Stripe API amounts are not ISO 4217 minor units. ISK has none (Sill counts
 # whole krónur), but Stripe kept it two-decimal for backwards compatibility: an amount of 100
@@ -199,7 +201,10 @@ class StripeRail:
             except stripe.StripeError as exc:
                 logger.info("Stripe did not name the key's account: %s", type(exc).__name__)
                 return ""
-        if not account_id.startswith("acct_"):
+        if not STRIPE_ACCOUNT_ID.fullmatch(account_id):
+            # Not an account id as Stripe writes them (a proxy's page, a field too long to
+            # store): unknown, as when Stripe does not say.
+            logger.info("Stripe named the key's account in an unexpected form; not recorded")
             return ""
         mode = "live" if "_live_" in self._secret_key[:8] else "test"
         return f"{account_id} ({mode} mode)"

@@ -16,6 +16,7 @@ loopback proxy that answers ``GET /v1/account`` per key, as Stripe does
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 
@@ -31,8 +32,10 @@ from sill.orders.charging import ChargeRetry, charge_order
 from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
 from sill.rails.left_behind import payment_left_behind
 from sill.rails.models import RailAccount
+from sill.rails.payment_account import learn_payment_accounts_task
 from sill.rails.services import configure_stripe
 from tests.admin_mount import admin_mounted
+from tests.broker_down import broker_unreachable
 from tests.rails.stripe_account_proxy import AccountProxy, StubServer
 from tests.rails.stripe_events import stripe_account
 from tests.rails.test_shopify_shop_switch import _staff_refund
@@ -316,3 +319,59 @@ def test_a_charge_in_doubt_settled_by_an_owner_names_the_account_it_was_tried_on
 
     assert (answer["decision"], answer["reason"]) == ("rejected", "rail_disabled"), answer
     assert proxy.refund_posts == []
+
+
+def test_a_key_saved_while_the_broker_is_down_is_named_by_the_sweep(
+    site, members, proxy, caplog, django_capture_on_commit_callbacks
+):
+    """Saving the key commits it, and its lookup cannot be sent: the save is not a 500, and
+    the beat task names the account later (until then nothing is refused for it)."""
+    stripe_account(site, enabled=True, api_base=proxy.url)
+    with (
+        broker_unreachable(),
+        caplog.at_level(logging.WARNING, logger="sill.queue"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        configure_stripe(
+            site=site, actor=members["owner"].user, secret_key=KEY_B, connected_account="",
+            mode="test",
+        )  # fmt: skip
+    account = RailAccount.objects.get(site=site, rail="stripe")
+    assert account.payment_account == "" and account.has_secret
+    assert "rails.learn_payment_accounts sends it" in caplog.text
+
+    assert learn_payment_accounts_task() == 1
+    account.refresh_from_db()
+    assert account.payment_account == "acct_B2 (test mode)"
+    assert learn_payment_accounts_task() == 0  # named: not asked again
+
+
+def test_the_sweep_asks_again_until_stripe_names_the_account(site, members, proxy, save_key):
+    proxy.accounts.pop(KEY_B)  # Stripe refuses the lookup (as for a restricted key)
+    save_key(KEY_B)
+    account = RailAccount.objects.get(site=site, rail="stripe")
+    assert account.payment_account == ""
+    assert learn_payment_accounts_task() == 0
+    RailAccount.objects.filter(pk=account.pk).update(enabled=False)
+    proxy.accounts[KEY_B] = "acct_B2"
+    assert learn_payment_accounts_task() == 0  # a switched-off rail is not asked
+    RailAccount.objects.filter(pk=account.pk).update(enabled=True)
+    assert learn_payment_accounts_task() == 1
+    account.refresh_from_db()
+    assert account.payment_account == "acct_B2 (test mode)"
+
+
+@pytest.mark.parametrize("answer", ["acct_" + "x" * 300, "acct_A1<script>", "cus_A1", "acct_"])
+def test_an_account_id_stripe_would_not_write_is_not_recorded(
+    site, members, proxy, save_key, answer
+):
+    proxy.accounts[KEY_B] = answer
+    save_key(KEY_B)
+    assert RailAccount.objects.get(site=site, rail="stripe").payment_account == ""
+
+
+def test_the_sweep_is_on_the_beat():
+    from django_celery_beat.models import PeriodicTask
+
+    task = PeriodicTask.objects.get(task="rails.learn_payment_accounts")
+    assert task.enabled and (task.interval.every, task.interval.period) == (15, "minutes")

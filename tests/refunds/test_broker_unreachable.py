@@ -113,4 +113,4 @@ def test_work_nothing_would_send_again_still_fails_loudly(django_capture_on_comm
         pytest.raises(OperationalError),
         django_capture_on_commit_callbacks(execute=True),
     ):
-        enqueue_on_commit("rails.learn_payment_account", 0)
+        enqueue_on_commit("refunds.slack_respond", "https://hooks.slack.example/x", "text")
