@@ -252,6 +252,15 @@ class AuditKey(models.Model):
         return f"{self.key_id} from {self.valid_from:%Y-%m-%d %H:%M}"
 
 
+# Why a check ended failed without reading the log to an answer (audit/verification.py): it
+# says nothing about the chain, and Activity says "not verified", never "broken".
+CHECK_LOST = "the check did not finish (its worker stopped); start it again"
+CHECK_NOT_STARTED = (
+    "the check could not be started: Sill's task queue did not answer; start it again in a "
+    "minute, and if it keeps failing, tell whoever runs Sill"
+)
+
+
 class AuditVerification(models.Model):
     """One check of a site's whole log, run by a worker (audit/verification.py), never inside
     a page request; Activity shows its progress and result."""
@@ -279,3 +288,11 @@ class AuditVerification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.site_id} verification {self.status}"
+
+    @property
+    def unanswered(self) -> bool:
+        """Failed without an answer about the chain: its worker stopped, or it never started."""
+        return self.status == self.Status.FAILED and self.problem in (
+            CHECK_LOST,
+            CHECK_NOT_STARTED,
+        )

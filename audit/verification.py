@@ -21,8 +21,9 @@ from celery import current_app
 from django.db import transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from audit.models import AuditChainHead, AuditVerification
+from audit.models import CHECK_LOST, CHECK_NOT_STARTED, AuditChainHead, AuditVerification
 from audit.selectors import chain_verification
 from sill.accounts.models import Site
 
@@ -32,7 +33,8 @@ log = logging.getLogger(__name__)
 # ends as failed and a new one may start. Progress comes every 1,000 records (under a second);
 # how long a check runs in all depends on the log's size, and says nothing.
 STALE_AFTER = timedelta(minutes=15)
-LOST = "the check did not finish (its worker stopped); start it again"
+LOST = CHECK_LOST
+NOT_STARTED = CHECK_NOT_STARTED
 
 
 def _last_sign_of_life() -> Coalesce:
@@ -66,11 +68,28 @@ def start_verification(*, site: Site, actor: Any) -> AuditVerification:
             total=total or 0,
             started_at=now,
         )
-        # By name: audit.tasks imports this module (registered by audit.apps at startup).
-        transaction.on_commit(
-            lambda: current_app.tasks["audit.verify_chain"].delay(verification.pk)
-        )
+        transaction.on_commit(lambda: _send(verification))
     return verification
+
+
+def _send(verification: AuditVerification) -> None:
+    """Enqueue the check; a broker that cannot be reached ends it at once as failed, saying so
+    (:data:`NOT_STARTED`), rather than a 500 after the commit and a check that reads "running"
+    for :data:`STALE_AFTER`, keeping any other from starting."""
+    try:
+        # By name: audit.tasks imports this module (registered by audit.apps at startup).
+        current_app.tasks["audit.verify_chain"].delay(verification.pk)
+    except BrokerUnreachable as exc:
+        now = timezone.now()
+        AuditVerification.objects.filter(
+            pk=verification.pk, status=AuditVerification.Status.RUNNING
+        ).update(status=AuditVerification.Status.FAILED, problem=NOT_STARTED, finished_at=now)
+        verification.status, verification.problem = AuditVerification.Status.FAILED, NOT_STARTED
+        verification.finished_at = now
+        log.warning(
+            "audit chain check %s of site %s not started: the broker cannot be reached (%s)",
+            verification.pk, verification.site_id, type(exc).__name__,
+        )  # fmt: skip
 
 
 def run_verification(verification_id: int) -> str:

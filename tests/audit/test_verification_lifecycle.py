@@ -18,6 +18,7 @@ from audit.verification import (
     start_verification,
 )
 from sill.accounts.models import Site
+from tests.broker_down import broker_unreachable
 
 
 class _Nobody:
@@ -95,7 +96,10 @@ def test_a_check_whose_worker_died_ends_failed_instead_of_running(client_for, si
     assert latest_verification(site).status == AuditVerification.Status.FAILED
     part = client_for("owner").get("/activity/", {"part": "verification"}).content.decode()
     assert "Verifying the chain" not in part and "every 2s" not in part
-    assert "Chain broken" in part
+    # The check said nothing about the chain: not "broken", which a member would take for
+    # tampering.
+    assert "Not verified" in part and "its worker stopped" in part
+    assert "Chain broken" not in part
     lost.refresh_from_db()
     assert lost.status == AuditVerification.Status.RUNNING  # a GET writes nothing
     again = start_verification(site=site, actor=None)  # a new check ends it for good
@@ -141,3 +145,25 @@ def test_the_check_may_run_as_long_as_a_large_log_takes_and_is_never_delivered_t
     assert verify_chain_task.soft_time_limit >= 3600
     assert verify_chain_task.time_limit > verify_chain_task.soft_time_limit
     assert verify_chain_task.soft_time_limit > settings.CELERY_TASK_SOFT_TIME_LIMIT
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_check_the_broker_cannot_take_ends_at_once_not_verified(client_for, site) -> None:
+    """The queue down when a member asks: the check ends failed "not started" at once (the
+    page got a 500 after the commit, and a "running" check kept any other from starting for
+    STALE_AFTER), and the next request starts a new one."""
+    client = client_for("owner")
+    # A transaction of the test's own would hold the commit back: here it happens where it
+    # does in a request, before the answer is rendered.
+    with broker_unreachable():
+        answer = client.post("/activity/verify/", HTTP_HX_REQUEST="true")
+    assert answer.status_code == 200
+    part = answer.content.decode()
+    assert "Not verified" in part and "could not be started" in part
+    assert "Chain broken" not in part and "every 2s" not in part
+    failed = AuditVerification.objects.get(site=site)
+    assert failed.status == AuditVerification.Status.FAILED and failed.finished_at is not None
+
+    client.post("/activity/verify/")  # tasks run eagerly again: checked at once
+    again = AuditVerification.objects.exclude(pk=failed.pk).get(site=site)
+    assert again.status == AuditVerification.Status.OK
