@@ -34,6 +34,7 @@ from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.orders.models import Rail
 from sill.queue import enqueue_on_commit
+from sill.rails.left_behind import PAYMENT_ACCOUNT_RAILS
 from sill.rails.models import MockLedgerEntry, RailAccount, RailMode
 from sill.rails.services import (
     _CONNECTED_ACCOUNT_RE,
@@ -152,11 +153,13 @@ _COMPARED = (
     "secret_encrypted",
 )  # fmt: skip
 _SHOWN = {"site_id": "site", "secret_encrypted": "new_key"}
-# What decides which Stripe account the saved key acts on (sill.rails.payment_account): another
-# key, mode, Connect account or address may be another account's, and an account moved to
-# another site or rail is that one's to name. As the rails page does (services.configure_stripe).
+# What decides which Stripe account the saved key, or which PayPal merchant account the saved
+# app, acts on (sill.rails.payment_account): another key, mode, Connect account, address or
+# PayPal client id (in config) may be another account's, and an account moved to another site
+# or rail is that one's to name. As the rails page does (services.configure_stripe,
+# paypal.connect.configure_paypal).
 _NAMES_THE_ACCOUNT = (
-    "site_id", "rail", "mode", "connected_account", "api_base", "secret_encrypted",
+    "site_id", "rail", "mode", "connected_account", "api_base", "secret_encrypted", "config",
 )  # fmt: skip
 
 
@@ -179,11 +182,11 @@ class RailAccountAdmin(admin.ModelAdmin):
                 stored[name] != getattr(obj, name) for name in _NAMES_THE_ACCOUNT
             )
             if relearn:
-                # Unknown until Stripe names it, after this commits: charges taken meanwhile
-                # record no account rather than the earlier key's.
+                # Unknown until Stripe or PayPal names it, after this commits: charges taken
+                # meanwhile record no account rather than the earlier credentials'.
                 obj.payment_account = ""
             super().save_model(request, obj, form, change)
-            if relearn and obj.rail == Rail.STRIPE and obj.has_secret:
+            if relearn and obj.rail in PAYMENT_ACCOUNT_RAILS and obj.has_secret:
                 enqueue_on_commit(
                     "rails.learn_payment_account",
                     obj.pk,

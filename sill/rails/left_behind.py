@@ -1,6 +1,6 @@
 """Orders a switch of account leaves behind: payments taken on a Shopify shop or WooCommerce
-store (``Charge.provider_account``), or on a Stripe account (``Charge.payment_account``), the
-site is no longer connected to.
+store (``Charge.provider_account``), or on a Stripe account or PayPal merchant account
+(``Charge.payment_account``), the site is no longer connected to.
 
 Sill refuses to refund them (``rail_disabled``: :func:`sill.rails.registry.account_moved`)
 until their account is connected again, because the account connected now does not hold
@@ -28,6 +28,9 @@ from sill.rails.registry import account_rail
 
 # The rails whose orders belong to one account (a shop, a store) and whose charges name it.
 ACCOUNT_RAILS = frozenset({Rail.SHOPIFY, Rail.WOOCOMMERCE})
+# The rails whose credentials act on one payment account, which their charges name
+# (sill.rails.payment_account).
+PAYMENT_ACCOUNT_RAILS = frozenset({Rail.STRIPE, Rail.PAYPAL})
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def left_behind(*, site_id: str, rail: str, connected: str) -> list[LeftBehind]:
 
 
 def payment_left_behind(*, site_id: str, rail: str, connected: str) -> list[LeftBehind]:
-    """The site's charges on ``rail`` (Stripe) taken on another payment account
+    """The site's charges on ``rail`` (Stripe, PayPal) taken on another payment account
     (``Charge.payment_account``) than ``connected``, the one the site's key acts on now, that
     have money left to refund, per earlier account (one query). None while the key's account
     is unknown (blank), as :func:`sill.rails.registry.payment_account_moved` refuses none."""

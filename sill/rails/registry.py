@@ -168,15 +168,18 @@ def payment_account_moved(
     *, rail: str, payment_account: str, account: RailAccount | None
 ) -> RailDisabled | None:
     """``RailDisabled``, in :func:`account_moved`'s words, when a charge on ``rail`` was taken
-    on ``payment_account`` (a Stripe account and mode: ``Charge.payment_account``) and the
-    site's key of ``rail`` now acts on another, ``account`` being the site's account of
-    ``rail`` (None: it has none). None when it is the same, or when either is unknown (blank:
-    a charge from before Sill kept it; a key Stripe has not named, or would not): as before.
+    on ``payment_account`` (a Stripe account and mode, a PayPal merchant account:
+    ``Charge.payment_account``) and the site's key or app of ``rail`` now acts on another,
+    ``account`` being the site's account of ``rail`` (None: it has none). None when it is the
+    same, or when either is unknown (blank: a charge from before Sill kept it; credentials
+    the provider has not named, or would not): as before.
 
-    Another Stripe account, or the other mode of the same one, holds no such payment: a refund
-    would be refused ``resource_missing`` at execution after the agent was told it was on its
-    way, and every reconciliation would count the charge unreadable. Nothing about it is asked
-    of Stripe until a key of its account is saved again (sill.rails.payment_account).
+    Another Stripe account, or the other mode of the same one, holds no such payment, nor
+    does another PayPal merchant's app: a refund would be refused (Stripe's
+    ``resource_missing``, PayPal's 404 ``RESOURCE_NOT_FOUND``) at execution after the agent
+    was told it was on its way, and every reconciliation would count the charge unreadable.
+    Nothing about it is asked of the provider until credentials of its account are saved
+    again (sill.rails.payment_account).
     """
     connected = account.payment_account if account is not None else ""
     if not payment_account or not connected or connected == payment_account:
@@ -254,14 +257,18 @@ def readable_with_connected_account(*, site_id: str, rail: str) -> Q:
     is connected, and Stripe answers about it while that account is connected, so a refund
     made in Stripe's dashboard or a dispute of an earlier store's order is still reconciled
     (its refundable amount, on the order page and the rails card, stays right). A Stripe
-    charge of another Stripe account than the site's key acts on now is not
-    (:func:`on_payment_account`): Stripe holds no such charge for this key.
+    charge of another Stripe account than the site's key acts on now is not, nor a PayPal
+    capture of another merchant account than the site's app's (:func:`on_payment_account`):
+    the provider holds no such payment for these credentials.
     """
     if account_rail(rail) != rail:
         # Stripe: the Woo store does not hold the payment, the Stripe account does.
         return on_payment_account(site_id=site_id, rail=rail)
-    # Shopify stays as it was: an earlier shop's charge cannot be read at all.
-    return on_connected_account(site_id=site_id, rail=rail)
+    # Shopify stays as it was: an earlier shop's charge cannot be read at all. PayPal's
+    # charges name no shop, its Shopify's no payment account: each keeps to its own.
+    return on_connected_account(site_id=site_id, rail=rail) & on_payment_account(
+        site_id=site_id, rail=rail
+    )
 
 
 def on_payment_account(*, site_id: str, rail: str) -> Q:

@@ -32,6 +32,7 @@ from sill.rails import connection, services
 from sill.rails.forms import EnabledForm, PayPalForm, ShopifyForm, StripeForm, WooCommerceForm
 from sill.rails.left_behind import (
     ACCOUNT_RAILS,
+    PAYMENT_ACCOUNT_RAILS,
     LeftBehind,
     left_behind,
     payment_left_behind,
@@ -153,7 +154,7 @@ def _card(site: Site, rail: str, account: RailAccount | None) -> RailCard:
         card.left_behind = left_behind(
             site_id=site.pk, rail=rail, connected=account.connected_account
         )
-    if rail == Rail.STRIPE and account is not None:
+    if rail in PAYMENT_ACCOUNT_RAILS and account is not None:
         card.left_behind = payment_left_behind(
             site_id=site.pk, rail=rail, connected=account.payment_account
         )

@@ -2,8 +2,17 @@
 
 - ``POST /v1/oauth2/token`` (HTTP basic client id + secret, ``grant_type=client_credentials``)
   → ``{"access_token", "token_type": "Bearer", "expires_in"}``; 401 ``invalid_client``.
-- ``GET /v2/payments/captures/{id}`` → the capture with ``create_time`` and ``links``
-  (``self``, ``refund``, ``up`` → its checkout order).
+- ``GET /v2/payments/captures/{id}`` → the capture with ``create_time``, ``payee``
+  (``merchant_id``: the merchant account it was paid to) and ``links`` (``self``, ``refund``,
+  ``up`` → its checkout order).
+- ``GET /v1/reporting/balances`` → ``{"balances", "account_id"}``: the payer id of the merchant
+  the credentials act on (403 ``NOT_AUTHORIZED`` for an app without the balances scope:
+  ``no_balances``).
+
+Each REST app (client id and secret) is one merchant's (``MERCHANT_ID`` for ``CLIENT_ID``;
+``add_app`` adds another merchant's). A capture is its merchant's alone: PayPal answers 404
+``RESOURCE_NOT_FOUND`` to another merchant's token for it, its order and its refunds, and to a
+refund of it (its disputes are not kept apart here).
 - ``POST /v2/payments/captures/{id}/refund`` with ``PayPal-Request-Id``: the same id answers
   the same refund (200 the second time, 201 the first) and never refunds twice; 422
   ``UNPROCESSABLE_ENTITY`` with ``details[].issue`` for over-refunds and 180-day-old captures.
@@ -54,6 +63,8 @@ CLIENT_ID = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789sillclient"
 CLIENT_SECRET = "EFgHiJkLmNoPqRsTuVwXyZ0123456789sillsecretvalue"
 WEBHOOK_ID = "8PT597110X687430LKGECATA"
 SIGNING_KEY = b"paypal-stub-cert"
+# PayPal's payer ids of merchant accounts (13 of 2-9 and A-Z without I and O).
+MERCHANT_ID = "7KNGBPH2U58GQ"
 
 
 def _iso(when: datetime) -> str:
@@ -75,6 +86,8 @@ class StubCapture:
     refunds: list[dict[str, Any]] = field(default_factory=list)
     # False: the capture's links name no checkout order (an ``up`` link is left out).
     order_link: bool = True
+    # The merchant account it was paid to (its ``payee``): only that merchant's apps see it.
+    merchant: str = MERCHANT_ID
 
     def refunded(self) -> Decimal:
         return sum(
@@ -88,7 +101,12 @@ class PayPalStub:
         self.lock = threading.Lock()
         self.url = ""
         self.captures: dict[str, StubCapture] = {}
-        self.tokens: dict[str, float] = {}
+        # token -> (expiry, the client id of the app it was given to)
+        self.tokens: dict[str, tuple[float, str]] = {}
+        # client id -> (secret, merchant id): the REST apps PayPal knows.
+        self.apps: dict[str, tuple[str, str]] = {CLIENT_ID: (CLIENT_SECRET, MERCHANT_ID)}
+        # Client ids of apps without the balances scope (GET /v1/reporting/balances is 403).
+        self.no_balances: set[str] = set()
         self.token_lifetime = 32400
         self.token_requests = 0
         self.by_request_id: dict[str, dict[str, Any]] = {}
@@ -106,7 +124,19 @@ class PayPalStub:
 
     # --- state for tests --------------------------------------------------------------------
 
-    def add_capture(self, *, amount: str = "89.00", currency: str = "USD", days_ago: int = 3):
+    def add_app(self, *, client_id: str, secret: str, merchant: str) -> None:
+        """Another REST app, of ``merchant`` (another merchant account, or the same one's)."""
+        with self.lock:
+            self.apps[client_id] = (secret, merchant)
+
+    def add_capture(
+        self,
+        *,
+        amount: str = "89.00",
+        currency: str = "USD",
+        days_ago: int = 3,
+        merchant: str = MERCHANT_ID,
+    ):
         with self.lock:
             n = len(self.captures) + 1
             capture = StubCapture(
@@ -115,6 +145,7 @@ class PayPalStub:
                 amount=Decimal(amount),
                 currency=currency,
                 created_at=datetime.now(UTC) - timedelta(days=days_ago),
+                merchant=merchant,
             )
             self.captures[capture.id] = capture
             return capture
@@ -261,6 +292,10 @@ class PayPalStub:
                 "value": _value(capture.amount, capture.currency),
             },
             "final_capture": True,
+            "payee": {
+                "email_address": f"sb-{capture.merchant.lower()}@business.example.com",
+                "merchant_id": capture.merchant,
+            },
             "create_time": _iso(capture.created_at),
             "update_time": _iso(capture.created_at),
             "links": [
@@ -380,6 +415,12 @@ def _in_progress() -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     stub: PayPalStub
+    client_id = ""  # the app whose token the request carries (_authorized)
+    merchant = ""  # the merchant that app acts on
+
+    def _mine(self, capture: StubCapture | None) -> StubCapture | None:
+        """``capture`` when the token's merchant was paid it; PayPal shows no one else."""
+        return capture if capture is not None and capture.merchant == self.merchant else None
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -403,11 +444,13 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def _authorized(self) -> bool:
+        """Whether the bearer token is live; ``self.merchant`` is then its app's merchant."""
         header = self.headers.get("Authorization", "")
         token = header.removeprefix("Bearer ")
         with self.stub.lock:
-            expires = self.stub.tokens.get(token)
-        if not header.startswith("Bearer ") or expires is None or expires < time.time():
+            expires, self.client_id = self.stub.tokens.get(token, (0.0, ""))
+            self.merchant = self.stub.apps.get(self.client_id, ("", ""))[1]
+        if not header.startswith("Bearer ") or not self.merchant or expires < time.time():
             self._send(
                 401,
                 {
@@ -423,8 +466,20 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self._body()
         if self.path == "/v1/oauth2/token":
             given = self.headers.get("Authorization", "")
-            expected = "Basic " + base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
-            if given != expected or raw != b"grant_type=client_credentials":
+            with stub.lock:
+                apps = dict(stub.apps)
+            client_id = secret = ""
+            with contextlib.suppress(ValueError):
+                client_id, _, secret = (
+                    base64.b64decode(given.removeprefix("Basic ")).decode().partition(":")
+                )
+            known = apps.get(client_id)
+            if (
+                not given.startswith("Basic ")
+                or known is None
+                or not hmac.compare_digest(known[0], secret)
+                or raw != b"grant_type=client_credentials"
+            ):
                 self._send(
                     401,
                     {
@@ -436,11 +491,14 @@ class _Handler(BaseHTTPRequestHandler):
             token = "A21AA" + secrets.token_urlsafe(24)
             with stub.lock:
                 stub.token_requests += 1
-                stub.tokens[token] = time.time() + stub.token_lifetime
+                stub.tokens[token] = (time.time() + stub.token_lifetime, client_id)
+                scopes = ["https://uri.paypal.com/services/payments/refund"]
+                if client_id not in stub.no_balances:
+                    scopes.append("https://uri.paypal.com/services/reporting/balances/read")
             self._send(
                 200,
                 {
-                    "scope": "https://uri.paypal.com/services/payments/refund",
+                    "scope": " ".join(scopes),
                     "access_token": token,
                     "token_type": "Bearer",
                     "app_id": "APP-80W284485P519543T",
@@ -474,7 +532,7 @@ class _Handler(BaseHTTPRequestHandler):
             with stub.lock:
                 stub.refund_calls.append({"request_id": request_id, "body": body})
                 script = stub.fail_next.pop(0) if stub.fail_next else ""
-                capture = stub.captures.get(parts[3])
+                capture = self._mine(stub.captures.get(parts[3]))
                 wait = {"Retry-After": stub.retry_after} if stub.retry_after else {}
             if script == "429":
                 self._send(
@@ -531,6 +589,9 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         parts = path.strip("/").split("/")
         with self.stub.lock:
+            if parts == ["v1", "reporting", "balances"]:
+                self._balances()
+                return
             if parts == ["v1", "customer", "disputes"]:
                 asked = dict(parse_qsl(query))
                 self._send(
@@ -556,7 +617,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
             if len(parts) == 4 and parts[:3] == ["v2", "payments", "refunds"]:
                 refund = self.stub.held_refund(parts[3])
-                if refund is not None:
+                if refund is not None and self._mine(self._refunded(refund)):
                     self._send(200, refund)
                     return
             if len(parts) == 4 and parts[:3] == ["v1", "customer", "disputes"]:
@@ -565,17 +626,56 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(200, dispute)
                     return
             if len(parts) == 4 and parts[:3] == ["v2", "payments", "captures"]:
-                capture = self.stub.captures.get(parts[3])
+                capture = self._mine(self.stub.captures.get(parts[3]))
                 if capture is not None:
                     self._send(200, self.stub.capture_json(capture))
                     return
             if len(parts) == 4 and parts[:3] == ["v2", "checkout", "orders"]:
                 order = self.stub.order_json(parts[3])
-                if order is not None:
+                paid = [c for c in self.stub.captures.values() if c.order_id == parts[3]]
+                if order is not None and self._mine(paid[0]):
                     self._send(200, order)
                     return
         self._send(
             404, {"name": "RESOURCE_NOT_FOUND", "details": [{"issue": "INVALID_RESOURCE_ID"}]}
+        )
+
+    def _refunded(self, refund: dict[str, Any]) -> StubCapture | None:
+        for capture in self.stub.captures.values():
+            if refund in capture.refunds:
+                return capture
+        return None
+
+    def _balances(self) -> None:
+        """``GET /v1/reporting/balances`` as PayPal answers it: the token's merchant's payer
+        id in ``account_id``, or 403 for an app without the balances scope."""
+        stub = self.stub
+        if self.client_id in stub.no_balances:
+            self._send(
+                403,
+                {
+                    "name": "NOT_AUTHORIZED",
+                    "message": "Authorization failed due to insufficient permissions.",
+                    "debug_id": secrets.token_hex(6),
+                    "details": [{"issue": "PERMISSION_DENIED"}],
+                },
+            )
+            return
+        now = _iso(datetime.now(UTC))
+        self._send(
+            200,
+            {
+                "balances": [
+                    {
+                        "currency": "USD",
+                        "primary": True,
+                        "total_balance": {"currency_code": "USD", "value": "0.00"},
+                    }
+                ],
+                "account_id": self.merchant,
+                "as_of_time": now,
+                "last_refresh_time": now,
+            },
         )
 
 

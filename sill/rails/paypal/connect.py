@@ -3,10 +3,11 @@
 The client secret is write-only: encrypted into the account, never logged, rendered or
 returned. Saving asks PayPal for an access token with the id and secret
 (``POST /v1/oauth2/token``, which moves nothing): credentials PayPal refuses, or a PayPal
-Sill cannot reach, save nothing. Sandbox is the default; live mode is refused unless the
-deployment runs with ``SILL_ALLOW_LIVE=1``. The webhook id (PayPal's id of the webhook that
-posts to ``/webhooks/paypal/<site_id>``) is not a secret: PayPal needs it to verify each
-delivery, and without it deliveries are refused.
+Sill cannot reach, save nothing. Which merchant account the app acts on is asked afterwards,
+in a task enqueued on commit (sill.rails.payment_account). Sandbox is the default; live mode
+is refused unless the deployment runs with ``SILL_ALLOW_LIVE=1``. The webhook id (PayPal's id
+of the webhook that posts to ``/webhooks/paypal/<site_id>``) is not a secret: PayPal needs it
+to verify each delivery, and without it deliveries are refused.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db import transaction
 from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
+from sill.queue import enqueue_on_commit
 from sill.rails.base import (
     ConnectionInfo,
     PermanentRailError,
@@ -115,6 +117,7 @@ def configure_paypal(
         ) or RailAccount(site=site, rail=RailName.PAYPAL, enabled=False)
         connecting, mode_before = not account.has_secret, account.mode
         webhook_before = str((account.config or {}).get("webhook_id") or "")
+        before = (str((account.config or {}).get("client_id") or ""), mode_before, account.api_base)
         if client_secret:
             account.set_secret(client_secret)
         account.mode = mode
@@ -125,7 +128,18 @@ def configure_paypal(
         }
         if api_base is not None:
             account.api_base = api_base
+        relearn = bool(client_secret) or before != (client_id, mode, account.api_base)
+        if relearn:
+            # Another app may be another merchant account's: unknown until PayPal names it
+            # (sill.rails.payment_account), after this commits.
+            account.payment_account = ""
         account.save()
+        if relearn:
+            enqueue_on_commit(
+                "rails.learn_payment_account",
+                account.pk,
+                recovered_by="rails.learn_payment_accounts",
+            )
         # Signed in the same transaction, like Stripe's: what changed, never the secret.
         record_admin_change(
             site=site,

@@ -25,6 +25,8 @@ outcome from its own details.
 
 from __future__ import annotations
 
+import logging
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -37,6 +39,7 @@ from sill.rails.base import (
     ChargeResult,
     PermanentRailError,
     RailDispute,
+    RailError,
     RailRefund,
     RefundFacts,
     RefundFactsRequest,
@@ -51,7 +54,11 @@ from sill.rails.paypal.client import PayPalClient, PayPalNotFound
 from sill.rails.paypal.resources import amount, dispute_word, rail_refund
 from sill.rails.paypal.resources import time as paypal_time
 
+logger = logging.getLogger(__name__)
+
 REFUND_WINDOW_DAYS = RAIL_REFUND_WINDOW_DAYS["paypal"]
+# A merchant account's id as PayPal writes it (its payer id; a capture's ``payee.merchant_id``).
+MERCHANT_ID = re.compile(r"[2-9A-HJ-NP-Z]{13}")
 # PayPal's largest page of disputes; a capture has a handful at most. A list that goes on (a
 # ``next`` link) is read on, at most DISPUTE_PAGES pages.
 DISPUTE_PAGE_SIZE = 50
@@ -209,6 +216,36 @@ class PayPalRail:
         except PayPalNotFound:
             return None
 
+    # --- which merchant account (sill.rails.payment_account) -----------------------------------
+
+    def payment_account(self) -> str:
+        """The PayPal merchant account these credentials act on (its payer id); ``""`` where
+        PayPal does not say.
+
+        A REST app is one merchant's, and a capture is its payee's alone: another merchant's
+        app is answered 404 for it. PayPal names the app's own account in the balances
+        report's ``account_id`` (``GET /v1/reporting/balances``, client credentials), which
+        needs the app's balances scope (Transaction Search): without it PayPal answers 403,
+        and the account is unknown, never guessed.
+        """
+        try:
+            answer = self.client.get("/v1/reporting/balances", doing="balances read")
+        except RailError as exc:
+            logger.info("PayPal did not name the app's merchant account: %s", exc.code)
+            return ""
+        return _merchant_id(answer.get("account_id"))
+
+    def capture_account(self, capture_id: str) -> str:
+        """The merchant account ``capture_id`` was paid to (its ``payee.merchant_id``), read
+        with these credentials; ``""`` when PayPal does not show it to them (another
+        merchant's capture is 404) or does not name it."""
+        try:
+            capture = self.capture(capture_id)
+        except RailError:
+            return ""
+        payee = capture.get("payee")
+        return _merchant_id(payee.get("merchant_id") if isinstance(payee, dict) else None)
+
     # --- reads ------------------------------------------------------------------------------
 
     def capture(self, capture_id: str, *, timeout: float | None = None) -> dict[str, Any]:
@@ -283,6 +320,12 @@ class PayPalRail:
                 if isinstance(refund, dict) and _refunds_capture(refund, capture_id):
                     found.append(refund)
         return found
+
+
+def _merchant_id(value: Any) -> str:
+    """``value`` when it is a merchant id as PayPal writes them; else ``""`` (unknown)."""
+    text = value if isinstance(value, str) else ""
+    return text if MERCHANT_ID.fullmatch(text) else ""
 
 
 def _capture_id(request: RefundRequest) -> str:
