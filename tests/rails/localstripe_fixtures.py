@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 import stripe
-from django.test import Client
 
 from sill.money import Money
 from sill.orders.models import Charge
 from sill.rails.base import ChargeRequest
 from sill.rails.stripe import StripeRail
 from tests.rails.stripe_events import deliverer, stripe_account
-from tests.refunds.conftest import ORIGINAL, post
+from tests.refunds.conftest import ORIGINAL, api  # noqa: F401 (api: a fixture, re-exported)
 
 KEY = "sk_test_sill_webhooks_0001"
 
@@ -23,17 +22,6 @@ KEY = "sk_test_sill_webhooks_0001"
 @pytest.fixture
 def deliver(django_capture_on_commit_callbacks):
     return deliverer(django_capture_on_commit_callbacks)
-
-
-@pytest.fixture
-def api(django_capture_on_commit_callbacks):
-    client = Client()
-
-    def send(body: bytes) -> Any:
-        with django_capture_on_commit_callbacks(execute=True):
-            return post(client, body)
-
-    return send
 
 
 @pytest.fixture

@@ -149,6 +149,18 @@ def post(client: Client, body: bytes) -> Any:
     return client.post("/api/v1/mandates", data=body, content_type="application/json")
 
 
+@pytest.fixture
+def api(django_capture_on_commit_callbacks: Any) -> Callable[[bytes], Any]:
+    """``api(body)``: POST a mandate, then run what the request enqueued on commit."""
+    client = Client()
+
+    def send(body: bytes) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return post(client, body)
+
+    return send
+
+
 # --- orders, reasons, clients -------------------------------------------------------------
 
 

@@ -19,17 +19,6 @@ from tests.refunds.conftest import ORIGINAL, post, purchase_intent, refund_inten
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def api(django_capture_on_commit_callbacks):
-    client = Client()
-
-    def send(body: bytes):
-        with django_capture_on_commit_callbacks(execute=True):
-            return post(client, body)
-
-    return send
-
-
 def test_it_refunds_a_purchase_end_to_end_on_the_mock_rail(api, sign, mock_rail):
     response = api(sign(purchase_intent()))
     assert response.status_code == 201, response.json()

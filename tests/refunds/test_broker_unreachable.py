@@ -16,7 +16,6 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core import mail
-from django.test import Client
 from django.utils import timezone
 
 from refunds.models import Refund, RefundStatus
@@ -25,22 +24,11 @@ from sill.orders.models import Charge, ChargeStatus, Order
 from sill.orders.tasks import recover_stuck_charges_task
 from sill.queue import enqueue_on_commit
 from tests.broker_down import broker_unreachable
-from tests.refunds.conftest import ORIGINAL, post, purchase_intent, refund_intent, require_approval
+from tests.refunds.conftest import ORIGINAL, purchase_intent, refund_intent, require_approval
 
 pytestmark = pytest.mark.django_db
 
 LATER = timedelta(minutes=2)  # past SILL_RECOVER_AFTER_SECONDS and the held-notice sweep's wait
-
-
-@pytest.fixture
-def api(django_capture_on_commit_callbacks):
-    client = Client()
-
-    def send(body: bytes):
-        with django_capture_on_commit_callbacks(execute=True):
-            return post(client, body)
-
-    return send
 
 
 def logged(caplog: pytest.LogCaptureFixture) -> str:
