@@ -233,8 +233,18 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
 
 def _tried_elsewhere(charge: Charge, account: RailAccount) -> str:
     """Why the charge may not be looked up or charged with ``account``'s key: an earlier
-    attempt went to another payment account than the one it acts on now (both known;
-    :func:`sill.rails.registry.payment_account_moved`'s rule). "" when it may."""
+    attempt went to another payment account than the one it acts on now
+    (:func:`sill.rails.registry.payment_account_moved`'s rule), or to a known one while the
+    key now held is not named yet (it was replaced since, and may be another account's, whose
+    "no such charge" would charge the buyer again). "" when it may."""
+    if not charge.payment_account:
+        return ""
+    if not account.payment_account:
+        return (
+            f"the charge was first tried on the Stripe account {charge.payment_account}, and "
+            "Stripe has not said which account the site's key acts on now: Sill waits for it "
+            "rather than ask a key that may not see that attempt"
+        )
     if (
         payment_account_moved(
             rail=charge.rail, payment_account=charge.payment_account, account=account
@@ -278,7 +288,8 @@ def _succeed(charge: Charge, token: str, result: ChargeResult, *, payment_accoun
                 provider_charge_id=result.provider_charge_id,
                 captured_at=result.captured_at or timezone.now(),
             )
-            Charge.objects.filter(pk=locked.pk).update(payment_account=payment_account)
+            if payment_account:  # unknown now: the account its first attempt named stays
+                Charge.objects.filter(pk=locked.pk).update(payment_account=payment_account)
             append_record(
                 site=order.site,
                 kind="charge",

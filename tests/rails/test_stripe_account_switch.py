@@ -300,6 +300,26 @@ def test_an_attempt_in_doubt_on_an_earlier_account_is_not_charged_again_on_the_n
     assert charge.payment_account == "acct_A1 (test mode)"
 
 
+def test_an_attempt_in_doubt_waits_while_the_new_keys_account_is_not_named_yet(
+    save_key, in_doubt, proxy
+):
+    """The key replaced and Stripe not (yet) saying whose it is: the new key cannot vouch that
+    it sees the first attempt's account, so its "no such charge" would charge the buyer a
+    second time. The charge waits until the key's account is named (then the rule above)."""
+    save_key(KEY_A)
+    charge = in_doubt()
+    proxy.accounts.pop(KEY_B)  # Stripe does not name B's account (a restricted key, say)
+    save_key(KEY_B)
+
+    with pytest.raises(ChargeRetry):
+        charge_order(order_id=charge.order_id)
+
+    assert proxy.charge_keys == [KEY_A]  # nothing posted with B's key
+    charge.refresh_from_db()
+    assert charge.status == ChargeStatus.PENDING
+    assert charge.payment_account == "acct_A1 (test mode)"
+
+
 def test_a_charge_in_doubt_settled_by_an_owner_names_the_account_it_was_tried_on(
     site, members, save_key, in_doubt, proxy, sign, agent_key, django_capture_on_commit_callbacks
 ):
