@@ -64,7 +64,7 @@ from sill.rails.base import (
     RefundResult,
     RetryableRailError,
 )
-from sill.rails.registry import RailDisabled, rail_for
+from sill.rails.registry import RailDisabled, payment_account_unnamed, rail_for
 
 logger = logging.getLogger(__name__)
 
@@ -270,13 +270,25 @@ def _rail_calls(refund: Refund) -> _RailCalls:
     # goes to the shop connected now, nor to Stripe for an order no store of the site holds.
     taken_on = refund.charge.provider_account if refund.charge is not None else ""
     paid_on = refund.charge.payment_account if refund.charge is not None else ""
-    return _RailCalls(
-        rail=lambda: rail_for(
+
+    def rail() -> Any:
+        if refund.rail_attempted_at is not None:
+            # An earlier attempt may have refunded on the charge's account: only a key of that
+            # account can say so (another's "none" would fail a refund that was made).
+            unnamed = payment_account_unnamed(
+                site_id=refund.site_id, rail=refund.rail, payment_account=paid_on
+            )
+            if unnamed is not None:
+                raise unnamed
+        return rail_for(
             site_id=refund.site_id,
             rail=refund.rail,
             provider_account=taken_on,
             payment_account=paid_on,
-        ),
+        )
+
+    return _RailCalls(
+        rail=rail,
         find=lambda rail: rail.find_refund(request),
         call=lambda rail: rail.refund(request),
         refusal=refusal,

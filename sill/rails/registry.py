@@ -187,6 +187,28 @@ def payment_account_moved(
     return _moved(rail=rail, noun="account", taken_on=payment_account, now=connected)
 
 
+def payment_account_unnamed(
+    *, site_id: str, rail: str, payment_account: str
+) -> RailDisabled | None:
+    """For a call that must find what an earlier call made (a refund that may exist at the
+    rail): ``RailDisabled`` when the charge names the account its money is on and the site's
+    key of ``rail`` names none. That key was replaced since the charge (a key's account is
+    only cleared when it changes), perhaps by another account's, whose "no such refund" would
+    not be the first account's answer; once it is named, :func:`payment_account_moved` says
+    whether it is the same. None otherwise, and without a query for a charge naming none."""
+    if not payment_account:
+        return None
+    account = RailAccount.objects.filter(site_id=site_id, rail=rail).first()
+    if account is None or account.payment_account:
+        return None
+    return RailDisabled(
+        f"This charge was paid on the {_label(rail)} account {payment_account}, and "
+        f"{_label(rail)} has not said which account the site's key acts on now, so Sill does "
+        "not ask that key whether an earlier attempt of this refund went through: it may not "
+        "see that account. Sill asks again once the key's account is named."
+    )
+
+
 def _moved(*, rail: str, noun: str, taken_on: str, now: str) -> RailDisabled:
     connected = f"it is now connected to {now}" if now else f"no {noun} is connected now"
     return RailDisabled(

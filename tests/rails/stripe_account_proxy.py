@@ -31,6 +31,9 @@ class AccountProxy:
     refund_posts: list[str] = field(default_factory=list)
     charge_keys: list[str] = field(default_factory=list)
     charges_fail: bool = False
+    # The key of every request passed to localstripe, with its method and path (localstripe
+    # keeps one store for all keys: a test asserts which key was asked, not what it saw).
+    asked: list[tuple[str, str, str]] = field(default_factory=list)
     url: str = ""
 
 
@@ -70,6 +73,8 @@ class Handler(BaseHTTPRequestHandler):
         self._pass("DELETE")
 
     def _pass(self, method: str) -> None:
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.stub.asked.append((key, method, self.path.split("?")[0]))
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         request = urllib.request.Request(

@@ -23,8 +23,11 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
+from django.utils import timezone
 
+from refunds.execution import execute_refund
 from refunds.models import Refund
+from refunds.reconcile.attention import check_refund_at_rail
 from refunds.reconcile.runs import run_reconciliation
 from sill.errors import SillError
 from sill.orders.charge_attention import resolve_charge_attention
@@ -318,6 +321,35 @@ def test_an_attempt_in_doubt_waits_while_the_new_keys_account_is_not_named_yet(
     charge.refresh_from_db()
     assert charge.status == ChargeStatus.PENDING
     assert charge.payment_account == "acct_A1 (test mode)"
+
+
+def test_a_refund_in_doubt_is_not_asked_of_a_replaced_key_stripe_has_not_named(
+    site, members, save_key, buy, proxy, django_capture_on_commit_callbacks
+):
+    """A refund of an account-A charge reached Stripe and its answer was lost; then the key
+    was replaced, and Stripe has not said whose the new one is. Another account's key would
+    answer "no such refund" for A's, and the execution would send the refund again under it
+    and fail it, or the attention check would fail it "nothing moved", while A refunded the
+    buyer. Neither asks the new key: the refund needs attention, and stays so.
+
+    (localstripe keeps one store for every key, so what B would see cannot be shown here: the
+    test checks that B's key is never asked about the refund.)"""
+    save_key(KEY_A)
+    charge = buy(ORIGINAL)
+    refund = _staff_refund(site, members, charge.order, django_capture_on_commit_callbacks)
+    Refund.objects.filter(pk=refund.pk).update(
+        status="processing", rail_attempted_at=timezone.now(), lease_until=None
+    )
+    proxy.accounts.pop(KEY_B)  # Stripe does not name B's account (a restricted key, say)
+    save_key(KEY_B)
+    proxy.asked.clear()
+
+    assert execute_refund(refund.pk) == "needs_attention"
+    assert check_refund_at_rail(refund.pk) == "unknown"
+
+    refund.refresh_from_db()
+    assert refund.status == "needs_attention"
+    assert not [a for a in proxy.asked if a[0] == KEY_B and "refund" in a[2]], proxy.asked
 
 
 def test_a_charge_in_doubt_settled_by_an_owner_names_the_account_it_was_tried_on(
