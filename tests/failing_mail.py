@@ -28,15 +28,19 @@ Point ``EMAIL_BACKEND`` at ``DOWN_PART_WAY``.
 
 from __future__ import annotations
 
+import logging
 import smtplib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 
+import time_machine
 from django.conf import settings
 from django.core import mail
 from django.core.mail import EmailMessage
 from django.core.mail.backends.base import BaseEmailBackend
 from django.core.mail.backends.locmem import EmailBackend as LocmemBackend
+from django.utils import timezone
 
 from sill.accounts.models import Site
 from sill.accounts.services import add_member
@@ -123,6 +127,23 @@ def messages_to() -> Counter[str]:
 def warnings_of(caplog, *loggers: str) -> list[str]:
     """What ``loggers`` logged, in order."""
     return [r.getMessage() for r in caplog.records if r.name in loggers]
+
+
+def sweeps_at(sweep: Callable[[], object], *, caplog, logger: str) -> Callable[[float], list[str]]:
+    """``sweep_at(minutes)``: run ``sweep`` that many minutes after now (the clock stopped
+    there) and return the warnings ``logger`` logged during that run."""
+    start = timezone.now()
+
+    def sweep_at(minutes: float) -> list[str]:
+        caplog.clear()
+        with (
+            time_machine.travel(start + timedelta(minutes=minutes), tick=False),
+            caplog.at_level(logging.WARNING, logger=logger),
+        ):
+            sweep()
+        return warnings_of(caplog, logger)
+
+    return sweep_at
 
 
 def assert_nothing_secret_logged(caplog) -> None:

@@ -13,7 +13,6 @@ import logging
 from datetime import timedelta
 
 import pytest
-import time_machine
 from django.core import mail
 from django.utils import timezone
 
@@ -29,6 +28,7 @@ from tests.failing_mail import (
     RefusingBackend,
     add_second_admin,
     assert_nothing_secret_logged,
+    sweeps_at,
     warnings_of,
 )
 from tests.failing_mail import PATH as DOWN
@@ -94,16 +94,7 @@ def test_a_refused_charge_is_tried_again_later_each_wait_longer_until_it_is_told
     charge = in_doubt(60)
     settings.EMAIL_BACKEND = REFUSING_SOME
     settings.MAIL_REFUSED_SUBJECTS = [f"for order #{charge.order.number}"]
-    start = timezone.now()
-
-    def sweep_at(minutes: float) -> list[str]:
-        caplog.clear()
-        with (
-            time_machine.travel(start + timedelta(minutes=minutes), tick=False),
-            caplog.at_level(logging.WARNING, logger=LOGGER),
-        ):
-            notify_missed_charge_attention()
-        return warnings(caplog)
+    sweep_at = sweeps_at(notify_missed_charge_attention, caplog=caplog, logger=LOGGER)
 
     refused = f"charge {charge.pk}: attention email refused (SMTPDataError); tried again in"
     assert sweep_at(0) == [f"{refused} 5 minutes"]

@@ -14,7 +14,6 @@ import logging
 from datetime import timedelta
 
 import pytest
-import time_machine
 from celery.exceptions import Retry
 from django.core import mail
 from django.utils import timezone
@@ -33,6 +32,7 @@ from tests.failing_mail import (
     add_second_admin,
     assert_nothing_secret_logged,
     messages_to,
+    sweeps_at,
     warnings_of,
 )
 from tests.failing_mail import PATH as DOWN
@@ -99,16 +99,7 @@ def test_a_refused_refund_is_tried_again_later_each_wait_longer_until_it_is_told
     mail.outbox.clear()
     settings.EMAIL_BACKEND = REFUSING_SOME
     settings.MAIL_REFUSED_SUBJECTS = ["up to $25.00"]
-    start = timezone.now()
-
-    def sweep_at(minutes: float) -> list[str]:
-        caplog.clear()
-        with (
-            time_machine.travel(start + timedelta(minutes=minutes), tick=False),
-            caplog.at_level(logging.WARNING, logger=LOGGER),
-        ):
-            notify_missed_attention()
-        return warnings(caplog)
+    sweep_at = sweeps_at(notify_missed_attention, caplog=caplog, logger=LOGGER)
 
     refused = f"refund {refund.pk}: attention email refused (SMTPDataError); tried again in"
     assert sweep_at(0) == [f"{refused} 5 minutes"]

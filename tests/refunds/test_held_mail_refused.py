@@ -15,7 +15,6 @@ import logging
 from datetime import timedelta
 
 import pytest
-import time_machine
 from celery.exceptions import Retry
 from django.core import mail
 from django.utils import timezone
@@ -34,6 +33,7 @@ from tests.failing_mail import (
     add_second_admin,
     assert_nothing_secret_logged,
     messages_to,
+    sweeps_at,
     warnings_of,
 )
 from tests.failing_mail import PATH as DOWN
@@ -94,16 +94,7 @@ def test_a_refused_refund_is_tried_again_later_each_wait_longer_until_it_is_told
     refund = hold("25.00", 60)
     settings.EMAIL_BACKEND = REFUSING_SOME
     settings.MAIL_REFUSED_SUBJECTS = ["up to $25.00"]
-    start = timezone.now()
-
-    def sweep_at(minutes: float) -> list[str]:
-        caplog.clear()
-        with (
-            time_machine.travel(start + timedelta(minutes=minutes), tick=False),
-            caplog.at_level(logging.WARNING, logger=LOGGER),
-        ):
-            notify_pending_held_refunds()
-        return warnings(caplog)
+    sweep_at = sweeps_at(notify_pending_held_refunds, caplog=caplog, logger=LOGGER)
 
     refused = f"held refund {refund.pk}: email refused (SMTPDataError); tried again in"
     assert sweep_at(0) == [f"{refused} 5 minutes"]
