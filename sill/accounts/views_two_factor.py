@@ -115,12 +115,16 @@ def _codes_page(request: SiteRequest, codes: list[str], *, fresh_device: bool) -
 
 
 def _setup_page(request: SiteRequest, device: TOTPDevice, *, error: str = "") -> HttpResponse:
-    return render(
+    response = render(
         request,
         "accounts/two_factor_setup.html",
         {"qr": _qr_data_uri(device.config_url), "secret": _secret(device), "error": error},
         status=422 if error else 200,
     )
+    # The authenticator's key, in words and as a QR code: whoever reads it makes its codes for
+    # as long as it is enrolled, so no cache (the back button, a proxy) keeps a copy either.
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_http_methods(["GET", "POST"])

@@ -81,6 +81,21 @@ def test_it_refuses_a_wrong_confirming_code(client_for, members):
     assert not TOTPDevice.objects.filter(user=members["owner"].user, confirmed=True).exists()
 
 
+def test_no_cache_keeps_the_authenticators_key(client_for):
+    # The set-up page shows the key every future code is made from; it was cacheable (the
+    # back button on a shared computer showed it after sign-out), while the recovery codes,
+    # which each work once, were already kept out of caches.
+    client = client_for("owner")
+    client.post(SETUP)
+    page = client.get(SETUP)
+    assert page.status_code == 200 and 'id="totp-secret"' in page.content.decode()
+    assert page["Cache-Control"] == "no-store"
+    # A wrong first code shows the page, and the key, again.
+    refused = client.post(CONFIRM, {"code": "000000"})
+    assert refused.status_code == 422 and 'id="totp-secret"' in refused.content.decode()
+    assert refused["Cache-Control"] == "no-store"
+
+
 def test_it_removes_the_authenticator_only_with_a_code(client_for, members, site):
     client = client_for("owner")
     user = members["owner"].user
