@@ -564,6 +564,13 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"invite_tokens": {"()": "sill.log_redaction.RedactInviteTokens"}},
     "root": {"handlers": ["console"], "level": env_str("SILL_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Both write the path of each refused or failed request, and an invitation's link is a
+        # path holding its token (sill/log_redaction.py).
+        "django.request": {"filters": ["invite_tokens"]},
+        "django.security.csrf": {"filters": ["invite_tokens"]},
+    },
 }

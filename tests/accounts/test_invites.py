@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from datetime import timedelta
 
@@ -192,6 +193,26 @@ def test_someone_signed_in_as_another_address_cannot_accept(invite_staff, member
     )
     assert MemberInvite.objects.get().pending
     assert not get_user_model().objects.filter(username="new@roasters.example").exists()
+
+
+def test_a_refused_accept_leaves_no_usable_link_in_the_log(invite_staff, members, caplog):
+    # Django logs the path of every 4xx answer; an invitation's path is its token, and an
+    # owner's pending one let whoever read the log choose the password and join as owner.
+    path = invite_staff(role="owner", persona="owner")
+    token = path.strip("/").rsplit("/", 1)[-1]
+    other = Client()
+    other.force_login(members["reviewer"].user)
+    weak = {"new_password1": "short", "new_password2": "short"}
+    with caplog.at_level(logging.INFO):
+        assert Client().post(path, weak).status_code == 422
+        assert other.post(path, {}).status_code == 403
+        assert Client(enforce_csrf_checks=True).post(path, weak).status_code == 403
+    logged = [record.getMessage() for record in caplog.records]
+    assert not [line for line in logged if token in line], logged
+    # Still logged, as every refusal is: only the token is left out.
+    refused = [line for line in logged if "/invite/<token>/" in line]
+    assert len(refused) == 3, logged
+    assert MemberInvite.objects.get().pending
 
 
 # --- links that open nothing --------------------------------------------------------------------
