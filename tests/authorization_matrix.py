@@ -241,3 +241,25 @@ MATRIX: dict[str, Row] = {
     # --- the favicon: a redirect to the static SVG, for everyone ------------------------------
     "favicon": row(GET=EVERYONE),
 }
+
+
+# The changes an owner may make (an ``OK`` answer to a POST, PUT or DELETE above) that need no
+# second factor on a site requiring one, and why. Every other such change is refused until
+# the session has entered a code (tests/test_authorization_matrix.py sends each one as an
+# owner without an authenticator): a new view that forgets the gate fails there, naming itself.
+NO_SECOND_FACTOR: dict[str, str] = {
+    "accounts:login": "signing in, where the code is asked",
+    "accounts:switch_site": "choosing which of one's own sites to work on",
+    "accounts:password-reset": "signed-out: asks for a reset email",
+    "accounts:password-reset-confirm": "signed-out: the emailed link sets a password",
+    "refunds:order-refund": "a staff refund, which staff with the permission make without one",
+    "refunds:staff-refund-api": "a staff refund, which staff with the permission make without one",
+    "audit:activity-verify": "a check that reads the log and changes nothing of the site",
+    "settings:account-logout": "one's own sessions",
+    "settings:account-password": "one's own password (the current one is asked)",
+    "settings:two-factor-setup": "setting up the second factor itself",
+    "settings:two-factor-confirm": "setting up the second factor itself (a code is asked)",
+    "settings:two-factor-codes": "new recovery codes (a code is asked)",
+    "settings:two-factor-remove": "removing the authenticator (a code is asked)",
+    "settings:two-factor-verify": "entering the code",
+}

@@ -41,15 +41,18 @@ from sill.accounts.models import MemberInvite, Membership, Site
 from sill.accounts.services import add_member
 from sill.orders.models import Charge, Order
 from sill.rails.registry import ensure_mock_rail
+from tests.accounts.two_factor_helpers import require_two_factor
 from tests.authorization_matrix import (
     BAD_REQUEST,
     FORBIDDEN,
     LOGIN,
     MATRIX,
+    NO_SECOND_FACTOR,
     NOT_FOUND,
     OK,
     ROLES,
     UNAUTHORIZED,
+    Row,
 )
 from tests.conftest import site_owner
 from tests.refunds.conftest import hold_refund, register_key
@@ -337,6 +340,21 @@ def _client(role: str, objects: Objects) -> Client:
     return client
 
 
+def _send(client: Client, method: str, url: str, entry: Row) -> Any:
+    """``method`` on ``url`` with a minimal body: JSON to the API and webhooks, else the row's
+    form."""
+    if method == "GET":
+        return client.get(url)
+    if url.startswith(("/api/", "/webhooks/")):
+        return client.generic(method, url, data=b"{}", content_type="application/json")
+    return client.generic(
+        method,
+        url,
+        data=urlencode(entry.body),
+        content_type="application/x-www-form-urlencoded",
+    )
+
+
 def _answer(response: Any) -> str:
     """The class of ``response``: login, 401, 403, 404, 405, a 5xx status, or allowed."""
     status = response.status_code
@@ -366,17 +384,7 @@ def test_it(
     client = _client(role, objects)
     before = AuditRecord.objects.filter(site=site).count()
 
-    if method == "GET":
-        response = client.get(url)
-    elif url.startswith(("/api/", "/webhooks/")):
-        response = client.generic(method, url, data=b"{}", content_type="application/json")
-    else:
-        response = client.generic(
-            method,
-            url,
-            data=urlencode(entry.body),
-            content_type="application/x-www-form-urlencoded",
-        )
+    response = _send(client, method, url, entry)
 
     got = _answer(response)
     assert response.status_code < 500, (url, response.status_code)
@@ -398,3 +406,55 @@ def test_it(
     if refused or role == "outsider":
         after = AuditRecord.objects.filter(site=site).count()
         assert after == before, f"{role} was refused ({got}) yet the primary site's log grew"
+
+
+# --- a site that requires two factors: every change of an owner's asks for one -------------------
+
+CHANGES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def _owner_changes() -> Iterator[Any]:
+    for name, entry in MATRIX.items():
+        for method, per_role in entry.methods.items():
+            if method in CHANGES and per_role["owner"] == OK and name not in NO_SECOND_FACTOR:
+                yield pytest.param(name, method, id=f"{name} {method}")
+
+
+def test_it_names_no_exemption_from_the_second_factor_that_is_gone() -> None:
+    changes = {
+        name
+        for name, entry in MATRIX.items()
+        for method, per_role in entry.methods.items()
+        if method in CHANGES and per_role["owner"] == OK
+    }
+    gone = sorted(set(NO_SECOND_FACTOR) - changes)
+    assert not gone, f"NO_SECOND_FACTOR names what is no owner's change: {gone}"
+
+
+@pytest.mark.parametrize(("name", "method"), list(_owner_changes()))
+def test_a_change_needs_the_second_factor_where_the_site_requires_it(
+    request: pytest.FixtureRequest,
+    site: Site,
+    other_site: Site,
+    make_order: Any,
+    name: str,
+    method: str,
+) -> None:
+    entry = MATRIX[name]
+    objects = Objects(site, other_site, make_order)
+    kwargs = {key: BUILDERS[kind](objects, request) for key, kind in entry.args.items()}
+    url = reverse(name, kwargs=kwargs)
+    require_two_factor(site)
+    client = _client("owner", objects)  # no authenticator: nothing verified this session
+    before = AuditRecord.objects.filter(site=site).count()
+
+    response = _send(client, method, url, entry)
+
+    shown = response.content.decode(errors="replace")
+    refused = "two_factor_required" in shown or "Two-factor authentication needed" in shown
+    assert response.status_code == 403 and refused, (
+        f"{name} {method} answered {response.status_code} without asking for the second "
+        "factor: guard the view (site_view with a capability of access.TWO_FACTOR_CAPS), or "
+        "say why it needs none in NO_SECOND_FACTOR (tests/authorization_matrix.py)"
+    )
+    assert AuditRecord.objects.filter(site=site).count() == before
