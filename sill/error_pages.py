@@ -15,6 +15,9 @@ JSON, and got Django's HTML "Bad Request" page. A browser's form gets a page in 
 layout instead (templates/form_refused.html): 413 for a form too large, 400 for one with too
 many fields (or files), saying that nothing was changed. Any other refusal keeps Django's page.
 
+A request Sill cannot check because its cache is down is :func:`briefly_unavailable`: 503
+``unavailable`` with ``Retry-After``, or a page saying to try again in a minute.
+
 A 404 under the machine paths (a URL that names nothing) is JSON too, and
 :func:`machine_post_only` answers another method than POST to a webhook or Slack
 ``405 method_not_allowed`` (Django's ``require_POST`` answers an empty HTML page).
@@ -148,6 +151,35 @@ def server_error(request: HttpRequest) -> HttpResponse:
         )
         return JsonResponse(failed.as_dict(), status=failed.status)
     return defaults.server_error(request)
+
+
+# How long a caller is asked to wait when Sill cannot reach its cache (``Retry-After``).
+UNAVAILABLE_RETRY_AFTER_SECONDS = 60
+
+
+def briefly_unavailable(request: HttpRequest) -> HttpResponse:
+    """503 with ``Retry-After``: Sill cannot check this request now (its cache cannot be
+    reached, :mod:`sill.cache_down`) and did not act on it. For programs (the machine paths
+    and JSON clients) the error shape with the stable code ``unavailable``; for people the
+    page templates/503.html (in the form's place when htmx sent it), rendered without the
+    request's context, so that it costs nothing that could fail too."""
+    if wants_json(request) or request.path.startswith(MACHINE_PATHS):
+        refused = SillError(
+            "Sill is briefly unavailable and did not act on this request. Send it again in a "
+            "minute: a signed mandate, a webhook event or a request with the same "
+            "Idempotency-Key is never acted on twice.",
+            code="unavailable",
+            status=503,
+        )
+        response: HttpResponse = JsonResponse(refused.as_dict(), status=refused.status)
+    else:
+        context = {
+            "htmx": request.headers.get("HX-Request") == "true",
+            "back": _same_site_referer(request),
+        }
+        response = HttpResponse(render_to_string("503.html", context), status=503)
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_SECONDS)
+    return response
 
 
 def machine_post_only(

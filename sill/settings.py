@@ -156,6 +156,8 @@ MIDDLEWARE = [
     "sill.accounts.sessions.SessionTimeoutMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A view failing because the cache cannot be reached: 503 with Retry-After, not a 500.
+    "sill.cache_down.CacheUnreachableMiddleware",
     # Last: it turns a login that django-axes refused into the lockout page (429).
     "axes.middleware.AxesMiddleware",
 ]

@@ -74,6 +74,12 @@ _READ_RATE_LIMITED = OpenApiResponse(
     description="`rate_limited`: over the token's limit; `Retry-After` says in how many "
     "seconds to ask again.",
 )
+# Sill's cache (its rate limits) cannot be reached: every endpoint (sill/cache_down.py).
+_UNAVAILABLE = (
+    "`unavailable`: Sill is briefly unavailable and did not act on the request; `Retry-After` "
+    "says in how many seconds to send it again (a minute)."
+)
+_READ_UNAVAILABLE = OpenApiResponse(_ERROR, description=_UNAVAILABLE)
 _EXAMPLE_REQUEST: dict[str, Any] = {
     "signed": {
         "mandate_id": "mnd_01K6HBK7MK753DH3YBX4NVCYTT",
@@ -166,10 +172,15 @@ class MandateCreateApi(APIView):
                 description="`rate_limited`: over the address's or the signing key's limit; "
                 "`Retry-After` says in how many seconds to send again.",
             ),
+            500: OpenApiResponse(
+                _ERROR,
+                description="`server_error`: Sill failed (its log says why). Send the same "
+                "signed mandate again later: it is never acted on twice.",
+            ),
             503: OpenApiResponse(
                 _ERROR,
                 description="`busy`: the decision kept conflicting with concurrent ones; "
-                "nothing was done. Send the same mandate again after a second.",
+                "nothing was done. Send the same mandate again after a second. " + _UNAVAILABLE,
             ),
         },
         examples=[
@@ -242,6 +253,7 @@ class AgentMeApi(APIView):
             ),
             401: _TOKEN_REFUSED,
             429: _READ_RATE_LIMITED,
+            503: _READ_UNAVAILABLE,
         },
     )
     def get(self, request: Request) -> Response:
@@ -263,6 +275,7 @@ class RefundDetailApi(APIView):
                 _ERROR, description="`not_found`: no mandate with this id from this agent."
             ),
             429: _READ_RATE_LIMITED,
+            503: _READ_UNAVAILABLE,
         },
         examples=[OpenApiExample("Succeeded", value={**_EXAMPLE_RESULT, "status": "succeeded"})],
     )

@@ -43,6 +43,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from sill.accounts.models import Membership, NoticeDelivery
+from sill.cache_down import CACHE_UNREACHABLE
 
 logger = logging.getLogger(__name__)
 
@@ -331,35 +332,61 @@ def _refusal_key(notice: str) -> str:
     return f"sill:mail-refused:{notice}"
 
 
+# A cache that cannot be reached (Redis down, sill.cache_down) costs the back-off only: a
+# message already sent is not failed for it, and a sweep that cannot tell which notices wait
+# picks none of them (claimed by nobody, they are all sent by the first sweep after).
+
+
 def back_off(notice: str) -> timedelta:
     """Record that the server refused ``notice`` (e.g. ``charge-attention:<id>``); how long
     until it is due again: REFUSED_FIRST_WAIT, doubling with each refusal, at most
-    REFUSED_MAX_WAIT."""
+    REFUSED_MAX_WAIT. With the cache unreachable nothing is recorded: the first wait."""
     key = _refusal_key(notice)
-    refusals = int((cache.get(key) or (0, 0.0))[0]) + 1
-    wait = min(REFUSED_FIRST_WAIT * 2 ** min(refusals - 1, 16), REFUSED_MAX_WAIT)
-    due = (timezone.now() + wait).timestamp()
-    cache.set(key, (refusals, due), _REFUSALS_KEPT_SECONDS)
+    try:
+        refusals = int((cache.get(key) or (0, 0.0))[0]) + 1
+        wait = min(REFUSED_FIRST_WAIT * 2 ** min(refusals - 1, 16), REFUSED_MAX_WAIT)
+        due = (timezone.now() + wait).timestamp()
+        cache.set(key, (refusals, due), _REFUSALS_KEPT_SECONDS)
+    except CACHE_UNREACHABLE as exc:
+        _cache_unreachable(exc, f"{notice}: its refusal is not recorded")
+        return REFUSED_FIRST_WAIT
     return wait
 
 
 def forget_refusals(notice: str) -> None:
-    """``notice`` was sent: a later refusal of it starts again from the first wait."""
-    cache.delete(_refusal_key(notice))
+    """``notice`` was sent: a later refusal of it starts again from the first wait. With the
+    cache unreachable, a later refusal may wait longer; the notice was sent all the same."""
+    try:
+        cache.delete(_refusal_key(notice))
+    except CACHE_UNREACHABLE as exc:
+        _cache_unreachable(exc, f"{notice}: sent; its earlier refusals are not forgotten")
 
 
 def not_backing_off(ids: Iterable[str], *, notice: str, limit: int) -> list[str]:
     """The first ``limit`` of ``ids`` (in order) whose ``<notice>:<id>`` is due: those waiting
-    after a refusal are skipped, so they neither go first nor use up a sweep's limit."""
+    after a refusal are skipped, so they neither go first nor use up a sweep's limit.
+
+    Empty while the cache cannot be reached: which ones wait is unknown, and sending them all
+    would send the refused ones again every sweep, first. Nothing is claimed, so the first
+    sweep after the cache is back picks them up."""
     picked: list[str] = []
     now = timezone.now().timestamp()
-    for chunk in _chunks(ids, limit):
-        keys = {_refusal_key(f"{notice}:{pk}"): pk for pk in chunk}
-        waiting = {keys[k] for k, (_, due) in cache.get_many(list(keys)).items() if due > now}
-        picked += [pk for pk in chunk if pk not in waiting]
-        if len(picked) >= limit:
-            break
+    try:
+        for chunk in _chunks(ids, limit):
+            keys = {_refusal_key(f"{notice}:{pk}"): pk for pk in chunk}
+            waiting = {keys[k] for k, (_, due) in cache.get_many(list(keys)).items() if due > now}
+            picked += [pk for pk in chunk if pk not in waiting]
+            if len(picked) >= limit:
+                break
+    except CACHE_UNREACHABLE as exc:
+        _cache_unreachable(exc, f"{notice} sweep: nothing picked; the next sweep tries")
+        return []
     return picked[:limit]
+
+
+def _cache_unreachable(exc: Exception, what: str) -> None:
+    # The class only: redis' message names the cache's host and port.
+    logger.warning("the cache cannot be reached (%s): %s", type(exc).__name__, what)
 
 
 def _chunks(ids: Iterable[str], size: int) -> Iterator[list[str]]:

@@ -8,8 +8,9 @@ document.addEventListener("DOMContentLoaded", () => {
   // its errors (CONVENTIONS.md); 403 and 409 answer a refused held-refund decision with the row
   // or panel as it stands now; 413 and 400 are a form Django refused to read (too large, too
   // many fields: templates/form_refused.html), which takes the form's place and says nothing
-  // was changed. Other error answers keep htmx's default: no swap.
-  const SWAPPED_ERRORS = [422, 403, 409, 413, 400];
+  // was changed; 503 is Sill briefly unavailable (its cache down: templates/503.html), which
+  // takes the form's place the same way. Other error answers keep htmx's default: no swap.
+  const SWAPPED_ERRORS = [422, 403, 409, 413, 400, 503];
   document.body.addEventListener("htmx:beforeSwap", (e) => {
     if (SWAPPED_ERRORS.includes(e.detail.xhr.status)) { e.detail.shouldSwap = true; e.detail.isError = false; }
   });

@@ -24,8 +24,9 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 SECTION = README.split("## The agent API", 1)[1].split("\n## ", 1)[0]
 SITE = "01JDEMOSITE00000000000MAIN"
 AGENT = "agent_acme_shopper"
-# Raised outside mandates.ERROR_CODES: sill.api.RateLimited and refunds.locks.Busy.
-OTHER_CODES = {"rate_limited": 429, "busy": 503}
+# Answered outside mandates.ERROR_CODES: sill.api.RateLimited, refunds.locks.Busy, and
+# sill.error_pages' server_error (a 500) and briefly_unavailable (the cache down).
+OTHER_CODES = {"rate_limited": 429, "busy": 503, "server_error": 500, "unavailable": 503}
 
 
 def _quick_start_intent() -> str:
@@ -101,6 +102,7 @@ def test_the_read_endpoints_answer_the_errors_the_readme_lists(demo_key_file: Pa
         "not_authenticated": 401,
         "not_found": 404,
         "rate_limited": 429,
+        "unavailable": 503,
         "method_not_allowed": 405,
         "not_acceptable": 406,
     }
@@ -138,6 +140,7 @@ def test_the_schema_names_the_codes_of_each_error_status(settings: Settings) -> 
         responses = schema["paths"][path]["get"]["responses"]
         assert "`not_authenticated`" in responses["401"]["description"]
         assert "`rate_limited`" in responses["429"]["description"]
+        assert "`unavailable`" in responses["503"]["description"]
     assert (
         "`not_found`"
         in schema["paths"]["/api/v1/refunds/{mandate_id}"]["get"]["responses"]["404"]["description"]
