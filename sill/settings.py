@@ -211,9 +211,19 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache ----------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
+# How long a cache call waits for Redis to take the connection, then to answer (seconds). A Redis
+# host that drops packets instead of refusing them would otherwise hold each request until the
+# kernel gives up on the connection (minutes); past these the call raises redis' TimeoutError,
+# which the request answers as "503 unavailable" (sill/cache_down.py). Redis answers a rate
+# limit's counter in well under a millisecond: these are for an outage, not for load.
+SILL_REDIS_CACHE_OPTIONS = {"socket_connect_timeout": 2.0, "socket_timeout": 2.0}
 if REDIS_URL:
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": SILL_REDIS_CACHE_OPTIONS,
+        }
     }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -264,6 +274,12 @@ if not SILL_BROKER_URL.startswith("filesystem:"):
         # by default); scan on every tick so redelivery comes within ~10 s of the timeout.
         "unacked_restore_interval": max(1, min(10, SILL_BROKER_VISIBILITY_TIMEOUT // 5)),
         "unacked_restore_throttle": 1,
+        # A publish waits this long for Redis to take the connection, then to answer (kombu
+        # waits forever by default): a broker host that drops packets fails the publish (the
+        # request answers, the beat sweeps send it later: sill/queue.py) rather than holding
+        # the request. Well above BRPOP's one second, which a worker's reads wait on.
+        "socket_connect_timeout": 2.0,
+        "socket_timeout": 5.0,
     }
 else:
     # Embedded broker: kombu's filesystem transport under the data dir; no server needed. A

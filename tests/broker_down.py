@@ -62,3 +62,23 @@ def cache_unreachable() -> Iterator[str]:
     finally:
         caches["default"] = saved
         dead.close()
+
+
+@contextmanager
+def cache_not_answering(options: dict[str, object]) -> Iterator[str]:
+    """Inside: Django's default cache is Redis (with ``options``) at an address whose kernel
+    takes the connection and nothing ever answers it, as a Redis host that hangs does (or a
+    firewall that drops its packets once connected): a call waits as long as the options let it.
+    The address is yielded. After: the test's cache."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # the kernel completes the handshakes; nothing accepts or reads
+        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        hanging = RedisCache(url, {"OPTIONS": options})
+        saved = caches["default"]
+        caches["default"] = hanging
+        try:
+            yield url
+        finally:
+            caches["default"] = saved
+            hanging.close()

@@ -15,6 +15,8 @@ a failure email sent while the cache was down failed its task after it went out.
 from __future__ import annotations
 
 import logging
+import signal
+import time
 
 import pytest
 from django.core import mail
@@ -28,7 +30,7 @@ from refunds.review.failures import notify_failed
 from refunds.tasks import notify_missed_outcomes_task
 from sill.accounts.services import issue_agent_token, issue_member_token
 from sill.rails.models import WebhookEvent
-from tests.broker_down import cache_unreachable
+from tests.broker_down import cache_not_answering, cache_unreachable
 from tests.conftest import site_owner
 from tests.rails.paypal_fixtures import paypal, paypal_account, paypal_order  # noqa: F401 (fixtures)
 from tests.rails.test_paypal_webhooks import deliver, refund_event
@@ -230,3 +232,39 @@ def test_a_sweep_picks_nothing_while_the_cache_is_down_and_sends_it_once_back(fa
 
     assert notify_missed_outcomes_task.apply().get() == 1
     assert len(mail.outbox) == 2
+
+
+def test_a_cache_that_takes_the_connection_and_never_answers_is_503_within_seconds(
+    agent, rates_on, settings, caplog
+):
+    # Seen: Django's Redis cache had no timeouts of Sill's: a Redis host that hangs (or drops
+    # packets) held every rate-limited request for as long as the driver's default (redis-py
+    # 5, which the requirements allow, waits forever), the web workers all waiting. The
+    # request now fails closed after the cache's own timeout.
+    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+
+    def waited_too_long(signum, frame):
+        raise AssertionError("the request was still waiting for the cache after 30 s")
+
+    # The request runs in the test's thread (its database transaction); an alarm ends it if
+    # the cache call never returns (before the fix it waited for as long as the kernel did).
+    previous = signal.signal(signal.SIGALRM, waited_too_long)
+    signal.alarm(30)
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger=LOGGER),
+            cache_not_answering(settings.SILL_REDIS_CACHE_OPTIONS) as address,
+        ):
+            started = time.monotonic()
+            response = Client().get("/api/v1/agent", headers={"Authorization": f"Bearer {token}"})
+            took = time.monotonic() - started
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    # The cache's own timeout (2 s), not the driver's default (5 s in redis-py 8; forever in
+    # the redis-py 5 the requirements allow).
+    assert took < 4.5, took
+    assert response.status_code == 503 and response.json()["error"]["code"] == "unavailable"
+    [warning] = [r for r in caplog.records if r.name == LOGGER]
+    assert "(TimeoutError)" in warning.getMessage()
+    assert address.rsplit(":", 1)[1] not in warning.getMessage()

@@ -197,3 +197,21 @@ def test_it_refuses_an_audit_origin_no_checkpoint_can_be_signed_under(tmp_path):
         assert "SILL_AUDIT_ORIGIN" in result.stderr, result.stderr
     good = _run(tmp_path, "check", DEBUG="1", SILL_AUDIT_ORIGIN="refunds.example.com/audit")
     assert good.returncode == 0, good.stderr
+
+
+def test_the_cache_and_the_broker_give_up_on_a_redis_that_does_not_answer(tmp_path):
+    # Without timeouts a Redis host that drops packets held each request (a rate limit's
+    # counter, an on-commit publish) until the kernel gave up on the connection.
+    result = _python(
+        tmp_path,
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'sill.settings');"
+        " django.setup()\n"
+        "from django.conf import settings\n"
+        "o, b = settings.CACHES['default']['OPTIONS'], settings.CELERY_BROKER_TRANSPORT_OPTIONS\n"
+        "print(o['socket_connect_timeout'], o['socket_timeout'],"
+        " b['socket_connect_timeout'], b['socket_timeout'])",
+        **_PRODUCTION,
+        REDIS_URL="redis://127.0.0.1:6379/0",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2.0", "2.0", "2.0", "5.0"]
