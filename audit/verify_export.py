@@ -22,7 +22,8 @@ or with fewer records than it counts, was cut short.
 A bundle (``manage.py audit bundle --refund R``) is one refund's evidence: the mandate's bytes,
 its records (decision, review, settlement, …) each with an inclusion proof, and a checkpoint;
 each record and proof is checked, and the mandate's bytes against the SHA-256 its decision
-record names (a bundle whose decision names a mandate must carry it).
+record names (a bundle whose decision names a mandate must carry it); a record naming an
+earlier one by its hash (``decision_hash``, ``escalated_hash``) needs that one in it too.
 
 A record is also refused when it is signed by a key whose window starts before that of a key
 which signed an earlier record ("signed by a retired key after its successor signed"): a
@@ -740,6 +741,11 @@ def _against(
 # -- a bundle -----------------------------------------------------------------------------
 
 BUNDLE_FORMAT = "sill-evidence-bundle-v1"
+# Hashes a record's body may name of earlier records about the same refund, and what each is.
+LINKS = (
+    ("decision_hash", "the decision it follows from"),
+    ("escalated_hash", "the escalation it decides"),
+)
 
 
 def verify_bundle(
@@ -814,17 +820,25 @@ def verify_bundle(
             problems.append(f"FAILED at seq {seq}: the record is about another refund")
         if isinstance(body, dict) and body.get("mandate_sha256"):
             mandate_sha256 = body["mandate_sha256"]
-    # A settlement names its decision's hash: that record must be here too, or the bundle no
-    # longer shows the decision it settles is in the log (one taken out, with its mandate).
+    # A record names the records it follows from by their hashes: a settlement (or failure),
+    # a needs-attention or a reversal its decision (``decision_hash``), a reviewer's approval
+    # or rejection, or an expiry, the escalation it decides (``escalated_hash``). Each named
+    # record must be here too, or the bundle no longer shows that it is in the log: taken out
+    # with the mandate it names, a held agent refund verified without the agent's request.
     # (Listed is enough: a listed record that does not verify is reported on its own.)
     hashes = {
         r.get("hash") for r in records if isinstance(r, dict) and isinstance(r.get("hash"), str)
     }
     for seq, rec in verified:
         payload = json.loads(rec["payload"])
-        named = payload["body"].get("decision_hash") if isinstance(payload["body"], dict) else None
-        if payload["kind"] == "settlement" and named and named not in hashes:
-            problems.append(f"FAILED at seq {seq}: the decision it settles is not in the bundle")
+        body = payload["body"] if isinstance(payload["body"], dict) else {}
+        for field, what in LINKS:
+            named = body.get(field)
+            if not named or (isinstance(named, str) and named in hashes):
+                continue
+            if field == "decision_hash" and payload["kind"] == "settlement":
+                what = "the decision it settles"
+            problems.append(f"FAILED at seq {seq}: {what} is not in the bundle")
     # In seq order whatever order the file lists them in: reordering must not hide a record
     # a retired key signed after its successor.
     order = KeyOrder(windows)

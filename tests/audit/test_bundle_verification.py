@@ -71,3 +71,29 @@ def test_a_malformed_prev_hash_is_a_problem_not_a_crash(site: Site, prev_hash: o
     bundle["records"][0]["prev_hash"] = prev_hash
     _, problems = verify_export.verify_bundle(bundle, None, None)
     assert problems == ["FAILED at seq 1: prev_hash is not 64 lowercase hex digits"]
+
+
+@pytest.mark.parametrize("kind", [AuditKind.REFUND_REVERSED, AuditKind.NEEDS_ATTENTION])
+def test_a_record_naming_its_decision_needs_it_in_the_bundle(site: Site, kind: str) -> None:
+    """Not only a settlement names its decision (``decision_hash``): a reversal and a
+    needs-attention do too, and a bundle of one of them without its decision (and the mandate
+    the decision names) verified."""
+    with transaction.atomic():
+        decision = append_record(
+            site=site,
+            kind=AuditKind.APPROVED,
+            body={"refund_id": "rf_1", "mandate_sha256": hashlib.sha256(MANDATE).hexdigest()},
+        )
+        later = append_record(
+            site=site, kind=kind, body={"refund_id": "rf_1", "decision_hash": decision.hash}
+        )
+    bundle = bundles.refund_bundle(site=site, refund_id="rf_1")
+    bundle["mandate"] = {"bytes_b64": base64.b64encode(MANDATE).decode("ascii")}
+    assert verify_export.verify_bundle(bundle, None, None) == (2, [])
+
+    bundle["records"] = [r for r in bundle["records"] if r["seq"] == later.seq]
+    bundle["mandate"] = None
+    _, problems = verify_export.verify_bundle(bundle, None, None)
+    assert problems == [
+        f"FAILED at seq {later.seq}: the decision it follows from is not in the bundle"
+    ]

@@ -154,3 +154,30 @@ def test_a_bundle_listing_a_record_twice_is_refused(settled_agent_refund, tmp_pa
     result = run_standalone(tmp_path, str(path))
     assert result.returncode == 1, result.stdout
     assert f"FAILED at seq {settlement['seq']}: the record is listed twice" in result.stderr
+
+
+def test_a_held_refunds_bundle_without_its_escalation_is_refused(
+    settled_agent_refund, tmp_path: Path
+) -> None:
+    """A held agent refund's first record (escalated) is the one that names the mandate's
+    SHA-256, the rules that fired and the facts. Taken out with the mandate, the bundle still
+    verified: the reviewer's approval names it only as ``escalated_hash``, which nobody
+    checked. Every hash a record names must be in the bundle."""
+    path = bundle_file(settled_agent_refund, tmp_path)
+    bundle = json.loads(path.read_text())
+    escalated = next(
+        r for r in bundle["records"] if json.loads(r["payload"])["kind"] == "escalated"
+    )
+    approval = next(
+        r for r in bundle["records"] if json.loads(r["payload"])["kind"] == "escalated_approved"
+    )
+    assert json.loads(approval["payload"])["body"]["escalated_hash"] == escalated["hash"]
+    bundle["records"] = [r for r in bundle["records"] if r is not escalated]
+    bundle["mandate"] = None
+    path.write_text(json.dumps(bundle))
+
+    result = run_standalone(tmp_path, str(path))
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.strip().splitlines() == [
+        f"FAILED at seq {approval['seq']}: the escalation it decides is not in the bundle"
+    ]
