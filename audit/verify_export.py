@@ -4,7 +4,7 @@
     python verify_export.py export.jsonl [--keys F] [--public-key KEY_ID=BASE64URL ...]
                                          [--checkpoint F]
     python verify_export.py bundle.json  [--keys F] [--public-key KEY_ID=BASE64URL ...]
-                                         [--checkpoint F]
+                                         [--checkpoint F [--consistency F]]
 
 An export (``manage.py audit export --site S``) is JSON lines: a header
 ``{"type": "header", "format": "sill-audit-export-v1", "site_id", "origin", "public_keys",
@@ -23,7 +23,11 @@ A bundle (``manage.py audit bundle --refund R``) is one refund's evidence: the m
 its records (decision, review, settlement, …) each with an inclusion proof, and a checkpoint;
 each record and proof is checked, and the mandate's bytes against the SHA-256 its decision
 record names (a bundle whose decision names a mandate must carry it); a record naming an
-earlier one by its hash (``decision_hash``, ``escalated_hash``) needs that one in it too.
+earlier one by its hash (``decision_hash``, ``escalated_hash``) needs that one in it too. A
+bundle's checkpoint is signed when it is made, so it is rarely the one an auditor kept: with
+``--checkpoint`` of another size, pass ``--consistency`` the answer of ``GET /audit/<site
+id>/proof/consistency?from=A&to=B`` between the two sizes (smaller first), which must show the
+larger tree extends the smaller.
 
 A record is also refused when it is signed by a key whose window starts before that of a key
 which signed an earlier record ("signed by a retired key after its successor signed"): a
@@ -754,9 +758,14 @@ def verify_bundle(
     trusted_checkpoint: str | None,
     *,
     published: Any = None,
+    consistency: Any = None,
 ) -> tuple[int, list[str]]:
     """``(records, problems)`` for one refund's evidence bundle (``published`` as for an
-    export)."""
+    export).
+
+    ``consistency``: the answer (parsed) of ``GET /audit/<site id>/proof/consistency?from=A&to=B``
+    between the sizes of ``trusted_checkpoint`` and the bundle's checkpoint, which it needs
+    when they differ (:func:`bundle_against_trusted`)."""
     try:
         keys, windows, problems = keys_for(bundle, trusted, published)
     except Failed as failed:
@@ -774,11 +783,9 @@ def verify_bundle(
         except ValueError as exc:
             problems.append(f"FAILED at the trusted checkpoint: {exc}")
         else:
-            if (trusted_size, trusted_root) != (size, root):
-                problems.append(
-                    "FAILED at the trusted checkpoint: it is not the bundle's checkpoint "
-                    f"(sizes {trusted_size} and {size}); fetch the consistency proof between them"
-                )
+            problems += bundle_against_trusted(
+                (trusted_size, trusted_root), (size, root), consistency, bundle.get("site_id")
+            )
     listed = bundle.get("records")
     records: list[Any] = listed if isinstance(listed, list) else []
     if not records:
@@ -867,6 +874,55 @@ def verify_bundle(
     return len(records), problems
 
 
+def bundle_against_trusted(
+    trusted: tuple[int, bytes], signed: tuple[int, bytes], consistency: Any, site_id: Any
+) -> list[str]:
+    """Problems with the bundle's checkpoint ``signed`` (size, root) beside the checkpoint the
+    auditor kept, ``trusted``: none when they are one tree, or when ``consistency`` (the
+    public API's answer, ``{"size1", "size2", "proof": [base64, …]}``) proves the smaller a
+    prefix of the larger. A bundle's checkpoint is signed when it is made, so it is rarely the
+    one an auditor kept: without the proof between them, a bundle could not be checked against
+    it at all."""
+    (trusted_size, trusted_root), (size, root) = trusted, signed
+    if (trusted_size, trusted_root) == (size, root):
+        return []
+    if trusted_size == size:
+        return [
+            f"FAILED at the trusted checkpoint: it counts the same {size} records as the "
+            "bundle's checkpoint, under another root: the log was rewritten (forked)"
+        ]
+    (small, small_root), (large, large_root) = sorted([trusted, signed], key=lambda t: t[0])
+    ask = f"/audit/{site_id}/proof/consistency?from={small}&to={large}"
+    if consistency is None:
+        return [
+            f"FAILED at the trusted checkpoint: it is not the bundle's checkpoint (sizes "
+            f"{trusted_size} and {size}): pass the proof that one extends the other with "
+            f"--consistency FILE, the answer of GET {ask}"
+        ]
+    listed = consistency.get("proof") if isinstance(consistency, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(h, str) for h in listed):
+        return [f"FAILED at the consistency proof: not the answer of GET {ask}"]
+    asked = (consistency.get("size1"), consistency.get("size2"))
+    if asked != (small, large) or not all(type(n) is int for n in asked):
+        return [
+            f"FAILED at the consistency proof: it is between sizes {asked[0]} and {asked[1]}, "
+            f"not {small} and {large}: fetch GET {ask}"
+        ]
+    try:
+        proof = [base64.b64decode(h, validate=True) for h in listed]
+    except ValueError:
+        return ["FAILED at the consistency proof: a hash of its proof is not base64"]
+    try:
+        verify_consistency(small, large, small_root, large_root, proof)
+    except ValueError as exc:
+        return [
+            f"FAILED at the consistency proof: {exc}: it does not show that the tree of {large} "
+            f"records extends the one of {small} (if GET {ask} answered it, the log was "
+            "rewritten between them)"
+        ]
+    return []
+
+
 # -- the command --------------------------------------------------------------------------
 
 
@@ -876,9 +932,11 @@ def verify_path(
     trusted_checkpoint: str | None,
     *,
     published: Any = None,
+    consistency: Any = None,
 ) -> tuple[str, int, list[str]]:
     """``(kind, records, problems)`` for the file at ``path`` (an export or a bundle), against
-    the keys file ``published`` (parsed) when given."""
+    the keys file ``published`` (parsed) when given; ``consistency`` as for a bundle (an export
+    holds its records, so the trusted checkpoint is checked against them directly)."""
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     try:
@@ -886,7 +944,9 @@ def verify_path(
     except (ValueError, RecursionError):
         whole = None
     if isinstance(whole, dict) and whole.get("format") == BUNDLE_FORMAT:
-        count, problems = verify_bundle(whole, trusted, trusted_checkpoint, published=published)
+        count, problems = verify_bundle(
+            whole, trusted, trusted_checkpoint, published=published, consistency=consistency
+        )
         return "bundle", count, problems
     # Lines end at "\n" only (open() already read "\r\n" as "\n"): str.splitlines() would
     # also cut at U+2028, U+2029 and U+0085, which a record's JSON strings may hold unescaped.
@@ -915,7 +975,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--checkpoint", metavar="FILE", help="a signed checkpoint of the log you kept yourself"
     )
+    parser.add_argument(
+        "--consistency",
+        metavar="FILE",
+        help="for a bundle whose checkpoint is not the one you kept (--checkpoint): the answer "
+        "of GET /audit/<site id>/proof/consistency?from=A&to=B between their sizes",
+    )
     args = parser.parse_args(argv)
+    if args.consistency and not args.checkpoint:
+        parser.error("--consistency proves a bundle against the checkpoint you kept: pass it too")
     trusted = None
     if args.public_key:
         trusted = {}
@@ -928,10 +996,18 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 parser.error(f"--public-key {item!r}: {exc}")
     try:
-        checkpoint = published = None
+        checkpoint = published = consistency = None
         if args.checkpoint:
             with open(args.checkpoint, encoding="utf-8") as fh:
                 checkpoint = fh.read()
+        if args.consistency:
+            with open(args.consistency, encoding="utf-8") as fh:
+                text = fh.read()
+            try:
+                consistency = json.loads(text)
+            except (ValueError, RecursionError):
+                print("FAILED at the consistency proof: not JSON", file=sys.stderr)
+                return 1
         if args.keys:
             with open(args.keys, encoding="utf-8") as fh:
                 text = fh.read()
@@ -940,7 +1016,9 @@ def main(argv: list[str] | None = None) -> int:
             except (ValueError, RecursionError):
                 print("FAILED at the keys file: not JSON", file=sys.stderr)
                 return 1
-        kind, count, problems = verify_path(args.file, trusted, checkpoint, published=published)
+        kind, count, problems = verify_path(
+            args.file, trusted, checkpoint, published=published, consistency=consistency
+        )
     except (OSError, UnicodeDecodeError) as exc:
         print(f"FAILED: cannot read a file: {exc}", file=sys.stderr)
         return 1

@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.test import Client
 
-from audit import merkle
-from audit.checkpoints import origin_for
+from audit import chain, keys, merkle
+from audit.checkpoints import origin_for, write_checkpoint
+from audit.models import AuditKind, AuditRecord
+from audit.services import append_record
 from refunds.models import Refund
 from refunds.review.decisions import approve_refund
+from tests.audit.test_auditor_attacks import signed_checkpoint
 from tests.audit.test_tamper import run_standalone
 from tests.refunds.conftest import hold_refund
 
@@ -181,3 +185,108 @@ def test_a_held_refunds_bundle_without_its_escalation_is_refused(
     assert result.stderr.strip().splitlines() == [
         f"FAILED at seq {approval['seq']}: the escalation it decides is not in the bundle"
     ]
+
+
+def fetch(tmp_path: Path, name: str, url: str) -> Path:
+    """What an auditor saves of Sill's public answer at ``url``, byte for byte."""
+    answer = Client().get(url)
+    assert answer.status_code == 200, answer.content
+    path = tmp_path / name
+    path.write_bytes(answer.content)
+    return path
+
+
+def grow_log(site) -> str:
+    """One more record in ``site``'s log; its payload."""
+    with transaction.atomic():
+        record = append_record(site=site, kind=AuditKind.REVIEW, body={"note": "the log goes on"})
+    return record.payload
+
+
+def size_of(note: str) -> int:
+    return int(note.split("\n")[1])
+
+
+@pytest.mark.parametrize("kept", ["before the bundle", "after the bundle"])
+def test_a_bundle_verifies_against_a_checkpoint_the_auditor_kept(
+    settled_agent_refund, tmp_path: Path, kept: str
+) -> None:
+    """How an auditor verifies (docs/audit.md): the keys file, the pinned configured key and a
+    checkpoint they kept. A bundle's checkpoint is signed when it is made, so it is hardly ever
+    the one they kept, and every genuine bundle failed ("fetch the consistency proof between
+    them") with no way to give the verifier that proof. It takes it now (--consistency)."""
+    site = settled_agent_refund.site
+    checkpoint_url = f"/audit/{site.pk}/checkpoint"
+    if kept == "before the bundle":
+        write_checkpoint(site=site)
+        kept_file = fetch(tmp_path, "kept.txt", checkpoint_url)
+        grow_log(site)
+        path = bundle_file(settled_agent_refund, tmp_path)
+    else:
+        path = bundle_file(settled_agent_refund, tmp_path)
+        grow_log(site)
+        write_checkpoint(site=site)
+        kept_file = fetch(tmp_path, "kept.txt", checkpoint_url)
+    kept_size = size_of(kept_file.read_text())
+    bundle_size = size_of(json.loads(path.read_text())["checkpoint"])
+    small, large = sorted([kept_size, bundle_size])
+    assert small < large
+    keys_file = fetch(tmp_path, "sill-audit-keys.json", "/.well-known/sill-audit-keys.json")
+    key_id, key = keys.configured_key()
+    auditor = [
+        "--keys", str(keys_file),
+        "--public-key", f"{key_id}={chain.b64url_encode(bytes(key.verify_key))}",
+        "--checkpoint", str(kept_file),
+    ]  # fmt: skip
+    ask = f"/audit/{site.pk}/proof/consistency?from={small}&to={large}"
+
+    without = run_standalone(tmp_path, str(path), *auditor)
+    assert without.returncode == 1
+    assert without.stderr.strip() == (
+        f"FAILED at the trusted checkpoint: it is not the bundle's checkpoint (sizes {kept_size} "
+        f"and {bundle_size}): pass the proof that one extends the other with --consistency "
+        f"FILE, the answer of GET {ask}"
+    )
+
+    proof = fetch(tmp_path, "proof.json", ask)
+    result = run_standalone(tmp_path, str(path), *auditor, "--consistency", str(proof))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("OK: bundle of ")
+
+
+def test_a_bundle_of_a_log_forked_from_the_kept_checkpoint_fails_even_with_a_proof(
+    settled_agent_refund, tmp_path: Path
+) -> None:
+    """The auditor kept a checkpoint of a log the bundle's does not extend (signed by Sill's own
+    key: an operator who rewrote the log). Sill's genuine proof between the sizes cannot tie
+    the two together, and neither can a checkpoint of the same size under another root."""
+    site = settled_agent_refund.site
+    origin, key = origin_for(site.pk), keys.configured_key()[1]
+    payloads = list(
+        AuditRecord.objects.filter(site=site).order_by("seq").values_list("payload", flat=True)
+    )
+    rewritten = [*payloads[:-2], payloads[-1], payloads[-2]]  # the last two swapped
+    size = len(rewritten)
+    grown = grow_log(site)
+    path = bundle_file(settled_agent_refund, tmp_path)
+    assert size_of(json.loads(path.read_text())["checkpoint"]) == size + 1
+    fork = tmp_path / "fork.txt"
+
+    fork.write_text(signed_checkpoint(origin, rewritten, key))
+    proof = fetch(tmp_path, "proof.json", f"/audit/{site.pk}/proof/consistency?from={size}")
+    result = run_standalone(
+        tmp_path, str(path), "--checkpoint", str(fork), "--consistency", str(proof)
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "FAILED at the consistency proof: the consistency proof does not lead to both roots: "
+        f"it does not show that the tree of {size + 1} records extends the one of {size}"
+    )
+
+    fork.write_text(signed_checkpoint(origin, [*rewritten, grown], key))
+    result = run_standalone(tmp_path, str(path), "--checkpoint", str(fork))
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"FAILED at the trusted checkpoint: it counts the same {size + 1} records as the "
+        "bundle's checkpoint, under another root: the log was rewritten (forked)"
+    )
