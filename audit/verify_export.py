@@ -1029,7 +1029,12 @@ def main(argv: list[str] | None = None) -> int:
     # so an auditor handed another site's genuine export sees it is not the one they asked for.
     log = log_name(args.file)
     if kind == "bundle":
-        print(f"OK: bundle of {count} records of log {log}, each in the signed checkpoint")
+        # And which refund: every record verified is about the one the bundle names, so an
+        # auditor handed another refund's genuine bundle sees it is not the one they asked for.
+        print(
+            f"OK: bundle of {count} records about refund {bundle_refund(args.file)} of log "
+            f"{log}, each in the signed checkpoint"
+        )
     else:
         print(f"OK: {count} records of log {log}, matching their signed checkpoint")
     if (note := unpinned_note(trusted, keys_file=args.keys is not None)) is not None:
@@ -1065,6 +1070,14 @@ def log_name(path: str) -> str:
         if isinstance(parsed, dict) and parsed.get("origin"):
             return str(parsed["origin"])
     return "?"
+
+
+def bundle_refund(path: str) -> str:
+    """The refund a verified bundle is the evidence of: the ``refund_id`` it names, which each
+    of its records' signed bodies names too (verification checked it)."""
+    with open(path, encoding="utf-8") as fh:
+        parsed = json.loads(fh.read())
+    return str(parsed.get("refund_id")) if isinstance(parsed, dict) else "?"
 
 
 if __name__ == "__main__":

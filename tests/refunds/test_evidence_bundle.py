@@ -60,6 +60,19 @@ def test_the_bundle_of_a_settled_agent_refund_verifies(settled_agent_refund, tmp
     assert f" of log {origin_for(settled_agent_refund.site_id)}," in result.stdout
 
 
+def test_the_ok_line_names_the_refund_the_bundle_is_about(
+    settled_agent_refund, staff_refund, order, tmp_path: Path
+) -> None:
+    """An auditor asked about one refund and handed another's genuine bundle (of the same
+    site) read the same OK line either way: it named the log, never the refund."""
+    other = staff_refund(order)
+    for refund in (settled_agent_refund, other):
+        result = run_standalone(tmp_path, str(bundle_file(refund, tmp_path)))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("OK: bundle of ")
+        assert f" records about refund {refund.pk} of log " in result.stdout
+
+
 def test_every_problem_in_a_tampered_bundle_is_listed(settled_agent_refund, tmp_path: Path):
     path = bundle_file(settled_agent_refund, tmp_path)
     bundle = json.loads(path.read_text())
