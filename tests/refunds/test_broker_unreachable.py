@@ -25,6 +25,7 @@ from sill.orders.tasks import recover_stuck_charges_task
 from sill.queue import enqueue_on_commit
 from tests.broker_down import broker_unreachable
 from tests.refunds.conftest import ORIGINAL, purchase_intent, refund_intent, require_approval
+from tests.refunds.test_slack_approvals import Slack, click, linked, slack  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 
@@ -102,3 +103,24 @@ def test_work_nothing_would_send_again_still_fails_loudly(django_capture_on_comm
         django_capture_on_commit_callbacks(execute=True),
     ):
         enqueue_on_commit("refunds.slack_respond", "https://hooks.slack.example/x", "text")
+
+
+@pytest.mark.django_db(
+    transaction=True
+)  # autocommit, as in production: the click is queued in the view
+def test_a_slack_click_is_refused_503_and_decides_nothing(site, linked, held, slack, caplog):  # noqa: F811
+    # Seen: the click was verified, its queueing raised, and Slack got a 500 (server_error):
+    # the clicker could not tell a defect from an outage, the on-call engineer got a traceback.
+    # Nothing stored the click, so nothing was decided and nothing would decide it later.
+    with broker_unreachable() as address, caplog.at_level(logging.WARNING):
+        answer = click(site, held.id, user="U0OWNER", response_url=slack)
+
+    assert answer.status_code == 503, answer.content
+    assert answer["Retry-After"] == "60"
+    assert answer.json()["error"]["code"] == "unavailable"
+    held.refresh_from_db()
+    assert held.status == RefundStatus.HELD and Slack.received == []
+    [warning] = [r for r in caplog.records if r.name == "refunds.review.slack_views"]
+    assert "not queued: the broker cannot be reached (OperationalError)" in warning.getMessage()
+    assert address.split("//")[1] not in warning.getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
