@@ -52,8 +52,21 @@ class SetupStep:
     hint: str
 
 
+def _held_by_the_rules() -> Q:
+    """Refunds a rule held for review, decided since or not. A decision overwrites
+    ``decision`` (approved or rejected by whoever decided it, or rejected when it expired), so
+    "escalated" alone counts only those still held: a person's decision, or the expiry, is
+    not the rules'."""
+    return (
+        Q(decision=Decision.ESCALATED)
+        | Q(decided_by__isnull=False)
+        | Q(status=RefundStatus.EXPIRED)
+    )
+
+
 def _counts(site: Site, since: Any) -> dict[str, int]:
     window = Q(created_at__gte=since)
+    held = _held_by_the_rules()
     return (
         Refund.objects.filter(site=site)
         .annotate(replaced=superseded())
@@ -61,9 +74,9 @@ def _counts(site: Site, since: Any) -> dict[str, int]:
             held=Count("id", filter=Q(status=RefundStatus.HELD)),
             attention=Count("id", filter=Q(status=RefundStatus.NEEDS_ATTENTION)),
             failed=Count("id", filter=Q(status=RefundStatus.FAILED, replaced=False)),
-            approved=Count("id", filter=window & Q(decision=Decision.APPROVED)),
-            escalated=Count("id", filter=window & Q(decision=Decision.ESCALATED)),
-            rejected=Count("id", filter=window & Q(decision=Decision.REJECTED)),
+            approved=Count("id", filter=window & Q(decision=Decision.APPROVED) & ~held),
+            escalated=Count("id", filter=window & held),
+            rejected=Count("id", filter=window & Q(decision=Decision.REJECTED) & ~held),
         )
     )
 
@@ -119,10 +132,10 @@ def _per_day(site: Site, since: Any) -> charts.DayChart:
 
 
 def _latency(site: Site, since: Any) -> dict[str, str | int]:
+    # A held refund a person decided names them (``decided_by``); its ``decision`` is then
+    # theirs (approved or rejected), no longer "escalated". Expired ones name nobody.
     pairs = list(
-        Refund.objects.filter(
-            site=site, decision=Decision.ESCALATED, decided_at__gte=since, decided_by__isnull=False
-        )
+        Refund.objects.filter(site=site, decided_at__gte=since, decided_by__isnull=False)
         .order_by("-decided_at")
         .values_list("created_at", "decided_at")[:LATENCY_SAMPLE]
     )

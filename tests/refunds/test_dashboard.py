@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from refunds.execution import execute_refund
 from refunds.models import Refund
+from refunds.review.decisions import approve_refund, expire_held_refunds, reject_refund
 from refunds.staff.charts import nice_max, percentile
 from sill.orders.models import Charge
 from tests.orders.in_doubt import charge_in_doubt
@@ -129,17 +130,40 @@ def test_chart_arithmetic():
 
 
 def test_approval_time_is_measured_from_held_to_decided(client_for, order, members):
-    from refunds.models import Decision
-
     refund = hold_refund(order=order, requested_by=members["staff"].user)
-    Refund.objects.filter(pk=refund.pk).update(
-        decided_at=refund.created_at + timedelta(minutes=12),
-        decided_by=members["owner"].user,
-        status="rejected",
-        decision=Decision.ESCALATED,
+    approve_refund(
+        refund=refund, actor=members["owner"].user, now=refund.created_at + timedelta(minutes=12)
     )
     body = client_for("owner").get("/").content.decode()
     assert "1 decision" in body and "12 min" in body
+
+
+def _outcome(body: str, words: str, count: int) -> bool:
+    """The "What the rules decided" table says ``count`` for ``words``."""
+    cells = (
+        f'<td data-label="Outcome">{words}</td><td data-label="Refunds" class="num">{count}</td>'
+    )
+    return cells in body
+
+
+def test_a_held_refund_a_person_decided_or_that_expired_was_held_by_the_rules(
+    client_for, make_order, members
+):
+    """Deciding a held refund (or its expiry) rewrites its decision; the rules still held it."""
+    staff, owner = members["staff"].user, members["owner"].user
+    approved = hold_refund(order=make_order(total="30.00"), requested_by=staff)
+    approve_refund(refund=approved, actor=owner)
+    reject_refund(refund=hold_refund(order=make_order(total="31.00"), requested_by=staff),
+                  actor=owner)  # fmt: skip
+    held_at = timezone.now() - timedelta(days=2)
+    hold_refund(order=make_order(total="32.00"), requested_by=staff, held_at=held_at)
+    assert expire_held_refunds() == 1
+    hold_refund(order=make_order(total="33.00"), requested_by=staff)
+    body = client_for("owner").get("/").content.decode()
+    assert _outcome(body, "Held for review", 4)
+    assert _outcome(body, "Approved by the rules", 0)
+    assert _outcome(body, "Rejected by the rules", 0)
+    assert "2 decisions" in body  # the approval and the rejection; the expiry is nobody's
 
 
 def test_a_failed_credit_the_customer_was_credited_again_is_no_longer_a_to_do(
