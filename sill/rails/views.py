@@ -313,8 +313,8 @@ def rail_set_enabled(request: SiteRequest, rail: str) -> HttpResponse:
     return _done(
         request,
         rail,
-        f"The {label} rail is off: refunds of its payments are refused (rail_disabled) "
-        "until it is switched on again.",
+        f"The {label} rail is off: refunds of its payments are refused (listed as “The rail "
+        "is off or not connected”) until it is switched on again.",
     )
 
 
