@@ -141,7 +141,12 @@ def _request(refund: Refund) -> Entry:
         lines.insert(1, ("Reason path", refund.reason_path))
     mandate = refund.mandate
     if refund.origin == RefundOrigin.AGENT:
-        title = f"Agent {requester_label(refund)} sent a signed mandate"
+        # The agent by the name the merchant gave it; its id (what the mandate names) below.
+        agent_id = requester_label(refund)
+        name = refund.agent.name if refund.agent is not None else ""
+        title = f"Agent {name or agent_id} sent a signed mandate"
+        if name:
+            lines.append(("Agent id", agent_id))
         raw = ""
         if mandate is not None:
             lines += [

@@ -95,7 +95,7 @@ def test_an_agent_refund_held_then_approved_shows_its_review(
         approve_refund(refund=held, actor=members["admin"].user, note="Customer sent photos")
     body = page(client_for("owner"), held)
     assert _stages(body) == ["Request", "Decision", "Review", "Settlement"]
-    assert "Agent agent_test_shopper sent a signed mandate" in body
+    assert "Agent Test shopper sent a signed mandate" in body and "agent_test_shopper" in body
     assert held.mandate is not None and held.mandate.mandate_id in body
     assert "Held for review by the rules" in body
     assert "Approved by admin@roasters.example" in body
