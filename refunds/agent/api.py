@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from policies.engine import Action, Mode
 from refunds.agent.intake import answer_for, submit_mandate
 from refunds.agent.mandates import MAX_BODY_BYTES, MandateError
 from refunds.models import Mandate
@@ -37,7 +38,17 @@ _RESULT = inline_serializer(
         "amount": serializers.CharField(),
         "currency": serializers.CharField(),
         "rail": serializers.CharField(allow_null=True),
-        "rules": serializers.ListField(child=serializers.DictField()),
+        # The rules that fired (policies.engine.FiredRule.as_dict).
+        "rules": serializers.ListField(
+            child=inline_serializer(
+                "FiredRule",
+                {
+                    "id": serializers.CharField(),
+                    "action": serializers.ChoiceField(list(get_args(Action))),
+                    "mode": serializers.ChoiceField(list(get_args(Mode))),
+                },
+            )
+        ),
         "expires_at": serializers.DateTimeField(allow_null=True),
         "receipt": inline_serializer(
             "DecisionReceipt",
@@ -80,6 +91,14 @@ _UNAVAILABLE = (
     "says in how many seconds to send it again (a minute)."
 )
 _READ_UNAVAILABLE = OpenApiResponse(_ERROR, description=_UNAVAILABLE)
+# DRF's content negotiation, before the view runs: every endpoint (README "The agent API").
+_NOT_ACCEPTABLE = OpenApiResponse(
+    _ERROR,
+    description="`not_acceptable`: the `Accept` header leaves out JSON; nothing was read or done.",
+)
+_READ_FAILED = OpenApiResponse(
+    _ERROR, description="`server_error`: Sill failed (its log says why). Ask again later."
+)
 _EXAMPLE_REQUEST: dict[str, Any] = {
     "signed": {
         "mandate_id": "mnd_01K6HBK7MK753DH3YBX4NVCYTT",
@@ -161,6 +180,7 @@ class MandateCreateApi(APIView):
                 description="`replay`: the nonce was used by another mandate; "
                 "`mandate_conflict`: this `mandate_id` was received with another body.",
             ),
+            406: _NOT_ACCEPTABLE,
             413: OpenApiResponse(_ERROR, description="`too_large`: over 64 KiB."),
             422: OpenApiResponse(
                 _ERROR,
@@ -252,7 +272,9 @@ class AgentMeApi(APIView):
                 },
             ),
             401: _TOKEN_REFUSED,
+            406: _NOT_ACCEPTABLE,
             429: _READ_RATE_LIMITED,
+            500: _READ_FAILED,
             503: _READ_UNAVAILABLE,
         },
     )
@@ -274,7 +296,9 @@ class RefundDetailApi(APIView):
             404: OpenApiResponse(
                 _ERROR, description="`not_found`: no mandate with this id from this agent."
             ),
+            406: _NOT_ACCEPTABLE,
             429: _READ_RATE_LIMITED,
+            500: _READ_FAILED,
             503: _READ_UNAVAILABLE,
         },
         examples=[OpenApiExample("Succeeded", value={**_EXAMPLE_RESULT, "status": "succeeded"})],

@@ -29,6 +29,7 @@ from refunds.staff.services import create_staff_refund
 from sill.money import parse_major
 from sill.orders.models import Customer, Order
 from sill.rails.models import MockLedgerEntry
+from tests.openapi import check_answer, served_schema
 from tests.refunds.conftest import hold_refund, post, refund_intent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -195,8 +196,10 @@ def test_it_answers_503_busy_after_the_retries_run_out(
 
 
 def test_it_answers_a_mandate_503_busy_after_the_retries_run_out(
-    agent, sign, make_order, mock_rail, caplog
+    agent, sign, make_order, mock_rail, caplog, settings
 ):
+    settings.SILL_PUBLIC_SCHEMA = True
+    schema = served_schema()
     order = make_order(total="89.00", placed_by_agent=agent, source_mandate_id=ORIGINAL)
     _with_daily_cap(agent)
     (scope,) = scope_keys(agent_id=agent.pk, customer_id=None)
@@ -209,6 +212,7 @@ def test_it_answers_a_mandate_503_busy_after_the_retries_run_out(
     assert other.done == RETRIES + 1
     assert response.status_code == 503, response.content
     assert response.json()["error"]["code"] == "busy"
+    check_answer(schema, "/api/v1/mandates", "POST", response)  # 503, in the Error shape
     # Nothing was kept: the same mandate, sent again, is decided as if new.
     assert Mandate.objects.count() == 0 and Refund.objects.count() == 0
     again = post(Client(), body)

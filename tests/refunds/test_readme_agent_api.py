@@ -95,14 +95,17 @@ def test_the_readme_lists_exactly_the_mandate_errors_the_code_produces() -> None
     assert _listed_codes(paragraph) == {**ERROR_CODES, **OTHER_CODES}
 
 
+def _read_codes() -> dict[str, int]:
+    return _listed_codes(SECTION.split("The read endpoints", 1)[1].split("\n\n", 1)[0])
+
+
 def test_the_read_endpoints_answer_the_errors_the_readme_lists(demo_key_file: Path) -> None:
-    paragraph = SECTION.split("The read endpoints", 1)[1].split("\n\n", 1)[0]
-    listed = _listed_codes(paragraph)
-    assert listed == {
+    assert _read_codes() == {
         "not_authenticated": 401,
         "not_found": 404,
         "rate_limited": 429,
         "unavailable": 503,
+        "server_error": 500,
         "method_not_allowed": 405,
         "not_acceptable": 406,
     }
@@ -133,15 +136,19 @@ def test_the_read_endpoints_answer_the_errors_the_readme_lists(demo_key_file: Pa
 def test_the_schema_names_the_codes_of_each_error_status(settings: Settings) -> None:
     settings.DEBUG = True  # the schema is public in development (README: The OpenAPI schema)
     schema = Client().get("/api/schema/", headers={"Accept": "application/json"}).json()
+    # The read paragraph's "any endpoint" codes, but 405: that answers a method the path does
+    # not take, which is no operation of the schema's. (Seen: no operation listed 406, and
+    # neither read listed 500, though each answers them; tests/refunds/test_agent_api_schema.py.)
+    anywhere = {"not_acceptable": 406}
     create = schema["paths"]["/api/v1/mandates"]["post"]["responses"]
-    for code, status in {**ERROR_CODES, **OTHER_CODES}.items():
+    for code, status in {**ERROR_CODES, **OTHER_CODES, **anywhere}.items():
         assert f"`{code}`" in create[str(status)]["description"], (code, status)
+    reads = {c: status for c, status in _read_codes().items() if c != "method_not_allowed"}
     for path in ("/api/v1/agent", "/api/v1/refunds/{mandate_id}"):
         responses = schema["paths"][path]["get"]["responses"]
-        assert "`not_authenticated`" in responses["401"]["description"]
-        assert "`rate_limited`" in responses["429"]["description"]
-        assert "`unavailable`" in responses["503"]["description"]
-    assert (
-        "`not_found`"
-        in schema["paths"]["/api/v1/refunds/{mandate_id}"]["get"]["responses"]["404"]["description"]
-    )
+        for code, status in reads.items():
+            if (path, code) == ("/api/v1/agent", "not_found"):
+                continue  # no mandate id to miss
+            assert str(status) in responses, (path, code, status)
+            assert f"`{code}`" in responses[str(status)]["description"], (path, code, status)
+    assert "404" not in schema["paths"]["/api/v1/agent"]["get"]["responses"]
