@@ -5,12 +5,14 @@ published at /.well-known/sill-audit-keys.json; a changed byte fails."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
 from audit.models import AuditRecord
@@ -89,3 +91,33 @@ def test_a_rejected_refund_has_a_receipt_of_its_rejection(client: Client, sign, 
     assert answer["decision"] == "rejected"
     stated = json.loads(answer["receipt"]["statement"])
     assert stated["decision"] == "rejected" and stated["refund_id"] == answer["refund_id"]
+
+
+def test_the_inclusion_proof_docs_point_to_answers_once_a_checkpoint_covers_the_record(
+    client: Client, sign, original
+):
+    """docs/audit.md "Receipts": "then: GET /audit/<site>/proof/inclusion?seq=<audit_seq>".
+    Seen, followed at once: 404 ``not_found`` (no checkpoint yet) or 400 ``invalid_field``
+    (the latest checkpoint is older than the record), which the page did not say: the proof
+    is there once beat signs a checkpoint covering the record."""
+    stated = json.loads(post(client, sign(refund_intent(ORIGINAL))).json()["receipt"]["statement"])
+    proof_of = "/audit/{site_id}/proof/inclusion?seq={audit_seq}".format
+    early = client.get(proof_of(**stated))
+    assert (early.status_code, early.json()["error"]["code"]) == (404, "not_found")
+
+    call_command("audit", "checkpoint", "--site", stated["site_id"], stdout=io.StringIO())
+    proof = client.get(proof_of(**stated))
+    assert proof.status_code == 200, proof.content
+    assert proof.json()["leaf_hash"] == stated["audit_leaf_hash"]
+    assert proof.json()["checkpoint"].split("\n")[1] == str(proof.json()["tree_size"])
+
+    rejected = post(client, sign(refund_intent("mnd_01K6HXAVBQ8G8PYZKN9JXJEPTZ"))).json()
+    newer = json.loads(rejected["receipt"]["statement"])
+    late = client.get(proof_of(**newer))
+    assert (late.status_code, late.json()["error"]["code"]) == (400, "invalid_field")
+    assert late.json()["error"]["field"] == "seq"
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text()
+    receipts = page.split("## Receipts", 1)[1].split("\n## ", 1)[0]
+    for said in ("404 `not_found`", "400 `invalid_field`", "SILL_AUDIT_CHECKPOINT_MINUTES"):
+        assert said in receipts, said
