@@ -56,11 +56,11 @@ from refunds.services import decide_and_open, record_decision, unsaved_refund
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.api import spend_mandate_budget
 from sill.constraints import violated
-from sill.money import min_money
+from sill.money import Money, format_money, min_money
 from sill.orders.models import Charge, ChargeStatus, Customer, LineItem, Order
 from sill.orders.purchases import Purchase, place_order
 from sill.orders.services import NewLine
-from sill.rails.base import RefundFacts
+from sill.rails.base import RefundFacts, amount_step, rail_label
 from sill.rails.models import RailAccount
 from sill.rails.registry import connected_account_of, on_connected_account
 from sill.rails.woocommerce.models import WooOrderLink
@@ -547,6 +547,23 @@ def _check_currency(asked: str, charged: str) -> None:
         )
 
 
+def _within_rail_step(amount: Money, rail: str) -> Money:
+    """``amount`` down to the rail's step (``sill.rails.base.amount_step``: KWD 7.005 on Stripe
+    is 7.000), never above the mandate's ``max_amount``; 422 ``invalid_field`` when that leaves
+    nothing (KWD 0.005 on Stripe), as the rail would refuse the refund when it ran."""
+    step = amount_step(rail, amount.currency)
+    kept = Money(amount.amount_minor - amount.amount_minor % step, amount.currency)
+    if not kept:
+        raise MandateError(
+            "invalid_field",
+            f"{rail_label(rail)} refunds {amount.currency} only in steps of "
+            f"{format_money(Money(step, amount.currency))}: {format_money(amount)} can't be "
+            "refunded",
+            field="signed.intent.max_amount",
+        )
+    return kept
+
+
 def _request_refund(
     *,
     mandate: Mandate,
@@ -637,7 +654,7 @@ def _request_refund(
     found = {"order": quote.order, "charge": quote.charge, "rail": quote.charge.rail}
     if not isinstance(intent.scope, str):
         return rejected("scope_unsupported", **found)
-    amount = min_money(quote.remaining, intent.max_amount)
+    amount = _within_rail_step(min_money(quote.remaining, intent.max_amount), quote.charge.rail)
     over = agent_cap_refusal(agent=agent, site=site, amount=amount, now=now, today=totals)
     if over is not None:
         return rejected(over, **found)

@@ -41,7 +41,7 @@ from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.money import Money, format_money
 from sill.orders.models import Charge, Order
-from sill.rails.base import RefundFacts
+from sill.rails.base import RefundFacts, amount_step, rail_label
 from sill.rails.registry import RailDisabled, usable_rail_account
 
 RefundKind = Literal["full", "amount", "percentage"]
@@ -51,8 +51,9 @@ _PERCENT_RE = re.compile(r"-?[0-9]{1,3}(\.[0-9]{1,10})?")
 
 ROUNDING_RULE = (
     "A percentage is of the order total, rounded half up to the currency's smallest unit "
-    "(the cent for USD, the whole yen for JPY, the fils for KWD), and never more than what "
-    "is left to refund."
+    "(the cent for USD, the whole yen for JPY, the fils for KWD) or to the smallest amount "
+    "the payment's rail refunds in it (10 fils on Stripe, a whole forint on PayPal), and "
+    "never more than what is left to refund."
 )
 
 
@@ -124,17 +125,22 @@ class PercentageAmount:
     capped: bool  # True when less remained than the percentage asked for
 
 
-def percentage_of_total(*, total: Money, percentage: Decimal, remaining: Money) -> PercentageAmount:
-    """``percentage`` % of ``total``, rounded half up to the minor unit, capped at ``remaining``.
+def percentage_of_total(
+    *, total: Money, percentage: Decimal, remaining: Money, step: int = 1
+) -> PercentageAmount:
+    """``percentage`` % of ``total``, rounded half up to ``step`` minor units (the rail's
+    ``sill.rails.base.amount_step``: 1 but where the rail takes coarser amounts), capped at
+    ``remaining``.
 
     Pure arithmetic on integers and Decimal: 50 % of USD 10.01 = 5.005 → 5.01; 50 % of
-    JPY 1,001 = 500.5 → 501; 50 % of KWD 1.001 = 0.5005 → 0.501. The cap means 100 % after a
-    partial refund refunds what is left, and rounding up never refunds more than was charged.
+    JPY 1,001 = 500.5 → 501; 50 % of KWD 1.001 = 0.5005 → 0.501, and 0.500 in Stripe's
+    10-fils steps. The cap means 100 % after a partial refund refunds what is left, and
+    rounding up never refunds more than was charged.
     """
-    minor = (Decimal(total.amount_minor) * percentage / 100).quantize(
+    steps = (Decimal(total.amount_minor) * percentage / 100 / step).quantize(
         Decimal(1), rounding=ROUND_HALF_UP
     )
-    exact = Money(int(minor), total.currency)
+    exact = Money(int(steps) * step, total.currency)
     capped = exact > remaining
     return PercentageAmount(amount=remaining if capped else exact, exact=exact, capped=capped)
 
@@ -179,7 +185,9 @@ def _amount_for(
     amount: Money | None,
     percentage: Decimal | None,
     held: Money | None = None,
+    rail: str = "",
 ) -> Money:
+    step = amount_step(rail, order.currency)
     if kind == "full":
         return remaining
     if kind == "amount":
@@ -205,13 +213,27 @@ def _amount_for(
                 code="exceeds_refundable",
                 field="amount",
             )
+        if amount.amount_minor % step:
+            # Refused, never rounded: the rail would refuse it when the refund runs.
+            below = amount.amount_minor - amount.amount_minor % step
+            near = [m for m in (below, below + step) if 0 < m <= remaining.amount_minor]
+            words = " or ".join(format_money(Money(m, amount.currency)) for m in near)
+            raise SillError(
+                f"{rail_label(rail)} refunds {amount.currency} only in steps of "
+                f"{format_money(Money(step, amount.currency))}: {format_money(amount)} can't be "
+                "sent." + (f" Enter {words}." if words else ""),
+                code="invalid_field",
+                field="amount",
+            )
         return amount
     if kind == "percentage":
         if percentage is None:
             raise SillError(
                 "Enter the percentage to refund.", code="invalid_field", field="percentage"
             )
-        result = percentage_of_total(total=order.total, percentage=percentage, remaining=remaining)
+        result = percentage_of_total(
+            total=order.total, percentage=percentage, remaining=remaining, step=step
+        )
         if result.amount.amount_minor <= 0:
             raise SillError(
                 f"{percentage} % of {format_money(order.total)} rounds to "
@@ -328,6 +350,7 @@ def create_staff_refund(
             amount=amount,
             percentage=percentage,
             held=quote.held,
+            rail=charge.rail,
         )
         _check_confirmed(order=locked, amount=refund_amount, expected=expected)
         # RailDisabled (409) if switched off or its stored key cannot be read.
@@ -384,6 +407,7 @@ def quote_staff_refund(
     quote = _quote(order, charge)
     remaining = quote.remaining
     _check_snapshot(order=order, remaining=remaining, expected=expected)
+    rail = quote.charge.rail
     value = _amount_for(
         kind=kind,
         order=order,
@@ -391,14 +415,20 @@ def quote_staff_refund(
         amount=amount,
         percentage=percentage,
         held=quote.held,
+        rail=rail,
     )
     if kind == "percentage" and percentage is not None:
-        result = percentage_of_total(total=order.total, percentage=percentage, remaining=remaining)
+        step = amount_step(rail, order.currency)
+        result = percentage_of_total(
+            total=order.total, percentage=percentage, remaining=remaining, step=step
+        )
         explanation = (
             f"{percentage.normalize():f} % of the {format_money(order.total)} order total is "
             f"{format_money(result.exact)}, rounded half up to "
-            f"{format_money(Money(1, order.currency))}"
+            f"{format_money(Money(step, order.currency))}"
         )
+        if step > 1:
+            explanation += f" (the smallest amount {rail_label(rail)} refunds in {order.currency})"
         if result.capped:
             explanation += f"; capped at the {format_money(remaining)} left to refund"
     elif kind == "full":

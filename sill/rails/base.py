@@ -14,7 +14,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from django.db.models import TextChoices
 
-from sill.money import Money
+from sill.money import Money, format_money
 
 RefundState = Literal["succeeded", "pending", "failed"]
 
@@ -382,6 +382,40 @@ def rail_label(rail: str) -> str:
 # (PayPal: 180 days from the capture). The refund core refuses an older charge at decision time
 # (``refund_window_passed``); the rail refuses it again before its call.
 RAIL_REFUND_WINDOW_DAYS: dict[str, int] = {"paypal": 180}
+
+
+# The smallest amount a rail moves in a currency, in Sill's minor units (ISO 4217), where it is
+# more than one of them. Stripe takes the three-decimal currencies with a last digit of 0 only
+# ("its payment partners" need it: KWD 5.124 cannot be sent, 5.120 can); PayPal takes HUF and
+# TWD without decimals (a decimal amount is refused, DECIMALS_NOT_SUPPORTED). The refund core
+# keeps staff and agent amounts to these steps when it decides (refunds.staff.services,
+# refunds.agent.intake); the rail refuses an amount off its step again before its call.
+# WooCommerce orders are charged on Stripe, so their charges are Stripe's.
+RAIL_AMOUNT_STEPS: dict[tuple[str, str], int] = {
+    **{("stripe", code): 10 for code in ("BHD", "JOD", "KWD", "OMR", "TND")},
+    ("paypal", "HUF"): 100,
+    ("paypal", "TWD"): 100,
+}
+
+
+def amount_step(rail: str, currency: str) -> int:
+    """The smallest amount ``rail`` moves in ``currency``, in minor units (1 for most)."""
+    return RAIL_AMOUNT_STEPS.get((rail, currency), 1)
+
+
+class OffStep(PermanentRailError):
+    """An amount the rail cannot take in its currency (see :data:`RAIL_AMOUNT_STEPS`): nothing
+    was sent, as the rail itself would have refused it (``rail_declined``)."""
+
+
+def check_step(rail: str, money: Money) -> None:
+    """Raise :class:`OffStep` unless ``rail`` can move ``money`` as it is."""
+    step = amount_step(rail, money.currency)
+    if money.amount_minor % step:
+        raise OffStep(
+            f"{rail_label(rail)} takes {money.currency} amounts only in steps of "
+            f"{format_money(Money(step, money.currency))}: {format_money(money)} was not sent"
+        )
 
 
 class RefundWindowPassed(PermanentRailError):

@@ -45,6 +45,7 @@ from sill.rails.base import (
     RefundState,
     RefundWindowPassed,
     RetryableRailError,
+    check_step,
 )
 from sill.rails.fact_reads import read_at_once
 from sill.rails.retry_after import retry_after_from
@@ -310,6 +311,8 @@ class StripeRail:
         )
 
     def refund(self, request: RefundRequest) -> RefundResult:
+        # KWD 1.235 and the like: Stripe would refuse it; nothing is sent (RAIL_AMOUNT_STEPS).
+        check_step(self.name, request.amount)
         params: stripe.params.RefundCreateParams = {
             "amount": to_stripe_amount(request.amount),
             "metadata": {

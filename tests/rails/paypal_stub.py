@@ -71,8 +71,13 @@ def _iso(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# Currencies PayPal takes and writes without decimals: "1000" HUF, never "1000.00" (a decimal
+# amount is refused, DECIMALS_NOT_SUPPORTED, as PayPal's currency codes reference says).
+NO_DECIMALS = ("JPY", "HUF", "TWD")
+
+
 def _value(amount: Decimal, currency: str) -> str:
-    places = 0 if currency in ("JPY", "HUF", "TWD") else 2
+    places = 0 if currency in NO_DECIMALS else 2
     return format(amount.quantize(Decimal(1).scaleb(-places)), "f")
 
 
@@ -349,6 +354,10 @@ class PayPalStub:
             return 422, _unprocessable("REFUND_TIME_LIMIT_EXCEEDED", "too old to refund")
         if amount.get("currency_code") != capture.currency:
             return 422, _unprocessable("REFUND_CAPTURE_CURRENCY_MISMATCH", "currency mismatch")
+        if capture.currency in NO_DECIMALS and "." in str(amount.get("value")):
+            return 422, _unprocessable(
+                "DECIMALS_NOT_SUPPORTED", "Currency does not support decimals."
+            )
         value = Decimal(str(amount.get("value")))
         if capture.refunded() >= capture.amount:
             return 422, _unprocessable("CAPTURE_FULLY_REFUNDED", "already fully refunded")

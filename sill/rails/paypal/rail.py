@@ -51,7 +51,7 @@ from sill.rails.base import (
 )
 from sill.rails.fact_reads import read_at_once
 from sill.rails.paypal.client import PayPalClient, PayPalNotFound
-from sill.rails.paypal.resources import amount, dispute_word, rail_refund
+from sill.rails.paypal.resources import amount, dispute_word, money_value, rail_refund
 from sill.rails.paypal.resources import time as paypal_time
 
 logger = logging.getLogger(__name__)
@@ -101,12 +101,14 @@ class PayPalRail:
 
     def refund(self, request: RefundRequest) -> RefundResult:
         capture_id = _capture_id(request)
+        # Part of a forint (OffStep) is refused before anything is sent.
+        value = money_value(request.amount)
         captured_at = paypal_time(self.capture(capture_id).get("create_time"))
         if captured_at is not None and self.window_passed(captured_at):
             raise RefundWindowPassed(WINDOW_WORDS.format(date=captured_at.date().isoformat()))
         body = {
             "amount": {
-                "value": request.amount.major_str(),
+                "value": value,
                 "currency_code": request.amount.currency,
             },
             "custom_id": request.refund_id[:127],

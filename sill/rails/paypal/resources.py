@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
-from sill.money import MoneyError, parse_major
-from sill.rails.base import RailRefund
+from sill.money import Money, MoneyError, parse_major
+from sill.rails.base import RailName, RailRefund, amount_step, check_step
 
 # PayPal's refund statuses in the words Sill's refund core reads (Stripe's words).
 REFUND_STATES = {
@@ -34,6 +35,19 @@ def amount(value: Any) -> tuple[int, str] | None:
     except MoneyError:
         return None
     return money.amount_minor, money.currency
+
+
+def money_value(money: Money) -> str:
+    """``money`` as PayPal's ``amount.value``: ``"12.50"`` USD, ``"1200"`` JPY, and ``"1000"``
+    HUF or TWD, which PayPal takes without decimals (``"1000.00"`` is refused,
+    DECIMALS_NOT_SUPPORTED); ``OffStep`` for a part of a forint, which it cannot take at all."""
+    check_step(RailName.PAYPAL, money)
+    step = amount_step(RailName.PAYPAL, money.currency)
+    if step == 1:
+        return money.major_str()
+    # Whole units of a step of 10**k minor units: the currency's decimals less k.
+    places = money.exponent - (len(str(step)) - 1)
+    return f"{money.amount.quantize(Decimal(1).scaleb(-places)):f}"
 
 
 def time(value: Any) -> datetime | None:
