@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db.models import Count, Q, Sum
 
 from refunds.labels import outcome_label
-from refunds.models import Refund, RefundStatus
+from refunds.models import Refund, RefundKind, RefundStatus
 from sill.accounts.models import Site
 from sill.money import Money
 from sill.orders.models import Order
@@ -130,8 +130,10 @@ def dashboard_figures(site: Site) -> dict[str, object]:
         needs_attention=Count("id", filter=Q(status=RefundStatus.NEEDS_ATTENTION)),
         succeeded=Count("id", filter=Q(status=RefundStatus.SUCCEEDED)),
     )
+    # Refunds of charges only: a customer credit returns no charge (the rail's refunds do not
+    # have it), so "Refunded" counting it would match nothing an accountant reconciles with.
     by_currency = (
-        Refund.objects.filter(site=site, status=RefundStatus.SUCCEEDED)
+        Refund.objects.filter(site=site, status=RefundStatus.SUCCEEDED, kind=RefundKind.REFUND)
         .values("currency")
         .annotate(total=Sum("amount_minor"))
         .order_by("currency")

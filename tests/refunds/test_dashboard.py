@@ -191,3 +191,21 @@ def test_a_failed_credit_the_customer_was_credited_again_is_no_longer_a_to_do(
     assert '<a href="/refunds/?status=failed_open"><strong class="todo-count">1</strong>' in body
     listed = client_for("owner").get("/refunds/", {"status": "failed_open"}).content.decode()
     assert still_failed.id in listed and failed.id not in listed
+
+
+def test_refunded_counts_refunds_of_charges_not_customer_credits(
+    client_for, site, agent, order, staff_refund, mock_rail
+):
+    # A credit to the customer's balance at Stripe returns no charge: "Refunded" that counts it
+    # matches no refund the rail reports (an accountant's reconciliation is off by every credit).
+    from sill.orders.models import Customer
+
+    assert execute_refund(staff_refund(order).id) == "succeeded"
+    cora = Customer.objects.create(site=site, rail_customer_id="cus_Cora", email="c@example.com")
+    Refund.objects.create(
+        site=site, kind="customer_credit", origin="agent", agent=agent, customer=cora,
+        rail="stripe", amount_minor=1250, currency="USD", decision="approved",
+        status="succeeded",
+    )  # fmt: skip
+    body = client_for("owner").get("/").content.decode()
+    assert '<span class="label">Refunded</span><strong>$89.00</strong>' in body
