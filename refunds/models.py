@@ -224,6 +224,14 @@ class Refund(models.Model):
     # When the rail reported that this settled refund failed after all (its money came back
     # to the merchant): the refund is ``failed`` from then on, and ``settled_at`` stays.
     reversed_at = models.DateTimeField(null=True, blank=True)
+    # What the rail reported while this refund was still executing: its refund (this id)
+    # failed or was canceled, in these words, by this event or reconciliation run. The worker
+    # may hold the rail's earlier "succeeded" in memory; settling under this id reverses the
+    # refund in the same transaction (refunds.services.settle_refund), so the report is not
+    # lost to the race. Written and read under the refund's row lock.
+    failed_at_rail_id = models.CharField(max_length=255, blank=True)
+    failed_at_rail_message = models.CharField(max_length=500, blank=True)
+    failed_at_rail_source = models.CharField(max_length=255, blank=True)
     # Owners and admins were told this refund failed / failed after settlement, and the buyer
     # (a credit's customer) was sent its confirmation: each claimed by a conditional UPDATE
     # before sending, by the on-commit task or the sweep that sends what it missed

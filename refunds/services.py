@@ -231,6 +231,12 @@ def settle_refund(
     if refund.status not in RESERVED_STATUSES:
         return False
     failpoint("in_settlement")
+    # The rail reported this very refund failed while it was executing (its webhook overtook
+    # the worker, which still holds the rail's first "succeeded"): settled, then reversed at
+    # once below, as if the report had come after. Nothing is written on a WooCommerce order.
+    failed_at_rail = bool(refund.failed_at_rail_id) and (
+        refund.failed_at_rail_id == provider_refund_id
+    )
     order = None
     if not refund.is_credit:  # a customer credit draws on no charge and changes no order
         order = Order.objects.select_for_update().get(pk=refund.order_id)
@@ -248,6 +254,7 @@ def settle_refund(
     refund.save()
     if order is not None:
         refresh_refund_status(order)
+    if order is not None and not failed_at_rail:
         # A WooCommerce order's refund ran on Stripe: record it on the Woo order too (on
         # commit, retried; never the refund's failure).
         queue_woocommerce_record(
@@ -268,7 +275,50 @@ def settle_refund(
         ),
     )
     enqueue_on_commit("refunds.send_confirmation", refund.id, recovered_by=MISSED_OUTCOMES)
+    if failed_at_rail:
+        # The buyer's confirmation is not sent: it is claimed only while the refund succeeded.
+        reverse_settled_refund(
+            refund_id=refund.id,
+            provider_refund_id=provider_refund_id,
+            message=refund.failed_at_rail_message,
+            source=refund.failed_at_rail_source,
+        )
     return True
+
+
+@transaction.atomic
+def note_failure_at_rail(
+    *, refund_id: str, provider_refund_id: str, message: str, source: str
+) -> str:
+    """The rail reports that ``provider_refund_id``, Sill's refund ``refund_id``, failed or was
+    canceled (``message``: what to tell the merchant; ``source``: the event or run).
+
+    Under the refund's row lock, which settlement takes too, so whichever comes second sees
+    the other: a settled refund is reversed now (:func:`reverse_settled_refund`); one still
+    executing keeps the report, and its settlement under that id reverses it
+    (:func:`settle_refund`): its worker may hold the rail's earlier "succeeded". Returns
+    ``"reversed"``, ``"noted"`` or ``"unchanged"`` (failed already, or settled under another
+    id).
+    """
+    refund = _locked_for_change(refund_id, token=None)
+    if refund.status in RESERVED_STATUSES:
+        if refund.failed_at_rail_id != provider_refund_id:
+            refund.failed_at_rail_id = provider_refund_id
+            refund.failed_at_rail_message = message[:500]
+            refund.failed_at_rail_source = source[:255]
+            refund.save(
+                update_fields=[
+                    "failed_at_rail_id",
+                    "failed_at_rail_message",
+                    "failed_at_rail_source",
+                    "updated_at",
+                ]
+            )
+        return "noted"
+    reversed_now = reverse_settled_refund(
+        refund_id=refund_id, provider_refund_id=provider_refund_id, message=message, source=source
+    )
+    return "reversed" if reversed_now else "unchanged"
 
 
 @transaction.atomic

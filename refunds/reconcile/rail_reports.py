@@ -4,8 +4,9 @@ A webhook or a reconciliation read hands over the rail's state of a refund whose
 names one of Sill's (``sill.orders.outside.report_own_refund``). Only one report changes
 Sill's books here: a refund Sill settled that the rail now says failed or was canceled is
 reversed (:func:`refunds.services.reverse_settled_refund`), and owners and admins are told
-(:func:`notify_reversed`). A refund still being executed needs nothing: its execution records
-the rail's answer for the idempotency key. Nothing here starts a money movement.
+(:func:`notify_reversed`). A refund still being executed keeps the report: its worker may hold
+the rail's earlier "succeeded", and settling it under the failed id reverses it at once
+(:func:`refunds.services.note_failure_at_rail`). Nothing here starts a money movement.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from refunds.labels import refund_headline
 from refunds.models import RESERVED_STATUSES, Refund, RefundStatus
 from refunds.review.failures import warn_if_nobody_told
 from refunds.review.notifications import DECIDERS
-from refunds.services import reverse_settled_refund
+from refunds.services import note_failure_at_rail
 from sill.accounts.notices import Delivery, email_members, not_backing_off, send_claimed
 from sill.orders.models import Charge
 from sill.rails.base import RailRefund, rail_label
@@ -42,11 +43,11 @@ def apply_own_refund_report(charge: Charge, reported: RailRefund, event_id: str)
         return f"Sill's own refund {reported.sill_refund_id}, not found on this charge"
     if reported.status not in FAILED_STATES:
         return f"Sill's own refund {refund.id} ({reported.status} at the rail)"
-    if refund.status in RESERVED_STATUSES:
-        return f"Sill's own refund {refund.id}: its execution records the rail's answer"
-    if refund.status != RefundStatus.SUCCEEDED:
+    if refund.status not in (*RESERVED_STATUSES, RefundStatus.SUCCEEDED):
         return f"Sill's own refund {refund.id}: already {refund.status} in Sill"
-    if refund.provider_refund_id != reported.provider_refund_id:
+    if refund.status == RefundStatus.SUCCEEDED and (
+        refund.provider_refund_id != reported.provider_refund_id
+    ):
         # Sill settled another provider refund for this key: reconciliation shows the pair.
         return f"Sill's own refund {refund.id} settled as {refund.provider_refund_id}; unchanged"
     why = reported.failure_reason.replace("_", " ") if reported.failure_reason else ""
@@ -55,14 +56,21 @@ def apply_own_refund_report(charge: Charge, reported: RailRefund, event_id: str)
         "settled" + (f" ({why})" if why else "") + ": the money went back to you, not to the "
         "buyer, and it is refundable again."
     )
-    reversed_now = reverse_settled_refund(
+    # Decided under the refund's row lock, not on the state read above: a worker holding the
+    # rail's earlier "succeeded" may settle it meanwhile, and the report must not be lost.
+    done = note_failure_at_rail(
         refund_id=refund.id,
         provider_refund_id=reported.provider_refund_id,
         message=message,
         source=event_id,
     )
-    if not reversed_now:
-        return f"Sill's own refund {refund.id}: already reversed"
+    if done == "noted":
+        return (
+            f"Sill's own refund {refund.id}: still executing; reversed if it is settled as "
+            f"{reported.provider_refund_id}"
+        )
+    if done == "unchanged":
+        return f"Sill's own refund {refund.id}: unchanged (already failed or reversed)"
     return f"Sill's own refund {refund.id}: failed after settlement, reversed"
 
 

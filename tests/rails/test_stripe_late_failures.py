@@ -10,21 +10,27 @@ import json
 import socket
 from decimal import Decimal
 from io import StringIO
+from typing import Any
 
 import pytest
 from celery.exceptions import Retry
 from django.core import mail
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.models import Refund
+from refunds.reconcile.attention import check_refund_at_rail
 from refunds.tasks import notify_reversed_task
 from sill.accounts.services import issue_agent_token
 from sill.orders.models import Charge, ExternalRefund, Order
+from sill.rails.models import WebhookEvent
+from sill.rails.stripe import StripeRail
+from sill.rails.stripe_events import process_event
 from tests.conftest import site_owner
 from tests.rails.localstripe_fixtures import as_dict
-from tests.rails.stripe_events import event
+from tests.rails.stripe_events import event, header
 from tests.refunds.conftest import ORIGINAL, refund_intent
 
 pytestmark = pytest.mark.django_db
@@ -176,9 +182,98 @@ def test_a_failure_reported_while_sill_executes_the_refund_is_left_to_the_execut
     sdk,
     deliver,
 ):
-    # As if the webhook overtook the worker: the execution records the rail's answer itself.
+    # As if the webhook overtook the worker: the books wait for the execution, which keeps
+    # the report (its settlement under that id reverses the refund at once).
     Refund.objects.filter(pk=settled.pk).update(status="processing")
     deliver(site, failed_event(sdk, settled))
     settled.refresh_from_db()
     assert (settled.status, settled.reversed_at) == ("processing", None)
+    assert (settled.failed_at_rail_id, settled.failed_at_rail_source) == (
+        settled.provider_refund_id,
+        "evt_failed",
+    )
     assert not AuditRecord.objects.filter(kind="refund_reversed").exists()
+
+
+def test_a_failure_reported_before_the_worker_settles_is_not_lost(
+    site, paid, sdk, api, sign, members, monkeypatch
+):
+    """The race: Stripe answers the worker ``succeeded``, then fails the refund (a closed card)
+    and its ``refund.failed`` is applied before the worker commits the settlement. The worker
+    still holds Stripe's first answer; the failure must not be dropped as "left to the
+    execution" while the execution settles the refund as paid back."""
+    real_refund = StripeRail.refund
+    seen: dict[str, Any] = {}
+
+    def refund_then_failure_webhook(self: StripeRail, request: Any) -> Any:
+        result = real_refund(self, request)
+        obj = as_dict(sdk.v1.refunds.retrieve(result.provider_refund_id))
+        obj.update(status="failed", failure_reason="expired_or_canceled_card")
+        body = event("refund.failed", obj, event_id="evt_failed_early")
+        response = Client().post(
+            f"/webhooks/stripe/{site.pk}",
+            data=body,
+            content_type="application/json",
+            HTTP_STRIPE_SIGNATURE=header(body),
+        )
+        assert response.status_code == 200
+        seen["status"] = Refund.objects.get(pk=request.refund_id).status
+        seen["outcome"] = process_event(WebhookEvent.objects.get(event_id="evt_failed_early").pk)
+        return result  # the worker goes on with Stripe's first answer, "succeeded"
+
+    monkeypatch.setattr(StripeRail, "refund", refund_then_failure_webhook)
+    answer = api(sign(refund_intent(ORIGINAL, max_amount=Decimal("50.00")))).json()
+    assert answer["decision"] == "approved", answer
+    assert seen["status"] == "processing", seen
+
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert (refund.status, refund.outcome_code) == ("failed", "failed_after_settlement")
+    assert "expired or canceled card" in refund.failure_message
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_reserved_minor) == (0, 0)
+    assert paid.remaining.amount_minor == 8900
+    assert Order.objects.get(pk=paid.order_id).status == "PAID"
+    assert not ExternalRefund.objects.exists()
+    record = AuditRecord.objects.get(kind="refund_reversed")
+    assert json.loads(record.payload)["body"]["source"] == "evt_failed_early"
+    # Owners and admins are told; the buyer is sent no confirmation of a refund that failed.
+    assert sorted(m.to for m in mail.outbox) == [
+        ["admin@roasters.example"],
+        ["owner@roasters.example"],
+    ]
+    assert all("failed after settlement" in m.subject.lower() for m in mail.outbox)
+    assert refund.confirmation_sent_at is None
+    out = StringIO()
+    call_command("audit", "verify", "--site", site.pk, stdout=out)
+    assert "OK" in out.getvalue()
+
+
+def test_a_failure_reported_while_the_refund_needs_attention_is_applied_when_it_settles(
+    site, paid, settled, sdk, deliver, members, django_capture_on_commit_callbacks
+):
+    # As if the worker's answer was lost: the refund needs attention, its $50.00 reserved.
+    Refund.objects.filter(pk=settled.pk).update(
+        status="needs_attention", settled_at=None, next_check_at=timezone.now()
+    )
+    Charge.objects.filter(pk=paid.pk).update(amount_refunded_minor=0, amount_reserved_minor=5000)
+    deliver(site, failed_event(sdk, settled, event_id="evt_failed_in_doubt"))
+    settled.refresh_from_db()
+    assert (settled.status, settled.failed_at_rail_id) == (
+        "needs_attention",
+        settled.provider_refund_id,
+    )
+
+    # The beat task asks Stripe (localstripe still says "succeeded"): settled under the id
+    # Stripe reported failed, so reversed at once, in the same transaction.
+    with django_capture_on_commit_callbacks(execute=True):
+        check_refund_at_rail(settled.pk)
+    settled.refresh_from_db()
+    assert (settled.status, settled.outcome_code) == ("failed", "failed_after_settlement")
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_reserved_minor) == (0, 0)
+    assert Order.objects.get(pk=paid.order_id).status == "PAID"
+    assert list(
+        AuditRecord.objects.filter(kind__in=["settlement", "refund_reversed"])
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )[-2:] == ["settlement", "refund_reversed"]
