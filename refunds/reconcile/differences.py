@@ -14,12 +14,16 @@ Sill's books already follow the rail, and a person only acknowledges it. Sill's 
 are compared *after* the sync, which reverses a settled refund the rail reports failed.
 
 Refunds still being executed (``processing``) and refunds that need attention are left out:
-their execution, or the owner's resolution, records the rail's answer for their key.
+their execution, or the owner's resolution, records the rail's answer for their key. So are
+the refunds Sill settled, failed or opened while the rail was being read
+(:func:`changed_during_read`), and the outside refunds a webhook recorded meanwhile (not in the
+books before the read): the rail's list is older than them, so "not at the rail" would be
+a false alarm; the next run compares them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,8 +103,12 @@ def differences(
     sill: Iterable[SillRefundRow],
     outside_before: Mapping[str, OutsideRow],
     outside_after: Mapping[str, OutsideRow],
+    changing: Collection[str] = frozenset(),
 ) -> list[Difference]:
-    """Every difference between the books of one charge (in ``currency``) and ``listed``."""
+    """Every difference between the books of one charge (in ``currency``) and ``listed``.
+
+    ``changing``: Sill's refunds whose state changed while the rail was read
+    (:func:`changed_during_read`), left out like those in flight."""
     rail_name = rail_label(rail)
     by_provider = {r.provider_refund_id: r for r in listed}
     by_sill_id = {r.sill_refund_id: r for r in listed if r.sill_refund_id}
@@ -113,7 +121,7 @@ def differences(
         at_rail = _match(own, by_provider, by_sill_id)
         if at_rail is not None:
             matched.add(at_rail.provider_refund_id)
-        if own.status in IN_FLIGHT:
+        if own.status in IN_FLIGHT or own.refund_id in changing:
             continue
         found.extend(_own_refund(own, at_rail, rail_name))
 
@@ -148,6 +156,10 @@ def differences(
         )
 
     for recorded in outside_after.values():
+        if recorded.provider_refund_id not in outside_before:
+            # Recorded while the rail was read (the sync records only what it listed): a
+            # webhook's refund made after the read, which the rail's list cannot hold yet.
+            continue
         if recorded.provider_refund_id not in by_provider and recorded.counted:
             found.append(
                 Difference(
@@ -164,6 +176,19 @@ def differences(
                 )
             )
     return found
+
+
+def changed_during_read(
+    before: Iterable[SillRefundRow], after: Iterable[SillRefundRow]
+) -> set[str]:
+    """Sill's refunds of a charge that changed between the two reads of its books, taken
+    before and after the rail's list: opened, settled, failed or reversed meanwhile.
+
+    What the rail listed is older than such a change (a refund settled after the list was
+    read is not in it), so comparing them would report a refund the buyer got back as "not at
+    the rail". The sync's own reversals are among them too; they agree with the rail."""
+    was = {r.refund_id: (r.status, r.provider_refund_id) for r in before}
+    return {r.refund_id for r in after if was.get(r.refund_id) != (r.status, r.provider_refund_id)}
 
 
 def missed_disputes(

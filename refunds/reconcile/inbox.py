@@ -28,6 +28,7 @@ Nothing here starts a money movement: the rail is only read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -50,6 +51,7 @@ from refunds.reconcile.differences import (
     DisputeRow,
     OutsideRow,
     SillRefundRow,
+    changed_during_read,
     credit_differences,
     differences,
     missed_disputes,
@@ -96,16 +98,23 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
     Call outside any transaction (the rail reads are network calls). Raises ``RailError``
     when the rail's refunds cannot be listed: then nothing is recorded or cleared.
     """
+    # Sill's books before the rail is read, and again after: what changed in between (a refund
+    # settled, an outside refund a webhook recorded) is newer than the rail's list.
+    refunds = Refund.objects.filter(charge=charge)
+    sill_before = _sill_rows(refunds)
     before = _outside_rows(charge)
     disputes_before = set(charge.disputes.values_list("provider_dispute_id", flat=True))
     synced = sync_charge(charge=charge, rail=rail, event_id=event_id)
+    sill_after = _sill_rows(refunds)
+    changing = changed_during_read(sill_before, sill_after)
     found = differences(
         rail=charge.rail,
         currency=charge.currency,
         listed=synced.refunds,
-        sill=_sill_rows(Refund.objects.filter(charge=charge)),
+        sill=sill_after,
         outside_before=before,
         outside_after=_outside_rows(charge),
+        changing=changing,
     ) + missed_disputes(
         rail=charge.rail,
         before=disputes_before,
@@ -121,7 +130,8 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
         ],
     )
     opened = sum(open_item(charge=charge, difference=d) for d in found)
-    cleared = clear_vanished(charge=charge, keys={d.key for d in found})
+    # An item of a refund that changed during the read waits for the next run's comparison.
+    cleared = clear_vanished(charge=charge, keys={d.key for d in found}, keep_refunds=changing)
     return ChargeOutcome(
         opened=opened, cleared=cleared, synced=synced.outcomes, disputes_read=synced.disputes_read
     )
@@ -280,13 +290,16 @@ def clear_vanished(
     charge: Charge | None = None,
     customer: Customer | None = None,
     now: datetime | None = None,
+    keep_refunds: Collection[str] = (),
 ) -> int:
     """Close the open items of ``charge`` (or of ``customer``'s credits) whose difference the
-    run no longer found."""
+    run no longer found, except the items of ``keep_refunds`` (not compared this run)."""
     whose = {"charge": charge} if charge is not None else {"customer": customer}
     stale = ReconciliationItem.objects.filter(
         resolved_at__isnull=True, sill_corrected=False, **whose
     ).exclude(key__in=keys)
+    if keep_refunds:
+        stale = stale.exclude(refund_id__in=list(keep_refunds))
     cleared = 0
     for item_id in stale.values_list("id", flat=True):
         with transaction.atomic():
