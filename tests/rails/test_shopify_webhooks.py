@@ -173,3 +173,35 @@ def test_the_same_signed_body_under_a_fresh_webhook_id_is_a_duplicate(
     headers = signed_headers(changed, topic="orders/updated", webhook_id="wh-next")
     assert _post(site, changed, **headers).json()["duplicate"] is False
     assert [op for op, _ in shopify.calls].count("SillOrder") == 2
+
+
+def test_a_refund_sill_settled_that_shopify_reports_failed_is_reversed(
+    site, members, shopify, shopify_account, django_capture_on_commit_callbacks
+):
+    """Shopify's refund transaction failed after Sill settled it (a closed card): the order's
+    webhook reads it so, and Sill's refund is reversed as Stripe's and PayPal's are, not left
+    counted as paid back until a reconciliation run."""
+    from tests.rails.test_shopify_refunds import _execute, _refund
+
+    placed = shopify.add_order(total="60.00")
+    body = _order_body(placed)
+    _post(site, body, **signed_headers(body, topic="orders/create", webhook_id="wh-o"))
+    order = Order.objects.get()
+    refund = _execute(_refund(site, members, order, django_capture_on_commit_callbacks))
+    assert refund.status == "succeeded"
+    [made] = placed.refunds
+    for transaction in made["transactions"]:
+        transaction["status"] = "FAILURE"
+
+    # Shopify's bodies carry updated_at: the order's change is another body.
+    updated = json.dumps({**json.loads(body), "updated_at": "2026-12-07T10:00:00Z"}).encode()
+    _post(site, updated, **signed_headers(updated, topic="orders/updated", webhook_id="wh-u"))
+
+    refund.refresh_from_db()
+    assert (refund.status, refund.outcome_code) == ("failed", "failed_after_settlement")
+    charge = Charge.objects.get()
+    assert (charge.amount_refunded_minor, charge.amount_refunded_outside_minor) == (0, 0)
+    assert charge.remaining.amount_minor == 6000
+    assert Order.objects.get().status == "PAID"
+    event = WebhookEvent.objects.get(event_id="wh-u")
+    assert "reversed" in event.outcome

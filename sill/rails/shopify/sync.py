@@ -45,6 +45,7 @@ from sill.orders.outside import (
     ReportedDispute,
     record_dispute,
     record_outside_refund,
+    report_own_refund,
 )
 from sill.orders.services import NewLine, create_order, set_order_status
 from sill.rails.base import RailName
@@ -71,6 +72,8 @@ class SyncReport:
     failed: int = 0
     outside_refunds: int = 0
     disputes: int = 0
+    # Sill's own refunds Shopify now reports failed after Sill settled them: reversed.
+    reversed_refunds: int = 0
     # Seconds the sync waited for Shopify's rate limit (each throttled read then went on).
     throttled_seconds: float = 0.0
     # An incomplete or failed order each: the order and why.
@@ -89,6 +92,8 @@ class SyncReport:
             f"than Shopify lists), {self.failed} failed, {self.outside_refunds} outside "
             f"refund(s) and {self.disputes} dispute(s) recorded"
         )
+        if self.reversed_refunds:
+            summary += f"; {self.reversed_refunds} of Sill's refund(s) reversed (failed at Shopify)"
         if self.throttled_seconds:
             summary += f"; waited {self.throttled_seconds:.1f} s for Shopify's rate limit"
         return "\n".join([summary, *(f"  {problem}" for problem in self.problems)])
@@ -154,7 +159,10 @@ def sync_order(*, site: Site, order_id: str, event_id: str) -> str:
         event_id=event_id,
         read_at=read_at,
     )
-    return f"{outcome}; {report.outside_refunds} outside refund(s), {report.disputes} dispute(s)"
+    done = f"{outcome}; {report.outside_refunds} outside refund(s), {report.disputes} dispute(s)"
+    if report.reversed_refunds:
+        done += f", {report.reversed_refunds} of Sill's refund(s) reversed (failed at Shopify)"
+    return done
 
 
 def upsert_order(
@@ -369,7 +377,13 @@ def _record_rail_reports(
     # reconciliation (recorded as of its own read) had applied, and was dropped.
     for refund in order.refunds:
         if refund.sill_refund_id:
-            continue  # Sill made it (its note names the refund): settled by execution
+            # Sill made it (its note names the refund): never an outside refund. Its state goes
+            # to the refund core, which reverses a settled refund Shopify now reports failed
+            # (as a Stripe or PayPal webhook's, and reconciliation's, do).
+            done = report_own_refund(charge=charge, refund=refund, event_id=event_id)
+            if done.endswith("failed after settlement, reversed"):
+                report.reversed_refunds += 1
+            continue
         done = record_outside_refund(
             charge=charge,
             refund=OutsideRefund(
