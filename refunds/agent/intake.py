@@ -349,8 +349,9 @@ def _purchase(mandate: Mandate, verified: VerifiedMandate) -> Order:
 
 
 def _check_purchase_fits(intent: mandates.PurchaseIntent) -> None:
-    """``invalid_field`` for a purchase's text longer than a column it is stored in: the
-    schema takes up to ``MAX_TEXT`` characters, some of these columns fewer."""
+    """``invalid_field`` for a purchase's text longer than a column it is stored in (the
+    schema takes up to ``MAX_TEXT`` characters, some of these columns fewer), or a total its
+    rail cannot charge (``sill.rails.base.amount_step``)."""
     path = "signed.intent"
     for i, line in enumerate(intent.line_items):
         _fits(line.sku, f"{path}.line_items.{i}.sku", (LineItem, "sku"))
@@ -358,6 +359,18 @@ def _check_purchase_fits(intent: mandates.PurchaseIntent) -> None:
     # The buyer's name and email go on the order, and on the customer a first purchase makes.
     _fits(intent.buyer_name, f"{path}.buyer.name", (Order, "buyer_name"), (Customer, "name"))
     _fits(intent.buyer_email, f"{path}.buyer.email", (Order, "buyer_email"), (Customer, "email"))
+    # A total the rail cannot charge in its currency (Stripe's KWD 10.125: its three-decimal
+    # currencies go in steps of 10) is refused here, as a refund's amount is, rather than
+    # placed as an order whose charge the rail then declines.
+    step = amount_step(intent.payment_rail, intent.currency)
+    if intent.quoted_total.amount_minor % step:
+        raise MandateError(
+            "invalid_field",
+            f"{rail_label(intent.payment_rail)} charges {intent.currency} only in steps of "
+            f"{format_money(Money(step, intent.currency))}: "
+            f"{format_money(intent.quoted_total)} can't be charged",
+            field=f"{path}.quoted_total",
+        )
     _fits(intent.payment_method, f"{path}.payment.payment_method", (Charge, "payment_method"))
 
 

@@ -28,7 +28,7 @@ from tests.conftest import site_owner
 from tests.rails.localstripe_fixtures import KEY
 from tests.rails.stripe_events import stripe_account
 from tests.rails.test_paypal_refunds import _execute, _refund
-from tests.refunds.conftest import ORIGINAL, refund_intent
+from tests.refunds.conftest import ORIGINAL, purchase_intent, refund_intent
 
 pytestmark = pytest.mark.django_db
 
@@ -217,3 +217,35 @@ def test_paypal_is_sent_each_currency_as_it_takes_it(money, value):
 def test_paypal_is_sent_no_part_of_a_forint():
     with pytest.raises(OffStep, match=r"HUF 333\.30 was not sent"):
         money_value(Money(33330, "HUF"))
+
+
+def test_a_purchase_whose_total_stripe_cannot_charge_is_refused_and_places_nothing(
+    site, sign, api, localstripe_url
+):
+    # Seen: a KWD 10.125 purchase on Stripe was placed as an order and its charge sent, and
+    # Stripe declined it (its three-decimal currencies go in steps of 10): the agent was told
+    # "processing", then "failed". It is refused at once, as a refund's amount is.
+    stripe_account(site, enabled=True, api_base=localstripe_url)
+    line = {"sku": "KW-1", "name": "Beans", "quantity": 1, "unit_price": Decimal("10.125")}
+    intent = purchase_intent(
+        line_items=[line],
+        quoted_total=Decimal("10.125"),
+        currency="KWD",
+        payment={"rail": "stripe", "payment_method": "pm_card_visa"},
+    )
+    answer = api(sign(intent))
+    assert answer.status_code == 422, answer.content
+    error = answer.json()["error"]
+    assert (error["code"], error["field"]) == ("invalid_field", "signed.intent.quoted_total")
+    assert "steps of KWD 0.010" in error["message"]
+    assert not Order.objects.filter(site=site).exists()
+
+    on_step = purchase_intent(
+        line_items=[{**line, "unit_price": Decimal("10.120")}],
+        quoted_total=Decimal("10.120"),
+        currency="KWD",
+        payment={"rail": "stripe", "payment_method": "pm_card_visa"},
+    )
+    placed = api(sign(on_step))
+    assert placed.status_code == 201, placed.content
+    assert Charge.objects.get(order__site=site).amount_minor == 10120
