@@ -15,8 +15,9 @@ JSON, and got Django's HTML "Bad Request" page. A browser's form gets a page in 
 layout instead (templates/form_refused.html): 413 for a form too large, 400 for one with too
 many fields (or files), saying that nothing was changed. Any other refusal keeps Django's page.
 
-A request Sill cannot check because its cache is down is :func:`briefly_unavailable`: 503
-``unavailable`` with ``Retry-After``, or a page saying to try again in a minute.
+A request Sill cannot check because its cache is down, or that its database could not serve
+(:mod:`sill.database_down`), is :func:`briefly_unavailable`: 503 ``unavailable`` with
+``Retry-After``, or a page saying to try again in a minute.
 
 A 404 under the machine paths (a URL that names nothing) is JSON too, and
 :func:`machine_post_only` answers another method than POST to a webhook or Slack
@@ -25,6 +26,7 @@ A 404 under the machine paths (a URL that names nothing) is JSON too, and
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -37,6 +39,7 @@ from django.template.loader import render_to_string
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import defaults
 
+from sill.database_down import log_unavailable, unavailable_because
 from sill.errors import NotFound, PermissionDenied, SillError
 from sill.jsonbody import BodyTooLarge
 
@@ -141,7 +144,20 @@ def server_error(request: HttpRequest) -> HttpResponse:
     """500: Django's page (templates/500.html) for people; for programs (the machine paths
     and JSON clients) the error shape with the stable code ``server_error``, which they can
     read and act on, where they got that HTML page. Nothing of the failure is said (it is
-    logged by Django); what is said is what makes a retry safe."""
+    logged by Django); what is said is what makes a retry safe.
+
+    Except when PostgreSQL could not serve the request (:mod:`sill.database_down`: it
+    refuses connections, lost this one, or a statement timed out waiting on a lock): that
+    is :func:`briefly_unavailable`, logged once as a warning. Django calls this view while it
+    handles the error, so the error is ``sys.exc_info()``'s."""
+    error = sys.exc_info()[1]
+    why = unavailable_because(error) if error is not None else None
+    if why is not None:
+        log_unavailable(request, why)
+        unavailable = briefly_unavailable(request)
+        # Logged above, as a warning: not again by Django, as the error a 5xx is.
+        unavailable._has_been_logged = True  # type: ignore[attr-defined]
+        return unavailable
     if wants_json(request) or request.path.startswith(MACHINE_PATHS):
         failed = SillError(
             "Sill could not finish this request. Send it again later: a signed mandate, a "

@@ -208,6 +208,16 @@ else:
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Limits set on every PostgreSQL session (sill/database_down.py), in seconds, 0 for none: how
+# long a statement waits for a lock another session holds before it gives up (the request is
+# answered 503 unavailable), and how long a session may sit idle inside a transaction before
+# PostgreSQL ends it and releases its locks.
+SILL_DB_LOCK_TIMEOUT_SECONDS = env_int("SILL_DB_LOCK_TIMEOUT_SECONDS", 10)
+SILL_DB_IDLE_IN_TRANSACTION_SECONDS = env_int("SILL_DB_IDLE_IN_TRANSACTION_SECONDS", 60)
+if min(SILL_DB_LOCK_TIMEOUT_SECONDS, SILL_DB_IDLE_IN_TRANSACTION_SECONDS) < 0:
+    raise ImproperlyConfigured(
+        "SILL_DB_LOCK_TIMEOUT_SECONDS and SILL_DB_IDLE_IN_TRANSACTION_SECONDS are >= 0"
+    )
 
 # --- Cache ----------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
