@@ -119,6 +119,31 @@ def test_an_agent_gets_503_unavailable_when_postgresql_refuses_connections(
     assert Refund.objects.count() == 1
 
 
+def test_a_request_whose_connection_postgresql_ended_is_answered_503_and_writes_nothing(
+    sign,  # noqa: F811
+    original,  # noqa: F811
+    caplog,
+):
+    """A restart or ``pg_terminate_backend`` while a request runs: between two requests Django
+    checks a kept connection first (tests/test_database_restarts.py), within one it cannot."""
+    body = sign(refund_intent(ORIGINAL))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        [pid] = cursor.fetchone()
+    killer = connection.get_new_connection(connection.get_connection_params())
+    try:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        killer.close()
+    with caplog.at_level(logging.WARNING):
+        response = post(Client(raise_request_exception=False), body)
+    connection.close()  # what Django does with a broken connection once the request is over
+    unavailable(response)
+    logged_once(caplog, "the database cannot be reached (OperationalError): ")
+    assert not Mandate.objects.exists() and not Refund.objects.exists()
+    assert post(Client(), body).status_code == 201
+
+
 def test_people_get_the_briefly_unavailable_page_when_postgresql_refuses_connections(
     client_for, caplog
 ):
