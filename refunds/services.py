@@ -25,6 +25,7 @@ from sill import sql
 from sill.errors import SillError
 from sill.failpoints import failpoint
 from sill.orders.models import Charge, Order
+from sill.orders.outside import COUNTED_STATES, claim_outside_refund
 from sill.orders.services import refresh_refund_status
 from sill.queue import enqueue_on_commit
 from sill.rails.woocommerce.record import queue_woocommerce_record
@@ -241,6 +242,22 @@ def settle_refund(
     if not refund.is_credit:  # a customer credit draws on no charge and changes no order
         order = Order.objects.select_for_update().get(pk=refund.order_id)
         charge = Charge.objects.select_for_update().get(pk=refund.charge_id)
+        # The rail may have reported this very refund without Sill's marker before now, and it
+        # was recorded as made outside Sill: counted there and here, the buyer would show as
+        # paid back twice. Under the charge's lock, which recording an outside refund takes
+        # too (and then skips an id Sill settled), so whichever comes second sees the other.
+        outside = claim_outside_refund(
+            order=order, charge=charge, provider_refund_id=provider_refund_id, refund_id=refund.id
+        )
+        if outside is not None and outside.status not in COUNTED_STATES and not failed_at_rail:
+            # The rail reported it failed or canceled (states never come back): settled, then
+            # reversed at once, as a failure reported with Sill's marker is.
+            failed_at_rail = True
+            refund.failed_at_rail_id = provider_refund_id
+            refund.failed_at_rail_message = (
+                f"The rail reported refund {provider_refund_id} {outside.status}."
+            )
+            refund.failed_at_rail_source = f"outside refund record {provider_refund_id}"[:255]
         Charge.objects.filter(pk=charge.pk).update(
             amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor,
             amount_refunded_minor=F("amount_refunded_minor") + refund.amount_minor,

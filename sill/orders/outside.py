@@ -196,6 +196,58 @@ def record_outside_refund(
     return "external refund recorded" if existing is None else "external refund updated"
 
 
+def claim_outside_refund(
+    *, order: Order, charge: Charge, provider_refund_id: str, refund_id: str
+) -> ExternalRefund | None:
+    """The rail answered Sill's refund ``refund_id`` with ``provider_refund_id``, which is
+    recorded on ``charge`` as a refund made outside Sill: it is Sill's own after all.
+
+    The rail reported it without Sill's marker (Stripe metadata edited in the dashboard, a
+    Shopify note changed, a PayPal refund without ``custom_id``) before Sill settled it. The
+    rail's answer for Sill's idempotency key is authoritative, so the record is taken off the
+    charge: what it counted outside Sill stops counting (the settlement counts it as Sill's),
+    the row is deleted, and a signed ``external_refund`` record says so, naming Sill's refund;
+    the earlier record that counted it stays in the chain. Returns the row as it was (its
+    ``status`` says whether the rail reported it failed), or None when there is none.
+
+    The caller holds the order's and the charge's row locks (settlement), which
+    :func:`record_outside_refund` takes too: whichever comes second sees the other.
+    """
+    row = (
+        ExternalRefund.objects.select_for_update()
+        .filter(charge=charge, provider_refund_id=provider_refund_id)
+        .first()
+    )
+    if row is None:
+        return None
+    row.delete()
+    if row.counted_minor:
+        Charge.objects.filter(pk=charge.pk).update(
+            amount_refunded_outside_minor=F("amount_refunded_outside_minor") - row.counted_minor
+        )
+    charge.refresh_from_db(fields=["amount_refunded_outside_minor"])
+    append_record(
+        site=order.site,
+        kind=AuditKind.EXTERNAL_REFUND,
+        body={
+            "order_id": order.pk,
+            "charge_id": charge.pk,
+            "rail": charge.rail,
+            "provider_refund_id": provider_refund_id,
+            "amount_minor": row.amount_minor,
+            "currency": row.currency,
+            "status": row.status,
+            "counted_minor": 0,
+            "uncounted_minor": row.counted_minor,
+            "refunded_outside_minor": charge.amount_refunded_outside_minor,
+            "sill_refund_id": refund_id,
+            "outcome": "Sill's own refund, reported without its marker: no longer counted "
+            "outside Sill",
+        },
+    )
+    return row
+
+
 def record_dispute(
     *, charge: Charge, dispute: ReportedDispute, event_id: str, event_at: datetime
 ) -> str:

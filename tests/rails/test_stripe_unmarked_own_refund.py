@@ -1,0 +1,160 @@
+"""Sill's own refund reported by Stripe without its marker is counted once, in either order.
+
+Someone edits the refund's metadata in Stripe's dashboard (``sill_refund_id`` removed): its
+webhook reads as a refund made outside Sill. Reported before the worker settles it, it was
+counted outside Sill *and* settled as Sill's (paid back twice over; a refund of more than
+half the charge could not settle at all). Against localstripe through the real SDK; the
+events are signed by the test with Stripe's scheme (localstripe sends no webhooks).
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from audit.models import AuditRecord
+from refunds.models import Refund
+from sill.orders.models import Charge, ExternalRefund, Order
+from sill.rails.models import WebhookEvent
+from sill.rails.stripe import StripeRail
+from sill.rails.stripe_events import process_event
+from tests.rails.localstripe_fixtures import as_dict
+from tests.rails.stripe_events import event, header
+from tests.refunds.conftest import ORIGINAL, refund_intent
+
+pytestmark = pytest.mark.django_db
+
+
+def unmarked(sdk, provider_refund_id: str, **changes: Any) -> dict[str, Any]:
+    """The refund as Stripe holds it, its ``sill_refund_id`` removed in the dashboard."""
+    obj = as_dict(sdk.v1.refunds.retrieve(provider_refund_id))
+    assert obj["metadata"].get("sill_refund_id")
+    obj["metadata"] = {}
+    obj.update(changes)
+    return obj
+
+
+def report_before_settlement(
+    monkeypatch, site, sdk, *, kind: str = "refund.created", **changes: Any
+) -> dict[str, str]:
+    """Stripe refunds for the worker, then its unmarked event is applied before the worker
+    settles (the worker goes on with Stripe's answer, which names the same refund)."""
+    real_refund = StripeRail.refund
+    seen: dict[str, str] = {}
+
+    def refund_then_unmarked_webhook(self: StripeRail, request: Any) -> Any:
+        result = real_refund(self, request)
+        body = event(
+            kind, unmarked(sdk, result.provider_refund_id, **changes), event_id="evt_unmarked"
+        )
+        response = Client().post(
+            f"/webhooks/stripe/{site.pk}",
+            data=body,
+            content_type="application/json",
+            HTTP_STRIPE_SIGNATURE=header(body),
+        )
+        assert response.status_code == 200
+        seen["outcome"] = process_event(WebhookEvent.objects.get(event_id="evt_unmarked").pk)
+        seen["status"] = Refund.objects.get(pk=request.refund_id).status
+        return result
+
+    monkeypatch.setattr(StripeRail, "refund", refund_then_unmarked_webhook)
+    return seen
+
+
+def audit_verifies(site) -> bool:
+    out = StringIO()
+    call_command("audit", "verify", "--site", site.pk, stdout=out)
+    return "OK" in out.getvalue()
+
+
+@pytest.mark.parametrize(("amount", "remaining"), [("20.00", 6900), ("50.00", 3900)])
+def test_it_counts_a_refund_reported_unmarked_before_settlement_once(
+    site, paid, sdk, api, sign, members, monkeypatch, amount, remaining
+):
+    seen = report_before_settlement(monkeypatch, site, sdk)
+    answer = api(sign(refund_intent(ORIGINAL, max_amount=Decimal(amount)))).json()
+    assert answer["decision"] == "approved", answer
+    # The webhook did record it as outside Sill: nothing told it otherwise yet.
+    assert seen["status"] == "processing", seen
+
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert refund.status == "succeeded", (refund.status, refund.failure_message)
+    paid.refresh_from_db()
+    assert (
+        paid.amount_refunded_minor,
+        paid.amount_refunded_outside_minor,
+        paid.amount_reserved_minor,
+    ) == (refund.amount_minor, 0, 0)
+    assert paid.remaining.amount_minor == remaining
+    assert Order.objects.get(pk=paid.order_id).status == "PARTIALLY_REFUNDED"
+    # Not listed as a refund outside Sill on the order's Transactions tab any more.
+    assert not ExternalRefund.objects.exists()
+
+    # The chain says what happened: counted outside, then taken back as Sill's own refund.
+    bodies = [
+        json.loads(r.payload)["body"]
+        for r in AuditRecord.objects.filter(kind="external_refund").order_by("seq")
+    ]
+    assert [b["counted_minor"] for b in bodies] == [refund.amount_minor, 0]
+    assert bodies[1]["sill_refund_id"] == refund.pk
+    assert bodies[1]["provider_refund_id"] == refund.provider_refund_id
+    assert bodies[1]["uncounted_minor"] == refund.amount_minor
+    assert audit_verifies(site)
+
+
+def test_a_refund_reported_unmarked_and_failed_before_settlement_is_reversed(
+    site, paid, sdk, api, sign, members, monkeypatch
+):
+    """Stripe answered the worker "succeeded", then reported the refund failed, unmarked:
+    the settlement under that id is reversed at once, never counted as paid back."""
+    report_before_settlement(
+        monkeypatch,
+        site,
+        sdk,
+        kind="refund.failed",
+        status="failed",
+        failure_reason="expired_or_canceled_card",
+    )
+    answer = api(sign(refund_intent(ORIGINAL, max_amount=Decimal("20.00")))).json()
+
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert (refund.status, refund.outcome_code) == ("failed", "failed_after_settlement")
+    paid.refresh_from_db()
+    assert (
+        paid.amount_refunded_minor,
+        paid.amount_refunded_outside_minor,
+        paid.amount_reserved_minor,
+    ) == (0, 0, 0)
+    assert Order.objects.get(pk=paid.order_id).status == "PAID"
+    assert not ExternalRefund.objects.exists()
+    assert refund.confirmation_sent_at is None
+    assert audit_verifies(site)
+
+
+@pytest.mark.parametrize("kind", ["refund.created", "refund.updated", "charge.refunded"])
+def test_a_settled_refund_reported_unmarked_afterwards_is_not_counted_again(
+    site, paid, sdk, api, sign, deliver, kind
+):
+    answer = api(sign(refund_intent(ORIGINAL, max_amount=Decimal("50.00")))).json()
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert refund.status == "succeeded", answer
+
+    obj = unmarked(sdk, refund.provider_refund_id)
+    if kind == "charge.refunded":
+        obj = as_dict(sdk.v1.charges.retrieve(paid.provider_charge_id))
+        for listed in obj["refunds"]["data"]:
+            listed["metadata"] = {}
+    assert deliver(site, event(kind, obj, event_id="evt_late")).status_code == 200
+
+    assert not ExternalRefund.objects.exists()
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_refunded_outside_minor) == (5000, 0)
+    assert Charge.objects.get(pk=paid.pk).remaining.amount_minor == 3900
+    assert not AuditRecord.objects.filter(kind="external_refund").exists()
