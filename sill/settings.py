@@ -562,6 +562,12 @@ EMAIL_BACKEND = env_str(
 DEFAULT_FROM_EMAIL = env_str("SILL_FROM_EMAIL", "Sill <refunds@sill.example>")
 EMAIL_HOST = env_str("SILL_EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("SILL_EMAIL_PORT", 25)
+# How long a send waits on the SMTP server (each connect, read and write), in seconds: Django's
+# default waits forever, and an invitation is sent inside its transaction (sill/accounts/
+# invites.py), the e-mail tasks hold a worker while they wait.
+EMAIL_TIMEOUT = env_int("SILL_EMAIL_TIMEOUT_SECONDS", 10)
+if EMAIL_TIMEOUT < 1:
+    raise ImproperlyConfigured("SILL_EMAIL_TIMEOUT_SECONDS must be at least 1")
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -138,13 +138,17 @@ def create_invite(
         sent_at=now,
         expires_at=now + _lifetime(),
     )
+    # Sent before the signed record, whose append locks the site's audit chain head until
+    # COMMIT: every decision of the site appends to that chain, and none should wait for an
+    # SMTP server. A refused send still rolls everything back (nothing is saved); a link sent
+    # for an invite whose record then failed names no invite and opens nothing.
+    _send(invite, token, inviter=actor.user)
     _record(
         invite,
         action="invite",
         actor=actor,
         replaces=replaced.pk if replaced is not None else None,
     )
-    _send(invite, token, inviter=actor.user)
     logger.info("invite %s sent on site %s by %s", invite.pk, site.pk, actor.user.get_username())
     return invite
 
@@ -192,8 +196,8 @@ def resend_invite(*, invite: MemberInvite, actor: Membership) -> MemberInvite:
     # (an invite its first sender can no longer send was withdrawn, but may be resent).
     invite.invited_by = actor.user
     invite.save(update_fields=["token_sha256", "sent_at", "expires_at", "invited_by"])
+    _send(invite, token, inviter=actor.user)  # before the record: as in create_invite
     _record(invite, action="invite_resend", actor=actor)
-    _send(invite, token, inviter=actor.user)
     return invite
 
 

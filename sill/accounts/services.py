@@ -295,9 +295,14 @@ def lock_for_member_change(*memberships: Membership) -> None:
 
     Locking the site row means two owners demoting each other at the same moment run one
     after the other, so the second sees the first's change and the site keeps an owner.
+
+    ``FOR NO KEY UPDATE``: it serialises member changes as ``FOR UPDATE`` would, but not the
+    rows that merely reference the site (PostgreSQL's foreign-key checks take ``FOR KEY
+    SHARE``), so an agent's decision, a refund or a webhook of the site never waits for a
+    member change (an invitation's email is sent under this lock).
     """
     site_ids = {m.site_id for m in memberships}
-    Site.objects.select_for_update().filter(pk__in=site_ids).order_by("pk").exists()
+    Site.objects.select_for_update(no_key=True).filter(pk__in=site_ids).order_by("pk").exists()
     for membership in memberships:
         try:
             membership.refresh_from_db(fields=["role", "can_refund"])
