@@ -16,7 +16,7 @@ from sill.accounts.models import Agent, Site
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
 from sill.orders.services import NewLine, create_order, set_order_status
 from sill.queue import enqueue_on_commit
-from sill.rails.registry import RailDisabled, rail_account_for
+from sill.rails.registry import RailDisabled, usable_rail_account
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,10 @@ def place_order(*, purchase: Purchase) -> Order:
         customer=customer,
     )
     try:
-        rail_account_for(site_id=site.id, rail=purchase.rail)
+        # Everything the worker's build of the rail would refuse (live money switched off, a
+        # stored key no key opens), not only a rail switched off: refused now, the agent is
+        # told rail_disabled, rather than "processing" and then a failure read as a decline.
+        usable_rail_account(site_id=site.id, rail=purchase.rail)
     except RailDisabled:
         set_order_status(order=order, status=OrderStatus.CANCELLED)
         return order

@@ -1,0 +1,72 @@
+"""A purchase on a rail that could not take the money is refused when the mandate is answered
+(``rejected``, ``rail_disabled``), before any charge exists: a rail switched off, in live mode
+on a deployment that does not allow live money, or whose stored API key no key opens. It is
+never answered "approved, processing" and then failed by the worker as if the rail had
+declined the card (``charge_failed``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client, override_settings
+
+from refunds.models import Mandate
+from sill.orders.models import Charge, Order
+from sill.rails.models import MockLedgerEntry, RailAccount
+from tests.refunds.conftest import post, purchase_intent
+
+pytestmark = pytest.mark.django_db
+
+KEY = "sk_test_51UnreadablePurchaseKey0000000XYZ9"
+LOST = "the-secret-key-that-was-rotated-away-" + "p" * 40
+
+
+def live(account: RailAccount) -> None:
+    account.mode = "live"
+    account.save()
+
+
+def switched_off(account: RailAccount) -> None:
+    account.enabled = False
+    account.save()
+
+
+def key_unreadable(account: RailAccount) -> None:
+    account.rail = "stripe"
+    with override_settings(SECRET_KEY=LOST, SECRET_KEY_FALLBACKS=[]):
+        account.set_secret(KEY)
+    account.save()
+
+
+@pytest.mark.parametrize("unusable", [live, switched_off, key_unreadable])
+def test_it_is_refused_rail_disabled_before_anything_is_charged(
+    sign: Callable[..., bytes],
+    mock_rail: RailAccount,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    unusable: Callable[[RailAccount], None],
+) -> None:
+    settings.SILL_ALLOW_LIVE = False
+    unusable(mock_rail)
+    body = sign(purchase_intent(payment={"rail": mock_rail.rail, "payment_method": "pm_visa"}))
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = post(Client(), body)
+
+    assert response.status_code == 201, response.json()
+    answer = response.json()
+    assert (answer["decision"], answer["status"], answer["reason"]) == (
+        "rejected",
+        "rejected",
+        "rail_disabled",
+    )
+    order = Order.objects.get(pk=answer["order_id"])
+    assert order.status == "CANCELLED"
+    assert not Charge.objects.exists()  # no charge to try, nothing enqueued to try it
+    assert callbacks == []
+    assert not MockLedgerEntry.objects.exists()
+    # Asked again, the agent hears the same refusal.
+    assert post(Client(), body).json() == answer
+    assert Mandate.objects.count() == 1
