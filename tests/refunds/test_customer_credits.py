@@ -36,6 +36,7 @@ from refunds.models import (
 from refunds.reconcile.runs import run_reconciliation
 from refunds.review.decisions import DecisionRefused, approve_refund
 from refunds.review.slack import held_message, outcome_text
+from refunds.tasks import recover_stuck_refunds_task
 from sill.accounts.models import Agent, Site
 from sill.orders.models import Customer
 from sill.rails.models import RailAccount
@@ -43,6 +44,7 @@ from tests.rails.stripe_balance_stub import KEY, BalanceStub, serving_balance_st
 from tests.refunds.conftest import post
 from tests.refunds.test_unreadable_rail_key import REFUSAL as UNREADABLE
 from tests.refunds.test_unreadable_rail_key import seal_under_lost_key
+from tests.threads import run_concurrently
 
 # Each owner and admin gets their own copy of an email about a credit; the tests read the owner's.
 OWNER = "owner@roasters.example"
@@ -278,6 +280,35 @@ def test_a_lost_answer_is_recovered_with_the_same_key_and_credits_once(
     assert len(stub.transactions[CUSTOMER]) == 1
     # The retry looked the credit up by its metadata before calling again: one POST only.
     assert len(stub.posts()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_executions_at_once_make_one_balance_transaction(
+    client, sign, stub, stripe_rail, cora, settings, django_capture_on_commit_callbacks
+):
+    # A redelivered task and the sweep beside the task: one claim wins, the others do nothing.
+    settings.SILL_RECOVER_AFTER_SECONDS = 0
+    with django_capture_on_commit_callbacks(execute=False):
+        body = post(client, sign(credit_intent())).json()
+    assert body["decision"] == "approved"
+    Refund.objects.filter(pk=body["refund_id"]).update(updated_at=timezone.now() - timedelta(1))
+
+    def work(i: int) -> object:
+        if i == 0:
+            return recover_stuck_refunds_task()
+        try:
+            return execute_refund(body["refund_id"])
+        except RetryLater as exc:
+            return exc
+
+    outcomes = run_concurrently(6, work)
+    refund = Refund.objects.get(pk=body["refund_id"])
+    assert refund.status == RefundStatus.SUCCEEDED, outcomes
+    assert len(stub.posts()) == 1 and len(stub.transactions[CUSTOMER]) == 1
+    assert refund.provider_refund_id == stub.transactions[CUSTOMER][0]["id"]
+    settlement = AuditRecord.objects.get(subject_refund_id=refund.id, kind="settlement")
+    assert '"amount_minor":1250' in settlement.payload
+    assert '"currency":"USD"' in settlement.payload
 
 
 def test_a_permanent_refusal_at_the_rail_fails_the_credit_without_moving_money(
