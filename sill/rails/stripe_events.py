@@ -55,22 +55,43 @@ def process_event(event_pk: int) -> str:
 
 
 def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
-    obj = (event.get("data") or {}).get("object") or {}
+    if stored.type not in REFUND_EVENTS | DISPUTE_EVENTS | {"charge.refunded"}:
+        return "ignored: not an event Sill records"
+    # A signed body is Stripe's, but its shapes are still checked: a ``data``, ``object`` or
+    # list that is not one raised on every attempt, ending in a give-up instead of an outcome.
+    obj = _mapping(_mapping(event.get("data")).get("object"))
+    if not obj:
+        return "ignored: the event carries no object"
     event_at = _time(event.get("created"))
     if stored.type in REFUND_EVENTS:
         return _apply_refund(stored, obj, event_at)
     if stored.type == "charge.refunded":
-        listed = (obj.get("refunds") or {}).get("data") or []
+        listed = _mapping(obj.get("refunds")).get("data") or []
         if not listed:
             return "no refunds listed on the charge; its refund.* events carry them"
+        if not isinstance(listed, list):
+            return "malformed refund list on the charge"
         outcomes = [
             _apply_refund(stored, {"charge": obj.get("id"), **refund}, event_at)
+            if isinstance(refund, dict)
+            else "malformed refund"
             for refund in listed
         ]
         return "; ".join(outcomes)
-    if stored.type in DISPUTE_EVENTS:
-        return _apply_dispute(stored, obj, event_at)
-    return "ignored: not an event Sill records"
+    return _apply_dispute(stored, obj, event_at)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _minor(obj: dict[str, Any]) -> int:
+    """The object's ``amount`` in minor units; ``ValueError`` unless Stripe's integer (a JSON
+    ``true`` is an int to Python, and ``1.5`` would have been cut to 1)."""
+    value = obj["amount"]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("amount is not an integer")
+    return from_stripe_amount(value, obj["currency"])
 
 
 def _charge_of(stored: WebhookEvent, obj: dict[str, Any]) -> Charge | None:
@@ -86,7 +107,7 @@ def _charge_of(stored: WebhookEvent, obj: dict[str, Any]) -> Charge | None:
 
 def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime) -> str:
     refund_id = str(obj.get("id") or "")
-    sill_refund_id = str((obj.get("metadata") or {}).get("sill_refund_id") or "")
+    sill_refund_id = str(_mapping(obj.get("metadata")).get("sill_refund_id") or "")
     charge = _charge_of(stored, obj)
     if charge is None or not refund_id:
         if sill_refund_id:
@@ -98,7 +119,7 @@ def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime)
         try:
             report = RailRefund(
                 provider_refund_id=refund_id,
-                amount_minor=from_stripe_amount(obj["amount"], obj["currency"]),
+                amount_minor=_minor(obj),
                 currency=str(obj["currency"]).upper(),
                 status=str(obj.get("status") or "succeeded"),
                 created_at=_time(obj.get("created")),
@@ -112,7 +133,7 @@ def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime)
     try:
         refund = OutsideRefund(
             provider_refund_id=refund_id,
-            amount_minor=from_stripe_amount(obj["amount"], obj["currency"]),
+            amount_minor=_minor(obj),
             currency=str(obj["currency"]).upper(),
             status=str(obj.get("status") or "succeeded"),
             created_at_rail=_time(obj.get("created")),
@@ -138,7 +159,7 @@ def _apply_dispute(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime
         dispute = ReportedDispute(
             provider_dispute_id=dispute_id,
             reason=str(obj.get("reason") or "general"),
-            amount_minor=from_stripe_amount(obj["amount"], obj["currency"]),
+            amount_minor=_minor(obj),
             currency=str(obj["currency"]).upper(),
             status=dispute_status(rail_status),
             rail_status=rail_status,

@@ -112,10 +112,13 @@ def store_event(*, account: RailAccount, payload: bytes) -> WebhookEvent | None:
         # The project's strict reader: a signed body is still refused when nested too deep
         # (RecursionError would be a 500) or holding NUL (PostgreSQL text refuses it).
         event = jsonbody.loads(payload)
-        event_id, event_type = str(event["id"]), str(event["type"])
-    except (jsonbody.MalformedJSON, KeyError, TypeError):
+    except jsonbody.MalformedJSON:
         raise WebhookRefused("The body is not a Stripe event.") from None
-    if not isinstance(event, dict):
+    # Stripe's ids and types are non-empty strings: ``"id": null`` was stored as the event
+    # "None" (and every later such body answered "duplicate" of it), ``["x"]`` as "['x']".
+    event_id = event.get("id") if isinstance(event, dict) else None
+    event_type = event.get("type") if isinstance(event, dict) else None
+    if not isinstance(event_id, str) or not event_id.strip() or not isinstance(event_type, str):
         raise WebhookRefused("The body is not a Stripe event.")
     connected = event.get("account") or ""
     if connected and connected != account.connected_account:

@@ -547,3 +547,30 @@ def test_deliveries_paypal_verified_do_not_use_up_their_addresss_share(
         raw = json.dumps(event, separators=(",", ":")).encode()
         assert _post(site, raw, **_signed_headers(paypal, raw)).status_code == 200
     assert len(paypal.verifications) == 4 and WebhookEvent.objects.count() == 4
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [
+        ("refund", {"links": 5}),
+        ("refund", {"links": True}),
+        ("dispute", {"disputed_transactions": 5}),
+    ],
+    ids=["links-number", "links-true", "transactions-number"],
+)
+def test_a_verified_event_of_the_wrong_shapes_is_settled_not_retried(
+    site, paypal, paypal_account, paypal_order, run, kind, change
+):
+    # PayPal signs only a CRC32 of the body; these raised TypeError on every attempt until
+    # the retries gave up.
+    _order, capture = paypal_order()
+    if kind == "refund":
+        event = refund_event(paypal, capture, value="5.00")
+    else:
+        event = dispute_event(paypal, capture)
+    event["resource"].update(change)
+    assert run(site, paypal, event).status_code == 200
+    stored = WebhookEvent.objects.get(site=site, rail="paypal")
+    assert stored.processed_at is not None and "not a capture Sill knows" in stored.outcome
+    assert stored.last_error == ""
+    assert not ExternalRefund.objects.exists() and not Dispute.objects.exists()

@@ -312,3 +312,50 @@ def test_a_signed_body_that_is_not_a_sane_event_is_refused_not_a_500(site, charg
     response = deliver(site, body)
     assert response.status_code == 400
     assert not WebhookEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": null, "type": "refund.created", "data": {"object": {}}}',
+        b'{"id": ["evt_1"], "type": "refund.created"}',
+        b'{"id": "", "type": "refund.created"}',
+        b'{"id": "evt_1", "type": null}',
+    ],
+    ids=["null-id", "list-id", "empty-id", "null-type"],
+)
+def test_a_signed_event_without_a_string_id_and_type_is_refused(site, charge, deliver, body):
+    # ``"id": null`` was stored as the event "None": every later one was its "duplicate".
+    response = deliver(site, body)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webhook_refused"
+    assert not WebhookEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("event_type", "data"),
+    [
+        ("refund.created", [1]),
+        ("refund.created", {"object": "re_1"}),
+        ("charge.dispute.created", {"object": [1]}),
+        ("charge.refunded", {"object": {"id": "CH", "refunds": {"data": [1, "re_1"]}}}),
+        ("charge.refunded", {"object": {"id": "CH", "refunds": {"data": {"re_1": 1}}}}),
+        ("refund.created", {"object": {"id": "re_1", "charge": "CH", "amount": True}}),
+        ("refund.created", {"object": {"id": "re_1", "charge": "CH", "amount": 1.5}}),
+    ],
+    ids=["data-list", "object-str", "object-list", "refund-items", "refund-map", "true", "1.5"],
+)
+def test_an_event_of_the_wrong_shapes_is_settled_not_retried_and_records_nothing(
+    site, charge, deliver, event_type, data
+):
+    # Each raised on every attempt (AttributeError, TypeError) until the retries gave up, or
+    # (``true``, ``1.5``) counted one cent refunded outside Sill.
+    raw = json.dumps({"id": "evt_shape", "type": event_type, "created": 1, "data": data})
+    body = raw.replace("CH", charge.provider_charge_id)
+    body = body.replace('"amount": true', '"amount": true, "currency": "usd"')
+    body = body.replace('"amount": 1.5', '"amount": 1.5, "currency": "usd"')
+    response = deliver(site, body.encode())
+    assert response.status_code == 200
+    stored = WebhookEvent.objects.get()
+    assert stored.processed_at is not None and stored.last_error == ""
+    assert not ExternalRefund.objects.exists() and not Dispute.objects.exists()

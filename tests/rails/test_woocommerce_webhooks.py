@@ -265,3 +265,23 @@ def test_the_same_signed_body_under_a_fresh_delivery_id_is_a_duplicate(
     assert len(woo.auth_seen) == asked
     assert WebhookEvent.objects.filter(site=site, rail="woocommerce").count() == 1
     assert Order.objects.filter(site=site).count() == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"id": True}, {"id": -5}, {"id": 10**30}, {"meta_data": 5}, {"line_items": 5}],
+    ids=["id-true", "id-negative", "id-past-bigint", "meta-number", "lines-number"],
+)
+def test_a_signed_order_of_the_wrong_shapes_is_skipped_not_retried(
+    site, woo, woo_account, change, django_capture_on_commit_callbacks
+):
+    # ``true`` was brought in as the store's order 1 and -5 as order -5; the others raised on
+    # every attempt (DataError, TypeError) until the retries gave up.
+    order = woo.add_order(total="42.00", stripe_charge="ch_shapes").json()
+    body = json.dumps({**order, **change}).encode()
+    response = _post(site, body, woo_headers(body, url=woo.url), django_capture_on_commit_callbacks)
+    assert response.status_code == 200
+    stored = WebhookEvent.objects.get(site=site, rail="woocommerce")
+    assert stored.processed_at is not None and stored.outcome.startswith("skipped")
+    assert stored.last_error == ""
+    assert not Order.objects.exists() and not WooOrderLink.objects.exists()

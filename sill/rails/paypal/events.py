@@ -188,9 +188,11 @@ def _charge(stored: WebhookEvent, capture_id: str) -> Charge | None:
 
 
 def _disputed_captures(dispute: dict[str, Any]) -> list[str]:
+    listed = dispute.get("disputed_transactions")
     return [
         capture_id
-        for t in dispute.get("disputed_transactions") or []
+        # A number here (the event's body is not PayPal's word) raised on every attempt.
+        for t in (listed if isinstance(listed, list) else [])
         if isinstance(t, dict) and (capture_id := str(t.get("seller_transaction_id") or ""))
     ]
 

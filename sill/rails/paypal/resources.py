@@ -62,7 +62,9 @@ def time(value: Any) -> datetime | None:
 
 def capture_of(refund: dict[str, Any]) -> str:
     """The capture id named by the refund's ``up`` link (``…/v2/payments/captures/{id}``)."""
-    for link in refund.get("links") or []:
+    links = refund.get("links")
+    # Only the body names the links (PayPal signs a CRC32 of it): a number here raised.
+    for link in links if isinstance(links, list) else []:
         if isinstance(link, dict) and link.get("rel") == "up":
             parts = urlsplit(str(link.get("href") or "")).path.rstrip("/").split("/")
             if len(parts) >= 2 and parts[-2] == "captures":

@@ -17,6 +17,8 @@ PAID_STATUSES = frozenset({"processing", "completed", "on-hold", "refunded"})
 SILL_REFUND_MARK = "Sill refund "
 # What a line item's quantity column holds (a 4-byte integer); more is one line for the lot.
 MAX_QUANTITY = 2**31 - 1
+# What an order id column holds (``WooOrderLink.woo_order_id``, a bigint); Woo's are far below.
+MAX_ORDER_ID = 2**63
 
 
 class UnreadableOrder(ValueError):
@@ -74,13 +76,31 @@ def _meta(order: dict[str, Any], key: str) -> str:
     return ""
 
 
+def _order_id(value: Any) -> int:
+    """A Woo order id: a positive integer (or its ASCII digits) a bigint column holds.
+    ``int()`` alone took ``true`` as order 1 and ``-5``; past 2**63 the insert failed on
+    every attempt."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 20:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < MAX_ORDER_ID:
+        raise ValueError("not an order id")
+    return value
+
+
 def parse_order(order: dict[str, Any]) -> WooOrder:
     try:
-        order_id = int(order["id"])
+        order_id = _order_id(order["id"])
         currency = str(order["currency"]).upper()
         total = parse_major(str(order["total"]), currency)
     except (KeyError, TypeError, ValueError, MoneyError) as exc:
         raise UnreadableOrder(f"not a WooCommerce order: {type(exc).__name__}") from None
+    if total.amount_minor < 0:
+        raise UnreadableOrder(f"negative total {order['total']!r}")
+    # Lists, or nothing: a number here raised TypeError, which neither the sync nor a
+    # webhook's processing expects (the sync ended, the event failed until it was given up).
+    for key in ("meta_data", "line_items"):
+        if not isinstance(order.get(key) or [], list):
+            raise UnreadableOrder(f"{key} is not a list")
     transaction = str(order.get("transaction_id") or "")
     intent = _meta(order, "_stripe_intent_id") or (
         transaction if transaction.startswith("pi_") else ""
