@@ -89,7 +89,11 @@ _TIMESTAMP_RE = re.compile(
 ACTIONS = ("request_refund", "purchase", "credit_customer")
 REASON_CODES = ("requested_by_customer", "defective", "not_received", "wrong_item", "other")
 REFUND_FORBIDDEN_FIELDS = ("sku", "line_items", "quoted_total", "buyer")
-PAYMENT_RAILS = ("mock", "stripe", "shopify", "woocommerce", "paypal")
+# The rails a purchase can be charged on. Shopify's, WooCommerce's and PayPal's orders are paid
+# at their own checkouts and come to Sill already paid: their rails take no payment from Sill
+# (each refuses a charge), so a purchase naming one is refused here, before anything is stored,
+# rather than placed and then failed.
+PAYMENT_RAILS = ("mock", "stripe")
 
 ERROR_CODES: dict[str, int] = {
     "malformed": 400,

@@ -943,7 +943,7 @@ def purchase_intents(draw: st.DrawFn) -> dict[str, Any]:
         "currency": currency,
         "buyer": {"name": draw(TEXT), "email": "buyer@example.com"},
         "payment": {
-            "rail": draw(st.sampled_from(["mock", "stripe", "paypal"])),
+            "rail": draw(st.sampled_from(["mock", "stripe"])),
             "payment_method": "pm_x",
         },
     }

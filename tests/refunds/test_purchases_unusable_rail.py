@@ -70,3 +70,19 @@ def test_it_is_refused_rail_disabled_before_anything_is_charged(
     # Asked again, the agent hears the same refusal.
     assert post(Client(), body).json() == answer
     assert Mandate.objects.count() == 1
+
+
+@pytest.mark.parametrize("rail", ["shopify", "woocommerce", "paypal"])
+def test_a_purchase_on_a_rail_that_takes_no_payments_is_invalid_and_stores_nothing(
+    sign: Callable[..., bytes], mock_rail: RailAccount, rail: str
+) -> None:
+    # Seen: the schema took them, the purchase was answered "approved, processing", and the
+    # worker then failed its charge (charge_failed): Shopify, WooCommerce and PayPal orders are
+    # paid at their own checkouts, and those rails refuse every charge from Sill.
+    body = sign(purchase_intent(payment={"rail": rail, "payment_method": "pm_visa"}))
+    response = post(Client(), body)
+    assert response.status_code == 422, response.json()
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("invalid_field", "signed.intent.payment.rail")
+    assert error["message"].endswith("must be one of mock, stripe.")
+    assert not Order.objects.exists() and not Mandate.objects.exists()
