@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
@@ -177,21 +178,15 @@ def record_outside_refund(
             )
             charge.refresh_from_db(fields=["amount_refunded_outside_minor"])
             refresh_refund_status(order)
-        append_record(
-            site=order.site,
-            kind=AuditKind.EXTERNAL_REFUND,
-            body={
-                "order_id": order.pk,
-                "charge_id": charge.pk,
-                "rail": charge.rail,
-                "provider_refund_id": refund.provider_refund_id,
-                "amount_minor": refund.amount_minor,
-                "currency": refund.currency,
-                "status": refund.status,
-                "counted_minor": counted,
-                "refunded_outside_minor": charge.amount_refunded_outside_minor,
-                "event_id": event_id,
-            },
+        _record_external_refund(
+            order,
+            charge,
+            refund.provider_refund_id,
+            amount_minor=refund.amount_minor,
+            currency=refund.currency,
+            status=refund.status,
+            counted_minor=counted,
+            event_id=event_id,
         )
     return "external refund recorded" if existing is None else "external refund updated"
 
@@ -226,6 +221,27 @@ def claim_outside_refund(
             amount_refunded_outside_minor=F("amount_refunded_outside_minor") - row.counted_minor
         )
     charge.refresh_from_db(fields=["amount_refunded_outside_minor"])
+    _record_external_refund(
+        order,
+        charge,
+        provider_refund_id,
+        amount_minor=row.amount_minor,
+        currency=row.currency,
+        status=row.status,
+        counted_minor=0,
+        uncounted_minor=row.counted_minor,
+        sill_refund_id=refund_id,
+        outcome="Sill's own refund, reported without its marker: no longer counted outside Sill",
+    )
+    return row
+
+
+def _record_external_refund(
+    order: Order, charge: Charge, provider_refund_id: str, **facts: Any
+) -> None:
+    """The signed ``external_refund`` record of what a refund of ``charge`` made outside Sill
+    counts now (``facts``: its amount, currency, status, ``counted_minor`` and what else the
+    caller says), with the charge's total refunded outside Sill after it."""
     append_record(
         site=order.site,
         kind=AuditKind.EXTERNAL_REFUND,
@@ -234,18 +250,10 @@ def claim_outside_refund(
             "charge_id": charge.pk,
             "rail": charge.rail,
             "provider_refund_id": provider_refund_id,
-            "amount_minor": row.amount_minor,
-            "currency": row.currency,
-            "status": row.status,
-            "counted_minor": 0,
-            "uncounted_minor": row.counted_minor,
+            **facts,
             "refunded_outside_minor": charge.amount_refunded_outside_minor,
-            "sill_refund_id": refund_id,
-            "outcome": "Sill's own refund, reported without its marker: no longer counted "
-            "outside Sill",
         },
     )
-    return row
 
 
 def record_dispute(

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditRecord
@@ -20,7 +19,7 @@ from sill.orders.models import Charge, Dispute, ExternalRefund
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.replay import REPLAYED_TYPES, ReplayRefused, replay_stripe_events
 from tests.rails.failing_stripe_event import books_agree, books_disagree, too_large_refund_event
-from tests.rails.stripe_events import deliverer, dispute_obj, event, header, refund_obj
+from tests.rails.stripe_events import deliverer, dispute_obj, event, header, post_event, refund_obj
 from tests.rails.stripe_events import stripe_account as make_stripe_account
 from tests.rails.stripe_events_stub import EventsStub, serving_events_stub
 
@@ -139,12 +138,7 @@ def test_it_processes_an_event_stored_but_never_processed(site, charge, events_s
     body = json.dumps(lost).encode()
     # The webhook stores it, but its on-commit task never runs here (as if the broker had
     # been down): the test's transaction never commits and nothing captures the callback.
-    response = Client().post(
-        f"/webhooks/stripe/{site.pk}",
-        data=body,
-        content_type="application/json",
-        HTTP_STRIPE_SIGNATURE=header(body),
-    )
+    response = post_event(site, body)
     assert response.status_code == 200
     assert WebhookEvent.objects.get().processed_at is None
     events_stub.add(lost)

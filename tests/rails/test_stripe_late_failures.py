@@ -30,7 +30,7 @@ from sill.rails.stripe import StripeRail
 from sill.rails.stripe_events import process_event
 from tests.conftest import site_owner
 from tests.rails.localstripe_fixtures import as_dict
-from tests.rails.stripe_events import event, header
+from tests.rails.stripe_events import event, post_event
 from tests.refunds.conftest import ORIGINAL, refund_intent
 
 pytestmark = pytest.mark.django_db
@@ -210,12 +210,7 @@ def test_a_failure_reported_before_the_worker_settles_is_not_lost(
         obj = as_dict(sdk.v1.refunds.retrieve(result.provider_refund_id))
         obj.update(status="failed", failure_reason="expired_or_canceled_card")
         body = event("refund.failed", obj, event_id="evt_failed_early")
-        response = Client().post(
-            f"/webhooks/stripe/{site.pk}",
-            data=body,
-            content_type="application/json",
-            HTTP_STRIPE_SIGNATURE=header(body),
-        )
+        response = post_event(site, body)
         assert response.status_code == 200
         seen["status"] = Refund.objects.get(pk=request.refund_id).status
         seen["outcome"] = process_event(WebhookEvent.objects.get(event_id="evt_failed_early").pk)

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
 
 from audit.models import AuditRecord
 from refunds.models import Refund
@@ -25,7 +24,7 @@ from sill.rails.models import WebhookEvent
 from sill.rails.stripe import StripeRail
 from sill.rails.stripe_events import process_event
 from tests.rails.localstripe_fixtures import as_dict
-from tests.rails.stripe_events import event, header
+from tests.rails.stripe_events import event, post_event
 from tests.refunds.conftest import ORIGINAL, refund_intent
 
 pytestmark = pytest.mark.django_db
@@ -53,12 +52,7 @@ def report_before_settlement(
         body = event(
             kind, unmarked(sdk, result.provider_refund_id, **changes), event_id="evt_unmarked"
         )
-        response = Client().post(
-            f"/webhooks/stripe/{site.pk}",
-            data=body,
-            content_type="application/json",
-            HTTP_STRIPE_SIGNATURE=header(body),
-        )
+        response = post_event(site, body)
         assert response.status_code == 200
         seen["outcome"] = process_event(WebhookEvent.objects.get(event_id="evt_unmarked").pk)
         seen["status"] = Refund.objects.get(pk=request.refund_id).status

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from refunds.models import Refund
@@ -21,7 +20,7 @@ from sill.rails.stripe import StripeRail
 from sill.rails.stripe_events import process_event
 from tests.conftest import site_owner
 from tests.rails.localstripe_fixtures import as_dict
-from tests.rails.stripe_events import dispute_obj, event, header
+from tests.rails.stripe_events import dispute_obj, event, post_event
 from tests.refunds.conftest import ORIGINAL, refund_intent
 
 # The agent fixtures (agent_key, sign, signing_key) come from tests/rails/conftest.py.
@@ -93,12 +92,7 @@ def test_sills_own_refund_webhook_before_settlement_is_one_refund(
         result = real_refund(self, request)
         refund = as_dict(sdk.v1.refunds.retrieve(result.provider_refund_id))
         body = event("refund.created", refund, event_id="evt_own_refund")
-        response = Client().post(
-            f"/webhooks/stripe/{site.pk}",
-            data=body,
-            content_type="application/json",
-            HTTP_STRIPE_SIGNATURE=header(body),
-        )
+        response = post_event(site, body)
         assert response.status_code == 200
         seen["status"] = Refund.objects.get(pk=request.refund_id).status
         seen["outcome"] = process_event(WebhookEvent.objects.get().pk)

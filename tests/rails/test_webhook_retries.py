@@ -12,7 +12,6 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.db import OperationalError, connection
-from django.test import Client
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
@@ -24,7 +23,7 @@ from sill.rails.stripe_webhooks import store_event
 from sill.rails.tasks import retry_webhook_events_task
 from tests.broker_down import broker_unreachable
 from tests.rails.failing_stripe_event import books_agree, books_disagree, too_large_refund
-from tests.rails.stripe_events import deliverer, header, stripe_account
+from tests.rails.stripe_events import deliverer, post_event, stripe_account
 from tests.threads import row_locked_elsewhere
 from tests.worker import running_worker, wait_for
 
@@ -135,12 +134,7 @@ def test_it_enqueues_an_event_whose_task_never_ran(site, charge, clock):
     books_agree(charge)
     body = too_large_refund(charge)
     # Stored by the webhook, but the on-commit enqueue never happens here (a broker down).
-    Client().post(
-        f"/webhooks/stripe/{site.pk}",
-        data=body,
-        content_type="application/json",
-        HTTP_STRIPE_SIGNATURE=header(body),
-    )
+    post_event(site, body)
     assert stored().attempts == 0
 
     assert retry_webhook_events_task() == 0
@@ -153,12 +147,7 @@ def test_it_enqueues_an_event_whose_task_never_ran(site, charge, clock):
 
 def test_it_claims_an_event_once_per_interval(site, charge, clock):
     body = too_large_refund(charge)
-    Client().post(
-        f"/webhooks/stripe/{site.pk}",
-        data=body,
-        content_type="application/json",
-        HTTP_STRIPE_SIGNATURE=header(body),
-    )
+    post_event(site, body)
     clock.shift(LATER)
     pk = stored().pk
 
@@ -258,12 +247,7 @@ def test_a_real_worker_keeps_the_error_and_the_beat_task_retries_it(tmp_path, si
     body = too_large_refund(charge)
 
     with running_worker(tmp_path / "worker.log"):
-        response = Client().post(
-            f"/webhooks/stripe/{site.pk}",
-            data=body,
-            content_type="application/json",
-            HTTP_STRIPE_SIGNATURE=header(body),
-        )
+        response = post_event(site, body)
         assert response.json() == {"received": True, "duplicate": False}
         wait_for(lambda: stored().attempts == 1 and stored().last_error != "", what="attempt 1")
         assert stored().last_error.startswith("ExceedsCharge") and stored().processed_at is None

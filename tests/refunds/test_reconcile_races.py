@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from audit.models import AuditRecord
 from refunds.models import ReconciliationItem, Refund
@@ -28,7 +27,7 @@ from sill.rails.models import WebhookEvent
 from sill.rails.stripe import StripeRail
 from sill.rails.stripe_events import process_event
 from tests.rails.localstripe_fixtures import as_dict
-from tests.rails.stripe_events import event, header
+from tests.rails.stripe_events import event, post_event
 from tests.refunds.test_reconcile_localstripe import KEY, account, charged, sdk  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
@@ -98,12 +97,7 @@ def test_an_outside_refund_recorded_while_the_rail_is_read_is_no_difference(
     def dashboard_refund_and_its_webhook() -> None:
         made = sdk.v1.refunds.create(params={"charge": charge.provider_charge_id, "amount": 1500})
         body = event("refund.created", as_dict(made), event_id="evt_outside_during_run")
-        response = Client().post(
-            f"/webhooks/stripe/{site.pk}",
-            data=body,
-            content_type="application/json",
-            HTTP_STRIPE_SIGNATURE=header(body),
-        )
+        response = post_event(site, body)
         assert response.status_code == 200
         process_event(WebhookEvent.objects.get(event_id="evt_outside_during_run").pk)
 
