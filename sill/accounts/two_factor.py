@@ -263,7 +263,9 @@ def refusal_response(request: HttpRequest, refused: TwoFactorRequired) -> HttpRe
         error = SillError(refused.message, code="two_factor_required", status=403)
         return JsonResponse(error.as_dict(), status=403)
     back = request.headers.get("HX-Current-URL") or request.META.get("HTTP_REFERER") or "/"
-    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+    if not url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
         back = "/"
     if refused.reason == TwoFactorRequired.NO_DEVICE:
         link, label = (

@@ -59,7 +59,9 @@ def switch_site_view(request: HttpRequest) -> HttpResponse:
     if not switch_site(request, site_id):
         messages.error(request, "You are not a member of that site.")
     nxt = request.POST.get("next", "/")
-    if not url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
+    if not url_has_allowed_host_and_scheme(
+        nxt, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
         nxt = "/"
     # Object pages of the previous site would 404 on the new one: go to the list instead.
     if nxt.startswith("/orders/"):

@@ -51,6 +51,23 @@ def test_it_switches_between_sites_the_user_belongs_to(members, site, other_site
     assert "Reviewer" in body
 
 
+@pytest.mark.parametrize(
+    "nxt", ["http://testserver/orders/", "https://elsewhere.example/", "//elsewhere.example/"]
+)
+def test_switching_over_https_goes_nowhere_but_sill_over_https(members, site, other_site, nxt):
+    # Seen: a page reached over HTTPS sent the member on to an http:// address of the same host
+    # (the check named the host but not the scheme), where the session cookie is not sent (it
+    # is Secure) and a network attacker sees the request. The other ways out went to "/".
+    from sill.accounts.models import Role
+    from sill.accounts.services import add_member
+
+    add_member(site=other_site, email="owner@roasters.example", role=Role.REVIEWER)
+    client = Client()
+    client.force_login(members["owner"].user)
+    answer = client.post("/switch-site/", {"site": other_site.id, "next": nxt}, secure=True)
+    assert (answer.status_code, answer["Location"]) == (302, "/")
+
+
 def test_it_refuses_to_switch_to_a_site_the_user_is_not_on(members, other_site, make_order):
     theirs = make_order(on_site=other_site)
     client = Client()

@@ -196,3 +196,20 @@ def test_another_sites_owner_is_not_let_in_by_a_verified_session(members, site, 
     device = confirmed_device(members["outsider"].user)
     client = verified_client(members["outsider"], device)
     assert client.post("/settings/members/999999/change/", {"role": "owner"}).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("referer", "back"),
+    [
+        ("https://testserver/held/", "https://testserver/held/"),
+        ("http://testserver/held/", "/"),  # over HTTPS, never back to http://
+        ("https://elsewhere.example/", "/"),
+    ],
+)
+def test_the_refusals_back_link_stays_on_sill_over_https(client_for, site, referer, back):
+    require_two_factor(site)
+    response = client_for("owner").post(
+        "/rules/auto-refund/", {}, secure=True, HTTP_REFERER=referer
+    )
+    assert _refused(response)
+    assert f'<a href="{back}">Back</a>' in response.content.decode()
