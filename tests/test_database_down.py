@@ -266,6 +266,8 @@ def test_a_sill_session_left_idle_in_a_transaction_is_ended_and_its_locks_releas
 
 
 def test_every_connection_gets_sills_lock_and_idle_in_transaction_timeouts(settings):
+    # The production default (the tests' own is off: tests/test_settings.py reads both).
+    settings.SILL_DB_IDLE_IN_TRANSACTION_SECONDS = 60
     connection.close()
     with connection.cursor() as cursor:
         cursor.execute("SHOW lock_timeout")

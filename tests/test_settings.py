@@ -215,3 +215,20 @@ def test_the_cache_and_the_broker_give_up_on_a_redis_that_does_not_answer(tmp_pa
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["2.0", "2.0", "2.0", "5.0"]
+
+
+def test_postgresql_sessions_get_a_lock_and_an_idle_limit_except_in_the_tests(tmp_path):
+    # In production a session idle inside a transaction for a minute is ended (its locks
+    # released); pytest-django's per-test transaction idles while a test waits, so the tests
+    # run without it unless they set it.
+    show = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'sill.settings');"
+        " django.setup()\n"
+        "from django.conf import settings\n"
+        "print(settings.SILL_DB_LOCK_TIMEOUT_SECONDS, settings.SILL_DB_IDLE_IN_TRANSACTION_SECONDS)"
+    )
+    production = _python(tmp_path, show, **_PRODUCTION)
+    testing = _python(tmp_path, show, **_PRODUCTION, SILL_TESTING="1")
+    assert production.returncode == 0 and testing.returncode == 0, production.stderr
+    assert production.stdout.split() == ["10", "60"]
+    assert testing.stdout.split() == ["10", "0"]

@@ -329,7 +329,7 @@ def test_the_keys_file_names_the_configured_key_as_every_rotated_keys_endorser(
 
 
 def test_an_ok_without_a_pinned_key_says_the_file_vouched_for_its_own_keys(
-    site: Site, tmp_path: Path
+    site: Site, switch_now: None, tmp_path: Path
 ) -> None:
     two_rotations(site)
     path = export(site, tmp_path / "e.jsonl")
