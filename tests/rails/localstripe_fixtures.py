@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import stripe
 
-from sill.money import Money
+from sill.money import parse_major
 from sill.orders.models import Charge
 from sill.rails.base import ChargeRequest
 from sill.rails.stripe import StripeRail
@@ -29,18 +29,20 @@ def sdk(localstripe_url: str) -> stripe.StripeClient:
     return stripe.StripeClient(KEY, base_addresses={"api": localstripe_url}, max_network_retries=0)
 
 
-@pytest.fixture
-def paid(site, make_order, agent, localstripe_url) -> Charge:
-    """An $89.00 order the agent placed, really charged at localstripe."""
+def charged_at_localstripe(
+    site, make_order, agent, localstripe_url: str, *, total: str = "89.00", currency: str = "USD"
+) -> Charge:
+    """An order of ``total`` the agent placed (under the seed's mandate ``ORIGINAL``), really
+    charged at localstripe, its charge naming Stripe's payment and charge ids."""
     stripe_account(site, enabled=True, api_base=localstripe_url)
     order = make_order(
-        total="89.00", rail="stripe", placed_by_agent=agent, source_mandate_id=ORIGINAL
-    )
-    rail = StripeRail(secret_key=KEY, api_base=localstripe_url)
-    result = rail.charge(
+        total=total, currency=currency, rail="stripe", placed_by_agent=agent,
+        source_mandate_id=ORIGINAL,
+    )  # fmt: skip
+    result = StripeRail(secret_key=KEY, api_base=localstripe_url).charge(
         ChargeRequest(
             order_id=order.pk,
-            amount=Money(8900, "USD"),
+            amount=parse_major(total, currency),
             payment_method="pm_card_visa",
             idempotency_key=f"sill-charge-{order.pk}",
         )
@@ -50,6 +52,12 @@ def paid(site, make_order, agent, localstripe_url) -> Charge:
     charge.provider_payment_id = result.provider_payment_id
     charge.save()
     return charge
+
+
+@pytest.fixture
+def paid(site, make_order, agent, localstripe_url) -> Charge:
+    """An $89.00 order the agent placed, really charged at localstripe."""
+    return charged_at_localstripe(site, make_order, agent, localstripe_url)
 
 
 def as_dict(obj: stripe.StripeObject) -> dict[str, Any]:

@@ -21,11 +21,11 @@ from refunds.staff.services import create_staff_refund, quote_staff_refund
 from sill.errors import SillError
 from sill.money import Money
 from sill.orders.models import Charge, Order
-from sill.rails.base import ChargeRequest, OffStep, RefundRequest
+from sill.rails.base import OffStep, RefundRequest
 from sill.rails.paypal.resources import money_value
 from sill.rails.stripe import StripeRail
 from tests.conftest import site_owner
-from tests.rails.localstripe_fixtures import KEY
+from tests.rails.localstripe_fixtures import KEY, charged_at_localstripe
 from tests.rails.stripe_events import stripe_account
 from tests.rails.test_paypal_refunds import _execute, _refund
 from tests.refunds.conftest import ORIGINAL, purchase_intent, refund_intent
@@ -36,27 +36,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def kwd_paid(site, make_order, agent, localstripe_url) -> Charge:
     """A KWD 10.000 order the agent placed, really charged at localstripe."""
-    stripe_account(site, enabled=True, api_base=localstripe_url)
-    order = make_order(
-        total="10.000",
-        currency="KWD",
-        rail="stripe",
-        placed_by_agent=agent,
-        source_mandate_id=ORIGINAL,
+    return charged_at_localstripe(
+        site, make_order, agent, localstripe_url, total="10.000", currency="KWD"
     )
-    result = StripeRail(secret_key=KEY, api_base=localstripe_url).charge(
-        ChargeRequest(
-            order_id=order.pk,
-            amount=Money(10000, "KWD"),
-            payment_method="pm_card_visa",
-            idempotency_key=f"sill-charge-{order.pk}",
-        )
-    )
-    charge = Charge.objects.get(order=order)
-    charge.provider_charge_id = result.provider_charge_id
-    charge.provider_payment_id = result.provider_payment_id
-    charge.save()
-    return charge
 
 
 @pytest.fixture
