@@ -244,8 +244,9 @@ def refusal(request: HttpRequest, membership: Membership) -> TwoFactorRequired |
 def require_fresh(request: HttpRequest, membership: Membership) -> None:
     """Raise :class:`TwoFactorRequired` unless a code was entered in the last few minutes.
 
-    For the most sensitive changes (a rail to live mode, a new rail key, a new owner), called
-    by their views before anything changes; ``site_view`` turns the exception into the page."""
+    For the most sensitive changes (a rail to live mode, a new rail key, a new owner, a new
+    agent key or token), called by their views before anything changes; ``site_view`` turns
+    the exception into the page."""
     refused = refusal(request, membership)
     if refused is not None:
         raise refused

@@ -2,7 +2,9 @@
 
 Every key added or revoked writes a signed ``key_change`` audit record (in the services).
 A bearer token is shown once, on the response to the POST that issued it (``no-store``);
-only its SHA-256 is kept.
+only its SHA-256 is kept. Adding a key and issuing a token each need a code entered in the
+last few minutes where the site requires two factors (``two_factor.require_fresh``): both
+make a credential that outlives the session, and a key signs mandates that move money.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from sill.accounts import services
+from sill.accounts import services, two_factor
 from sill.accounts.access import Cap, site_view
 from sill.accounts.agent_forms import AddKeyForm
 from sill.accounts.models import Agent, AgentKey, Site
@@ -110,6 +112,9 @@ def agents_page(request: SiteRequest) -> HttpResponse:
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
 def agent_key_add(request: SiteRequest) -> HttpResponse:
+    # Whoever holds the key's private half signs refund mandates: as sensitive as a rail's new
+    # key, so the same fresh code (site_view answers the 403), before anything is read.
+    two_factor.require_fresh(request, request.site_ctx.membership)
     form = AddKeyForm(request.POST)
     try:
         if not form.is_valid():
@@ -210,6 +215,8 @@ def agent_token_issue(request: SiteRequest, agent_pk: int) -> HttpResponse:
     if not agent.active:
         messages.error(request, f"{agent.agent_id} is deactivated: reactivate it first.")
         return HttpResponseRedirect(reverse("settings:agents"), status=303)
+    # A bearer token reads the agent's refunds for as long as it lives, whoever holds it.
+    two_factor.require_fresh(request, request.site_ctx.membership)
     token = services.issue_agent_token(agent=agent, actor=request.user)
     response = render(request, "accounts/agents_token.html", {"agent": agent, "token": token})
     # The token exists nowhere else: keep it out of every cache (back button, proxies).

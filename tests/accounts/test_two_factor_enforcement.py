@@ -13,8 +13,10 @@ import time_machine
 from django.test import Client
 from django.utils import timezone
 
-from sill.accounts.models import Membership, Role
+from audit.models import AuditRecord
+from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, Role
 from sill.rails.models import RailAccount
+from tests.accounts.test_agents_page import PUBLIC
 from tests.accounts.two_factor_helpers import (
     VERIFY,
     code_for,
@@ -189,6 +191,38 @@ def test_making_someone_owner_asks_for_a_fresh_code(members, site):
         assert client.post(url, {"role": "owner"}).status_code == 303
         target.refresh_from_db()
         assert target.role == Role.OWNER
+
+
+def test_adding_an_agent_key_or_issuing_a_token_asks_for_a_fresh_code(members, site):
+    """Whoever holds an agent key signs refund mandates that move money, and a token reads
+    the agent's refunds for as long as it lives: a session whose code is older than the window
+    makes neither (both took any code entered this session)."""
+    require_two_factor(site)
+    agent = Agent.objects.create(site=site, agent_id="agent_shopper", name="Shopper")
+    device = confirmed_device(members["admin"].user)
+    client = verified_client(members["admin"], device)
+    add_key = "/settings/agents/keys/add/"
+    key_form = {
+        "agent_id": "agent_shopper",
+        "key_id": "key-2026-01",
+        "public_key": PUBLIC,
+        "valid_from": "2026-01-01T09:30",
+        "valid_until": "",
+    }
+    issue_token = f"/settings/agents/{agent.pk}/token/"
+    records = AuditRecord.objects.filter(site=site).count()
+    with time_machine.travel(timezone.now() + timedelta(minutes=6), tick=False):
+        for response in (client.post(add_key, key_form), client.post(issue_token)):
+            assert _refused(response) and "fresh code" in response.content.decode()
+        assert not AgentKey.objects.filter(agent__site=site).exists()
+        assert not AgentToken.objects.filter(agent=agent).exists()
+        assert AuditRecord.objects.filter(site=site).count() == records
+        assert client.post(VERIFY, {"code": code_for(device)}).status_code == 303
+        assert client.post(add_key, key_form).status_code == 303
+        issued = client.post(issue_token)
+        assert issued.status_code == 200 and "sill_at_" in issued.content.decode()
+    assert AgentKey.objects.get(agent=agent).key_id == "key-2026-01"
+    assert AgentToken.objects.filter(agent=agent).count() == 1
 
 
 def test_another_sites_owner_is_not_let_in_by_a_verified_session(members, site, other_site):
