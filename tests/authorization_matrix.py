@@ -258,7 +258,7 @@ NO_SECOND_FACTOR: dict[str, str] = {
     "settings:account-logout": "one's own sessions",
     "settings:account-password": "one's own password (the current one is asked)",
     "settings:two-factor-setup": "setting up the second factor itself",
-    "settings:two-factor-confirm": "setting up the second factor itself (a code is asked)",
+    "settings:two-factor-confirm": "setting up the second factor itself (its code and the password)",
     "settings:two-factor-codes": "new recovery codes (a code is asked)",
     "settings:two-factor-remove": "removing the authenticator (a code is asked)",
     "settings:two-factor-verify": "entering the code",

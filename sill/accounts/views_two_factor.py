@@ -1,15 +1,17 @@
 """Two-factor pages: enrolment on Settings → Your account, the login's code step, re-verifying.
 
 - ``settings/account/two-factor/setup/`` (POST starts, GET shows the QR code and the secret,
-  ``…/confirm/`` takes the first code and answers the ten recovery codes, shown that once);
+  ``…/confirm/`` takes the account's password and the first code and answers the ten recovery
+  codes, shown that once);
 - ``…/recovery-codes/`` makes ten new ones (a code first), ``…/remove/`` removes it (a code);
 - ``…/verify/`` enters a code in this session (after a refusal, or for a fresh one);
 - ``login/code/``: after the password, for a user with an authenticator (sill.accounts.views).
 
-Every code entry is throttled like the password: a wrong code is a failed login to django-axes
-(``user_login_failed`` with the account's name), so it counts towards the same
-(account, address) lockout and the same cool-down, and a locked pair gets the lockout page
-before its code is even checked. django-otp adds its own growing delay per device.
+Every code entry, and the enrolment's password, is throttled like the login's password: a wrong
+one is a failed login to django-axes (``user_login_failed`` with the account's name), so it
+counts towards the same (account, address) lockout and the same cool-down, and a locked pair
+gets the lockout page before its code is even checked. django-otp adds its own growing delay
+per device.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ from sill.accounts.views_account import render_account
 from sill.http import SiteRequest
 
 WRONG_CODE = "That code didn't work. Enter the 6 digits your app shows now, or a recovery code."
+WRONG_PASSWORD = "That password is wrong. Enter the one you log in with."
+NO_PASSWORD = (
+    "Your account has no password yet: choose one with a password-reset email, then set up "
+    "the authenticator."
+)
 
 
 def _safe_next(request: HttpRequest, nxt: str | None, default: str = "/") -> str:
@@ -114,12 +121,20 @@ def _codes_page(request: SiteRequest, codes: list[str], *, fresh_device: bool) -
     return response
 
 
-def _setup_page(request: SiteRequest, device: TOTPDevice, *, error: str = "") -> HttpResponse:
+def _setup_page(
+    request: SiteRequest, device: TOTPDevice, *, error: str = "", password_error: str = ""
+) -> HttpResponse:
+    context = {
+        "qr": _qr_data_uri(device.config_url),
+        "secret": _secret(device),
+        "error": error,
+        "password_error": password_error,
+    }
     response = render(
         request,
         "accounts/two_factor_setup.html",
-        {"qr": _qr_data_uri(device.config_url), "secret": _secret(device), "error": error},
-        status=422 if error else 200,
+        context,
+        status=422 if error or password_error else 200,
     )
     # The authenticator's key, in words and as a QR code: whoever reads it makes its codes for
     # as long as it is enrolled, so no cache (the back button, a proxy) keeps a copy either.
@@ -154,6 +169,17 @@ def confirm(request: SiteRequest) -> HttpResponse:
     credentials = {"username": user.get_username()}
     if not AxesProxyHandler.is_allowed(request, credentials):
         return locked_out(request, None, credentials)
+    # The password, as a new password asks for the current one: a stolen session of a member
+    # who never enrolled could otherwise enrol its own authenticator, and the member's next
+    # login would ask for a code only the thief has. Counted like a login's wrong password, so
+    # the form is no unthrottled way to guess it either.
+    if not user.has_usable_password():
+        return _setup_page(request, device, password_error=NO_PASSWORD)
+    if not user.check_password(request.POST.get("password", "")):
+        user_login_failed.send(sender=__name__, credentials=credentials, request=request)
+        if not AxesProxyHandler.is_allowed(request, credentials):
+            return locked_out(request, None, credentials)
+        return _setup_page(request, device, password_error=WRONG_PASSWORD)
     try:
         codes = two_factor.confirm_enrolment(request, request.POST.get("code", ""))
     except two_factor.AlreadyEnrolled as error:

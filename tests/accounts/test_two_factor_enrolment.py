@@ -21,6 +21,7 @@ from tests.accounts.two_factor_helpers import (
     recovery_codes_in,
     require_two_factor,
 )
+from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +45,7 @@ def _enrol(client: Client, user) -> tuple[TOTPDevice, list[str]]:
     assert page.status_code == 200
     assert 'src="data:image/svg+xml;base64,' in html
     assert 'id="totp-secret"' in html
-    response = client.post(CONFIRM, {"code": code_for(device)})
+    response = client.post(CONFIRM, {"code": code_for(device), "password": PASSWORD})
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
     return device, recovery_codes_in(response.content.decode())
@@ -75,9 +76,43 @@ def test_it_enrols_an_authenticator_with_ten_recovery_codes(client_for, members,
 def test_it_refuses_a_wrong_confirming_code(client_for, members):
     client = client_for("owner")
     client.post(SETUP)
-    response = client.post(CONFIRM, {"code": "000000"})
+    response = client.post(CONFIRM, {"code": "000000", "password": PASSWORD})
     assert response.status_code == 422
     assert "didn&#x27;t work" in response.content.decode()
+    assert not TOTPDevice.objects.filter(user=members["owner"].user, confirmed=True).exists()
+
+
+@pytest.mark.parametrize("password", ["not-their-password", ""])
+def test_it_asks_for_the_accounts_password_to_confirm(client_for, members, site, password):
+    # A stolen session of a member who never enrolled could enrol the thief's authenticator
+    # with its right code alone, and the member's next login then asked for the thief's code.
+    client = client_for("owner")
+    user = members["owner"].user
+    client.post(SETUP)
+    device = TOTPDevice.objects.get(user=user, confirmed=False)
+    records = AuditRecord.objects.filter(site=site).count()
+    response = client.post(CONFIRM, {"code": code_for(device), "password": password})
+    html = response.content.decode()
+    assert response.status_code == 422
+    assert "That password is wrong" in html and 'aria-describedby="password-error"' in html
+    assert not TOTPDevice.objects.filter(user=user, confirmed=True).exists()
+    assert not StaticToken.objects.filter(device__user=user).exists()
+    assert AuditRecord.objects.filter(site=site).count() == records
+    assert "This session is verified" not in client.get(ACCOUNT).content.decode()
+
+
+def test_wrong_enrolment_passwords_lock_out_like_wrong_logins(client_for, members, settings):
+    client = client_for("owner")
+    client.post(SETUP)
+    device = TOTPDevice.objects.get(user=members["owner"].user, confirmed=False)
+    statuses = [
+        client.post(CONFIRM, {"code": code_for(device), "password": f"guess-{n}"}).status_code
+        for n in range(settings.SILL_LOGIN_FAILURE_LIMIT + 1)
+    ]
+    assert statuses[0] == 422 and statuses[-1] == 429
+    # Locked: even the right password is not looked at.
+    right = client.post(CONFIRM, {"code": code_for(device), "password": PASSWORD})
+    assert right.status_code == 429
     assert not TOTPDevice.objects.filter(user=members["owner"].user, confirmed=True).exists()
 
 
@@ -91,7 +126,7 @@ def test_no_cache_keeps_the_authenticators_key(client_for):
     assert page.status_code == 200 and 'id="totp-secret"' in page.content.decode()
     assert page["Cache-Control"] == "no-store"
     # A wrong first code shows the page, and the key, again.
-    refused = client.post(CONFIRM, {"code": "000000"})
+    refused = client.post(CONFIRM, {"code": "000000", "password": PASSWORD})
     assert refused.status_code == 422 and 'id="totp-secret"' in refused.content.decode()
     assert refused["Cache-Control"] == "no-store"
 
@@ -158,6 +193,6 @@ def test_it_refuses_to_confirm_a_pending_one_beside_an_authenticator(client_for,
     user = members["admin"].user
     device = confirmed_device(user)
     pending = TOTPDevice.objects.create(user=user, name="authenticator", confirmed=False)
-    response = client_for("admin").post(CONFIRM, {"code": code_for(pending)})
+    response = client_for("admin").post(CONFIRM, {"code": code_for(pending), "password": PASSWORD})
     assert response.status_code == 409
     assert list(TOTPDevice.objects.filter(user=user, confirmed=True)) == [device]

@@ -49,6 +49,7 @@ def test_an_owner_enrols_and_logs_in_with_a_code(page: Page, live_server, screen
     secret = page.locator("#totp-secret").inner_text()
     page.screenshot(path=screenshot_dir / "two-factor-setup.png", full_page=True)
     page.get_by_label("6-digit code").fill(_code(secret))
+    page.get_by_label("Your password").fill(DEMO_PASSWORD)
     page.get_by_role("button", name="Confirm").click()
     expect(page.get_by_role("heading", name="Your recovery codes")).to_be_visible()
     assert page.locator("#recovery-codes li").count() == 10
