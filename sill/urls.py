@@ -32,10 +32,15 @@ urlpatterns = [
         name="api-schema",
     ),
     # Browsers ask for /favicon.ico whatever the page links; send them to the SVG one (its
-    # unhashed name: WhiteNoise serves it too, and no manifest is read at import time).
+    # unhashed name: WhiteNoise serves it too, and no manifest is read at import time). Read
+    # only, as every page that changes nothing: another method is 405 (RedirectView took all).
     path(
         "favicon.ico",
-        RedirectView.as_view(url=f"{settings.STATIC_URL}favicon.svg", permanent=True),
+        RedirectView.as_view(
+            url=f"{settings.STATIC_URL}favicon.svg",
+            permanent=True,
+            http_method_names=["get", "head"],
+        ),
         name="favicon",
     ),
 ]

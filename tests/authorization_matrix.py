@@ -4,7 +4,8 @@ tests/test_authorization_matrix.py walks the URL conf and checks that this table
 every pattern (and no pattern that is gone), then sends each (pattern, method, role) request
 and compares the answer with the row. To add a URL, add a row to ``MATRIX`` under its name
 (``namespace:name``): the path arguments it needs (``ARGS`` kinds, built by the test) and,
-per method, one of the role profiles below (or a new ``answers(...)`` line).
+per method, one of the role profiles below (or a new ``answers(...)`` line). A row that names
+GET alone says the page changes nothing: the test expects 405 for every other method.
 
 Roles, in column order:
     owner, admin, reviewer     members of the primary site in that role

@@ -6,7 +6,8 @@ method, role) is one test: the path arguments are built as objects of the primar
 the ones the row needs, so each test stays cheap), the request is sent with a minimal body,
 and the answer is classified (allowed / 403 / 404 / login / 401 / 400). Nothing may answer
 500, and a refused request, or any request by another site's owner, leaves the primary
-site's audit chain as it was.
+site's audit chain as it was. A pattern whose row names GET alone is read-only: every other
+method it is sent answers 405.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ from refunds.reconcile.differences import Difference
 from refunds.reconcile.inbox import open_item
 from refunds.staff.services import create_staff_refund
 from sill.accounts.models import MemberInvite, Membership, Site
-from sill.accounts.services import add_member
+from sill.accounts.services import add_member, issue_agent_token
 from sill.orders.models import Charge, Order
 from sill.rails.registry import ensure_mock_rail
 from tests.accounts.two_factor_helpers import require_two_factor
 from tests.authorization_matrix import (
+    AGENT_ONLY,
     BAD_REQUEST,
     FORBIDDEN,
     LOGIN,
@@ -456,5 +458,48 @@ def test_a_change_needs_the_second_factor_where_the_site_requires_it(
         f"{name} {method} answered {response.status_code} without asking for the second "
         "factor: guard the view (site_view with a capability of access.TWO_FACTOR_CAPS), or "
         "say why it needs none in NO_SECOND_FACTOR (tests/authorization_matrix.py)"
+    )
+    assert AuditRecord.objects.filter(site=site).count() == before
+
+
+# --- a read-only page takes GET alone ---------------------------------------------------------
+
+
+def _read_only() -> Iterator[Any]:
+    for name, entry in MATRIX.items():
+        if set(entry.methods) == {"GET"}:
+            yield pytest.param(name, id=name)
+
+
+@pytest.mark.parametrize("name", list(_read_only()))
+def test_a_read_only_page_refuses_every_other_method(
+    request: pytest.FixtureRequest,
+    site: Site,
+    other_site: Site,
+    make_order: Any,
+    name: str,
+) -> None:
+    """Sent by someone who may read it, as a page of the site would send it (the client skips
+    the CSRF check, as a valid token passes it): a POST, PUT, PATCH or DELETE to a page that
+    changes nothing is 405, never the page (the orders, refunds, held, reconciliation and
+    activity pages rendered it)."""
+    entry = MATRIX[name]
+    objects = Objects(site, other_site, make_order)
+    kwargs = {key: BUILDERS[kind](objects, request) for key, kind in entry.args.items()}
+    url = reverse(name, kwargs=kwargs)
+    if entry.methods["GET"] == AGENT_ONLY:
+        token = issue_agent_token(agent=objects.agent, actor=None, system=True)
+        client = Client(headers={"Authorization": f"Bearer {token}"})
+    else:
+        readers = [role for role in ROLES if entry.methods["GET"][role] == OK]
+        assert readers, f"{name}: nobody in the matrix may read it"
+        client = _client(readers[0], objects)
+    before = AuditRecord.objects.filter(site=site).count()
+
+    answers = {method: _send(client, method, url, entry).status_code for method in CHANGES}
+
+    assert answers == dict.fromkeys(CHANGES, 405), (
+        f"{name} takes only GET in tests/authorization_matrix.py, yet answered {answers}: "
+        "decorate its view with require_GET (or give its class http_method_names)"
     )
     assert AuditRecord.objects.filter(site=site).count() == before

@@ -94,6 +94,7 @@ FORM_WAIT_SECONDS = 10.0
 # --- the dashboard and the order page --------------------------------------------------------
 
 
+@require_GET
 @site_view(Cap.VIEW_ORDERS)
 def dashboard(request: SiteRequest) -> HttpResponse:
     """The to-do strip, 30 days of refunds as charts, the setup checklist and recent orders."""
@@ -183,6 +184,7 @@ def order_detail_context(
     }
 
 
+@require_GET
 @site_view(Cap.VIEW_ORDERS)
 def order_detail(request: SiteRequest, order_id: str) -> HttpResponse:
     """The order page; ``?part=status`` answers only its refund status area (htmx polls it
