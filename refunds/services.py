@@ -20,7 +20,14 @@ from audit.services import append_record
 from policies.decide import decide_refund
 from policies.selectors import in_force
 from policies.types import PolicyOutcome, RefundContext
-from refunds.models import RESERVED_STATUSES, Decision, Refund, RefundOrigin, RefundStatus
+from refunds.models import (
+    RESERVED_STATUSES,
+    Decision,
+    Mandate,
+    Refund,
+    RefundOrigin,
+    RefundStatus,
+)
 from sill import sql
 from sill.errors import SillError
 from sill.failpoints import failpoint
@@ -146,13 +153,7 @@ def record_decision(
             rules=[r.as_dict() for r in outcome.rules] if outcome else [],
             facts=refund.facts or {},
             auto_refund=bool(outcome and outcome.auto_refund),
-            # Binds the decision to the exact bytes the agent sent (its evidence bundle and
-            # receipt carry them): SHA-256 of the mandate as received, hex.
-            mandate_sha256=(
-                hashlib.sha256(bytes(refund.mandate.raw)).hexdigest()
-                if refund.mandate is not None
-                else None
-            ),
+            mandate_sha256=mandate_sha256(refund.mandate),
             reviewer=None,
             decided_at=now.isoformat(),
             expires_at=refund.expires_at.isoformat() if refund.expires_at else None,
@@ -168,6 +169,42 @@ def record_decision(
     # Kept on the instance for the answer's receipt (refunds.agent.answers), not re-read.
     refund.decision_record = record
     return refund
+
+
+def mandate_sha256(mandate: Mandate | None) -> str | None:
+    """What binds a decision record to the exact bytes the agent sent (its evidence bundle and
+    receipt carry them): SHA-256 of the mandate as received, hex; None without a mandate."""
+    return hashlib.sha256(bytes(mandate.raw)).hexdigest() if mandate is not None else None
+
+
+def record_purchase_refusal(
+    *, mandate: Mandate, order: Order, rail: str, reason: str, now: datetime
+) -> AuditRecord:
+    """Write the ``rejected`` decision record of a purchase mandate refused after it verified
+    (in the caller's transaction, after its own writes): signed like a refund's rejection,
+    naming the mandate's bytes, the order it left cancelled and why. No refund exists, so the
+    body names none; ``kind`` says what was refused, as a credit's says it is a credit."""
+    return append_record(
+        site=mandate.site,
+        kind="rejected",
+        body={
+            "kind": "purchase",
+            "order_id": order.id,
+            "order_number": order.number,
+            "origin": RefundOrigin.AGENT.value,
+            "agent_id": mandate.agent.agent_id,
+            "mandate_id": mandate.mandate_id,
+            "amount_minor": order.total_minor,
+            "currency": order.currency,
+            "rail": rail,
+            "reason": reason,
+            # No rule judges a purchase (yet): the refusal is the rail's state, not a policy.
+            "policy_version": None,
+            "rules": [],
+            "mandate_sha256": mandate_sha256(mandate),
+            "decided_at": now.isoformat(),
+        },
+    )
 
 
 def reserve(*, refund: Refund, charge: Charge) -> None:

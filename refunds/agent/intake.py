@@ -52,12 +52,17 @@ from refunds.quote import (
     quote_refund,
 )
 from refunds.reconcile.inbox import catch_up_charge
-from refunds.services import decide_and_open, record_decision, unsaved_refund
+from refunds.services import (
+    decide_and_open,
+    record_decision,
+    record_purchase_refusal,
+    unsaved_refund,
+)
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.api import spend_mandate_budget
 from sill.constraints import violated
 from sill.money import Money, format_money, min_money
-from sill.orders.models import Charge, ChargeStatus, Customer, LineItem, Order
+from sill.orders.models import Charge, ChargeStatus, Customer, LineItem, Order, OrderStatus
 from sill.orders.purchases import Purchase, place_order
 from sill.orders.services import NewLine
 from sill.rails.base import RefundFacts, amount_step, rail_label
@@ -321,12 +326,13 @@ def _decide(
         else:
             # A purchase's answer shows its charge as the transaction left it (a worker
             # may charge it as soon as it commits).
-            return purchase_payload(mandate, _purchase(mandate, verified))
+            return purchase_payload(mandate, _purchase(mandate, verified, now=now))
     return refund_payload(mandate, credit if credit_read is not None else refund)
 
 
-def _purchase(mandate: Mandate, verified: VerifiedMandate) -> Order:
-    """Place the order a purchase mandate asks for (in the caller's transaction)."""
+def _purchase(mandate: Mandate, verified: VerifiedMandate, *, now: datetime) -> Order:
+    """Place the order a purchase mandate asks for (in the caller's transaction); a refused
+    one gets its signed decision record there too."""
     intent = verified.intent
     assert isinstance(intent, mandates.PurchaseIntent)
     order = place_order(
@@ -345,6 +351,13 @@ def _purchase(mandate: Mandate, verified: VerifiedMandate) -> Order:
             payment_method=intent.payment_method,
         )
     )
+    if order.status == OrderStatus.CANCELLED:
+        # place_order cancels a fresh order only when its rail cannot take the money: a
+        # refusal of a verified mandate is a decision, and every decision is a signed record,
+        # as a refund's rejection is (the answer says rail_disabled: refunds.agent.answers).
+        record_purchase_refusal(
+            mandate=mandate, order=order, rail=intent.payment_rail, reason="rail_disabled", now=now
+        )
     return order
 
 

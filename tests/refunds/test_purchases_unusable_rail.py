@@ -6,12 +6,16 @@ declined the card (``charge_failed``)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.test import Client, override_settings
 
+from audit.models import AuditRecord
+from audit.selectors import chain_verification
 from refunds.models import Mandate
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry, RailAccount
@@ -70,6 +74,45 @@ def test_it_is_refused_rail_disabled_before_anything_is_charged(
     # Asked again, the agent hears the same refusal.
     assert post(Client(), body).json() == answer
     assert Mandate.objects.count() == 1
+
+
+@pytest.mark.parametrize("unusable", [live, switched_off, key_unreadable])
+def test_its_refusal_is_a_signed_decision_record_naming_the_mandate(
+    sign: Callable[..., bytes],
+    mock_rail: RailAccount,
+    settings: Any,
+    unusable: Callable[[RailAccount], None],
+) -> None:
+    # Seen: a refund refused at intake wrote its signed "rejected" record, a purchase refused
+    # there wrote nothing, so the log held no trace of the agent's request or Sill's answer.
+    settings.SILL_ALLOW_LIVE = False
+    unusable(mock_rail)
+    body = sign(purchase_intent(payment={"rail": mock_rail.rail, "payment_method": "pm_visa"}))
+
+    answer = post(Client(), body).json()
+
+    record = AuditRecord.objects.get(site=mock_rail.site)
+    written = json.loads(record.payload)["body"]
+    assert record.kind == "rejected"
+    assert (written["decision"], written["reason"], written["kind"]) == (
+        "rejected",
+        "rail_disabled",
+        "purchase",
+    )
+    assert (written["order_id"], written["mandate_id"]) == (
+        answer["order_id"],
+        answer["mandate_id"],
+    )
+    assert (written["amount_minor"], written["currency"]) == (8900, "USD")
+    # The exact bytes the agent sent, as a refund's decision binds them.
+    assert written["mandate_sha256"] == hashlib.sha256(body).hexdigest()
+    assert record.subject_order_id == answer["order_id"]
+    assert chain_verification(mock_rail.site).ok
+    # The answer is as documented: a purchase carries no receipt.
+    assert answer["receipt"] is None
+    # Asked again, the stored answer: no second decision.
+    assert post(Client(), body).json() == answer
+    assert AuditRecord.objects.filter(site=mock_rail.site).count() == 1
 
 
 @pytest.mark.parametrize("rail", ["shopify", "woocommerce", "paypal"])
