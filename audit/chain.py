@@ -151,12 +151,17 @@ def verify_chain(
     A record that carries the unsigned columns Sill keeps beside it fails unless they say what
     the payload says: ``created_at`` (an aware datetime) is its ``recorded_at``, and each of
     :data:`SUBJECT_COLUMNS` the id its body names.
+
+    ``recorded_at`` never goes backwards along the chain (``append_record`` times a record at
+    its predecessor's instant rather than before it): a record timed before the one it follows
+    fails, at its own seq. Equal times pass (two records in one millisecond).
     """
     count = 0
     prev_seq = 0
     prev_hash = GENESIS_HASH
     site_id: str | None = None
     newest: _Signer | None = None
+    prev_time: tuple[datetime, str] | None = None  # the previous record's, and as written
     try:
         for record in records:
             seq = record.get("seq")
@@ -173,7 +178,7 @@ def verify_chain(
                 raise _Bad(seq, f"expected seq {prev_seq + 1}, found {seq}: out of order")
             if site_id is None:
                 site_id = record.get("site_id")
-            _verify_record(
+            time = _verify_record(
                 record,
                 seq=seq,
                 site_id=site_id,
@@ -183,6 +188,7 @@ def verify_chain(
             )
             if windows is not None:
                 newest = _check_key_order(seq, record.get("key_id"), windows, newest)
+            prev_time = _check_time_order(seq, time, prev_time)
             prev_seq, prev_hash = seq, record["hash"]
             count += 1
         if expected_head is not None:
@@ -224,7 +230,8 @@ def _verify_record(
     prev_hash: str,
     keys: Mapping[str, bytes],
     windows: Mapping[str, tuple[datetime | None, datetime | None]] | None = None,
-) -> None:
+) -> tuple[datetime, str]:
+    """Check one record; return its ``recorded_at``, parsed and as written."""
     text = record.get("payload")
     if not isinstance(text, str):
         raise _Bad(seq, "payload is not text")
@@ -240,7 +247,7 @@ def _verify_record(
     if not isinstance(payload, dict) or set(payload) != PAYLOAD_KEYS:
         raise _Bad(seq, "payload keys are not site_id, seq, kind, recorded_at, body")
     try:  # as Sill writes it, whatever key signed it: the standalone verifier reads no other
-        parse_recorded_at(payload["recorded_at"])
+        at = parse_recorded_at(payload["recorded_at"])
     except ValueError as exc:
         raise _Bad(seq, str(exc)) from None
     if record.get("site_id") != site_id:
@@ -276,6 +283,7 @@ def _verify_record(
     for column, body_key in SUBJECT_COLUMNS:
         if column in record and record[column] != subject_of(body, body_key):
             raise _Bad(seq, f"{column} {record[column]!r} does not match the signed body")
+    return at, payload["recorded_at"]
 
 
 def parse_recorded_at(text: Any) -> datetime:
@@ -328,6 +336,20 @@ def _check_key_order(
     if start is not None and (newest_start is None or start > newest_start):
         return (start, key_id, seq)
     return newest
+
+
+def _check_time_order(
+    seq: int, time: tuple[datetime, str], prev: tuple[datetime, str] | None
+) -> tuple[datetime, str]:
+    """Refuse a record timed before the record it follows (``append_record`` never writes one,
+    whichever host's clock is behind); return its time, parsed and as written, for the next."""
+    if prev is not None and time[0] < prev[0]:
+        raise _Bad(
+            seq,
+            f"recorded_at {time[1]} is before seq {seq - 1}'s {prev[1]}: the log's time went "
+            "backwards",
+        )
+    return time
 
 
 def _check_created_at(seq: int, created_at: Any, recorded_at: Any) -> None:

@@ -14,10 +14,11 @@ An export (``manage.py audit export --site S``) is JSON lines: a header
 record this checks: seq is the previous + 1 (the first is 1); ``payload`` is canonical JSON
 (RFC 8785) whose site_id/seq/kind equal the record's; ``prev_hash`` is the previous hash (64
 zeros first); ``hash == sha256(prev_hash + payload)``; ``signature`` is ed25519 over the hash's
-32 bytes by a known key, within that key's validity window. Then the checkpoint: signed by one
-of the keys for the log's origin, counting exactly the records in the file, its root the RFC
-6962 Merkle root of their leaves (``SHA-256(0x00 || payload)``). A file without that last line,
-or with fewer records than it counts, was cut short.
+32 bytes by a known key, within that key's validity window; ``recorded_at`` is not before the
+previous record's (Sill never times a record before the one it follows). Then the checkpoint:
+signed by one of the keys for the log's origin, counting exactly the records in the file, its
+root the RFC 6962 Merkle root of their leaves (``SHA-256(0x00 || payload)``). A file without
+that last line, or with fewer records than it counts, was cut short.
 
 A bundle (``manage.py audit bundle --refund R``) is one refund's evidence: the mandate's bytes,
 its records (decision, review, settlement, …) each with an inclusion proof, and a checkpoint;
@@ -625,6 +626,28 @@ class KeyOrder:
             self.newest = (start, key_id, seq)
 
 
+class TimeOrder:
+    """A record's ``recorded_at`` never goes back before that of the record it follows (checked
+    in seq order, for records that verified): Sill times a record at its predecessor's instant
+    rather than before it, whichever of its hosts' clocks is behind, so an earlier time was
+    written by something other than Sill's append. Equal times pass (one millisecond)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[datetime, str, int] | None = None  # (time, as written, its seq)
+
+    def check(self, rec: dict[str, Any], seq: int) -> None:
+        stamp = json.loads(rec["payload"])["recorded_at"]  # its form checked with the record
+        at = _time(stamp)
+        assert at is not None
+        if self.last is not None and at < self.last[0]:
+            raise Failed(
+                f"seq {seq}",
+                f"recorded_at {stamp} is before seq {self.last[2]}'s {self.last[1]}: the log's "
+                "time went backwards",
+            )
+        self.last = (at, stamp, seq)
+
+
 # -- an export ----------------------------------------------------------------------------
 
 
@@ -649,7 +672,7 @@ def verify_export(
         keys, windows, problems = keys_for(header, trusted, published)
     except Failed as failed:
         return 0, [str(failed)]
-    order = KeyOrder(windows)
+    order, times = KeyOrder(windows), TimeOrder()
     site_id = header.get("site_id")
     origin = header.get("origin") or ""
     prev_seq, prev_hash, leaves = 0, GENESIS_HASH, []
@@ -698,6 +721,7 @@ def verify_export(
             check_record(rec, seq=seq, site_id=site_id, prev_hash=prev_hash, keys=keys)
             check_window(rec, seq, windows)
             order.check(rec, seq)
+            times.check(rec, seq)
         except Failed as failed:
             problems.append(str(failed))
         # Go on from what this record claims, so one bad record is one problem, not a cascade.
@@ -847,11 +871,12 @@ def verify_bundle(
                 what = "the decision it settles"
             problems.append(f"FAILED at seq {seq}: {what} is not in the bundle")
     # In seq order whatever order the file lists them in: reordering must not hide a record
-    # a retired key signed after its successor.
-    order = KeyOrder(windows)
+    # a retired key signed after its successor, nor one timed before an earlier record.
+    order, times = KeyOrder(windows), TimeOrder()
     for seq, rec in sorted(verified, key=lambda item: item[0]):
         try:
             order.check(rec, seq)
+            times.check(rec, seq)
         except Failed as failed:
             problems.append(str(failed))
     mandate = bundle.get("mandate")

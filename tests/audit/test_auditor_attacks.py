@@ -19,6 +19,7 @@ import logging
 import time
 import unicodedata
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from django.apps import apps
 from django.db import transaction
 from django.utils import timezone
 
-from audit import chain, checkpoints, keys, merkle, note, verify_export
+from audit import bundles, chain, checkpoints, keys, merkle, note, verify_export
 from audit.models import (
     AuditChainHead,
     AuditCheckpoint,
@@ -684,6 +685,103 @@ def test_a_record_signed_by_a_key_missing_from_the_published_list_fails(
     assert problems[0] == (
         f"FAILED at seq 2: unknown key_id {keys.key_id_for(stranger.verify_key)!r}"
     ), problems
+
+
+# -- a record's time moved back ------------------------------------------------------------
+
+
+def backdate(site: Site, seq: int, by: timedelta) -> str:
+    """Record ``seq`` timed ``by`` earlier, and it and every record after it hashed and signed
+    anew with Sill's own key, the columns beside them, the head and the stored tree made to
+    match: what only someone holding the key can do, so every link, signature and root holds.
+    Returns the record's new ``recorded_at``."""
+    key = anchor()[1]
+    prev = column(site, seq - 1, "hash") if seq > 1 else chain.GENESIS_HASH
+    last = AuditChainHead.objects.get(site=site).last_seq
+    moved = ""
+    for n in range(seq, last + 1):
+        payload = json.loads(column(site, n, "payload"))
+        if n == seq:
+            at = chain.parse_recorded_at(payload["recorded_at"]) - by
+            moved = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+            payload["recorded_at"] = moved
+        text = chain.canonical(payload).decode()
+        digest = chain.record_hash(prev, text.encode())
+        set_column(site, n, "hash", f"{n:064x}")  # (site, hash) is unique
+        for name, value in (
+            ("payload", text),
+            ("prev_hash", prev),
+            ("hash", digest),
+            ("signature", chain.sign_hash(digest, key)),
+            ("created_at", chain.parse_recorded_at(payload["recorded_at"])),
+        ):
+            set_column(site, n, name, value)
+        prev = digest
+    AuditChainHead.objects.filter(site=site).update(last_hash=prev, tree_frontier="")
+    AuditTreeNode.objects.filter(site=site).delete()
+    importlib.import_module("audit.migrations.0006_merkle_tree").build_trees(apps, None)
+    return moved
+
+
+def recorded_at(site: Site, seq: int) -> str:
+    return str(json.loads(column(site, seq, "payload"))["recorded_at"])
+
+
+def test_a_record_moved_back_in_time_and_re_signed_fails_at_its_seq(
+    site: Site, tmp_path: Path
+) -> None:
+    """An insider with Sill's key moves refund 3 an hour back (out of the day an auditor
+    filters Activity by, say) and re-signs the log from there. Every hash, signature and root
+    holds; only the time going backwards along the chain, which append_record never writes,
+    shows it."""
+    refunds(site, 5)
+    moved = backdate(site, 3, timedelta(hours=1))
+    problem = f"recorded_at {moved} is before seq 2's {recorded_at(site, 2)}: the log's time went backwards"
+
+    result = chain_verification(site)
+    assert (result.ok, result.first_bad_seq, result.problem) == (False, 3, problem)
+    _, err, error = verify_command("--site", site.pk)
+    assert error is not None and f"site {site.pk}: FAILED at seq 3: {problem}" in err
+
+    path = export(site, tmp_path / "e.jsonl")
+    assert standalone(path, trusted=pinned_anchor()) == [f"FAILED at seq 3: {problem}"]
+    key_id, key = anchor()
+    isolated = run_standalone(
+        tmp_path,
+        str(path),
+        "--public-key",
+        f"{key_id}={chain.b64url_encode(bytes(key.verify_key))}",
+    )
+    assert isolated.returncode == 1 and isolated.stderr.startswith(f"FAILED at seq 3: {problem}")
+
+
+def test_a_refunds_later_record_moved_before_its_earlier_one_fails_its_bundle(
+    site: Site,
+) -> None:
+    """The same in one refund's evidence: its later record timed before its earlier one."""
+    refund(site, "rf_1")
+    refund(site, "rf_2")
+    refund(site, "rf_1", amount_minor=100)
+    moved = backdate(site, 3, timedelta(hours=1))
+
+    bundle = bundles.refund_bundle(site=site, refund_id="rf_1")
+    assert [r["seq"] for r in bundle["records"]] == [1, 3]
+    _, problems = verify_export.verify_bundle(bundle, pinned_anchor(), None)
+    assert problems == [
+        f"FAILED at seq 3: recorded_at {moved} is before seq 1's {recorded_at(site, 1)}: the "
+        "log's time went backwards"
+    ]
+
+
+def test_records_timed_in_the_same_millisecond_pass(site: Site, tmp_path: Path) -> None:
+    """Equal times are no step back: append_record gives a record its predecessor's time when
+    this host's clock is behind."""
+    refunds(site, 3)
+    gap = [chain.parse_recorded_at(recorded_at(site, seq)) for seq in (2, 3)]
+    backdate(site, 3, gap[1] - gap[0])
+    assert recorded_at(site, 3) == recorded_at(site, 2)
+    assert chain_verification(site).ok
+    assert standalone(export(site, tmp_path / "e.jsonl"), trusted=pinned_anchor()) == []
 
 
 # -- canonicalisation: the app and the standalone verifier must agree ---------------------------
