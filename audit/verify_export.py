@@ -4,7 +4,7 @@
     python verify_export.py export.jsonl [--keys F] [--public-key KEY_ID=BASE64URL ...]
                                          [--checkpoint F]
     python verify_export.py bundle.json  [--keys F] [--public-key KEY_ID=BASE64URL ...]
-                                         [--checkpoint F [--consistency F]]
+                                         [--checkpoint F [--consistency F]] [--export F]
 
 An export (``manage.py audit export --site S``) is JSON lines: a header
 ``{"type": "header", "format": "sill-audit-export-v1", "site_id", "origin", "public_keys",
@@ -28,7 +28,10 @@ earlier one by its hash (``decision_hash``, ``escalated_hash``) needs that one i
 bundle's checkpoint is signed when it is made, so it is rarely the one an auditor kept: with
 ``--checkpoint`` of another size, pass ``--consistency`` the answer of ``GET /audit/<site
 id>/proof/consistency?from=A&to=B`` between the two sizes (smaller first), which must show the
-larger tree extends the smaller.
+larger tree extends the smaller. A bundle cannot show it lists every record about its refund
+(a later reversal left out, it still verifies): pass ``--export`` an export of its site, which
+must verify and hash to the bundle's checkpoint, and hold no record about the refund the bundle
+does not list (the kept checkpoint is then checked against the export: no ``--consistency``).
 
 A record is also refused when it is signed by a key whose window starts before that of a key
 which signed an earlier record ("signed by a retired key after its successor signed"): a
@@ -783,13 +786,18 @@ def verify_bundle(
     *,
     published: Any = None,
     consistency: Any = None,
+    log: list[str] | None = None,
 ) -> tuple[int, list[str]]:
     """``(records, problems)`` for one refund's evidence bundle (``published`` as for an
     export).
 
     ``consistency``: the answer (parsed) of ``GET /audit/<site id>/proof/consistency?from=A&to=B``
     between the sizes of ``trusted_checkpoint`` and the bundle's checkpoint, which it needs
-    when they differ (:func:`bundle_against_trusted`)."""
+    when they differ (:func:`bundle_against_trusted`).
+
+    ``log``: the lines of an export of the bundle's site, to show the bundle lists every record
+    about its refund (:func:`bundle_against_log`); the trusted checkpoint is then checked
+    against the export, which needs no consistency proof."""
     try:
         keys, windows, problems = keys_for(bundle, trusted, published)
     except Failed as failed:
@@ -799,7 +807,7 @@ def verify_bundle(
         size, root = open_checkpoint(bundle.get("checkpoint") or "", origin=origin, keys=keys)
     except ValueError as exc:
         return 0, [*problems, f"FAILED at the bundle's checkpoint: {exc}"]
-    if trusted_checkpoint is not None:
+    if trusted_checkpoint is not None and log is None:
         try:
             trusted_size, trusted_root = open_checkpoint(
                 trusted_checkpoint, origin=origin, keys=keys
@@ -879,6 +887,16 @@ def verify_bundle(
             times.check(rec, seq)
         except Failed as failed:
             problems.append(str(failed))
+    if log is not None:
+        problems += bundle_against_log(
+            bundle,
+            log,
+            (size, root),
+            {seq for seq, _ in verified},
+            trusted,
+            trusted_checkpoint,
+            published=published,
+        )
     mandate = bundle.get("mandate")
     if isinstance(mandate, dict):
         try:
@@ -897,6 +915,65 @@ def verify_bundle(
             "carry it"
         )
     return len(records), problems
+
+
+def bundle_against_log(
+    bundle: dict[str, Any],
+    log: list[str],
+    signed: tuple[int, bytes],
+    verified: set[int],
+    trusted: dict[str, Any] | None,
+    trusted_checkpoint: str | None,
+    *,
+    published: Any = None,
+) -> list[str]:
+    """Problems showing the bundle is not its refund's whole story in ``log``, the lines of an
+    export of its site (none when it is).
+
+    A bundle proves each record it lists is in the log; it cannot prove it lists them all (a
+    reversal after the settlement, left out, leaves a bundle that verifies). The export can: it
+    must verify as an export (against ``trusted_checkpoint`` too, when given) and its first
+    records must hash to the root of the bundle's checkpoint (``signed``: size, root), so the
+    two are one log; then every record of the export about the refund must be one the bundle
+    lists and verified (``verified``: their seqs). A record about it after the bundle's
+    checkpoint is a problem too: the bundle was made before the refund's story ended.
+    """
+    count, problems = verify_export(log, trusted, trusted_checkpoint, published=published)
+    if problems:
+        # A log that does not verify shows nothing about what the bundle left out.
+        return [f"FAILED at the export: {p.removeprefix('FAILED at ')}" for p in problems]
+    header = json.loads(log[0])
+    if header.get("site_id") != bundle.get("site_id"):
+        return [
+            f"FAILED at the export: it is the log of site {header.get('site_id')}, not of the "
+            f"bundle's site {bundle.get('site_id')}"
+        ]
+    records = [json.loads(line) for line in log[1:] if line.strip()]
+    records = [rec for rec in records if rec.get("type") == "record"]  # all verified, in order
+    size, root = signed
+    if count < size or merkle_root([leaf_of(r["payload"]) for r in records[:size]]) != root:
+        return [
+            f"FAILED at the export: its first {size} records are not those of the bundle's "
+            "checkpoint: it is not the log the bundle was taken from"
+        ]
+    refund_id = bundle.get("refund_id")
+    for rec in records:
+        payload = json.loads(rec["payload"])
+        body = payload["body"] if isinstance(payload["body"], dict) else {}
+        if body.get("refund_id") != refund_id or rec["seq"] in verified:
+            continue
+        seq, kind = rec["seq"], payload["kind"]
+        if seq <= size:
+            problems.append(
+                f"FAILED at seq {seq}: a record about refund {refund_id} ({kind}) the bundle "
+                "leaves out"
+            )
+        else:
+            problems.append(
+                f"FAILED at seq {seq}: a record about refund {refund_id} ({kind}) after the "
+                f"bundle's checkpoint (at seq {size}): make the bundle again"
+            )
+    return problems
 
 
 def bundle_against_trusted(
@@ -958,10 +1035,12 @@ def verify_path(
     *,
     published: Any = None,
     consistency: Any = None,
+    log: list[str] | None = None,
 ) -> tuple[str, int, list[str]]:
     """``(kind, records, problems)`` for the file at ``path`` (an export or a bundle), against
-    the keys file ``published`` (parsed) when given; ``consistency`` as for a bundle (an export
-    holds its records, so the trusted checkpoint is checked against them directly)."""
+    the keys file ``published`` (parsed) when given; ``consistency`` and ``log`` (an export's
+    lines) as for a bundle (an export holds its records, so the trusted checkpoint is checked
+    against them directly)."""
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     try:
@@ -970,9 +1049,16 @@ def verify_path(
         whole = None
     if isinstance(whole, dict) and whole.get("format") == BUNDLE_FORMAT:
         count, problems = verify_bundle(
-            whole, trusted, trusted_checkpoint, published=published, consistency=consistency
+            whole,
+            trusted,
+            trusted_checkpoint,
+            published=published,
+            consistency=consistency,
+            log=log,
         )
         return "bundle", count, problems
+    if log is not None:
+        return "export", 0, [f"FAILED: {path} is an export: --export completes a bundle"]
     # Lines end at "\n" only (open() already read "\r\n" as "\n"): str.splitlines() would
     # also cut at U+2028, U+2029 and U+0085, which a record's JSON strings may hold unescaped.
     count, problems = verify_export(
@@ -1006,6 +1092,12 @@ def main(argv: list[str] | None = None) -> int:
         help="for a bundle whose checkpoint is not the one you kept (--checkpoint): the answer "
         "of GET /audit/<site id>/proof/consistency?from=A&to=B between their sizes",
     )
+    parser.add_argument(
+        "--export",
+        metavar="FILE",
+        help="for a bundle: an export of its site (`audit export`), to show the bundle lists "
+        "every record about its refund, none left out (the export is verified too)",
+    )
     args = parser.parse_args(argv)
     if args.consistency and not args.checkpoint:
         parser.error("--consistency proves a bundle against the checkpoint you kept: pass it too")
@@ -1021,7 +1113,10 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 parser.error(f"--public-key {item!r}: {exc}")
     try:
-        checkpoint = published = consistency = None
+        checkpoint = published = consistency = export = None
+        if args.export:
+            with open(args.export, encoding="utf-8") as fh:
+                export = fh.read().split("\n")  # at "\n" only, as verify_path reads an export
         if args.checkpoint:
             with open(args.checkpoint, encoding="utf-8") as fh:
                 checkpoint = fh.read()
@@ -1042,7 +1137,12 @@ def main(argv: list[str] | None = None) -> int:
                 print("FAILED at the keys file: not JSON", file=sys.stderr)
                 return 1
         kind, count, problems = verify_path(
-            args.file, trusted, checkpoint, published=published, consistency=consistency
+            args.file,
+            trusted,
+            checkpoint,
+            published=published,
+            consistency=consistency,
+            log=export,
         )
     except (OSError, UnicodeDecodeError) as exc:
         print(f"FAILED: cannot read a file: {exc}", file=sys.stderr)
@@ -1059,6 +1159,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"OK: bundle of {count} records about refund {bundle_refund(args.file)} of log "
             f"{log}, each in the signed checkpoint"
+            + ("; the export holds no other record about it" if args.export else "")
         )
     else:
         print(f"OK: {count} records of log {log}, matching their signed checkpoint")
