@@ -31,15 +31,13 @@ from __future__ import annotations
 import logging
 import random
 import secrets
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -56,6 +54,7 @@ from refunds.services import (
     settle_refund,
 )
 from sill.failpoints import failpoint
+from sill.leases import lease_kept
 from sill.rails.base import (
     AmbiguousRailError,
     CannotLookUp,
@@ -164,34 +163,6 @@ def _mark_rail_attempted(refund_id: str, token: str) -> bool:
         )
         == 1
     )
-
-
-@contextmanager
-def _lease_kept(refund_id: str, token: str) -> Iterator[threading.Event]:
-    """Renew the lease every third of its length while a slow rail call runs.
-
-    Yields an event that is set if the lease was lost meanwhile. The renewing thread has its
-    own database connection and closes it.
-    """
-    stop = threading.Event()
-    lost = threading.Event()
-
-    def keep() -> None:
-        try:
-            while not stop.wait(max(lease_seconds() / 3, 0.5)):
-                if not renew(refund_id, token):
-                    lost.set()
-                    return
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=keep, name=f"lease-{refund_id}", daemon=True)
-    thread.start()
-    try:
-        yield lost
-    finally:
-        stop.set()
-        thread.join()
 
 
 # --- one attempt ----------------------------------------------------------------------------
@@ -332,7 +303,9 @@ def _attempt(refund: Refund, token: str) -> str:
             if not _mark_rail_attempted(refund.id, token):
                 raise LeaseLost(refund.id)
             reached = True
-            with _lease_kept(refund.id, token):
+            with lease_kept(
+                lambda: renew(refund.id, token), seconds=lease_seconds(), name=f"lease-{refund.id}"
+            ):
                 result = calls.call(rail)
             failpoint("after_rail_call")
     except RailDisabled as exc:

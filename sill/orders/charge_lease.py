@@ -2,7 +2,8 @@
 
 A claim takes the lease by conditional UPDATE and returns a fresh *fencing token*; every later
 write of that execution checks the token (``sill.orders.charging``), so a worker whose lease
-lapsed and was taken over can no longer change the charge.
+lapsed and was taken over can no longer change the charge. The holder renews it while it waits
+on the rail (:func:`renew_charge`, through ``sill.leases``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,17 @@ def claim_charge(charge_id: str, *, attempt: bool = True) -> str | None:
         )
     )
     return token if claimed == 1 else None
+
+
+def renew_charge(charge_id: str, token: str) -> bool:
+    """Extend the lease while a rail call runs (``sill.leases``); False when ``token`` no
+    longer holds it (taken over, or the charge was settled)."""
+    return (
+        Charge.objects.filter(pk=charge_id, lease_token=token, status=ChargeStatus.PENDING)
+        .exclude(lease_until__isnull=True)
+        .update(lease_until=timezone.now() + timedelta(seconds=lease_seconds()))
+        == 1
+    )
 
 
 def release_charge(charge_id: str, token: str, **fields: Any) -> bool:

@@ -7,7 +7,8 @@ Charging follows the discipline of refund execution (``refunds.execution``). One
    token under the order's and the charge's row locks, so a worker whose lease lapsed and was
    taken over can no longer change the charge. A success such a worker saw is not dropped
    silently: it writes a signed ``lease_lost`` record, and the new holder settles the charge
-   through the lookup below.
+   through the lookup below. A slow rail call renews the lease while it waits
+   (``sill.leases``, as refund executions do).
 2. **Look up first** when an earlier attempt may have reached the rail
    (``Charge.rail_attempted_at``, committed *before* every rail call): ``find_charge`` for
    the idempotency key ``sill-charge-<order id>``.
@@ -41,6 +42,8 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -50,12 +53,16 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import append_record
+from sill.failpoints import failpoint
+from sill.leases import lease_kept
 from sill.orders.charge_lease import (
     ChargeLeaseLost,
     claim_charge,
+    lease_seconds,
     locked_for_update,
     mark_rail_attempted,
     release_charge,
+    renew_charge,
 )
 from sill.orders.models import Charge, ChargeStatus, Customer, Order, OrderStatus
 from sill.orders.services import record_charge_result, set_order_status
@@ -183,7 +190,8 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
         if reached:
             if isinstance(rail, ChargeFinder):
                 looking_up = True
-                result = rail.find_charge(request)
+                with _lease_kept(charge, token):
+                    result = rail.find_charge(request)
                 looking_up = False
                 may_exist = result is not None
                 if result is None and lookup_only:
@@ -206,7 +214,10 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
             if not mark_rail_attempted(charge.pk, token, payment_account=account.payment_account):
                 raise ChargeLeaseLost(charge.pk)
             reached = True
-            result = rail.charge(request)
+            failpoint("before_charge_call")
+            with _lease_kept(charge, token):
+                result = rail.charge(request)
+            failpoint("after_charge_call")
     except RailDisabled as exc:
         if not reached:
             return _fail(charge, token, code="rail_disabled", message=exc.message)
@@ -229,6 +240,15 @@ def _attempt(charge: Charge, token: str, request: ChargeRequest) -> str:
     # The account the key that charged acts on, read with it (the same row): the charge's money
     # is there, whatever key the site holds later (sill.rails.payment_account).
     return _succeed(charge, token, result, payment_account=account.payment_account)
+
+
+def _lease_kept(charge: Charge, token: str) -> AbstractContextManager[threading.Event]:
+    """The lease renewed while a rail call runs: a slow call outlasting it would otherwise
+    let the sweep start a second attempt (and spend one of the charge's attempts) while this
+    one is alive. A renewal refused stops renewing; this attempt's writes are then fenced."""
+    return lease_kept(
+        lambda: renew_charge(charge.pk, token), seconds=lease_seconds(), name=f"lease-{charge.pk}"
+    )
 
 
 def _tried_elsewhere(charge: Charge, account: RailAccount) -> str:
@@ -280,6 +300,7 @@ def _succeed(charge: Charge, token: str, result: ChargeResult, *, payment_accoun
     with transaction.atomic():
         order, locked, holds = locked_for_update(charge.pk, token)
         if holds:
+            failpoint("in_charge_settlement")
             settle_charge(
                 order=order,
                 charge=locked,

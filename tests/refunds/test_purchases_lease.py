@@ -1,15 +1,16 @@
 """A charge's lease is fenced: when it lapses the sweep re-claims the charge, and the worker
-that held it can no longer record anything."""
+that held it can no longer record anything. A worker waiting on a slow rail renews it."""
 
 from __future__ import annotations
 
 import io
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.models import AuditRecord
@@ -32,10 +33,9 @@ def wait_for(condition, timeout: float = 20.0) -> None:
 @pytest.fixture
 def pending_charge(make_order, agent, mock_rail, settings):
     """An agent's order as place_order leaves it; its charge task is run by each test."""
-    settings.SILL_CHARGE_LEASE_SECONDS = 1
     settings.SILL_RECOVER_AFTER_SECONDS = 0
-    # The stalled worker: the rail records the charge, then takes 4 s to answer.
-    mock_rail.config = {"delay_seconds": 4}
+    # The rail records the charge, then takes 3 s to answer.
+    mock_rail.config = {"delay_seconds": 3}
     mock_rail.save()
     order = make_order(
         status="PENDING", charged=False, placed_by_agent=agent, source_mandate_id="mnd_lease"
@@ -49,9 +49,9 @@ def pending_charge(make_order, agent, mock_rail, settings):
     )
 
 
-def start_stalled_worker(charge: Charge) -> tuple[threading.Thread, dict[str, object]]:
-    """Run one attempt in a thread; return once the rail has made the charge and the
-    attempt's lease has lapsed (the rail is still "answering")."""
+def start_worker(charge: Charge) -> tuple[threading.Thread, dict[str, object]]:
+    """Run one attempt in a thread; return once the rail has made the charge (the rail is
+    still "answering"), with the attempt's token."""
     seen: dict[str, object] = {}
 
     def work() -> None:
@@ -64,7 +64,18 @@ def start_stalled_worker(charge: Charge) -> tuple[threading.Thread, dict[str, ob
     thread.start()
     wait_for(lambda: MockLedgerEntry.objects.filter(kind="charge").exists())
     seen["token"] = Charge.objects.get(pk=charge.pk).lease_token
-    wait_for(lambda: Charge.objects.get(pk=charge.pk).lease_until < timezone.now())
+    return thread, seen
+
+
+def lapse(charge: Charge) -> None:
+    Charge.objects.filter(pk=charge.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+
+
+def start_stalled_worker(charge: Charge) -> tuple[threading.Thread, dict[str, object]]:
+    """``start_worker``, then its lease lapses: the worker stalled past it (a paused process
+    renews nothing; the default lease is far longer than the call, so no renewal is due)."""
+    thread, seen = start_worker(charge)
+    lapse(charge)
     return thread, seen
 
 
@@ -117,7 +128,7 @@ def test_a_success_the_stale_holder_saw_is_recorded_and_settled_by_the_lookup(
     assert stale["outcome"] == "lease-lost"
     assert Charge.objects.get(pk=charge.pk).status == "pending"  # not recorded by the stale
     # Once that lease lapses too, the sweep's attempt looks the charge up and settles it.
-    wait_for(lambda: Charge.objects.get(pk=charge.pk).lease_until < timezone.now())
+    lapse(charge)
     assert recover_stuck_charges() == 1
 
     settled = Charge.objects.get(pk=charge.pk)
@@ -128,3 +139,47 @@ def test_a_success_the_stale_holder_saw_is_recorded_and_settled_by_the_lookup(
     assert [r.kind for r in records] == ["lease_lost", "charge"]
     assert entry.provider_id in records[0].payload
     call_command("audit", "verify", stdout=io.StringIO())
+
+
+def test_a_rail_call_longer_than_the_lease_renews_it(pending_charge, settings):
+    charge = pending_charge
+    settings.SILL_CHARGE_LEASE_SECONDS = 1  # the 3 s rail call outlasts it: renewed twice a second
+    thread, seen = start_worker(charge)
+    try:
+        time.sleep(1.6)  # past the lease the claim took
+        assert Charge.objects.get(pk=charge.pk).lease_until > timezone.now()
+        assert claim_charge(charge.pk) is None  # the renewed lease keeps another attempt out
+        assert recover_stuck_charges() == 0
+    finally:
+        thread.join(timeout=30)
+
+    assert seen["outcome"] == "succeeded"
+    settled = Charge.objects.get(pk=charge.pk)
+    assert (settled.status, settled.attempts, settled.lease_until) == ("succeeded", 1, None)
+    assert MockLedgerEntry.objects.filter(kind="charge").count() == 1
+    kinds = AuditRecord.objects.filter(site=settled.order.site).values_list("kind", flat=True)
+    assert list(kinds) == ["charge"]
+
+
+def test_a_renewing_worker_whose_lease_was_taken_over_neither_takes_it_back_nor_settles(
+    pending_charge, settings
+):
+    charge = pending_charge
+    settings.SILL_CHARGE_LEASE_SECONDS = 1
+    thread, stale = start_worker(charge)
+    # Taken over between two renewals (the worker stalled a moment): the lapse and the claim
+    # commit together, so no renewal slips in between.
+    with transaction.atomic():
+        lapse(charge)
+        current = claim_charge(charge.pk)
+    assert current is not None
+    time.sleep(1.2)  # renewals due meanwhile: each is refused
+    assert Charge.objects.get(pk=charge.pk).lease_token == current
+    thread.join(timeout=30)
+
+    assert stale["outcome"] == "lease-lost"
+    held = Charge.objects.get(pk=charge.pk)
+    assert (held.status, held.lease_token) == ("pending", current)
+    entry = MockLedgerEntry.objects.get(kind="charge")
+    (lost,) = AuditRecord.objects.filter(site=held.order.site)
+    assert lost.kind == "lease_lost" and entry.provider_id in lost.payload
