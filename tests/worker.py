@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,10 +11,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
+from celery import Task
 from django.conf import settings
 from django.db import connection
+from django.db.models import QuerySet
+from django.utils import timezone
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,6 +92,60 @@ def wait_for(check: Callable[[], bool], *, timeout: float = 30, what: str = "con
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# --- The fault matrices: a worker killed mid-way, and a second one that recovers ------------
+
+# Short leases (a refund's execution and a charge) and a sweep that takes any lapsed one, so a
+# killed worker's work is recovered within seconds.
+FAST_RECOVERY = {
+    "SILL_EXECUTION_LEASE_SECONDS": "2",
+    "SILL_CHARGE_LEASE_SECONDS": "2",
+    "SILL_RECOVER_AFTER_SECONDS": "0",
+}
+
+
+@contextmanager
+def worker_killed(
+    log_path: Path, *, failpoint: str | None, rail_acted: Callable[[], bool], **extra_env: str
+) -> Iterator[None]:
+    """A worker (``FAST_RECOVERY``) that dies by SIGKILL running what the block enqueues: at
+    ``failpoint`` (``name=kill``, armed in its environment only), or, with none, as soon as
+    ``rail_acted()`` says the rail has acted: killed while it waits on a slow rail call that
+    already moved the money. Returns once the worker is dead."""
+    env = {**FAST_RECOVERY, **extra_env}
+    if failpoint:
+        env["SILL_FAILPOINTS"] = failpoint
+    with running_worker(log_path, **env) as worker:
+        yield
+        if failpoint:
+            assert worker.wait(timeout=60) == -signal.SIGKILL, f"{failpoint} was not reached"
+        else:
+            wait_for(rail_acted, what="the rail to act")
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=10)
+
+
+def lease_lapsed(row: QuerySet[Any]) -> bool:
+    """Whether the lease on the one ``row`` (a refund, a charge) is free to claim."""
+    lease = row.values_list("lease_until", flat=True).get()
+    return lease is None or lease < timezone.now()
+
+
+def recovered(
+    log_path: Path,
+    *,
+    lapsed: Callable[[], bool],
+    sweep: Task[..., Any],
+    done: Callable[[], bool],
+    **extra_env: str,
+) -> None:
+    """A second worker (``FAST_RECOVERY``): once ``lapsed()`` (the dead worker's lease), the
+    beat task ``sweep`` is sent, as beat would, and the worker runs it until ``done()``."""
+    with running_worker(log_path, **{**FAST_RECOVERY, **extra_env}):
+        wait_for(lapsed, timeout=10, what="the lease to lapse")
+        sweep.delay()
+        wait_for(done, timeout=60, what="recovery")
 
 
 # --- A broker chosen by the test, not by the environment (tests/test_broker_redelivery.py) ---

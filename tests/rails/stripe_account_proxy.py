@@ -5,14 +5,19 @@ two keys cannot be told apart there. Stripe answers ``GET /v1/account`` with the
 account (``{"id": "acct_…", "object": "account"}``, API reference: Accounts, "Retrieve
 account"). The proxy answers that one read from ``accounts`` (key → account id; any other
 key is Stripe's 401) and passes every other request to localstripe as it came, noting the
-refunds posted (``refund_posts``), so a test can say nothing was sent to Stripe, and the key of
-each payment posted (``charge_keys``). With ``charges_fail`` set, a payment posted is answered
-Stripe's 500 (without passing it on): an attempt whose outcome Sill cannot know.
+refunds posted (``refund_posts``), so a test can say nothing was sent to Stripe, and the key
+and the Idempotency-Key of each payment posted (``charge_keys``, ``charge_idempotency_keys``).
+With ``charges_fail`` set, a payment posted is answered Stripe's 500 (without passing it on):
+an attempt whose outcome Sill cannot know. With ``hold_charge_answers``, a payment posted is
+passed on (localstripe charges the buyer) and its answer held back until that event is set
+(``charges_held`` counts them): a caller killed meanwhile never hears that it charged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -30,7 +35,10 @@ class AccountProxy:
     accounts: dict[str, str] = field(default_factory=dict)
     refund_posts: list[str] = field(default_factory=list)
     charge_keys: list[str] = field(default_factory=list)
+    charge_idempotency_keys: list[str] = field(default_factory=list)
     charges_fail: bool = False
+    hold_charge_answers: threading.Event | None = None
+    charges_held: int = 0
     # The key of every request passed to localstripe, with its method and path (localstripe
     # keeps one store for all keys: a test asserts which key was asked, not what it saw).
     asked: list[tuple[str, str, str]] = field(default_factory=list)
@@ -62,17 +70,20 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] == "/v1/payment_intents":
             key = self.headers.get("Authorization", "").removeprefix("Bearer ")
             self.stub.charge_keys.append(key)
+            self.stub.charge_idempotency_keys.append(self.headers.get("Idempotency-Key", ""))
             if self.stub.charges_fail:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 error = {"type": "api_error", "message": "An unknown error occurred"}
                 self._send(500, json.dumps({"error": error}).encode())
                 return
+            self._pass("POST", hold=self.stub.hold_charge_answers)
+            return
         self._pass("POST")
 
     def do_DELETE(self) -> None:
         self._pass("DELETE")
 
-    def _pass(self, method: str) -> None:
+    def _pass(self, method: str, hold: threading.Event | None = None) -> None:
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
         self.stub.asked.append((key, method, self.path.split("?")[0]))
         length = int(self.headers.get("Content-Length") or 0)
@@ -85,9 +96,17 @@ class Handler(BaseHTTPRequestHandler):
                 request.add_header(name, value)
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
-                self._send(answer.status, answer.read())
+                status, body = answer.status, answer.read()
         except urllib.error.HTTPError as refused:
-            self._send(refused.code, refused.read())
+            status, body = refused.code, refused.read()
+        if hold is None:
+            self._send(status, body)
+            return
+        self.stub.charges_held += 1
+        hold.wait(timeout=120)
+        # The caller may have died waiting: then nobody is left to hear the answer.
+        with contextlib.suppress(OSError):
+            self._send(status, body)
 
     def _send(self, status: int, body: bytes) -> None:
         self.send_response(status)

@@ -8,7 +8,6 @@ second refund of money already returned is refused. The kill points are failpoin
 
 from __future__ import annotations
 
-import signal
 from decimal import Decimal
 
 import pytest
@@ -21,12 +20,18 @@ from refunds.tasks import recover_stuck_refunds_task
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
 from tests.refunds.conftest import post, refund_intent
-from tests.worker import running_worker, wait_for
+from tests.worker import (
+    FAST_RECOVERY,
+    lease_lapsed,
+    recovered,
+    running_worker,
+    wait_for,
+    worker_killed,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 ORIGINAL = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"
-FAST = {"SILL_EXECUTION_LEASE_SECONDS": "2", "SILL_RECOVER_AFTER_SECONDS": "0"}
 
 
 def assert_books_agree(order) -> None:
@@ -50,23 +55,6 @@ def assert_books_agree(order) -> None:
     call_command("audit", "verify")
 
 
-def _lease_lapsed(refund_id: str) -> bool:
-    lease = Refund.objects.get(pk=refund_id).lease_until
-    return lease is None or lease < timezone.now()
-
-
-def _recover(tmp_path, refund_id: str) -> Refund:
-    with running_worker(tmp_path / "second.log", **FAST):
-        wait_for(lambda: _lease_lapsed(refund_id), timeout=10, what="the lease to lapse")
-        recover_stuck_refunds_task.delay()
-        wait_for(
-            lambda: Refund.objects.get(pk=refund_id).status == "succeeded",
-            timeout=60,
-            what="recovery",
-        )
-    return Refund.objects.get(pk=refund_id)
-
-
 @pytest.mark.parametrize(
     ("failpoint", "rail_config", "rail_has_it_when_killed"),
     [
@@ -83,21 +71,10 @@ def test_a_worker_killed_at_any_step_leaves_the_books_agreeing(
     order = make_order(placed_by_agent=agent, source_mandate_id=ORIGINAL)
     mock_rail.config = rail_config
     mock_rail.save()
-    env = dict(FAST)
-    if failpoint:
-        env["SILL_FAILPOINTS"] = failpoint
-    with running_worker(tmp_path / "first.log", **env) as first:
+    refunded = MockLedgerEntry.objects.filter(kind="refund").exists
+    with worker_killed(tmp_path / "first.log", failpoint=failpoint, rail_acted=refunded):
         body = post(Client(), sign(refund_intent(ORIGINAL, max_amount=Decimal("50.00")))).json()
         assert body["decision"] == "approved"
-        if failpoint:
-            assert first.wait(timeout=60) == -signal.SIGKILL
-        else:
-            wait_for(
-                lambda: MockLedgerEntry.objects.filter(kind="refund").exists(),
-                what="the rail to record the refund",
-            )
-            first.send_signal(signal.SIGKILL)
-            first.wait(timeout=10)
     refund = Refund.objects.get(pk=body["refund_id"])
     assert refund.status == "processing"  # Sill was not told; the money stays reserved
     assert MockLedgerEntry.objects.filter(kind="refund").exists() is rail_has_it_when_killed
@@ -105,7 +82,13 @@ def test_a_worker_killed_at_any_step_leaves_the_books_agreeing(
 
     mock_rail.config = {}
     mock_rail.save()
-    refund = _recover(tmp_path, refund.id)
+    recovered(
+        tmp_path / "second.log",
+        lapsed=lambda: lease_lapsed(Refund.objects.filter(pk=refund.id)),
+        sweep=recover_stuck_refunds_task,
+        done=lambda: Refund.objects.get(pk=refund.id).status == "succeeded",
+    )
+    refund.refresh_from_db()
     assert refund.attempts >= 2
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
     assert_books_agree(order)
@@ -126,7 +109,7 @@ def test_lost_answer_then_rail_off_then_key_rejected_then_lease_taken_over(
     mock_rail.config = {"refund": "timeout_after_effect", "lookup": "fail"}
     mock_rail.save()
     env = {
-        **FAST,
+        **FAST_RECOVERY,
         "SILL_EXECUTION_MAX_ATTEMPTS": "2",
         "SILL_EXECUTION_BACKOFF_BASE_SECONDS": "0.1",
         "SILL_ATTENTION_RECHECK_SECONDS": "0",
@@ -188,7 +171,7 @@ def test_celery_retries_with_backoff_then_succeeds_in_a_real_worker(
     order = make_order(placed_by_agent=agent, source_mandate_id=ORIGINAL)
     mock_rail.config = {"refund": "rate_limited", "fail_times": 2}
     mock_rail.save()
-    env = {**FAST, "SILL_EXECUTION_BACKOFF_BASE_SECONDS": "0.2"}
+    env = {**FAST_RECOVERY, "SILL_EXECUTION_BACKOFF_BASE_SECONDS": "0.2"}
     with running_worker(tmp_path / "worker.log", **env):
         body = post(Client(), sign(refund_intent(ORIGINAL))).json()
         wait_for(
