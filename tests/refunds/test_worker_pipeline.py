@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from decimal import Decimal
 
 import pytest
 from django.test import Client
 
 from refunds.models import Refund
+from refunds.tasks import recover_stuck_refunds_task
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry, RailAccount
 from sill.rails.stripe import StripeRail
 from tests.refunds.conftest import post, purchase_intent, refund_intent
-from tests.worker import running_worker, wait_for
+from tests.worker import lease_lapsed, recovered, running_worker, wait_for, worker_killed
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -77,33 +76,23 @@ def test_a_worker_killed_after_the_rail_call_settles_once_after_restart(
     order = make_order(placed_by_agent=agent, source_mandate_id="mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN")
     mock_rail.config = {"delay_seconds": 30}  # the rail answers slowly, after recording
     mock_rail.save()
-    env = {"SILL_EXECUTION_LEASE_SECONDS": "2", "SILL_RECOVER_AFTER_SECONDS": "0"}
-    with running_worker(tmp_path / "first.log", **env) as first:
+    refunded = MockLedgerEntry.objects.filter(kind="refund").exists
+    with worker_killed(tmp_path / "first.log", failpoint=None, rail_acted=refunded):
         body = post(
             Client(),
             sign(refund_intent("mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN", max_amount=Decimal("50.00"))),
         ).json()
-        wait_for(
-            lambda: MockLedgerEntry.objects.filter(kind="refund").exists(),
-            what="the rail to record the refund",
-        )
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=10)
     refund = Refund.objects.get(pk=body["refund_id"])
     assert refund.status == "processing"  # money moved, Sill not yet told
 
     mock_rail.config = {}
     mock_rail.save()
-    from refunds.tasks import recover_stuck_refunds_task
-
-    with running_worker(tmp_path / "second.log", **env):
-        wait_for(lambda: _lease_lapsed(refund.pk), timeout=10, what="the lease to lapse")
-        recover_stuck_refunds_task.delay()
-        wait_for(
-            lambda: Refund.objects.get(pk=refund.pk).status == "succeeded",
-            timeout=60,
-            what="recovery",
-        )
+    recovered(
+        tmp_path / "second.log",
+        lapsed=lambda: lease_lapsed(Refund.objects.filter(pk=refund.pk)),
+        sweep=recover_stuck_refunds_task,
+        done=lambda: Refund.objects.get(pk=refund.pk).status == "succeeded",
+    )
     entries = MockLedgerEntry.objects.filter(kind="refund")
     assert entries.count() == 1
     refund.refresh_from_db()
@@ -111,10 +100,3 @@ def test_a_worker_killed_after_the_rail_call_settles_once_after_restart(
     assert refund.attempts >= 2
     charge = Charge.objects.get(order=order)
     assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (5000, 0)
-
-
-def _lease_lapsed(refund_id: str) -> bool:
-    from django.utils import timezone
-
-    lease = Refund.objects.get(pk=refund_id).lease_until
-    return lease is None or lease < timezone.now()
