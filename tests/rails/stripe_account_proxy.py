@@ -10,7 +10,9 @@ and the Idempotency-Key of each payment posted (``charge_keys``, ``charge_idempo
 With ``charges_fail`` set, a payment posted is answered Stripe's 500 (without passing it on):
 an attempt whose outcome Sill cannot know. With ``hold_charge_answers``, a payment posted is
 passed on (localstripe charges the buyer) and its answer held back until that event is set
-(``charges_held`` counts them): a caller killed meanwhile never hears that it charged.
+(``charges_held`` counts them): a caller killed meanwhile never hears that it charged. With
+``hold_lookups``, a listing of payments is held back the same way (``lookups_held``): a slow
+lookup.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class AccountProxy:
     charges_fail: bool = False
     hold_charge_answers: threading.Event | None = None
     charges_held: int = 0
+    hold_lookups: threading.Event | None = None
+    lookups_held: int = 0
     # The key of every request passed to localstripe, with its method and path (localstripe
     # keeps one store for all keys: a test asserts which key was asked, not what it saw).
     asked: list[tuple[str, str, str]] = field(default_factory=list)
@@ -62,7 +66,11 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, json.dumps({"id": account, "object": "account"}).encode())
             return
-        self._pass("GET")
+        answer = self._forward("GET")
+        hold = self.stub.hold_lookups if self.path.split("?")[0] == "/v1/payment_intents" else None
+        if hold is not None:
+            self.stub.lookups_held += 1
+        self._answer(*answer, hold=hold)
 
     def do_POST(self) -> None:
         if self.path.split("?")[0] == "/v1/refunds":
@@ -76,14 +84,21 @@ class Handler(BaseHTTPRequestHandler):
                 error = {"type": "api_error", "message": "An unknown error occurred"}
                 self._send(500, json.dumps({"error": error}).encode())
                 return
-            self._pass("POST", hold=self.stub.hold_charge_answers)
+            answer = self._forward("POST")  # localstripe has charged the buyer
+            if self.stub.hold_charge_answers is not None:
+                self.stub.charges_held += 1
+            self._answer(*answer, hold=self.stub.hold_charge_answers)
             return
         self._pass("POST")
 
     def do_DELETE(self) -> None:
         self._pass("DELETE")
 
-    def _pass(self, method: str, hold: threading.Event | None = None) -> None:
+    def _pass(self, method: str) -> None:
+        self._answer(*self._forward(method))
+
+    def _forward(self, method: str) -> tuple[int, bytes]:
+        """The request passed on to localstripe: its status and body."""
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
         self.stub.asked.append((key, method, self.path.split("?")[0]))
         length = int(self.headers.get("Content-Length") or 0)
@@ -96,13 +111,14 @@ class Handler(BaseHTTPRequestHandler):
                 request.add_header(name, value)
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
-                status, body = answer.status, answer.read()
+                return answer.status, answer.read()
         except urllib.error.HTTPError as refused:
-            status, body = refused.code, refused.read()
+            return refused.code, refused.read()
+
+    def _answer(self, status: int, body: bytes, hold: threading.Event | None = None) -> None:
         if hold is None:
             self._send(status, body)
             return
-        self.stub.charges_held += 1
         hold.wait(timeout=120)
         # The caller may have died waiting: then nobody is left to hear the answer.
         with contextlib.suppress(OSError):

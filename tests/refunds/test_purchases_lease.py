@@ -19,6 +19,8 @@ from sill.orders.charging import charge_order
 from sill.orders.models import Charge
 from sill.orders.tasks import recover_stuck_charges
 from sill.rails.models import MockLedgerEntry
+from tests.rails.stripe_account_proxy import AccountProxy, StubServer
+from tests.rails.stripe_events import stripe_account
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -183,3 +185,49 @@ def test_a_renewing_worker_whose_lease_was_taken_over_neither_takes_it_back_nor_
     entry = MockLedgerEntry.objects.get(kind="charge")
     (lost,) = AuditRecord.objects.filter(site=held.order.site)
     assert lost.kind == "lease_lost" and entry.provider_id in lost.payload
+
+
+def test_a_slow_lookup_renews_the_lease_too(site, make_order, agent, localstripe_url, settings):
+    """Stripe without search is asked by listing up to ten pages, each call up to its timeout:
+    an attempt looking up what an earlier one charged keeps its lease while it waits."""
+    settings.SILL_CHARGE_LEASE_SECONDS = 1
+    answer = threading.Event()
+    with StubServer(AccountProxy(localstripe=localstripe_url, hold_lookups=answer)) as stripe:
+        stripe_account(site, enabled=True, api_base=stripe.url)
+        order = make_order(
+            rail="stripe",
+            charged=False,
+            status="PENDING",
+            placed_by_agent=agent,
+            source_mandate_id="mnd_lookup",
+        )
+        charge = Charge.objects.create(
+            order=order,
+            rail="stripe",
+            amount_minor=order.total_minor,
+            currency=order.currency,
+            payment_method="pm_card_visa",
+            rail_attempted_at=timezone.now(),  # an earlier attempt may have reached Stripe
+        )
+        seen: dict[str, str] = {}
+
+        def work() -> None:
+            try:
+                seen["outcome"] = charge_order(order_id=order.pk)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        try:
+            wait_for(lambda: stripe.lookups_held > 0)
+            time.sleep(1.6)  # past the lease the claim took
+            assert claim_charge(charge.pk) is None
+        finally:
+            answer.set()
+            thread.join(timeout=30)
+
+    assert seen["outcome"] == "succeeded"  # nothing found, then charged under the same key
+    settled = Charge.objects.get(pk=charge.pk)
+    assert (settled.status, settled.attempts) == ("succeeded", 1)
+    assert stripe.charge_idempotency_keys == [f"sill-charge-{order.pk}"]
