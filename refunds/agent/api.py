@@ -185,7 +185,9 @@ class MandateCreateApi(APIView):
             422: OpenApiResponse(
                 _ERROR,
                 description="`forbidden_field`, `unknown_field`, `invalid_field`; `field` "
-                "names the offending one.",
+                "names the offending one. A purchase in a currency its rail does not charge, "
+                "or whose total is off the rail's step, is `invalid_field`: nothing is stored "
+                "or sent.",
             ),
             429: OpenApiResponse(
                 _ERROR,

@@ -65,7 +65,7 @@ from sill.money import Money, format_money, min_money
 from sill.orders.models import Charge, ChargeStatus, Customer, LineItem, Order, OrderStatus
 from sill.orders.purchases import Purchase, place_order
 from sill.orders.services import NewLine
-from sill.rails.base import RefundFacts, amount_step, rail_label
+from sill.rails.base import RefundFacts, amount_step, charges_currency, rail_label
 from sill.rails.models import RailAccount
 from sill.rails.registry import connected_account_of, on_connected_account
 from sill.rails.woocommerce.models import WooOrderLink
@@ -363,8 +363,9 @@ def _purchase(mandate: Mandate, verified: VerifiedMandate, *, now: datetime) -> 
 
 def _check_purchase_fits(intent: mandates.PurchaseIntent) -> None:
     """``invalid_field`` for a purchase's text longer than a column it is stored in (the
-    schema takes up to ``MAX_TEXT`` characters, some of these columns fewer), or a total its
-    rail cannot charge (``sill.rails.base.amount_step``)."""
+    schema takes up to ``MAX_TEXT`` characters, some of these columns fewer), a currency its
+    rail does not charge (``sill.rails.base.charges_currency``), or a total its rail cannot
+    charge (``sill.rails.base.amount_step``)."""
     path = "signed.intent"
     for i, line in enumerate(intent.line_items):
         _fits(line.sku, f"{path}.line_items.{i}.sku", (LineItem, "sku"))
@@ -372,6 +373,15 @@ def _check_purchase_fits(intent: mandates.PurchaseIntent) -> None:
     # The buyer's name and email go on the order, and on the customer a first purchase makes.
     _fits(intent.buyer_name, f"{path}.buyer.name", (Order, "buyer_name"), (Customer, "name"))
     _fits(intent.buyer_email, f"{path}.buyer.email", (Order, "buyer_email"), (Customer, "email"))
+    # A currency the rail does not charge (Stripe takes no IQD) is refused here too, rather than
+    # placed as an order whose charge the rail then declines (charge_failed).
+    if not charges_currency(intent.payment_rail, intent.currency):
+        raise MandateError(
+            "invalid_field",
+            f"{rail_label(intent.payment_rail)} does not charge {intent.currency}: "
+            "nothing was placed; send the purchase in a currency it charges",
+            field=f"{path}.currency",
+        )
     # A total the rail cannot charge in its currency (Stripe's KWD 10.125: its three-decimal
     # currencies go in steps of 10) is refused here, as a refund's amount is, rather than
     # placed as an order whose charge the rail then declines.

@@ -418,6 +418,53 @@ def check_step(rail: str, money: Money) -> None:
         )
 
 
+# The currencies a rail charges, where it charges fewer than Sill knows (sill.money); a rail not
+# named here charges every one (the mock rail). Stripe's are its documented presentment
+# currencies (docs.stripe.com/currencies, "Supported presentment currencies", with the
+# three-decimal BHD, JOD, KWD, OMR and TND it lists for accounts that take them): of the
+# currencies Sill knows, it takes no CLF, IQD, LYD, UYI or UYW. An account's country can narrow
+# the list further, which only Stripe knows: such a charge is declined (``charge_failed``).
+# An agent's purchase in a currency its rail does not charge is refused at intake
+# (refunds.agent.intake), before any order exists; the rail refuses it again before its call.
+STRIPE_CURRENCIES: frozenset[str] = frozenset(
+    {
+        "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD",
+        "BDT", "BGN", "BHD", "BIF", "BMD", "BND", "BOB", "BRL", "BSD", "BWP", "BYN", "BZD",
+        "CAD", "CDF", "CHF", "CLP", "CNY", "COP", "CRC", "CVE", "CZK", "DJF", "DKK", "DOP",
+        "DZD", "EGP", "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GIP", "GMD", "GNF", "GTQ",
+        "GYD", "HKD", "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "ISK", "JMD", "JOD", "JPY",
+        "KES", "KGS", "KHR", "KMF", "KRW", "KWD", "KYD", "KZT", "LAK", "LBP", "LKR", "LRD",
+        "LSL", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT", "MOP", "MUR", "MVR", "MWK", "MXN",
+        "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN", "PGK",
+        "PHP", "PKR", "PLN", "PYG", "QAR", "RON", "RSD", "RUB", "RWF", "SAR", "SBD", "SCR",
+        "SEK", "SGD", "SHP", "SLE", "SOS", "SRD", "STD", "SZL", "THB", "TJS", "TND", "TOP",
+        "TRY", "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS", "VND", "VUV", "WST",
+        "XAF", "XCD", "XOF", "XPF", "YER", "ZAR", "ZMW",
+    }
+)  # fmt: skip
+RAIL_CURRENCIES: dict[str, frozenset[str]] = {"stripe": STRIPE_CURRENCIES}
+
+
+def charges_currency(rail: str, currency: str) -> bool:
+    """Whether ``rail`` can charge in ``currency`` (a code Sill knows)."""
+    charged = RAIL_CURRENCIES.get(rail)
+    return charged is None or currency in charged
+
+
+class CurrencyNotCharged(PermanentRailError):
+    """A charge in a currency the rail does not take (see :data:`RAIL_CURRENCIES`): nothing
+    was sent, as the rail itself would have refused it (``rail_declined``)."""
+
+
+def check_currency(rail: str, money: Money) -> None:
+    """Raise :class:`CurrencyNotCharged` unless ``rail`` charges ``money``'s currency."""
+    if not charges_currency(rail, money.currency):
+        raise CurrencyNotCharged(
+            f"{rail_label(rail)} does not charge {money.currency}: "
+            f"{format_money(money)} was not sent"
+        )
+
+
 class RefundWindowPassed(PermanentRailError):
     """The charge is older than the rail lets a refund reach it (PayPal: 180 days; Stripe's
     ``charge_expired_for_refund``): nothing was sent, and the money goes back outside Sill."""

@@ -45,6 +45,7 @@ from sill.rails.base import (
     RefundState,
     RefundWindowPassed,
     RetryableRailError,
+    check_currency,
     check_step,
 )
 from sill.rails.fact_reads import read_at_once
@@ -213,6 +214,8 @@ class StripeRail:
     # --- the protocol -------------------------------------------------------------------
 
     def charge(self, request: ChargeRequest) -> ChargeResult:
+        # IQD and the like: Stripe would refuse it; nothing is sent (RAIL_CURRENCIES).
+        check_currency(self.name, request.amount)
         params: dict[str, Any] = {
             "amount": to_stripe_amount(request.amount),
             "currency": request.amount.currency.lower(),
