@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import logging
 import os
 import re
 import sys
@@ -598,15 +599,27 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
+_LOG_LEVEL = env_str("SILL_LOG_LEVEL", "INFO")
+# HTTP clients that write secrets at DEBUG: slack_sdk each URL it posts to (a merchant's
+# incoming webhook, a click's response_url: whoever holds one can post into the merchant's
+# Slack), urllib3 each request line with its query (a token in SILL_AUDIT_CHECKPOINT_URL's, the
+# consumer key a WooCommerce store reached over plain HTTP is signed with), stripe each response
+# body (a PaymentIntent's client_secret). They log at INFO or above whatever SILL_LOG_LEVEL says
+# (at the root's level when it is higher).
+_SECRET_WRITING_LOGGERS = ("slack_sdk", "urllib3", "stripe")
+_SECRET_WRITING_LEVEL = logging.getLevelName(
+    max(logging.INFO, logging.getLevelNamesMapping().get(_LOG_LEVEL, logging.INFO))
+)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "filters": {"invite_tokens": {"()": "sill.log_redaction.RedactInviteTokens"}},
-    "root": {"handlers": ["console"], "level": env_str("SILL_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": _LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        **{name: {"level": _SECRET_WRITING_LEVEL} for name in _SECRET_WRITING_LOGGERS},
         # Both write the path of each refused or failed request, and an invitation's link is a
         # path holding its token (sill/log_redaction.py).
         "django.request": {"filters": ["invite_tokens"]},

@@ -232,3 +232,21 @@ def test_postgresql_sessions_get_a_lock_and_an_idle_limit_except_in_the_tests(tm
     assert production.returncode == 0 and testing.returncode == 0, production.stderr
     assert production.stdout.split() == ["10", "60"]
     assert testing.stdout.split() == ["10", "0"]
+
+
+def test_the_loggers_that_write_secrets_stay_at_info_whatever_the_log_level(tmp_path):
+    # At DEBUG, slack_sdk writes the Slack URLs it posts to (capabilities), urllib3 each
+    # request's query, stripe each response body with its client_secret: SILL_LOG_LEVEL=DEBUG
+    # for an on-call look must not put them in the log. A higher level still quiets them.
+    show = (
+        "import django, logging, os;"
+        " os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'sill.settings'); django.setup()\n"
+        "names = ('', 'slack_sdk.webhook.client', 'slack_sdk.web.base_client',"
+        " 'urllib3.connectionpool', 'stripe')\n"
+        "print(*(logging.getLevelName(logging.getLogger(n).getEffectiveLevel()) for n in names))"
+    )
+    debug = _python(tmp_path, show, **_PRODUCTION, SILL_LOG_LEVEL="DEBUG")
+    warning = _python(tmp_path, show, **_PRODUCTION, SILL_LOG_LEVEL="WARNING")
+    assert debug.returncode == 0 and warning.returncode == 0, debug.stderr + warning.stderr
+    assert debug.stdout.split() == ["DEBUG", "INFO", "INFO", "INFO", "INFO"]
+    assert warning.stdout.split() == ["WARNING"] * 5

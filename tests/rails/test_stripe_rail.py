@@ -217,6 +217,22 @@ def test_a_rejected_key_is_permanent_and_not_echoed(localstripe_url, caplog):
     assert secret not in caplog.text
 
 
+def test_a_charge_leaves_no_client_secret_or_request_line_in_a_debug_log(
+    rail, localstripe_url, caplog
+):
+    # At SILL_LOG_LEVEL=DEBUG stripe wrote each response body, a PaymentIntent's client_secret
+    # in it, and urllib3 each request line with its query: both stay at INFO (LOGGING).
+    caplog.set_level(logging.DEBUG)
+    charge = pay(rail)
+
+    sdk = stripe.StripeClient(KEY, base_addresses={"api": localstripe_url})
+    intent = sdk.v1.payment_intents.retrieve(charge.provider_payment_id)
+    assert intent.client_secret and intent.client_secret not in caplog.text
+    quiet = ("stripe", "urllib3")
+    debug = [r for r in caplog.records if r.name.split(".")[0] in quiet and r.levelno < 20]
+    assert debug == []
+
+
 def test_a_lost_connection_is_ambiguous_and_never_shows_the_key(caplog):
     caplog.set_level(logging.DEBUG)
     rail = StripeRail(secret_key=KEY, api_base=f"http://127.0.0.1:{closed_port()}", timeout=2)

@@ -138,6 +138,17 @@ def test_a_failing_slack_webhook_is_logged_and_the_email_still_goes(held, slack,
     assert slack.url not in caplog.text  # the webhook URL is a secret
 
 
+def test_the_webhook_url_stays_out_of_a_debug_log(held, slack, caplog):
+    # At SILL_LOG_LEVEL=DEBUG slack_sdk wrote the URL of every post (and the answer's): the
+    # webhook URL lets whoever holds it post into the merchant's channel.
+    held.site.slack_webhook_sealed = seal_webhook_url(held.site, slack.url)
+    held.site.save()
+    with caplog.at_level(logging.DEBUG):
+        assert notify_held_refund(refund_id=held.id) is True
+    assert len(slack.posts) == 1
+    assert "/services/T000/B000/XXXX" not in caplog.text
+
+
 def test_an_unreachable_slack_webhook_does_not_raise(held, caplog):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,12 +8,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from django.test import Client
@@ -547,6 +548,23 @@ def test_the_response_url_stays_out_of_the_task_headers(
     assert "approved" in respond["argsrepr"]  # the outcome text is no secret
     [execute] = [p for p in published if p["task"] == "refunds.execute"]
     assert execute["argsrepr"] == repr((held.id,))
+
+
+def test_a_click_leaves_no_response_url_in_a_debug_log(
+    site, linked, held, slack, django_capture_on_commit_callbacks, caplog
+):
+    """At SILL_LOG_LEVEL=DEBUG slack_sdk wrote every URL it posts to, the click's response_url
+    among them (a capability: whoever reads the log could post into the merchant's channel).
+    Its loggers stay at INFO whatever the root's level (sill/settings.py's LOGGING)."""
+    with caplog.at_level(logging.DEBUG), django_capture_on_commit_callbacks(execute=True):
+        assert logging.getLogger("refunds").isEnabledFor(logging.DEBUG)  # as on-call sets it
+        answer = click(site, held.id, user="U0OWNER", response_url=slack)
+    assert answer.status_code == 200
+    [update] = Slack.received  # the message was replaced through it
+    assert "approved" in update["text"]
+    secret = urlsplit(slack).path  # "/actions/T1/123/abc", in whatever form a logger writes it
+    leaked = [r.getMessage() for r in caplog.records if secret in r.getMessage()]
+    assert leaked == []
 
 
 @pytest.mark.parametrize(
