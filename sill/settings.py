@@ -608,7 +608,7 @@ _LOG_LEVEL = env_str("SILL_LOG_LEVEL", "INFO")
 # (at the root's level when it is higher).
 _SECRET_WRITING_LOGGERS = ("slack_sdk", "urllib3", "stripe")
 _SECRET_WRITING_LEVEL = logging.getLevelName(
-    max(logging.INFO, logging.getLevelNamesMapping().get(_LOG_LEVEL, logging.INFO))
+    max(logging.INFO, logging.getLevelNamesMapping().get(str(_LOG_LEVEL), logging.INFO))
 )
 LOGGING = {
     "version": 1,
