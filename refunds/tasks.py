@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from celery import Task, shared_task
+from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
+from django.db import OperationalError
 
 from refunds.confirmations import send_confirmation, send_missed_confirmations
 from refunds.execution import RetryLater, execute_refund, stuck_refund_ids
@@ -21,7 +24,7 @@ from refunds.reconcile.runs import accounts_due, run_reconciliation
 from refunds.review.decisions import expire_held_refunds
 from refunds.review.failures import notify_failed, notify_missed_failures
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
-from refunds.review.slack import Click, decide_click, respond
+from refunds.review.slack import Click, decide_click, respond, shown_click
 from refunds.review.slack_link_checks import check_slack_links
 
 logger = logging.getLogger(__name__)
@@ -152,19 +155,44 @@ def slack_respond_task(response_url: str, text: str, privately: bool = False) ->
 
 
 # Tasks are acknowledged late by default (CELERY_TASK_ACKS_LATE); a click is not (below).
-@shared_task(name="refunds.slack_decide", acks_late=False)
+@shared_task(bind=True, name="refunds.slack_decide", acks_late=False, max_retries=7)
 def slack_decide_task(
-    site_id: str, action: str, refund_id: str, slack_user_id: str, response_url: str
+    self: Task[[str, str, str, str, str], str],
+    site_id: str,
+    action: str,
+    refund_id: str,
+    slack_user_id: str,
+    response_url: str,
 ) -> str:
     """Decide an Approve / Reject click from Slack, verified and queued by the interactivity
     endpoint (enqueued on commit). Acknowledged on receipt, not after: a click is a person's
     decision, and a worker lost mid-way must not make it twice; the buttons stay for another
-    click. Returns the refund's status afterwards, or "refused"."""
+    click. Returns the refund's status afterwards, or "refused".
+
+    A database error (a lost connection, a lock timeout) rolled the attempt back, or came
+    after its decision committed: the click is tried again after a jittered backoff (seven
+    times, up to about two minutes in all; a response_url works for half an hour), and a retry
+    never decides twice (``decide_click``'s ``retried``)."""
     click = Click(
         action=action, refund_id=refund_id, slack_user_id=slack_user_id,
         response_url=response_url,
     )  # fmt: skip
-    decided = decide_click(site_id=site_id, click=click)
+    try:
+        decided = decide_click(site_id=site_id, click=click, retried=self.request.retries > 0)
+    except OperationalError as exc:
+        backoff = get_exponential_backoff_interval(
+            factor=1, retries=self.request.retries, maximum=60, full_jitter=True
+        )
+        # Celery's retry shows the arguments in the new message's headers unless told what to
+        # show: the response_url stays out of them, as it did in the first message's. (Any:
+        # celery-types' retry lacks the apply_async options it passes on.)
+        retry: Any = self.retry
+        raise retry(
+            exc=exc,
+            countdown=backoff,
+            argsrepr=repr(shown_click(site_id, click)),
+            kwargsrepr="{}",
+        ) from exc
     return "refused" if decided is None else str(decided.status)
 
 

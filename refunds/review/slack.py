@@ -301,25 +301,36 @@ def accept_click(*, site: Site, click: Click) -> None:
     place, to be clicked again."""
     enqueue_on_commit(
         "refunds.slack_decide", site.pk, click.action, click.refund_id, click.slack_user_id,
-        click.response_url,
-        shown=(site.pk, click.action, click.refund_id, click.slack_user_id, "<response_url>"),
+        click.response_url, shown=shown_click(site.pk, click),
     )  # fmt: skip
 
 
-def decide_click(*, site_id: str, click: Click) -> Refund | None:
+def shown_click(site_id: str, click: Click) -> tuple[str, ...]:
+    """What a queued click's message shows of its arguments (its headers: monitoring, the
+    worker's failure log): all but the response_url, a capability, named in its place."""
+    return (site_id, click.action, click.refund_id, click.slack_user_id, "<response_url>")
+
+
+def decide_click(*, site_id: str, click: Click, retried: bool = False) -> Refund | None:
     """Decide the queued click (the task behind ``refunds.slack_decide``); the clicker is told
-    through the response_url why not when Sill refuses it."""
+    through the response_url why not when Sill refuses it.
+
+    ``retried``: an earlier attempt at this click failed on a database error, perhaps after
+    its decision committed. The refund then refuses a second decision, and a decision it
+    finds made by the clicker as they asked is answered as this click's (the outcome, no
+    refusal): a retried click never decides twice, nor tells its clicker someone came first.
+    """
     site = Site.objects.filter(pk=site_id).first()
     if site is None:  # removed since the click
         return None
     try:
-        return _decide(site=site, click=click)
+        return _decide(site=site, click=click, retried=retried)
     except SlackRefused as refused:
         _respond_on_commit(click, refused.message, privately=True)
         return None
 
 
-def _decide(*, site: Site, click: Click) -> Refund:
+def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
     """Decide the held refund as the member behind the Slack user; SlackRefused says why not.
 
     The message is replaced with the outcome once the decision commits.
@@ -363,6 +374,13 @@ def _decide(*, site: Site, click: Click) -> Refund:
         if refund.status != RefundStatus.HELD:
             decider = refund.decided_by.get_username() if refund.decided_by else ""
             _respond_on_commit(click, outcome_text(refund, by=decider))
+            approved = refund.status not in (RefundStatus.REJECTED, RefundStatus.EXPIRED)
+            if (
+                retried
+                and refund.decided_by_id == membership.user.pk
+                and approved == (click.action == APPROVE)
+            ):
+                return refund  # this click's own decision, committed before its attempt failed
         raise SlackRefused(exc.message) from exc
     who = membership.user.get_username()
     _respond_on_commit(click, outcome_text(decided, by=who))

@@ -1,0 +1,159 @@
+"""A Slack click that meets a database error (a lost connection, a lock timeout) is tried again
+after a backoff instead of being lost (the member had to click again), and a retry never
+decides twice: the refund refuses a second decision, and a retry that finds the clicker's own
+decision made answers it as the click's. The retried message shows no response_url in its
+headers, as the first did not."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery.exceptions import Retry
+from celery.signals import before_task_publish
+from django.db import connection
+
+from audit.models import AuditRecord
+from refunds.models import Refund
+from refunds.tasks import slack_decide_task
+from sill.accounts.models import Membership, Site
+from sill.celery import app
+from tests.refunds.test_slack_approvals import (  # noqa: F401 (fixtures)
+    Slack,
+    click,
+    held,
+    linked,
+    slack,
+)
+from tests.test_database_down import postgresql_refusing
+from tests.worker import running_worker, wait_for
+
+Capture = Callable[..., Any]
+
+
+def _decisions(refund: Refund) -> int:
+    kinds = ("escalated_approved", "escalated_rejected")
+    return AuditRecord.objects.filter(site_id=refund.site_id, kind__in=kinds).count()
+
+
+@contextmanager
+def refund_row_held(refund_id: str, *, release_after: float) -> Iterator[None]:
+    """Another session holds the refund's row ``FOR UPDATE`` for ``release_after`` seconds: a
+    decision waiting on it meets the lock timeout (an OperationalError)."""
+    raw = connection.get_new_connection(connection.get_connection_params())
+    raw.autocommit = True
+    try:
+        raw.execute("BEGIN")
+        raw.execute("SELECT 1 FROM refunds_refund WHERE id = %s FOR UPDATE", [refund_id])
+        timer = threading.Timer(release_after, lambda: raw.execute("COMMIT"))
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.join()
+    finally:
+        raw.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+@pytest.mark.worker
+def test_a_click_that_meets_a_lock_timeout_is_decided_by_a_retry(
+    tmp_path: Path,
+    site: Site,
+    linked: dict[str, Membership],  # noqa: F811
+    held: Refund,  # noqa: F811
+    slack: str,  # noqa: F811
+) -> None:
+    # Seen: the worker's decision gave up on a lock (or lost its connection), the task failed
+    # and the click was gone: the refund stayed held until the member clicked again.
+    log = tmp_path / "worker.log"
+    env = {"SILL_DB_LOCK_TIMEOUT_SECONDS": "1", "SILL_SLACK_RESPONSE_HOSTS": "127.0.0.1"}
+    with running_worker(log, **env):
+        with refund_row_held(held.id, release_after=3):
+            answer = click(site, held.id, user="U0OWNER", response_url=slack)
+            assert answer.status_code == 200
+        wait_for(lambda: not Refund.objects.filter(pk=held.id, status="held").exists(),
+                 timeout=60, what="the decision")  # fmt: skip
+        wait_for(lambda: bool(Slack.received), timeout=30, what="the message's update")
+    held.refresh_from_db()
+    assert held.status in ("processing", "succeeded")
+    assert held.decided_by == linked["owner"].user
+    assert _decisions(held) == 1
+    [update] = Slack.received
+    assert update["replace_original"] is True and "approved" in update["text"]
+    worker_log = log.read_text()  # the first attempt met the lock, a retry decided it
+    assert "refunds.slack_decide" in worker_log and "retry: Retry in" in worker_log
+    assert "lock timeout" in worker_log and slack not in worker_log
+
+
+def test_a_retried_click_never_decides_twice(
+    site: Site,
+    linked: dict[str, Membership],  # noqa: F811
+    held: Refund,  # noqa: F811
+    slack: str,  # noqa: F811
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        click(site, held.id, user="U0OWNER", response_url=slack)
+    held.refresh_from_db()
+    decided = held.status
+    # The same click again, as a retry: its first attempt committed the decision, then met a
+    # database error (a connection lost as it answered COMMIT, say).
+    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert slack_decide_task.apply(args, retries=1).get() == decided
+    held.refresh_from_db()
+    assert (held.status, held.decided_by) == (decided, linked["owner"].user)
+    assert _decisions(held) == 1
+    # The outcome, twice (the message replaced again), and no "already approved" to the
+    # clicker, who clicked once.
+    assert [m.get("response_type") for m in Slack.received] == [None, None]
+    assert all(m["replace_original"] and "approved" in m["text"] for m in Slack.received)
+    # Another click of the member's own, not a retry, is still told why nothing happened.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert slack_decide_task.apply(args).get() == "refused"
+    assert Slack.received[-1]["response_type"] == "ephemeral"
+    assert _decisions(held) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_retried_click_shows_no_response_url_in_its_headers(
+    site: Site,
+    linked: dict[str, Membership],  # noqa: F811
+    held: Refund,  # noqa: F811
+    slack: str,  # noqa: F811
+) -> None:
+    published: list[dict[str, Any]] = []
+
+    def seen(sender: Any = None, headers: Any = None, **_: Any) -> None:
+        published.append({"task": sender, **headers})
+
+    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack)
+    before_task_publish.connect(seen)
+    eager, app.conf.task_always_eager = app.conf.task_always_eager, False
+    # As a worker runs the queued click: its request names the message it came in. (Any:
+    # celery-types types push_request's keywords as the task's own.)
+    task: Any = slack_decide_task
+    task.push_request(
+        id="click-1", args=args, kwargs={}, retries=0, is_eager=False, called_directly=False,
+        argsrepr=repr((*args[:4], "<response_url>")), kwargsrepr="{}", delivery_info={},
+    )  # fmt: skip
+    try:
+        with postgresql_refusing("down"), pytest.raises(Retry):
+            slack_decide_task.run(*args)
+    finally:
+        slack_decide_task.pop_request()
+        app.conf.task_always_eager = eager
+        before_task_publish.disconnect(seen)
+        app.control.purge()
+    [retry] = [p for p in published if p["task"] == "refunds.slack_decide"]
+    assert retry["retries"] == 1
+    assert slack not in retry["argsrepr"] and "<response_url>" in retry["argsrepr"]
+    held.refresh_from_db()
+    assert held.status == "held" and _decisions(held) == 0
