@@ -57,10 +57,11 @@ _KEY_RE = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9]+")
 # A Stripe account id as Stripe writes them (acct_ and 16 letters and digits today).
 STRIPE_ACCOUNT_ID = re.compile(r"acct_[A-Za-z0-9]{1,64}")
 
-# Currencies whose Stripe API amounts are not ISO 4217 minor units. ISK has none (Sill counts
-# whole krónur), but Stripe kept it two-decimal for backwards compatibility: an amount of 100
-# is 1 króna (whole krónur only). Sent as minor units, ISK 5,000 would be charged as ISK 50.
-_STRIPE_UNITS_PER_MINOR: dict[str, int] = {"ISK": 100}
+# Currencies whose Stripe API amounts are not ISO 4217 minor units. ISK and UGX have none (Sill
+# counts whole krónur and shillings), but Stripe's "special cases" keep both two-decimal for
+# backwards compatibility: an amount of 100 is 1 króna, or 1 shilling (whole units only). Sent
+# as minor units, ISK 5,000 would be charged as ISK 50, and UGX 50,000 as UGX 500.
+_STRIPE_UNITS_PER_MINOR: dict[str, int] = {"ISK": 100, "UGX": 100}
 
 
 def to_stripe_amount(money: Money) -> int:

@@ -329,33 +329,36 @@ def test_one_key_keeps_one_http_client_alive_and_keys_never_share_one():
     assert http_client_for("sk_test_one", 20.0) is not http_client_for("sk_test_one", 5.0)
 
 
-def test_icelandic_kronur_are_sent_and_read_in_stripes_two_decimal_units(rail, localstripe_url):
-    # ISK has no minor unit (ISO 4217), but Stripe's API kept it two-decimal: an amount of
-    # 100 is 1 króna. ISK 5,000 is 500000 on the wire, both ways.
-    isk = Money(5000, "ISK")
+@pytest.mark.parametrize("currency", ["ISK", "UGX"])
+def test_whole_unit_currencies_stripe_keeps_two_decimal_are_sent_and_read_so(
+    rail, localstripe_url, currency
+):
+    # ISK and UGX have no minor unit (ISO 4217), but Stripe's API kept them two-decimal: an
+    # amount of 100 is 1 króna or 1 shilling. 5,000 of either is 500000 on the wire, both ways.
+    isk = Money(5000, currency)
     request = ChargeRequest(
-        order_id="ord_isk",
+        order_id=f"ord_{currency}",
         amount=isk,
         payment_method="pm_card_visa",
-        idempotency_key="sill-charge-ord_isk",
+        idempotency_key=f"sill-charge-ord_{currency}",
     )
     charge = rail.charge(request)
 
     stripe_side = stripe.StripeClient(KEY, base_addresses={"api": localstripe_url})
     intent = stripe_side.v1.payment_intents.retrieve(charge.provider_payment_id)
-    assert (intent.amount, intent.currency) == (500000, "isk")
+    assert (intent.amount, intent.currency) == (500000, currency.lower())
     assert rail.find_charge(request) == charge
 
     refund = rail.refund(
         RefundRequest(
-            refund_id="rf_isk",
-            idempotency_key="sill-refund-rf_isk",
-            amount=Money(1200, "ISK"),
+            refund_id=f"rf_{currency}",
+            idempotency_key=f"sill-refund-rf_{currency}",
+            amount=Money(1200, currency),
             provider_charge_id=charge.provider_charge_id,
         )
     )
-    assert refund.amount == Money(1200, "ISK")
+    assert refund.amount == Money(1200, currency)
     assert stripe_side.v1.refunds.retrieve(refund.provider_refund_id).amount == 120000
-    assert rail.charge_amount_refunded(charge.provider_charge_id) == Money(1200, "ISK")
+    assert rail.charge_amount_refunded(charge.provider_charge_id) == Money(1200, currency)
     (listed,) = rail.list_refunds(charge.provider_charge_id)
-    assert (listed.amount_minor, listed.currency) == (1200, "ISK")
+    assert (listed.amount_minor, listed.currency) == (1200, currency)
