@@ -11,11 +11,14 @@ and the holder's own writes, which check the token, are refused too.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from django.db import connection
+from django.db import Error, connection
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -34,7 +37,22 @@ def lease_kept(
     def keep() -> None:
         try:
             while not stop.wait(max(seconds / 3, 0.5)):
-                if not renew():
+                try:
+                    renewed = renew()
+                except Error as error:
+                    # A connection lost (a restarted or failed-over database, a killed
+                    # backend) must not end the renewing: this lease would then lapse under
+                    # a call still in flight, and the sweep spend an attempt on it. The next
+                    # renewal opens a new connection; while none works the lease lapses as if
+                    # this process had stopped, and the holder's fenced writes are refused.
+                    logger.warning(
+                        "%s: renewing the lease failed (%s); trying again",
+                        name,
+                        type(error).__name__,
+                    )
+                    connection.close()
+                    continue
+                if not renewed:
                     lost.set()
                     return
         finally:

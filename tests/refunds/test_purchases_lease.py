@@ -163,6 +163,49 @@ def test_a_rail_call_longer_than_the_lease_renews_it(pending_charge, settings):
     assert list(kinds) == ["charge"]
 
 
+def renewal_backend() -> int:
+    """The PostgreSQL backend of the lease's renewing thread: the newest connection to this
+    database but this test's own (the worker's opened before its claim, the renewer's as the
+    rail call started)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            " ORDER BY backend_start DESC LIMIT 1"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgres
+def test_a_renewal_whose_connection_is_killed_reconnects_and_keeps_the_lease(
+    pending_charge, mock_rail, settings, caplog
+):
+    # A database failover or a killed backend under the renewing thread: the renewal after it
+    # fails, the next one reconnects, and the lease outlives the call as before. (The thread
+    # used to die at the first error, leaving the lease to lapse under the call.)
+    charge = pending_charge
+    mock_rail.config = {"delay_seconds": 4}
+    mock_rail.save()
+    settings.SILL_CHARGE_LEASE_SECONDS = 1.5  # renewed every 0.5 s
+    thread, seen = start_worker(charge)
+    try:
+        time.sleep(0.7)  # the first renewal opened the renewer's connection
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [renewal_backend()])
+        time.sleep(2.2)  # past the lease the last renewal before the kill gave
+        assert Charge.objects.get(pk=charge.pk).lease_until > timezone.now()
+        assert claim_charge(charge.pk) is None
+        assert recover_stuck_charges() == 0
+    finally:
+        thread.join(timeout=30)
+
+    assert seen["outcome"] == "succeeded"
+    settled = Charge.objects.get(pk=charge.pk)
+    assert (settled.status, settled.attempts) == ("succeeded", 1)
+    assert MockLedgerEntry.objects.filter(kind="charge").count() == 1
+    assert "renewing the lease failed" in caplog.text
+
+
 def test_a_renewing_worker_whose_lease_was_taken_over_neither_takes_it_back_nor_settles(
     pending_charge, settings
 ):
