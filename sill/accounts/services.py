@@ -594,9 +594,17 @@ def set_agent_refunds(
     enabled: bool,
     cap_minor: int | None,
     daily_cap_minor: int | None,
+    refuse_widening: Exception | None = None,
 ) -> Agent:
     """Switch the agent's refund method and set its caps (site currency minor units; None is
-    no cap). A change writes one ``agent_change`` record; no change writes nothing."""
+    no cap). A change writes one ``agent_change`` record; no change writes nothing.
+
+    ``refuse_widening`` (the view's ``two_factor.fresh_refusal``) is raised, nothing written,
+    when the change lets the agent refund more than it may now: the method switched on, or a
+    cap raised or lifted, even alongside a narrowing. Switching off and lowering caps never
+    raise it: they are the brake on an agent whose key leaked. Compared with the row as locked
+    here, not as a page showed it: a form posting the old values after an owner lowered a
+    cap is a raise."""
     require_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
     for value in (cap_minor, daily_cap_minor):
         if value is not None and not 0 <= value <= 10**12:
@@ -607,6 +615,8 @@ def set_agent_refunds(
         )
         before = (locked.refund_enabled, locked.refund_cap_minor, locked.daily_refund_cap_minor)
         after = (enabled, cap_minor, daily_cap_minor)
+        if refuse_widening is not None and _refunds_widen(before, after):
+            raise refuse_widening
         if before != after:
             locked.refund_enabled, locked.refund_cap_minor, locked.daily_refund_cap_minor = after
             locked.save(
@@ -626,6 +636,21 @@ def set_agent_refunds(
                 },
             )
     return locked
+
+
+def _refunds_widen(
+    before: tuple[bool, int | None, int | None], after: tuple[bool, int | None, int | None]
+) -> bool:
+    """Whether refund settings ``after`` (on, cap, daily cap; None is no cap) let an agent
+    refund more than ``before`` do. A cap raised while the method is off counts too: it
+    takes effect the moment someone switches the method back on."""
+    (was_on, *was_caps), (now_on, *now_caps) = before, after
+    if now_on and not was_on:
+        return True
+    return any(
+        old is not None and (new is None or new > old)
+        for old, new in zip(was_caps, now_caps, strict=True)
+    )
 
 
 def _who(actor: Any) -> str:

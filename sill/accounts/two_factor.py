@@ -241,17 +241,26 @@ def refusal(request: HttpRequest, membership: Membership) -> TwoFactorRequired |
     return None
 
 
+def fresh_refusal(request: HttpRequest, membership: Membership) -> TwoFactorRequired | None:
+    """Why ``membership`` may not make one of the most sensitive changes in this session (no
+    code entered in the last few minutes), or None when it may."""
+    refused = refusal(request, membership)
+    if refused is None and applies(membership) and not is_fresh(request):
+        refused = TwoFactorRequired(TwoFactorRequired.NOT_FRESH)
+    return refused
+
+
 def require_fresh(request: HttpRequest, membership: Membership) -> None:
     """Raise :class:`TwoFactorRequired` unless a code was entered in the last few minutes.
 
     For the most sensitive changes (a rail to live mode, a new rail key, a new owner, a new
-    agent key or token), called by their views before anything changes; ``site_view`` turns
-    the exception into the page."""
-    refused = refusal(request, membership)
+    agent key or token, reactivating an agent), called by their views before anything
+    changes; ``site_view`` turns the exception into the page. A change that is sensitive only
+    one way (an agent's refund switch and caps: widening, not narrowing) hands
+    :func:`fresh_refusal` to its service instead, which compares under its lock."""
+    refused = fresh_refusal(request, membership)
     if refused is not None:
         raise refused
-    if applies(membership) and not is_fresh(request):
-        raise TwoFactorRequired(TwoFactorRequired.NOT_FRESH)
 
 
 def refusal_response(request: HttpRequest, refused: TwoFactorRequired) -> HttpResponse:

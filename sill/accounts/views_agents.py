@@ -4,7 +4,10 @@ Every key added or revoked writes a signed ``key_change`` audit record (in the s
 A bearer token is shown once, on the response to the POST that issued it (``no-store``);
 only its SHA-256 is kept. Adding a key and issuing a token each need a code entered in the
 last few minutes where the site requires two factors (``two_factor.require_fresh``): both
-make a credential that outlives the session, and a key signs mandates that move money.
+make a credential that outlives the session, and a key signs mandates that move money. So
+does whatever widens what the agent's existing keys may do with money: reactivating it,
+switching its refunds on, raising or lifting a cap. Deactivating, switching off and lowering
+caps take a verified session alone: they are the brake, and must work in one click.
 """
 
 from __future__ import annotations
@@ -166,9 +169,10 @@ def agent_deactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
 def agent_reactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
-    agent = services.set_agent_active(
-        agent=_agent_for(request, agent_pk), actor=request.user, active=True
-    )
+    agent = _agent_for(request, agent_pk)
+    # Its keys sign mandates again: a stolen session must not undo the owner's brake.
+    two_factor.require_fresh(request, request.site_ctx.membership)
+    agent = services.set_agent_active(agent=agent, actor=request.user, active=True)
     return _back(request, f"Reactivated {agent.agent_id}.")
 
 
@@ -186,6 +190,9 @@ def agent_refunds(request: SiteRequest, agent_pk: int) -> HttpResponse:
             enabled=request.POST.get("refund_enabled") == "on",
             cap_minor=caps[0],
             daily_cap_minor=caps[1],
+            # Switching on or raising a cap needs a fresh code, lowering or switching off
+            # does not: which one this is, the service tells from the row it locks.
+            refuse_widening=two_factor.fresh_refusal(request, request.site_ctx.membership),
         )
     except (SillError, MoneyError) as exc:
         messages.error(request, f"Nothing changed for {agent.agent_id}: {exc}")

@@ -225,6 +225,66 @@ def test_adding_an_agent_key_or_issuing_a_token_asks_for_a_fresh_code(members, s
     assert AgentToken.objects.filter(agent=agent).count() == 1
 
 
+def test_widening_an_agent_asks_for_a_fresh_code_and_its_brake_does_not(members, site):
+    """A session whose code is older than the window (a stolen one, say) may still deactivate
+    an agent, switch its refunds off and lower its caps in one click each, but may not widen
+    what the agent's keys can do with money: reactivating it, switching refunds on, raising or
+    lifting a cap each took a verified session alone."""
+    require_two_factor(site)
+    agent = Agent.objects.create(
+        site=site,
+        agent_id="agent_shopper",
+        name="Shopper",
+        refund_enabled=True,
+        refund_cap_minor=5000,
+        daily_refund_cap_minor=20000,
+    )
+    device = confirmed_device(members["admin"].user)
+    client = verified_client(members["admin"], device)
+    refunds = f"/settings/agents/{agent.pk}/refunds/"
+    reactivate = f"/settings/agents/{agent.pk}/reactivate/"
+
+    def settings() -> tuple[bool, bool, int | None, int | None]:
+        agent.refresh_from_db()
+        return (
+            agent.active,
+            agent.refund_enabled,
+            agent.refund_cap_minor,
+            agent.daily_refund_cap_minor,
+        )
+
+    with time_machine.travel(timezone.now() + timedelta(minutes=6), tick=False):
+        brake = [
+            (refunds, {"refund_enabled": "on", "cap": "40.00", "daily_cap": "200.00"}),
+            (refunds, {"cap": "40.00", "daily_cap": "150.00"}),
+            (f"/settings/agents/{agent.pk}/deactivate/", {}),
+        ]
+        for url, form in brake:
+            assert client.post(url, form).status_code == 303, (url, form)
+        assert settings() == (False, False, 4000, 15000)
+        records = AuditRecord.objects.filter(site=site).count()
+        # Each a widening, even beside a narrowing; with a fresh code they run in this order.
+        widen = [
+            (reactivate, {}),
+            (refunds, {"refund_enabled": "on", "cap": "40.00", "daily_cap": "150.00"}),
+            (refunds, {"cap": "40.01", "daily_cap": "150.00"}),
+            (refunds, {"cap": "10.00", "daily_cap": "150.01"}),
+            (refunds, {"cap": "", "daily_cap": "150.00"}),
+            (refunds, {"refund_enabled": "on", "cap": "40.00", "daily_cap": ""}),
+        ]
+        for url, form in widen:
+            response = client.post(url, form)
+            assert _refused(response) and "fresh code" in response.content.decode(), (url, form)
+        assert settings() == (False, False, 4000, 15000)
+        assert AuditRecord.objects.filter(site=site).count() == records
+        # The settings as they are (the page's own form, posted again) ask for nothing.
+        assert client.post(refunds, {"cap": "40.00", "daily_cap": "150.00"}).status_code == 303
+        assert client.post(VERIFY, {"code": code_for(device)}).status_code == 303
+        for url, form in widen:
+            assert client.post(url, form).status_code == 303, (url, form)
+    assert settings() == (True, True, 4000, None)
+
+
 def test_another_sites_owner_is_not_let_in_by_a_verified_session(members, site, other_site):
     require_two_factor(site)
     device = confirmed_device(members["outsider"].user)
