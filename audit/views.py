@@ -13,7 +13,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from audit import activity
 from audit.models import AuditKind
@@ -25,7 +25,7 @@ from sill.paging import BoundedPaginator
 PAGE_SIZE = 50
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_ACTIVITY)
 def activity_page(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
     site = request.site_ctx.site

@@ -15,7 +15,7 @@ from django.contrib import messages
 from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from policies import catalog as cat
 from policies.forms import AutoRefundForm, ProtectedRefundForm
@@ -51,7 +51,7 @@ OUTCOME_WORDS = {
 }
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_RULES)
 def rules(request: SiteRequest) -> HttpResponse:
     return render(request, "policies/rules.html", _rules_context(request))
@@ -254,7 +254,7 @@ def _rule_rows(rules: Any) -> list[dict[str, Any]]:
 # --- the template gallery -----------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_RULES)
 def templates(request: SiteRequest) -> HttpResponse:
     active = active_policy_for(request.site_ctx.site)
@@ -273,7 +273,7 @@ def templates(request: SiteRequest) -> HttpResponse:
     return render(request, "policies/templates.html", context)
 
 
-@require_GET
+@require_safe
 @site_view(Cap.EDIT_RULES)
 def template_preview(request: SiteRequest, item_id: str) -> HttpResponse:
     """Preview (a dry run): the rules it writes and what they would have done. No write."""

@@ -462,13 +462,37 @@ def test_a_change_needs_the_second_factor_where_the_site_requires_it(
     assert AuditRecord.objects.filter(site=site).count() == before
 
 
-# --- a read-only page takes GET alone ---------------------------------------------------------
+# --- a read-only page takes GET alone (and HEAD) ---------------------------------------------
 
 
 def _read_only() -> Iterator[Any]:
     for name, entry in MATRIX.items():
         if set(entry.methods) == {"GET"}:
             yield pytest.param(name, id=name)
+
+
+def _reader(name: str, entry: Row, objects: Objects) -> Client:
+    """A client the row lets read the page (or the one every role is sent to, as the login
+    page is for a code step with no sign-in pending)."""
+    if entry.methods["GET"] == AGENT_ONLY:
+        token = issue_agent_token(agent=objects.agent, actor=None, system=True)
+        return Client(headers={"Authorization": f"Bearer {token}"})
+    readers = [role for role in ROLES if entry.methods["GET"][role] == OK]
+    if not readers and len(set(entry.methods["GET"].values())) == 1:
+        readers = ["anonymous"]
+    assert readers, f"{name}: nobody in the matrix may read it"
+    return _client(readers[0], objects)
+
+
+def _assert_head_answers_as_get(name: str, client: Client, url: str) -> None:
+    """HEAD is GET without the body (which the server drops, as the test client does): an
+    uptime monitor's ``HEAD /`` got 405 from views under require_GET."""
+    head, get = client.head(url), client.get(url)
+    assert (head.status_code, head.get("Location")) == (get.status_code, get.get("Location")), (
+        f"{name} answered HEAD {head.status_code} where GET is {get.status_code}: decorate "
+        "its view with require_safe (require_GET refuses HEAD), or name HEAD beside GET"
+    )
+    assert head.get("Content-Type") == get.get("Content-Type"), name
 
 
 @pytest.mark.parametrize("name", list(_read_only()))
@@ -482,24 +506,43 @@ def test_a_read_only_page_refuses_every_other_method(
     """Sent by someone who may read it, as a page of the site would send it (the client skips
     the CSRF check, as a valid token passes it): a POST, PUT, PATCH or DELETE to a page that
     changes nothing is 405, never the page (the orders, refunds, held, reconciliation and
-    activity pages rendered it)."""
+    activity pages rendered it). HEAD answers as GET does."""
     entry = MATRIX[name]
     objects = Objects(site, other_site, make_order)
     kwargs = {key: BUILDERS[kind](objects, request) for key, kind in entry.args.items()}
     url = reverse(name, kwargs=kwargs)
-    if entry.methods["GET"] == AGENT_ONLY:
-        token = issue_agent_token(agent=objects.agent, actor=None, system=True)
-        client = Client(headers={"Authorization": f"Bearer {token}"})
-    else:
-        readers = [role for role in ROLES if entry.methods["GET"][role] == OK]
-        assert readers, f"{name}: nobody in the matrix may read it"
-        client = _client(readers[0], objects)
+    client = _reader(name, entry, objects)
     before = AuditRecord.objects.filter(site=site).count()
 
     answers = {method: _send(client, method, url, entry).status_code for method in CHANGES}
 
     assert answers == dict.fromkeys(CHANGES, 405), (
         f"{name} takes only GET in tests/authorization_matrix.py, yet answered {answers}: "
-        "decorate its view with require_GET (or give its class http_method_names)"
+        "decorate its view with require_safe (or give its class http_method_names)"
     )
     assert AuditRecord.objects.filter(site=site).count() == before
+    _assert_head_answers_as_get(name, client, url)
+
+
+def _forms() -> Iterator[Any]:
+    for name, entry in MATRIX.items():
+        if "GET" in entry.methods and set(entry.methods) != {"GET"}:
+            yield pytest.param(name, id=name)
+
+
+@pytest.mark.parametrize("name", list(_forms()))
+def test_a_page_with_a_form_answers_head_as_get(
+    request: pytest.FixtureRequest,
+    site: Site,
+    other_site: Site,
+    make_order: Any,
+    name: str,
+) -> None:
+    """A page that also takes a POST (a form, the rules API) answers HEAD as GET too: the
+    code step, the invitation and the second factor's pages named GET and POST alone."""
+    entry = MATRIX[name]
+    objects = Objects(site, other_site, make_order)
+    kwargs = {key: BUILDERS[kind](objects, request) for key, kind in entry.args.items()}
+    client = _reader(name, entry, objects)
+
+    _assert_head_answers_as_get(name, client, reverse(name, kwargs=kwargs))

@@ -12,7 +12,7 @@ from django.contrib import messages
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path, reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from refunds.models import RefundReason
 from refunds.reasons import services as reasons
@@ -40,7 +40,7 @@ def _reasons_page(
     )
 
 
-@require_GET
+@require_safe
 @site_view(Cap.MANAGE_SETTINGS)
 def reasons_page(request: SiteRequest) -> HttpResponse:
     return _reasons_page(request)

@@ -21,7 +21,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from refunds.labels import STATUS_LABELS, humanize, money_words
 from refunds.models import ReconciliationItem, Refund, RefundStatus
@@ -162,7 +162,7 @@ def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> di
     }
 
 
-@require_GET
+@require_safe
 @site_view(RECONCILE_CAP)
 def inbox(request: SiteRequest) -> HttpResponse:
     return render(request, "reconcile/inbox.html", _inbox_context(request))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from django.http import Http404, HttpResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from audit.bundles import refund_bundle
 from refunds.models import Refund
@@ -14,7 +14,7 @@ from sill.errors import NotFound
 from sill.http import SiteRequest
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_ACTIVITY)
 def refund_evidence(request: SiteRequest, refund_id: str) -> HttpResponse:
     """``/refunds/<refund_id>/evidence.json``: what ``audit/verify_export.py`` checks offline."""

@@ -20,7 +20,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from refunds.labels import (
     STATUS_LABELS,
@@ -78,7 +78,7 @@ def headline(refund: Refund) -> str:
     return f"{kind} of {format_money(refund.amount)} · {reason_label(refund)}"
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_ORDERS)
 def refund_detail(request: SiteRequest, refund_id: str) -> HttpResponse:
     if not may_view_refunds(request.site_ctx):

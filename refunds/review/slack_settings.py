@@ -29,7 +29,7 @@ from sill.accounts.models import Membership, Role, Site
 from sill.http import SiteRequest
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 @site_view(Cap.MANAGE_SETTINGS)
 def slack_settings(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site

@@ -26,7 +26,7 @@ from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from refunds.labels import money_words, outcome_label, rail_label
 from refunds.models import Refund, RefundStatus
@@ -47,7 +47,7 @@ class Decide(Protocol):
     def __call__(self, *, refund: Refund, actor: Any, note: str = "") -> Refund: ...
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_HELD)
 def held(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
@@ -70,7 +70,7 @@ def held(request: SiteRequest) -> HttpResponse:
     return render(request, "refunds/held.html", context)
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_HELD)
 def held_detail(request: SiteRequest, refund_id: str) -> HttpResponse:
     refund = selectors.held_refund_for(request.site_ctx.site, refund_id)

@@ -18,7 +18,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from refunds.labels import STATUS_LABELS, outcome_label, reason_label, requester_label
 from refunds.models import Refund, RefundStatus
@@ -90,7 +90,7 @@ def _order_rows(request: SiteRequest, orders: QuerySet[Order]) -> Iterator[list[
         ]
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_ORDERS)
 def order_list(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
     site = request.site_ctx.site
@@ -186,7 +186,7 @@ def _refund_csv_rows(request: SiteRequest, refunds: QuerySet[Refund]) -> Iterato
         ]
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_ORDERS)
 def refund_list(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
     """``/refunds/``: every refund of the site, newest first, filterable and exportable."""

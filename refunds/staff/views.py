@@ -34,7 +34,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
 from refunds.labels import buyer_label, money_confirmation, rule_title
@@ -94,7 +94,7 @@ FORM_WAIT_SECONDS = 10.0
 # --- the dashboard and the order page --------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_ORDERS)
 def dashboard(request: SiteRequest) -> HttpResponse:
     """The to-do strip, 30 days of refunds as charts, the setup checklist and recent orders."""
@@ -184,7 +184,7 @@ def order_detail_context(
     }
 
 
-@require_GET
+@require_safe
 @site_view(Cap.VIEW_ORDERS)
 def order_detail(request: SiteRequest, order_id: str) -> HttpResponse:
     """The order page; ``?part=status`` answers only its refund status area (htmx polls it
@@ -571,7 +571,7 @@ def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
     return _refund_result(request, order, refund)
 
 
-@require_GET
+@require_safe
 @site_view(Cap.REFUND)
 def order_refund_preview(request: SiteRequest, order_id: str) -> HttpResponse:
     order = order_for(request.site_ctx.site, order_id)

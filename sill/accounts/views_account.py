@@ -18,7 +18,7 @@ from django.contrib.auth.forms import PasswordChangeForm
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path, reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from sill.accounts import sessions, two_factor
 from sill.accounts.access import Cap, site_view
@@ -62,7 +62,7 @@ def _page(
 render_account = _page
 
 
-@require_GET
+@require_safe
 @site_view(Cap.OWN_ACCOUNT)
 def account(request: SiteRequest) -> HttpResponse:
     return _page(request)

@@ -22,7 +22,7 @@ from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import path, reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
 from sill.accounts import services, two_factor
@@ -106,7 +106,7 @@ def _agent_for(request: SiteRequest, agent_pk: int) -> Agent:
     return get_object_or_404(Agent, pk=agent_pk, site=request.site_ctx.site)
 
 
-@require_GET
+@require_safe
 @site_view(Cap.MANAGE_SETTINGS)
 def agents_page(request: SiteRequest) -> HttpResponse:
     return _page(request)

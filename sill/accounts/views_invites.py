@@ -81,13 +81,13 @@ def _password_user(opened: invites.OpenInvite) -> Any:
     return get_user_model()(username=email, email=email)
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def invite_accept(request: HttpRequest, token: str) -> HttpResponse:
     try:
         opened = invites.open_invite(token)
     except invites.InviteUnusable as error:
         return _unusable(request, error)
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         return _page(request, opened)
 
     invite = opened.invite

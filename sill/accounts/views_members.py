@@ -20,7 +20,7 @@ from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import NoReverseMatch, path, reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from sill.accounts import invites, services, two_factor
 from sill.accounts.access import Cap, site_view
@@ -71,7 +71,7 @@ def _settings_links() -> list[dict[str, str]]:
     return links
 
 
-@require_GET
+@require_safe
 @site_view(Cap.MANAGE_SETTINGS)
 def settings_index(request: SiteRequest) -> HttpResponse:
     site: Site = request.site_ctx.site
@@ -211,7 +211,7 @@ def _form_error(form: ChangeMemberForm) -> str:
     return " ".join(str(message) for errors in form.errors.values() for message in errors)
 
 
-@require_GET
+@require_safe
 @site_view(Cap.MANAGE_SETTINGS)
 def members(request: SiteRequest) -> HttpResponse:
     return _members_page(request)

@@ -72,7 +72,7 @@ def attempt_code(
     return device, None
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def login_code(request: HttpRequest) -> HttpResponse:
     pending = request.session.get(two_factor.PENDING_KEY)
     if (
@@ -85,7 +85,8 @@ def login_code(request: HttpRequest) -> HttpResponse:
     if user is None:
         request.session.pop(two_factor.PENDING_KEY, None)
         return HttpResponseRedirect(reverse("accounts:login"), status=303)
-    if request.method == "GET":
+    # HEAD too is a look, never an attempt: it must not count as a wrong code.
+    if request.method in ("GET", "HEAD"):
         return render(request, "accounts/login_code.html", {})
     device, lockout = attempt_code(request, user, request.POST.get("code", ""))
     if lockout is not None:
@@ -142,7 +143,7 @@ def _setup_page(
     return response
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 @site_view(Cap.OWN_ACCOUNT)
 def setup(request: SiteRequest) -> HttpResponse:
     """POST: a new pending authenticator; GET: the pending one's QR code and secret."""
@@ -221,14 +222,14 @@ def remove(request: SiteRequest) -> HttpResponse:
     return HttpResponseRedirect(reverse("settings:account"), status=303)
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 @site_view(Cap.OWN_ACCOUNT)
 def verify(request: SiteRequest) -> HttpResponse:
     """Enter a code in this session (``next``: where to go back to, same host only)."""
     user = request.site_ctx.user
     nxt = _safe_next(request, request.POST.get("next") or request.GET.get("next"), "")
     context: dict[str, Any] = {"next": nxt, "has_device": two_factor.has_authenticator(user)}
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         return render(request, "accounts/two_factor_verify.html", context)
     device, lockout = attempt_code(request, user, request.POST.get("code", ""))
     if lockout is not None:

@@ -20,7 +20,7 @@ from django.contrib import messages
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path, reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from sill.accounts import two_factor
 from sill.accounts.access import Cap, site_view
@@ -276,7 +276,7 @@ def _fresh_code_for(request: SiteRequest, *key_fields: str, live_mode: bool = Fa
         two_factor.require_fresh(request, request.site_ctx.membership)
 
 
-@require_GET
+@require_safe
 @site_view(Cap.MANAGE_SETTINGS)
 def rails_settings(request: SiteRequest) -> HttpResponse:
     return _render(request)

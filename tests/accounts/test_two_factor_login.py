@@ -72,3 +72,15 @@ def test_it_locks_out_wrong_codes_like_wrong_passwords(members, settings):
 def test_the_code_step_without_a_password_goes_back_to_the_login(members):
     response = Client().post(CODE_STEP, {"code": "123456"})
     assert response.status_code == 303 and response["Location"] == "/login/"
+
+
+def test_a_head_on_the_code_step_is_a_look_not_a_wrong_code(members, settings):
+    """HEAD answers as GET does (it was 405), and never reaches the code check: were it taken
+    for an empty code, a monitor or a prefetch would lock the account out."""
+    device = confirmed_device(members["owner"].user)
+    client = Client()
+    _password(client)
+    for _ in range(settings.SILL_LOGIN_FAILURE_LIMIT + 2):
+        assert client.head(CODE_STEP).status_code == 200
+    response = client.post(CODE_STEP, {"code": code_for(device)})
+    assert response.status_code == 303 and response["Location"] == "/held/"
