@@ -285,3 +285,73 @@ def test_a_signed_order_of_the_wrong_shapes_is_skipped_not_retried(
     assert stored.processed_at is not None and stored.outcome.startswith("skipped")
     assert stored.last_error == ""
     assert not Order.objects.exists() and not WooOrderLink.objects.exists()
+
+
+def _connected(site, store) -> None:
+    """``site`` connected to ``store`` with the webhook secret ``woo_account``'s store has: a
+    merchant reusing one secret for two stores."""
+    from sill.rails.models import RailAccount
+    from tests.rails.woo_fixtures import WEBHOOK_SECRET
+
+    account = RailAccount(site=site, rail="woocommerce", connected_account=store.url, enabled=True)
+    account.set_webhook_secrets([WEBHOOK_SECRET])
+    account.save()
+
+
+@pytest.mark.parametrize("source", ["forged", "removed"])
+def test_a_body_signed_for_one_store_is_not_taken_as_anothers_that_shares_its_secret(
+    site, other_site, woo, woo_account, source, django_capture_on_commit_callbacks
+):
+    """The signature says which secret signed the body, not which store sent it, and the
+    X-WC-Webhook-Source header is not signed: store A's delivery, sent to the site of store B
+    (which has A's secret) with the header naming B or left out, was filed as B's order of
+    that id. The body names its store itself (``_links``, signed): another store's is 400."""
+    from tests.rails.woo_stub import StubServer
+
+    placed = woo.add_order(total="42.00", stripe_charge="ch_store_a", email="a@example.com")
+    body = json.dumps(placed.json()).encode()
+    with StubServer() as other:
+        _connected(other_site, other)
+        headers = woo_headers(body, url=other.url)
+        if source == "removed":
+            del headers["HTTP_X_WC_WEBHOOK_SOURCE"]
+        response = _post(other_site, body, headers, django_capture_on_commit_callbacks)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webhook_refused"
+    assert "another store" in response.json()["error"]["message"]
+    assert not WebhookEvent.objects.exists()
+    assert not Order.objects.exists() and not WooOrderLink.objects.exists()
+    # Sent to its own store's site, the same delivery is taken.
+    taken = _post(site, body, woo_headers(body, url=woo.url), django_capture_on_commit_callbacks)
+    assert taken.status_code == 200 and taken.json()["duplicate"] is False
+    assert WooOrderLink.objects.get(woo_order_id=placed.id).store_url == woo.url
+
+
+@pytest.mark.parametrize(
+    ("href", "another"),
+    [
+        ("https://shop.example/wp-json/wc/v3/orders/7", False),
+        ("http://Shop.Example/wp-json/wc/v3/orders/7", False),
+        ("https://shop.example/index.php/wp-json/wc/v3/orders/7", False),
+        ("https://shop.example/index.php?rest_route=/wc/v3/orders/7", False),
+        ("https://shop.example/?rest_route=/wc/v3/orders/7", False),
+        ("https://other.example/wp-json/wc/v3/orders/7", True),
+        ("https://shop.example/de/wp-json/wc/v3/orders/7", True),
+        ("https://shop.example:8443/wp-json/wc/v3/orders/7", True),
+        ("https://other.example/elsewhere/7", False),
+        (7, False),
+        (None, False),
+    ],
+    ids=[
+        "same", "scheme-and-case", "pathinfo", "plain-permalinks", "plain-at-root",
+        "other-host", "subdirectory", "other-port", "not-rest", "not-text", "no-links",
+    ],
+)  # fmt: skip
+def test_the_store_an_order_belongs_to_is_read_from_its_own_link(href, another):
+    """WordPress writes the link http or https as the request building it was, so the scheme
+    does not count; a subdirectory is another store (a WordPress network's sites); a body
+    without a REST link names no store and is judged on its header alone."""
+    from sill.rails.woocommerce.orders import names_another_store
+
+    order = {"id": 7} if href is None else {"id": 7, "_links": {"self": [{"href": href}]}}
+    assert names_another_store(order, store_url="https://shop.example") is another

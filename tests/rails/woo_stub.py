@@ -53,6 +53,9 @@ class StubOrder:
     refunds: list[dict[str, Any]] = field(default_factory=list)
     # Odd data a store may send: merged over the order's JSON.
     overrides: dict[str, Any] = field(default_factory=dict)
+    # The store's address: WooCommerce's REST answer (and so its webhook body) links the order
+    # at ``<store>/wp-json/wc/v3/orders/<id>``.
+    store_url: str = ""
 
     def json(self) -> dict[str, Any]:
         created = self.modified_at - timedelta(hours=1)
@@ -89,6 +92,10 @@ class StubOrder:
                 {"id": r["id"], "reason": r["reason"], "total": "-" + r["amount"]}
                 for r in self.refunds
             ],
+            "_links": {
+                "self": [{"href": f"{self.store_url}/wp-json/wc/v3/orders/{self.id}"}],
+                "collection": [{"href": f"{self.store_url}/wp-json/wc/v3/orders"}],
+            },
         } | self.overrides
 
 
@@ -115,7 +122,7 @@ class WooStub:
         with self.lock:
             order_id = 1000 + len(self.orders) + 1
             total = Decimal(str(kwargs.pop("total", "89.00")))
-            order = StubOrder(id=order_id, total=total, **kwargs)
+            order = StubOrder(id=order_id, total=total, store_url=self.url, **kwargs)
             self.orders[order_id] = order
             return order
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from sill.money import Money, MoneyError, parse_major
 
@@ -74,6 +75,40 @@ def _meta(order: dict[str, Any], key: str) -> str:
         if isinstance(item, dict) and item.get("key") == key and isinstance(item.get("value"), str):
             return item["value"]
     return ""
+
+
+def _store_key(url: str) -> str:
+    """A store's address as compared: host (lowercased, with its port) and path, without the
+    scheme, which WordPress writes http or https as the request that built a link was."""
+    parts = urlsplit(url.strip())
+    return f"{parts.netloc.lower()}{parts.path}".rstrip("/")
+
+
+def names_another_store(order: dict[str, Any], *, store_url: str) -> bool:
+    """Whether an order's JSON says it belongs to another store than ``store_url``; False
+    when it says nothing.
+
+    WooCommerce's REST answer links the order to itself, and a webhook's body is that answer
+    (``_links`` included), signed: ``<store>/wp-json/wc/v3/orders/<id>`` (``<store>/index.php/
+    wp-json/…`` with PATHINFO permalinks, ``<store>/index.php?rest_route=/wc/v3/orders/<id>``
+    with none). The store is its ``home_url``, which ``X-WC-Webhook-Source`` names unsigned.
+    A subdirectory is a store of its own (a WordPress network's sites): its path counts.
+    """
+    links = order.get("_links")
+    own = links.get("self") if isinstance(links, dict) else None
+    first = own[0] if isinstance(own, list) and own else None
+    href = first.get("href") if isinstance(first, dict) else None
+    if not isinstance(href, str):
+        return False
+    try:
+        parts = urlsplit(href)
+    except ValueError:  # an unreadable address (a bracket not closed) names no store
+        return False
+    path, prefix, _ = parts.path.partition("/wp-json/")
+    if not prefix and "rest_route=" not in parts.query:
+        return False  # not a REST link: names no store Sill can read
+    home = path.removesuffix("/").removesuffix("/index.php")
+    return _store_key(f"//{parts.netloc}{home}") != _store_key(store_url)
 
 
 def _order_id(value: Any) -> int:

@@ -3,8 +3,12 @@
 
 ``X-WC-Webhook-Signature`` is the base64 HMAC-SHA256 of the raw body under the webhook's
 secret, compared in constant time. A bad signature, a delivery from another store, or a body
-that is not an order is 400 and records nothing. When a webhook is created WooCommerce sends
-a ping whose form body is ``webhook_id=<n>`` (no order): it is answered 200 and stored nowhere.
+that is not an order is 400 and records nothing. Another store is told by the unsigned
+``X-WC-Webhook-Source`` header and, since a secret may be shared by two stores, by the body
+itself: an order links itself under its store (``_links.self``, signed), and one naming another
+store than the site's is refused whatever the header says (orders.names_another_store). When
+a webhook is created WooCommerce sends a ping whose form body is ``webhook_id=<n>`` (no
+order): it is answered 200 and stored nowhere.
 
 Deduplication: WooCommerce gives each delivery attempt a new ``X-WC-Webhook-Delivery-ID``,
 so a redelivery of the same change would look new; the event id is the order id, its
@@ -43,6 +47,7 @@ from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.webhook_common import MAX_BODY_BYTES, body_sha256
 from sill.rails.webhook_common import refuse as _refuse
 from sill.rails.webhook_common import verify_base64_hmac as verify
+from sill.rails.woocommerce.orders import names_another_store
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +96,12 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
         return _refuse("The body is not a WooCommerce order.")
     if not isinstance(body, dict) or "id" not in body:
         return _refuse("The body is not a WooCommerce order.")
+    # The signature says which secret signed the body, not which store sent it, and the
+    # source header is not signed: a merchant who gave two stores one secret would have
+    # store A's delivery, sent here with the header naming this store (or none), filed as
+    # this store's order of A's id. The body names its store itself, under the signature.
+    if names_another_store(body, store_url=account.connected_account):
+        return _refuse("The order belongs to another store than this site's.")
     modified = str(body.get("date_modified_gmt") or "")
     delivery = request.headers.get("X-WC-Webhook-Delivery-ID", "").strip()
     digest = body_sha256(payload)
