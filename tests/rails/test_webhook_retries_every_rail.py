@@ -156,7 +156,8 @@ def test_a_woocommerce_event_retried_after_the_site_switched_stores_is_settled_n
     with StubServer() as other:
         configure_woocommerce(
             site=site, actor=members["owner"].user, store_url=other.url,
-            consumer_key=CONSUMER_KEY, consumer_secret=CONSUMER_SECRET, webhook_secret="",
+            consumer_key=CONSUMER_KEY, consumer_secret=CONSUMER_SECRET,
+            webhook_secret="store-b-webhook-secret",
         )  # fmt: skip
         clock.shift(LATER)
         assert retry_webhook_events_task() == 1

@@ -79,10 +79,15 @@ def connect(site, members, woo_account) -> Callable[[WooStub], None]:
             store_url=store.url,
             consumer_key=CONSUMER_KEY,
             consumer_secret=CONSUMER_SECRET,
-            webhook_secret="",
+            webhook_secret=webhook_secret_of(store),
         )
 
     return to
+
+
+def webhook_secret_of(store: WooStub) -> str:
+    """The secret of ``store``'s webhook (another store takes one of its own)."""
+    return f"webhook-secret-of-{store.url}"
 
 
 def _synced(site, store: WooStub, sdk) -> tuple[Order, StubOrder, str]:
@@ -133,7 +138,9 @@ def test_charges_name_the_store_their_order_came_from(
             f"/webhooks/woocommerce/{site.pk}",
             body,
             content_type="application/json",
-            **woo_headers(body, url=other.url, topic="order.created"),
+            **woo_headers(
+                body, url=other.url, topic="order.created", secret=webhook_secret_of(other)
+            ),
         )
     assert answer.status_code == 200, answer.content
     order_c = WooOrderLink.objects.get(store_url=other.url, woo_order_id=hooked.id).order

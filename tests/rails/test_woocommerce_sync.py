@@ -244,7 +244,7 @@ def test_connecting_another_store_reads_it_from_the_start(site, woo, woo_account
             store_url=other.url,
             consumer_key=CONSUMER_KEY,
             consumer_secret=CONSUMER_SECRET,
-            webhook_secret="",
+            webhook_secret="store-b-webhook-secret",
         )
         assert RailAccount.objects.get(pk=woo_account.pk).orders_synced_through is None
         _orders_over_time(other, 2, prefix="ch_other")

@@ -147,7 +147,7 @@ def _connect(site, owner, store) -> None:
         store_url=store.url,
         consumer_key=CONSUMER_KEY,
         consumer_secret=CONSUMER_SECRET,
-        webhook_secret="",
+        webhook_secret="store-b-webhook-secret",
     )
 
 
@@ -355,3 +355,52 @@ def test_the_store_an_order_belongs_to_is_read_from_its_own_link(href, another):
 
     order = {"id": 7} if href is None else {"id": 7, "_links": {"self": [{"href": href}]}}
     assert names_another_store(order, store_url="https://shop.example") is another
+
+
+def test_another_store_is_connected_with_a_webhook_secret_of_its_own(
+    site, members, woo, woo_account, django_capture_on_commit_callbacks
+):
+    """Connected to store B with the webhook secret left empty, the site kept store A's: A's
+    webhook, and whoever holds its secret (it is shown on A's webhook in WooCommerce), could
+    still sign orders Sill filed as B's. Another store now needs its own secret, and not A's
+    again, as it needs its own keys; nothing is asked of B until it has one."""
+    from sill.rails.models import RailAccount
+    from sill.rails.services import RailSettingsError
+    from sill.rails.woocommerce.connect import configure_woocommerce
+    from tests.rails.woo_fixtures import WEBHOOK_SECRET
+    from tests.rails.woo_stub import CONSUMER_KEY, CONSUMER_SECRET, StubServer
+
+    def connect(store, webhook_secret: str) -> None:
+        configure_woocommerce(
+            site=site, actor=members["owner"].user, store_url=store.url,
+            consumer_key=CONSUMER_KEY, consumer_secret=CONSUMER_SECRET,
+            webhook_secret=webhook_secret,
+        )  # fmt: skip
+
+    with StubServer() as other:
+        for given, words in (("", "Enter the webhook secret of"), (WEBHOOK_SECRET, "of its own")):
+            with pytest.raises(RailSettingsError, match=words) as refused:
+                connect(other, given)
+            assert refused.value.field == "webhook_secret"
+        assert other.auth_seen == []
+        account = RailAccount.objects.get(pk=woo_account.pk)
+        assert account.connected_account == woo.url
+        assert account.get_webhook_secrets() == [WEBHOOK_SECRET]
+
+        connect(other, "store-b-webhook-secret")
+        account.refresh_from_db()
+        assert account.connected_account == other.url
+        assert account.get_webhook_secrets() == ["store-b-webhook-secret"]
+        # A's delivery, signed with A's secret and naming no store, is no longer taken.
+        order = woo.add_order(stripe_charge="ch_a").json()
+        del order["_links"]
+        body = json.dumps(order).encode()
+        headers = woo_headers(body, url=woo.url)
+        del headers["HTTP_X_WC_WEBHOOK_SOURCE"]
+        assert _post(site, body, headers, django_capture_on_commit_callbacks).status_code == 400
+    # Saved again for the same store, an empty secret keeps the saved one, as before.
+    connect(woo, "store-a-webhook-secret")
+    connect(woo, "")
+    assert RailAccount.objects.get(pk=woo_account.pk).get_webhook_secrets() == [
+        "store-a-webhook-secret"
+    ]

@@ -31,6 +31,7 @@ from sill.rails.base import (
     RetryableRailError,
 )
 from sill.rails.models import RailAccount
+from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.services import RailSettingsError
 from sill.rails.woocommerce.client import WooCannotWrite, WooClient
 
@@ -87,7 +88,8 @@ def configure_woocommerce(
     consumer_secret: str,
     webhook_secret: str,
 ) -> RailAccount:
-    """Save the site's store; empty key, secret or webhook secret keep the stored ones."""
+    """Save the site's store; empty key, secret or webhook secret keep the stored ones (of
+    the same store: another store needs its own)."""
     # First: a refused caller must not even get the provider called with what it sent.
     require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     url = check_store_url(store_url)
@@ -125,6 +127,8 @@ def configure_woocommerce(
                 f"{stored.connected_account}.",
                 field="consumer_key",
             )
+    if stored is not None and stored.has_webhook_secrets and stored.connected_account != url:
+        _check_switch_webhook_secret(stored, url=url, webhook_secret=webhook_secret)
     key, secret = consumer_key, consumer_secret
     if not consumer_key and stored is not None:
         key, secret = woo_credentials(stored)
@@ -173,6 +177,29 @@ def configure_woocommerce(
         "yes" if consumer_key else "no",
     )
     return account
+
+
+def _check_switch_webhook_secret(stored: RailAccount, *, url: str, webhook_secret: str) -> None:
+    """Another store takes a webhook secret of its own. Kept, the first store's would go on
+    verifying whatever it signs, and its store (whose admin sees it on its webhook) could
+    sign orders that Sill files as the new store's; the same secret entered again, likewise."""
+    before = stored.connected_account
+    if not webhook_secret:
+        raise RailSettingsError(
+            f"Enter the webhook secret of {url}: the saved one is {before}'s webhook's.",
+            field="webhook_secret",
+        )
+    try:
+        secrets_before = stored.get_webhook_secrets()
+    except RailSecretUnreadable:
+        secrets_before = []  # nothing to compare: it is replaced all the same
+    if webhook_secret in secrets_before:
+        raise RailSettingsError(
+            f"That is {before}'s webhook secret: give the webhook of {url} a secret of its "
+            "own (WooCommerce → Settings → Advanced → Webhooks), or whoever holds the first "
+            "could sign orders as this store's.",
+            field="webhook_secret",
+        )
 
 
 def _check_keys(url: str, consumer_key: str, consumer_secret: str) -> None:
