@@ -205,3 +205,41 @@ def test_a_refund_sill_settled_that_shopify_reports_failed_is_reversed(
     assert Order.objects.get().status == "PAID"
     event = WebhookEvent.objects.get(event_id="wh-u")
     assert "reversed" in event.outcome
+
+
+def test_a_shops_delivery_sent_to_another_shops_site_with_its_secret_records_nothing(
+    site, other_site, shopify, shopify_account
+):
+    """``X-Shopify-Shop-Domain`` is not signed, and one app's client secret signs for every
+    shop it is installed on, so Sill cannot refuse a secret two shops share, nor tell from a
+    refund's or dispute's body which shop sent it. It need not: the body is a trigger, its
+    order read from the site's own shop, and Shopify's order ids are global, so shop A's
+    delivery taken as shop B's finds nothing at B and records nothing anywhere."""
+    from sill.rails.models import RailAccount
+    from tests.rails.shopify_fixtures import WEBHOOK_SECRET
+    from tests.rails.shopify_stub import TOKEN, StubServer
+
+    placed = shopify.add_order(total="60.00")
+    shopify._make_refund(placed, __import__("decimal").Decimal("20.00"), note="from the admin")
+    with StubServer() as other:
+        account = RailAccount(
+            site=other_site,
+            rail="shopify",
+            connected_account="other-shop.myshopify.com",
+            api_base=other.url,
+            enabled=True,
+        )
+        account.set_secret(TOKEN)
+        account.set_webhook_secrets([WEBHOOK_SECRET])
+        account.save()
+        for topic, body in (
+            ("orders/create", _order_body(placed)),
+            ("refunds/create", json.dumps({"id": 1, "order_id": placed.id}).encode()),
+        ):
+            headers = signed_headers(body, topic=topic, webhook_id=f"wh-{topic}")
+            headers["HTTP_X_SHOPIFY_SHOP_DOMAIN"] = "other-shop.myshopify.com"
+            assert _post(other_site, body, **headers).status_code == 200
+    outcomes = WebhookEvent.objects.filter(site=other_site).values_list("outcome", flat=True)
+    assert sorted(outcomes) == [f"order {placed.id} not found at Shopify"] * 2
+    assert not Order.objects.exists() and not Charge.objects.exists()
+    assert shopify.calls == []  # shop A was asked nothing with B's token either

@@ -114,6 +114,26 @@ def test_another_sites_store_or_secret_is_refused(
     assert not WebhookEvent.objects.exists()
 
 
+@pytest.mark.parametrize("topic", ["product.updated", "order.deleted", "action.wc_x"])
+def test_a_signed_delivery_of_a_topic_sill_does_not_take_is_400_and_stores_nothing(
+    site, woo, woo_account, topic, django_capture_on_commit_callbacks
+):
+    """Not 200 "ignored": a WooCommerce webhook has one topic and its own count of failed
+    deliveries (WC_Webhook::failed_delivery: past five non-2xx in a row it is disabled), so
+    the 400 disables only the webhook Sill does not take, never the order ones, and the store
+    shows the merchant that webhook disabled with Sill's reason instead of sending every
+    product change here for good."""
+    order = woo.add_order(stripe_charge="ch_topic").json()
+    body = json.dumps({"id": order["id"]} if topic == "order.deleted" else order).encode()
+    response = _post(
+        site, body, woo_headers(body, url=woo.url, topic=topic), django_capture_on_commit_callbacks
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "webhook_refused"
+    assert "order.created and order.updated" in response.json()["error"]["message"]
+    assert not WebhookEvent.objects.exists() and not Order.objects.exists()
+
+
 def test_the_creation_ping_is_answered_and_stored_nowhere(site, woo, woo_account):
     response = Client().post(
         f"/webhooks/woocommerce/{site.pk}",
