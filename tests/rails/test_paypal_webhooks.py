@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import uuid
+import zlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -574,3 +575,82 @@ def test_a_verified_event_of_the_wrong_shapes_is_settled_not_retried(
     assert stored.processed_at is not None and "not a capture Sill knows" in stored.outcome
     assert stored.last_error == ""
     assert not ExternalRefund.objects.exists() and not Dispute.objects.exists()
+
+
+def _with_crc32(body: bytes, *, at: int, width: int, crc: int) -> bytes:
+    """``body`` with the ``width`` bytes at ``at`` rewritten, to characters from "`" to "o"
+    (which JSON keeps as they are), so that its CRC32 is ``crc``: what anyone can do to a body
+    PayPal signs only the CRC32 of. CRC32 is affine in the bytes, so the bit flips that make
+    up the difference are found by elimination over GF(2)."""
+    base = bytearray(body)
+    base[at : at + width] = b"`" * width
+    start = zlib.crc32(base)
+    # Each flip of one of the low four bits of a rewritten byte, and what it does to the CRC.
+    flips = [(i, 1 << bit) for i in range(at, at + width) for bit in range(4)]
+    effects = []
+    for i, mask in flips:
+        flipped = bytearray(base)
+        flipped[i] ^= mask
+        effects.append(zlib.crc32(flipped) ^ start)
+    pivots: dict[int, tuple[int, int]] = {}  # top bit → (effect, the flips making it up)
+    for n, effect in enumerate(effects):
+        chosen = 1 << n
+        while effect:
+            top = effect.bit_length() - 1
+            if top not in pivots:
+                pivots[top] = (effect, chosen)
+                break
+            effect, chosen = effect ^ pivots[top][0], chosen ^ pivots[top][1]
+    wanted, chosen = start ^ crc, 0
+    while wanted:
+        effect, flips_of = pivots[wanted.bit_length() - 1]
+        wanted, chosen = wanted ^ effect, chosen ^ flips_of
+    for n, (i, mask) in enumerate(flips):
+        if chosen >> n & 1:
+            base[i] ^= mask
+    assert zlib.crc32(base) == crc
+    return bytes(base)
+
+
+def test_a_replay_after_the_cache_forgot_its_transmission_changes_nothing(
+    site, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    """Verified transmissions are remembered in the cache (Redis), which a flush or an
+    eviction empties. A replay within PayPal's four days is then either the same body, whose
+    event id the database holds (a duplicate: PayPal is not asked), or the same transmission
+    with another event id and the CRC32 PayPal signs put back. PayPal verifies that again and
+    it is stored as a new event, but it changes nothing: the body is never taken as fact, and
+    the refund it names, read again at PayPal, is the one already recorded."""
+    from django.core.cache import cache
+
+    order, capture = paypal_order(total="89.00")
+    event = refund_event(paypal, capture, value="30.00")
+    raw = json.dumps(event, separators=(",", ":")).encode()
+    headers = _signed_headers(paypal, raw)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _post(site, raw, **headers).json() == {"received": True, "duplicate": False}
+    cache.clear()
+
+    with django_capture_on_commit_callbacks(execute=True) as enqueued:
+        again = _post(site, raw, **headers)
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert enqueued == [] and len(paypal.verifications) == 1
+
+    padded = {**event, "id": "WH-REPLAYED", "summary": event["summary"] + " " + "`" * 10}
+    forged = json.dumps(padded, separators=(",", ":")).encode()
+    forged = _with_crc32(forged, at=forged.index(b"`" * 10), width=10, crc=zlib.crc32(raw))
+    cache.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        replayed = _post(site, forged, **headers)
+    assert replayed.status_code == 200 and replayed.json()["duplicate"] is False
+    assert len(paypal.verifications) == 2  # PayPal's verdict: SUCCESS, the CRC32 matches
+    first, second = WebhookEvent.objects.filter(site=site, rail="paypal").order_by("pk")
+    assert second.event_id == "WH-REPLAYED" and second.processed_at is not None
+    refund_id = event["resource"]["id"]
+    assert (first.outcome, second.outcome) == (
+        f"{refund_id}: external refund recorded",
+        f"{refund_id}: unchanged",
+    )
+    [outside] = ExternalRefund.objects.filter(charge__order=order)
+    assert (outside.amount_minor, outside.counted_minor) == (3000, 3000)
+    assert Charge.objects.get(order=order).amount_refunded_outside_minor == 3000

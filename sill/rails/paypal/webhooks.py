@@ -235,7 +235,12 @@ def paypal_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
 def _remember(transmission: str) -> None:
     """Remember a verified transmission once its event is stored (not before: a delivery that
     failed to store must be verified again when PayPal retries it). For as long as its
-    transmission time is accepted at all; past that, it is refused on its time."""
+    transmission time is accepted at all; past that, it is refused on its time.
+
+    A saving, not a safeguard: forgotten (a flush, an eviction), a replay is verified again,
+    and is a duplicate by its stored event id or, under another id PayPal verifies (the
+    signature covers a CRC32 of the body, which a crafted body keeps), an event that changes
+    nothing, since processing reads its refund or dispute again at PayPal."""
     ttl = MAX_TRANSMISSION_AGE + MAX_CLOCK_SKEW
     cache.set(transmission, 1, int(ttl.total_seconds()))
 
