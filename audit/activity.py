@@ -382,8 +382,9 @@ def csv_response(
                     row.record.get_kind_display(),
                     row.refund_id,
                     row.order_number or row.order_id,
-                    row.amount.major_str() if row.amount else "",
-                    row.amount.currency if row.amount else "",
+                    # `is not None`: a zero Money is falsy, and 0.00 is an amount too.
+                    row.amount.major_str() if row.amount is not None else "",
+                    row.amount.currency if row.amount is not None else "",
                     row.by,
                 ]
                 yield writer.writerow([safe_cell(cell) for cell in cells])

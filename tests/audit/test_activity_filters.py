@@ -140,6 +140,19 @@ def test_the_csv_export_has_times_in_the_sites_zone_and_order_numbers(
     assert len(rows) == 6  # header + this site's five records, not the other site's
 
 
+def test_a_zero_amount_reads_0_in_its_currency_like_any_other(client_for, site):
+    # Seen: a zero-amount record's amount and currency cells were empty (and "—" on the page),
+    # as if the record named no money at all: a zero Money is falsy.
+    _append(site, "rejected", refund_id="rf_zero", amount_minor=0, currency="USD")
+    _append(site, "rejected", refund_id="rf_yen", amount_minor=0, currency="JPY")
+    _append(site, "member_change", action="add", member="ann@example.com", role="staff")
+    client = client_for("owner")
+    rows = _csv(client.get("/activity/", {"format": "csv"}))
+    assert [row[5:7] for row in rows[1:]] == [["0.00", "USD"], ["0", "JPY"], ["", ""]]
+    body = client.get("/activity/").content.decode()
+    assert "$0.00" in body and "¥0" in body
+
+
 def test_the_csv_export_is_safe_from_formula_injection(client_for, site):
     for evil in ('=HYPERLINK("http://x")', "+1", "-2", "@SUM(A1)", "\tx", "\rx"):
         _append(site, "approved", refund_id="rf_x", agent_id=evil)
