@@ -33,10 +33,14 @@ from sill.rails.base import rail_label
 EXPORT_CHUNK = 500
 # The stored record, as signed and chained: what the JSONL export writes, one per line.
 JSONL_FIELDS = ("seq", "kind", "payload", "prev_hash", "hash", "signature", "key_id")
-CSV_HEADER = ["seq", "time", "kind", "refund", "order", "amount", "currency", "actor"]
+# "detail" last, where a spreadsheet reading the older columns by position still finds them.
+CSV_HEADER = ["seq", "time", "kind", "refund", "order", "amount", "currency", "actor", "detail"]
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 # Records no person made: who they are "by" in words.
 SYSTEM = "Sill"
+# Why Sill refused a purchase mandate when it arrived (refunds.agent.intake signs the refusal
+# as a ``rejected`` record with ``"kind": "purchase"``), in words; the order page says the same.
+PURCHASE_REFUSALS = {"rail_disabled": "the rail is off or can't take payments"}
 
 
 # --- filters --------------------------------------------------------------------------------------
@@ -123,6 +127,18 @@ class ActivityRow:
         return value if isinstance(value, str) else ""
 
     @property
+    def reason(self) -> str:
+        """The body's reason code, shown under the refund; a purchase's refusal says its reason
+        in the summary instead (there is no refund to show it under)."""
+        value = self.body.get("reason")
+        return value if isinstance(value, str) and not _is_purchase(self.body) else ""
+
+    @property
+    def detail(self) -> str:
+        """The row's words in one cell (the CSV's last column): its summary, else its reason."""
+        return self.summary or _humanize(self.reason)
+
+    @property
     def order_id(self) -> str:
         value = self.body.get("order_id")
         return value if isinstance(value, str) else ""
@@ -172,6 +188,15 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, str) and bool(value)
 
 
+def _is_purchase(body: dict[str, Any]) -> bool:
+    return body.get("kind") == "purchase"
+
+
+def _humanize(code: str) -> str:
+    """``exceeds_refundable`` → "Exceeds refundable" (the page's ``humanize_code``)."""
+    return code.replace("_", " ").strip().capitalize()
+
+
 def _row(record: AuditRecord, body: dict[str, Any], numbers: dict[str, str]) -> ActivityRow:
     amount = None
     if isinstance(body.get("amount_minor"), int) and isinstance(body.get("currency"), str):
@@ -189,6 +214,26 @@ def _row(record: AuditRecord, body: dict[str, Any], numbers: dict[str, str]) -> 
         tag=tag_of(record.kind, body),
         summary=summary_of(record.kind, body),
     )
+
+
+@dataclass(frozen=True)
+class PurchaseRefusal:
+    """What the order page says of the purchase Sill refused when its mandate arrived."""
+
+    record: AuditRecord
+    words: str  # "Purchase refused: the rail is off or can't take payments"
+
+
+def purchase_refusal_of(order: Order) -> PurchaseRefusal | None:
+    """The signed refusal of the purchase that placed ``order`` (one indexed query), or None."""
+    records = AuditRecord.objects.filter(
+        site_id=order.site_id, subject_order_id=order.pk, kind=AuditKind.REJECTED
+    ).order_by("seq")
+    for record in records:
+        body = body_of(record)
+        if _is_purchase(body):
+            return PurchaseRefusal(record=record, words=summary_of(record.kind, body))
+    return None
 
 
 def tag_of(kind: str, body: dict[str, Any]) -> str:
@@ -272,10 +317,14 @@ _INVITE_WORDS = {
 
 
 def summary_of(kind: str, body: dict[str, Any]) -> str:
-    """Words for policy, member, agent, key and rail changes, and for what an owner recorded
-    of a charge that needed attention (never a secret: bodies hold none)."""
+    """Words for policy, member, agent, key and rail changes, for what an owner recorded of a
+    charge that needed attention, and for a refused purchase (never a secret: bodies hold
+    none)."""
     action = str(body.get("action", ""))
     verb = _VERBS.get(action, action.replace("_", " "))
+    if kind == AuditKind.REJECTED and _is_purchase(body):
+        reason = str(body.get("reason") or "")
+        return f"Purchase refused: {PURCHASE_REFUSALS.get(reason, _humanize(reason).lower())}"
     if kind == AuditKind.ATTENTION_RESOLVED and _is_id(body.get("charge_id")):
         # A purchase's charge (sill.orders.charge_attention); a refund's names its refund.
         if body.get("outcome") == "charged":
@@ -358,7 +407,8 @@ def csv_response(
     site: Site, records: QuerySet[AuditRecord], *, filename: str
 ) -> StreamingHttpResponse:
     """One line per record: seq, time (ISO, site zone), kind, refund, order number, amount
-    (major units), currency, actor. Order numbers are looked up once per chunk."""
+    (major units), currency, actor, and the page's words for it (detail). Order numbers are
+    looked up once per chunk."""
     writer = csv.writer(_Echo())
     zone = site.zone
 
@@ -386,6 +436,7 @@ def csv_response(
                     row.amount.major_str() if row.amount is not None else "",
                     row.amount.currency if row.amount is not None else "",
                     row.by,
+                    row.detail,
                 ]
                 yield writer.writerow([safe_cell(cell) for cell in cells])
 

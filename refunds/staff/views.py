@@ -37,6 +37,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
+from audit.activity import purchase_refusal_of
 from refunds.labels import buyer_label, money_confirmation, rule_title
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge
@@ -68,7 +69,7 @@ from sill.errors import SillError
 from sill.http import SiteRequest
 from sill.money import Money, format_money
 from sill.orders.charge_attention import parse_resolution, resolve_charge_attention
-from sill.orders.models import Charge, ChargeStatus, Order
+from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
 from sill.orders.selectors import order_for, pending_charge_of
 from sill.rails.base import rail_label
 from sill.rails.models import RailAccount
@@ -181,6 +182,11 @@ def order_detail_context(
         "woocommerce_records": woocommerce_records_for(order),
         # A purchase's charge that needs attention: an owner's form under it.
         "charge_attention": charge_attention_context(request.site_ctx, form=charge_form),
+        # An agent's purchase Sill refused at intake: why there is no charge (its signed
+        # record). Looked up only for an uncharged, cancelled order an agent placed.
+        "purchase_refusal": purchase_refusal_of(order)
+        if not charges and order.status == OrderStatus.CANCELLED and order.placed_by_agent_id
+        else None,
     }
 
 

@@ -133,22 +133,31 @@ def test_the_csv_export_has_times_in_the_sites_zone_and_order_numbers(
     _append(site, "approved", refund_id="rf_four", order_id=order.pk, agent_id="agent_x",
             amount_minor=1250, currency="USD")  # fmt: skip
     rows = _csv(client_for("owner").get("/activity/", {"format": "csv"}))
-    assert rows[0] == ["seq", "time", "kind", "refund", "order", "amount", "currency", "actor"]
+    assert rows[0] == [
+        "seq", "time", "kind", "refund", "order", "amount", "currency", "actor", "detail"
+    ]  # fmt: skip
     assert rows[1][0] == "1" and rows[1][1] == "2026-12-01T22:30:00-05:00"
-    assert rows[1][2:] == ["Approved", "rf_one", "", "89.00", "USD", "Sill"]
-    assert rows[-1][2:] == ["Approved", "rf_four", str(order.number), "12.50", "USD", "agent_x"]
+    assert rows[1][2:] == ["Approved", "rf_one", "", "89.00", "USD", "Sill", ""]
+    assert rows[-1][2:] == ["Approved", "rf_four", str(order.number), "12.50", "USD", "agent_x", ""]
     assert len(rows) == 6  # header + this site's five records, not the other site's
 
 
 def test_a_zero_amount_reads_0_in_its_currency_like_any_other(client_for, site):
     # Seen: a zero-amount record's amount and currency cells were empty (and "—" on the page),
     # as if the record named no money at all: a zero Money is falsy.
-    _append(site, "rejected", refund_id="rf_zero", amount_minor=0, currency="USD")
+    _append(site, "rejected", refund_id="rf_zero", amount_minor=0, currency="USD",
+            reason="exceeds_refundable")  # fmt: skip
     _append(site, "rejected", refund_id="rf_yen", amount_minor=0, currency="JPY")
     _append(site, "member_change", action="add", member="ann@example.com", role="staff")
     client = client_for("owner")
     rows = _csv(client.get("/activity/", {"format": "csv"}))
     assert [row[5:7] for row in rows[1:]] == [["0.00", "USD"], ["0", "JPY"], ["", ""]]
+    # The last column says in words what the page says beside the kind or the refund.
+    assert [row[8] for row in rows[1:]] == [
+        "Exceeds refundable",
+        "",
+        "ann@example.com: added as staff",
+    ]
     body = client.get("/activity/").content.decode()
     assert "$0.00" in body and "¥0" in body
 
@@ -157,7 +166,7 @@ def test_the_csv_export_is_safe_from_formula_injection(client_for, site):
     for evil in ('=HYPERLINK("http://x")', "+1", "-2", "@SUM(A1)", "\tx", "\rx"):
         _append(site, "approved", refund_id="rf_x", agent_id=evil)
     rows = _csv(client_for("owner").get("/activity/", {"format": "csv"}))
-    actors = [row[-1] for row in rows[1:]]
+    actors = [row[7] for row in rows[1:]]
     assert actors == ['\'=HYPERLINK("http://x")', "'+1", "'-2", "'@SUM(A1)", "'\tx", "'\rx"]
 
 

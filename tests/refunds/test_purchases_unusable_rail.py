@@ -6,7 +6,10 @@ declined the card (``charge_failed``)."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import html
+import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -129,3 +132,49 @@ def test_a_purchase_on_a_rail_that_takes_no_payments_is_invalid_and_stores_nothi
     assert (error["code"], error["field"]) == ("invalid_field", "signed.intent.payment.rail")
     assert error["message"].endswith("must be one of mock, stripe.")
     assert not Order.objects.exists() and not Mandate.objects.exists()
+
+
+def test_the_merchant_reads_its_refusal_in_words_on_activity_the_csv_and_the_order_page(
+    sign: Callable[..., bytes], mock_rail: RailAccount, client_for: Callable[[str], Client]
+) -> None:
+    # Seen: Activity showed the refusal as "Rejected" with "Rail disabled" under an empty
+    # refund, the CSV as a bare "Rejected" line, and the order page only "Not charged".
+    switched_off(mock_rail)
+    body = sign(
+        purchase_intent(
+            currency="EUR",
+            payment={"rail": mock_rail.rail, "payment_method": "pm_visa"},
+        )
+    )
+    answer = post(Client(), body).json()
+    order = Order.objects.get(pk=answer["order_id"])
+    words = "Purchase refused: the rail is off or can't take payments"
+    owner = client_for("owner")
+
+    page = html.unescape(owner.get("/activity/").content.decode())
+    row = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    assert words in row
+    assert "Rail disabled" not in row and "rail_disabled" not in row
+    assert f'href="/orders/{order.pk}/">#{order.number}</a>' in row
+    assert "€89.00" in row
+
+    export = owner.get("/activity/", {"format": "csv"})
+    lines = list(csv.reader(io.StringIO(b"".join(export.streaming_content).decode())))
+    assert lines[1][2:] == [
+        "Rejected",
+        "",
+        str(order.number),
+        "89.00",
+        "EUR",
+        "agent_test_shopper",
+        words,
+    ]
+
+    shown = html.unescape(owner.get(f"/orders/{order.pk}/").content.decode())
+    refusal = shown.split('id="purchase-refusal"', 1)[1].split("</div>", 1)[0]
+    assert f"Not charged. {words}." in refusal
+    assert "signed in the audit log as record #1" in refusal
+    assert 'href="/settings/rails/">Open rail settings' in refusal
+    # Staff see why too, without the link to settings they cannot change.
+    staff = html.unescape(client_for("staff").get(f"/orders/{order.pk}/").content.decode())
+    assert words in staff and "Open rail settings" not in staff
