@@ -285,6 +285,27 @@ def test_widening_an_agent_asks_for_a_fresh_code_and_its_brake_does_not(members,
     assert settings() == (True, True, 4000, None)
 
 
+def test_the_refusal_page_takes_the_code_itself_and_goes_back_where_it_was_asked(members, site):
+    """Seen: a refused token was a bare warning and a Back link, no heading, the code on
+    another page; now the page is titled, holds the code field and returns to the agents."""
+    require_two_factor(site)
+    agent = Agent.objects.create(site=site, agent_id="agent_shopper", name="Shopper")
+    device = confirmed_device(members["owner"].user)
+    client = verified_client(members["owner"], device)
+    agents = "http://testserver/settings/agents/"
+    with time_machine.travel(timezone.now() + timedelta(minutes=6), tick=False):
+        refused = client.post(f"/settings/agents/{agent.pk}/token/", HTTP_REFERER=agents)
+        html = refused.content.decode()
+        assert refused.status_code == 403
+        assert "<h1>Enter a fresh code</h1>" in html
+        assert f'<form method="post" action="{VERIFY}">' in html
+        assert f'<input type="hidden" name="next" value="{agents}">' in html
+        assert 'name="code"' in html and 'autocomplete="one-time-code"' in html
+        verified = client.post(VERIFY, {"code": code_for(device), "next": agents})
+        assert verified.status_code == 303 and verified["Location"].endswith("/settings/agents/")
+        assert client.post(f"/settings/agents/{agent.pk}/token/").status_code == 200
+
+
 def test_another_sites_owner_is_not_let_in_by_a_verified_session(members, site, other_site):
     require_two_factor(site)
     device = confirmed_device(members["outsider"].user)
