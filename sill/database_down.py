@@ -33,6 +33,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,23 @@ def unavailable_because(exc: BaseException) -> str | None:
     if sqlstate is None or sqlstate[:2] in _UNREACHABLE_CLASSES or sqlstate == _IDLE_IN_TRANSACTION:
         return f"the database cannot be reached ({type(exc).__name__})"
     return None
+
+
+# The function every COMMIT of Django's goes through (``atomic``'s outermost exit included).
+_COMMIT_CODE = BaseDatabaseWrapper._commit.__code__  # type: ignore[attr-defined]
+
+
+def lost_at_commit(exc: BaseException) -> bool:
+    """Whether ``exc`` broke a ``COMMIT``: the connection was lost, or the session ended, while
+    PostgreSQL was committing. Then nobody here knows whether the transaction was committed
+    (the server may have committed it and lost the answer on the way), and a 503 must not say
+    that nothing was done."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is _COMMIT_CODE:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def log_unavailable(request: HttpRequest, why: str) -> None:

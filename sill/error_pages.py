@@ -39,7 +39,7 @@ from django.template.loader import render_to_string
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import defaults
 
-from sill.database_down import log_unavailable, unavailable_because
+from sill.database_down import log_unavailable, lost_at_commit, unavailable_because
 from sill.errors import NotFound, PermissionDenied, SillError
 from sill.jsonbody import BodyTooLarge
 
@@ -153,8 +153,11 @@ def server_error(request: HttpRequest) -> HttpResponse:
     error = sys.exc_info()[1]
     why = unavailable_because(error) if error is not None else None
     if why is not None:
+        unknown = lost_at_commit(error)  # type: ignore[arg-type]
+        if unknown:
+            why += " while committing: the change may have been saved"
         log_unavailable(request, why)
-        unavailable = briefly_unavailable(request)
+        unavailable = briefly_unavailable(request, outcome_unknown=unknown)
         # Logged above, as a warning: not again by Django, as the error a 5xx is.
         unavailable._has_been_logged = True  # type: ignore[attr-defined]
         return unavailable
@@ -173,17 +176,27 @@ def server_error(request: HttpRequest) -> HttpResponse:
 UNAVAILABLE_RETRY_AFTER_SECONDS = 60
 
 
-def briefly_unavailable(request: HttpRequest) -> HttpResponse:
+def briefly_unavailable(request: HttpRequest, *, outcome_unknown: bool = False) -> HttpResponse:
     """503 with ``Retry-After``: Sill cannot check this request now (its cache cannot be
     reached, :mod:`sill.cache_down`) and did not act on it. For programs (the machine paths
     and JSON clients) the error shape with the stable code ``unavailable``; for people the
     page templates/503.html (in the form's place when htmx sent it), rendered without the
-    request's context, so that it costs nothing that could fail too."""
+    request's context, so that it costs nothing that could fail too.
+
+    ``outcome_unknown``: the database was lost while it committed the request's change
+    (:func:`sill.database_down.lost_at_commit`), so it may have been saved; the answer says so
+    rather than "did not act", and sending it again is still safe."""
     if wants_json(request) or request.path.startswith(MACHINE_PATHS):
         refused = SillError(
-            "Sill is briefly unavailable and did not act on this request. Send it again in a "
-            "minute: a signed mandate, a webhook event or a request with the same "
-            "Idempotency-Key is never acted on twice.",
+            (
+                "Sill is briefly unavailable: it lost its database while saving this request "
+                "and cannot tell whether it was saved."
+                if outcome_unknown
+                else "Sill is briefly unavailable and did not act on this request."
+            )
+            + " Send it again in a minute: a signed mandate, a webhook event or a request with"
+            " the same Idempotency-Key is never acted on twice, and the answer then says what"
+            " was done.",
             code="unavailable",
             status=503,
         )
@@ -192,6 +205,7 @@ def briefly_unavailable(request: HttpRequest) -> HttpResponse:
         context = {
             "htmx": request.headers.get("HX-Request") == "true",
             "back": _same_site_referer(request),
+            "outcome_unknown": outcome_unknown,
         }
         response = HttpResponse(render_to_string("503.html", context), status=503)
     response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_SECONDS)

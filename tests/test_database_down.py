@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from django.test import Client
 
 from audit.models import AuditChainHead, AuditRecord
-from refunds.models import Mandate, Refund
+from refunds.models import Mandate, Refund, RefundReason
 from tests.refunds.conftest import (  # noqa: F401 (fixtures)
     ORIGINAL,
     agent_key,
@@ -284,3 +284,64 @@ def test_every_connection_gets_sills_lock_and_idle_in_transaction_timeouts(setti
         assert cursor.fetchone() == ("0",)
         cursor.execute("SHOW idle_in_transaction_session_timeout")
         assert cursor.fetchone() == ("5min",)
+
+
+@contextmanager
+def session_ended_at_commit(table: str) -> Iterator[None]:
+    """The next transaction that writes ``table`` loses its connection at ``COMMIT``: a
+    deferred constraint trigger (it runs as the commit begins) ends its own session, as a
+    failover or an operator's ``pg_terminate_backend`` landing at that moment would. The
+    client cannot tell a commit that failed from one whose answer was lost."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION sill_test_end_session() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$"
+        )
+        cursor.execute(
+            f"CREATE CONSTRAINT TRIGGER sill_test_end_session AFTER INSERT ON {table}"
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW"
+            " EXECUTE FUNCTION sill_test_end_session()"
+        )
+    try:
+        yield
+    finally:
+        connection.close()  # what Django does with a broken connection once the request is over
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER sill_test_end_session ON {table}")
+            cursor.execute("DROP FUNCTION sill_test_end_session()")
+
+
+def test_a_connection_lost_at_commit_is_503_saying_it_may_have_been_saved(
+    sign,  # noqa: F811
+    original,  # noqa: F811
+    caplog,
+):
+    """Seen: the 503 said Sill "did not act on this request" (people: "nothing was changed")
+    whatever the database failed at; lost at COMMIT, the change may have been committed."""
+    body = sign(refund_intent(ORIGINAL))
+    with caplog.at_level(logging.WARNING), session_ended_at_commit(Mandate._meta.db_table):
+        response = post(Client(raise_request_exception=False), body)
+    unavailable(response)
+    message = response.json()["error"]["message"]
+    assert "cannot tell whether it was saved" in message and "did not act" not in message
+    assert "never acted on twice" in message
+    text = logged_once(caplog, "the database cannot be reached (OperationalError) while committing")
+    assert text.endswith("POST refunds:mandates answered 503 unavailable")
+    # Sent again: decided once, whichever way the commit went.
+    assert post(Client(), body).status_code == 201
+    assert Refund.objects.count() == 1
+
+
+def test_people_whose_change_was_lost_at_commit_are_told_to_look_before_trying_again(
+    members, site, caplog
+):
+    client = Client(raise_request_exception=False)
+    client.force_login(members["owner"].user)
+    with caplog.at_level(logging.WARNING), session_ended_at_commit(RefundReason._meta.db_table):
+        response = client.post(
+            "/settings/reasons/add/", {"name": "Lost at commit", "code": "lost_at_commit"}
+        )
+    assert response.status_code == 503 and response["Retry-After"] == "60"
+    html = response.content.decode()
+    assert "may or may not have been saved" in html and "nothing was changed" not in html
+    logged_once(caplog, "the database cannot be reached (OperationalError) while committing")
