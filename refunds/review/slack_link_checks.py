@@ -11,8 +11,9 @@ site's lock as Settings → Slack saves, a link still as it was asked is
 - confirmed (``slack_checked_at``) when the email on the Slack profile is the member's;
 - cleared when it is another email: the Slack user is someone else, whose clicks would
   decide as the member;
-- left unconfirmed otherwise (no such user, no email shared, the token refused, Slack
-  unreachable or failing): its clicks stay refused, and the next run asks again.
+- left unconfirmed otherwise (no such user, a deactivated user, a guest, no email shared, an
+  email Slack has not confirmed, the token refused, Slack unreachable or failing): its clicks
+  stay refused, and the next run asks again.
 
 Each site's confirmations and clearings are one signed ``settings_change`` record, in the
 same shape as a save of Settings → Slack, written in the same transaction. The bot token is

@@ -3,11 +3,13 @@ site's bot token (its app needs the ``users:read`` and ``users:read.email`` scop
 
 Settings → Slack links a Slack user to a member only when Slack confirms that user is the
 member (:mod:`refunds.review.slack_setup`): the email on the Slack profile must be the
-member's. A click from a linked Slack user decides as the member, so a link typed in by
-someone else (an admin linking themselves to a colleague's Slack user) must not take effect
-on their word alone. Sill keeps nothing of Slack's answer but the link and when Slack
-confirmed it (``Membership.slack_checked_at``); links made before Sill asked are confirmed or
-cleared later (:mod:`refunds.review.slack_link_checks`).
+member's, and Slack must vouch for it: the user active, a full member of the workspace (not a
+guest), the email confirmed by Slack (:func:`slack_user_email`). A click from a linked Slack
+user decides as the member, so a link typed in by someone else (an admin linking themselves to
+a colleague's Slack user) must not take effect on their word alone. Sill keeps nothing of
+Slack's answer but the link and when Slack confirmed it (``Membership.slack_checked_at``);
+links made before Sill asked are confirmed or cleared later
+(:mod:`refunds.review.slack_link_checks`).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ def is_members_email(*, slack_email: str, member_email: str) -> bool:
 def slack_user_email(*, token: str, slack_user_id: str) -> str:
     """The email on ``slack_user_id``'s Slack profile, from ``users.info``;
     :class:`SlackUserUnconfirmed` saying why not (no token, Slack unreachable, no such user,
-    a token Slack refuses, no email shared)."""
+    a token Slack refuses, a deactivated user, a guest, no email shared, an email Slack has
+    not confirmed)."""
     if not token:
         raise SlackUserUnconfirmed(NO_TOKEN, site_wide=True)
     client = WebClient(token=token, base_url=settings.SILL_SLACK_API_URL, timeout=TIMEOUT_SECONDS)
@@ -92,6 +95,28 @@ def slack_user_email(*, token: str, slack_user_id: str) -> str:
     email = profile.get("email") if isinstance(profile, dict) else None
     if not isinstance(user, dict) or user.get("id") != slack_user_id:
         raise SlackUserUnconfirmed(f"Slack did not confirm user {slack_user_id}; try again.")
+    if user.get("deleted"):
+        # Deactivated: its clicks cannot come now, and a link to it would speak for whoever
+        # Slack reactivates it for.
+        raise SlackUserUnconfirmed(
+            f"Slack says {slack_user_id} is deactivated in this workspace. Nothing was linked."
+        )
+    if user.get("is_restricted") or user.get("is_ultra_restricted"):
+        # A guest (multi- or single-channel) comes from outside the workspace's organisation:
+        # members may invite one, and the workspace's sign-in rules (SSO, its offboarding) can
+        # exempt guests. Who decides refunds is linked only to a full member's Slack user.
+        raise SlackUserUnconfirmed(
+            f"{slack_user_id} is a guest in this Slack workspace: a member is linked only to a "
+            "full member's Slack user. Nothing was linked."
+        )
     if not isinstance(email, str) or not email.strip():
         raise SlackUserUnconfirmed(NO_EMAIL)
+    if user.get("is_email_confirmed") is not True:
+        # Until the address answers Slack's confirmation mail the profile email is only what
+        # was typed (by the person, an admin or SCIM): the very word this check must not take.
+        # Slack leaving the flag out is no confirmation either.
+        raise SlackUserUnconfirmed(
+            f"Slack has not confirmed the email on {slack_user_id}'s profile, so it may not be "
+            "theirs: they confirm it in Slack, then save again. Nothing was linked."
+        )
     return email.strip()

@@ -1,12 +1,15 @@
 """A loopback Slack Web API, answering in Slack's shapes (driven through slack_sdk's WebClient).
 
 - ``GET|POST /api/users.info?user=U…`` with ``Authorization: Bearer <bot token>`` →
-  ``{"ok": true, "user": {"id", "team_id", "name", "deleted", "is_bot", "profile": {"email",
-  "real_name"}}}``; a user the workspace does not have → ``{"ok": false, "error":
+  ``{"ok": true, "user": {"id", "team_id", "name", "deleted", "is_bot", "is_restricted",
+  "is_ultra_restricted", "is_email_confirmed", "profile": {"email", "real_name"}}}``; a user the workspace does not have → ``{"ok": false, "error":
   "user_not_found"}`` (users.info's documented error); another token →
   ``{"ok": false, "error": "invalid_auth"}``. Slack answers both with HTTP 200.
 - A user added with ``email=None`` has no ``email`` in their profile, as Slack answers an app
-  without the ``users:read.email`` scope.
+  without the ``users:read.email`` scope. ``add_user``'s keywords override the user's flags:
+  ``deleted=True`` (deactivated), ``is_restricted=True`` (a multi-channel guest),
+  ``is_ultra_restricted=True`` (a single-channel guest; Slack sets both flags for one),
+  ``is_email_confirmed=False`` (an email Slack has not confirmed).
 
 ``calls`` records each ``(method, user)`` asked.
 """
@@ -29,10 +32,12 @@ class SlackStub:
     url: str = ""  # the API base, ending /api/ as slack_sdk's base_url does
     token: str = TOKEN
     users: dict[str, str | None] = field(default_factory=dict)  # Slack user id → email
+    flags: dict[str, dict[str, bool]] = field(default_factory=dict)  # Slack user id → overrides
     calls: list[tuple[str, str]] = field(default_factory=list)
 
-    def add_user(self, slack_user_id: str, email: str | None) -> None:
+    def add_user(self, slack_user_id: str, email: str | None, **flags: bool) -> None:
         self.users[slack_user_id] = email
+        self.flags[slack_user_id] = flags
 
     def users_info(self, *, token: str, user: str) -> dict[str, object]:
         self.calls.append(("users.info", user))
@@ -53,8 +58,12 @@ class SlackStub:
                 "name": name,
                 "deleted": False,
                 "is_bot": False,
+                "is_restricted": False,
+                "is_ultra_restricted": False,
+                "is_email_confirmed": True,
                 "profile": profile,
-            },
+            }
+            | self.flags.get(user, {}),
         }
 
 

@@ -101,6 +101,29 @@ def test_a_profile_without_an_email_is_refused(
     assert _refused_link(site, admin.user, admin, "U0NOEMAIL").message == NO_EMAIL
 
 
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        ({"is_email_confirmed": False}, "Slack has not confirmed the email on U0TAKEN's profile"),
+        ({"deleted": True}, "Slack says U0TAKEN is deactivated in this workspace."),
+        ({"is_restricted": True}, "U0TAKEN is a guest in this Slack workspace"),
+        ({"is_restricted": True, "is_ultra_restricted": True}, "U0TAKEN is a guest"),
+    ],
+    ids=["email not confirmed", "deactivated", "multi-channel guest", "single-channel guest"],
+)
+def test_a_profile_with_the_members_email_that_slack_does_not_vouch_for_is_refused(
+    site: Site, members: dict[str, Membership], slack_api: SlackStub, flags: dict, why: str
+) -> None:
+    """The old code took the profile's email at its word. An email Slack has not confirmed is
+    only what someone typed (the owner's address on an admin's second Slack user, say); a
+    deactivated user, or a guest from outside the organisation, is not whom a decider's link
+    should speak for. Each is refused beside the box, nothing written."""
+    slack_api.add_user("U0TAKEN", "owner@roasters.example", **flags)
+    owner = members["owner"]
+    refused = _refused_link(site, owner.user, owner, "U0TAKEN")
+    assert refused.message.startswith(why) and "Nothing was linked." in refused.message
+
+
 def test_nothing_is_linked_when_slack_cannot_be_reached(
     site: Site, members: dict[str, Membership], slack_api: SlackStub, settings: Any
 ) -> None:
@@ -191,6 +214,9 @@ def test_the_stub_answers_users_info_in_slacks_shape(slack_api: SlackStub) -> No
     assert answer.status_code == 200 and answer["ok"] is True
     assert answer["user"]["id"] == "U0OWNER"
     assert answer["user"]["profile"]["email"] == "owner@roasters.example"
+    assert answer["user"]["is_email_confirmed"] is True and answer["user"]["deleted"] is False
+    assert answer["user"]["is_restricted"] is False
+    assert answer["user"]["is_ultra_restricted"] is False
     with pytest.raises(SlackApiError) as unknown:
         client.users_info(user="U0NOBODY")
     assert unknown.value.response.status_code == 200

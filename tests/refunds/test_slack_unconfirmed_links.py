@@ -195,6 +195,33 @@ def test_a_slack_user_slack_does_not_describe_stays_unconfirmed_not_cleared(
     assert admin.slack_user_id == slack_user_id and admin.slack_checked_at is None
 
 
+def test_an_old_link_to_a_guest_or_an_unconfirmed_email_stays_unconfirmed_and_decides_nothing(
+    site: Site,
+    linked: dict[str, Membership],
+    held: Refund,
+    slack: str,
+    slack_api: SlackStub,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The member's email on the profile is not enough: the check confirms neither a guest's
+    Slack user nor an email Slack has not confirmed, so their clicks stay refused, privately,
+    with nothing decided or written."""
+    slack_api.add_user("U0OWNER", "owner@roasters.example", is_email_confirmed=False)
+    slack_api.add_user("U0ADMIN", "admin@roasters.example", is_restricted=True)
+    _made_before(linked["owner"], "U0OWNER")
+    _made_before(linked["admin"], "U0ADMIN")
+    assert _check() == {"confirmed": 0, "cleared": 0, "unconfirmed": 2}
+    before = list(AuditRecord.objects.filter(site=site).values_list("pk", flat=True))
+    for user in ("U0OWNER", "U0ADMIN"):
+        with django_capture_on_commit_callbacks(execute=True):
+            click(site, held.id, user=user, response_url=slack)
+    assert [refusal["response_type"] for refusal in Slack.received] == ["ephemeral"] * 2
+    assert all(NOT_CONFIRMED in refusal["text"] for refusal in Slack.received)
+    held.refresh_from_db()
+    assert held.status == "held" and held.decided_by is None
+    assert list(AuditRecord.objects.filter(site=site).values_list("pk", flat=True)) == before
+
+
 def test_a_site_without_a_bot_token_is_not_asked_and_other_sites_are_left_alone(
     site, other_site, members, slack_api: SlackStub
 ):
