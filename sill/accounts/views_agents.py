@@ -8,6 +8,10 @@ make a credential that outlives the session, and a key signs mandates that move 
 does whatever widens what the agent's existing keys may do with money: reactivating it,
 switching its refunds on, raising or lifting a cap. Deactivating, switching off and lowering
 caps take a verified session alone: they are the brake, and must work in one click.
+
+The add-key form carries that code itself when the session's is stale: one submit verifies it
+(a wrong one counted as the verify page counts it) and adds the key, and a wrong or missing
+code gives the form back as typed, where the refusal page made the merchant type it again.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from sill.accounts import services, two_factor
 from sill.accounts.access import Cap, site_view
 from sill.accounts.agent_forms import AddKeyForm
 from sill.accounts.models import Agent, AgentKey, Site
+from sill.accounts.views_two_factor import WRONG_CODE, attempt_code
+from sill.error_pages import wants_json
 from sill.errors import SillError
 from sill.http import SiteRequest
 from sill.money import Money, MoneyError, parse_major
@@ -82,10 +88,16 @@ def _page(
     *,
     form: AddKeyForm | None = None,
     error: SillError | None = None,
+    code_error: str = "",
     status: int = 200,
 ) -> HttpResponse:
     site = request.site_ctx.site
-    context = {"form": form or _blank_form(), "error": error}
+    context = {
+        "form": form or _blank_form(),
+        "error": error,
+        "code_error": code_error,
+        "ask_code": _code_is_stale(request),
+    }
     if request.htmx and status == 422:
         return render(request, "accounts/agents.html#add-key", context, status=status)
     return render(
@@ -106,6 +118,34 @@ def _agent_for(request: SiteRequest, agent_pk: int) -> Agent:
     return get_object_or_404(Agent, pk=agent_pk, site=request.site_ctx.site)
 
 
+def _code_is_stale(request: SiteRequest) -> bool:
+    """A code entered in this session, but too long ago for a new key: the form asks for one.
+
+    Not for a missing authenticator or an unverified session: ``site_view`` refuses every
+    change of those before the view runs, so a code field here could not help."""
+    refused = two_factor.fresh_refusal(request, request.site_ctx.membership)
+    return refused is not None and refused.reason == two_factor.TwoFactorRequired.NOT_FRESH
+
+
+def _fresh_code_from_form(request: SiteRequest) -> tuple[str, HttpResponse | None]:
+    """Verify the form's code when the session's is stale: ("", None) when the key may be
+    added, (the words under the code field, None) when not, or (…, the lockout page)."""
+    if not _code_is_stale(request):
+        return "", None
+    code = request.POST.get("code", "").strip()
+    if not code:
+        # The page was loaded while the code was fresh, so it had no code field: not a wrong
+        # code, and not counted as one.
+        return two_factor.TwoFactorRequired(two_factor.TwoFactorRequired.NOT_FRESH).message, None
+    device, lockout = attempt_code(request, request.site_ctx.user, code)
+    if lockout is not None:
+        return WRONG_CODE, lockout
+    if device is None:
+        return WRONG_CODE, None
+    two_factor.mark_verified(request, device)
+    return "", None
+
+
 @require_safe
 @site_view(Cap.MANAGE_SETTINGS)
 def agents_page(request: SiteRequest) -> HttpResponse:
@@ -116,9 +156,16 @@ def agents_page(request: SiteRequest) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def agent_key_add(request: SiteRequest) -> HttpResponse:
     # Whoever holds the key's private half signs refund mandates: as sensitive as a rail's new
-    # key, so the same fresh code (site_view answers the 403), before anything is read.
-    two_factor.require_fresh(request, request.site_ctx.membership)
+    # key, so the same fresh code, before anything is read. The page's form may carry it.
     form = AddKeyForm(request.POST)
+    if not wants_json(request):
+        code_error, lockout = _fresh_code_from_form(request)
+        if lockout is not None:
+            return lockout
+        if code_error:
+            return _page(request, form=form, code_error=code_error, status=422)
+    # Still the gate: a JSON client is refused in JSON (site_view answers the 403).
+    two_factor.require_fresh(request, request.site_ctx.membership)
     try:
         if not form.is_valid():
             name, errors = next(iter(form.errors.items()))
