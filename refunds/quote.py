@@ -507,18 +507,19 @@ def original_refusal(order: Order | None, charge: Charge | None) -> RefundRefuse
     if order.status not in REFUNDABLE_STATUSES:
         messages: dict[str, str] = {
             OrderStatus.PENDING: (
-                f"Order #{order.number} is PENDING: it hasn't been paid, so there is nothing "
+                f"Order #{order.number} is still pending: it hasn't been paid, so there is nothing "
                 "to refund."
             ),
             OrderStatus.REFUNDED: (
-                f"Order #{order.number} is already REFUNDED in full; nothing is left to refund."
+                f"Order #{order.number} is already refunded in full; nothing is left to refund."
             ),
             OrderStatus.CANCELLED: (
-                f"Order #{order.number} was CANCELLED; cancelled orders can't be refunded."
+                f"Order #{order.number} was cancelled; cancelled orders can't be refunded."
             ),
         }
         message = messages.get(
-            order.status, f"Order #{order.number} is {order.status} and can't be refunded."
+            order.status,
+            f"Order #{order.number} is {order.get_status_display().lower()} and can't be refunded.",
         )
         if order.status == OrderStatus.REFUNDED and charge is not None:
             return RefundRefused(message, code="already_executed", order=order, charge=charge)
