@@ -38,6 +38,7 @@ from tests.refunds.conftest import (  # noqa: F401 (fixtures)
     sign,
     signing_key,
 )
+from tests.threads import row_locked_elsewhere
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -167,25 +168,6 @@ def test_people_get_the_briefly_unavailable_page_when_postgresql_refuses_connect
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-@contextmanager
-def chain_head_held(site_id: str, *, release_after: float) -> Iterator[None]:
-    """Another session (an operator's ``psql``, a process that hung) holds the site's audit
-    chain head ``FOR UPDATE`` inside an open transaction, for ``release_after`` seconds."""
-    raw = connection.get_new_connection(connection.get_connection_params())
-    raw.autocommit = True
-    try:
-        raw.execute("BEGIN")
-        raw.execute("SELECT 1 FROM audit_auditchainhead WHERE site_id = %s FOR UPDATE", [site_id])
-        timer = threading.Timer(release_after, lambda: raw.execute("COMMIT"))
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.join()
-    finally:
-        raw.close()
-
-
 @pytest.fixture
 def short_lock_timeout(settings) -> None:
     """Statements give up on a lock after 1 s (10 s by default): set on this process's next
@@ -209,7 +191,10 @@ def test_a_decision_waiting_on_a_stuck_audit_chain_head_is_answered_503_and_writ
     before = (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count())
     body = sign(refund_intent(ORIGINAL))
 
-    with caplog.at_level(logging.WARNING), chain_head_held(site_id, release_after=4):
+    with (
+        caplog.at_level(logging.WARNING),
+        row_locked_elsewhere(AuditChainHead, site_id, release_after=4),
+    ):
         started = time.monotonic()
         response = post(Client(raise_request_exception=False), body)
         waited = time.monotonic() - started

@@ -6,16 +6,13 @@ headers, as the first did not."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery.exceptions import Retry
 from celery.signals import before_task_publish
-from django.db import connection
 
 from audit.models import AuditRecord
 from refunds.models import Refund
@@ -30,6 +27,7 @@ from tests.refunds.test_slack_approvals import (  # noqa: F401 (fixtures)
     slack,
 )
 from tests.test_database_down import postgresql_refusing
+from tests.threads import row_locked_elsewhere
 from tests.worker import running_worker, wait_for
 
 Capture = Callable[..., Any]
@@ -38,25 +36,6 @@ Capture = Callable[..., Any]
 def _decisions(refund: Refund) -> int:
     kinds = ("escalated_approved", "escalated_rejected")
     return AuditRecord.objects.filter(site_id=refund.site_id, kind__in=kinds).count()
-
-
-@contextmanager
-def refund_row_held(refund_id: str, *, release_after: float) -> Iterator[None]:
-    """Another session holds the refund's row ``FOR UPDATE`` for ``release_after`` seconds: a
-    decision waiting on it meets the lock timeout (an OperationalError)."""
-    raw = connection.get_new_connection(connection.get_connection_params())
-    raw.autocommit = True
-    try:
-        raw.execute("BEGIN")
-        raw.execute("SELECT 1 FROM refunds_refund WHERE id = %s FOR UPDATE", [refund_id])
-        timer = threading.Timer(release_after, lambda: raw.execute("COMMIT"))
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.join()
-    finally:
-        raw.close()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -74,11 +53,12 @@ def test_a_click_that_meets_a_lock_timeout_is_decided_by_a_retry(
     log = tmp_path / "worker.log"
     env = {"SILL_DB_LOCK_TIMEOUT_SECONDS": "1", "SILL_SLACK_RESPONSE_HOSTS": "127.0.0.1"}
     with running_worker(log, **env):
-        with refund_row_held(held.id, release_after=3):
+        # Held for 3 s from the click: its first attempt gives up after 1 s, a retry decides.
+        with row_locked_elsewhere(Refund, held.id, release_after=3):
             answer = click(site, held.id, user="U0OWNER", response_url=slack)
             assert answer.status_code == 200
-        wait_for(lambda: not Refund.objects.filter(pk=held.id, status="held").exists(),
-                 timeout=60, what="the decision")  # fmt: skip
+            wait_for(lambda: not Refund.objects.filter(pk=held.id, status="held").exists(),
+                     timeout=60, what="the decision")  # fmt: skip
         wait_for(lambda: bool(Slack.received), timeout=30, what="the message's update")
     held.refresh_from_db()
     assert held.status in ("processing", "succeeded")
