@@ -39,7 +39,8 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 # Records no person made: who they are "by" in words.
 SYSTEM = "Sill"
 # Why Sill refused a purchase mandate when it arrived (refunds.agent.intake signs the refusal
-# as a ``rejected`` record with ``"kind": "purchase"``), in words; the order page says the same.
+# as a ``rejected`` record with ``"kind": "purchase"``, as it signs an acceptance ``approved``),
+# in words; the order page says the same.
 PURCHASE_REFUSALS = {"rail_disabled": "the rail is off or can't take payments"}
 
 
@@ -318,13 +319,16 @@ _INVITE_WORDS = {
 
 def summary_of(kind: str, body: dict[str, Any]) -> str:
     """Words for policy, member, agent, key and rail changes, for what an owner recorded of a
-    charge that needed attention, and for a refused purchase (never a secret: bodies hold
-    none)."""
+    charge that needed attention, and for a purchase accepted or refused (never a secret:
+    bodies hold none)."""
     action = str(body.get("action", ""))
     verb = _VERBS.get(action, action.replace("_", " "))
     if kind == AuditKind.REJECTED and _is_purchase(body):
         reason = str(body.get("reason") or "")
         return f"Purchase refused: {PURCHASE_REFUSALS.get(reason, _humanize(reason).lower())}"
+    if kind == AuditKind.APPROVED and _is_purchase(body):
+        # Taken before it is charged: the charge's own record (kind charge) follows.
+        return f"Purchase approved, to be charged on {rail_label(str(body.get('rail', '')))}"
     if kind == AuditKind.ATTENTION_RESOLVED and _is_id(body.get("charge_id")):
         # A purchase's charge (sill.orders.charge_attention); a refund's names its refund.
         if body.get("outcome") == "charged":

@@ -177,16 +177,18 @@ def mandate_sha256(mandate: Mandate | None) -> str | None:
     return hashlib.sha256(bytes(mandate.raw)).hexdigest() if mandate is not None else None
 
 
-def record_purchase_refusal(
-    *, mandate: Mandate, order: Order, rail: str, reason: str, now: datetime
+def record_purchase_decision(
+    *, mandate: Mandate, order: Order, rail: str, reason: str | None = None, now: datetime
 ) -> AuditRecord:
-    """Write the ``rejected`` decision record of a purchase mandate refused after it verified
-    (in the caller's transaction, after its own writes): signed like a refund's rejection,
-    naming the mandate's bytes, the order it left cancelled and why. No refund exists, so the
-    body names none; ``kind`` says what was refused, as a credit's says it is a credit."""
+    """Write the decision record of a purchase mandate that verified (in the caller's
+    transaction, after its own writes), signed as a refund's decision is and naming the
+    mandate's bytes and its order: ``approved`` when the order's charge was created (the
+    worker charges it after commit; its ``charge`` record names this one's hash), ``rejected``
+    with ``reason`` when the order was left cancelled. No refund exists, so the body names
+    none; ``kind`` says what was decided, as a credit's says it is a credit."""
     return append_record(
         site=mandate.site,
-        kind="rejected",
+        kind="rejected" if reason else "approved",
         body={
             "kind": "purchase",
             "order_id": order.id,
@@ -198,7 +200,7 @@ def record_purchase_refusal(
             "currency": order.currency,
             "rail": rail,
             "reason": reason,
-            # No rule judges a purchase (yet): the refusal is the rail's state, not a policy.
+            # No rule judges a purchase (yet): a refusal is the rail's state, not a policy.
             "policy_version": None,
             "rules": [],
             "mandate_sha256": mandate_sha256(mandate),

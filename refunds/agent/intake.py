@@ -55,7 +55,7 @@ from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import (
     decide_and_open,
     record_decision,
-    record_purchase_refusal,
+    record_purchase_decision,
     unsaved_refund,
 )
 from sill.accounts.models import Agent, AgentKey, Site
@@ -331,8 +331,9 @@ def _decide(
 
 
 def _purchase(mandate: Mandate, verified: VerifiedMandate, *, now: datetime) -> Order:
-    """Place the order a purchase mandate asks for (in the caller's transaction); a refused
-    one gets its signed decision record there too."""
+    """Place the order a purchase mandate asks for, with its signed decision record (in the
+    caller's transaction): the record of taking the money exists before any charge is tried,
+    and stays whatever becomes of the charge."""
     intent = verified.intent
     assert isinstance(intent, mandates.PurchaseIntent)
     order = place_order(
@@ -351,13 +352,16 @@ def _purchase(mandate: Mandate, verified: VerifiedMandate, *, now: datetime) -> 
             payment_method=intent.payment_method,
         )
     )
-    if order.status == OrderStatus.CANCELLED:
-        # place_order cancels a fresh order only when its rail cannot take the money: a
-        # refusal of a verified mandate is a decision, and every decision is a signed record,
-        # as a refund's rejection is (the answer says rail_disabled: refunds.agent.answers).
-        record_purchase_refusal(
-            mandate=mandate, order=order, rail=intent.payment_rail, reason="rail_disabled", now=now
-        )
+    # place_order cancels a fresh order only when its rail cannot take the money: a refusal
+    # (the answer says rail_disabled: refunds.agent.answers), as a refund's rejection is.
+    refused = order.status == OrderStatus.CANCELLED
+    record_purchase_decision(
+        mandate=mandate,
+        order=order,
+        rail=intent.payment_rail,
+        reason="rail_disabled" if refused else None,
+        now=now,
+    )
     return order
 
 

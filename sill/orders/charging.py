@@ -52,6 +52,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.models import AuditKind, AuditRecord
 from audit.services import append_record
 from sill.failpoints import failpoint
 from sill.leases import lease_kept
@@ -427,6 +428,8 @@ def charge_body(
 ) -> dict[str, Any]:
     """The audit body of a charge event: integers and strings only (exact amounts)."""
     return {
+        # The decision it follows from, as a refund's settlement names its decision.
+        "decision_hash": purchase_decision_hash(order),
         "order_id": order.id,
         "order_number": order.number,
         "charge_id": charge.id,
@@ -442,6 +445,24 @@ def charge_body(
         "message": message,
         "attempts": charge.attempts,
     }
+
+
+def purchase_decision_hash(order: Order) -> str | None:
+    """The hash of the signed ``approved`` record of the purchase that placed ``order``
+    (``refunds.services.record_purchase_decision``, committed with the order and its charge);
+    None for an order placed before purchases had one. One indexed query: a refund's decision
+    about the order names its refund, a purchase's none."""
+    return (
+        AuditRecord.objects.filter(
+            site_id=order.site_id,
+            subject_order_id=order.pk,
+            subject_refund_id="",
+            kind=AuditKind.APPROVED,
+        )
+        .order_by("seq")
+        .values_list("hash", flat=True)
+        .first()
+    )
 
 
 # --- the recovery sweep ---------------------------------------------------------------------

@@ -88,6 +88,8 @@ def test_it_records_the_charge_the_dashboard_shows(in_doubt, owner):
     assert parse_datetime(resolved_at) is not None
     order = charge.order
     assert body == {
+        # Placed by make_order, not by a mandate Sill decided on: no decision to name.
+        "decision_hash": None,
         "order_id": order.pk,
         "order_number": order.number,
         "charge_id": charge.pk,

@@ -41,7 +41,8 @@ def test_it_refunds_a_purchase_end_to_end_on_the_mock_rail(api, sign, mock_rail)
     charge = Charge.objects.get(order=order)
     assert (charge.amount_refunded_minor, charge.amount_reserved_minor) == (8900, 0)
     kinds = list(AuditRecord.objects.filter(site=order.site).values_list("kind", flat=True))
-    assert kinds == ["charge", "approved", "settlement"]  # the purchase's charge is signed too
+    # The purchase's decision and charge are signed too, then the refund's.
+    assert kinds == ["approved", "charge", "approved", "settlement"]
     assert [m.to for m in mail.outbox] == [["ada@example.com"]]
     assert "$89.00" in mail.outbox[0].body
 

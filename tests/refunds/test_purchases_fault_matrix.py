@@ -61,7 +61,7 @@ def buy_with_a_worker_killed(
 
 
 def assert_killed_before_recording(order: Order) -> None:
-    """Sill was not told: the charge is pending, the rail may hold it, nothing is recorded."""
+    """Sill was not told: the charge is pending, the rail may hold it, no charge is recorded."""
     charge = Charge.objects.get(order=order)
     order.refresh_from_db()
     assert (order.status, charge.status) == ("PENDING", "pending")
@@ -86,9 +86,11 @@ def assert_paid_once(order: Order, charge: Charge, *, provider_payment_id: str) 
     assert charge.provider_payment_id == provider_payment_id
     assert charge.attempts >= 2 and charge.lease_until is None
     records = AuditRecord.objects.filter(site=order.site).order_by("seq")
-    assert [r.kind for r in records] == ["charge"]  # no decision: a purchase has none
-    body = json.loads(records[0].payload)["body"]
+    # The decision, signed with the order before the first worker ran, then the one charge.
+    assert [r.kind for r in records] == ["approved", "charge"]
+    body = json.loads(records[1].payload)["body"]
     assert (body["outcome"], body["provider_payment_id"]) == ("succeeded", provider_payment_id)
+    assert body["decision_hash"] == records[0].hash
     call_command("audit", "verify", stdout=io.StringIO())
 
 

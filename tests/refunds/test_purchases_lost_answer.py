@@ -87,7 +87,9 @@ def test_it_finds_a_charge_whose_answer_was_lost_instead_of_charging_again(buy, 
     assert entry.idempotency_key == f"sill-charge-{order.pk}"
     assert MockCallCount.objects.get(idempotency_key=entry.idempotency_key).calls == 1
     (body,) = charge_records(order)
+    decision = AuditRecord.objects.get(site=order.site, kind="approved")
     assert body == {
+        "decision_hash": decision.hash,  # what Sill decided, signed before the first attempt
         "order_id": order.pk,
         "order_number": order.number,
         "charge_id": charge.pk,

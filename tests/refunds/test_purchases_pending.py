@@ -111,7 +111,7 @@ def test_requires_action_stays_pending_then_needs_attention_then_settles(
     kinds = list(
         AuditRecord.objects.filter(site=site).order_by("seq").values_list("kind", flat=True)
     )
-    assert kinds == ["needs_attention", "charge"]
+    assert kinds == ["approved", "needs_attention", "charge"]
     call_command("audit", "verify", stdout=io.StringIO())
 
 
