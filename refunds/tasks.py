@@ -157,12 +157,13 @@ def slack_respond_task(response_url: str, text: str, privately: bool = False) ->
 # Tasks are acknowledged late by default (CELERY_TASK_ACKS_LATE); a click is not (below).
 @shared_task(bind=True, name="refunds.slack_decide", acks_late=False, max_retries=7)
 def slack_decide_task(
-    self: Task[[str, str, str, str, str], str],
+    self: Task[[str, str, str, str, str, list[str] | None], str],
     site_id: str,
     action: str,
     refund_id: str,
     slack_user_id: str,
     response_url: str,
+    teams: list[str] | None = None,
 ) -> str:
     """Decide an Approve / Reject click from Slack, verified and queued by the interactivity
     endpoint (enqueued on commit). Acknowledged on receipt, not after: a click is a person's
@@ -173,9 +174,12 @@ def slack_decide_task(
     after its decision committed: the click is tried again after a jittered backoff (seven
     times, up to about two minutes in all; a response_url works for half an hour), and a retry
     never decides twice (``decide_click``'s ``retried``)."""
+    # ``teams``: the Slack workspace and organisation ids the click came from. A click queued
+    # before Sill read them has none, and decides nothing (its clicker is told; the buttons
+    # stay, to click again).
     click = Click(
         action=action, refund_id=refund_id, slack_user_id=slack_user_id,
-        response_url=response_url,
+        response_url=response_url, teams=tuple(teams or ()),
     )  # fmt: skip
     try:
         decided = decide_click(site_id=site_id, click=click, retried=self.request.retries > 0)
@@ -198,14 +202,16 @@ def slack_decide_task(
 
 @shared_task(name="refunds.slack_check_links")
 def slack_check_links_task() -> dict[str, int]:
-    """Ask Slack about the Slack links it has not confirmed (made before Sill asked): confirm
-    or clear each, or leave it for the next run when Slack does not say. Beat: every 15
-    minutes."""
+    """Ask Slack about the Slack links it has not confirmed (made before Sill asked), and
+    again about confirmed ones a day on: confirm, clear or unconfirm each, or leave it for the
+    next run when Slack does not say. Beat: every 15 minutes."""
     check = check_slack_links()
     return {
         "confirmed": check.confirmed,
         "cleared": check.cleared,
         "unconfirmed": check.unconfirmed,
+        "rechecked": check.rechecked,
+        "revoked": check.revoked,
     }
 
 

@@ -6,7 +6,9 @@ A click is a POST to ``/slack/interactions/<site_id>`` (``payload=<JSON>``, sign
 ``X-Slack-Signature`` / ``X-Slack-Request-Timestamp``, five minutes' tolerance). The Slack user
 is mapped to a member of that site (``Membership.slack_user_id``) who may decide held refunds,
 through a link Slack confirmed (``slack_checked_at``: a link made before Sill asked Slack
-decides nothing until it is confirmed); the decision then runs through the same services as
+decides nothing until it is confirmed), from the workspace Slack said that user is of
+(``slack_team_id``, matched against the click's workspace or Enterprise Grid organisation:
+:func:`click_teams`); the decision then runs through the same services as
 the browser — the re-checks at approval, maker-checker, expiry — and is audited the same way
 (the review record names the member; its note says it came from Slack). A site that requires
 two factors refuses decisions from Slack (Sill cannot see Slack's second factor) and links the
@@ -67,6 +69,15 @@ REPLAY_SECONDS = 11 * 60
 UNCONFIRMED_LINK = (
     "Your Slack user's link to Sill is not confirmed yet, so this click decided nothing: it "
     "must be confirmed in Sill first (Settings → Slack). Until then, decide it in Sill."
+)
+UNRECORDED_WORKSPACE = (
+    "Sill has not yet recorded which Slack workspace your Slack user's link belongs to, so "
+    "this click decided nothing: Sill asks Slack within 15 minutes. Until then, decide it in "
+    "Sill."
+)
+OTHER_WORKSPACE = (
+    "This click came from another Slack workspace than the one this Slack user is linked in, "
+    "so it decided nothing. Decide it in Sill."
 )
 
 
@@ -232,6 +243,7 @@ class Click:
     refund_id: str
     slack_user_id: str
     response_url: str
+    teams: tuple[str, ...] = ()  # the workspace and organisation ids the click came from
 
 
 def verify_click(
@@ -278,12 +290,30 @@ def verify_click(
             refund_id=str(action["value"]),
             slack_user_id=str(payload["user"]["id"]),
             response_url=str(payload["response_url"]),
+            teams=click_teams(payload),
         )
     except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError):
         raise SillError("Not a Slack block action.", code="malformed", status=400) from None
     if payload.get("type") != "block_actions" or click.action not in (APPROVE, REJECT):
         raise SillError("Not an Approve or Reject click.", code="malformed", status=400)
     return click
+
+
+def click_teams(payload: dict[str, Any]) -> tuple[str, ...]:
+    """The Slack workspace and organisation ids a signed click names, as Slack documents the
+    block_actions payload: ``team.id`` (the workspace it was clicked in), ``user.team_id``
+    (the clicker's; an organisation's E… on Enterprise Grid), and on Enterprise Grid
+    ``team.enterprise_id`` and ``enterprise.id`` (``team`` may be null for an app installed
+    across the organisation). A link's recorded workspace (users.info's ``team_id``: the
+    workspace, or the organisation for such an app) must be one of them."""
+    team, user, enterprise = (payload.get(key) for key in ("team", "user", "enterprise"))
+    named = [
+        team.get("id") if isinstance(team, dict) else None,
+        team.get("enterprise_id") if isinstance(team, dict) else None,
+        user.get("team_id") if isinstance(user, dict) else None,
+        enterprise.get("id") if isinstance(enterprise, dict) else None,
+    ]
+    return tuple(dict.fromkeys(t for t in named if isinstance(t, str) and t))
 
 
 def _is_utf8(body: bytes) -> bool:
@@ -301,14 +331,17 @@ def accept_click(*, site: Site, click: Click) -> None:
     place, to be clicked again."""
     enqueue_on_commit(
         "refunds.slack_decide", site.pk, click.action, click.refund_id, click.slack_user_id,
-        click.response_url, shown=shown_click(site.pk, click),
+        click.response_url, list(click.teams), shown=shown_click(site.pk, click),
     )  # fmt: skip
 
 
-def shown_click(site_id: str, click: Click) -> tuple[str, ...]:
+def shown_click(site_id: str, click: Click) -> tuple[object, ...]:
     """What a queued click's message shows of its arguments (its headers: monitoring, the
     worker's failure log): all but the response_url, a capability, named in its place."""
-    return (site_id, click.action, click.refund_id, click.slack_user_id, "<response_url>")
+    return (
+        site_id, click.action, click.refund_id, click.slack_user_id, "<response_url>",
+        list(click.teams),
+    )  # fmt: skip
 
 
 def decide_click(*, site_id: str, click: Click, retried: bool = False) -> Refund | None:
@@ -348,6 +381,16 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
         # (refunds/review/slack_link_checks.py). Said before the role: it is not yet known
         # whose click this is.
         raise SlackRefused(UNCONFIRMED_LINK)
+    if not membership.slack_team_id:
+        # Confirmed before Sill recorded the workspace: whether this click comes from it is
+        # not known until the check asks Slack again (its next run, within 15 minutes).
+        raise SlackRefused(UNRECORDED_WORKSPACE)
+    if membership.slack_team_id not in click.teams:
+        # The signing secret is the app's, not the workspace's: an app installed in more than
+        # one workspace signs clicks from each, and a user id is Slack's name for someone in
+        # one workspace (or organisation) only. Only a click from the link's decides as the
+        # member.
+        raise SlackRefused(OTHER_WORKSPACE)
     if not can(membership, Cap.DECIDE_HELD):
         raise SlackRefused("Only owners and admins decide held refunds; you can review it in Sill.")
     if site.require_two_factor:

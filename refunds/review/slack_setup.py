@@ -18,11 +18,13 @@ Whoever may set a link, it takes effect only when Slack confirms the Slack user 
 (:mod:`refunds.review.slack_users`). Otherwise (another person's Slack user, no bot token,
 Slack unreachable) the link is refused beside its box and nothing of the save is written: a
 click decides as the member, so no one links a member to a Slack user on their own word.
-A confirmed link is stamped ``slack_checked_at``; removing a link needs no confirmation. Links
-made before Sill asked Slack are unconfirmed (their clicks decide nothing): a save that sends
-one back is also asked of Slack and confirms it if Slack says so (never refused for it: the
-saver may not be able to change it), and :mod:`refunds.review.slack_link_checks` asks Slack
-about the rest.
+A confirmed link is stamped ``slack_checked_at`` and the workspace Slack says the user is of
+(``slack_team_id``: clicks from another workspace decide nothing); removing a link needs no
+confirmation. Links made before Sill asked Slack are unconfirmed (their clicks decide
+nothing): a save that sends one back is also asked of Slack and confirms it if Slack says so
+(never refused for it: the saver may not be able to change it), and
+:mod:`refunds.review.slack_link_checks` asks Slack about the rest, and again about confirmed
+links every day.
 
 The signing secret, the bot token and the webhook URL are secrets: they are sealed at rest,
 never logged, never returned and never in the audit record. Every save that changes
@@ -43,9 +45,10 @@ from audit.models import AuditKind
 from audit.services import append_record
 from refunds.review import slack
 from refunds.review.slack_users import (
+    SlackUser,
     SlackUserUnconfirmed,
     is_members_email,
-    slack_user_email,
+    slack_user,
 )
 from sill import errors
 from sill.accounts.access import Cap, can, require_member
@@ -183,8 +186,8 @@ def _owner_token(checked: Membership, token: str) -> bool:
     return checked.role == Role.OWNER and bool(BOT_TOKEN_RE.match(token))
 
 
-# What Slack said of a Slack user: their profile's email, or why it did not say.
-SlackAnswer = str | SlackUserUnconfirmed
+# What Slack said of a Slack user: their profile's email and workspace, or why it did not say.
+SlackAnswer = SlackUser | SlackUserUnconfirmed
 
 
 def _ask_slack(*, site: Site, token: str | None, wanted: dict[int, str]) -> dict[str, SlackAnswer]:
@@ -209,7 +212,7 @@ def _ask_slack(*, site: Site, token: str | None, wanted: dict[int, str]) -> dict
     answers: dict[str, SlackAnswer] = {}
     for slack_user_id in sorted(asked):
         try:
-            answers[slack_user_id] = slack_user_email(token=token, slack_user_id=slack_user_id)
+            answers[slack_user_id] = slack_user(token=token, slack_user_id=slack_user_id)
         except SlackUserUnconfirmed as unconfirmed:
             answers[slack_user_id] = unconfirmed
     return answers
@@ -224,7 +227,7 @@ def _unconfirmed(*, member: Membership, value: str, answers: dict[str, SlackAnsw
     if isinstance(answer, SlackUserUnconfirmed):
         return str(answer)
     email = (member.user.email or "").strip()
-    if not is_members_email(slack_email=answer, member_email=email):
+    if not is_members_email(slack_email=answer.email, member_email=email):
         return (
             f"Slack's profile of {value} does not have the email {email or 'of this member'}: "
             "a member is linked only to their own Slack user. Nothing was linked."
@@ -347,20 +350,28 @@ def _write(
     links: list[dict[str, str | bool | None]] = []
     for member in members:
         value = wanted.get(member.pk, member.slack_user_id)
+        answer = answers.get(value)
         if value != member.slack_user_id:
             # A new link was confirmed by Slack (_refuse_what_may_not_be_saved refused any
-            # other), so it takes effect at once.
+            # other), so it takes effect at once, in the workspace Slack said it is of.
             member.slack_user_id = value
             member.slack_checked_at = timezone.now() if value else None
-            member.save(update_fields=["slack_user_id", "slack_checked_at"])
+            member.slack_team_id = answer.team_id if isinstance(answer, SlackUser) else ""
+            member.save(update_fields=["slack_user_id", "slack_checked_at", "slack_team_id"])
             links.append({"member": member.user.get_username(), "slack_user_id": value or None})
-        elif value and member.slack_checked_at is None and _confirms(member, answers.get(value)):
+        elif (
+            value
+            and member.slack_checked_at is None
+            and isinstance(answer, SlackUser)
+            and _confirms(member, answer)
+        ):
             # A link made before Sill asked Slack, sent back unchanged, that Slack confirms.
             # One Slack does not confirm is left as it is (its clicks decide nothing) for
             # refunds.review.slack_link_checks, not refused: the save may be another
             # member's, about something else, who cannot change this link.
             member.slack_checked_at = timezone.now()
-            member.save(update_fields=["slack_checked_at"])
+            member.slack_team_id = answer.team_id
+            member.save(update_fields=["slack_checked_at", "slack_team_id"])
             links.append(
                 {"member": member.user.get_username(), "slack_user_id": value, "confirmed": True}
             )
@@ -378,10 +389,10 @@ def _write(
     return changed + [f"Slack user of {link['member']} {_done(link)}" for link in links]
 
 
-def _confirms(member: Membership, answer: SlackAnswer | None) -> bool:
+def _confirms(member: Membership, answer: SlackUser) -> bool:
     """Whether Slack's answer is the member's email."""
     email = member.user.email or ""
-    return isinstance(answer, str) and is_members_email(slack_email=answer, member_email=email)
+    return is_members_email(slack_email=answer.email, member_email=email)
 
 
 def _done(link: dict[str, str | bool | None]) -> str:

@@ -86,6 +86,13 @@ class Membership(models.Model):
     # before Sill asked Slack, until the check (refunds/review/slack_link_checks.py) confirms
     # or clears them. A click from an unconfirmed link decides nothing.
     slack_checked_at = models.DateTimeField(null=True, blank=True)
+    # The Slack workspace that user belongs to, as users.info said when Slack last confirmed
+    # the link (its ``team_id``: T…, or E… for a user of an Enterprise Grid organisation). A
+    # click is Slack's word for its own workspace only: one from another workspace (the app
+    # installed elsewhere, a user id that is someone else's there) decides nothing. Empty for
+    # links confirmed before Sill recorded it, until the check fills it in (their clicks are
+    # refused meanwhile), and for every unconfirmed link.
+    slack_team_id = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -100,6 +107,10 @@ class Membership(models.Model):
             models.CheckConstraint(
                 condition=~Q(slack_user_id="", slack_checked_at__isnull=False),
                 name="membership_slack_checked_only_linked",
+            ),
+            models.CheckConstraint(
+                condition=~Q(slack_checked_at__isnull=True) | Q(slack_team_id=""),
+                name="membership_slack_team_only_confirmed",
             ),
             models.CheckConstraint(
                 condition=Q(role__in=[r.value for r in Role]), name="membership_role_valid"

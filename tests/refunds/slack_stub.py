@@ -9,7 +9,9 @@
   without the ``users:read.email`` scope. ``add_user``'s keywords override the user's flags:
   ``deleted=True`` (deactivated), ``is_restricted=True`` (a multi-channel guest),
   ``is_ultra_restricted=True`` (a single-channel guest; Slack sets both flags for one),
-  ``is_email_confirmed=False`` (an email Slack has not confirmed).
+  ``is_email_confirmed=False`` (an email Slack has not confirmed), ``team_id="T…"`` (a user of
+  another workspace) or ``team_id="E…"`` (an Enterprise Grid organisation's, as Slack
+  answers an app installed across the organisation).
 
 ``calls`` records each ``(method, user)`` asked.
 """
@@ -32,10 +34,10 @@ class SlackStub:
     url: str = ""  # the API base, ending /api/ as slack_sdk's base_url does
     token: str = TOKEN
     users: dict[str, str | None] = field(default_factory=dict)  # Slack user id → email
-    flags: dict[str, dict[str, bool]] = field(default_factory=dict)  # Slack user id → overrides
+    flags: dict[str, dict[str, bool | str]] = field(default_factory=dict)  # user id → overrides
     calls: list[tuple[str, str]] = field(default_factory=list)
 
-    def add_user(self, slack_user_id: str, email: str | None, **flags: bool) -> None:
+    def add_user(self, slack_user_id: str, email: str | None, **flags: bool | str) -> None:
         self.users[slack_user_id] = email
         self.flags[slack_user_id] = flags
 

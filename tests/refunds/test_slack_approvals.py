@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import pytest
@@ -25,6 +26,7 @@ from refunds.models import Refund
 from refunds.review.slack import seal_signing_secret, webhook_url
 from sill.accounts.models import Membership
 from tests.refunds.conftest import hold_refund
+from tests.refunds.slack_stub import TEAM
 
 pytestmark = pytest.mark.django_db
 
@@ -60,12 +62,14 @@ def slack(settings) -> Iterator[str]:
 
 @pytest.fixture
 def linked(site, members):
-    """Owner, admin and reviewer linked to their Slack users, as Slack confirmed them."""
+    """Owner, admin and reviewer linked to their Slack users, as Slack confirmed them, in the
+    stub's workspace."""
     site.slack_signing_secret = seal_signing_secret(site, SECRET)
     site.save()
     for role, slack_id in (("owner", "U0OWNER"), ("admin", "U0ADMIN"), ("reviewer", "U0REVIEW")):
         members[role].slack_user_id = slack_id
         members[role].slack_checked_at = timezone.now()
+        members[role].slack_team_id = TEAM
         members[role].save()
     return members
 
@@ -77,12 +81,17 @@ def held(original, agent) -> Refund:
 
 def click(
     site, refund_id: str, *, user: str, action: str = "sill_approve", response_url: str,
-    secret: str = SECRET, age: int = 0,
+    secret: str = SECRET, age: int = 0, workspace: str = TEAM, user_team: str | None = None,
+    **grid: Any,
 ):  # fmt: skip
-    payload = {
+    """A click signed as Slack signs it, from ``workspace`` (``team.id``; ``user.team_id`` too
+    unless ``user_team``: an Enterprise Grid organisation's id); ``grid`` adds or replaces
+    payload keys: Enterprise Grid's ``enterprise``, a ``team`` naming its organisation or
+    null."""
+    payload: dict[str, Any] = {
         "type": "block_actions",
-        "user": {"id": user, "username": "someone", "team_id": "T1"},
-        "team": {"id": "T1"},
+        "user": {"id": user, "username": "someone", "team_id": user_team or workspace},
+        "team": {"id": workspace, "domain": "roasters"},
         "response_url": response_url,
         "actions": [
             {
@@ -92,7 +101,7 @@ def click(
                 "type": "button",
             }
         ],
-    }
+    } | grid
     body = urlencode({"payload": json.dumps(payload)}).encode()
     timestamp = str(int(time.time()) - age)
     base = b"v0:" + timestamp.encode() + b":" + body
@@ -328,8 +337,8 @@ def test_a_click_on_review_in_sill_is_acknowledged_and_decides_nothing(
     button, each time anyone uses it). The click carries no value and asks nothing of Sill."""
     payload = {
         "type": "block_actions",
-        "user": {"id": "U0OWNER", "username": "someone", "team_id": "T1"},
-        "team": {"id": "T1"},
+        "user": {"id": "U0OWNER", "username": "someone", "team_id": TEAM},
+        "team": {"id": TEAM},
         "response_url": slack,
         "actions": [
             {
@@ -595,8 +604,8 @@ def test_a_replayed_click_is_refused_and_changes_nothing(
     resent by a proxy) is a replay: 400, and nothing is queued, decided or said in Slack."""
     payload = {
         "type": "block_actions",
-        "user": {"id": "U0ADMIN", "username": "someone", "team_id": "T1"},
-        "team": {"id": "T1"},
+        "user": {"id": "U0ADMIN", "username": "someone", "team_id": TEAM},
+        "team": {"id": TEAM},
         "response_url": slack,
         "actions": [{"action_id": "sill_reject", "value": held.id, "type": "button"}],
     }

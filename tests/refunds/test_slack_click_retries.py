@@ -19,6 +19,7 @@ from refunds.models import Refund
 from refunds.tasks import slack_decide_task
 from sill.accounts.models import Membership, Site
 from sill.celery import app
+from tests.refunds.slack_stub import TEAM
 from tests.refunds.test_slack_approvals import (  # noqa: F401 (fixtures)
     Slack,
     click,
@@ -84,7 +85,7 @@ def test_a_retried_click_never_decides_twice(
     decided = held.status
     # The same click again, as a retry: its first attempt committed the decision, then met a
     # database error (a connection lost as it answered COMMIT, say).
-    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack)
+    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack, [TEAM])
     with django_capture_on_commit_callbacks(execute=True):
         assert slack_decide_task.apply(args, retries=1).get() == decided
     held.refresh_from_db()
@@ -114,7 +115,7 @@ def test_a_retried_click_shows_no_response_url_in_its_headers(
     def seen(sender: Any = None, headers: Any = None, **_: Any) -> None:
         published.append({"task": sender, **headers})
 
-    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack)
+    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack, [TEAM])
     before_task_publish.connect(seen)
     eager, app.conf.task_always_eager = app.conf.task_always_eager, False
     # As a worker runs the queued click: its request names the message it came in. (Any:
@@ -122,7 +123,7 @@ def test_a_retried_click_shows_no_response_url_in_its_headers(
     task: Any = slack_decide_task
     task.push_request(
         id="click-1", args=args, kwargs={}, retries=0, is_eager=False, called_directly=False,
-        argsrepr=repr((*args[:4], "<response_url>")), kwargsrepr="{}", delivery_info={},
+        argsrepr=repr((*args[:4], "<response_url>", args[5])), kwargsrepr="{}", delivery_info={},
     )  # fmt: skip
     try:
         with postgresql_refusing("down"), pytest.raises(Retry):

@@ -40,12 +40,18 @@ def _made_before(member: Membership, slack_user_id: str) -> None:
     """``member`` linked to ``slack_user_id`` as the code before the check saved it: on the
     saver's word, never confirmed (what accounts 0013 leaves every existing link)."""
     Membership.objects.filter(pk=member.pk).update(
-        slack_user_id=slack_user_id, slack_checked_at=None
+        slack_user_id=slack_user_id, slack_checked_at=None, slack_team_id=""
     )
 
 
 def _check() -> dict[str, int]:
     return slack_check_links_task.apply().get()
+
+
+def _did(**counts: int) -> dict[str, int]:
+    """What a run of the check says it did: ``counts``, and nothing else."""
+    nothing = dict.fromkeys(("confirmed", "cleared", "unconfirmed", "rechecked", "revoked"), 0)
+    return nothing | counts
 
 
 # -- clicks from a link Slack has not confirmed ----------------------------------------------
@@ -96,7 +102,7 @@ def test_the_check_confirms_the_members_own_slack_user_and_its_click_then_decide
 ):
     _made_before(linked["owner"], "U0OWNER")
     _made_before(linked["admin"], "U0ADMIN")
-    assert _check() == {"confirmed": 2, "cleared": 0, "unconfirmed": 0}
+    assert _check() == _did(confirmed=2)
     assert sorted(slack_api.calls) == [("users.info", "U0ADMIN"), ("users.info", "U0OWNER")]
     links = Membership.objects.filter(pk__in=[linked["owner"].pk, linked["admin"].pk])
     assert all(m.slack_checked_at is not None for m in links)
@@ -109,7 +115,7 @@ def test_the_check_confirms_the_members_own_slack_user_and_its_click_then_decide
     ]
     # Confirmed links are not asked again.
     slack_api.calls.clear()
-    assert _check() == {"confirmed": 0, "cleared": 0, "unconfirmed": 0}
+    assert _check() == _did()
     assert slack_api.calls == []
     with django_capture_on_commit_callbacks(execute=True):
         click(site, held.id, user="U0OWNER", response_url=slack)
@@ -123,7 +129,7 @@ def test_the_check_clears_a_link_to_someone_elses_slack_user(
 ):
     """Slack says U0OTHER is admin2@: the admin had linked themselves to a colleague."""
     _made_before(linked["admin"], "U0OTHER")
-    assert _check() == {"confirmed": 0, "cleared": 1, "unconfirmed": 0}
+    assert _check() == _did(cleared=1)
     admin = Membership.objects.get(pk=linked["admin"].pk)
     assert admin.slack_user_id == "" and admin.slack_checked_at is None
     record = AuditRecord.objects.filter(site=site, kind="settings_change").get()
@@ -156,7 +162,7 @@ def test_slack_down_leaves_links_unconfirmed_and_the_next_run_asks_again(
         port = closed.getsockname()[1]
     settings.SILL_SLACK_API_URL = f"http://127.0.0.1:{port}/api/"
     caplog.set_level(logging.DEBUG)
-    assert _check() == {"confirmed": 0, "cleared": 0, "unconfirmed": 2}
+    assert _check() == _did(unconfirmed=2)
     old = Membership.objects.filter(pk__in=[linked["owner"].pk, linked["admin"].pk])
     assert [m.slack_checked_at for m in old] == [None, None]
     assert not AuditRecord.objects.filter(site=site, kind="settings_change").exists()
@@ -169,12 +175,12 @@ def test_slack_down_leaves_links_unconfirmed_and_the_next_run_asks_again(
     # asked; the links stay as they were.
     settings.SILL_SLACK_API_URL = api
     slack_api.token = "xoxb-9999999999-another-workspace"
-    assert _check() == {"confirmed": 0, "cleared": 0, "unconfirmed": 2}
+    assert _check() == _did(unconfirmed=2)
     assert len(slack_api.calls) == 1
     assert slack_api.token not in caplog.text
     # Slack is back and the token is the site's again: the next run confirms both.
     slack_api.token = TOKEN
-    assert _check() == {"confirmed": 2, "cleared": 0, "unconfirmed": 0}
+    assert _check() == _did(confirmed=2)
     held.refresh_from_db()
     assert held.status == "held"
     assert slack_api.token not in caplog.text
@@ -190,7 +196,7 @@ def test_a_slack_user_slack_does_not_describe_stays_unconfirmed_not_cleared(
         slack_api.add_user("U0NOEMAIL", None)
     slack_user_id = "U0NOBODY" if email else "U0NOEMAIL"
     _made_before(members["admin"], slack_user_id)
-    assert _check() == {"confirmed": 0, "cleared": 0, "unconfirmed": 1}
+    assert _check() == _did(unconfirmed=1)
     admin = Membership.objects.get(pk=members["admin"].pk)
     assert admin.slack_user_id == slack_user_id and admin.slack_checked_at is None
 
@@ -210,7 +216,7 @@ def test_an_old_link_to_a_guest_or_an_unconfirmed_email_stays_unconfirmed_and_de
     slack_api.add_user("U0ADMIN", "admin@roasters.example", is_restricted=True)
     _made_before(linked["owner"], "U0OWNER")
     _made_before(linked["admin"], "U0ADMIN")
-    assert _check() == {"confirmed": 0, "cleared": 0, "unconfirmed": 2}
+    assert _check() == _did(unconfirmed=2)
     before = list(AuditRecord.objects.filter(site=site).values_list("pk", flat=True))
     for user in ("U0OWNER", "U0ADMIN"):
         with django_capture_on_commit_callbacks(execute=True):
@@ -227,7 +233,7 @@ def test_a_site_without_a_bot_token_is_not_asked_and_other_sites_are_left_alone(
 ):
     _made_before(members["admin"], "U0ADMIN")
     _made_before(members["outsider"], "U0OWNER")  # other_site's owner; other_site has no token
-    assert _check() == {"confirmed": 1, "cleared": 0, "unconfirmed": 0}
+    assert _check() == _did(confirmed=1)
     assert slack_api.calls == [("users.info", "U0ADMIN")]
     outsider = Membership.objects.get(pk=members["outsider"].pk)
     assert outsider.slack_user_id == "U0OWNER" and outsider.slack_checked_at is None
@@ -235,7 +241,7 @@ def test_a_site_without_a_bot_token_is_not_asked_and_other_sites_are_left_alone(
     Site.objects.filter(pk=site.pk).update(slack_bot_token_sealed=b"")
     _made_before(members["owner"], "U0OWNER")
     slack_api.calls.clear()
-    assert _check() == {"confirmed": 0, "cleared": 0, "unconfirmed": 0}
+    assert _check() == _did()
     assert slack_api.calls == []
 
 
