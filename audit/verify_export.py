@@ -24,13 +24,16 @@ A bundle (``manage.py audit bundle --refund R``) is one refund's evidence: the m
 its records (decision, review, settlement, …) each with an inclusion proof, and a checkpoint;
 each record and proof is checked, and the mandate's bytes against the SHA-256 its decision
 record names (a bundle whose decision names a mandate must carry it); a record naming an
-earlier one by its hash (``decision_hash``, ``escalated_hash``) needs that one in it too. A
+earlier one by its hash (``decision_hash``, ``escalated_hash``) needs that one in it too. An
+agent purchase's bundle (``--order O``: ``order_id`` where a refund's has ``refund_id``) holds
+its one decision, which must name the mandate, and its charge's records, each of which must
+name that decision's hash: Sill decided on the signed mandate before it took the money. A
 bundle's checkpoint is signed when it is made, so it is rarely the one an auditor kept: with
 ``--checkpoint`` of another size, pass ``--consistency`` the answer of ``GET /audit/<site
 id>/proof/consistency?from=A&to=B`` between the two sizes (smaller first), which must show the
-larger tree extends the smaller. A bundle cannot show it lists every record about its refund
+larger tree extends the smaller. A bundle cannot show it lists every record about its subject
 (a later reversal left out, it still verifies): pass ``--export`` an export of its site, which
-must verify and hash to the bundle's checkpoint, and hold no record about the refund the bundle
+must verify and hash to the bundle's checkpoint, and hold no record about its subject the bundle
 does not list (the kept checkpoint is then checked against the export: no ``--consistency``).
 
 A record is also refused when it is signed by a key whose window starts before that of a key
@@ -777,6 +780,32 @@ LINKS = (
     ("decision_hash", "the decision it follows from"),
     ("escalated_hash", "the escalation it decides"),
 )
+# A purchase's bundle: its decision on the agent's mandate, then its charge's records, each
+# naming that decision by ``decision_hash`` (a refund of the order has a bundle of its own).
+PURCHASE_DECISIONS = ("approved", "rejected")
+CHARGE_KINDS = ("charge", "needs_attention", "lease_lost", "attention_resolved")
+
+
+def bundle_subject(bundle: dict[str, Any]) -> tuple[str, Any]:
+    """``(field, id)`` of what the bundle is the evidence of: ``("refund_id", R)`` or, for an
+    agent's purchase, ``("order_id", O)``; its records name it by that field. ``("", None)``
+    when it names neither, or both."""
+    named = [field for field in ("refund_id", "order_id") if field in bundle]
+    return (named[0], bundle[named[0]]) if len(named) == 1 else ("", None)
+
+
+def subject_label(field: str, subject: Any) -> str:
+    return f"refund {subject}" if field == "refund_id" else f"the purchase of order {subject}"
+
+
+def about_subject(field: str, subject: Any, kind: Any, body: Any) -> bool:
+    """Whether a record of ``kind`` with ``body`` is about the bundle's subject: a refund's
+    records name it; a purchase's name its order, no refund, and are its decision or charge."""
+    if not isinstance(body, dict) or body.get(field) != subject:
+        return False
+    return field == "refund_id" or (
+        body.get("refund_id") is None and kind in PURCHASE_DECISIONS + CHARGE_KINDS
+    )
 
 
 def verify_bundle(
@@ -788,15 +817,15 @@ def verify_bundle(
     consistency: Any = None,
     log: list[str] | None = None,
 ) -> tuple[int, list[str]]:
-    """``(records, problems)`` for one refund's evidence bundle (``published`` as for an
-    export).
+    """``(records, problems)`` for one refund's or agent purchase's evidence bundle
+    (``published`` as for an export).
 
     ``consistency``: the answer (parsed) of ``GET /audit/<site id>/proof/consistency?from=A&to=B``
     between the sizes of ``trusted_checkpoint`` and the bundle's checkpoint, which it needs
     when they differ (:func:`bundle_against_trusted`).
 
     ``log``: the lines of an export of the bundle's site, to show the bundle lists every record
-    about its refund (:func:`bundle_against_log`); the trusted checkpoint is then checked
+    about its subject (:func:`bundle_against_log`); the trusted checkpoint is then checked
     against the export, which needs no consistency proof."""
     try:
         keys, windows, problems = keys_for(bundle, trusted, published)
@@ -818,6 +847,9 @@ def verify_bundle(
             problems += bundle_against_trusted(
                 (trusted_size, trusted_root), (size, root), consistency, bundle.get("site_id")
             )
+    field, subject = bundle_subject(bundle)
+    if not field:
+        problems.append("FAILED at the bundle: it must name one refund_id or one order_id")
     listed = bundle.get("records")
     records: list[Any] = listed if isinstance(listed, list) else []
     if not records:
@@ -854,8 +886,13 @@ def verify_bundle(
             problems.append(f"FAILED at seq {seq}: not in the checkpointed log: {exc}")
             continue
         verified.append((seq, rec))
-        body = json.loads(rec["payload"]).get("body") or {}
-        if isinstance(body, dict) and body.get("refund_id") != bundle.get("refund_id"):
+        payload = json.loads(rec["payload"])
+        body = payload.get("body") or {}
+        if field == "order_id" and not about_subject(field, subject, payload["kind"], body):
+            problems.append(
+                f"FAILED at seq {seq}: the record is not about {subject_label(field, subject)}"
+            )
+        elif isinstance(body, dict) and body.get("refund_id") != bundle.get("refund_id"):
             problems.append(f"FAILED at seq {seq}: the record is about another refund")
         if isinstance(body, dict) and body.get("mandate_sha256"):
             mandate_sha256 = body["mandate_sha256"]
@@ -871,13 +908,15 @@ def verify_bundle(
     for seq, rec in verified:
         payload = json.loads(rec["payload"])
         body = payload["body"] if isinstance(payload["body"], dict) else {}
-        for field, what in LINKS:
-            named = body.get(field)
+        for link, what in LINKS:
+            named = body.get(link)
             if not named or (isinstance(named, str) and named in hashes):
                 continue
-            if field == "decision_hash" and payload["kind"] == "settlement":
+            if link == "decision_hash" and payload["kind"] == "settlement":
                 what = "the decision it settles"
             problems.append(f"FAILED at seq {seq}: {what} is not in the bundle")
+    if field == "order_id":
+        problems += purchase_problems(verified, hashes)
     # In seq order whatever order the file lists them in: reordering must not hide a record
     # a retired key signed after its successor, nor one timed before an earlier record.
     order, times = KeyOrder(windows), TimeOrder()
@@ -917,6 +956,50 @@ def verify_bundle(
     return len(records), problems
 
 
+def purchase_problems(verified: list[tuple[int, dict[str, Any]]], hashes: set[Any]) -> list[str]:
+    """What a purchase's bundle must show beyond its records: that Sill decided it on a signed
+    mandate before taking the money. So it holds one decision, naming the mandate's SHA-256 (its
+    bytes are checked against it with the mandate's), and each of its charge's records names
+    that decision's hash: the decision was in the log before the charge (a hash names only a
+    record already written). A charge naming none, or a decision not ``approved``, is money
+    taken without an approval the bundle shows."""
+    decisions, charges = [], []
+    for seq, rec in verified:
+        payload = json.loads(rec["payload"])
+        body = payload["body"] if isinstance(payload["body"], dict) else {}
+        if payload["kind"] in PURCHASE_DECISIONS:
+            decisions.append((seq, rec, payload["kind"], body))
+        elif payload["kind"] in CHARGE_KINDS:
+            charges.append((seq, body))
+    if not decisions:
+        return [
+            "FAILED at the bundle: it holds no decision of the purchase: nothing in it shows "
+            "Sill decided the charge on a signed mandate"
+        ]
+    if len(decisions) > 1:
+        return [f"FAILED at seq {decisions[1][0]}: a second decision of the purchase"]
+    seq, decision, kind, body = decisions[0]
+    problems = []
+    if not body.get("mandate_sha256"):
+        problems.append(f"FAILED at seq {seq}: the purchase's decision names no mandate")
+    for charge_seq, charge in charges:
+        named = charge.get("decision_hash")
+        if named is None:
+            problems.append(f"FAILED at seq {charge_seq}: the charge record names no decision")
+        elif named not in hashes:
+            continue  # reported above: the decision it follows from is not in the bundle
+        elif named != decision["hash"]:
+            problems.append(
+                f"FAILED at seq {charge_seq}: the charge record names another record than the "
+                "purchase's decision"
+            )
+        elif kind != "approved":
+            problems.append(
+                f"FAILED at seq {charge_seq}: the charge record follows a {kind} decision"
+            )
+    return problems
+
+
 def bundle_against_log(
     bundle: dict[str, Any],
     log: list[str],
@@ -927,16 +1010,16 @@ def bundle_against_log(
     *,
     published: Any = None,
 ) -> list[str]:
-    """Problems showing the bundle is not its refund's whole story in ``log``, the lines of an
+    """Problems showing the bundle is not its subject's whole story in ``log``, the lines of an
     export of its site (none when it is).
 
     A bundle proves each record it lists is in the log; it cannot prove it lists them all (a
     reversal after the settlement, left out, leaves a bundle that verifies). The export can: it
     must verify as an export (against ``trusted_checkpoint`` too, when given) and its first
     records must hash to the root of the bundle's checkpoint (``signed``: size, root), so the
-    two are one log; then every record of the export about the refund must be one the bundle
+    two are one log; then every record of the export about its subject must be one the bundle
     lists and verified (``verified``: their seqs). A record about it after the bundle's
-    checkpoint is a problem too: the bundle was made before the refund's story ended.
+    checkpoint is a problem too: the bundle was made before its subject's story ended.
     """
     count, problems = verify_export(log, trusted, trusted_checkpoint, published=published)
     if problems:
@@ -956,22 +1039,21 @@ def bundle_against_log(
             f"FAILED at the export: its first {size} records are not those of the bundle's "
             "checkpoint: it is not the log the bundle was taken from"
         ]
-    refund_id = bundle.get("refund_id")
+    field, subject = bundle_subject(bundle)
+    label = subject_label(field, subject)
     for rec in records:
         payload = json.loads(rec["payload"])
-        body = payload["body"] if isinstance(payload["body"], dict) else {}
-        if body.get("refund_id") != refund_id or rec["seq"] in verified:
-            continue
         seq, kind = rec["seq"], payload["kind"]
+        if not about_subject(field, subject, kind, payload["body"]) or seq in verified:
+            continue
         if seq <= size:
             problems.append(
-                f"FAILED at seq {seq}: a record about refund {refund_id} ({kind}) the bundle "
-                "leaves out"
+                f"FAILED at seq {seq}: a record about {label} ({kind}) the bundle leaves out"
             )
         else:
             problems.append(
-                f"FAILED at seq {seq}: a record about refund {refund_id} ({kind}) after the "
-                f"bundle's checkpoint (at seq {size}): make the bundle again"
+                f"FAILED at seq {seq}: a record about {label} ({kind}) after the bundle's "
+                f"checkpoint (at seq {size}): make the bundle again"
             )
     return problems
 
@@ -1096,7 +1178,7 @@ def main(argv: list[str] | None = None) -> int:
         "--export",
         metavar="FILE",
         help="for a bundle: an export of its site (`audit export`), to show the bundle lists "
-        "every record about its refund, none left out (the export is verified too)",
+        "every record about its refund or purchase, none left out (the export is verified too)",
     )
     args = parser.parse_args(argv)
     if args.consistency and not args.checkpoint:
@@ -1154,10 +1236,10 @@ def main(argv: list[str] | None = None) -> int:
     # so an auditor handed another site's genuine export sees it is not the one they asked for.
     log = log_name(args.file)
     if kind == "bundle":
-        # And which refund: every record verified is about the one the bundle names, so an
-        # auditor handed another refund's genuine bundle sees it is not the one they asked for.
+        # And which refund or purchase: every record verified is about the one the bundle
+        # names, so an auditor handed another's genuine bundle sees it is not the one asked for.
         print(
-            f"OK: bundle of {count} records about refund {bundle_refund(args.file)} of log "
+            f"OK: bundle of {count} records about {bundle_about(args.file)} of log "
             f"{log}, each in the signed checkpoint"
             + ("; the export holds no other record about it" if args.export else "")
         )
@@ -1198,12 +1280,13 @@ def log_name(path: str) -> str:
     return "?"
 
 
-def bundle_refund(path: str) -> str:
-    """The refund a verified bundle is the evidence of: the ``refund_id`` it names, which each
-    of its records' signed bodies names too (verification checked it)."""
+def bundle_about(path: str) -> str:
+    """What a verified bundle is the evidence of (``refund R``, ``the purchase of order O``):
+    the ``refund_id`` or ``order_id`` it names, which each of its records' signed bodies names
+    too (verification checked it)."""
     with open(path, encoding="utf-8") as fh:
         parsed = json.loads(fh.read())
-    return str(parsed.get("refund_id")) if isinstance(parsed, dict) else "?"
+    return subject_label(*bundle_subject(parsed)) if isinstance(parsed, dict) else "?"
 
 
 if __name__ == "__main__":

@@ -28,6 +28,28 @@ def _mandate_bytes(site: Any, refund_id: str) -> bytes | None:
     return bytes(raw) if raw is not None else None
 
 
+def _purchase_mandate_bytes(site: Any, order_id: str) -> bytes | None:
+    """The mandate an agent placed the order with, as the agent sent it (mandate ids are
+    unique per site; the verifier checks the bytes against the SHA-256 the decision names)."""
+    from refunds.models import Mandate
+    from sill.orders.models import Order
+
+    mandate_id = (
+        Order.objects.filter(site=site, pk=order_id)
+        .exclude(source_mandate_id="")
+        .values_list("source_mandate_id", flat=True)
+        .first()
+    )
+    if mandate_id is None:
+        return None
+    raw = (
+        Mandate.objects.filter(site=site, mandate_id=mandate_id)
+        .values_list("raw", flat=True)
+        .first()
+    )
+    return bytes(raw) if raw is not None else None
+
+
 class RefundsConfig(AppConfig):
     name = "refunds"
     default_auto_field = "django.db.models.BigAutoField"
@@ -45,7 +67,8 @@ class RefundsConfig(AppConfig):
         register_own_refund_report(apply_own_refund_report)
         from audit.bundles import register_mandate_source
 
-        register_mandate_source(_mandate_bytes)
+        register_mandate_source("refund", _mandate_bytes)
+        register_mandate_source("order", _purchase_mandate_bytes)
 
         site_created.connect(seed_site_reasons, dispatch_uid="refunds.seed_site_reasons")
         _register_slack_secrets()

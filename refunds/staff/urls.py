@@ -7,6 +7,7 @@ module for the namespace: two includes under one namespace would not reverse.
 
 from django.urls import path
 
+from refunds.review import evidence
 from refunds.staff import views
 from refunds.staff.list_views import order_list
 
@@ -15,6 +16,8 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("orders/", order_list, name="list"),
     path("orders/<str:order_id>/", views.order_detail, name="detail"),
+    # An agent purchase's evidence bundle, checked offline by audit/verify_export.py.
+    path("orders/<str:order_id>/evidence.json", evidence.purchase_evidence, name="evidence"),
     path(
         "orders/<str:order_id>/charge-attention/",
         views.resolve_charge,

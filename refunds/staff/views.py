@@ -187,6 +187,11 @@ def order_detail_context(
         "purchase_refusal": purchase_refusal_of(order)
         if not charges and order.status == OrderStatus.CANCELLED and order.placed_by_agent_id
         else None,
+        # An agent's purchase: its evidence bundle, for those who read the audit log (as a
+        # refund's on the refund page).
+        "evidence_url": reverse("orders:evidence", args=[order.pk])
+        if order.placed_by_agent_id and request.site_ctx.can(Cap.VIEW_ACTIVITY)
+        else "",
     }
 
 

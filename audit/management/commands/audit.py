@@ -1,6 +1,6 @@
 """``manage.py audit verify [--site S] [--checkpoint FILE]``, ``audit export --site S
-[--output F]``, ``audit checkpoint [--site S]``, ``audit bundle --refund R [--output F]`` and
-``audit rotate-key``."""
+[--output F]``, ``audit checkpoint [--site S]``, ``audit bundle --refund R | --order O
+[--output F]`` and ``audit rotate-key``."""
 
 from __future__ import annotations
 
@@ -47,9 +47,13 @@ class Command(BaseCommand):
         )
         checkpoint.add_argument("--site", help="Only this site (default: every site).")
         bundle = actions.add_parser(
-            "bundle", help="Write one refund's evidence bundle (JSON) for audit/verify_export.py."
+            "bundle",
+            help="Write one refund's or agent purchase's evidence bundle (JSON) for "
+            "audit/verify_export.py.",
         )
-        bundle.add_argument("--refund", required=True, help="The refund's id.")
+        subject = bundle.add_mutually_exclusive_group(required=True)
+        subject.add_argument("--refund", help="The refund's id.")
+        subject.add_argument("--order", help="The id of the order an agent's purchase placed.")
         bundle.add_argument("--output", help="File to write (default: standard output).")
         actions.add_parser(
             "rotate-key",
@@ -64,7 +68,12 @@ class Command(BaseCommand):
         elif action == "rotate-key":
             self.rotate_key()
         elif action == "bundle":
-            self.bundle(options["refund"], options.get("output"))
+            subject = (
+                bundles.refund(options["refund"])
+                if options.get("refund")
+                else bundles.purchase(options["order"])
+            )
+            self.bundle(subject, options.get("output"))
         else:
             self.export(options["site"], options.get("output"))
 
@@ -107,10 +116,10 @@ class Command(BaseCommand):
         if refused:
             raise CommandError(f"{refused} log(s) do not extend their checkpoint", returncode=1)
 
-    def bundle(self, refund_id: str, output: str | None) -> None:
+    def bundle(self, subject: bundles.Subject, output: str | None) -> None:
         try:
-            site = bundles.site_of_refund(refund_id)
-            document = bundles.refund_bundle(site=site, refund_id=refund_id)
+            site = bundles.site_of(subject)
+            document = bundles.bundle(site=site, subject=subject)
         except NotFound as exc:
             raise CommandError(exc.message) from None
         text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
