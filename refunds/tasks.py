@@ -175,8 +175,8 @@ def slack_decide_task(
     times, up to about two minutes in all; a response_url works for half an hour), and a retry
     never decides twice (``decide_click``'s ``retried``)."""
     # ``teams``: the Slack workspace and organisation ids the click came from. A click queued
-    # before Sill read them has none, and decides nothing (its clicker is told; the buttons
-    # stay, to click again).
+    # before Sill read them has none, and decides nothing (its clicker is told to click
+    # again; the buttons stay).
     click = Click(
         action=action, refund_id=refund_id, slack_user_id=slack_user_id,
         response_url=response_url, teams=tuple(teams or ()),

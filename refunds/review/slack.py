@@ -70,10 +70,18 @@ UNCONFIRMED_LINK = (
     "Your Slack user's link to Sill is not confirmed yet, so this click decided nothing: it "
     "must be confirmed in Sill first (Settings → Slack). Until then, decide it in Sill."
 )
+# Said to a click on a link Slack confirmed before Sill recorded its workspace: nothing is
+# wrong with the click (most come from the link's own workspace), and the check records it
+# within 15 minutes, so the clicker is asked to click again soon, not sent away.
 UNRECORDED_WORKSPACE = (
-    "Sill has not yet recorded which Slack workspace your Slack user's link belongs to, so "
-    "this click decided nothing: Sill asks Slack within 15 minutes. Until then, decide it in "
-    "Sill."
+    "Sill is still confirming your link with Slack, so this click decided nothing yet: try "
+    "again in a few minutes (the buttons stay), or decide it in Sill."
+)
+# A click queued before Sill read the workspace from it (in the queue across that deploy):
+# where it came from is unknown, not another workspace. A new click names it.
+NO_WORKSPACE_NAMED = (
+    "Sill could not tell which Slack workspace this click came from, so it decided nothing: "
+    "click again, or decide it in Sill."
 )
 OTHER_WORKSPACE = (
     "This click came from another Slack workspace than the one this Slack user is linked in, "
@@ -385,6 +393,8 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
         # Confirmed before Sill recorded the workspace: whether this click comes from it is
         # not known until the check asks Slack again (its next run, within 15 minutes).
         raise SlackRefused(UNRECORDED_WORKSPACE)
+    if not click.teams:
+        raise SlackRefused(NO_WORKSPACE_NAMED)
     if membership.slack_team_id not in click.teams:
         # The signing secret is the app's, not the workspace's: an app installed in more than
         # one workspace signs clicks from each, and a user id is Slack's name for someone in

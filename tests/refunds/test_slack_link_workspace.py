@@ -22,7 +22,7 @@ from django.utils import timezone
 from audit.models import AuditRecord
 from refunds.models import Refund
 from refunds.review.slack import OTHER_WORKSPACE, UNRECORDED_WORKSPACE
-from refunds.tasks import slack_check_links_task
+from refunds.tasks import slack_check_links_task, slack_decide_task
 from sill.accounts.models import Membership, Site
 from tests.refunds.slack_stub import TEAM, SlackStub
 from tests.refunds.test_slack_approvals import Slack, click
@@ -181,6 +181,54 @@ def test_a_link_confirmed_before_sill_recorded_its_workspace_decides_once_the_ch
         click(site, held.id, user="U0OWNER", response_url=slack, age=1)  # not a replay
     held.refresh_from_db()
     assert held.decided_by == linked["owner"].user
+
+
+@pytest.mark.parametrize("workspace", [TEAM, "T0ELSEWHERE"], ids=["its workspace", "another"])
+def test_a_click_on_a_link_whose_workspace_is_not_recorded_yet_is_told_to_try_again_soon(
+    site: Site,
+    linked: dict[str, Membership],
+    held: Refund,
+    slack: str,
+    workspace: str,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Until the check records the link's workspace Sill cannot tell where the click came
+    from, so it must not say "another workspace" (untrue for most such clicks, and alarming)
+    nor send the clicker away for good: Sill is still confirming the link, and a click in a
+    few minutes decides. Told privately; the message and its buttons stay as they were."""
+    Membership.objects.filter(pk=linked["owner"].pk).update(slack_team_id="")
+    said = _told_privately(
+        django_capture_on_commit_callbacks, site, held, user="U0OWNER", response_url=slack,
+        workspace=workspace,
+    )  # fmt: skip
+    assert "still confirming your link with Slack" in said
+    assert "try again in a few minutes" in said
+    assert "another" not in said and "workspace" not in said
+    held.refresh_from_db()
+    assert held.status == "held" and held.decided_by is None
+
+
+def test_a_click_queued_without_its_workspace_is_not_said_to_come_from_another(
+    site: Site,
+    linked: dict[str, Membership],
+    held: Refund,
+    slack: str,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """A click queued before Sill read the click's workspace (in the queue across the deploy)
+    names none: Sill cannot tell where it came from, so it decides nothing, and says so
+    rather than that it came from another workspace; a new click names it."""
+    Slack.received = []
+    with django_capture_on_commit_callbacks(execute=True):
+        args = (site.pk, "sill_approve", held.id, "U0OWNER", slack)  # no teams: queued before
+        assert slack_decide_task.apply(args).get() == "refused"
+    [refusal] = Slack.received
+    assert refusal["response_type"] == "ephemeral" and refusal["replace_original"] is False
+    assert "another" not in refusal["text"]
+    assert "could not tell which Slack workspace" in refusal["text"]
+    assert "click again" in refusal["text"]
+    held.refresh_from_db()
+    assert held.status == "held"
 
 
 def test_a_link_in_another_workspace_is_not_matched_by_a_fresh_check(
