@@ -1,11 +1,12 @@
 """Settings → Slack: where held refunds are posted, the app's signing secret (it verifies the
 Approve / Reject clicks) and bot token (Slack confirms with it who a Slack user is before a
 link is saved), and which Slack user is which member. Owners and admins; the secret, the
-token and the links of owners and admins other than oneself are the owners' alone. A link
-Slack has not confirmed (made before Sill asked Slack) is marked "Not confirmed yet": its
-clicks decide nothing until it is. The
-rules and the write are :func:`refunds.review.slack_setup.save_slack_settings`'s, which checks
-the member's role itself; the page shows an admin those boxes read-only, and each refusal
+token and the links of owners and admins other than oneself are the owners' alone. Each
+member's link state is said beside their box: not linked, waiting for Slack to confirm (its
+clicks decide nothing until Slack does), or linked, with the Slack workspace Sill recorded
+(or not yet: its clicks decide nothing until the check records it). The rules and the write
+are :func:`refunds.review.slack_setup.save_slack_settings`'s, which checks the member's role
+itself; the page shows an admin those boxes read-only, and each refusal
 beside its field (422).
 
 The signing secret and the bot token are write-only: the page says whether each is set, never
@@ -80,12 +81,13 @@ def _row(
         and member.role in (Role.OWNER, Role.ADMIN)
         and member.user_id != request.user.pk
     )
-    unconfirmed = bool(member.slack_user_id) and member.slack_checked_at is None
-    unconfirmed = unconfirmed and value.strip().upper() == member.slack_user_id
+    # The saved link's state is said only while the box shows that link: beside another
+    # Slack user id typed over it (a refused save), it would speak of a link not shown.
+    shows_saved = value.strip().upper() == member.slack_user_id
     error = errors.get(field, "")
     described_by = [
         *([f"slack-{member.pk}-error"] if error else []),
-        *([f"slack-{member.pk}-unconfirmed"] if unconfirmed else []),
+        *([f"slack-{member.pk}-state"] if shows_saved else []),
         *(["slack-owners-only"] if locked else []),
     ]
     return {
@@ -94,9 +96,22 @@ def _row(
         "error": error,
         "decides": member.role in (Role.OWNER, Role.ADMIN),
         "locked": locked,
-        "unconfirmed": unconfirmed,
+        "state": _link_state(member) if shows_saved else "",
         "described_by": " ".join(described_by),
     }
+
+
+def _link_state(member: Membership) -> str:
+    """Where the member's saved Slack link stands, as the page words it: "unlinked";
+    "waiting" (Slack has not confirmed it: made before Sill asked Slack, or Slack no longer
+    vouches for the user; its clicks decide nothing); "unrecorded" (confirmed before Sill
+    recorded its workspace: its clicks decide nothing until the check records it);
+    "linked"."""
+    if not member.slack_user_id:
+        return "unlinked"
+    if member.slack_checked_at is None:
+        return "waiting"
+    return "linked" if member.slack_team_id else "unrecorded"
 
 
 def _fields_shown(members: list[Membership], *, is_owner: bool) -> set[str]:

@@ -1,6 +1,7 @@
 """Settings → Slack as an owner: the bot token field (not set, then set) and a member's Slack
 link that Slack does not confirm (a Slack user the workspace lacks, another person's user).
-Each refusal is said beside its box. Every state at a laptop (1280) and a phone (390) width:
+Each refusal is said beside its box, and each member's link state in words (not linked,
+waiting for Slack to confirm, linked with or without its workspace recorded). Every state at a laptop (1280) and a phone (390) width:
 screenshot under screenshot_dir()/slack/, no sideways scroll, nothing cut off, axe-core."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
 from refunds.demo import DEMO_PASSWORD, DEMO_SITE_ID, load_demo
@@ -25,6 +27,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 VIEWPORTS = {"laptop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 OWNER = "owner@northwind-coffee.example"
 ADMIN = "admin@northwind-coffee.example"
+STAFF = "staff@northwind-coffee.example"
+REVIEWER = "reviewer@northwind-coffee.example"
 
 
 @pytest.fixture
@@ -61,7 +65,9 @@ def test_the_slack_page_says_each_refusal_beside_its_box(
     admin = Membership.objects.get(site_id=DEMO_SITE_ID, user__email=ADMIN)
     problems: list[str] = []
     for viewport, size in VIEWPORTS.items():
-        Membership.objects.filter(site_id=DEMO_SITE_ID).update(slack_user_id="")
+        Membership.objects.filter(site_id=DEMO_SITE_ID).update(
+            slack_user_id="", slack_checked_at=None, slack_team_id=""
+        )
         Site.objects.filter(pk=DEMO_SITE_ID).update(slack_bot_token_sealed=b"")
         context = browser.new_context(viewport=size, bypass_csp=True)
         page = context.new_page()
@@ -103,5 +109,24 @@ def test_the_slack_page_says_each_refusal_beside_its_box(
         page.screenshot(path=shots / f"slack-link-refused-{viewport}.png", full_page=True)
         problems += problems_on(page, errors, label=f"{viewport} refused", phone=phone)
         assert Membership.objects.get(pk=admin.pk).slack_user_id == ""
+
+        # Every link state at once, said beside each box.
+        states = {
+            OWNER: ("U0NWOWNER", timezone.now(), "T0NORTHWIND", "Linked (confirmed by Slack)"),
+            ADMIN: ("U0NWADMIN", timezone.now(), "", "Workspace not recorded yet"),
+            STAFF: ("U0NWSTAFF", None, "", "Waiting for Slack to confirm"),
+        }
+        for email, (slack_user_id, checked_at, team_id, _) in states.items():
+            Membership.objects.filter(site_id=DEMO_SITE_ID, user__email=email).update(
+                slack_user_id=slack_user_id, slack_checked_at=checked_at, slack_team_id=team_id
+            )
+        page.goto(f"{live_server.url}/settings/slack/")
+        for email, (*_, words) in states.items():
+            box = member_box(page, email)
+            expect(page.locator(f"#{box.get_attribute('aria-describedby')}")).to_contain_text(words)
+        described = member_box(page, REVIEWER).get_attribute("aria-describedby")
+        expect(page.locator(f"#{described}")).to_have_text("Not linked")
+        page.screenshot(path=shots / f"slack-link-states-{viewport}.png", full_page=True)
+        problems += problems_on(page, errors, label=f"{viewport} link states", phone=phone)
         context.close()
     assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)

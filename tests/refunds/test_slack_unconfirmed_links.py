@@ -6,7 +6,7 @@ membership to a colleague's Slack user, whose clicks then approved as the admin)
 have no ``slack_checked_at``: a click from one is refused privately and changes nothing, the
 beat task ``refunds.slack_check_links`` asks Slack (the loopback Web API of
 ``tests/refunds/slack_stub.py``, through slack_sdk) and confirms the member's own Slack user or
-clears another's, and Settings → Slack says "Not confirmed yet" meanwhile.
+clears another's, and Settings → Slack says "Waiting for Slack to confirm" meanwhile.
 """
 
 from __future__ import annotations
@@ -263,7 +263,8 @@ def test_a_link_made_on_the_settings_page_is_confirmed_at_once(
     assert answer.status_code == 302
     admin = Membership.objects.get(pk=members["admin"].pk)
     assert admin.slack_user_id == "U0ADMIN" and admin.slack_checked_at is not None
-    assert "Not confirmed yet" not in client_for("owner").get("/settings/slack/").content.decode()
+    page = client_for("owner").get("/settings/slack/").content.decode()
+    assert "Waiting for Slack to confirm" not in page
     # And unlinking forgets the confirmation with the link.
     client_for("owner").post("/settings/slack/", {f"slack_{members['admin'].pk}": ""})
     admin.refresh_from_db()
@@ -274,9 +275,9 @@ def test_the_settings_page_says_an_old_link_is_not_confirmed_yet(client_for, sit
     _made_before(members["admin"], "U0ADMIN")
     box = f"slack-{members['admin'].pk}"
     page = client_for("admin").get("/settings/slack/").content.decode()
-    assert page.count("Not confirmed yet") == 1
-    assert f'id="{box}-unconfirmed"' in page
-    assert f'aria-describedby="{box}-unconfirmed"' in page
+    assert page.count("Waiting for Slack to confirm") == 1
+    assert f'id="{box}-state"' in page
+    assert f'aria-describedby="{box}-state"' in page
 
 
 def test_saving_the_page_with_an_old_link_unchanged_asks_slack_and_confirms_it(
@@ -308,5 +309,5 @@ def test_saving_the_page_with_an_old_link_unchanged_asks_slack_and_confirms_it(
     ]
     assert sorted(slack_api.calls) == [("users.info", "U0ADMIN"), ("users.info", "U0OTHER")]
     page = client_for("admin").get("/settings/slack/").content.decode()
-    assert page.count("Not confirmed yet") == 1
-    assert f'id="slack-{owner.pk}-unconfirmed"' in page
+    assert page.count("Waiting for Slack to confirm") == 1
+    assert f'aria-describedby="slack-{owner.pk}-state slack-owners-only"' in page
