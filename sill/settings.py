@@ -141,6 +141,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # /healthz and /readyz for load balancers: answered here, before sessions, members, CSRF
+    # and the cache's guards (sill/health.py).
+    "sill.health.HealthCheckMiddleware",
     "csp.middleware.CSPMiddleware",
     "sill.middleware.PermissionsPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -190,6 +193,10 @@ if _database_url:
     DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+        # libpq waits for a connection as long as the kernel does (minutes, for a host that
+        # drops packets): a request, and /readyz's database check, gives up after 5 s instead.
+        # ``?connect_timeout=N`` in DATABASE_URL sets another.
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 else:
     DATABASES = {
         "default": {
@@ -398,6 +405,9 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie; CSRF goes in hx-headers fr
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# A load balancer's health checks often come over plain HTTP to the instance: answered, not
+# redirected, whenever SILL_SSL_REDIRECT is on (sill/health.py).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 
 if not DEBUG and not TESTING:
     SESSION_COOKIE_SECURE = env_bool("SILL_SECURE_COOKIES", default=True)
