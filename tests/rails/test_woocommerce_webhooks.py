@@ -358,13 +358,16 @@ def test_a_body_signed_for_one_store_is_not_taken_as_anothers_that_shares_its_se
         ("https://other.example/wp-json/wc/v3/orders/7", True),
         ("https://shop.example/de/wp-json/wc/v3/orders/7", True),
         ("https://shop.example:8443/wp-json/wc/v3/orders/7", True),
+        ("https://shop.example:443/wp-json/wc/v3/orders/7", False),
+        ("http://shop.example:80/wp-json/wc/v3/orders/7", False),
         ("https://other.example/elsewhere/7", False),
         (7, False),
         (None, False),
     ],
     ids=[
         "same", "scheme-and-case", "pathinfo", "plain-permalinks", "plain-at-root",
-        "other-host", "subdirectory", "other-port", "not-rest", "not-text", "no-links",
+        "other-host", "subdirectory", "other-port", "https-default-port", "http-default-port",
+        "not-rest", "not-text", "no-links",
     ],
 )  # fmt: skip
 def test_the_store_an_order_belongs_to_is_read_from_its_own_link(href, another):
@@ -375,6 +378,15 @@ def test_the_store_an_order_belongs_to_is_read_from_its_own_link(href, another):
 
     order = {"id": 7} if href is None else {"id": 7, "_links": {"self": [{"href": href}]}}
     assert names_another_store(order, store_url="https://shop.example") is another
+
+
+def test_a_store_saved_with_its_default_port_is_the_store_its_links_name_without_it():
+    # A merchant may paste the address with ":443"; WordPress writes its links without it.
+    from sill.rails.woocommerce.orders import names_another_store
+
+    order = {"id": 7, "_links": {"self": [{"href": "https://shop.example/wp-json/wc/v3/orders/7"}]}}
+    assert names_another_store(order, store_url="https://shop.example:443/") is False
+    assert names_another_store(order, store_url="https://shop.example:8443/") is True
 
 
 def test_another_store_is_connected_with_a_webhook_secret_of_its_own(

@@ -78,10 +78,16 @@ def _meta(order: dict[str, Any], key: str) -> str:
 
 
 def _store_key(url: str) -> str:
-    """A store's address as compared: host (lowercased, with its port) and path, without the
-    scheme, which WordPress writes http or https as the request that built a link was."""
+    """A store's address as compared: host (lowercased, with its port unless it is a scheme's
+    default, 80 or 443) and path, without the scheme, which WordPress writes http or https as
+    the request that built a link was (and a merchant may have pasted ``:443``)."""
     parts = urlsplit(url.strip())
-    return f"{parts.netloc.lower()}{parts.path}".rstrip("/")
+    host = parts.netloc.lower()
+    if not host.endswith("]"):  # an IPv6 literal with no port ends with its bracket
+        name, colon, port = host.rpartition(":")
+        if colon and port in ("80", "443"):
+            host = name
+    return f"{host}{parts.path}".rstrip("/")
 
 
 def names_another_store(order: dict[str, Any], *, store_url: str) -> bool:
