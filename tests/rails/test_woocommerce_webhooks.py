@@ -380,6 +380,23 @@ def test_the_store_an_order_belongs_to_is_read_from_its_own_link(href, another):
     assert names_another_store(order, store_url="https://shop.example") is another
 
 
+def test_the_source_header_is_compared_as_the_orders_link_is(
+    site, woo, woo_account, django_capture_on_commit_callbacks
+):
+    # WordPress names its home http or https as it is configured, whichever address the
+    # merchant pasted; the header was compared as text, so a store behind TLS whose WordPress
+    # still said http:// had every delivery refused (and one saved with ":443" too).
+    placed = woo.add_order(total="42.00", stripe_charge="ch_hook_scheme")
+    body = json.dumps(placed.json()).encode()
+    headers = woo_headers(body, url=woo.url.replace("http://", "https://"), topic="order.created")
+    answer = _post(site, body, headers, django_capture_on_commit_callbacks)
+    assert answer.status_code == 200 and answer.json()["duplicate"] is False
+    assert WooOrderLink.objects.filter(site=site, woo_order_id=placed.id).exists()
+    headers = woo_headers(body, url="http://elsewhere.example", topic="order.created")
+    refused = _post(site, body, headers, django_capture_on_commit_callbacks)
+    assert refused.status_code == 400
+
+
 def test_a_store_saved_with_its_default_port_is_the_store_its_links_name_without_it():
     # A merchant may paste the address with ":443"; WordPress writes its links without it.
     from sill.rails.woocommerce.orders import names_another_store

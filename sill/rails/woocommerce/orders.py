@@ -114,7 +114,13 @@ def names_another_store(order: dict[str, Any], *, store_url: str) -> bool:
     if not prefix and "rest_route=" not in parts.query:
         return False  # not a REST link: names no store Sill can read
     home = path.removesuffix("/").removesuffix("/index.php")
-    return _store_key(f"//{parts.netloc}{home}") != _store_key(store_url)
+    return not same_store(f"//{parts.netloc}{home}", store_url)
+
+
+def same_store(url: str, store_url: str) -> bool:
+    """Whether ``url`` (a link's store, ``X-WC-Webhook-Source``) is the store at
+    ``store_url``, compared as :func:`_store_key` reads them."""
+    return _store_key(url) == _store_key(store_url)
 
 
 def _order_id(value: Any) -> int:

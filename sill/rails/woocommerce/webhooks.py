@@ -47,7 +47,7 @@ from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.webhook_common import MAX_BODY_BYTES, body_sha256
 from sill.rails.webhook_common import refuse as _refuse
 from sill.rails.webhook_common import verify_base64_hmac as verify
-from sill.rails.woocommerce.orders import names_another_store
+from sill.rails.woocommerce.orders import names_another_store, same_store
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,8 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
         payload, request.headers.get("X-WC-Webhook-Signature", ""), secrets
     ):
         return _refuse("The X-WC-Webhook-Signature header does not sign this body.")
-    source = request.headers.get("X-WC-Webhook-Source", "").rstrip("/")
-    if source and source != account.connected_account.rstrip("/"):
+    source = request.headers.get("X-WC-Webhook-Source", "").strip()
+    if source and not same_store(source, account.connected_account):
         return _refuse("The webhook comes from another store than this site's.")
     topic = request.headers.get("X-WC-Webhook-Topic", "").strip()
     if topic not in TOPICS:
