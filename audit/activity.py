@@ -24,7 +24,7 @@ from django.urls import NoReverseMatch, reverse
 
 from audit.chain import SUBJECT_MAX_LENGTH
 from audit.models import DECISION_KINDS, AuditKind, AuditRecord
-from sill.accounts.models import Site
+from sill.accounts.models import Agent, Site
 from sill.days import day_bounds
 from sill.money import Money, MoneyError
 from sill.orders.models import Order
@@ -121,6 +121,9 @@ class ActivityRow:
     tag: str = ""
     # One line saying what an administrative or policy record changed ("" for the others).
     summary: str = ""
+    # The name of the site's agent ``by`` is the id of, which the page shows first ("" when
+    # a person, Sill or the rail acted, or the agent is no longer on the site).
+    agent_name: str = ""
 
     @property
     def refund_id(self) -> str:
@@ -163,10 +166,13 @@ def _url(name: str, value: str) -> str:
 
 
 def rows_for(site: Site, records: Iterable[AuditRecord]) -> list[ActivityRow]:
-    """``records`` as rows; their order numbers in one query."""
+    """``records`` as rows; their order numbers in one query, their agents' names in one."""
     parsed = [(record, body_of(record)) for record in records]
     numbers = order_numbers(site, {b["order_id"] for _, b in parsed if _is_id(b.get("order_id"))})
-    return [_row(record, body, numbers) for record, body in parsed]
+    agent_ids = {b["agent_id"] for _, b in parsed if _is_id(b.get("agent_id"))}
+    agents = Agent.objects.filter(site=site, agent_id__in=agent_ids)
+    names = dict(agents.values_list("agent_id", "name")) if agent_ids else {}
+    return [_row(record, body, numbers, names) for record, body in parsed]
 
 
 def order_numbers(site: Site, order_ids: set[str]) -> dict[str, str]:
@@ -198,7 +204,9 @@ def _humanize(code: str) -> str:
     return code.replace("_", " ").strip().capitalize()
 
 
-def _row(record: AuditRecord, body: dict[str, Any], numbers: dict[str, str]) -> ActivityRow:
+def _row(
+    record: AuditRecord, body: dict[str, Any], numbers: dict[str, str], names: dict[str, str]
+) -> ActivityRow:
     amount = None
     if isinstance(body.get("amount_minor"), int) and isinstance(body.get("currency"), str):
         try:
@@ -206,11 +214,15 @@ def _row(record: AuditRecord, body: dict[str, Any], numbers: dict[str, str]) -> 
         except MoneyError:
             amount = None
     order_id = body.get("order_id")
+    by = actor_of(record.kind, body)
     return ActivityRow(
         record=record,
         body=body,
         amount=amount,
-        by=actor_of(record.kind, body),
+        by=by,
+        # Only when the record's actor is its agent: a settlement names the agent that asked
+        # but is by Sill.
+        agent_name=names.get(by, "") if by == body.get("agent_id") else "",
         order_number=numbers.get(order_id, "") if isinstance(order_id, str) else "",
         tag=tag_of(record.kind, body),
         summary=summary_of(record.kind, body),

@@ -152,3 +152,20 @@ def test_every_refund_id_links_to_its_refund_page(client_for, site):
         append_record(site=site, kind="approved", body={"refund_id": "rf_link"})
     body = client_for("reviewer").get("/activity/").content.decode()
     assert 'href="/refunds/rf_link/"' in body
+
+
+def test_an_agent_is_named_by_its_name_with_its_id_beside_it(client_for, site, agent):
+    # Seen: a purchase's "Purchase approved" and "Purchase refused" rows were "By
+    # agent_test_shopper", where the order page says "by the agent Test shopper".
+    with transaction.atomic():
+        append_record(
+            site=site,
+            kind="approved",
+            body={"kind": "purchase", "agent_id": agent.agent_id, "rail": "mock"},
+        )
+        append_record(site=site, kind="rejected", body={"agent_id": "agent_since_removed"})
+    removed, approved = _rows(client_for("owner"))
+    by = approved.split("<td")[BY + 1]
+    assert re.search(r">Test shopper<br><code[^>]*>agent_test_shopper</code>", by), by
+    # An agent no longer on the site keeps the id its record names.
+    assert _cell(removed, BY) == "agent_since_removed"
