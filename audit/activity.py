@@ -249,6 +249,15 @@ def purchase_refusal_of(order: Order) -> PurchaseRefusal | None:
     return None
 
 
+def purchase_approval_of(order: Order) -> AuditRecord | None:
+    """The signed approval of the purchase that placed ``order`` (one indexed query), or None:
+    Sill's decision on the agent's mandate, written before any charge was tried."""
+    records = AuditRecord.objects.filter(
+        site_id=order.site_id, subject_order_id=order.pk, kind=AuditKind.APPROVED
+    ).order_by("seq")
+    return next((record for record in records if _is_purchase(body_of(record))), None)
+
+
 def tag_of(kind: str, body: dict[str, Any]) -> str:
     """What the body says about auto-refund, if anything.
 

@@ -37,7 +37,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
-from audit.activity import purchase_refusal_of
+from audit.activity import purchase_approval_of, purchase_refusal_of
 from refunds.labels import buyer_label, money_confirmation, rule_title
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge
@@ -156,6 +156,12 @@ def order_detail_context(
             if charge.status == ChargeStatus.SUCCEEDED and charge.remaining.amount_minor > 0
             else None
         )
+    refusal = (
+        purchase_refusal_of(order)
+        if not charges and order.status == OrderStatus.CANCELLED and order.placed_by_agent_id
+        else None
+    )
+    evidence = bool(order.placed_by_agent_id) and request.site_ctx.can(Cap.VIEW_ACTIVITY)
     return {
         "order": order,
         "status_area": refund_status_area(request.site_ctx, refunds),
@@ -184,14 +190,12 @@ def order_detail_context(
         "charge_attention": charge_attention_context(request.site_ctx, form=charge_form),
         # An agent's purchase Sill refused at intake: why there is no charge (its signed
         # record). Looked up only for an uncharged, cancelled order an agent placed.
-        "purchase_refusal": purchase_refusal_of(order)
-        if not charges and order.status == OrderStatus.CANCELLED and order.placed_by_agent_id
-        else None,
+        "purchase_refusal": refusal,
         # An agent's purchase: its evidence bundle, for those who read the audit log (as a
-        # refund's on the refund page).
-        "evidence_url": reverse("orders:evidence", args=[order.pk])
-        if order.placed_by_agent_id and request.site_ctx.can(Cap.VIEW_ACTIVITY)
-        else "",
+        # refund's on the refund page), beside the approval it holds (a refusal is said
+        # under Charges already).
+        "evidence_url": reverse("orders:evidence", args=[order.pk]) if evidence else "",
+        "purchase_approval": purchase_approval_of(order) if evidence and not refusal else None,
     }
 
 

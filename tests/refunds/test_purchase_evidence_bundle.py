@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -190,3 +191,32 @@ def test_the_order_page_offers_it_to_who_may_read_the_log(
     assert url not in client_for("staff").get(f"/orders/{order_id}/").content.decode()
     page = client_for("owner").get(f"/orders/{merchant_order.pk}/").content.decode()
     assert "evidence.json" not in page
+
+
+def test_the_order_page_says_what_sill_decided_and_what_the_download_holds(
+    purchase: tuple[bytes, str],
+    sign: Callable[..., bytes],
+    mock_rail: RailAccount,
+    client_for: Callable[[str], Client],
+) -> None:
+    # Seen: a charged purchase's page said nothing of Sill's approval beside its download, and
+    # the download named "the charge's records" on a refused purchase, which has none.
+    owner = client_for("owner")
+    decision = AuditRecord.objects.get(subject_order_id=purchase[1], kind="approved")
+    evidence = evidence_of(owner.get(f"/orders/{purchase[1]}/").content.decode())
+    assert "Sill approved the agent's purchase on its signed mandate" in evidence
+    assert f"record #{decision.seq}" in evidence
+    assert "the charge's records" in evidence
+
+    mock_rail.enabled = False
+    mock_rail.save()
+    refused = post(Client(), sign(purchase_intent())).json()["order_id"]
+    evidence = evidence_of(owner.get(f"/orders/{refused}/").content.decode())
+    assert f"/orders/{refused}/evidence.json" in evidence
+    assert "Sill's signed refusal" in evidence
+    assert "charge" not in evidence and "approved" not in evidence
+
+
+def evidence_of(page: str) -> str:
+    """The order page's Evidence section, its entities unescaped."""
+    return html.unescape(page.split('id="purchase-evidence"', 1)[1].split("</section>", 1)[0])
