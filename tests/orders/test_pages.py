@@ -127,3 +127,16 @@ def test_it_opens_an_order_by_its_source_mandate_id(client_for, make_order):
     response = client_for("owner").get("/orders/mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN/")
     assert response.status_code == 200
     assert order.number in response.content.decode()
+
+
+def test_the_transactions_tab_shows_no_orange_zero_for_an_order_never_charged(
+    client_for, make_order
+):
+    # Seen on a refused purchase: an orange "0" beside Transactions, as if it needed attention.
+    client = client_for("reviewer")
+    never = make_order(status="PENDING", charged=False)
+    body = client.get(f"/orders/{never.id}/").content.decode()
+    assert ">Transactions</a>" in body and '<span class="count">0</span>' not in body
+    charged = make_order(total="12.50", currency="EUR")
+    body = client.get(f"/orders/{charged.id}/").content.decode()
+    assert 'Transactions <span class="count">1</span>' in body
