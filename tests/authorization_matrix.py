@@ -194,6 +194,7 @@ MATRIX: dict[str, Row] = {
     "audit:activity": row(GET=REVIEWERS),
     "audit:activity-verify": row(POST=REVIEWERS),
     "refunds:evidence": row({"refund_id": "held"}, GET=REVIEWERS_OBJ),
+    "orders:evidence": row({"order_id": "purchase"}, GET=REVIEWERS_OBJ),
     # --- the transparency log: public by design (hashes and sizes only) ------------------------
     "transparency:keys": row(GET=EVERYONE),
     "transparency:checkpoint": row({"site_id": "logged_site"}, GET=EVERYONE),

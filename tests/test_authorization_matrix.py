@@ -57,7 +57,13 @@ from tests.authorization_matrix import (
     Row,
 )
 from tests.conftest import site_owner
-from tests.refunds.conftest import hold_refund, register_key
+from tests.refunds.conftest import (
+    hold_refund,
+    post,
+    purchase_intent,
+    register_key,
+    signed_body,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -276,6 +282,22 @@ def _logged_site(objects: Objects) -> str:
     return objects.site.pk
 
 
+def _purchase(objects: Objects, request: pytest.FixtureRequest) -> str:
+    """An order the matrix's agent placed with a signed purchase mandate (its decision is in
+    the log; the charge is left to a worker that never runs here)."""
+    register_key(objects.agent)
+    ensure_mock_rail(objects.site)
+    body = signed_body(
+        purchase_intent(payment={"rail": "mock", "payment_method": "pm_visa"}),
+        site_id=objects.site.pk,
+        agent_id=objects.agent.agent_id,
+    )
+    with request.getfixturevalue("django_capture_on_commit_callbacks")(execute=False):
+        answer = post(Client(), body)
+    assert answer.status_code == 201, answer.content
+    return str(answer.json()["order_id"])
+
+
 def _mandate(objects: Objects, request: pytest.FixtureRequest) -> str:
     refund = objects.held()
     assert refund.mandate is not None
@@ -297,6 +319,7 @@ BUILDERS: dict[str, Callable[[Objects, pytest.FixtureRequest], str]] = {
     "rule": _rule,
     "template": lambda o, r: "r07",
     "mandate": _mandate,
+    "purchase": _purchase,
     "site": lambda o, r: o.site.pk,
     "invite": lambda o, r: str(_invite(o).pk),
     "invite_token": _invite_token,
