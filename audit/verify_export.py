@@ -789,9 +789,13 @@ CHARGE_KINDS = ("charge", "needs_attention", "lease_lost", "attention_resolved")
 def bundle_subject(bundle: dict[str, Any]) -> tuple[str, Any]:
     """``(field, id)`` of what the bundle is the evidence of: ``("refund_id", R)`` or, for an
     agent's purchase, ``("order_id", O)``; its records name it by that field. ``("", None)``
-    when it names neither, or both."""
+    when it names neither, or both, or names no id (null, or not a non-empty string): a
+    record about no refund (a policy change, a member added) names none either, so a bundle
+    of ``"refund_id": null`` verified as the evidence of "refund None"."""
     named = [field for field in ("refund_id", "order_id") if field in bundle]
-    return (named[0], bundle[named[0]]) if len(named) == 1 else ("", None)
+    if len(named) != 1 or not isinstance(bundle[named[0]], str) or not bundle[named[0]]:
+        return "", None
+    return named[0], bundle[named[0]]
 
 
 def subject_label(field: str, subject: Any) -> str:
@@ -1040,6 +1044,8 @@ def bundle_against_log(
             "checkpoint: it is not the log the bundle was taken from"
         ]
     field, subject = bundle_subject(bundle)
+    if not field:
+        return []  # a bundle naming no subject is reported as such: nothing is about it
     label = subject_label(field, subject)
     for rec in records:
         payload = json.loads(rec["payload"])

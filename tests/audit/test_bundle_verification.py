@@ -102,6 +102,39 @@ def test_a_record_naming_its_decision_needs_it_in_the_bundle(site: Site, kind: s
     ]
 
 
+@pytest.mark.parametrize("named", [None, "", 7], ids=["null", "empty", "a number"])
+def test_a_bundle_naming_no_refund_is_refused(site: Site, tmp_path: Path, named: object) -> None:
+    """Seen: a purchase's genuine bundle (its approval names an order and no refund) with
+    ``"order_id"`` changed to ``"refund_id": null`` verified, as ``OK: bundle of 1 records
+    about refund None``: a record about no refund names no refund either, so every record
+    matched. A bundle is the evidence of one refund or order, named by its id."""
+    with transaction.atomic():
+        append_record(
+            site=site,
+            kind=AuditKind.APPROVED,
+            body={
+                "kind": "purchase",
+                "order_id": "ord_1",
+                "amount_minor": 8900,
+                "currency": "USD",
+                "mandate_sha256": hashlib.sha256(MANDATE).hexdigest(),
+            },
+        )
+    bundle = bundles.purchase_bundle(site=site, order_id="ord_1")
+    bundle["mandate"] = {"bytes_b64": base64.b64encode(MANDATE).decode("ascii")}
+    assert verify_export.verify_bundle(bundle, None, None) == (1, [])
+
+    del bundle["order_id"]
+    bundle["refund_id"] = named
+    named_none = "FAILED at the bundle: it must name one refund_id or one order_id"
+    for log in (None, log_of(site, tmp_path)):
+        _, problems = verify_export.verify_bundle(bundle, None, None, log=log)
+        assert problems[0] == named_none  # then, for "" or 7: the record is about another
+    (tmp_path / "bundle.json").write_text(json.dumps(bundle), encoding="utf-8")
+    result = run_standalone(tmp_path, "bundle.json")
+    assert (result.returncode, result.stdout) == (1, "")
+
+
 # -- every record about the refund: checked against an export of the log -----------------------
 
 
