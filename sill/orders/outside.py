@@ -201,8 +201,9 @@ def claim_outside_refund(
     Shopify note changed, a PayPal refund without ``custom_id``) before Sill settled it. The
     rail's answer for Sill's idempotency key is authoritative, so the record is taken off the
     charge: what it counted outside Sill stops counting (the settlement counts it as Sill's),
-    the row is deleted, and a signed ``external_refund`` record says so, naming Sill's refund;
-    the earlier record that counted it stays in the chain. Returns the row as it was (its
+    the row is deleted, and a signed ``external_refund`` record says so, naming Sill's refund
+    by ``refund_id`` (its subject, so the refund's evidence bundle and Activity's refund filter
+    list it); the earlier record that counted it stays in the chain. Returns the row as it was (its
     ``status`` says whether the rail reported it failed), or None when there is none.
 
     The caller holds the order's and the charge's row locks (settlement), which
@@ -230,7 +231,7 @@ def claim_outside_refund(
         status=row.status,
         counted_minor=0,
         uncounted_minor=row.counted_minor,
-        sill_refund_id=refund_id,
+        refund_id=refund_id,
         outcome="Sill's own refund, reported without its marker: no longer counted outside Sill",
     )
     return row

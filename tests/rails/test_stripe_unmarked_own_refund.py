@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from audit import verify_export
 from audit.models import AuditRecord
 from refunds.models import Refund
 from sill.orders.models import Charge, ExternalRefund, Order
@@ -62,6 +63,12 @@ def report_before_settlement(
     return seen
 
 
+def audit_bundle(refund: Refund) -> dict[str, Any]:
+    out = StringIO()
+    call_command("audit", "bundle", "--refund", refund.pk, stdout=out)
+    return json.loads(out.getvalue())
+
+
 def audit_verifies(site) -> bool:
     out = StringIO()
     call_command("audit", "verify", "--site", site.pk, stdout=out)
@@ -97,10 +104,16 @@ def test_it_counts_a_refund_reported_unmarked_before_settlement_once(
         for r in AuditRecord.objects.filter(kind="external_refund").order_by("seq")
     ]
     assert [b["counted_minor"] for b in bodies] == [refund.amount_minor, 0]
-    assert bodies[1]["sill_refund_id"] == refund.pk
+    assert bodies[1]["refund_id"] == refund.pk
     assert bodies[1]["provider_refund_id"] == refund.provider_refund_id
     assert bodies[1]["uncounted_minor"] == refund.amount_minor
     assert audit_verifies(site)
+    # It is about Sill's refund: the refund's evidence bundle lists it (it changed what the
+    # charge counts as refunded), and the bundle verifies with it.
+    bundle = audit_bundle(refund)
+    kinds = [json.loads(r["payload"])["kind"] for r in bundle["records"]]
+    assert "external_refund" in kinds, kinds
+    assert verify_export.verify_bundle(bundle, None, None)[1] == []
 
 
 def test_a_refund_reported_unmarked_and_failed_before_settlement_is_reversed(
