@@ -16,19 +16,27 @@ stray session cookie), and no CSRF, two-factor, rate limit or cache guard stands
 load balancer and the answer. The ``Host`` header is still checked against ``ALLOWED_HOSTS``
 (README "Health checks").
 
-Each check is bounded by its client's own timeouts (the cache's and the broker's options in
-``sill/settings.py``, PostgreSQL's ``connect_timeout``), run one after the other: a web worker
-is held about 17 s at worst, by hosts that drop packets; refused connections fail at once.
+The checks run at once, each in a thread of its own, and ``/readyz`` waits for them at most
+``SILL_READYZ_SECONDS`` (4 s by default) in all: a check still running then is reported failing,
+"timed out", and left to end on its client's own timeouts (the cache's and the broker's options
+in ``sill/settings.py``, PostgreSQL's ``connect_timeout``), its answer unread. Run one after
+the other, hosts that drop packets held a web worker about 17 s, longer than a load balancer
+waits. The database check's thread opens a connection of its own (Django's are per thread)
+and closes it when it ends; the cache is the request thread's (redis' pool is thread-safe), so
+no pool is made per probe.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from django.core.cache import cache
+from django.conf import settings
+from django.core.cache import BaseCache, caches
 from django.db import DatabaseError, connection
 from django.db.models import Max
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
@@ -60,15 +68,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 def readyz(request: HttpRequest) -> HttpResponse:
     """Every check, each ``{"status": "ok" | "failing", "reason": ...}``; 503 when any fails."""
-    database = check_database()
-    checks = {
-        "database": database,
-        "cache": check_cache(),
-        "broker": check_broker(),
-        # The heartbeat is a row: with the database failing, asking again would only wait out
-        # its connect timeout a second time.
-        "beat": check_beat() if database[0] else (False, _BEAT_UNREAD + "the database failed"),
-    }
+    checks = run_checks(deadline=float(settings.SILL_READYZ_SECONDS))
     failing = {name: reason for name, (ok, reason) in checks.items() if not ok}
     body = {
         "status": FAILING if failing else OK,
@@ -90,6 +90,59 @@ def readyz(request: HttpRequest) -> HttpResponse:
 
 
 Check = tuple[bool, str]
+CHECK_NAMES = ("database", "cache", "broker", "beat")
+
+
+def run_checks(*, deadline: float) -> dict[str, Check]:
+    """Every check at once, each in a thread named ``readyz-<check>``; waits ``deadline``
+    seconds at most in all. A check without an answer by then is failing, "timed out"."""
+    results: dict[str, Check] = {}
+    lock = threading.Lock()
+
+    def report(name: str, check: Check) -> None:
+        with lock:
+            results[name] = check
+
+    # Resolved here: Django's cache handler is per thread, and a thread's own would build a
+    # client (and a connection pool) per probe, never closed.
+    the_cache = caches["default"]
+    jobs: dict[str, Callable[[], None]] = {
+        "database": lambda: _database_then_beat(report),
+        "cache": lambda: report("cache", check_cache(the_cache)),
+        "broker": lambda: report("broker", check_broker()),
+    }
+    threads = [
+        threading.Thread(target=job, name=f"readyz-{name}", daemon=True)
+        for name, job in jobs.items()
+    ]
+    ends = time.monotonic() + deadline
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=max(0.0, ends - time.monotonic()))
+    with lock:
+        answered = dict(results)
+    late = (False, f"timed out: no answer within {deadline:g} s")
+    checks = {name: answered.get(name, late) for name in CHECK_NAMES}
+    if not checks["database"][0] and "beat" not in answered:
+        checks["beat"] = (False, _BEAT_UNREAD + "the database failed")
+    return checks
+
+
+def _database_then_beat(report: Callable[[str, Check], None]) -> None:
+    try:
+        database = check_database()
+        report("database", database)
+        # The heartbeat is a row: with the database failing, asking again would only wait out
+        # its connect timeout a second time.
+        if database[0]:
+            report("beat", check_beat())
+        else:
+            report("beat", (False, _BEAT_UNREAD + "the database failed"))
+    finally:
+        # This thread's own connection: a probe every few seconds would otherwise leave one
+        # open per probe until the garbage collector found its thread gone.
+        connection.close()
 
 
 def check_database() -> Check:
@@ -102,7 +155,7 @@ def check_database() -> Check:
     return True, "answered a query"
 
 
-def check_cache() -> Check:
+def check_cache(cache: BaseCache) -> Check:
     # A write and its read: the rate limits and replay guards write, so a cache that only
     # reads (a replica promoted wrong, a full memory with noeviction) cannot serve them.
     key = "sill:readyz"

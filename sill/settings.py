@@ -37,6 +37,11 @@ SILL_RAIL_CHECK_TIMEOUT_SECONDS = env_int("SILL_RAIL_CHECK_TIMEOUT_SECONDS", 5)
 # A refund decision's fact reads from the rail (sill/rails/fact_reads.py): how long each waits.
 # A read without an answer by then leaves its facts unknown, and rules hold or deny.
 SILL_RAIL_FACT_TIMEOUT_SECONDS = env_float("SILL_RAIL_FACT_TIMEOUT_SECONDS", 3.0)
+# GET /readyz (sill/health.py): how long it waits for all its checks together, which run at once;
+# one still running then is reported failing ("timed out"). Under a load balancer's own timeout.
+SILL_READYZ_SECONDS = env_float("SILL_READYZ_SECONDS", 4.0)
+if not 0 < SILL_READYZ_SECONDS <= 60:
+    raise ImproperlyConfigured("SILL_READYZ_SECONDS is more than 0 and at most 60")
 
 _secret = env_str("SILL_SECRET_KEY")
 if _secret is None:

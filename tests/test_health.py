@@ -4,7 +4,9 @@
 ``/readyz`` asks the database, the cache, the broker and beat's heartbeat, each failure induced
 for real here (PostgreSQL refusing connections, Redis where nothing listens, a broker where
 nothing listens, a heartbeat left behind by travelling in time), and names the failing check
-while still reporting the others, never with an address.
+while still reporting the others, never with an address. The checks run in threads of their
+own, with their own database connection, so this module's tests commit what they write (a
+heartbeat in the test's transaction is not seen by the check's connection).
 
 Seen: Sill had no health endpoint; a load balancer could only probe the login page, which reads
 the session (a database query) and, over plain HTTP, is redirected to HTTPS."""
@@ -12,6 +14,11 @@ the session (a database query) and, over plain HTTP, is redirected to HTTPS."""
 from __future__ import annotations
 
 import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -24,10 +31,16 @@ from django.utils import timezone
 
 from sill.accounts.models import WorkerHeartbeat
 from sill.accounts.tasks import record_heartbeat_task
-from tests.broker_down import broker_unreachable, cache_unreachable
+from sill.celery import app
+from tests.broker_down import (
+    _forget_connections,
+    broker_unreachable,
+    cache_not_answering,
+    cache_unreachable,
+)
 from tests.test_database_down import postgresql_refusing
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 LOGGER = "sill.health"
 CHECKS = {"database", "cache", "broker", "beat"}
@@ -119,7 +132,6 @@ def test_it_leaves_a_signed_in_members_session_alone(client_for, heartbeat):
     assert client.get("/").status_code == 200  # still signed in
 
 
-@pytest.mark.django_db(transaction=True)
 @pytest.mark.postgres
 def test_it_is_not_ready_when_postgresql_refuses_connections(heartbeat, caplog):
     port = str(connection.settings_dict["PORT"])
@@ -227,3 +239,100 @@ def test_its_database_check_waits_at_most_postgresqls_connect_timeout():
     # A host that drops packets would otherwise hold the check (and every request opening a
     # connection) as long as the kernel retries: minutes.
     assert connection.settings_dict["OPTIONS"]["connect_timeout"] == 5
+
+
+@contextmanager
+def _listening_unanswered() -> Iterator[int]:
+    """A port whose kernel takes connections that nothing ever accepts or answers, as a host
+    that hangs (or a firewall that drops its packets once connected) does. Closed after, the
+    connections still waiting are reset."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield int(listener.getsockname()[1])
+
+
+@contextmanager
+def database_not_answering() -> Iterator[str]:
+    """The next connections (any thread's) go to a PostgreSQL that never answers; the port is
+    yielded."""
+    with _listening_unanswered() as port:
+        saved = dict(connection.settings_dict)
+        connection.settings_dict.update({"HOST": "127.0.0.1", "PORT": str(port)})
+        try:
+            yield str(port)
+        finally:
+            connection.settings_dict.clear()
+            connection.settings_dict.update(saved)
+
+
+@contextmanager
+def broker_not_answering() -> Iterator[str]:
+    with _listening_unanswered() as port:
+        saved = app.conf.broker_url
+        app.conf.broker_url = f"redis://127.0.0.1:{port}/0"
+        _forget_connections()
+        try:
+            yield str(port)
+        finally:
+            app.conf.broker_url = saved
+            _forget_connections()
+
+
+def readyz_threads_end() -> None:
+    """Every check thread a probe left running has ended (its client's timeouts ended it)."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("readyz-"):
+            thread.join(timeout=30)
+            assert not thread.is_alive(), thread.name
+
+
+@pytest.mark.postgres
+def test_it_answers_within_its_deadline_when_every_host_hangs(settings, heartbeat, caplog):
+    # Seen: the checks ran one after the other, each waiting out its client's timeouts, so
+    # hosts that drop packets held a web worker (and the load balancer's probe) ~17 s.
+    settings.SILL_READYZ_SECONDS = 1
+    hanging = {"socket_connect_timeout": 5.0, "socket_timeout": 5.0}
+    with (
+        caplog.at_level(logging.WARNING, logger=LOGGER),
+        database_not_answering() as database_port,
+        cache_not_answering(hanging) as cache_address,
+        broker_not_answering() as broker_port,
+    ):
+        started = time.monotonic()
+        status, body = readiness(Client(raise_request_exception=False))
+        took = time.monotonic() - started
+    readyz_threads_end()
+    assert took < 2.5, f"/readyz took {took:.1f} s"
+    assert status == 503 and body["status"] == "failing"
+    assert states(body) == dict.fromkeys(CHECKS, "failing")
+    late = "timed out: no answer within 1 s"
+    assert {name: check["reason"] for name, check in body["checks"].items()} == {
+        "database": late,
+        "cache": late,
+        "broker": late,
+        "beat": "the heartbeat cannot be read: the database failed",
+    }
+    [warning] = [r for r in caplog.records if r.name == LOGGER]
+    cache_port = cache_address.rsplit(":", 1)[1].split("/")[0]
+    for text in (str(body), warning.getMessage()):
+        for port in (database_port, cache_port, broker_port):
+            assert port not in text
+    # Ready again once they answer.
+    assert readiness()[0] == 200
+
+
+@pytest.mark.postgres
+def test_its_checks_close_their_database_connections(heartbeat):
+    def connections_open() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            )
+            return int(cursor.fetchone()[0])
+
+    before = connections_open()
+    for _ in range(3):
+        assert readiness()[0] == 200
+    readyz_threads_end()
+    assert connections_open() == before
