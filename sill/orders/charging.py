@@ -40,6 +40,7 @@ pending charge whose lease lapsed (a worker killed at any step), whose retry is 
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -451,8 +452,10 @@ def purchase_decision_hash(order: Order) -> str | None:
     """The hash of the signed ``approved`` record of the purchase that placed ``order``
     (``refunds.services.record_purchase_decision``, committed with the order and its charge);
     None for an order placed before purchases had one. One indexed query: a refund's decision
-    about the order names its refund, a purchase's none."""
-    return (
+    about the order names its refund, a purchase's none, and the body says it is a purchase's
+    (``"kind": "purchase"``): any other approval about the order that names no refund is not
+    the decision this charge follows from."""
+    records = (
         AuditRecord.objects.filter(
             site_id=order.site_id,
             subject_order_id=order.pk,
@@ -460,9 +463,17 @@ def purchase_decision_hash(order: Order) -> str | None:
             kind=AuditKind.APPROVED,
         )
         .order_by("seq")
-        .values_list("hash", flat=True)
-        .first()
+        .values_list("hash", "payload")
     )
+    return next((hash_ for hash_, payload in records if _is_purchase(payload)), None)
+
+
+def _is_purchase(payload: str) -> bool:
+    try:
+        body = json.loads(payload).get("body")
+    except (ValueError, AttributeError, RecursionError):
+        return False  # not this decision; `audit verify` reports the record
+    return isinstance(body, dict) and body.get("kind") == "purchase"
 
 
 # --- the recovery sweep ---------------------------------------------------------------------
