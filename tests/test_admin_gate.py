@@ -229,3 +229,30 @@ def test_woocommerce_is_not_switched_on_in_the_admin_without_stripe(mounted, roo
     assert "Connect Stripe first" in _errors(root.post(change, form))
     assert not RailAccount.objects.get(pk=woo.pk).enabled
     assert _rail_changes(site) == []
+
+
+def test_another_woocommerce_store_is_not_connected_in_the_admin_on_the_first_ones_secret(
+    mounted, root, site
+):
+    """As on the rails page: another store needs a webhook secret of its own, and this form
+    takes none. Seen: the admin changed the store's address and kept store A's webhook secret,
+    which went on verifying whatever A signed, filed as the new store's orders."""
+    woo = RailAccount.objects.create(
+        site=site, rail="woocommerce", enabled=False, connected_account="https://a.example"
+    )
+    woo.set_secret("ck_1:cs_1")
+    woo.set_webhook_secrets(["store-a-webhook-secret"])
+    woo.save()
+    change = f"/django-admin/rails/railaccount/{woo.pk}/change/"
+    form = _rail_form(site, rail="woocommerce", connected_account="https://b.example")
+    page = _errors(root.post(change, form))
+    assert "Enter the webhook secret of https://b.example" in page
+    assert "Connect another store on Settings → Rails" in page
+    saved = RailAccount.objects.get(pk=woo.pk)
+    assert saved.connected_account == "https://a.example"
+    assert saved.get_webhook_secrets() == ["store-a-webhook-secret"]
+    assert _rail_changes(site) == []
+    # The same store is saved as before.
+    same = _rail_form(site, rail="woocommerce", connected_account="https://a.example")
+    assert root.post(change, same).status_code == 302
+    assert RailAccount.objects.get(pk=woo.pk).get_webhook_secrets() == ["store-a-webhook-secret"]

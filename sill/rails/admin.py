@@ -6,7 +6,10 @@ override only with DEBUG on and only http(s); a Stripe key that looks like one a
 the mode; live mode only with SILL_ALLOW_LIVE=1; no rail switched on without its credential.
 Only a Stripe key can be entered here: the other rails' credentials are checked with their
 provider by the rails page (a Shopify token's scopes, a PayPal app's token); WooCommerce is
-switched on only beside a keyed, switched-on Stripe rail, as there.
+switched on only beside a keyed, switched-on Stripe rail, as there, and a store's address is
+not changed here to another store's while the account holds a webhook secret: another store
+needs its own, which only the rails page takes (woocommerce.connect.check_store_webhook_secret,
+the rule both apply).
 
 A save that changes what decides which Stripe account the key acts on (the key, mode, Connect
 account, address, site or rail) forgets the account named before and asks Stripe again on
@@ -44,6 +47,7 @@ from sill.rails.services import (
     _check_key,
     _check_woocommerce_can_refund,
 )
+from sill.rails.woocommerce.connect import check_store_webhook_secret
 
 # The rails page's field names (in its errors) → this form's.
 _FIELDS = {"secret_key": "new_secret", "access_token": "new_secret"}
@@ -112,6 +116,20 @@ class RailAccountForm(forms.ModelForm):
             )
         if cleaned.get("enabled") and rail == Rail.WOOCOMMERCE and cleaned.get("site"):
             _check_woocommerce_can_refund(cleaned["site"], self.instance)
+        if rail == Rail.WOOCOMMERCE and self.instance.pk is not None and not moved:
+            try:
+                check_store_webhook_secret(
+                    self.instance,
+                    url=(cleaned.get("connected_account") or "").strip(),
+                    webhook_secret="",
+                )
+            except RailSettingsError as error:
+                # This form takes no webhook secret: the rails page does.
+                raise RailSettingsError(
+                    f"{error.message} Connect another store on Settings → Rails, with its "
+                    "webhook's own secret.",
+                    field="connected_account",
+                ) from error
         if rail != Rail.STRIPE:
             return
         if secret:

@@ -127,8 +127,8 @@ def configure_woocommerce(
                 f"{stored.connected_account}.",
                 field="consumer_key",
             )
-    if stored is not None and stored.has_webhook_secrets and stored.connected_account != url:
-        _check_switch_webhook_secret(stored, url=url, webhook_secret=webhook_secret)
+    if stored is not None:
+        check_store_webhook_secret(stored, url=url, webhook_secret=webhook_secret)
     key, secret = consumer_key, consumer_secret
     if not consumer_key and stored is not None:
         key, secret = woo_credentials(stored)
@@ -179,11 +179,16 @@ def configure_woocommerce(
     return account
 
 
-def _check_switch_webhook_secret(stored: RailAccount, *, url: str, webhook_secret: str) -> None:
-    """Another store takes a webhook secret of its own. Kept, the first store's would go on
-    verifying whatever it signs, and its store (whose admin sees it on its webhook) could
-    sign orders that Sill files as the new store's; the same secret entered again, likewise."""
+def check_store_webhook_secret(stored: RailAccount, *, url: str, webhook_secret: str) -> None:
+    """The account ``stored`` (as saved) given the store at ``url`` with ``webhook_secret``
+    ("" keeps the saved one): another store than the saved one takes a webhook secret of its
+    own. Kept, the first store's would go on verifying whatever it signs, and its store
+    (whose admin sees it on its webhook) could sign orders that Sill files as the new store's;
+    the same secret entered again, likewise. The rails page and the Django admin's rail form
+    (sill/rails/admin.py, which takes no webhook secret) both hold a save to it."""
     before = stored.connected_account
+    if not stored.has_webhook_secrets or before == url:
+        return
     if not webhook_secret:
         raise RailSettingsError(
             f"Enter the webhook secret of {url}: the saved one is {before}'s webhook's.",
