@@ -23,8 +23,8 @@ class WebhookRefused(SillError):
     status = 400
 
 
-def refuse(message: str) -> JsonResponse:
-    return JsonResponse(WebhookRefused(message).as_dict(), status=400)
+def refuse(message: str, *, code: str | None = None) -> JsonResponse:
+    return JsonResponse(WebhookRefused(message, code=code).as_dict(), status=400)
 
 
 def base64_hmac(payload: bytes, secret: str) -> str:

@@ -347,6 +347,43 @@ def test_a_body_signed_for_one_store_is_not_taken_as_anothers_that_shares_its_se
     assert WooOrderLink.objects.get(woo_order_id=placed.id).store_url == woo.url
 
 
+def test_an_order_naming_no_store_is_refused_when_another_store_shares_its_secret(
+    site, other_site, woo, woo_account, django_capture_on_commit_callbacks
+):
+    """A body without ``_links`` names no store: only the unsigned X-WC-Webhook-Source header
+    says whose it is. Seen: store A's delivery stripped of its links, sent to the site of
+    store B (which has A's secret) with the header naming B, was filed as B's order of that
+    id. While another store holds the secret that signs it, such a body is refused, at either
+    site; with a secret of its own, the store's body is taken."""
+    from tests.rails.woo_stub import StubServer
+
+    order = woo.add_order(total="42.00", stripe_charge="ch_store_a").json()
+    del order["_links"]
+    body = json.dumps(order).encode()
+    with StubServer() as other:
+        _connected(other_site, other)
+        for to, store in ((other_site, other), (site, woo)):
+            response = _post(
+                to, body, woo_headers(body, url=store.url), django_capture_on_commit_callbacks
+            )
+            assert response.status_code == 400
+            assert response.json()["error"]["code"] == "webhook_store_unknown"
+            assert "secret of its own" in response.json()["error"]["message"]
+        assert not WebhookEvent.objects.exists()
+        assert not Order.objects.exists() and not WooOrderLink.objects.exists()
+        # Given a secret of its own, store B no longer shares A's: A's body is taken at A's site.
+        from sill.rails.models import RailAccount
+
+        b = RailAccount.objects.get(site=other_site, rail="woocommerce")
+        b.set_webhook_secrets(["store-b-webhook-secret"])
+        b.save()
+        taken = _post(
+            site, body, woo_headers(body, url=woo.url), django_capture_on_commit_callbacks
+        )
+    assert taken.status_code == 200 and taken.json()["duplicate"] is False
+    assert WooOrderLink.objects.get(woo_order_id=order["id"]).store_url == woo.url
+
+
 @pytest.mark.parametrize(
     ("href", "another"),
     [

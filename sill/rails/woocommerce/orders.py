@@ -92,7 +92,14 @@ def _store_key(url: str) -> str:
 
 def names_another_store(order: dict[str, Any], *, store_url: str) -> bool:
     """Whether an order's JSON says it belongs to another store than ``store_url``; False
-    when it says nothing.
+    when it says nothing (:func:`store_named_by`)."""
+    named = store_named_by(order)
+    return named is not None and not same_store(named, store_url)
+
+
+def store_named_by(order: dict[str, Any]) -> str | None:
+    """The store an order's JSON says it belongs to (``//host/path``), or None when it says
+    nothing Sill can read.
 
     WooCommerce's REST answer links the order to itself, and a webhook's body is that answer
     (``_links`` included), signed: ``<store>/wp-json/wc/v3/orders/<id>`` (``<store>/index.php/
@@ -105,16 +112,16 @@ def names_another_store(order: dict[str, Any], *, store_url: str) -> bool:
     first = own[0] if isinstance(own, list) and own else None
     href = first.get("href") if isinstance(first, dict) else None
     if not isinstance(href, str):
-        return False
+        return None
     try:
         parts = urlsplit(href)
     except ValueError:  # an unreadable address (a bracket not closed) names no store
-        return False
+        return None
     path, prefix, _ = parts.path.partition("/wp-json/")
     if not prefix and "rest_route=" not in parts.query:
-        return False  # not a REST link: names no store Sill can read
+        return None  # not a REST link: names no store Sill can read
     home = path.removesuffix("/").removesuffix("/index.php")
-    return not same_store(f"//{parts.netloc}{home}", store_url)
+    return f"//{parts.netloc}{home}"
 
 
 def same_store(url: str, store_url: str) -> bool:

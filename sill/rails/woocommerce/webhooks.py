@@ -6,7 +6,9 @@ secret, compared in constant time. A bad signature, a delivery from another stor
 that is not an order is 400 and records nothing. Another store is told by the unsigned
 ``X-WC-Webhook-Source`` header and, since a secret may be shared by two stores, by the body
 itself: an order links itself under its store (``_links.self``, signed), and one naming another
-store than the site's is refused whatever the header says (orders.names_another_store). When
+store than the site's is refused whatever the header says (orders.store_named_by). A body
+that names no store has only the header's word: taken while no other store connected to Sill
+holds the secret that signs it, refused (``webhook_store_unknown``) when one does. When
 a webhook is created WooCommerce sends a ping whose form body is ``webhook_id=<n>`` (no
 order): it is answered 200 and stored nowhere.
 
@@ -28,6 +30,7 @@ store is settled unapplied, its outcome saying so (neither store's orders change
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 
@@ -47,7 +50,7 @@ from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.webhook_common import MAX_BODY_BYTES, body_sha256
 from sill.rails.webhook_common import refuse as _refuse
 from sill.rails.webhook_common import verify_base64_hmac as verify
-from sill.rails.woocommerce.orders import names_another_store, same_store
+from sill.rails.woocommerce.orders import same_store, store_named_by
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +83,10 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     except RailSecretUnreadable:
         logger.warning("the WooCommerce webhook secret of site %s cannot be decrypted", site_id)
         secrets = []
-    if not secrets or not verify(
-        payload, request.headers.get("X-WC-Webhook-Signature", ""), secrets
-    ):
+    signature = request.headers.get("X-WC-Webhook-Signature", "")
+    # Each compared (no early exit): which of them sign it is asked of a body naming no store.
+    signing = [secret for secret in secrets if verify(payload, signature, [secret])]
+    if not signing:
         return _refuse("The X-WC-Webhook-Signature header does not sign this body.")
     source = request.headers.get("X-WC-Webhook-Source", "").strip()
     if source and not same_store(source, account.connected_account):
@@ -100,8 +104,19 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     # source header is not signed: a merchant who gave two stores one secret would have
     # store A's delivery, sent here with the header naming this store (or none), filed as
     # this store's order of A's id. The body names its store itself, under the signature.
-    if names_another_store(body, store_url=account.connected_account):
+    named = store_named_by(body)
+    if named is not None and not same_store(named, account.connected_account):
         return _refuse("The order belongs to another store than this site's.")
+    # A body that names no store (no readable ``_links.self``) is the header's word alone,
+    # unsigned: enough while only this store holds the secret that signed it, not when
+    # another store connected to Sill holds it too (a merchant who gave two stores one).
+    if named is None and _signed_with_another_stores_secret(account, signing):
+        return _refuse(
+            "The order names no store, and the secret that signs it is another store's too: "
+            "give each store's webhook a secret of its own (WooCommerce → Settings → Advanced "
+            "→ Webhooks).",
+            code="webhook_store_unknown",
+        )
     modified = str(body.get("date_modified_gmt") or "")
     delivery = request.headers.get("X-WC-Webhook-Delivery-ID", "").strip()
     digest = body_sha256(payload)
@@ -129,6 +144,27 @@ def woocommerce_webhook(request: HttpRequest, site_id: str) -> JsonResponse:
     except IntegrityError:
         return JsonResponse({"received": True, "duplicate": True})
     return JsonResponse({"received": True, "duplicate": False})
+
+
+def _signed_with_another_stores_secret(account: RailAccount, signing: list[str]) -> bool:
+    """Whether a secret in ``signing`` (those of ``account`` that sign a body) is also a
+    webhook secret of another site's WooCommerce account connected to another store. Asked
+    only of bodies that name no store."""
+    others = (
+        RailAccount.objects.filter(rail=Rail.WOOCOMMERCE)
+        .exclude(pk=account.pk)
+        .exclude(webhook_secrets_encrypted=b"")
+    )
+    for other in others.iterator():
+        if same_store(other.connected_account, account.connected_account):
+            continue  # the same store: whichever sent it, the order is that store's
+        try:
+            theirs = other.get_webhook_secrets()
+        except RailSecretUnreadable:
+            continue
+        if any(hmac.compare_digest(a, b) for a in signing for b in theirs):
+            return True
+    return False
 
 
 def process_event(event_pk: int) -> str:
