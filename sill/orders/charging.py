@@ -40,7 +40,6 @@ pending charge whose lease lapsed (a worker killed at any step), whose retry is 
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -53,7 +52,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import AuditKind, AuditRecord
+from audit.activity import purchase_approval_of
 from audit.services import append_record
 from sill.failpoints import failpoint
 from sill.leases import lease_kept
@@ -451,29 +450,11 @@ def charge_body(
 def purchase_decision_hash(order: Order) -> str | None:
     """The hash of the signed ``approved`` record of the purchase that placed ``order``
     (``refunds.services.record_purchase_decision``, committed with the order and its charge);
-    None for an order placed before purchases had one. One indexed query: a refund's decision
-    about the order names its refund, a purchase's none, and the body says it is a purchase's
-    (``"kind": "purchase"``): any other approval about the order that names no refund is not
-    the decision this charge follows from."""
-    records = (
-        AuditRecord.objects.filter(
-            site_id=order.site_id,
-            subject_order_id=order.pk,
-            subject_refund_id="",
-            kind=AuditKind.APPROVED,
-        )
-        .order_by("seq")
-        .values_list("hash", "payload")
-    )
-    return next((hash_ for hash_, payload in records if _is_purchase(payload)), None)
-
-
-def _is_purchase(payload: str) -> bool:
-    try:
-        body = json.loads(payload).get("body")
-    except (ValueError, AttributeError, RecursionError):
-        return False  # not this decision; `audit verify` reports the record
-    return isinstance(body, dict) and body.get("kind") == "purchase"
+    None for an order placed before purchases had one. Any other approval about the order that
+    names no refund is not the decision this charge follows from
+    (:func:`audit.activity.purchase_approval_of` reads the body's ``"kind": "purchase"``)."""
+    record = purchase_approval_of(order)
+    return record.hash if record is not None else None
 
 
 # --- the recovery sweep ---------------------------------------------------------------------
