@@ -8,7 +8,11 @@ has no setting for.
 before any view reads them. No input of Sill's has a use for NUL, and PostgreSQL cannot store
 or even compare it (``text fields cannot contain NUL``): left alone, a ``?q=%00`` would be a 500 on
 PostgreSQL and a silent difference on SQLite. JSON bodies are checked where they are parsed
-(the mandate parser; DRF's CharField refuses NUL).
+(the mandate parser; DRF's CharField refuses NUL). It also refuses, first, a
+``Content-Length`` that Django cannot read (not a number, or more than 4300 digits): Django
+reads ``request.body`` only after ``int()`` of it, which raised a ValueError (a 500) wherever
+the body was read. Such a length is answered as one over the limit (``RequestDataTooBig``:
+413 ``too_large`` in the error shape, sill.error_pages.bad_request), nothing read.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
@@ -48,6 +53,7 @@ class RefuseNulMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        _check_content_length(request)
         if "\x00" in request.path:
             # A path argument (a site, order or refund id) reaches a query as text too.
             return _refusal(request)
@@ -65,6 +71,17 @@ class RefuseNulMiddleware:
                 if "\x00" in key or any("\x00" in v for v in values):
                     return _refusal(request)
         return self.get_response(request)
+
+
+def _check_content_length(request: HttpRequest) -> None:
+    """Raise ``RequestDataTooBig`` for a ``Content-Length`` Django's own ``int()`` refuses."""
+    length = request.META.get("CONTENT_LENGTH")
+    if not length:
+        return
+    try:
+        int(length)
+    except ValueError:
+        raise RequestDataTooBig("The Content-Length is not a length Sill can read.") from None
 
 
 def _refusal(request: HttpRequest) -> HttpResponse:

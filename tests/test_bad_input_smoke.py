@@ -269,3 +269,33 @@ def test_a_path_under_a_machine_prefix_that_names_nothing_is_404_in_the_error_sh
     response = client.post(url.format(site=site.pk), data=b"{}", content_type="application/json")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+# --- a Content-Length Django cannot read -------------------------------------------------------
+# Django reads ``request.body`` after ``int(CONTENT_LENGTH)``, which refuses a length that is
+# not a number ("abc", "1e3", "²") or has more than 4300 digits: a ValueError, so a 500 on every
+# rail's webhook and Slack's interactions (they read the body), and on the API for any form POST
+# (RefuseNulMiddleware reads it). The mandate API checked its own length before reading; the rest
+# did not. Such a length is now refused before anything reads the body, as one over the limit.
+
+UNREADABLE_LENGTHS = ["abc", "1e3", "\u00b2", "0" * 4400 + "2"]
+
+
+@pytest.mark.parametrize("length", UNREADABLE_LENGTHS, ids=["letters", "exponent", "sup2", "4401"])
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+@pytest.mark.parametrize("route", MACHINE_URLS)
+def test_a_content_length_django_cannot_read_is_413_too_large_not_a_500(
+    client_for, site, make_order, route, content_type, length
+):
+    url = route.format(site=site.pk, order=make_order().id)
+    client = client_for("owner")
+    client.raise_request_exception = False
+    before = _written()
+
+    response = client.generic(
+        "POST", url, data=b'{"a": 1}', content_type=content_type, CONTENT_LENGTH=length
+    )
+
+    assert response.status_code == 413, (url, response.status_code, response.content[:200])
+    assert response.json()["error"]["code"] == "too_large"
+    assert _written() == before
