@@ -596,6 +596,8 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # Strict JSON everywhere (sill/jsonbody.py): depth, duplicate keys, constants, NUL.
     "DEFAULT_PARSER_CLASSES": ["sill.api.StrictJSONParser"],
+    # ?format= that no renderer writes: 406 not_acceptable, not DRF's 404 (sill/negotiation.py).
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "sill.negotiation.StrictContentNegotiation",
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Rates: SILL_API_RATES (above). Each class counts one kind of credential.

@@ -226,3 +226,30 @@ def test_an_accept_header_the_api_cannot_answer_is_406_not_acceptable_and_writes
     assert response.json()["error"]["code"] == "not_acceptable"
     assert (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count()) == before
     assert MockLedgerEntry.objects.count() == 0
+
+
+@pytest.mark.parametrize("fmt", ["xml", "api", "html", "yaml"])
+def test_a_format_parameter_the_api_cannot_answer_is_406_not_acceptable_and_writes_nothing(
+    sign, original, agent, fmt
+):
+    """DRF answered ``?format=xml`` with its 404: ``POST /api/v1/mandates?format=xml`` was
+    ``404 not_found`` "Request refused." on a path that exists. It is the README's 406."""
+    from sill.accounts.services import issue_agent_token
+
+    before = (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count())
+    response = Client().post(
+        f"/api/v1/mandates?format={fmt}",
+        data=sign(refund_intent(ORIGINAL)),
+        content_type="application/json",
+    )
+    assert response.status_code == 406, response.content
+    assert response.json()["error"]["code"] == "not_acceptable"
+    assert (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count()) == before
+    assert MockLedgerEntry.objects.count() == 0
+
+    bearer = {"Authorization": f"Bearer {issue_agent_token(agent=agent, actor=None, system=True)}"}
+    for path in ("/api/v1/agent", f"/api/v1/refunds/{ORIGINAL}"):
+        read = Client().get(f"{path}?format={fmt}", headers=bearer)
+        assert read.status_code == 406, (path, read.content)
+        assert read.json()["error"]["code"] == "not_acceptable"
+    assert Client().get("/api/v1/agent?format=json", headers=bearer).status_code == 200
