@@ -21,6 +21,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from sill import jsonbody
 from sill.accounts.models import Agent, MemberToken
+from sill.bearer import bearer_token
 from sill.client_address import client_address
 from sill.errors import SillError
 
@@ -210,7 +211,7 @@ class AgentTokenThrottle(_Throttle):
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
         if not isinstance(request.auth, Agent):
             return None
-        token = request.META.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ").strip()
+        token = bearer_token(request.META.get("HTTP_AUTHORIZATION", "")) or ""
         return self.key_for(hashlib.sha256(token.encode()).hexdigest())
 
 

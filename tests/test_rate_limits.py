@@ -68,6 +68,23 @@ def test_it_answers_429_with_retry_after_over_an_agent_tokens_limit(agent, rates
     _refused(_agent_get(token))
 
 
+def test_the_bearer_scheme_is_read_in_any_case_and_counted_as_one_token(agent, rates):
+    """RFC 7235: the scheme is case-insensitive. ``bearer <token>`` was 401 "credentials were
+    not provided"; read now, it counts against the same limit as ``Bearer <token>`` (a
+    throttle keyed on the header's spelling would let each spelling have a budget)."""
+    rates(agent_token=2)
+    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+
+    def get(scheme: str):
+        return Client().get("/api/v1/agent", headers={"Authorization": f"{scheme} {token}"})
+
+    lower = get("bearer")
+    assert lower.status_code == 200, lower.content
+    assert lower.json()["agent_id"] == agent.agent_id
+    assert get("BEARER").status_code == 200
+    _refused(get("Bearer"))
+
+
 def test_a_limited_agent_does_not_affect_another(site, agent, rates):
     rates(agent_token=2)
     other = Agent.objects.create(

@@ -22,6 +22,7 @@ from refunds.models import Mandate
 from sill.accounts.models import Agent, AgentToken
 from sill.accounts.services import token_sha256
 from sill.api import error_response
+from sill.bearer import bearer_token
 from sill.errors import NotFound
 
 _RESULT = inline_serializer(
@@ -227,10 +228,9 @@ class AgentTokenAuthentication(BaseAuthentication):
     """``Authorization: Bearer <token>`` from ``manage.py agents token``; only hashes stored."""
 
     def authenticate(self, request: Request) -> tuple[None, Agent] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
-        if not header.startswith("Bearer "):
+        token = bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
+        if token is None:
             return None
-        token = header.removeprefix("Bearer ").strip()
         found = (
             AgentToken.objects.select_related("agent", "agent__site")
             .filter(token_sha256=token_sha256(token), revoked_at__isnull=True, agent__active=True)

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from sill.accounts.access import SiteContext, remember_site_context
 from sill.accounts.models import Membership, MemberToken
 from sill.accounts.services import token_sha256
+from sill.bearer import bearer_token
 
 PREFIX = "sill_mt_"
 
@@ -24,10 +25,9 @@ class MemberTokenAuthentication(BaseAuthentication):
     """
 
     def authenticate(self, request: Request) -> tuple[Any, Any] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
-        if not header.startswith("Bearer " + PREFIX):
+        token = bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
+        if token is None or not token.startswith(PREFIX):
             return None
-        token = header.removeprefix("Bearer ").strip()
         found = (
             MemberToken.objects.select_related("membership__user", "membership__site")
             .filter(token_sha256=token_sha256(token), revoked_at__isnull=True)
