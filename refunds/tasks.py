@@ -24,7 +24,7 @@ from refunds.reconcile.runs import accounts_due, run_reconciliation
 from refunds.review.decisions import expire_held_refunds
 from refunds.review.failures import notify_failed, notify_missed_failures
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
-from refunds.review.slack import Click, decide_click, respond, shown_click
+from refunds.review.slack import Click, decide_click, give_up_click, respond, shown_click
 from refunds.review.slack_link_checks import check_slack_links
 
 logger = logging.getLogger(__name__)
@@ -173,7 +173,8 @@ def slack_decide_task(
     A database error (a lost connection, a lock timeout) rolled the attempt back, or came
     after its decision committed: the click is tried again after a jittered backoff (seven
     times, up to about two minutes in all; a response_url works for half an hour), and a retry
-    never decides twice (``decide_click``'s ``retried``)."""
+    never decides twice (``decide_click``'s ``retried``). After the last, the clicker is told
+    the click was not recorded, and it is logged at ERROR (``give_up_click``)."""
     # ``teams``: the Slack workspace and organisation ids the click came from. A click queued
     # before Sill read them has none, and decides nothing (its clicker is told to click
     # again; the buttons stay).
@@ -184,6 +185,13 @@ def slack_decide_task(
     try:
         decided = decide_click(site_id=site_id, click=click, retried=self.request.retries > 0)
     except OperationalError as exc:
+        if self.request.retries >= (self.max_retries or 0):
+            # The last attempt: Celery would raise the error and the click be lost unseen,
+            # its clicker waiting for an outcome that never comes.
+            give_up_click(
+                site_id=site_id, click=click, attempts=self.request.retries + 1, error=exc
+            )
+            return "not recorded"
         backoff = get_exponential_backoff_interval(
             factor=1, retries=self.request.retries, maximum=60, full_jitter=True
         )

@@ -44,8 +44,8 @@ from refunds.labels import (
     requester_label,
     rule_title,
 )
-from refunds.models import Refund, RefundStatus
-from refunds.review.decisions import approve_refund, deadline, reject_refund
+from refunds.models import Decision, Refund, RefundStatus
+from refunds.review.decisions import AlreadyDecided, approve_refund, deadline, reject_refund
 from refunds.review.facts_words import fact_phrases
 from sill import jsonbody
 from sill.accounts.access import Cap, can
@@ -83,6 +83,15 @@ NO_WORKSPACE_NAMED = (
     "Sill could not tell which Slack workspace this click came from, so it decided nothing: "
     "click again, or decide it in Sill."
 )
+# Said when a click's every attempt met a database error (refunds.slack_decide gave up): the
+# decision was not written, and nothing will write it later.
+NOT_RECORDED = (
+    "Your {action} was not recorded: Sill's database did not answer, so this click decided "
+    "nothing. Click again in a few minutes (the buttons stay), or decide it in Sill."
+)
+# The review note of a decision made from Slack: how a retried click tells its own decision
+# (committed before the attempt failed) from one made in Sill meanwhile.
+SLACK_NOTE = "Decided in Slack"
 OTHER_WORKSPACE = (
     "This click came from another Slack workspace than the one this Slack user is linked in, "
     "so it decided nothing. Decide it in Sill."
@@ -416,14 +425,16 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
         raise SlackRefused("That refund is not on this site.")
     decide = approve_refund if click.action == APPROVE else reject_refund
     try:
-        decided = decide(refund=refund, actor=membership.user, note="Decided in Slack")
+        decided = decide(refund=refund, actor=membership.user, note=SLACK_NOTE)
     except SillError as exc:
         # The clicker is told why. When the hold is over (it expired, or someone decided it
         # first, in Sill or in another click) the message shows where the refund stands now,
         # without buttons: they have nothing left to decide. A refusal that leaves the refund
         # held (the requester's own approval, a dispute to settle first) keeps them for
         # another owner or admin.
-        refund.refresh_from_db(fields=["status", "decided_by"])
+        refund.refresh_from_db(
+            fields=["status", "decision", "decided_by", "decided_at", "review_note", "outcome_code"]
+        )
         if refund.status != RefundStatus.HELD:
             decider = refund.decided_by.get_username() if refund.decided_by else ""
             _respond_on_commit(click, outcome_text(refund, by=decider))
@@ -431,13 +442,55 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
             if (
                 retried
                 and refund.decided_by_id == membership.user.pk
+                and refund.review_note == SLACK_NOTE
                 and approved == (click.action == APPROVE)
             ):
                 return refund  # this click's own decision, committed before its attempt failed
+            if isinstance(exc, AlreadyDecided):
+                # Someone came first (the clicker too, in Sill, while this click waited for a
+                # retry): said as it happened, never as this click's doing.
+                raise SlackRefused(decided_before_text(refund, clicker=membership.user)) from exc
         raise SlackRefused(exc.message) from exc
     who = membership.user.get_username()
     _respond_on_commit(click, outcome_text(decided, by=who))
     return decided
+
+
+def decided_before_text(refund: Refund, *, clicker: Any) -> str:
+    """What a click that found the refund decided already is told: who decided it, how (in
+    Slack or in Sill, by the decision's review note) and when, from the refund as it stands;
+    "you" when it was the clicker, in Sill or in another click of theirs."""
+    noun, done = money_words(refund)
+    if refund.status == RefundStatus.EXPIRED:
+        return (
+            f"Your click decided nothing: this {noun} expired after 24 hours, undecided; "
+            f"nothing was {done}."
+        )
+    verb = "approved" if refund.decision == Decision.APPROVED else "rejected"
+    when = f" ({deadline_text(refund.decided_at, refund.site.zone)})" if refund.decided_at else ""
+    if refund.decided_by is None:
+        return f"Your click decided nothing: Sill had already closed this {noun}{when}."
+    who = "you" if refund.decided_by_id == clicker.pk else refund.decided_by.get_username()
+    how = "in Slack" if refund.review_note == SLACK_NOTE else "in Sill"
+    return f"Your click decided nothing: {who} had already {verb} this {noun} {how}{when}."
+
+
+def give_up_click(*, site_id: str, click: Click, attempts: int, error: Exception) -> None:
+    """A click whose every attempt met a database error (``refunds.slack_decide`` retries no
+    more): nothing was decided and nothing will decide it later, so the clicker is told
+    (privately) to click again or decide in Sill, and it is logged at ERROR (the response_url,
+    a capability, is not). Posted from here, not queued on commit: the database that failed
+    every attempt is not asked to commit anything first."""
+    logger.error(
+        "Slack click not decided: %s of refund %s on site %s by Slack user %s met a database "
+        "error on each of %d attempts (%s); the clicker is told to click again",
+        click.action, click.refund_id, site_id, click.slack_user_id, attempts,
+        type(error).__name__,  # the class only: a driver's error can name the database host
+    )  # fmt: skip
+    action = "approval" if click.action == APPROVE else "rejection"
+    respond(
+        response_url=click.response_url, text=NOT_RECORDED.format(action=action), privately=True
+    )
 
 
 def _respond_on_commit(click: Click, text: str, *, privately: bool = False) -> None:

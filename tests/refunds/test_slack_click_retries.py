@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from celery.exceptions import Retry
@@ -16,6 +17,7 @@ from celery.signals import before_task_publish
 
 from audit.models import AuditRecord
 from refunds.models import Refund
+from refunds.review.decisions import approve_refund, reject_refund
 from refunds.tasks import slack_decide_task
 from sill.accounts.models import Membership, Site
 from sill.celery import app
@@ -138,3 +140,77 @@ def test_a_retried_click_shows_no_response_url_in_its_headers(
     assert slack not in retry["argsrepr"] and "<response_url>" in retry["argsrepr"]
     held.refresh_from_db()
     assert held.status == "held" and _decisions(held) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_click_whose_last_retry_fails_tells_the_clicker_it_was_not_recorded(
+    site: Site,
+    linked: dict[str, Membership],  # noqa: F811
+    held: Refund,  # noqa: F811
+    slack: str,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Seen: the database stayed away for the two minutes of retries; the last one raised, the
+    # click was dropped, and the owner in Slack waited for an outcome that never came.
+    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack, [TEAM])
+    last = slack_decide_task.max_retries
+    with postgresql_refusing("down"), caplog.at_level("INFO"):
+        assert slack_decide_task.apply(args, retries=last).get() == "not recorded"
+    [told] = Slack.received
+    assert told["response_type"] == "ephemeral" and told["replace_original"] is False
+    assert "not recorded" in told["text"] and "decided nothing" in told["text"]
+    assert "Click again" in told["text"] and "decide it in Sill" in told["text"]
+    [gave_up] = [r for r in caplog.records if r.levelname == "ERROR"]
+    said = gave_up.getMessage()
+    assert held.id in said and "U0OWNER" in said and "OperationalError" in said
+    secret = urlsplit(slack).path
+    assert not [r for r in caplog.records if secret in r.getMessage()]
+    held.refresh_from_db()
+    assert held.status == "held" and _decisions(held) == 0
+
+
+def test_a_retry_that_finds_the_clickers_own_decision_in_sill_says_so(
+    site: Site,
+    linked: dict[str, Membership],  # noqa: F811
+    held: Refund,  # noqa: F811
+    slack: str,  # noqa: F811
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    # Seen: the click's first attempt met a database error; meanwhile the owner approved it in
+    # the browser; the retry took that approval for its own and told the owner nothing.
+    with django_capture_on_commit_callbacks(execute=True):
+        approve_refund(refund=held, actor=linked["owner"].user, note="checked the parcel")
+    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack, [TEAM])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert slack_decide_task.apply(args, retries=1).get() == "refused"
+    update, told = Slack.received
+    assert update["replace_original"] is True and "approved" in update["text"]
+    assert told["response_type"] == "ephemeral"
+    assert told["text"].startswith("Your click decided nothing: you had already approved")
+    assert "in Sill" in told["text"]
+    assert _decisions(held) == 1
+
+
+@pytest.mark.parametrize("how", ["in Sill", "in Slack"])
+def test_a_retry_that_finds_someone_elses_decision_names_who_and_how(
+    site: Site,
+    linked: dict[str, Membership],  # noqa: F811
+    held: Refund,  # noqa: F811
+    slack: str,  # noqa: F811
+    how: str,
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    note = "Decided in Slack" if how == "in Slack" else ""
+    with django_capture_on_commit_callbacks(execute=True):
+        reject_refund(refund=held, actor=linked["admin"].user, note=note)
+    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack, [TEAM])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert slack_decide_task.apply(args, retries=1).get() == "refused"
+    told = Slack.received[-1]
+    assert told["response_type"] == "ephemeral"
+    assert told["text"].startswith(
+        f"Your click decided nothing: admin@roasters.example had already rejected this refund {how}"
+    )
+    held.refresh_from_db()
+    assert held.status == "rejected" and held.decided_by == linked["admin"].user
