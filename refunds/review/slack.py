@@ -83,6 +83,13 @@ NO_WORKSPACE_NAMED = (
     "Sill could not tell which Slack workspace this click came from, so it decided nothing: "
     "click again, or decide it in Sill."
 )
+# Said to every click while Slack refuses the site's bot token (the link check recorded it):
+# no link can be confirmed again, so none speaks for a member.
+TOKEN_REFUSED = (
+    "Slack refuses this site's Slack app (its bot token), so Sill cannot confirm who you are "
+    "and this click decided nothing: an owner reinstalls the app and sets its new bot token "
+    "in Sill (Settings → Slack). Until then, decide it in Sill."
+)
 # Said when a click's every attempt met a database error (refunds.slack_decide gave up): the
 # decision was not written, and nothing will write it later.
 NOT_RECORDED = (
@@ -385,6 +392,10 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
 
     The message is replaced with the outcome once the decision commits.
     """
+    if site.slack_token_refused:
+        # The app was uninstalled or its token revoked: the daily re-check cannot vouch for
+        # any link, so none decides until an owner sets a token Slack takes.
+        raise SlackRefused(TOKEN_REFUSED)
     membership = (
         Membership.objects.select_related("user", "site")
         .filter(site=site, slack_user_id=click.slack_user_id)

@@ -125,6 +125,7 @@ def check_site_slack_links(*, site: Site, links: list[Membership]) -> LinkCheck:
     if not token:
         return LinkCheck(unconfirmed=sum(1 for m in links if m.slack_checked_at is None))
     answers: dict[int, _Asked] = {}
+    refused = ""
     for member in links:
         try:
             answer: SlackUser | SlackUserUnconfirmed = slack_user(
@@ -132,9 +133,11 @@ def check_site_slack_links(*, site: Site, links: list[Membership]) -> LinkCheck:
             )
         except SlackUserUnconfirmed as unconfirmed:
             if unconfirmed.site_wide:
+                refused = unconfirmed.token_refused
                 break  # the others would be refused the same way; asked again next run
             answer = unconfirmed
         answers[member.pk] = (member.slack_user_id, member.slack_checked_at, answer)
+    _record_token(site=site, refused=refused, answered=bool(answers))
     unanswered = sum(1 for m in links if m.slack_checked_at is None and m.pk not in answers)
     check = LinkCheck(unconfirmed=unanswered)
     if answers:
@@ -146,6 +149,39 @@ def check_site_slack_links(*, site: Site, links: list[Membership]) -> LinkCheck:
         check.revoked,
     )  # fmt: skip
     return check
+
+
+def _record_token(*, site: Site, refused: str, answered: bool) -> None:
+    """Record that Slack refused the site's bot token (``refused``: its error), or that it took
+    it again (``answered``), on the site, for Settings → Slack and the clicks (module doc of
+    :mod:`refunds.review.slack`). Only while the token is the one asked with: an owner may
+    have set a new one meanwhile. The first refusal's time is kept."""
+    same_token = Site.objects.filter(pk=site.pk, slack_bot_token_sealed=site.slack_bot_token_sealed)
+    if refused:
+        # Without its token Sill cannot re-check any link: the app was uninstalled, or its
+        # token revoked or rotated. Said at WARNING on every run until an owner acts.
+        logger.warning(
+            "site %s: Slack refused the bot token (%s): no Slack link can be checked and Slack "
+            "clicks decide nothing until an owner sets a new one",
+            site.pk, refused,
+        )  # fmt: skip
+        same_token.exclude(slack_token_refused=refused).update(
+            slack_token_refused=refused, slack_token_refused_at=timezone.now()
+        )
+    elif answered and site.slack_token_refused:
+        same_token.update(slack_token_refused="", slack_token_refused_at=None)
+
+
+def link_why(asked: str, reason: str) -> str:
+    """Why the check took a link away, in words (Settings → Slack: "Not linked: …")."""
+    words = {
+        "not found": f"Slack has no user {asked} in the workspace any more",
+        "deactivated": f"Slack says {asked} is deactivated",
+        "guest": f"Slack says {asked} is a guest, not a full member of the workspace",
+        "no email": f"Slack does not share {asked}'s email with the app (users:read.email)",
+        "email not confirmed": f"Slack has not confirmed the email on {asked}'s profile",
+    }
+    return words.get(reason, f"Slack no longer vouches for {asked} ({reason})")[:200]
 
 
 def _apply(*, site: Site, answers: dict[int, _Asked]) -> LinkCheck:
@@ -176,7 +212,8 @@ def _apply(*, site: Site, answers: dict[int, _Asked]) -> LinkCheck:
             ):
                 member.slack_checked_at = timezone.now()
                 member.slack_team_id = answer.team_id
-                member.save(update_fields=["slack_checked_at", "slack_team_id"])
+                member.slack_link_why = ""
+                member.save(update_fields=["slack_checked_at", "slack_team_id", "slack_link_why"])
                 if was_confirmed:
                     done["rechecked"] += 1
                 else:
@@ -187,7 +224,14 @@ def _apply(*, site: Site, answers: dict[int, _Asked]) -> LinkCheck:
                 # unconfirmed would be confirmed again by nobody's word but the next save's.
                 member.slack_user_id = member.slack_team_id = ""
                 member.slack_checked_at = None
-                member.save(update_fields=["slack_user_id", "slack_checked_at", "slack_team_id"])
+                member.slack_link_why = (
+                    f"Slack's profile of {asked} has another email than the member's"
+                )
+                member.save(
+                    update_fields=[
+                        "slack_user_id", "slack_checked_at", "slack_team_id", "slack_link_why"
+                    ]
+                )  # fmt: skip
                 changes.append(
                     {"member": who, "slack_user_id": None, "was": asked, "why": CLEARED_WHY}
                 )
@@ -198,7 +242,8 @@ def _apply(*, site: Site, answers: dict[int, _Asked]) -> LinkCheck:
                 # and is confirmed again if Slack says so on a later run.
                 member.slack_checked_at = None
                 member.slack_team_id = ""
-                member.save(update_fields=["slack_checked_at", "slack_team_id"])
+                member.slack_link_why = link_why(asked, answer.reason)
+                member.save(update_fields=["slack_checked_at", "slack_team_id", "slack_link_why"])
                 changes.append(
                     {
                         "member": who,
@@ -209,6 +254,13 @@ def _apply(*, site: Site, answers: dict[int, _Asked]) -> LinkCheck:
                 )
                 done["revoked"] += 1
             elif not was_confirmed:
+                # Never confirmed, and Slack says why not (a deactivated user, a guest...):
+                # the page says so rather than "waiting" with no end. Not a change of who is
+                # who, so no record.
+                why = link_why(asked, answer.reason) if answer.reason else ""
+                if why != member.slack_link_why:
+                    member.slack_link_why = why
+                    member.save(update_fields=["slack_link_why"])
                 done["unconfirmed"] += 1
         if changes:
             append_record(

@@ -61,6 +61,10 @@ def slack_settings(request: SiteRequest) -> HttpResponse:
         ],
         "secret_set": bool(site.slack_signing_secret),
         "token_set": bool(site.slack_bot_token_sealed),
+        # Slack refused the token when the link check last asked (the app uninstalled, the
+        # token revoked): said above the form, with what to do.
+        "token_refused": site.slack_token_refused if site.slack_bot_token_sealed else "",
+        "token_refused_at": site.slack_token_refused_at,
         "is_owner": is_owner,
         "webhook_set": bool(site.slack_webhook_sealed),
         "request_url": base + reverse("refunds:slack-interactions", args=[site.pk]),
@@ -97,6 +101,9 @@ def _row(
         "decides": member.role in (Role.OWNER, Role.ADMIN),
         "locked": locked,
         "state": _link_state(member) if shows_saved else "",
+        # Why the link check took the link away or will not confirm it, in words (the audit
+        # record says it too, where no one looks): "Not linked: …" beside the box.
+        "why": member.slack_link_why if shows_saved else "",
         "described_by": " ".join(described_by),
     }
 

@@ -342,8 +342,16 @@ def _write(
     elif token:
         locked.slack_bot_token_sealed = slack.seal_bot_token(locked, token)
         changed.append("bot token set")
+    if clear_token or token:
+        # Slack's refusal was of the token this replaces (or removes): the next check asks
+        # with the new one.
+        locked.slack_token_refused = ""
+        locked.slack_token_refused_at = None
     if changed:
-        fields = ["slack_webhook_sealed", "slack_signing_secret", "slack_bot_token_sealed"]
+        fields = [
+            "slack_webhook_sealed", "slack_signing_secret", "slack_bot_token_sealed",
+            "slack_token_refused", "slack_token_refused_at",
+        ]  # fmt: skip
         locked.save(update_fields=fields)
         for field in fields:
             setattr(site, field, getattr(locked, field))
@@ -357,7 +365,15 @@ def _write(
             member.slack_user_id = value
             member.slack_checked_at = timezone.now() if value else None
             member.slack_team_id = answer.team_id if isinstance(answer, SlackUser) else ""
-            member.save(update_fields=["slack_user_id", "slack_checked_at", "slack_team_id"])
+            member.slack_link_why = ""  # the check's word was about the link this replaces
+            member.save(
+                update_fields=[
+                    "slack_user_id",
+                    "slack_checked_at",
+                    "slack_team_id",
+                    "slack_link_why",
+                ]
+            )
             links.append({"member": member.user.get_username(), "slack_user_id": value or None})
         elif (
             value
@@ -371,7 +387,8 @@ def _write(
             # member's, about something else, who cannot change this link.
             member.slack_checked_at = timezone.now()
             member.slack_team_id = answer.team_id
-            member.save(update_fields=["slack_checked_at", "slack_team_id"])
+            member.slack_link_why = ""
+            member.save(update_fields=["slack_checked_at", "slack_team_id", "slack_link_why"])
             links.append(
                 {"member": member.user.get_username(), "slack_user_id": value, "confirmed": True}
             )

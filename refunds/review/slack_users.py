@@ -51,12 +51,17 @@ class SlackUserUnconfirmed(Exception):
     site's other Slack users now would be refused the same way. ``reason``: the same in a
     word when Slack said something of this user (no such user, deactivated, a guest, no email
     or an unconfirmed one), for the audit record of a link Slack no longer confirms; "" when
-    Slack's answer says nothing of them (the next check asks again)."""
+    Slack's answer says nothing of them (the next check asks again). ``token_refused``:
+    Slack's error when it refused the bot token itself (``invalid_auth``, ``token_revoked``,
+    ``account_inactive``...: the app must be reinstalled or its token set again)."""
 
-    def __init__(self, message: str, *, site_wide: bool = False, reason: str = "") -> None:
+    def __init__(
+        self, message: str, *, site_wide: bool = False, reason: str = "", token_refused: str = ""
+    ) -> None:
         super().__init__(message)
         self.site_wide = site_wide
         self.reason = reason
+        self.token_refused = token_refused
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ def slack_user(*, token: str, slack_user_id: str) -> SlackUser:
                 "Slack refused the app's bot token: an owner sets a current one above. "
                 "Nothing was linked.",
                 site_wide=True,
+                token_refused=error,
             ) from None
         if error == "missing_scope":
             raise SlackUserUnconfirmed(NO_EMAIL, site_wide=True) from None

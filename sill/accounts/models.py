@@ -36,6 +36,14 @@ class Site(models.Model):
     # The Slack app's bot token (xoxb-…), sealed the same way: Sill asks Slack with it who a
     # Slack user is (users.info) before linking them to a member (refunds/review/slack_users.py).
     slack_bot_token_sealed = models.BinaryField(blank=True, default=b"")
+    # Slack's error when it last refused that token (invalid_auth, token_revoked,
+    # account_inactive...: the app uninstalled, the token rotated or revoked), and when; empty
+    # while Slack takes it. Recorded by the link check (refunds/review/slack_link_checks.py),
+    # cleared when an owner sets or removes the token or Slack takes it again. While set,
+    # Settings → Slack says the app must be reinstalled, and Slack clicks decide nothing (no
+    # link can be confirmed again).
+    slack_token_refused = models.CharField(max_length=32, blank=True, default="")
+    slack_token_refused_at = models.DateTimeField(null=True, blank=True)
     # Owners and admins need a confirmed second factor, and a session verified with it, to
     # change anything an approver changes (sill/accounts/two_factor.py).
     require_two_factor = models.BooleanField(default=require_two_factor_default)
@@ -93,6 +101,10 @@ class Membership(models.Model):
     # links confirmed before Sill recorded it, until the check fills it in (their clicks are
     # refused meanwhile), and for every unconfirmed link.
     slack_team_id = models.CharField(max_length=32, blank=True, default="")
+    # Why the link check last took the member's Slack link away (cleared: another email;
+    # unconfirmed: Slack no longer vouches for the user), in words, for Settings → Slack;
+    # empty once a link is confirmed or changed by a save.
+    slack_link_why = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

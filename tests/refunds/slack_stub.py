@@ -4,7 +4,9 @@
   ``{"ok": true, "user": {"id", "team_id", "name", "deleted", "is_bot", "is_restricted",
   "is_ultra_restricted", "is_email_confirmed", "profile": {"email", "real_name"}}}``; a user the workspace does not have → ``{"ok": false, "error":
   "user_not_found"}`` (users.info's documented error); another token →
-  ``{"ok": false, "error": "invalid_auth"}``. Slack answers both with HTTP 200.
+  ``{"ok": false, "error": "invalid_auth"}`` (or ``token_error``: ``token_revoked``,
+  ``account_inactive``, as Slack answers a revoked token or an uninstalled app's). Slack
+  answers both with HTTP 200.
 - A user added with ``email=None`` has no ``email`` in their profile, as Slack answers an app
   without the ``users:read.email`` scope. ``add_user``'s keywords override the user's flags:
   ``deleted=True`` (deactivated), ``is_restricted=True`` (a multi-channel guest),
@@ -33,6 +35,7 @@ TEAM = "T0SILLSTUB"
 class SlackStub:
     url: str = ""  # the API base, ending /api/ as slack_sdk's base_url does
     token: str = TOKEN
+    token_error: str = "invalid_auth"  # Slack's answer to any other token
     users: dict[str, str | None] = field(default_factory=dict)  # Slack user id → email
     flags: dict[str, dict[str, bool | str]] = field(default_factory=dict)  # user id → overrides
     calls: list[tuple[str, str]] = field(default_factory=list)
@@ -44,7 +47,7 @@ class SlackStub:
     def users_info(self, *, token: str, user: str) -> dict[str, object]:
         self.calls.append(("users.info", user))
         if token != self.token:
-            return {"ok": False, "error": "invalid_auth"}
+            return {"ok": False, "error": self.token_error}
         if user not in self.users:
             return {"ok": False, "error": "user_not_found"}
         email = self.users[user]

@@ -5,6 +5,7 @@ before Sill recorded it (its clicks decide nothing until the check does)."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -13,7 +14,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from refunds.tasks import slack_check_links_task
 from sill.accounts.models import Membership, Site
+from tests.refunds.slack_stub import TEAM, SlackStub
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +25,7 @@ def _state(page: str, member: Membership) -> str:
     """The words of ``member``'s link state on the page, tags dropped."""
     found = re.search(rf'id="slack-{member.pk}-state"[^>]*>(.*?)</div>', page, re.DOTALL)
     assert found, f"no link state for {member.user.email}"
-    return " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split())
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", found.group(1))).split())
 
 
 def test_the_page_says_each_members_link_state_in_words(
@@ -70,3 +73,53 @@ def test_the_state_is_the_saved_links_not_what_was_typed_over_it(
     )
     assert answer.status_code == 422  # no bot token: Slack cannot confirm the new link
     assert f'id="slack-{members["owner"].pk}-state"' not in answer.content.decode()
+
+
+def test_the_page_says_why_the_check_took_a_link_away(
+    client_for: Callable[[str], Client],
+    site: Site,
+    members: dict[str, Membership],
+    slack_api: SlackStub,
+) -> None:
+    """The check clears a link whose Slack email is now another's and unconfirms one Slack no
+    longer vouches for; why was only in the audit record, and the page said "Not linked" or
+    "Waiting for Slack to confirm" with no end in sight."""
+    two_days_ago = timezone.now() - timedelta(days=2)
+    for role, slack_id in (("owner", "U0OWNER"), ("admin", "U0ADMIN"), ("staff", "U0STAFF")):
+        Membership.objects.filter(pk=members[role].pk).update(
+            slack_user_id=slack_id,
+            slack_checked_at=None if role == "staff" else two_days_ago,
+            slack_team_id="" if role == "staff" else TEAM,
+        )
+    slack_api.add_user("U0OWNER", "owner@roasters.example", deleted=True)
+    slack_api.add_user("U0ADMIN", "someone.else@roasters.example")
+    slack_api.add_user("U0STAFF", "staff@roasters.example", is_restricted=True)
+    slack_check_links_task.apply().get()
+
+    page = client_for("owner").get("/settings/slack/").content.decode()
+    owner = _state(page, members["owner"])
+    assert owner.startswith("Not linked: Slack says U0OWNER is deactivated")
+    assert "decide nothing" in owner
+    admin = _state(page, members["admin"])
+    assert admin == "Not linked: Slack's profile of U0ADMIN has another email than the member's"
+    staff = _state(page, members["staff"])
+    assert staff.startswith("Not linked: Slack says U0STAFF is a guest")
+
+    # A link Slack confirms again says nothing of the old reason.
+    slack_api.add_user("U0OWNER", "owner@roasters.example")
+    slack_check_links_task.apply().get()
+    page = client_for("owner").get("/settings/slack/").content.decode()
+    assert _state(page, members["owner"]).startswith("Linked (confirmed by Slack)")
+    # Nor does a new link an admin saves for themselves, confirmed by Slack.
+    slack_api.add_user("U0ADMIN2", "admin@roasters.example")
+    answer = client_for("admin").post(
+        "/settings/slack/",
+        {
+            f"slack_{members['owner'].pk}": "U0OWNER",
+            f"slack_{members['admin'].pk}": "U0ADMIN2",
+            f"slack_{members['staff'].pk}": "U0STAFF",
+        },
+    )
+    assert answer.status_code == 302
+    page = client_for("owner").get("/settings/slack/").content.decode()
+    assert _state(page, members["admin"]).startswith("Linked (confirmed by Slack)")
