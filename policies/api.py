@@ -164,7 +164,18 @@ class RuleDeleteApi(APIView):
     def delete(self, request: Request, site_id: str, rule_id: str) -> Response:
         site = _member_site(request, site_id, Cap.EDIT_RULES)
         _require_two_factor(request, site)
-        label = delete_rule(site=site, actor=request.user, rule_id=rule_id)
+        # Deleting a hold or deny rule widens what may be refunded: a fresh code, judged by
+        # the service under its lock (deleting an allow or observe rule does not need one).
+        membership = Membership.objects.select_related("site").get(user=_user(request), site=site)
+        try:
+            label = delete_rule(
+                site=site,
+                actor=request.user,
+                rule_id=rule_id,
+                second_factor=two_factor.freshness(request._request, membership),
+            )
+        except two_factor.TwoFactorRequired as refused:
+            raise SillError(refused.message, code="two_factor_required", status=403) from None
         return Response({"version": label, "deleted": rule_id})
 
 

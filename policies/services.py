@@ -34,6 +34,7 @@ from policies.selectors import (
     rules_digest,
 )
 from policies.simulation import Preview
+from sill.accounts import two_factor
 from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.errors import NotFound, SillError
@@ -124,7 +125,9 @@ def apply_catalog_item(
     return ApplyResult(status, item, mode, outcome["new"], outcome["already"], label)
 
 
-def set_rule_mode(*, site: Site, actor: Any, rule_id: str, mode: str) -> str:
+def set_rule_mode(
+    *, site: Site, actor: Any, rule_id: str, mode: str, second_factor: two_factor.Freshness
+) -> str:
     """Switch one rule between enforced and observe; the active version's label after."""
     require_member(actor, site.pk, Cap.EDIT_RULES)
     if mode not in MODES:
@@ -141,7 +144,7 @@ def set_rule_mode(*, site: Site, actor: Any, rule_id: str, mode: str) -> str:
             detail={"change": "set_rule_mode", "rule_id": rule_id, "mode": mode},
         )
 
-    return _change(site=site, actor=actor, edit=edit)
+    return _change(site=site, actor=actor, edit=edit, second_factor=second_factor)
 
 
 def add_rule(
@@ -188,9 +191,12 @@ def add_rule(
 MAX_WINDOW_DAYS = 3650
 
 
-def set_refund_window(*, site: Site, actor: Any, days: int | None) -> None:
+def set_refund_window(
+    *, site: Site, actor: Any, days: int | None, second_factor: two_factor.Freshness
+) -> None:
     """The merchant's own refund window in days from payment (None: only the rails'). One
-    signed ``settings_change`` record per change."""
+    signed ``settings_change`` record per change. Lengthening or removing it widens (refused
+    by ``second_factor`` without a fresh code); shortening or setting one does not."""
     require_member(actor, site.pk, Cap.EDIT_RULES)
     if days is not None and not 1 <= days <= MAX_WINDOW_DAYS:
         raise SillError(
@@ -203,6 +209,9 @@ def set_refund_window(*, site: Site, actor: Any, days: int | None) -> None:
         if locked.refund_window_days == days:
             return
         before = locked.refund_window_days
+        two_factor.check_widening(
+            second_factor, widens=before is not None and (days is None or days > before)
+        )
         locked.refund_window_days = days
         locked.save(update_fields=["refund_window_days"])
         site.refund_window_days = days
@@ -218,7 +227,9 @@ def set_refund_window(*, site: Site, actor: Any, days: int | None) -> None:
         )
 
 
-def restore_version(*, site: Site, actor: Any, number: int) -> str:
+def restore_version(
+    *, site: Site, actor: Any, number: int, second_factor: two_factor.Freshness
+) -> str:
     """Make the rules and auto-refund of version ``number`` active again, as a new version.
 
     NotFound for a version the site does not have; nothing is written when it is what is
@@ -244,10 +255,12 @@ def restore_version(*, site: Site, actor: Any, number: int) -> str:
             detail={"change": "restore_version", "restored": old.label},
         )
 
-    return _change(site=site, actor=actor, edit=edit)
+    return _change(site=site, actor=actor, edit=edit, second_factor=second_factor)
 
 
-def delete_rule(*, site: Site, actor: Any, rule_id: str) -> str:
+def delete_rule(
+    *, site: Site, actor: Any, rule_id: str, second_factor: two_factor.Freshness
+) -> str:
     require_member(actor, site.pk, Cap.EDIT_RULES)
 
     def edit(active: ActivePolicy) -> Edit:
@@ -259,10 +272,12 @@ def delete_rule(*, site: Site, actor: Any, rule_id: str) -> str:
             detail={"change": "delete_rule", "rule_id": rule_id},
         )
 
-    return _change(site=site, actor=actor, edit=edit)
+    return _change(site=site, actor=actor, edit=edit, second_factor=second_factor)
 
 
-def set_auto_refund(*, site: Site, actor: Any, enabled: bool, cap: Money) -> str:
+def set_auto_refund(
+    *, site: Site, actor: Any, enabled: bool, cap: Money, second_factor: two_factor.Freshness
+) -> str:
     """AUTO-REFUND: approve held refunds up to ``cap`` from the agent that placed the order."""
     require_member(actor, site.pk, Cap.EDIT_RULES)
     if cap.amount_minor < 0 or cap.amount_minor > MAX_CAP_MINOR:
@@ -292,17 +307,25 @@ def set_auto_refund(*, site: Site, actor: Any, enabled: bool, cap: Money) -> str
             },
         )
 
-    return _change(site=site, actor=actor, edit=edit)
+    return _change(site=site, actor=actor, edit=edit, second_factor=second_factor)
 
 
 # --- the one writer -----------------------------------------------------------------------------
 
 
-def _change(*, site: Site, actor: Any, edit: Callable[[ActivePolicy], Edit | None]) -> str:
+def _change(
+    *,
+    site: Site,
+    actor: Any,
+    edit: Callable[[ActivePolicy], Edit | None],
+    second_factor: two_factor.Freshness | None = None,
+) -> str:
     """Apply ``edit`` to the locked active version and write the result as the next one.
 
     Returns the label of the version active afterwards (unchanged when ``edit`` has nothing
-    to do).
+    to do). A change that :func:`_widens` what may be refunded is refused by
+    ``second_factor`` without a fresh code (``None``: the caller's edits only add rules,
+    which never widen; a widening one then is a bug, refused).
     """
     try:
         with transaction.atomic():
@@ -315,6 +338,11 @@ def _change(*, site: Site, actor: Any, edit: Callable[[ActivePolicy], Edit | Non
             change = edit(active)
             if change is None:
                 return active.label
+            widens = _widens(active, change)
+            if second_factor is not None:
+                two_factor.check_widening(second_factor, widens=widens)
+            elif widens:
+                raise TypeError("a change that can widen the rules needs its second_factor")
             return _write(site=site, actor=actor, current=current, active=active, change=change)
     except IntegrityError:
         # Two first versions of a site written at once: the unique number refused one.
@@ -367,6 +395,26 @@ def _write(
         },
     )
     return version.label
+
+
+def _widens(active: ActivePolicy, change: Edit) -> bool:
+    """Whether ``change`` may let through a refund or credit ``active`` would hold or deny.
+
+    Rules only restrict (policies.engine: the outcome starts at allow, an allow rule never
+    lowers it, an observe rule changes nothing), so a rule set cannot widen while every
+    enforced deny and require_approval rule of ``active`` is still there, unchanged: adding
+    rules never widens. Anything else counts as widening (a rule deleted, switched to observe,
+    or restored in an older form, even a stricter one: comparing conditions is not attempted).
+    AUTO-REFUND widens when it is switched on, its cap raised or its currency changed."""
+    for rule in active.rules:
+        restrictive = rule["then"]["action"] != "allow"
+        enforced = rule.get("mode", "enforced") == "enforced"
+        if restrictive and enforced and rule not in change.rules:
+            return True
+    was, now = active.auto_refund, change.auto_refund
+    return now.enabled and (
+        not was.enabled or now.currency != was.currency or now.cap_minor > was.cap_minor
+    )
 
 
 def _split(

@@ -34,6 +34,7 @@ from policies.services import (
 from policies.simulation import Preview
 from policies.vocabulary import FACTS, describe_condition
 from policies.warnings import policy_warnings
+from sill.accounts import two_factor
 from sill.accounts.access import Cap, site_view
 from sill.errors import NotFound, SillError
 from sill.http import SiteRequest
@@ -63,7 +64,9 @@ def rule_mode(request: SiteRequest, rule_id: str) -> HttpResponse:
     mode = request.POST.get("mode", "")
     return _rule_change(
         request,
-        lambda site, actor: set_rule_mode(site=site, actor=actor, rule_id=rule_id, mode=mode),
+        lambda site, actor: set_rule_mode(
+            site=site, actor=actor, rule_id=rule_id, mode=mode, second_factor=_fresh(request)
+        ),
         done=f"Rule {rule_id} is now {mode}.",
     )
 
@@ -73,7 +76,9 @@ def rule_mode(request: SiteRequest, rule_id: str) -> HttpResponse:
 def rule_delete(request: SiteRequest, rule_id: str) -> HttpResponse:
     return _rule_change(
         request,
-        lambda site, actor: delete_rule(site=site, actor=actor, rule_id=rule_id),
+        lambda site, actor: delete_rule(
+            site=site, actor=actor, rule_id=rule_id, second_factor=_fresh(request)
+        ),
         done=f"Rule {rule_id} deleted.",
     )
 
@@ -91,6 +96,7 @@ def auto_refund(request: SiteRequest) -> HttpResponse:
                 actor=request.user,
                 enabled=form.cleaned_data["enabled"],
                 cap=cap,
+                second_factor=_fresh(request),
             )
         except SillError as exc:
             error = exc
@@ -128,7 +134,7 @@ def refund_window(request: SiteRequest) -> HttpResponse:
                     code="invalid_field",
                 )
             days = int(significant)
-        set_refund_window(site=site, actor=request.user, days=days)
+        set_refund_window(site=site, actor=request.user, days=days, second_factor=_fresh(request))
     except SillError as exc:
         return render(
             request, "policies/rules.html", _rules_context(request, window_error=exc), status=422
@@ -148,7 +154,9 @@ def refund_window(request: SiteRequest) -> HttpResponse:
 def version_restore(request: SiteRequest, number: int) -> HttpResponse:
     return _rule_change(
         request,
-        lambda site, actor: restore_version(site=site, actor=actor, number=number),
+        lambda site, actor: restore_version(
+            site=site, actor=actor, number=number, second_factor=_fresh(request)
+        ),
         done=f"Restored v{number}.",
     )
 
@@ -170,6 +178,15 @@ def protect_add(request: SiteRequest) -> HttpResponse:
             return redirect(f"{reverse('policies:rules')}#rules-section")
     context = _rules_context(request, protect_form=form, protect_error=error)
     return render(request, "policies/rules.html", context, status=422)
+
+
+def _fresh(request: SiteRequest) -> two_factor.Freshness:
+    """A change that widens what may be refunded (a hold or deny rule deleted or only
+    observed, auto-refund switched on or raised, the refund window lengthened or removed)
+    needs a code from the last few minutes, as an agent's caps do: the service judges it
+    under its lock and raises ``TwoFactorRequired``, which ``site_view`` answers with the
+    code page. Adding rules and narrowing need only the verified session."""
+    return two_factor.freshness(request, request.site_ctx.membership)
 
 
 def _rule_change(request: SiteRequest, change: Any, *, done: str) -> HttpResponse:

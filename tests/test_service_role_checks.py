@@ -41,6 +41,7 @@ from refunds.reasons.services import (
     set_reason_active,
 )
 from sill import errors
+from sill.accounts import two_factor
 from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, Site
 from sill.accounts.services import (
     add_agent_key,
@@ -92,7 +93,9 @@ def _apply(w: World) -> Call:
 
 def _set_rule_mode(w: World) -> Call:
     _with_rule(w)
-    return lambda actor: set_rule_mode(site=w.site, actor=actor, rule_id=RULE, mode="observe")
+    return lambda actor: set_rule_mode(
+        site=w.site, actor=actor, rule_id=RULE, mode="observe", second_factor=two_factor.OPERATOR
+    )
 
 
 def _add_rule(w: World) -> Call:
@@ -101,24 +104,36 @@ def _add_rule(w: World) -> Call:
 
 
 def _set_refund_window(w: World) -> Call:
-    return lambda actor: set_refund_window(site=w.site, actor=actor, days=30)
+    return lambda actor: set_refund_window(
+        site=w.site, actor=actor, days=30, second_factor=two_factor.OPERATOR
+    )
 
 
 def _restore_version(w: World) -> Call:
     _with_rule(w)
     first = PolicyVersion.objects.get(site=w.site, active=True).number
-    set_rule_mode(site=w.site, actor=w.owner, rule_id=RULE, mode="observe")
-    return lambda actor: restore_version(site=w.site, actor=actor, number=first)
+    set_rule_mode(
+        site=w.site, actor=w.owner, rule_id=RULE, mode="observe", second_factor=two_factor.OPERATOR
+    )
+    return lambda actor: restore_version(
+        site=w.site, actor=actor, number=first, second_factor=two_factor.OPERATOR
+    )
 
 
 def _delete_rule(w: World) -> Call:
     _with_rule(w)
-    return lambda actor: delete_rule(site=w.site, actor=actor, rule_id=RULE)
+    return lambda actor: delete_rule(
+        site=w.site, actor=actor, rule_id=RULE, second_factor=two_factor.OPERATOR
+    )
 
 
 def _set_auto_refund(w: World) -> Call:
     return lambda actor: set_auto_refund(
-        site=w.site, actor=actor, enabled=True, cap=Money(2500, "USD")
+        site=w.site,
+        actor=actor,
+        enabled=True,
+        cap=Money(2500, "USD"),
+        second_factor=two_factor.OPERATOR,
     )
 
 
@@ -229,7 +244,12 @@ def _set_agent_active(w: World) -> Call:
 
 def _set_agent_refunds(w: World) -> Call:
     return lambda actor: set_agent_refunds(
-        agent=w.agent, actor=actor, enabled=True, cap_minor=5000, daily_cap_minor=20000
+        agent=w.agent,
+        actor=actor,
+        enabled=True,
+        cap_minor=5000,
+        daily_cap_minor=20000,
+        second_factor=two_factor.OPERATOR,
     )
 
 

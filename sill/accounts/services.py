@@ -23,7 +23,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from sill.accounts import sessions
+from sill.accounts import sessions, two_factor
 from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import (
@@ -594,13 +594,14 @@ def set_agent_refunds(
     enabled: bool,
     cap_minor: int | None,
     daily_cap_minor: int | None,
-    refuse_widening: Exception | None = None,
+    second_factor: two_factor.Freshness,
 ) -> Agent:
     """Switch the agent's refund method and set its caps (site currency minor units; None is
     no cap). A change writes one ``agent_change`` record; no change writes nothing.
 
-    ``refuse_widening`` (the view's ``two_factor.fresh_refusal``) is raised, nothing written,
-    when the change lets the agent refund more than it may now: the method switched on, or a
+    ``second_factor`` (the view's ``two_factor.freshness``; ``two_factor.OPERATOR`` for an
+    operator's tool) refuses, nothing written, when the change lets the agent refund more than
+    it may now and no code was entered in the last few minutes: the method switched on, or a
     cap raised or lifted, even alongside a narrowing. Switching off and lowering caps never
     raise it: they are the brake on an agent whose key leaked. Compared with the row as locked
     here, not as a page showed it: a form posting the old values after an owner lowered a
@@ -615,8 +616,7 @@ def set_agent_refunds(
         )
         before = (locked.refund_enabled, locked.refund_cap_minor, locked.daily_refund_cap_minor)
         after = (enabled, cap_minor, daily_cap_minor)
-        if refuse_widening is not None and _refunds_widen(before, after):
-            raise refuse_widening
+        two_factor.check_widening(second_factor, widens=_refunds_widen(before, after))
         if before != after:
             locked.refund_enabled, locked.refund_cap_minor, locked.daily_refund_cap_minor = after
             locked.save(

@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import django_otp
@@ -250,14 +251,54 @@ def fresh_refusal(request: HttpRequest, membership: Membership) -> TwoFactorRequ
     return refused
 
 
+@dataclass(frozen=True)
+class Freshness:
+    """What a service that can widen who may refund is told about the acting session's code.
+
+    Such a service (an agent's refund switch and caps, a site's rules, auto-refund and refund
+    window) takes one as a required argument and calls :meth:`check` when, under its lock, the
+    change turns out to widen: so a caller cannot skip the fresh code by forgetting it, as a
+    view that only asked ``require_fresh`` itself could. A view passes :func:`freshness` of
+    its request; an operator's tool (a management command, a seed script, a test setting a
+    site up) says so with :data:`OPERATOR`, which never refuses. ``None`` is refused."""
+
+    refused: TwoFactorRequired | None
+    operator: bool = False
+
+    def check(self) -> None:
+        """Raise :class:`TwoFactorRequired` unless this session may widen."""
+        if self.refused is not None:
+            raise self.refused
+
+
+OPERATOR = Freshness(refused=None, operator=True)
+
+
+def freshness(request: HttpRequest, membership: Membership) -> Freshness:
+    """This session's :class:`Freshness` for ``membership`` (:func:`fresh_refusal`)."""
+    return Freshness(refused=fresh_refusal(request, membership))
+
+
+def check_widening(second_factor: object, *, widens: bool) -> None:
+    """The services' gate: raise :class:`TwoFactorRequired` when the change ``widens`` and
+    ``second_factor`` refuses. Anything but a :class:`Freshness` (``None`` included) is a
+    caller's bug, refused whether the change widens or not, so it shows on the first call."""
+    if not isinstance(second_factor, Freshness):
+        raise TypeError(
+            "second_factor must be two_factor.freshness(request, membership) or two_factor.OPERATOR"
+        )
+    if widens:
+        second_factor.check()
+
+
 def require_fresh(request: HttpRequest, membership: Membership) -> None:
     """Raise :class:`TwoFactorRequired` unless a code was entered in the last few minutes.
 
     For the most sensitive changes (a rail to live mode, a new rail key, a new owner, a new
     agent key or token, reactivating an agent), called by their views before anything
     changes; ``site_view`` turns the exception into the page. A change that is sensitive only
-    one way (an agent's refund switch and caps: widening, not narrowing) hands
-    :func:`fresh_refusal` to its service instead, which compares under its lock."""
+    one way (an agent's refund switch and caps, a site's rules: widening, not narrowing) hands
+    :func:`freshness` to its service instead, which compares under its lock."""
     refused = fresh_refusal(request, membership)
     if refused is not None:
         raise refused

@@ -239,7 +239,7 @@ def agent_refunds(request: SiteRequest, agent_pk: int) -> HttpResponse:
             daily_cap_minor=caps[1],
             # Switching on or raising a cap needs a fresh code, lowering or switching off
             # does not: which one this is, the service tells from the row it locks.
-            refuse_widening=two_factor.fresh_refusal(request, request.site_ctx.membership),
+            second_factor=two_factor.freshness(request, request.site_ctx.membership),
         )
     except (SillError, MoneyError) as exc:
         messages.error(request, f"Nothing changed for {agent.agent_id}: {exc}")

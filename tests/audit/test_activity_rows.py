@@ -17,6 +17,7 @@ from audit.services import append_record
 from policies.catalog import item_by_id
 from policies.services import apply_catalog_item, set_auto_refund
 from refunds.reasons.services import add_reason
+from sill.accounts import two_factor
 from sill.money import Money
 from sill.orders.charge_attention import resolve_charge_attention
 from tests.orders.in_doubt import charge_in_doubt
@@ -46,11 +47,23 @@ def test_a_policy_change_has_no_auto_refund_badge_unless_it_changed_auto_refund(
     item = item_by_id("conservative")
     assert item is not None
     apply_catalog_item(site=site, actor=owner, item=item, params={"holdOverUsd": "50.00"})
-    set_auto_refund(site=site, actor=owner, enabled=True, cap=Money(2500, "USD"))
+    set_auto_refund(
+        site=site,
+        actor=owner,
+        enabled=True,
+        cap=Money(2500, "USD"),
+        second_factor=two_factor.OPERATOR,
+    )
     newest, oldest = _rows(client_for("owner"))
     assert "auto-refund" not in oldest  # applying a template changed only the rules
     assert "auto-refund on" in newest
-    set_auto_refund(site=site, actor=owner, enabled=False, cap=Money(2500, "USD"))
+    set_auto_refund(
+        site=site,
+        actor=owner,
+        enabled=False,
+        cap=Money(2500, "USD"),
+        second_factor=two_factor.OPERATOR,
+    )
     assert "auto-refund off" in _rows(client_for("owner"))[0]
 
 

@@ -10,6 +10,7 @@ from django.test import Client
 
 from policies import catalog
 from policies.services import apply_catalog_item, set_auto_refund
+from sill.accounts import two_factor
 from sill.accounts.models import Membership, Site
 from sill.money import Money
 from tests.conftest import site_owner
@@ -62,7 +63,13 @@ def auto_refund(site: Site, owner: Any) -> Callable[..., str]:
         from sill.money import parse_major
 
         cap_money: Money = parse_major(cap, currency)
-        return set_auto_refund(site=site, actor=owner, enabled=enabled, cap=cap_money)
+        return set_auto_refund(
+            site=site,
+            actor=owner,
+            enabled=enabled,
+            cap=cap_money,
+            second_factor=two_factor.OPERATOR,
+        )
 
     return switch
 

@@ -16,6 +16,7 @@ from policies.catalog import TEMPLATES
 from policies.models import PolicyVersion
 from policies.selectors import active_policy_for
 from policies.services import apply_catalog_item, set_rule_mode
+from sill.accounts import two_factor
 from tests.threads import run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +30,13 @@ def test_concurrent_toggles_of_different_rules_all_stick(site, owner):
     rule_ids = [f"tpl-{t}" for t in ids]
     results = run_concurrently(
         len(rule_ids),
-        lambda i: set_rule_mode(site=site, actor=owner, rule_id=rule_ids[i], mode="observe"),
+        lambda i: set_rule_mode(
+            site=site,
+            actor=owner,
+            rule_id=rule_ids[i],
+            mode="observe",
+            second_factor=two_factor.OPERATOR,
+        ),
     )
     assert all(isinstance(r, str) for r in results), results
     active = active_policy_for(site)

@@ -10,6 +10,7 @@ import pytest
 from audit.models import AuditRecord
 from policies.services import set_rule_mode
 from refunds.models import Refund
+from sill.accounts import two_factor
 from sill.accounts.models import Agent
 from sill.ids import new_ulid
 from sill.orders.models import Dispute
@@ -167,7 +168,13 @@ def test_switching_the_rule_to_enforced_denies(
 ):
     apply_template("needs-reason", mode="observe")
     apply_template("conservative", mode="observe")
-    set_rule_mode(site=site, actor=owner, rule_id="tpl-conservative", mode="enforced")
+    set_rule_mode(
+        site=site,
+        actor=owner,
+        rule_id="tpl-conservative",
+        mode="enforced",
+        second_factor=two_factor.OPERATOR,
+    )
     body = refund(agent_api, sign, order_for(), "60.00")
     assert body["decision"] == "escalated"
     assert body["rules"] == [

@@ -11,6 +11,7 @@ from policies.models import PolicyVersion
 from policies.selectors import active_policy_for
 from policies.services import add_rule, set_auto_refund
 from policies.warnings import policy_warnings
+from sill.accounts import two_factor
 from sill.money import Money
 from tests.refunds.conftest import ORIGINAL, post, refund_intent
 
@@ -62,7 +63,13 @@ def test_an_auto_refund_cap_above_a_hold_threshold_is_said():
 
 
 def test_the_rules_page_shows_the_warnings(client_for, site, members):
-    set_auto_refund(site=site, actor=members["owner"].user, enabled=True, cap=Money(10000, "USD"))
+    set_auto_refund(
+        site=site,
+        actor=members["owner"].user,
+        enabled=True,
+        cap=Money(10000, "USD"),
+        second_factor=two_factor.OPERATOR,
+    )
     add_rule(
         site=site, actor=members["owner"].user, rule=rule("big", {"refundAmountUsd": {"gt": 5000}})
     )

@@ -14,6 +14,7 @@ from policies.catalog import CatalogError
 from policies.models import PolicyVersion
 from policies.selectors import active_policy_for
 from policies.services import delete_rule, set_auto_refund, set_rule_mode
+from sill.accounts import two_factor
 from sill.errors import NotFound, SillError
 from sill.money import Money
 
@@ -165,10 +166,33 @@ def test_a_policy_with_no_room_writes_nothing(site, owner, apply_template):
 
 def test_switching_modes_and_deleting_write_new_versions(site, owner, apply_template):
     apply_template("support-refunds")
-    assert set_rule_mode(site=site, actor=owner, rule_id="tpl-old-charge", mode="observe") == "v3"
+    assert (
+        set_rule_mode(
+            site=site,
+            actor=owner,
+            rule_id="tpl-old-charge",
+            mode="observe",
+            second_factor=two_factor.OPERATOR,
+        )
+        == "v3"
+    )
     # The same mode again changes nothing: no version, no record.
-    assert set_rule_mode(site=site, actor=owner, rule_id="tpl-old-charge", mode="observe") == "v3"
-    assert delete_rule(site=site, actor=owner, rule_id="tpl-large-refund") == "v4"
+    assert (
+        set_rule_mode(
+            site=site,
+            actor=owner,
+            rule_id="tpl-old-charge",
+            mode="observe",
+            second_factor=two_factor.OPERATOR,
+        )
+        == "v3"
+    )
+    assert (
+        delete_rule(
+            site=site, actor=owner, rule_id="tpl-large-refund", second_factor=two_factor.OPERATOR
+        )
+        == "v4"
+    )
     active = active_policy_for(site)
     assert [(r["id"], r["mode"]) for r in active.rules] == [
         ("tpl-old-charge", "observe"),
@@ -187,21 +211,35 @@ def test_switching_modes_and_deleting_write_new_versions(site, owner, apply_temp
 def test_an_unknown_rule_is_not_found(site, owner, other_site, apply_template):
     apply_template("r07", on_site=other_site)
     with pytest.raises(NotFound):
-        set_rule_mode(site=site, actor=owner, rule_id="r07", mode="observe")
+        set_rule_mode(
+            site=site, actor=owner, rule_id="r07", mode="observe", second_factor=two_factor.OPERATOR
+        )
     with pytest.raises(NotFound):
-        delete_rule(site=site, actor=owner, rule_id="r07")
+        delete_rule(site=site, actor=owner, rule_id="r07", second_factor=two_factor.OPERATOR)
     assert not PolicyVersion.objects.filter(site=site).exists()
 
 
 def test_auto_refund_settings_are_versioned(site, owner):
-    label = set_auto_refund(site=site, actor=owner, enabled=True, cap=Money(2500, "USD"))
+    label = set_auto_refund(
+        site=site,
+        actor=owner,
+        enabled=True,
+        cap=Money(2500, "USD"),
+        second_factor=two_factor.OPERATOR,
+    )
     assert label == "v2"
     auto = active_policy_for(site).auto_refund
     assert (auto.enabled, auto.cap_minor, auto.currency) == (True, 2500, "USD")
     [body] = policy_records(site)
     assert body["auto_refund"] == {"enabled": True, "cap_minor": 2500, "currency": "USD"}
     with pytest.raises(SillError) as info:
-        set_auto_refund(site=site, actor=owner, enabled=True, cap=Money(0, "USD"))
+        set_auto_refund(
+            site=site,
+            actor=owner,
+            enabled=True,
+            cap=Money(0, "USD"),
+            second_factor=two_factor.OPERATOR,
+        )
     assert info.value.field == "cap"
     assert PolicyVersion.objects.filter(site=site).count() == 1
 
@@ -209,7 +247,9 @@ def test_auto_refund_settings_are_versioned(site, owner):
 def test_a_change_takes_effect_at_once(site, owner, apply_template):
     apply_template("r07")
     first = active_policy_for(site)
-    set_rule_mode(site=site, actor=owner, rule_id="r07", mode="observe")
+    set_rule_mode(
+        site=site, actor=owner, rule_id="r07", mode="observe", second_factor=two_factor.OPERATOR
+    )
     second = active_policy_for(site)
     assert first.compiled.rules[0].enforced and not second.compiled.rules[0].enforced
 
