@@ -33,7 +33,7 @@ from django.db import transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from sill.accounts import services
+from sill.accounts import services, two_factor
 from sill.accounts.models import MemberInvite, Membership, Role, Site
 from sill.errors import SillError
 
@@ -97,12 +97,20 @@ def pending_invites(site: Site) -> list[MemberInvite]:
 
 @transaction.atomic
 def create_invite(
-    *, site: Site, actor: Membership, email: str, role: str, can_refund: bool = False
+    *,
+    site: Site,
+    actor: Membership,
+    email: str,
+    role: str,
+    can_refund: bool = False,
+    second_factor: two_factor.Freshness,
 ) -> MemberInvite:
     """Invite ``email`` to ``site`` as ``role`` and email the link.
 
     An open invite for the same address is replaced (its link stops working). Someone who is
-    already a member is refused: change their role in the list instead.
+    already a member is refused: change their role in the list instead. An invite that lets
+    its person refund or manage the site (``services.grants_more``) is refused by
+    ``second_factor`` without a fresh code.
     """
     if role not in Role.values:
         raise SillError(
@@ -110,6 +118,12 @@ def create_invite(
         )
     services.lock_for_member_change(actor)
     services.check_may_manage(actor=actor, role=role, action="invite")
+    two_factor.check_widening(
+        second_factor,
+        widens=services.grants_more(
+            before=None, role=role, can_refund=role == Role.STAFF and can_refund
+        ),
+    )
     email = email.strip().lower()
     if Membership.objects.filter(site=site, user__username=email).exists():
         raise SillError(
@@ -182,11 +196,18 @@ def _locked_pending(invite: MemberInvite) -> MemberInvite:
 
 
 @transaction.atomic
-def resend_invite(*, invite: MemberInvite, actor: Membership) -> MemberInvite:
-    """Email a new link for ``invite`` (a fresh expiry); the previous link stops working."""
+def resend_invite(
+    *, invite: MemberInvite, actor: Membership, second_factor: two_factor.Freshness
+) -> MemberInvite:
+    """Email a new link for ``invite`` (a fresh expiry); the previous link stops working.
+    A new link to a role that refunds or manages is a new grant: as :func:`create_invite`."""
     services.lock_for_member_change(actor)
     invite = _locked_pending(invite)
     services.check_may_manage(actor=actor, role=invite.role, action="resend the invite of")
+    two_factor.check_widening(
+        second_factor,
+        widens=services.grants_more(before=None, role=invite.role, can_refund=invite.can_refund),
+    )
     token, digest = _new_token()
     now = timezone.now()
     invite.token_sha256 = digest

@@ -387,11 +387,39 @@ def _check_not_self(*, membership: Membership, actor: Membership, message: str) 
         raise SillError(message, code="forbidden", status=403)
 
 
+def _money_powers(role: str, can_refund: bool) -> frozenset[str]:
+    """What a membership of ``role`` lets its person do with the site's money."""
+    if role == Role.OWNER:
+        return frozenset({"refund", "manage", "owners"})
+    if role == Role.ADMIN:
+        return frozenset({"refund", "manage"})
+    return frozenset({"refund"}) if role == Role.STAFF and can_refund else frozenset()
+
+
+def grants_more(*, before: tuple[str, bool] | None, role: str, can_refund: bool) -> bool:
+    """Whether ``role`` (``can_refund`` for staff) lets someone do with the site's money what
+    ``before`` (their role and can_refund; None: not a member) did not: refund (staff who can
+    refund, admins, owners), decide held refunds and change rules, agents and rails (admins,
+    owners), manage owners (owners). Such a grant needs a fresh code where the site requires
+    two factors: a stolen session must not add or promote its thief, who would then make every
+    other change with codes of their own."""
+    had = _money_powers(*before) if before is not None else frozenset()
+    return bool(_money_powers(role, can_refund) - had)
+
+
 @transaction.atomic
 def change_member_role(
-    *, membership: Membership, actor: Membership, role: str, can_refund: bool = False
+    *,
+    membership: Membership,
+    actor: Membership,
+    role: str,
+    can_refund: bool = False,
+    second_factor: two_factor.Freshness,
 ) -> Membership:
-    """Give ``membership`` a new ``role``; ``can_refund`` is kept only for staff."""
+    """Give ``membership`` a new ``role``; ``can_refund`` is kept only for staff.
+
+    A change that :func:`grants_more` is refused by ``second_factor`` (the view's
+    ``two_factor.freshness``) without a fresh code, nothing written."""
     if role not in Role.values:
         raise SillError(
             f"Role must be one of {', '.join(Role.values)}.", code="invalid_field", field="role"
@@ -405,6 +433,14 @@ def change_member_role(
         membership=membership,
         actor=actor,
         message="You can't change your own role; ask another owner or admin.",
+    )
+    two_factor.check_widening(
+        second_factor,
+        widens=grants_more(
+            before=(membership.role, membership.can_refund),
+            role=role,
+            can_refund=role == Role.STAFF and can_refund,
+        ),
     )
     before = _member_state(membership)
     membership.role = role

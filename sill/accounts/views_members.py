@@ -225,9 +225,6 @@ def member_add(request: SiteRequest) -> HttpResponse:
     form = AddMemberForm(request.POST)
     if not form.is_valid():
         return _members_page(request, add_form=form, status=422)
-    if form.cleaned_data["role"] == Role.OWNER:
-        # A new owner is the most sensitive change: a fresh code (site_view answers the 403).
-        two_factor.require_fresh(request, ctx.membership)
     try:
         invite = invites.create_invite(
             site=ctx.site,
@@ -235,6 +232,9 @@ def member_add(request: SiteRequest) -> HttpResponse:
             email=form.cleaned_data["email"],
             role=form.cleaned_data["role"],
             can_refund=form.cleaned_data["can_refund"],
+            # Someone new who may refund or manage (an owner, an admin, staff who can refund)
+            # needs a fresh code: the service says which (site_view answers its 403 page).
+            second_factor=two_factor.freshness(request, ctx.membership),
         )
     except SillError as error:
         form.add_refusal(error)
@@ -265,11 +265,13 @@ def _invite_for(request: SiteRequest, invite_id: int) -> MemberInvite:
 @site_view(Cap.MANAGE_SETTINGS)
 def invite_resend(request: SiteRequest, invite_id: int) -> HttpResponse:
     invite = _invite_for(request, invite_id)
-    if invite.role == Role.OWNER:
-        # A new link to become an owner: as sensitive as the first invitation.
-        two_factor.require_fresh(request, request.site_ctx.membership)
     try:
-        invites.resend_invite(invite=invite, actor=request.site_ctx.membership)
+        # A new link to a role that refunds or manages: as sensitive as the first invitation.
+        invites.resend_invite(
+            invite=invite,
+            actor=request.site_ctx.membership,
+            second_factor=two_factor.freshness(request, request.site_ctx.membership),
+        )
     except SillError as error:
         return _members_page(request, error=error.message, status=422)
     except OSError:
@@ -300,14 +302,14 @@ def member_change(request: SiteRequest, membership_id: int) -> HttpResponse:
     form = ChangeMemberForm(request.POST)
     if not form.is_valid():
         return _members_page(request, error=_form_error(form), status=422)
-    if form.cleaned_data["role"] == Role.OWNER and membership.role != Role.OWNER:
-        two_factor.require_fresh(request, ctx.membership)
     try:
         services.change_member_role(
             membership=membership,
             actor=ctx.membership,
             role=form.cleaned_data["role"],
             can_refund=form.cleaned_data["can_refund"],
+            # A promotion (to admin or owner, or staff given refunds) needs a fresh code.
+            second_factor=two_factor.freshness(request, ctx.membership),
         )
     except SillError as error:
         return _members_page(request, error=error.message, status=422)

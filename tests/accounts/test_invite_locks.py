@@ -21,7 +21,7 @@ import pytest
 from django.db import connection, transaction
 
 from audit.services import append_record
-from sill.accounts import invites
+from sill.accounts import invites, two_factor
 from sill.accounts.models import MemberInvite, Role
 from sill.orders.models import Customer
 
@@ -51,7 +51,11 @@ def test_a_decision_does_not_wait_for_an_invitations_smtp_server(
     def invite() -> None:
         try:
             invites.create_invite(
-                site=site, actor=owner, email="new@roasters.example", role=Role.STAFF
+                site=site,
+                actor=owner,
+                email="new@roasters.example",
+                role=Role.STAFF,
+                second_factor=two_factor.OPERATOR,
             )
         except OSError as exc:  # the silent server's timeout: nothing was saved
             outcome.append(exc)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.activity import summary_of
 from audit.models import AuditRecord
-from sill.accounts import invites
+from sill.accounts import invites, two_factor
 from sill.accounts.models import MemberInvite, Membership, Role
 from sill.accounts.services import add_member, change_member_role, remove_member
 from tests.conftest import PASSWORD
@@ -392,7 +392,9 @@ def test_an_invite_stops_working_once_its_inviter_could_no_longer_send_it(
     if change == "removed":
         remove_member(membership=inviter, actor=owner)
     elif change == "made staff":
-        change_member_role(membership=inviter, actor=owner, role="staff")
+        change_member_role(
+            membership=inviter, actor=owner, role="staff", second_factor=two_factor.OPERATOR
+        )
     else:
         inviter.user.is_active = False
         inviter.user.save()
@@ -426,7 +428,12 @@ def test_an_owner_made_admin_keeps_only_the_invites_an_admin_may_send(members, s
     client.force_login(second.user)
     for email, role in (("o@elsewhere.example", "owner"), ("s@elsewhere.example", "staff")):
         assert client.post(ADD, {"email": email, "role": role}).status_code == 303
-    change_member_role(membership=second, actor=members["owner"], role="admin")
+    change_member_role(
+        membership=second,
+        actor=members["owner"],
+        role="admin",
+        second_factor=two_factor.OPERATOR,
+    )
     open_now = {i.email for i in MemberInvite.objects.filter(accepted_at=None, revoked_at=None)}
     assert open_now == {"s@elsewhere.example"}
 
@@ -450,7 +457,11 @@ def test_accepting_while_the_inviter_is_removed_is_no_deadlock(members, site, ma
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL (set DATABASE_URL)")
     invites.create_invite(
-        site=site, actor=members["admin"], email="friend@elsewhere.example", role="admin"
+        site=site,
+        actor=members["admin"],
+        email="friend@elsewhere.example",
+        role="admin",
+        second_factor=two_factor.OPERATOR,
     )
     token = link_in(mailoutbox[-1]).rstrip("/").rsplit("/", 1)[1]
     invite_locked = threading.Event()

@@ -14,7 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditRecord
-from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, Role
+from sill.accounts.models import Agent, AgentKey, AgentToken, MemberInvite, Membership, Role
 from sill.rails.models import RailAccount
 from tests.accounts.test_agents_page import PUBLIC
 from tests.accounts.two_factor_helpers import (
@@ -331,3 +331,94 @@ def test_the_refusals_back_link_stays_on_sill_over_https(client_for, site, refer
     )
     assert _refused(response)
     assert f'<a href="{back}">Back</a>' in response.content.decode()
+
+
+def test_adding_or_promoting_someone_who_may_refund_or_manage_asks_for_a_fresh_code(
+    members, site, mailoutbox
+):
+    """A stolen session could invite its thief as an admin (or promote a staff account it
+    holds): the new admin then enrols a phone of their own and makes every fresh-code change
+    with their own codes. Only owners were guarded; now a new admin, a promotion to admin and
+    staff given refunds each need a fresh code too, while a reviewer, staff without refunds
+    and every demotion still need only the verified session."""
+    require_two_factor(site)
+    device = confirmed_device(members["owner"].user)
+    client = verified_client(members["owner"], device)
+    staff: Membership = members["reviewer"]  # neither refunds nor manages
+    # An admin's invitation sent while the code was fresh, to be resent later.
+    pending = {"email": "later@roasters.example", "role": "admin"}
+    assert client.post("/settings/members/add/", pending).status_code == 303
+    invite = MemberInvite.objects.get(email="later@roasters.example")
+    with time_machine.travel(timezone.now() + timedelta(minutes=6), tick=False):
+        neutral = [
+            ("/settings/members/add/", {"email": "r@roasters.example", "role": "reviewer"}),
+            ("/settings/members/add/", {"email": "s@roasters.example", "role": "staff"}),
+            (f"/settings/members/{members['admin'].pk}/change/", {"role": "staff"}),
+            (f"/settings/members/{members['staff'].pk}/change/", {"role": "staff"}),
+        ]
+        for url, form in neutral:
+            assert client.post(url, form).status_code == 303, (url, form)
+        records, invites, sent = (
+            AuditRecord.objects.filter(site=site).count(),
+            MemberInvite.objects.count(),
+            len(mailoutbox),
+        )
+        widen = [
+            ("/settings/members/add/", {"email": "thief@evil.example", "role": "admin"}),
+            (
+                "/settings/members/add/",
+                {"email": "thief@evil.example", "role": "staff", "can_refund": "on"},
+            ),
+            (f"/settings/members/invites/{invite.pk}/resend/", {}),
+            (f"/settings/members/{staff.pk}/change/", {"role": "admin"}),
+            (f"/settings/members/{staff.pk}/change/", {"role": "staff", "can_refund": "on"}),
+        ]
+        for url, form in widen:
+            response = client.post(url, form)
+            assert _refused(response) and "fresh code" in response.content.decode(), (url, form)
+        assert AuditRecord.objects.filter(site=site).count() == records
+        assert MemberInvite.objects.count() == invites and len(mailoutbox) == sent
+        staff.refresh_from_db()
+        assert (staff.role, staff.can_refund) == (Role.REVIEWER, False)
+        assert client.post(VERIFY, {"code": code_for(device)}).status_code == 303
+        for url, form in widen[1:]:
+            assert client.post(url, form).status_code == 303, (url, form)
+    staff.refresh_from_db()
+    assert (staff.role, staff.can_refund) == (Role.STAFF, True)
+
+
+def test_an_agents_caps_service_refuses_a_caller_that_does_not_say_who_acts(members, site):
+    """The view asked for the fresh code and handed it to the service, which widened without
+    one for any other caller (its refuse_widening was optional): now required, None refused."""
+    from sill.accounts import two_factor
+    from sill.accounts.services import set_agent_refunds
+
+    agent = Agent.objects.create(site=site, agent_id="agent_shopper", name="Shopper")
+    owner = members["owner"].user
+    with pytest.raises(TypeError):
+        set_agent_refunds(
+            agent=agent, actor=owner, enabled=True, cap_minor=100, daily_cap_minor=None
+        )
+    stale = two_factor.Freshness(
+        refused=two_factor.TwoFactorRequired(two_factor.TwoFactorRequired.NOT_FRESH)
+    )
+    with pytest.raises(TypeError, match="second_factor"):
+        set_agent_refunds(
+            agent=agent,
+            actor=owner,
+            enabled=True,
+            cap_minor=100,
+            daily_cap_minor=None,
+            second_factor=None,
+        )
+    with pytest.raises(two_factor.TwoFactorRequired):
+        set_agent_refunds(
+            agent=agent,
+            actor=owner,
+            enabled=True,
+            cap_minor=100,
+            daily_cap_minor=None,
+            second_factor=stale,
+        )
+    agent.refresh_from_db()
+    assert not agent.refund_enabled
