@@ -256,3 +256,30 @@ def test_another_woocommerce_store_is_not_connected_in_the_admin_on_the_first_on
     same = _rail_form(site, rail="woocommerce", connected_account="https://a.example")
     assert root.post(change, same).status_code == 302
     assert RailAccount.objects.get(pk=woo.pk).get_webhook_secrets() == ["store-a-webhook-secret"]
+
+
+def test_another_woocommerce_store_is_not_connected_in_the_admin_on_the_first_ones_keys(
+    mounted, root, site
+):
+    """The sibling of the secret rule: an account with no webhook secret yet still holds store
+    A's consumer key and secret. The admin changed its address to store B and kept them, so
+    Sill's refunds and order reads signed with A's keys went to B (the rails page refuses
+    this: "the saved ones belong to …"). This form takes no consumer key: refused."""
+    woo = RailAccount.objects.create(
+        site=site, rail="woocommerce", enabled=False, connected_account="https://a.example"
+    )
+    woo.set_secret("ck_1:cs_1")
+    woo.save()
+    change = f"/django-admin/rails/railaccount/{woo.pk}/change/"
+    for other in ("https://b.example", "https://a.example.evil"):
+        form = _rail_form(site, rail="woocommerce", connected_account=other)
+        page = _errors(root.post(change, form))
+        assert "the saved consumer key and secret belong to https://a.example" in page, page
+        assert "Connect another store on Settings → Rails" in page
+    saved = RailAccount.objects.get(pk=woo.pk)
+    assert (saved.connected_account, saved.get_secret()) == ("https://a.example", "ck_1:cs_1")
+    assert _rail_changes(site) == []
+    # The same store, written as WordPress may name it, is saved as before.
+    same = _rail_form(site, rail="woocommerce", connected_account="https://A.example:443")
+    assert root.post(change, same).status_code == 302
+    assert RailAccount.objects.get(pk=woo.pk).get_secret() == "ck_1:cs_1"

@@ -48,6 +48,7 @@ from sill.rails.services import (
     _check_woocommerce_can_refund,
 )
 from sill.rails.woocommerce.connect import check_store_webhook_secret
+from sill.rails.woocommerce.orders import same_store
 
 # The rails page's field names (in its errors) → this form's.
 _FIELDS = {"secret_key": "new_secret", "access_token": "new_secret"}
@@ -130,6 +131,17 @@ class RailAccountForm(forms.ModelForm):
                     "webhook's own secret.",
                     field="connected_account",
                 ) from error
+            url = (cleaned.get("connected_account") or "").strip()
+            before = self.instance.connected_account
+            if self.instance.has_secret and before and not same_store(url, before):
+                # As the rails page refuses (configure_woocommerce): the saved consumer key
+                # and secret are the first store's, and this form takes no others.
+                raise RailSettingsError(
+                    f"Enter the consumer key and secret of {url}: the saved consumer key and "
+                    f"secret belong to {before}. Connect another store on Settings → Rails, "
+                    "with its own keys and webhook secret.",
+                    field="connected_account",
+                )
         if rail != Rail.STRIPE:
             return
         if secret:
