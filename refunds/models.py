@@ -130,6 +130,11 @@ LIVE_STATUSES = (
 RESERVED_STATUSES = (RefundStatus.PROCESSING, RefundStatus.NEEDS_ATTENTION)
 
 
+class DecidedVia(models.TextChoices):
+    SILL = "sill", "in Sill"
+    SLACK = "slack", "in Slack"
+
+
 class Refund(models.Model):
     # Not a column: the decision's audit record, kept by record_decision for the request that
     # wrote it (the answer's receipt reads it instead of the database).
@@ -220,6 +225,10 @@ class Refund(models.Model):
         related_name="decided_refunds",
     )
     decided_at = models.DateTimeField(null=True, blank=True)
+    # Where ``decided_by`` decided a held refund: Sill's pages (or the API) or a Slack click;
+    # empty when no person did (it expired, or it was never held). The review note is what
+    # the person typed, not where.
+    decided_via = models.CharField(max_length=10, blank=True, choices=DecidedVia.choices)
     settled_at = models.DateTimeField(null=True, blank=True)
     # When the rail reported that this settled refund failed after all (its money came back
     # to the merchant): the refund is ``failed`` from then on, and ``settled_at`` stays.

@@ -42,7 +42,7 @@ from policies.facts import prefetch_rail_facts
 from refunds.credit_rail import CREDIT_RAIL
 from refunds.labels import deadline_text, money_words
 from refunds.locks import lock_decision_scope, retry_on_conflict
-from refunds.models import Decision, Refund, RefundStatus
+from refunds.models import DecidedVia, Decision, Refund, RefundStatus
 from refunds.quote import Quote, RefundRefused, quote_refund
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import HOLD_FOR, enqueue_execution, refund_body, reserve, transition
@@ -86,7 +86,12 @@ def deadline(refund: Refund) -> datetime:
 
 @retry_on_conflict  # a deadlock or serialization failure runs it again; 503 busy after a few
 def approve_refund(
-    *, refund: Refund, actor: Any, note: str = "", now: datetime | None = None
+    *,
+    refund: Refund,
+    actor: Any,
+    note: str = "",
+    via: str = DecidedVia.SILL,
+    now: datetime | None = None,
 ) -> Refund:
     """Approve a held refund and execute it on its rail (once this transaction commits).
 
@@ -126,7 +131,12 @@ def approve_refund(
             )
         if now >= deadline(locked):
             _close(
-                locked, status=RefundStatus.EXPIRED, outcome_code="expired", now=now, actor=actor
+                locked,
+                status=RefundStatus.EXPIRED,
+                outcome_code="expired",
+                now=now,
+                actor=actor,
+                via=via,
             )
             refusal = ("expired", _expired_message(locked))
         else:
@@ -135,7 +145,7 @@ def approve_refund(
             except (RefundRefused, RailDisabled) as refused:
                 refusal = (refused.code, refused.message)
             else:
-                return _approve(locked, quote=quote, actor=actor, note=note, now=now)
+                return _approve(locked, quote=quote, actor=actor, note=note, via=via, now=now)
             _close(
                 locked,
                 status=RefundStatus.REJECTED,
@@ -144,6 +154,7 @@ def approve_refund(
                 actor=actor,
                 reviewer=actor,
                 note=note,
+                via=via,
             )
     raise DecisionRefused(refusal[1], code=refusal[0])
 
@@ -186,7 +197,12 @@ def _catch_up_with_rail(refund: Refund, *, now: datetime) -> None:
 
 
 def reject_refund(
-    *, refund: Refund, actor: Any, note: str = "", now: datetime | None = None
+    *,
+    refund: Refund,
+    actor: Any,
+    note: str = "",
+    via: str = DecidedVia.SILL,
+    now: datetime | None = None,
 ) -> Refund:
     """Reject a held refund: nothing is sent to the rail.
 
@@ -212,8 +228,16 @@ def reject_refund(
                 actor=actor,
                 reviewer=actor,
                 note=note,
+                via=via,
             )
-        _close(locked, status=RefundStatus.EXPIRED, outcome_code="expired", now=now, actor=actor)
+        _close(
+            locked,
+            status=RefundStatus.EXPIRED,
+            outcome_code="expired",
+            now=now,
+            actor=actor,
+            via=via,
+        )
     raise DecisionRefused(_expired_message(locked), code="expired")
 
 
@@ -291,13 +315,14 @@ def _lock_money_rows(refund: Refund) -> tuple[Order | None, Charge | None]:
 
 
 def _approve(
-    refund: Refund, *, quote: Quote | None, actor: Any, note: str, now: datetime
+    refund: Refund, *, quote: Quote | None, actor: Any, note: str, via: str, now: datetime
 ) -> Refund:
     escalated_hash = refund.decision_hash
     transition(refund, RefundStatus.PROCESSING)
     refund.decision = Decision.APPROVED
     refund.decided_by = actor
     refund.decided_at = now
+    refund.decided_via = via
     refund.review_note = note
     refund.outcome_code = ""
     if quote is not None:
@@ -310,6 +335,7 @@ def _approve(
             decision="escalated_approved",
             reviewer=actor.get_username(),
             note=note or None,
+            via=via,
             escalated_hash=escalated_hash or None,
             rules=list(refund.rules or []),
             recheck=_recheck_facts(quote.remaining) if quote is not None else {},
@@ -336,14 +362,18 @@ def _close(
     actor: Any | None = None,
     reviewer: Any | None = None,
     note: str = "",
+    via: str = "",
 ) -> Refund:
-    """Close a held refund without refunding: ``escalated_rejected`` with ``outcome_code``."""
+    """Close a held refund without refunding: ``escalated_rejected`` with ``outcome_code``.
+    ``via``: where ``actor`` pressed the button (``DecidedVia``), "" when Sill closed it on
+    its own (the 24 hours ran out with nobody deciding)."""
     escalated_hash = refund.decision_hash
     transition(refund, status)
     refund.decision = Decision.REJECTED
     refund.outcome_code = outcome_code
     refund.decided_by = reviewer
     refund.decided_at = now
+    refund.decided_via = via if reviewer is not None else ""
     refund.review_note = note
     append_record(
         site=refund.site,
@@ -355,6 +385,7 @@ def _close(
             # Who pressed the button; differs from reviewer when Sill refused their decision.
             acted_by=actor.get_username() if actor is not None else None,
             note=note or None,
+            via=(via or None) if actor is not None else None,
             escalated_hash=escalated_hash or None,
             rules=list(refund.rules or []),
             expires_at=deadline(refund).isoformat(),

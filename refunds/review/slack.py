@@ -44,7 +44,7 @@ from refunds.labels import (
     requester_label,
     rule_title,
 )
-from refunds.models import Decision, Refund, RefundStatus
+from refunds.models import DecidedVia, Decision, Refund, RefundStatus
 from refunds.review.decisions import AlreadyDecided, approve_refund, deadline, reject_refund
 from refunds.review.facts_words import fact_phrases
 from sill import jsonbody
@@ -436,7 +436,9 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
         raise SlackRefused("That refund is not on this site.")
     decide = approve_refund if click.action == APPROVE else reject_refund
     try:
-        decided = decide(refund=refund, actor=membership.user, note=SLACK_NOTE)
+        decided = decide(
+            refund=refund, actor=membership.user, note=SLACK_NOTE, via=DecidedVia.SLACK
+        )
     except SillError as exc:
         # The clicker is told why. When the hold is over (it expired, or someone decided it
         # first, in Sill or in another click) the message shows where the refund stands now,
@@ -444,7 +446,7 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
         # held (the requester's own approval, a dispute to settle first) keeps them for
         # another owner or admin.
         refund.refresh_from_db(
-            fields=["status", "decision", "decided_by", "decided_at", "review_note", "outcome_code"]
+            fields=["status", "decision", "decided_by", "decided_at", "decided_via", "outcome_code"]
         )
         if refund.status != RefundStatus.HELD:
             decider = refund.decided_by.get_username() if refund.decided_by else ""
@@ -453,7 +455,7 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
             if (
                 retried
                 and refund.decided_by_id == membership.user.pk
-                and refund.review_note == SLACK_NOTE
+                and refund.decided_via == DecidedVia.SLACK
                 and approved == (click.action == APPROVE)
             ):
                 return refund  # this click's own decision, committed before its attempt failed
@@ -469,7 +471,7 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
 
 def decided_before_text(refund: Refund, *, clicker: Any) -> str:
     """What a click that found the refund decided already is told: who decided it, how (in
-    Slack or in Sill, by the decision's review note) and when, from the refund as it stands;
+    Slack or in Sill, as recorded with the decision) and when, from the refund as it stands;
     "you" when it was the clicker, in Sill or in another click of theirs."""
     noun, done = money_words(refund)
     if refund.status == RefundStatus.EXPIRED:
@@ -482,7 +484,7 @@ def decided_before_text(refund: Refund, *, clicker: Any) -> str:
     if refund.decided_by is None:
         return f"Your click decided nothing: Sill had already closed this {noun}{when}."
     who = "you" if refund.decided_by_id == clicker.pk else refund.decided_by.get_username()
-    how = "in Slack" if refund.review_note == SLACK_NOTE else "in Sill"
+    how = "in Slack" if refund.decided_via == DecidedVia.SLACK else "in Sill"
     return f"Your click decided nothing: {who} had already {verb} this {noun} {how}{when}."
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -93,6 +94,10 @@ def test_it_gates_the_decisions(
     assert status_of(held) == want
     decisions = AuditRecord.objects.filter(kind__in=["escalated_approved", "escalated_rejected"])
     assert decisions.count() == (0 if outcome else 1)
+    if not outcome:
+        # Decided in Sill's pages, and the signed record says so.
+        assert json.loads(decisions.get().payload)["body"]["via"] == "sill"
+        assert Refund.objects.get(pk=held.pk).decided_via == "sill"
 
 
 def test_the_requester_gets_403_on_approve_and_may_reject(client_for, members, original):

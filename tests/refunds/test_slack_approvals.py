@@ -127,6 +127,8 @@ def test_an_owner_approves_in_slack_and_the_message_says_so(
     review = AuditRecord.objects.filter(site=site, kind="escalated_approved").get()
     body = json.loads(review.payload)["body"]
     assert body["reviewer"] == "owner@roasters.example" and body["note"] == "Decided in Slack"
+    # Where it was decided is the record's own field, not its note (which a person types).
+    assert body["via"] == "slack" and held.decided_via == "slack"
     [update] = Slack.received
     assert update["replace_original"] is True
     assert "approved" in update["text"] and "owner@roasters.example" in update["text"]

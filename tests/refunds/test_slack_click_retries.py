@@ -192,6 +192,31 @@ def test_a_retry_that_finds_the_clickers_own_decision_in_sill_says_so(
     assert _decisions(held) == 1
 
 
+def test_a_browser_decision_whose_note_reads_like_slacks_is_not_taken_for_the_click(
+    site: Site,
+    linked: dict[str, Membership],  # noqa: F811
+    held: Refund,  # noqa: F811
+    slack: str,  # noqa: F811
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    # Seen: a retry told its own decision from a browser one by the review note alone, so the
+    # owner's browser approval with the note "Decided in Slack" (typed, or pasted) was taken
+    # for the click's own and the owner was never told their click decided nothing. Where a
+    # decision was made is now recorded with it (Refund.decided_via, the record's "via").
+    with django_capture_on_commit_callbacks(execute=True):
+        approve_refund(refund=held, actor=linked["owner"].user, note="Decided in Slack")
+    held.refresh_from_db()
+    assert held.decided_via == "sill"
+    args = (site.pk, "sill_approve", held.id, "U0OWNER", slack, [TEAM])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert slack_decide_task.apply(args, retries=1).get() == "refused"
+    told = Slack.received[-1]
+    assert told["response_type"] == "ephemeral"
+    assert told["text"].startswith("Your click decided nothing: you had already approved")
+    assert "in Sill" in told["text"]
+    assert _decisions(held) == 1
+
+
 @pytest.mark.parametrize("how", ["in Sill", "in Slack"])
 def test_a_retry_that_finds_someone_elses_decision_names_who_and_how(
     site: Site,
@@ -201,9 +226,9 @@ def test_a_retry_that_finds_someone_elses_decision_names_who_and_how(
     how: str,
     django_capture_on_commit_callbacks: Capture,
 ) -> None:
-    note = "Decided in Slack" if how == "in Slack" else ""
+    via = "slack" if how == "in Slack" else "sill"
     with django_capture_on_commit_callbacks(execute=True):
-        reject_refund(refund=held, actor=linked["admin"].user, note=note)
+        reject_refund(refund=held, actor=linked["admin"].user, via=via)
     args = (site.pk, "sill_approve", held.id, "U0OWNER", slack, [TEAM])
     with django_capture_on_commit_callbacks(execute=True):
         assert slack_decide_task.apply(args, retries=1).get() == "refused"
