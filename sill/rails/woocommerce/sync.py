@@ -30,9 +30,10 @@ from django.utils import timezone
 from audit.models import AuditKind
 from audit.services import append_record
 from sill.accounts.models import Site
+from sill.money import Money
 from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
 from sill.orders.services import NewLine, create_order, set_order_status
-from sill.rails.base import RailName
+from sill.rails.base import RailName, amount_step
 from sill.rails.models import RailAccount
 from sill.rails.woocommerce.client import WooClient
 from sill.rails.woocommerce.connect import woo_credentials
@@ -188,6 +189,7 @@ def _create(site: Site, store_url: str, order: WooOrder) -> None:
     Order.objects.filter(pk=created.pk).update(
         total_minor=order.total.amount_minor, created_at=order.created_at
     )
+    charged = stripe_charged(order.total)
     charge = Charge.objects.create(
         order=created,
         rail=RailName.STRIPE,
@@ -198,8 +200,8 @@ def _create(site: Site, store_url: str, order: WooOrder) -> None:
         # The Stripe account the site's key acts on now: the store's payments are taken there
         # (a store paid on another Stripe account cannot be refunded with this key either).
         payment_account=_stripe_payment_account(site),
-        amount_minor=order.total.amount_minor,
-        currency=order.total.currency,
+        amount_minor=charged.amount_minor,
+        currency=charged.currency,
         captured_at=order.paid_at,
         status=ChargeStatus.SUCCEEDED,
     )
@@ -227,6 +229,16 @@ def _create(site: Site, store_url: str, order: WooOrder) -> None:
             "source": "woocommerce order sync",
         },
     )
+
+
+def stripe_charged(total: Money) -> Money:
+    """What the WooCommerce Stripe gateway charged for an order of ``total``: the total, but in
+    a currency Stripe takes only in coarser steps (its three-decimal ones, in steps of 10) with
+    the last digit taken down to the step, as the gateway sends it (``get_stripe_amount``): a
+    KWD 10.125 order is a KWD 10.120 charge. Recorded as the order's total, the 5 fils were
+    refundable in Sill, and a full refund of it went to Stripe off its step and failed."""
+    step = amount_step(RailName.STRIPE, total.currency)
+    return Money(total.amount_minor - total.amount_minor % step, total.currency)
 
 
 def _stripe_payment_account(site: Site) -> str:
