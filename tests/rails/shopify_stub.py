@@ -37,9 +37,15 @@ SHOP = "sill-dev.myshopify.com"
 ALL_SCOPES = ["read_customers", "read_orders", "write_orders"]
 
 
+# Currencies whose minor unit is not the hundredth, as Shopify writes their amounts.
+_DECIMALS = {"JPY": 0, "KRW": 0, "BHD": 3, "JOD": 3, "KWD": 3, "OMR": 3, "TND": 3}
+
+
 def _money(amount: Decimal, currency: str = "USD") -> dict[str, Any]:
-    # Shopify writes 89.0 and 12.5: no trailing zeros, at least one decimal.
-    text = format(amount.quantize(Decimal("0.01")), "f").rstrip("0")
+    # Shopify writes 89.0 and 12.5: no trailing zeros, at least one decimal (1200.0 yen).
+    unit = Decimal(1).scaleb(-_DECIMALS.get(currency, 2))
+    text = format(amount.quantize(unit), "f")
+    text = text.rstrip("0") if "." in text else text + "."
     text += "0" if text.endswith(".") else ""
     return {"shopMoney": {"amount": text, "currencyCode": currency}}
 
