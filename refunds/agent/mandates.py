@@ -53,6 +53,7 @@ import binascii
 import functools
 import hashlib
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -814,7 +815,10 @@ def _purchase_intent(intent: Mapping[str, Any], path: str) -> PurchaseIntent:
         )
     buyer = _object(intent, "buyer", path)
     buyer_name = _text(buyer, "name", f"{path}.buyer")
-    buyer_email = _text(buyer, "email", f"{path}.buyer")
+    # Composed (NFC, as RFC 6532 asks of internationalised addresses): the buyer is found by
+    # email, and a decomposed é otherwise matched nobody and made a second customer. Before
+    # the length checks (intake's column fits), as it is what Sill stores.
+    buyer_email = unicodedata.normalize("NFC", _text(buyer, "email", f"{path}.buyer"))
     local, _, domain = buyer_email.partition("@")
     if not local or not domain or "@" in domain or any(c.isspace() for c in buyer_email):
         _invalid(f"{path}.buyer.email", "must be an email address")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import unicodedata
 from typing import Any
 
 import pytest
@@ -146,6 +147,48 @@ def test_two_first_purchases_of_one_buyer_make_one_customer(site, agent, sign, m
     _send_while_the_first_is_open(bodies, 'INSERT INTO "orders_customer"')
     assert Customer.objects.filter(site=site, email__iexact=buyer["email"]).count() == 1
     assert Order.objects.filter(site=site, customer__email=buyer["email"]).count() == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_first_purchases_of_one_buyer_in_two_cases_make_one_customer(
+    site, agent, sign, mock_rail
+) -> None:
+    """A new buyer whose email one purchase writes in capitals and another in lower case with
+    a non-final sigma, as a naive lower-caser writes it (Python's lower() gives the final
+    sigma): the buyer lookup (UPPER(email) = UPPER(%s)) takes them for one buyer, so they are
+    one customer. Before, the lock that keeps a buyer's first purchases apart was keyed by
+    Python's lower(), which took them for two: both purchases created a customer."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL's concurrent writers")
+    from sill.orders.models import Customer
+
+    emails = ["ΗΛΙΑΣ@example.gr", "ηλιασ@example.gr"]
+    assert emails[0].lower() != emails[1].lower()
+    bodies = [sign(purchase_intent(buyer={"name": "Ilias", "email": e})) for e in emails]
+    _send_while_the_first_is_open(bodies, 'INSERT INTO "orders_customer"')
+    assert Customer.objects.filter(site=site).count() == 1
+    assert Order.objects.filter(site=site, customer__isnull=False).count() == 2
+
+
+def test_a_buyer_in_another_unicode_form_is_the_same_customer(site, agent, sign, mock_rail):
+    """One address written composed (é), decomposed (e + U+0301) and in capitals: one
+    customer, whose three orders carry the composed form (RFC 6532 asks for NFC), so the
+    customer's refunds are counted together by the rules. Before, the decomposed form
+    matched nobody and made a second customer."""
+    from sill.orders.models import Customer
+
+    composed = "josé@example.com"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert composed != decomposed
+    for email in (composed, decomposed, "JOSÉ@EXAMPLE.COM"):
+        answer = post(Client(), sign(purchase_intent(buyer={"name": "José", "email": email})))
+        assert answer.status_code == 201, answer.content
+    (customer,) = Customer.objects.filter(site=site)
+    assert customer.email == composed
+    orders = Order.objects.filter(site=site)
+    assert [o.customer_id for o in orders] == [customer.pk] * 3
+    assert {o.buyer_email for o in orders} == {composed, "JOSÉ@EXAMPLE.COM"}
 
 
 @pytest.mark.postgres
