@@ -227,8 +227,11 @@ class Refund(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     # Where ``decided_by`` decided a held refund: Sill's pages (or the API) or a Slack click;
     # empty when no person did (it expired, or it was never held). The review note is what
-    # the person typed, not where.
-    decided_via = models.CharField(max_length=10, blank=True, choices=DecidedVia.choices)
+    # the person typed, not where. Its database default lets a process still running the
+    # code before it insert refunds while a deploy migrates.
+    decided_via = models.CharField(
+        max_length=10, blank=True, choices=DecidedVia.choices, default="", db_default=""
+    )
     settled_at = models.DateTimeField(null=True, blank=True)
     # When the rail reported that this settled refund failed after all (its money came back
     # to the merchant): the refund is ``failed`` from then on, and ``settled_at`` stays.

@@ -25,7 +25,11 @@ class Migration(migrations.Migration):
             model_name="refund",
             name="decided_via",
             field=models.CharField(
-                blank=True, choices=[("sill", "in Sill"), ("slack", "in Slack")], max_length=10
+                blank=True,
+                choices=[("sill", "in Sill"), ("slack", "in Slack")],
+                db_default="",
+                default="",
+                max_length=10,
             ),
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),
