@@ -216,6 +216,7 @@ class World:
         from nacl.signing import SigningKey
 
         from refunds.demo import DEMO_SITE_ID, load_demo
+        from sill.accounts import two_factor
         from sill.accounts.models import Agent, AgentKey, Site
         from sill.accounts.services import issue_agent_token
 
@@ -227,7 +228,9 @@ class World:
             agent=agent, key_id="bench", public_key=bytes(key.verify_key),
             valid_from=datetime(2026, 1, 1, tzinfo=UTC),
         )  # fmt: skip
-        token = issue_agent_token(agent=agent, actor=None, system=True)  # as `agents token`
+        token = issue_agent_token(
+            agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+        )  # as `agents token`
         originals = paid_agent_orders(site, agent, orders)
         return cls(site, agent, key, token, originals)
 

@@ -145,6 +145,7 @@ def main() -> None:
 
     from refunds.agent.mandates import canonical_json, sign_mandate
     from refunds.demo import DEMO_SITE_ID, load_demo
+    from sill.accounts import two_factor
     from sill.accounts.models import Agent, AgentKey, Site
     from sill.accounts.services import issue_agent_token
     from sill.ids import new_ulid
@@ -161,7 +162,9 @@ def main() -> None:
             "valid_from": datetime(2026, 1, 1, tzinfo=UTC),
         },
     )  # a database kept from an earlier run has it
-    token = issue_agent_token(agent=agent, actor=None, system=True)  # as `agents token`
+    token = issue_agent_token(
+        agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )  # as `agents token`
 
     warm, profiled = 10, 30
     n = HISTORY + 2 * args.decisions + warm + profiled + 1

@@ -21,6 +21,7 @@ from nacl.signing import SigningKey
 from refunds.models import Refund, RefundReason
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import RefundKind, create_staff_refund
+from sill.accounts import two_factor
 from sill.accounts.models import Agent, AgentKey, Role, Site
 from sill.accounts.services import (
     add_agent_key,
@@ -134,6 +135,7 @@ def _ensure_agent(site: Site) -> Agent:
             valid_from=datetime(2026, 1, 1, tzinfo=UTC),
             actor=None,
             system=True,
+            second_factor=two_factor.OPERATOR,
         )
     return agent
 

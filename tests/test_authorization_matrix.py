@@ -38,6 +38,7 @@ from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.reconcile.differences import Difference
 from refunds.reconcile.inbox import open_item
 from refunds.staff.services import create_staff_refund
+from sill.accounts import two_factor
 from sill.accounts.models import MemberInvite, Membership, Site
 from sill.accounts.services import add_member, issue_agent_token
 from sill.orders.models import Charge, Order
@@ -498,7 +499,9 @@ def _reader(name: str, entry: Row, objects: Objects) -> Client:
     """A client the row lets read the page (or the one every role is sent to, as the login
     page is for a code step with no sign-in pending)."""
     if entry.methods["GET"] == AGENT_ONLY:
-        token = issue_agent_token(agent=objects.agent, actor=None, system=True)
+        token = issue_agent_token(
+            agent=objects.agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+        )
         return Client(headers={"Authorization": f"Bearer {token}"})
     readers = [role for role in ROLES if entry.methods["GET"][role] == OK]
     if not readers and len(set(entry.methods["GET"].values())) == 1:

@@ -28,6 +28,7 @@ from refunds.models import Mandate, Refund, RefundReason, RefundStatus
 from refunds.reasons.services import ensure_default_reasons
 from refunds.review.failures import notify_failed
 from refunds.tasks import notify_missed_outcomes_task
+from sill.accounts import two_factor
 from sill.accounts.services import issue_agent_token, issue_member_token
 from sill.rails.models import WebhookEvent
 from tests.broker_down import cache_not_answering, cache_unreachable
@@ -110,7 +111,9 @@ def test_a_mandate_is_refused_503_and_nothing_is_stored_or_refunded(
 
 
 def test_an_agents_read_is_refused_503(agent, rates_on, down, caplog):
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
     response = Client().get("/api/v1/agent", headers={"Authorization": f"Bearer {token}"})
     unavailable(response, down, caplog)
 
@@ -241,7 +244,9 @@ def test_a_cache_that_takes_the_connection_and_never_answers_is_503_within_secon
     # packets) held every rate-limited request for as long as the driver's default (redis-py
     # 5, which the requirements allow, waits forever), the web workers all waiting. The
     # request now fails closed after the cache's own timeout.
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
 
     def waited_too_long(signum, frame):
         raise AssertionError("the request was still waiting for the cache after 30 s")

@@ -27,6 +27,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from refunds.models import Refund
 from refunds.tasks import recover_stuck_refunds_task
+from sill.accounts import two_factor
 from sill.accounts.services import issue_agent_token
 from sill.orders.models import Charge
 from sill.rails.models import MockLedgerEntry
@@ -86,7 +87,9 @@ def _get(url: str, token: str) -> tuple[int, bytes]:
 def test_the_next_request_after_postgresql_ended_a_web_workers_connection_is_answered(
     agent, tmp_path
 ):
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
     port = _free_port()
     log_path = tmp_path / "gunicorn.log"
     with log_path.open("wb") as log:

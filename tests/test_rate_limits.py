@@ -15,6 +15,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client, override_settings
 
+from sill.accounts import two_factor
 from sill.accounts.models import Agent
 from sill.accounts.services import issue_agent_token, issue_member_token
 from tests.conftest import site_owner
@@ -63,7 +64,9 @@ def _agent_get(token: str) -> int:
 
 def test_it_answers_429_with_retry_after_over_an_agent_tokens_limit(agent, rates):
     rates(agent_token=3)
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
     assert [_agent_get(token).status_code for _ in range(3)] == [200, 200, 200]
     _refused(_agent_get(token))
 
@@ -73,7 +76,9 @@ def test_the_bearer_scheme_is_read_in_any_case_and_counted_as_one_token(agent, r
     not provided"; read now, it counts against the same limit as ``Bearer <token>`` (a
     throttle keyed on the header's spelling would let each spelling have a budget)."""
     rates(agent_token=2)
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
 
     def get(scheme: str):
         return Client().get("/api/v1/agent", headers={"Authorization": f"{scheme} {token}"})
@@ -91,8 +96,12 @@ def test_a_limited_agent_does_not_affect_another(site, agent, rates):
         site=site, agent_id="agent_other", name="Other agent", refund_enabled=True
     )
     limited, fine = (
-        issue_agent_token(agent=agent, actor=site_owner(agent.site)),
-        issue_agent_token(agent=other, actor=site_owner(other.site)),
+        issue_agent_token(
+            agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+        ),
+        issue_agent_token(
+            agent=other, actor=site_owner(other.site), second_factor=two_factor.OPERATOR
+        ),
     )
     for _ in range(2):
         _agent_get(limited)
@@ -185,7 +194,9 @@ def test_it_limits_a_members_session_per_user(members, rates, client_for):
 def test_it_serves_everything_under_the_limits(site, agent, members, rates):
     rates(address=50, agent_token=50, mandate_key=50, member_token=50, member_session=50)
     register_key(agent)
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
     for _ in range(10):
         assert _agent_get(token).status_code == 200
         body = signed_body(refund_intent(ORIGINAL), site_id=site.id, agent_id=agent.agent_id)

@@ -167,13 +167,15 @@ def _delete_reason(w: World) -> Call:
 
 def _set_rail_enabled(w: World) -> Call:
     ensure_mock_rail(w.site)
-    return lambda actor: set_rail_enabled(site=w.site, actor=actor, rail="mock", enabled=False)
+    return lambda actor: set_rail_enabled(
+        site=w.site, actor=actor, rail="mock", enabled=False, second_factor=two_factor.OPERATOR
+    )
 
 
 def _configure_stripe(w: World) -> Call:
     return lambda actor: configure_stripe(
         site=w.site, actor=actor, secret_key="sk_test_" + "a" * 24, connected_account="",
-        mode="test",
+        mode="test", second_factor=two_factor.OPERATOR,
     )  # fmt: skip
 
 
@@ -181,7 +183,7 @@ def _configure_shopify(w: World) -> Call:
     shop = w.stack.enter_context(shopify_stub.StubServer())
     return lambda actor: configure_shopify(
         site=w.site, actor=actor, shop_domain=shopify_stub.SHOP, access_token=shopify_stub.TOKEN,
-        api_base=shop.url,
+        api_base=shop.url, second_factor=two_factor.OPERATOR,
     )  # fmt: skip
 
 
@@ -190,7 +192,7 @@ def _configure_paypal(w: World) -> Call:
     return lambda actor: configure_paypal(
         site=w.site, actor=actor, client_id=paypal_stub.CLIENT_ID,
         client_secret=paypal_stub.CLIENT_SECRET, mode="test", webhook_id=paypal_stub.WEBHOOK_ID,
-        api_base=paypal.url,
+        api_base=paypal.url, second_factor=two_factor.OPERATOR,
     )  # fmt: skip
 
 
@@ -199,6 +201,7 @@ def _configure_woocommerce(w: World) -> Call:
     return lambda actor: configure_woocommerce(
         site=w.site, actor=actor, store_url=store.url, consumer_key=woo_stub.CONSUMER_KEY,
         consumer_secret=woo_stub.CONSUMER_SECRET, webhook_secret="",
+        second_factor=two_factor.OPERATOR,
     )  # fmt: skip
 
 
@@ -211,6 +214,7 @@ def _register_agent_key(w: World) -> Call:
     return lambda actor: register_agent_key(
         site=w.site, actor=actor, agent_id=w.agent.agent_id, key_id="key-2",
         public_key_b64url=public, valid_from=timezone.now() - timedelta(minutes=1),
+        second_factor=two_factor.OPERATOR,
     )  # fmt: skip
 
 
@@ -219,6 +223,7 @@ def _add_agent_key(w: World) -> Call:
     return lambda actor: add_agent_key(
         site=w.site, agent_id="agent_new", key_id="key-1", public_key=public,
         valid_from=timezone.now() - timedelta(minutes=1), actor=actor,
+        second_factor=two_factor.OPERATOR,
     )  # fmt: skip
 
 
@@ -226,6 +231,7 @@ def _record_key_change(w: World) -> Call:
     key = add_agent_key(
         site=w.site, agent_id=w.agent.agent_id, key_id="key-1", public_key=_public_key(),
         valid_from=timezone.now() - timedelta(days=1), actor=w.owner,
+        second_factor=two_factor.OPERATOR,
     )  # fmt: skip
     return lambda actor: record_key_change(key=key, action="replace", actor=actor)
 
@@ -234,12 +240,15 @@ def _revoke_agent_key(w: World) -> Call:
     key = add_agent_key(
         site=w.site, agent_id=w.agent.agent_id, key_id="key-1", public_key=_public_key(),
         valid_from=timezone.now() - timedelta(days=1), actor=w.owner,
+        second_factor=two_factor.OPERATOR,
     )  # fmt: skip
     return lambda actor: revoke_agent_key(key=key, actor=actor)
 
 
 def _set_agent_active(w: World) -> Call:
-    return lambda actor: set_agent_active(agent=w.agent, actor=actor, active=False)
+    return lambda actor: set_agent_active(
+        agent=w.agent, actor=actor, active=False, second_factor=two_factor.OPERATOR
+    )
 
 
 def _set_agent_refunds(w: World) -> Call:
@@ -254,7 +263,9 @@ def _set_agent_refunds(w: World) -> Call:
 
 
 def _issue_agent_token(w: World) -> Call:
-    return lambda actor: issue_agent_token(agent=w.agent, actor=actor)
+    return lambda actor: issue_agent_token(
+        agent=w.agent, actor=actor, second_factor=two_factor.OPERATOR
+    )
 
 
 SERVICES: dict[str, Callable[[World], Call]] = {
@@ -355,10 +366,12 @@ def test_it_refuses_a_deactivated_admin_and_changes_nothing(
 def test_the_operator_issues_an_agent_token_without_a_member(agent: Agent) -> None:
     """``manage.py agents token`` has no user: it says so with ``system=True``, and its
     record names no actor; ``actor=None`` alone is refused like any non-member."""
-    token = issue_agent_token(agent=agent, actor=None, system=True)
+    token = issue_agent_token(
+        agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     assert AgentToken.objects.filter(agent=agent, prefix=token[:12]).exists()
     with pytest.raises(errors.PermissionDenied):
-        issue_agent_token(agent=agent, actor=None)
+        issue_agent_token(agent=agent, actor=None, second_factor=two_factor.OPERATOR)
 
 
 def test_the_operator_adds_an_agent_key_without_a_member(site: Site, agent: Agent) -> None:
@@ -371,9 +384,9 @@ def test_the_operator_adds_an_agent_key_without_a_member(site: Site, agent: Agen
     )  # fmt: skip
     before = _state()
     with pytest.raises(errors.PermissionDenied):
-        add_agent_key(**key, actor=None)
+        add_agent_key(**key, actor=None, second_factor=two_factor.OPERATOR)
     assert _state() == before
-    added = add_agent_key(**key, actor=None, system=True)
+    added = add_agent_key(**key, actor=None, system=True, second_factor=two_factor.OPERATOR)
     record_key_change(key=added, action="replace", actor=None, system=True)
     with pytest.raises(ValueError):
         record_key_change(key=added, action="replace", actor=site_owner(site), system=True)

@@ -174,7 +174,7 @@ def site_view(
     A change (any method but GET/HEAD/OPTIONS) under one of :data:`TWO_FACTOR_CAPS`, by an
     owner or admin of a site that requires two factors, without a verified session → the 403
     page of :func:`two_factor.refusal_response`; so is a view raising
-    :class:`two_factor.TwoFactorRequired` (``two_factor.require_fresh``).
+    :class:`two_factor.TwoFactorRequired` (a service's ``two_factor.check_widening``).
     The view receives the resolved :class:`SiteContext` as ``request.site_ctx``.
     """
 

@@ -152,6 +152,7 @@ def add_agent_key(
     valid_from: datetime,
     valid_until: datetime | None = None,
     actor: Any,
+    second_factor: two_factor.Freshness,
     agent_name: str | None = None,
     system: bool = False,
 ) -> AgentKey:
@@ -162,8 +163,13 @@ def add_agent_key(
     Settings → Agents page requires (403 ``forbidden``, before anything is read or written),
     unless ``system``: the operator's ``manage.py agents add-key`` and the demo seed have no
     user, say so with ``system=True`` and ``actor=None``, and their records name no actor.
+
+    Whoever holds the key's private half signs mandates that move money: ``second_factor``
+    (the view's ``two_factor.freshness``; ``two_factor.OPERATOR`` for the operator's tools)
+    refuses without a code entered in the last few minutes, before anything is written.
     """
     _require_agent_manager(actor=actor, site_id=site.pk, system=system)
+    two_factor.check_widening(second_factor, widens=True)
     if len(public_key) != 32:
         raise SillError("an ed25519 public key is 32 bytes", code="invalid_field")
     if valid_until is not None and valid_until <= valid_from:
@@ -237,7 +243,9 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def issue_agent_token(*, agent: Agent, actor: Any, system: bool = False) -> str:
+def issue_agent_token(
+    *, agent: Agent, actor: Any, second_factor: two_factor.Freshness, system: bool = False
+) -> str:
     """Create a bearer token for ``agent``; only its hash is stored, so it is shown once.
 
     A credential: its signed ``agent_change`` record names who issued it and its prefix.
@@ -245,8 +253,11 @@ def issue_agent_token(*, agent: Agent, actor: Any, system: bool = False) -> str:
     unless ``system``: the operator's ``manage.py agents token`` (and scripts seeding a site
     like it) has no user, says so with ``system=True`` and ``actor=None``, and its record names
     no actor. ``actor=None`` alone is refused, so a caller cannot become the operator by
-    forgetting who acts."""
+    forgetting who acts. A token reads the agent's refunds for as long as it lives, whoever
+    holds it: ``second_factor`` (``two_factor.freshness`` of the page's request;
+    ``two_factor.OPERATOR`` for the operator's tools) refuses without a fresh code."""
     _require_agent_manager(actor=actor, site_id=agent.site_id, system=system)
+    two_factor.check_widening(second_factor, widens=True)
     token = "sill_at_" + secrets.token_urlsafe(32)
     with transaction.atomic():
         AgentToken.objects.create(agent=agent, token_sha256=token_sha256(token), prefix=token[:12])
@@ -514,10 +525,14 @@ def register_agent_key(
     public_key_b64url: str,
     valid_from: datetime,
     valid_until: datetime | None = None,
+    second_factor: two_factor.Freshness,
 ) -> AgentKey:
     """Add a new key from the settings page; unlike :func:`add_agent_key`, an existing key id
-    (revoked or not) is refused, so re-adding can never look like it revived a revoked key."""
+    (revoked or not) is refused, so re-adding can never look like it revived a revoked key.
+    ``second_factor`` refuses a session without a fresh code first, as :func:`add_agent_key`
+    does: before the input is judged, so the page asks for the code, then for corrections."""
     require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
+    two_factor.check_widening(second_factor, widens=True)
     agent_id, key_id, public_key_b64url = (
         agent_id.strip(),
         key_id.strip(),
@@ -562,6 +577,7 @@ def register_agent_key(
             valid_from=valid_from,
             valid_until=valid_until,
             actor=actor,
+            second_factor=second_factor,
         )
     logger.info("agent key %s/%s added on site %s by %s", agent_id, key_id, site.pk, _who(actor))
     return key
@@ -587,17 +603,23 @@ def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
     return key
 
 
-def set_agent_active(*, agent: Agent, actor: Any, active: bool) -> Agent:
+def set_agent_active(
+    *, agent: Agent, actor: Any, active: bool, second_factor: two_factor.Freshness
+) -> Agent:
     """Switch an agent on or off: an inactive agent's mandates and tokens are refused.
 
     A real switch writes its ``agent_change`` record; switching to the state it is in
-    changes and records nothing.
+    changes and records nothing. Reactivating lets the agent's keys sign mandates again, so
+    ``second_factor`` (the view's ``two_factor.freshness``; ``two_factor.OPERATOR`` for an
+    operator's tool) refuses it without a fresh code, judged on the row as locked here: a
+    stolen session must not undo the owner's brake. Deactivating never needs one.
     """
     require_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
     with transaction.atomic():
         locked = (
             Agent.objects.select_for_update(of=("self",)).select_related("site").get(pk=agent.pk)
         )
+        two_factor.check_widening(second_factor, widens=active and not locked.active)
         if locked.active == active:
             agent.active = active
             return agent

@@ -10,7 +10,7 @@ deleted when used: each works once.
 A session is *verified* when a code was entered in it (``django_otp.login``, which
 ``request.user.is_verified()`` reads); :func:`mark_verified` also stamps the time, so the
 most sensitive changes can ask for a code again after ``SILL_TWO_FACTOR_FRESH_SECONDS``
-(:func:`require_fresh`).
+(:func:`freshness`, which their services judge with :func:`check_widening`).
 
 Enforcement (:func:`refusal`) is asked by ``sill.accounts.access.site_view`` for every
 state-changing request to a view guarded by one of :data:`GUARDED_CAPS`, and by the rules API:
@@ -255,12 +255,14 @@ def fresh_refusal(request: HttpRequest, membership: Membership) -> TwoFactorRequ
 class Freshness:
     """What a service that can widen who may refund is told about the acting session's code.
 
-    Such a service (an agent's refund switch and caps, a site's rules, auto-refund and refund
-    window) takes one as a required argument and calls :meth:`check` when, under its lock, the
-    change turns out to widen: so a caller cannot skip the fresh code by forgetting it, as a
-    view that only asked ``require_fresh`` itself could. A view passes :func:`freshness` of
-    its request; an operator's tool (a management command, a seed script, a test setting a
-    site up) says so with :data:`OPERATOR`, which never refuses. ``None`` is refused."""
+    Such a service (an agent's keys, tokens, reactivation, refund switch and caps; a site's
+    rules, auto-refund and refund window; members' roles and invitations; a rail's keys,
+    secrets, live mode and switch) takes one as a required argument and calls :meth:`check`
+    when, under its lock, the change turns out to widen: so a caller cannot skip the fresh
+    code by forgetting it, as a view that only asked for it itself could. A view passes
+    :func:`freshness` of its request; an operator's tool (a management command, a seed
+    script, a test setting a site up) says so with :data:`OPERATOR`, which never refuses.
+    ``None`` is refused."""
 
     refused: TwoFactorRequired | None
     operator: bool = False
@@ -289,19 +291,6 @@ def check_widening(second_factor: object, *, widens: bool) -> None:
         )
     if widens:
         second_factor.check()
-
-
-def require_fresh(request: HttpRequest, membership: Membership) -> None:
-    """Raise :class:`TwoFactorRequired` unless a code was entered in the last few minutes.
-
-    For the most sensitive changes (a rail to live mode, a new rail key, a new owner, a new
-    agent key or token, reactivating an agent), called by their views before anything
-    changes; ``site_view`` turns the exception into the page. A change that is sensitive only
-    one way (an agent's refund switch and caps, a site's rules: widening, not narrowing) hands
-    :func:`freshness` to its service instead, which compares under its lock."""
-    refused = fresh_refusal(request, membership)
-    if refused is not None:
-        raise refused
 
 
 def refusal_response(request: HttpRequest, refused: TwoFactorRequired) -> HttpResponse:

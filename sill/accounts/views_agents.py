@@ -3,11 +3,12 @@
 Every key added or revoked writes a signed ``key_change`` audit record (in the services).
 A bearer token is shown once, on the response to the POST that issued it (``no-store``);
 only its SHA-256 is kept. Adding a key and issuing a token each need a code entered in the
-last few minutes where the site requires two factors (``two_factor.require_fresh``): both
-make a credential that outlives the session, and a key signs mandates that move money. So
-does whatever widens what the agent's existing keys may do with money: reactivating it,
-switching its refunds on, raising or lifting a cap. Deactivating, switching off and lowering
-caps take a verified session alone: they are the brake, and must work in one click.
+last few minutes where the site requires two factors: both make a credential that outlives
+the session, and a key signs mandates that move money. So does whatever widens what the
+agent's existing keys may do with money: reactivating it, switching its refunds on, raising or
+lifting a cap. Deactivating, switching off and lowering caps take a verified session alone:
+they are the brake, and must work in one click. The services judge it (each takes the view's
+``two_factor.freshness`` as a required ``second_factor``); ``site_view`` answers the 403.
 
 The add-key form carries that code itself when the session's is stale: one submit verifies it
 (a wrong one counted as the verify page counts it) and adds the key, and a wrong or missing
@@ -156,7 +157,7 @@ def agents_page(request: SiteRequest) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def agent_key_add(request: SiteRequest) -> HttpResponse:
     # Whoever holds the key's private half signs refund mandates: as sensitive as a rail's new
-    # key, so the same fresh code, before anything is read. The page's form may carry it.
+    # key, so the same fresh code. The page's form may carry it.
     form = AddKeyForm(request.POST)
     if not wants_json(request):
         code_error, lockout = _fresh_code_from_form(request)
@@ -164,8 +165,6 @@ def agent_key_add(request: SiteRequest) -> HttpResponse:
             return lockout
         if code_error:
             return _page(request, form=form, code_error=code_error, status=422)
-    # Still the gate: a JSON client is refused in JSON (site_view answers the 403).
-    two_factor.require_fresh(request, request.site_ctx.membership)
     try:
         if not form.is_valid():
             name, errors = next(iter(form.errors.items()))
@@ -180,6 +179,8 @@ def agent_key_add(request: SiteRequest) -> HttpResponse:
             public_key_b64url=data["public_key"],
             valid_from=data["valid_from"],
             valid_until=data["valid_until"],
+            # Still the gate: a JSON client is refused in JSON (site_view answers the 403).
+            second_factor=two_factor.freshness(request, request.site_ctx.membership),
         )
     except SillError as error:
         return _page(request, form=form, error=error, status=422)
@@ -205,7 +206,11 @@ def agent_key_revoke(request: SiteRequest, key_pk: int) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def agent_deactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
     agent = services.set_agent_active(
-        agent=_agent_for(request, agent_pk), actor=request.user, active=False
+        agent=_agent_for(request, agent_pk),
+        actor=request.user,
+        active=False,
+        # The brake: never refused for a stale code, but the service is told who acts.
+        second_factor=two_factor.freshness(request, request.site_ctx.membership),
     )
     return _back(
         request,
@@ -217,9 +222,14 @@ def agent_deactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def agent_reactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
     agent = _agent_for(request, agent_pk)
-    # Its keys sign mandates again: a stolen session must not undo the owner's brake.
-    two_factor.require_fresh(request, request.site_ctx.membership)
-    agent = services.set_agent_active(agent=agent, actor=request.user, active=True)
+    # Its keys sign mandates again: a stolen session must not undo the owner's brake (the
+    # service asks for the fresh code; site_view answers its 403 page).
+    agent = services.set_agent_active(
+        agent=agent,
+        actor=request.user,
+        active=True,
+        second_factor=two_factor.freshness(request, request.site_ctx.membership),
+    )
     return _back(request, f"Reactivated {agent.agent_id}.")
 
 
@@ -269,9 +279,13 @@ def agent_token_issue(request: SiteRequest, agent_pk: int) -> HttpResponse:
     if not agent.active:
         messages.error(request, f"{agent.agent_id} is deactivated: reactivate it first.")
         return HttpResponseRedirect(reverse("settings:agents"), status=303)
-    # A bearer token reads the agent's refunds for as long as it lives, whoever holds it.
-    two_factor.require_fresh(request, request.site_ctx.membership)
-    token = services.issue_agent_token(agent=agent, actor=request.user)
+    # A bearer token reads the agent's refunds for as long as it lives, whoever holds it: the
+    # service asks for a fresh code (site_view answers its 403 page).
+    token = services.issue_agent_token(
+        agent=agent,
+        actor=request.user,
+        second_factor=two_factor.freshness(request, request.site_ctx.membership),
+    )
     response = render(request, "accounts/agents_token.html", {"agent": agent, "token": token})
     # The token exists nowhere else: keep it out of every cache (back button, proxies).
     response["Cache-Control"] = "no-store"

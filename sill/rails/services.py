@@ -9,6 +9,13 @@ returned; pages show :func:`key_hint` at most.
 Each service first checks that ``actor`` is a member of the site whose role manages settings
 (``require_member``, 403 ``forbidden``), as the Settings → Rails views do: a rail's keys say
 where the site's refunds go, so no other caller may change them for a member who may not.
+
+Each also takes ``second_factor``, required (the view's ``two_factor.freshness``;
+``two_factor.OPERATOR`` for an operator's tool), and refuses a change that lets real money
+move or hands out what signs the events Sill acts on without a code entered in the last few
+minutes (``two_factor.TwoFactorRequired``, nothing written or sent to a provider): a new key,
+token or webhook signing secret, a save in live mode, a live account switched on. Switching a
+rail off never needs one: it is the brake.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import transaction
 
+from sill.accounts import two_factor
 from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
@@ -56,8 +64,14 @@ def key_hint(secret: str) -> str:
     return f"{secret[:8]}…{secret[-4:]}"
 
 
-def set_rail_enabled(*, site: Site, actor: Any, rail: str, enabled: bool) -> RailAccount:
-    """Switch ``rail`` on or off for ``site``; Stripe needs a saved key before it is switched on."""
+def set_rail_enabled(
+    *, site: Site, actor: Any, rail: str, enabled: bool, second_factor: two_factor.Freshness
+) -> RailAccount:
+    """Switch ``rail`` on or off for ``site``; Stripe needs a saved key before it is switched on.
+
+    Switching on an account saved in live mode lets real money move, as saving it in live
+    mode does: ``second_factor`` refuses it without a fresh code. Judged on the row as locked
+    here, so a live-mode save committed while this waited for the lock counts."""
     require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     if rail not in CONFIGURABLE_RAILS:
         raise RailSettingsError(
@@ -67,6 +81,10 @@ def set_rail_enabled(*, site: Site, actor: Any, rail: str, enabled: bool) -> Rai
         account = RailAccount.objects.select_for_update().filter(site=site, rail=rail).first()
         if account is None:
             account = RailAccount(site=site, rail=rail, enabled=False)
+        two_factor.check_widening(
+            second_factor,
+            widens=enabled and not account.enabled and account.mode == RailMode.LIVE,
+        )
         if enabled and rail == Rail.STRIPE and not account.has_secret:
             raise RailSettingsError(
                 "Save a Stripe secret key before switching the Stripe rail on.",
@@ -132,6 +150,7 @@ def configure_stripe(
     mode: str,
     api_base: str | None = None,
     webhook_secrets: str = "",
+    second_factor: two_factor.Freshness,
 ) -> RailAccount:
     """Save the site's Stripe credentials; an empty ``secret_key`` keeps the stored one.
 
@@ -140,10 +159,18 @@ def configure_stripe(
 
     ``api_base`` is only accepted when ``settings.DEBUG`` is on (it exists for localstripe);
     ``None`` leaves the stored value alone. A new Stripe account starts switched off.
+
+    A new key or signing secret (whoever holds one can forge the events Sill acts on: a
+    refund reported failed is refundable again), or a save in live mode, is refused by
+    ``second_factor`` without a fresh code, before the input is judged.
     """
     require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     secret_key = secret_key.strip()
     connected_account = connected_account.strip()
+    two_factor.check_widening(
+        second_factor,
+        widens=bool(secret_key) or bool(webhook_secrets.strip()) or mode == RailMode.LIVE,
+    )
     if mode not in RailMode.values:
         raise RailSettingsError("Choose test or live mode.", field="mode")
     if mode == RailMode.LIVE and not settings.SILL_ALLOW_LIVE:

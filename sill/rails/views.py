@@ -37,7 +37,7 @@ from sill.rails.left_behind import (
     left_behind,
     payment_left_behind,
 )
-from sill.rails.models import RailAccount, RailMode
+from sill.rails.models import RailAccount
 from sill.rails.paypal import connect as paypal_connect
 from sill.rails.secrets import RailSecretUnreadable
 from sill.rails.shopify import connect as shopify_connect
@@ -264,16 +264,12 @@ def _done(request: SiteRequest, rail: str, message: str) -> HttpResponse:
     return HttpResponseRedirect(reverse("settings:rails"), status=303)
 
 
-def _fresh_code_for(request: SiteRequest, *key_fields: str, live_mode: bool = False) -> None:
-    """A new key or webhook signing secret, or (``live_mode``) a save in live mode, needs a
-    code entered in the last few minutes (two_factor.require_fresh raises; site_view answers
-    the 403 page). A signing secret counts as a key: whoever holds it can forge the events
-    Sill acts on (a refund reported failed is refundable again). PayPal's webhook id is no
-    secret: PayPal itself verifies each delivery for the app whose credentials Sill holds."""
-    new_key = any(request.POST.get(name, "").strip() for name in key_fields)
-    live = live_mode and request.POST.get("mode") == RailMode.LIVE
-    if new_key or live:
-        two_factor.require_fresh(request, request.site_ctx.membership)
+def _second_factor(request: SiteRequest) -> two_factor.Freshness:
+    """What the rail services are told of this session's code: a new key or webhook signing
+    secret, a save in live mode and switching a live account on need one entered in the last
+    few minutes. The service judges which (two_factor.TwoFactorRequired; site_view answers
+    the 403 page), so no caller can skip it."""
+    return two_factor.freshness(request, request.site_ctx.membership)
 
 
 @require_safe
@@ -293,16 +289,15 @@ def rail_set_enabled(request: SiteRequest, rail: str) -> HttpResponse:
         if not form.is_valid():
             raise services.RailSettingsError("Choose on or off.", field="enabled")
         enabled = form.cleaned_data["enabled"]
-        if (
-            enabled
-            and RailAccount.objects.filter(
-                site=site, rail=rail, mode=RailMode.LIVE, enabled=False
-            ).exists()
-        ):
-            # Switching a live account on lets real money move, as saving it in live mode
-            # does: the same fresh code (_fresh_code_for).
-            two_factor.require_fresh(request, request.site_ctx.membership)
-        services.set_rail_enabled(site=site, actor=request.user, rail=rail, enabled=enabled)
+        # Switching a live account on lets real money move, as saving it in live mode does:
+        # the service asks for the same fresh code, judged on the row it locks.
+        services.set_rail_enabled(
+            site=site,
+            actor=request.user,
+            rail=rail,
+            enabled=enabled,
+            second_factor=_second_factor(request),
+        )
     except SillError as error:
         card = _card(site, rail, RailAccount.objects.filter(site=site, rail=rail).first())
         card.error = error
@@ -322,7 +317,6 @@ def rail_set_enabled(request: SiteRequest, rail: str) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def stripe_configure(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
-    _fresh_code_for(request, "secret_key", "webhook_secrets", live_mode=True)
     form = StripeForm(request.POST)
     try:
         if not form.is_valid():
@@ -338,6 +332,7 @@ def stripe_configure(request: SiteRequest) -> HttpResponse:
             # The override exists for localstripe; production forms don't even show it.
             api_base=data["api_base"] if settings.DEBUG else None,
             webhook_secrets=data["webhook_secrets"],
+            second_factor=_second_factor(request),
         )
     except SillError as error:
         stored = RailAccount.objects.filter(site=site, rail=Rail.STRIPE).first()
@@ -358,7 +353,6 @@ def stripe_configure(request: SiteRequest) -> HttpResponse:
 @site_view(Cap.MANAGE_SETTINGS)
 def shopify_configure(request: SiteRequest) -> HttpResponse:
     site = request.site_ctx.site
-    _fresh_code_for(request, "access_token", "webhook_secrets")
     form = ShopifyForm(request.POST)
     try:
         if not form.is_valid():
@@ -372,6 +366,7 @@ def shopify_configure(request: SiteRequest) -> HttpResponse:
             access_token=data["access_token"],
             webhook_secrets=data["webhook_secrets"],
             api_base=data["api_base"] if settings.DEBUG else None,
+            second_factor=_second_factor(request),
         )
     except SillError as error:
         stored = RailAccount.objects.filter(site=site, rail=Rail.SHOPIFY).first()
@@ -414,7 +409,6 @@ def _first_error(form: WooCommerceForm | PayPalForm) -> services.RailSettingsErr
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
 def woocommerce_configure(request: SiteRequest) -> HttpResponse:
-    _fresh_code_for(request, "consumer_key", "consumer_secret", "webhook_secret")
     form = WooCommerceForm(request.POST)
     try:
         if not form.is_valid():
@@ -427,6 +421,7 @@ def woocommerce_configure(request: SiteRequest) -> HttpResponse:
             consumer_key=data["consumer_key"],
             consumer_secret=data["consumer_secret"],
             webhook_secret=data["webhook_secret"],
+            second_factor=_second_factor(request),
         )
     except SillError as error:
         return _refused(request, Rail.WOOCOMMERCE, form, error)
@@ -440,7 +435,6 @@ def woocommerce_configure(request: SiteRequest) -> HttpResponse:
 @require_POST
 @site_view(Cap.MANAGE_SETTINGS)
 def paypal_configure(request: SiteRequest) -> HttpResponse:
-    _fresh_code_for(request, "client_secret", live_mode=True)
     form = PayPalForm(request.POST)
     try:
         if not form.is_valid():
@@ -454,6 +448,7 @@ def paypal_configure(request: SiteRequest) -> HttpResponse:
             mode=data["mode"],
             webhook_id=data["webhook_id"],
             api_base=data["api_base"] if settings.DEBUG else None,
+            second_factor=_second_factor(request),
         )
     except SillError as error:
         return _refused(request, Rail.PAYPAL, form, error)

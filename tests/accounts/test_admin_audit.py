@@ -13,6 +13,7 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 
 from audit.models import AuditRecord
+from sill.accounts import two_factor
 from sill.accounts.admin_audit import OPERATOR
 from sill.accounts.models import Agent, AgentKey, Membership
 from sill.accounts.services import add_agent_key, b64url_encode
@@ -153,7 +154,8 @@ def test_revoking_a_key_is_signed_with_its_actor(client_for, site):
     key = add_agent_key(site=site, agent_id="agent_a", key_id="k1",
                         public_key=bytes(SigningKey(bytes(32)).verify_key),
                         valid_from=timezone.now() - timedelta(days=1),
-                        actor=site_owner(site))  # fmt: skip
+                        actor=site_owner(site),
+                        second_factor=two_factor.OPERATOR)  # fmt: skip
     client = client_for("admin")
     assert client.post(f"/settings/agents/keys/{key.pk}/revoke/").status_code == 303
     assert client.post(f"/settings/agents/keys/{key.pk}/revoke/").status_code == 303

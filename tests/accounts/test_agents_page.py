@@ -11,6 +11,7 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 
 from audit.models import AuditRecord
+from sill.accounts import two_factor
 from sill.accounts.models import Agent, AgentKey, AgentToken
 from sill.accounts.services import add_agent_key, b64url_encode, issue_agent_token, token_sha256
 from tests.conftest import site_owner
@@ -31,6 +32,7 @@ def key(site):
         public_key=bytes(SigningKey(bytes(32)).verify_key),
         valid_from=timezone.now() - timedelta(days=1),
         actor=site_owner(site),
+        second_factor=two_factor.OPERATOR,
     )
 
 
@@ -43,6 +45,7 @@ def their_key(other_site):
         public_key=bytes(SigningKey(bytes(32)).verify_key),
         valid_from=timezone.now(),
         actor=site_owner(other_site),
+        second_factor=two_factor.OPERATOR,
     )
 
 
@@ -241,7 +244,7 @@ def test_a_token_is_shown_once_and_only_its_hash_is_stored(client_for, key, capl
     caplog.set_level(logging.DEBUG)
     client = client_for("owner")
     issue_agent_token(
-        agent=key.agent, actor=site_owner(key.agent.site)
+        agent=key.agent, actor=site_owner(key.agent.site), second_factor=two_factor.OPERATOR
     )  # an earlier one, revoked below
     AgentToken.objects.update(revoked_at=timezone.now())
     response = client.post(f"{URL}{key.agent.pk}/token/")

@@ -23,6 +23,7 @@ from django.test import Client
 
 from refunds.models import Refund
 from refunds.reconcile.runs import run_reconciliation
+from sill.accounts import two_factor
 from sill.errors import SillError
 from sill.orders.models import Charge, Order, OrderStatus
 from sill.rails.left_behind import payment_left_behind
@@ -67,6 +68,7 @@ def save_app(
                 mode="test",
                 webhook_id=WEBHOOK_ID,
                 api_base=paypal.url,
+                second_factor=two_factor.OPERATOR,
             )
 
     return save

@@ -31,6 +31,7 @@ from refunds.reconcile.runs import run_reconciliation
 from refunds.review.decisions import DecisionRefused, approve_refund
 from refunds.review.selectors import charge_link
 from refunds.staff.services import create_staff_refund
+from sill.accounts import two_factor
 from sill.errors import SillError
 from sill.orders.models import Charge, Order
 from sill.rails.base import RefundFacts
@@ -67,6 +68,7 @@ def connect(site, members, shopify, shopify_account, other, settings) -> Callabl
             shop_domain=shop,
             access_token=TOKEN,
             api_base=bases[shop],
+            second_factor=two_factor.OPERATOR,
         )
 
     return to

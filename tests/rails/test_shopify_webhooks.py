@@ -7,6 +7,7 @@ import json
 import pytest
 from django.test import Client
 
+from sill.accounts import two_factor
 from sill.orders.models import Charge, Dispute, Order
 from sill.rails.models import WebhookEvent
 from tests.rails.shopify_fixtures import signed_headers
@@ -132,6 +133,7 @@ def test_a_delivery_processed_after_the_site_switched_shops_asks_the_new_shop_no
             shop_domain="other-shop.myshopify.com",
             access_token=TOKEN,
             api_base=other.url,
+            second_factor=two_factor.OPERATOR,
         )
         enqueued[0]()  # the task runs now (eager)
         assert other.calls == []

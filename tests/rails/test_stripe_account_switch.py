@@ -29,6 +29,7 @@ from refunds.execution import execute_refund
 from refunds.models import Refund
 from refunds.reconcile.attention import check_refund_at_rail
 from refunds.reconcile.runs import run_reconciliation
+from sill.accounts import two_factor
 from sill.errors import SillError
 from sill.orders.charge_attention import resolve_charge_attention
 from sill.orders.charging import ChargeRetry, charge_order
@@ -72,6 +73,7 @@ def save_key(site, members, proxy, django_capture_on_commit_callbacks) -> Callab
                 secret_key=key,
                 connected_account="",
                 mode="test",
+                second_factor=two_factor.OPERATOR,
             )
 
     return save
@@ -386,7 +388,7 @@ def test_a_key_saved_while_the_broker_is_down_is_named_by_the_sweep(
     ):
         configure_stripe(
             site=site, actor=members["owner"].user, secret_key=KEY_B, connected_account="",
-            mode="test",
+            mode="test", second_factor=two_factor.OPERATOR,
         )  # fmt: skip
     account = RailAccount.objects.get(site=site, rail="stripe")
     assert account.payment_account == "" and account.has_secret

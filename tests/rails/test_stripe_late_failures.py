@@ -23,6 +23,7 @@ from audit.models import AuditRecord
 from refunds.models import Refund
 from refunds.reconcile.attention import check_refund_at_rail
 from refunds.tasks import notify_reversed_task
+from sill.accounts import two_factor
 from sill.accounts.services import issue_agent_token
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.models import WebhookEvent
@@ -149,7 +150,9 @@ def test_it_applies_once_however_often_and_in_whatever_form_stripe_reports_it(
 
 def test_the_agent_api_answers_failed_with_the_reason(site, paid, settled, sdk, deliver):
     deliver(site, failed_event(sdk, settled))
-    token = issue_agent_token(agent=settled.agent, actor=site_owner(settled.agent.site))
+    token = issue_agent_token(
+        agent=settled.agent, actor=site_owner(settled.agent.site), second_factor=two_factor.OPERATOR
+    )
     answer = (
         Client()
         .get(

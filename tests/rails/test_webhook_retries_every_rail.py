@@ -21,6 +21,7 @@ from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
+from sill.accounts import two_factor
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.models import WebhookEvent
 from sill.rails.tasks import retry_webhook_events_task
@@ -157,7 +158,7 @@ def test_a_woocommerce_event_retried_after_the_site_switched_stores_is_settled_n
         configure_woocommerce(
             site=site, actor=members["owner"].user, store_url=other.url,
             consumer_key=CONSUMER_KEY, consumer_secret=CONSUMER_SECRET,
-            webhook_secret="store-b-webhook-secret",
+            webhook_secret="store-b-webhook-secret", second_factor=two_factor.OPERATOR,
         )  # fmt: skip
         clock.shift(LATER)
         assert retry_webhook_events_task() == 1

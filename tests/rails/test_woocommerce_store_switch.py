@@ -33,6 +33,7 @@ from refunds.reconcile.attention import check_refund_at_rail
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.reconcile.runs import run_reconciliation
 from refunds.review.decisions import DecisionRefused, approve_refund
+from sill.accounts import two_factor
 from sill.errors import SillError
 from sill.money import Money
 from sill.orders.models import Charge, ExternalRefund, Order
@@ -80,6 +81,7 @@ def connect(site, members, woo_account) -> Callable[[WooStub], None]:
             consumer_key=CONSUMER_KEY,
             consumer_secret=CONSUMER_SECRET,
             webhook_secret=webhook_secret_of(store),
+            second_factor=two_factor.OPERATOR,
         )
 
     return to

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
+from sill.accounts import two_factor
 from sill.orders.models import Charge, Order
 from sill.rails.woocommerce.models import WooOrderLink
 from sill.rails.woocommerce.sync import sync_orders
@@ -235,6 +236,7 @@ def test_connecting_another_store_reads_it_from_the_start(site, woo, woo_account
         consumer_key="",
         consumer_secret="",
         webhook_secret="another-webhook-secret",
+        second_factor=two_factor.OPERATOR,
     )
     assert RailAccount.objects.get(pk=woo_account.pk).orders_synced_through is not None
     with StubServer() as other:
@@ -245,6 +247,7 @@ def test_connecting_another_store_reads_it_from_the_start(site, woo, woo_account
             consumer_key=CONSUMER_KEY,
             consumer_secret=CONSUMER_SECRET,
             webhook_secret="store-b-webhook-secret",
+            second_factor=two_factor.OPERATOR,
         )
         assert RailAccount.objects.get(pk=woo_account.pk).orders_synced_through is None
         _orders_over_time(other, 2, prefix="ch_other")

@@ -7,6 +7,7 @@ import json
 import pytest
 from django.test import Client
 
+from sill.accounts import two_factor
 from sill.orders.models import Order
 from sill.rails.models import WebhookEvent
 from sill.rails.woocommerce.models import WooOrderLink
@@ -168,6 +169,7 @@ def _connect(site, owner, store) -> None:
         consumer_key=CONSUMER_KEY,
         consumer_secret=CONSUMER_SECRET,
         webhook_secret="store-b-webhook-secret",
+        second_factor=two_factor.OPERATOR,
     )
 
 
@@ -460,7 +462,7 @@ def test_another_store_is_connected_with_a_webhook_secret_of_its_own(
         configure_woocommerce(
             site=site, actor=members["owner"].user, store_url=store.url,
             consumer_key=CONSUMER_KEY, consumer_secret=CONSUMER_SECRET,
-            webhook_secret=webhook_secret,
+            webhook_secret=webhook_secret, second_factor=two_factor.OPERATOR,
         )  # fmt: skip
 
     with StubServer() as other:

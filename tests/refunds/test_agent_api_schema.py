@@ -20,6 +20,7 @@ from django.utils import timezone
 from pytest_django.fixtures import Settings
 
 from refunds.agent.mandates import ERROR_CODES
+from sill.accounts import two_factor
 from sill.accounts.models import Agent, AgentToken
 from sill.accounts.services import issue_agent_token, token_sha256
 from tests.broker_down import cache_unreachable
@@ -52,9 +53,9 @@ def own_counters(settings: Settings) -> None:
 
 @pytest.fixture
 def bearer(agent: Agent) -> dict[str, str]:
-    return {
-        "Authorization": f"Bearer {issue_agent_token(agent=agent, actor=site_owner(agent.site))}"
-    }
+    owner = site_owner(agent.site)
+    token = issue_agent_token(agent=agent, actor=owner, second_factor=two_factor.OPERATOR)
+    return {"Authorization": f"Bearer {token}"}
 
 
 def _post(body: bytes, **headers: str) -> Any:
@@ -192,7 +193,9 @@ class _Answer:
 def test_the_read_endpoints_answers_are_the_schemas(schema, original, sign, agent, bearer) -> None:
     answer = _post(sign(refund_intent(ORIGINAL)))
     mine = f"/api/v1/refunds/{answer.json()['mandate_id']}"
-    revoked = issue_agent_token(agent=agent, actor=None, system=True)
+    revoked = issue_agent_token(
+        agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     AgentToken.objects.filter(token_sha256=token_sha256(revoked)).update(revoked_at=timezone.now())
     for path, template in ((ME, ME), (mine, DETAIL)):
         for headers in (

@@ -11,6 +11,7 @@ from django.test import Client
 
 from audit.models import AuditRecord
 from refunds.models import Mandate, Refund
+from sill.accounts import two_factor
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry
 from tests.conftest import site_owner
@@ -201,7 +202,9 @@ def test_the_agent_reads_its_refund_with_a_bearer_token(api, sign, original, age
     from sill.accounts.services import issue_agent_token
 
     body = api(sign(refund_intent(ORIGINAL))).json()
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
     client = Client()
     response = client.get(
         f"/api/v1/refunds/{body['mandate_id']}", headers={"Authorization": f"Bearer {token}"}
@@ -227,7 +230,9 @@ def test_another_agents_token_cannot_read_the_refund(api, sign, original, site):
     other = Agent.objects.create(
         site=site, agent_id="agent_other", name="Other", refund_enabled=True
     )
-    token = issue_agent_token(agent=other, actor=site_owner(other.site))
+    token = issue_agent_token(
+        agent=other, actor=site_owner(other.site), second_factor=two_factor.OPERATOR
+    )
     response = Client().get(
         f"/api/v1/refunds/{body['mandate_id']}", headers={"Authorization": f"Bearer {token}"}
     )

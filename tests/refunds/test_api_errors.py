@@ -14,6 +14,7 @@ from nacl.signing import SigningKey
 from audit.models import AuditRecord
 from refunds.agent.mandates import MAX_QUANTITY
 from refunds.models import Mandate, Refund
+from sill.accounts import two_factor
 from sill.orders.models import LineItem, Order
 from sill.rails.models import MockLedgerEntry
 from tests.refunds.conftest import ORIGINAL, post, purchase_intent, refund_intent
@@ -247,7 +248,10 @@ def test_a_format_parameter_the_api_cannot_answer_is_406_not_acceptable_and_writ
     assert (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count()) == before
     assert MockLedgerEntry.objects.count() == 0
 
-    bearer = {"Authorization": f"Bearer {issue_agent_token(agent=agent, actor=None, system=True)}"}
+    token = issue_agent_token(
+        agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
+    bearer = {"Authorization": f"Bearer {token}"}
     for path in ("/api/v1/agent", f"/api/v1/refunds/{ORIGINAL}"):
         read = Client().get(f"{path}?format={fmt}", headers=bearer)
         assert read.status_code == 406, (path, read.content)

@@ -9,6 +9,7 @@ from django.test import Client
 
 from refunds.review.decisions import approve_refund, reject_refund
 from refunds.tasks import expire_held_refunds_task
+from sill.accounts import two_factor
 from sill.accounts.services import issue_agent_token
 from tests.conftest import site_owner
 
@@ -17,7 +18,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def read(agent):
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
 
     def get(refund):
         response = Client().get(

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from audit.models import AuditRecord
+from sill.accounts import two_factor
 from sill.accounts.services import issue_agent_token
 from tests.conftest import site_owner
 from tests.refunds.conftest import ORIGINAL, post, refund_intent
@@ -65,7 +66,9 @@ def test_the_answer_carries_a_receipt_an_agent_verifies_offline(
     assert record.kind == "approved" and int(amount) == 8900
     assert mandate_sha256 == hashlib.sha256(body).hexdigest()  # the bytes the agent sent
 
-    token = issue_agent_token(agent=agent, actor=site_owner(agent.site))
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
     again = client.get(
         f"/api/v1/refunds/{answer['mandate_id']}", HTTP_AUTHORIZATION=f"Bearer {token}"
     ).json()

@@ -14,6 +14,7 @@ from refunds.models import IdempotencyRecord, Refund
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.idempotency import request_fingerprint
 from refunds.staff.services import create_staff_refund
+from sill.accounts import two_factor
 from sill.accounts.services import add_member, issue_member_token
 from sill.money import Money
 from sill.orders.models import Charge
@@ -265,12 +266,24 @@ def test_it_replays_a_refusal_the_pipeline_gave(api, order, leaf):
 
 def test_it_releases_the_key_when_the_rail_is_off(api, site, order, leaf, members):
     body = {"full": True, "reasonId": leaf.pk}
-    set_rail_enabled(site=site, actor=members["owner"].user, rail="mock", enabled=False)
+    set_rail_enabled(
+        site=site,
+        actor=members["owner"].user,
+        rail="mock",
+        enabled=False,
+        second_factor=two_factor.OPERATOR,
+    )
     off = api("staff", order, body)
     assert off.status_code == 409 and _error(off)["code"] == "rail_disabled"
     assert IdempotencyRecord.objects.count() == 0
 
-    set_rail_enabled(site=site, actor=members["owner"].user, rail="mock", enabled=True)
+    set_rail_enabled(
+        site=site,
+        actor=members["owner"].user,
+        rail="mock",
+        enabled=True,
+        second_factor=two_factor.OPERATOR,
+    )
     on = api("staff", order, body)
 
     assert on.status_code == 201 and "Idempotent-Replayed" not in on

@@ -11,6 +11,7 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 
 from refunds.agent.mandates import MAX_REPLAY_WINDOW, canonical_json, sign_mandate
+from sill.accounts import two_factor
 from sill.accounts.models import Agent, AgentKey, Site
 from sill.accounts.services import add_agent_key, b64url_decode, issue_agent_token
 from sill.errors import SillError
@@ -75,6 +76,7 @@ class Command(BaseCommand):
             valid_until=valid_until,
             actor=None,
             system=True,
+            second_factor=two_factor.OPERATOR,
         )
         # Running it again with the same key changes nothing: say so, with the stored window.
         self.stdout.write(
@@ -88,7 +90,11 @@ class Command(BaseCommand):
         agent = Agent.objects.filter(site=site, agent_id=opts["agent"]).first()
         if agent is None:
             raise CommandError(f"no agent {opts['agent']} on {site.id}")
-        self.stdout.write(issue_agent_token(agent=agent, actor=None, system=True))
+        self.stdout.write(
+            issue_agent_token(
+                agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+            )
+        )
 
     def _sign(self, opts: dict[str, Any]) -> None:
         try:

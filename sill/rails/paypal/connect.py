@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from sill.accounts import two_factor
 from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
@@ -54,6 +55,7 @@ def configure_paypal(
     mode: str,
     webhook_id: str,
     api_base: str | None = None,
+    second_factor: two_factor.Freshness,
 ) -> RailAccount:
     """Save the site's PayPal app after PayPal accepted its credentials.
 
@@ -61,10 +63,14 @@ def configure_paypal(
     belongs to one app). ``webhook_id`` is saved as given (empty: deliveries are refused).
     ``api_base`` (DEBUG only, for a loopback server) ``None`` keeps the stored value. A new
     PayPal account starts switched off. Raises ``RailSettingsError``; nothing is saved then.
+    A new secret or a save in live mode is refused by ``second_factor`` without a fresh code
+    (``two_factor.TwoFactorRequired``), before PayPal is called. The webhook id is no secret:
+    PayPal itself verifies each delivery for the app whose credentials Sill holds.
     """
     # First: a refused caller must not even get the provider called with what it sent.
     require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     client_id, client_secret = client_id.strip(), client_secret.strip()
+    two_factor.check_widening(second_factor, widens=bool(client_secret) or mode == RailMode.LIVE)
     webhook_id = webhook_id.strip()
     if mode not in RailMode.values:
         raise RailSettingsError("Choose sandbox or live mode.", field="mode")

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from audit.models import AuditKind
 from audit.services import append_record
+from sill.accounts import two_factor
 from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.orders.models import Rail
@@ -64,15 +65,20 @@ def configure_shopify(
     access_token: str,
     webhook_secrets: str = "",
     api_base: str | None = None,
+    second_factor: two_factor.Freshness,
 ) -> tuple[RailAccount, list[str]]:
     """Save the store; returns the account and the required scopes its token lacks.
 
     An empty ``access_token`` keeps the stored one, unless the shop changes (a token belongs
     to one store). ``api_base`` (DEBUG only, for a loopback server) ``None`` keeps the
-    stored value. A new Shopify account starts switched off.
+    stored value. A new Shopify account starts switched off. A new token or webhook signing
+    secret is refused by ``second_factor`` without a fresh code, before Shopify is called.
     """
     # First: a refused caller must not even get the provider called with what it sent.
     require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
+    two_factor.check_widening(
+        second_factor, widens=bool(access_token.strip()) or bool(webhook_secrets.strip())
+    )
     shop = normalize_shop_domain(shop_domain)
     if not SHOP_DOMAIN_RE.match(shop):
         raise RailSettingsError(

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import transaction
 
+from sill.accounts import two_factor
 from sill.accounts.access import Cap, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
@@ -87,11 +88,17 @@ def configure_woocommerce(
     consumer_key: str,
     consumer_secret: str,
     webhook_secret: str,
+    second_factor: two_factor.Freshness,
 ) -> RailAccount:
     """Save the site's store; empty key, secret or webhook secret keep the stored ones (of
-    the same store: another store needs its own)."""
+    the same store: another store needs its own). A new key, secret or webhook secret is
+    refused by ``second_factor`` without a fresh code, before the store is called."""
     # First: a refused caller must not even get the provider called with what it sent.
     require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
+    two_factor.check_widening(
+        second_factor,
+        widens=any(value.strip() for value in (consumer_key, consumer_secret, webhook_secret)),
+    )
     url = check_store_url(store_url)
     consumer_key, consumer_secret = consumer_key.strip(), consumer_secret.strip()
     if bool(consumer_key) != bool(consumer_secret):
