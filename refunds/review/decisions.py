@@ -130,14 +130,7 @@ def approve_refund(
                 "You requested this refund, so another owner or admin has to approve it."
             )
         if now >= deadline(locked):
-            _close(
-                locked,
-                status=RefundStatus.EXPIRED,
-                outcome_code="expired",
-                now=now,
-                actor=actor,
-                via=via,
-            )
+            _expire_on_decision(locked, now=now, actor=actor, via=via)
             refusal = ("expired", _expired_message(locked))
         else:
             try:
@@ -230,15 +223,16 @@ def reject_refund(
                 note=note,
                 via=via,
             )
-        _close(
-            locked,
-            status=RefundStatus.EXPIRED,
-            outcome_code="expired",
-            now=now,
-            actor=actor,
-            via=via,
-        )
+        _expire_on_decision(locked, now=now, actor=actor, via=via)
     raise DecisionRefused(_expired_message(locked), code="expired")
+
+
+def _expire_on_decision(refund: Refund, *, now: datetime, actor: Any, via: str) -> None:
+    """The 24 hours ran out before ``actor``'s decision (made ``via``) took the lock: the
+    refund expires, undecided; the record names who pressed the button, and where."""
+    _close(
+        refund, status=RefundStatus.EXPIRED, outcome_code="expired", now=now, actor=actor, via=via
+    )
 
 
 def expire_held_refunds(*, now: datetime | None = None, limit: int = 500) -> int:
