@@ -28,7 +28,12 @@ from sill.rails.dispute_states import dispute_status
 from sill.rails.models import WebhookEvent
 from sill.rails.stripe import from_stripe_amount
 
-REFUND_EVENTS = frozenset({"refund.created", "refund.updated", "refund.failed"})
+# ``charge.refund.updated`` carries a Refund too: it is the only report of a charge's refund
+# changing (failed, canceled) that endpoints on API versions before 2024-10-28 get, since
+# Stripe sent them ``refund.*`` only for refunds without a charge.
+REFUND_EVENTS = frozenset(
+    {"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"}
+)
 DISPUTE_EVENTS = frozenset(
     {
         "charge.dispute.created",

@@ -275,3 +275,32 @@ def test_a_failure_reported_while_the_refund_needs_attention_is_applied_when_it_
         .order_by("seq")
         .values_list("kind", flat=True)
     )[-2:] == ["settlement", "refund_reversed"]
+
+
+def test_a_cancellation_reported_as_charge_refund_updated_is_reversed_too(
+    site, paid, settled, sdk, deliver, members
+):
+    """Endpoints on API versions before 2024-10-28 get no ``refund.*`` events for a charge's
+    refunds: Stripe reports the refund's update as ``charge.refund.updated`` (a Refund object).
+    It was stored and ignored ("not an event Sill records"), so the refund stayed settled,
+    its amount not refundable again, and nobody was told."""
+    obj = as_dict(sdk.v1.refunds.retrieve(settled.provider_refund_id))
+    obj.update(status="canceled")
+    response = deliver(site, event("charge.refund.updated", obj, event_id="evt_legacy"))
+    assert response.status_code == 200
+
+    settled.refresh_from_db()
+    assert (settled.status, settled.outcome_code) == ("failed", "failed_after_settlement")
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.remaining.amount_minor) == (0, 8900)
+    body = json.loads(AuditRecord.objects.get(kind="refund_reversed").payload)["body"]
+    assert body["source"] == "evt_legacy"
+    assert sorted(m.to for m in mail.outbox) == [
+        ["admin@roasters.example"],
+        ["owner@roasters.example"],
+    ]
+    assert "failed after settlement" in mail.outbox[0].subject.lower()
+    # The same cancellation reported again as ``refund.updated`` changes nothing more.
+    deliver(site, event("refund.updated", obj, event_id="evt_new_style"))
+    assert AuditRecord.objects.filter(kind="refund_reversed").count() == 1
+    assert len(mail.outbox) == 2
