@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import Client
 
+from audit.models import AuditRecord
 from refunds.staff.services import NotRefundable
 from sill.errors import SillError
 from sill.money import Money
@@ -654,3 +655,38 @@ def test_a_replay_after_the_cache_forgot_its_transmission_changes_nothing(
     [outside] = ExternalRefund.objects.filter(charge__order=order)
     assert (outside.amount_minor, outside.counted_minor) == (3000, 3000)
     assert Charge.objects.get(order=order).amount_refunded_outside_minor == 3000
+
+
+def test_a_capture_paypal_reverses_after_a_refund_counts_both_and_leaves_nothing_refundable(
+    site, members, paypal, paypal_account, paypal_order, run, django_capture_on_commit_callbacks
+):
+    """PayPal reverses a capture itself (``PAYMENT.CAPTURE.REVERSED``: its resource is a
+    refund of the capture, as for ``REFUNDED``). It was stored and ignored ("not an event
+    Sill records"): the buyer had the money back, and Sill still offered it as refundable."""
+    order, capture = paypal_order(total="89.00")
+    assert run(site, paypal, refund_event(paypal, capture, value="30.00")).status_code == 200
+    reversal = refund_event(paypal, capture, value="59.00", refund_id="RVSD59CAPTURE")
+    reversal |= {
+        "event_type": "PAYMENT.CAPTURE.REVERSED",
+        "summary": "A $ 59.00 USD capture payment was reversed",
+    }
+    assert run(site, paypal, reversal).status_code == 200
+
+    stored = WebhookEvent.objects.get(event_id=reversal["id"])
+    assert "external refund recorded" in stored.outcome, stored.outcome
+    charge = Charge.objects.get(order=order)
+    assert (charge.amount_refunded_outside_minor, charge.remaining.amount_minor) == (8900, 0)
+    reversed_row = ExternalRefund.objects.get(charge=charge, provider_refund_id="RVSD59CAPTURE")
+    assert (reversed_row.counted_minor, reversed_row.status) == (5900, "succeeded")
+    assert ExternalRefund.objects.filter(charge=charge).count() == 2
+    assert AuditRecord.objects.filter(kind="external_refund").count() == 2
+    with pytest.raises(SillError) as refused:
+        _refund(
+            site,
+            members,
+            order,
+            django_capture_on_commit_callbacks,
+            kind="amount",
+            amount=Money(100, "USD"),
+        )
+    assert paypal.refund_calls == [], refused.value.code

@@ -12,7 +12,8 @@ attempt is retried like any transient failure (sill.rails.event_attempts).
 
 Each event is applied once, under its row lock, as Stripe's are (sill.rails.stripe_events):
 
-- ``PAYMENT.CAPTURE.REFUNDED``: the resource is a refund; its ``up`` link names the capture
+- ``PAYMENT.CAPTURE.REFUNDED`` and ``PAYMENT.CAPTURE.REVERSED`` (PayPal reversed the capture
+  itself): the resource is a refund; its ``up`` link names the capture
   (Sill's charge). Sill's own refunds carry ``custom_id`` = Sill's refund id
   (sill.rails.paypal.rail): their state goes to the refund core (``report_own_refund``) and
   they are never outside refunds, whatever state Sill's record is in. Any other refund is an
@@ -60,7 +61,9 @@ from sill.rails.paypal.resources import (
 )
 from sill.rails.registry import RailDisabled
 
-REFUND_EVENTS = frozenset({"PAYMENT.CAPTURE.REFUNDED"})
+# ``REVERSED``: PayPal itself took the capture's money back to the buyer (not the merchant); its
+# resource is a refund of the capture, read and recorded as an outside refund like any other.
+REFUND_EVENTS = frozenset({"PAYMENT.CAPTURE.REFUNDED", "PAYMENT.CAPTURE.REVERSED"})
 DISPUTE_EVENTS = frozenset(
     {"CUSTOMER.DISPUTE.CREATED", "CUSTOMER.DISPUTE.UPDATED", "CUSTOMER.DISPUTE.RESOLVED"}
 )
