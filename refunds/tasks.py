@@ -19,6 +19,7 @@ from refunds.reconcile.attention import (
     notify_attention,
     notify_missed_attention,
 )
+from refunds.reconcile.inbox import catch_up_reported_charge
 from refunds.reconcile.rail_reports import notify_missed_reversals, notify_reversed
 from refunds.reconcile.runs import accounts_due, run_reconciliation
 from refunds.review.decisions import expire_held_refunds
@@ -248,6 +249,13 @@ def notify_missed_outcomes_task() -> int:
     except OSError as exc:
         logger.warning("refund outcome emails not sent: mail is failing (%s)", type(exc).__name__)
         return 0
+
+
+@shared_task(name="refunds.catch_up_charge", acks_late=True)
+def catch_up_charge_task(charge_id: str, event_id: str) -> str:
+    """A rail event said the charge has refunds Sill has not recorded, without naming them:
+    the charge is read from the rail and reconciled (a redelivery finds the books in order)."""
+    return catch_up_reported_charge(charge_id=charge_id, event_id=event_id)
 
 
 @shared_task(name="refunds.reconcile")

@@ -60,8 +60,9 @@ from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.errors import NotFound, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund
-from sill.rails.base import ChargeReader, CreditReader
+from sill.rails.base import ChargeReader, CreditReader, RailError
 from sill.rails.charge_sync import sync_charge
+from sill.rails.registry import RailDisabled, rail_for
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,32 @@ def catch_up_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> boo
     uninformed: the next run found nothing missing, so the missed webhook was never shown.
     Whether the disputes could be read."""
     return reconcile_charge(charge=charge, rail=rail, event_id=event_id).disputes_read
+
+
+def catch_up_reported_charge(*, charge_id: str, event_id: str) -> str:
+    """The catch-up of a rail event that says the charge has refunds Sill has not recorded
+    without naming them (Stripe's ``charge.refunded`` without the charge's refunds, as API
+    versions from 2022-11-15 send it): the charge is reconciled as a run would, so the refund
+    is recorded now, not when a run or a refund decision next reads the charge, and opens its
+    inbox item. Run by ``refunds.catch_up_charge``; a rail that cannot be read now leaves it
+    to the next reconciliation run. Returns what was done."""
+    charge = Charge.objects.select_related("order").filter(pk=charge_id).first()
+    if charge is None:
+        return "no such charge"
+    try:
+        rail = rail_for(
+            site_id=charge.order.site_id,
+            rail=charge.rail,
+            provider_account=charge.provider_account,
+            payment_account=charge.payment_account,
+        )
+        if not isinstance(rail, ChargeReader):
+            return "not read: the rail cannot list a charge's refunds"
+        outcome = reconcile_charge(charge=charge, rail=rail, event_id=event_id)
+    except (RailDisabled, RailError) as exc:
+        logger.warning("charge %s could not be brought up to date: %s", charge.pk, exc)
+        return f"not read, left to the next reconciliation run: {exc}"
+    return f"{outcome.opened} opened, {outcome.cleared} cleared: {'; '.join(outcome.synced)}"
 
 
 def reconcile_customer_credits(

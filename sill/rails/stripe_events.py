@@ -22,7 +22,9 @@ from sill.orders.outside import (
     record_dispute,
     record_outside_refund,
     report_own_refund,
+    unrecorded_refunded_minor,
 )
+from sill.queue import enqueue_on_commit
 from sill.rails.base import RailRefund
 from sill.rails.dispute_states import dispute_status
 from sill.rails.models import WebhookEvent
@@ -73,7 +75,7 @@ def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
     if stored.type == "charge.refunded":
         listed = _mapping(obj.get("refunds")).get("data") or []
         if not listed:
-            return "no refunds listed on the charge; its refund.* events carry them"
+            return _unlisted_refunds(stored, obj)
         if not isinstance(listed, list):
             return "malformed refund list on the charge"
         outcomes = [
@@ -84,6 +86,37 @@ def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
         ]
         return "; ".join(outcomes)
     return _apply_dispute(stored, obj, event_at)
+
+
+def _unlisted_refunds(stored: WebhookEvent, charge_obj: dict[str, Any]) -> str:
+    """A ``charge.refunded`` without the charge's refunds (API versions from 2022-11-15 leave
+    them out, and before 2024-10-28 send no ``refund.created`` for a charge's refund): when
+    Stripe counts more refunded than Sill's books hold, the charge's refunds are read from
+    Stripe after commit (``refunds.catch_up_charge``), so a dashboard refund is recorded now."""
+    none = "no refunds listed on the charge"
+    charge = _charge_of(
+        stored, {"charge": charge_obj.get("id"), "payment_intent": charge_obj.get("payment_intent")}
+    )
+    if charge is None:
+        return f"{none}; not a charge Sill made"
+    try:
+        refunded = _minor(
+            {"amount": charge_obj["amount_refunded"], "currency": charge_obj["currency"]}
+        )
+    except (KeyError, TypeError, ValueError):
+        return f"{none}; malformed charge"
+    if str(charge_obj["currency"]).upper() != charge.currency:
+        return f"{none}; not the charge's currency"
+    behind = unrecorded_refunded_minor(charge, refunded)
+    if behind <= 0:
+        return f"{none}; Sill's books already count what Stripe refunded"
+    enqueue_on_commit(
+        "refunds.catch_up_charge", charge.pk, stored.event_id, recovered_by="refunds.reconcile"
+    )
+    return (
+        f"{none}; Stripe counts {behind} minor units refunded beyond Sill's books: the "
+        "charge's refunds are read from Stripe"
+    )
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from refunds.models import Refund
+from audit.models import AuditRecord
+from refunds.models import ReconciliationItem, Refund
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import NotRefundable, create_staff_refund
 from sill.orders.models import ExternalRefund, Order
@@ -132,3 +133,52 @@ def test_a_dispute_reported_while_a_refund_is_held_refuses_its_approval(
     assert (refund.status, refund.outcome_code) == ("rejected", "disputed")
     paid.refresh_from_db()
     assert (paid.amount_refunded_minor, paid.amount_reserved_minor) == (0, 0)
+
+
+def test_a_refund_made_at_stripe_whose_charge_refunded_lists_no_refunds_is_read_from_stripe(
+    site, paid, sdk, deliver, members
+):
+    """Endpoints on API versions from 2022-11-15 to before 2024-10-28 get ``charge.refunded``
+    without the charge's refunds, and no ``refund.created`` for a charge's refund. It was
+    settled as "its refund.* events carry them", which never came: the refund made in the
+    dashboard was not recorded, the order still showed the money as refundable, and nobody was
+    told, until a reconciliation run or a refund decision happened to read the charge."""
+    outside = sdk.v1.refunds.create(params={"charge": paid.provider_charge_id, "amount": 3000})
+    charge = as_dict(sdk.v1.charges.retrieve(paid.provider_charge_id))
+    charge.pop("refunds", None)
+    assert charge["amount_refunded"] == 3000
+    assert (
+        deliver(site, event("charge.refunded", charge, event_id="evt_no_list")).status_code == 200
+    )
+
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_outside_minor, paid.remaining.amount_minor) == (3000, 5900)
+    [row] = ExternalRefund.objects.filter(charge=paid)
+    assert (row.provider_refund_id, row.counted_minor) == (outside.id, 3000)
+    # The merchant sees the missed refund in the Reconciliation inbox, already corrected.
+    [item] = ReconciliationItem.objects.filter(charge=paid)
+    assert item.key == f"missing_in_sill:{outside.id}"
+    assert AuditRecord.objects.filter(kind="external_refund").count() == 1
+
+    # The same refund reported again, by event or as the charge's, is not counted twice.
+    again = event("refund.created", as_dict(outside), event_id="evt_late_created")
+    assert deliver(site, again).status_code == 200
+    assert (
+        deliver(site, event("charge.refunded", charge, event_id="evt_no_list_2")).status_code == 200
+    )
+    paid.refresh_from_db()
+    assert paid.amount_refunded_outside_minor == 3000
+    assert ExternalRefund.objects.filter(charge=paid).count() == 1
+    assert ReconciliationItem.objects.filter(charge=paid).count() == 1
+
+
+def test_a_charge_refunded_without_refunds_that_sill_already_counts_reads_nothing(
+    site, paid, sdk, deliver, settings
+):
+    """Sill's books already hold what Stripe counts refunded (here: nothing more): the event
+    asks Stripe nothing."""
+    charge = as_dict(sdk.v1.charges.retrieve(paid.provider_charge_id))
+    charge.pop("refunds", None)
+    deliver(site, event("charge.refunded", charge, event_id="evt_nothing_new"))
+    stored = WebhookEvent.objects.get(event_id="evt_nothing_new")
+    assert "no refunds listed" in stored.outcome and not ExternalRefund.objects.exists()
