@@ -9,11 +9,17 @@ if TYPE_CHECKING:
     from sill.orders.models import Charge
 
 
-def _is_sills_refund(charge: Charge, provider_refund_id: str) -> bool:
-    # Tells the webhooks (sill.orders.outside) a refund the rail reports is Sill's own.
+def _is_sills_refund(charge: Charge, provider_refund_id: str) -> str:
+    # Tells the webhooks (sill.orders.outside) which of Sill's refunds a refund the rail
+    # reports is, if any ("").
     from refunds.models import Refund
 
-    return Refund.objects.filter(charge=charge, provider_refund_id=provider_refund_id).exists()
+    found = (
+        Refund.objects.filter(charge=charge, provider_refund_id=provider_refund_id)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return found or ""
 
 
 def _mandate_bytes(site: Any, refund_id: str) -> bytes | None:

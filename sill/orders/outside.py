@@ -47,9 +47,10 @@ class ExceedsCharge(Exception):
     outside refund and Sill's refund the rail lacks as two differences."""
 
 
-# Whether a rail refund id is one of Sill's own refunds of a charge. The refund core registers
-# its lookup at startup (refunds.apps): sill/ never imports the apps built on it.
-OwnRefundFinder = Callable[[Charge, str], bool]
+# The id of Sill's own refund of a charge that a rail refund id is, or "" when it is none of
+# Sill's. The refund core registers its lookup at startup (refunds.apps): sill/ never imports
+# the apps built on it.
+OwnRefundFinder = Callable[[Charge, str], str]
 _own_refund_finders: list[OwnRefundFinder] = []
 
 
@@ -73,6 +74,15 @@ def report_own_refund(*, charge: Charge, refund: RailRefund, event_id: str) -> s
     """Hand the rail's report on one of Sill's refunds to the refund core."""
     outcomes = [handle(charge, refund, event_id) for handle in _own_refund_reports]
     return "; ".join(outcomes) or "Sill's own refund"
+
+
+def own_refund_id(charge: Charge, provider_refund_id: str) -> str:
+    """The id of Sill's refund of ``charge`` that the rail's ``provider_refund_id`` is (Sill
+    settled it under that id), or ``""``."""
+    for find in _own_refund_finders:
+        if found := find(charge, provider_refund_id):
+            return found
+    return ""
 
 
 def unrecorded_refunded_minor(charge: Charge, rail_refunded_minor: int | None) -> int:
@@ -99,6 +109,7 @@ class OutsideRefund:
     status: str
     created_at_rail: datetime
     reason: str = ""
+    failure_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,9 +144,29 @@ def record_outside_refund(
     if refund.amount_minor <= 0:
         # A refund that returns no money (Shopify: items restocked only) lowers nothing.
         return "ignored: the refund returns no money"
+    if refund.status not in COUNTED_STATES and (
+        sill_refund_id := own_refund_id(charge, refund.provider_refund_id)
+    ):
+        # Sill settled this refund, and the rail now reports it failed or canceled without
+        # its marker (metadata edited in the dashboard): the refund core reverses it, as it
+        # does a marked one. Asked before the locks below: the reversal takes its own, and a
+        # refund not settled yet is not found here (its settlement reads the record below).
+        return report_own_refund(
+            charge=charge,
+            refund=RailRefund(
+                provider_refund_id=refund.provider_refund_id,
+                amount_minor=refund.amount_minor,
+                currency=refund.currency,
+                status=refund.status,
+                created_at=refund.created_at_rail,
+                sill_refund_id=sill_refund_id,
+                failure_reason=refund.failure_reason,
+            ),
+            event_id=event_id,
+        )
     with transaction.atomic():
         order, charge = _locked(charge)
-        if any(find(charge, refund.provider_refund_id) for find in _own_refund_finders):
+        if own_refund_id(charge, refund.provider_refund_id):
             return "Sill's own refund (by provider id)"
         existing = (
             ExternalRefund.objects.select_for_update()

@@ -21,6 +21,7 @@ from sill.orders.outside import (
     ExceedsCharge,
     OutsideRefund,
     ReportedDispute,
+    own_refund_id,
     record_dispute,
     record_outside_refund,
     report_own_refund,
@@ -70,6 +71,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
                         status=listed.status,
                         created_at_rail=listed.created_at,
                         reason=listed.reason,
+                        failure_reason=listed.failure_reason,
                     ),
                     event_id=event_id,
                     event_at=now,
@@ -104,4 +106,8 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
 
 
 def _known(charge: Charge, listed: RailRefund) -> bool:
-    return charge.external_refunds.filter(provider_refund_id=listed.provider_refund_id).exists()
+    """Whether Sill holds the refund: as an outside refund, or as its own settled under that
+    id (a failed one listed without its marker is reversed, not dropped)."""
+    return bool(own_refund_id(charge, listed.provider_refund_id)) or (
+        charge.external_refunds.filter(provider_refund_id=listed.provider_refund_id).exists()
+    )

@@ -176,6 +176,7 @@ def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime)
             status=str(obj.get("status") or "succeeded"),
             created_at_rail=_time(obj.get("created")),
             reason=str(obj.get("reason") or ""),
+            failure_reason=str(obj.get("failure_reason") or ""),
         )
     except (KeyError, TypeError, ValueError):
         return f"{refund_id}: malformed refund"

@@ -10,21 +10,24 @@ events are signed by the test with Stripe's scheme (localstripe sends no webhook
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 from io import StringIO
 from typing import Any
 
 import pytest
+from django.core import mail
 from django.core.management import call_command
 
 from audit import verify_export
 from audit.models import AuditRecord
 from refunds.models import Refund
+from refunds.reconcile.inbox import reconcile_charge
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.models import WebhookEvent
 from sill.rails.stripe import StripeRail
 from sill.rails.stripe_events import process_event
-from tests.rails.localstripe_fixtures import as_dict
+from tests.rails.localstripe_fixtures import KEY, as_dict
 from tests.rails.stripe_events import event, post_event
 from tests.refunds.conftest import ORIGINAL, refund_intent
 
@@ -165,3 +168,79 @@ def test_a_settled_refund_reported_unmarked_afterwards_is_not_counted_again(
     assert (paid.amount_refunded_minor, paid.amount_refunded_outside_minor) == (5000, 0)
     assert Charge.objects.get(pk=paid.pk).remaining.amount_minor == 3900
     assert not AuditRecord.objects.filter(kind="external_refund").exists()
+
+
+@pytest.mark.parametrize("kind", ["refund.failed", "charge.refund.updated"])
+def test_a_settled_refund_reported_unmarked_and_failed_afterwards_is_reversed(
+    site, paid, sdk, api, sign, deliver, members, kind
+):
+    """The metadata edited in the dashboard, then the refund fails at Stripe (a closed card):
+    it was taken for Sill's own refund by its id and left as it was, settled, so the buyer
+    was not paid back, the amount was not refundable again, and nobody was told."""
+    answer = api(sign(refund_intent(ORIGINAL, max_amount=Decimal("50.00")))).json()
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert refund.status == "succeeded", answer
+    mail.outbox.clear()
+
+    obj = unmarked(
+        sdk, refund.provider_refund_id, status="failed", failure_reason="expired_or_canceled_card"
+    )
+    assert deliver(site, event(kind, obj, event_id="evt_unmarked_failed")).status_code == 200
+
+    refund.refresh_from_db()
+    assert (refund.status, refund.outcome_code) == ("failed", "failed_after_settlement")
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.amount_refunded_outside_minor) == (0, 0)
+    assert paid.remaining.amount_minor == 8900
+    assert not ExternalRefund.objects.exists()
+    body = json.loads(AuditRecord.objects.get(kind="refund_reversed").payload)["body"]
+    assert body["source"] == "evt_unmarked_failed"
+    assert sorted(m.to for m in mail.outbox) == [
+        ["admin@roasters.example"],
+        ["owner@roasters.example"],
+    ]
+    assert audit_verifies(site)
+
+
+class UnmarkedAndFailed(StripeRail):
+    """Stripe as it lists the charge's refunds once ``provider_refund_id`` was unmarked in the
+    dashboard and then failed (localstripe neither edits metadata away nor fails refunds)."""
+
+    def __init__(self, *, provider_refund_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.provider_refund_id = provider_refund_id
+
+    def list_refunds(self, provider_charge_id: str, *, provider_payment_id: str = "") -> Any:
+        listed = super().list_refunds(provider_charge_id, provider_payment_id=provider_payment_id)
+        return [
+            replace(r, sill_refund_id="", status="failed", failure_reason="lost_or_stolen_card")
+            if r.provider_refund_id == self.provider_refund_id
+            else r
+            for r in listed
+        ]
+
+
+def test_reconciliation_reverses_a_settled_refund_stripe_lists_unmarked_and_failed(
+    site, paid, api, sign, members, localstripe_url, django_capture_on_commit_callbacks
+):
+    answer = api(sign(refund_intent(ORIGINAL, max_amount=Decimal("50.00")))).json()
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert refund.status == "succeeded", answer
+    mail.outbox.clear()
+
+    rail = UnmarkedAndFailed(
+        provider_refund_id=refund.provider_refund_id,
+        secret_key=KEY,
+        api_base=localstripe_url,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        reconcile_charge(charge=paid, rail=rail, event_id="reconcile:unmarked")
+
+    refund.refresh_from_db()
+    assert (refund.status, refund.outcome_code) == ("failed", "failed_after_settlement")
+    assert "lost or stolen card" in refund.failure_message
+    paid.refresh_from_db()
+    assert (paid.amount_refunded_minor, paid.remaining.amount_minor) == (0, 8900)
+    assert not ExternalRefund.objects.exists()
+    assert len(mail.outbox) == 2
+    assert audit_verifies(site)
