@@ -11,6 +11,7 @@ import zlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core import mail
 from django.test import Client
 
 from audit.models import AuditRecord
@@ -690,3 +691,38 @@ def test_a_capture_paypal_reverses_after_a_refund_counts_both_and_leaves_nothing
             amount=Money(100, "USD"),
         )
     assert paypal.refund_calls == [], refused.value.code
+
+
+def test_a_settled_refund_paypal_reports_failed_afterwards_is_reversed(
+    site, members, paypal, paypal_account, paypal_order, run, django_capture_on_commit_callbacks
+):
+    """A refund Sill settled that PayPal later holds as FAILED (an eCheck refund that did not
+    clear, say): refundable again, shown failed, a signed record, owners and admins told."""
+    order, capture = paypal_order()
+    refund = _refund(
+        site,
+        members,
+        order,
+        django_capture_on_commit_callbacks,
+        kind="amount",
+        amount=Money(1000, "USD"),
+    )
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded"
+    made = capture.refunds[0]
+    made["status"] = "FAILED"
+    mail.outbox.clear()
+    failed = refund_event(paypal, capture, value="10.00", custom_id=refund.pk, refund_id=made["id"])
+    failed["resource"]["status"] = "FAILED"
+    assert run(site, paypal, failed).status_code == 200
+
+    refund.refresh_from_db()
+    assert (refund.status, refund.outcome_code) == ("failed", "failed_after_settlement")
+    charge = Charge.objects.get(order=order)
+    assert (charge.amount_refunded_minor, charge.amount_refunded_outside_minor) == (0, 0)
+    assert AuditRecord.objects.filter(kind="refund_reversed").count() == 1
+    assert sorted(m.to for m in mail.outbox) == [
+        ["admin@roasters.example"],
+        ["owner@roasters.example"],
+    ]
+    assert not ExternalRefund.objects.exists()
