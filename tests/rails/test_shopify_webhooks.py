@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 from django.test import Client
 
 from sill.accounts import two_factor
-from sill.orders.models import Charge, Dispute, Order
+from sill.orders.models import Charge, Dispute, ExternalRefund, Order
 from sill.rails.models import WebhookEvent
 from tests.rails.shopify_fixtures import signed_headers
 
@@ -245,3 +246,45 @@ def test_a_shops_delivery_sent_to_another_shops_site_with_its_secret_records_not
     assert sorted(outcomes) == [f"order {placed.id} not found at Shopify"] * 2
     assert not Order.objects.exists() and not Charge.objects.exists()
     assert shopify.calls == []  # shop A was asked nothing with B's token either
+
+
+def test_partial_refunds_of_several_transactions_each_count_once_and_follow_their_state(
+    site, shopify, shopify_account
+):
+    """Two partial refunds made in the Shopify admin, each taking several transactions (split
+    across payment methods; one still pending): each counts its total once, whatever order
+    and however often their webhooks come, and the pending one stops counting when its
+    transactions fail."""
+    placed = shopify.add_order(total="60.00")
+    body = _order_body(placed)
+    _post(site, body, **signed_headers(body, topic="orders/create", webhook_id="wh-o"))
+    split = shopify._make_refund(placed, Decimal("20.00"), note="from the admin")
+    split["transactions"].append(
+        {"id": f"gid://shopify/OrderTransaction/{shopify.new_id()}", "status": "SUCCESS",
+         "kind": "REFUND"}
+    )  # fmt: skip
+    waiting = shopify._make_refund(placed, Decimal("15.00"), note="from the admin")
+    for transaction in waiting["transactions"]:
+        transaction["status"] = "PENDING"
+    waiting["transactions"].append(
+        {"id": f"gid://shopify/OrderTransaction/{shopify.new_id()}", "status": "PENDING",
+         "kind": "REFUND"}
+    )  # fmt: skip
+    for n, _refund in enumerate([waiting, split, waiting]):
+        refund = json.dumps({"id": n, "order_id": placed.id, "note": "from the admin"}).encode()
+        _post(site, refund, **signed_headers(refund, topic="refunds/create", webhook_id=f"wh-r{n}"))
+    charge = Charge.objects.get()
+    assert (charge.amount_refunded_outside_minor, charge.remaining.amount_minor) == (3500, 2500)
+    assert dict(ExternalRefund.objects.values_list("provider_refund_id", "status")) == {
+        split["id"]: "succeeded",
+        waiting["id"]: "pending",
+    }
+
+    for transaction in waiting["transactions"]:
+        transaction["status"] = "FAILURE"
+    # Shopify's body of the update differs from the creation's (its updated_at, at least).
+    body = json.dumps({**json.loads(_order_body(placed)), "updated_at": "later"}).encode()
+    _post(site, body, **signed_headers(body, topic="orders/updated", webhook_id="wh-u"))
+    charge.refresh_from_db()
+    assert (charge.amount_refunded_outside_minor, charge.remaining.amount_minor) == (2000, 4000)
+    assert ExternalRefund.objects.get(provider_refund_id=waiting["id"]).counted_minor == 0
