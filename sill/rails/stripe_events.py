@@ -75,7 +75,7 @@ def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
     if stored.type == "charge.refunded":
         listed = _mapping(obj.get("refunds")).get("data") or []
         if not listed:
-            return _unlisted_refunds(stored, obj)
+            return _unlisted_refunds(stored, obj, api_version=event.get("api_version"))
         if not isinstance(listed, list):
             return "malformed refund list on the charge"
         outcomes = [
@@ -88,12 +88,19 @@ def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
     return _apply_dispute(stored, obj, event_at)
 
 
-def _unlisted_refunds(stored: WebhookEvent, charge_obj: dict[str, Any]) -> str:
+# The API version from which Stripe sends ``refund.created`` for every refund, a charge's too.
+REFUND_EVENTS_FOR_CHARGES = "2024-10-28"
+
+
+def _unlisted_refunds(stored: WebhookEvent, charge_obj: dict[str, Any], *, api_version: Any) -> str:
     """A ``charge.refunded`` without the charge's refunds (API versions from 2022-11-15 leave
-    them out, and before 2024-10-28 send no ``refund.created`` for a charge's refund): when
-    Stripe counts more refunded than Sill's books hold, the charge's refunds are read from
-    Stripe after commit (``refunds.catch_up_charge``), so a dashboard refund is recorded now."""
+    them out). From 2024-10-28 each refund's ``refund.created`` carries it. Before, Stripe
+    sends none for a charge's refund: when Stripe counts more refunded than Sill's books hold,
+    the charge's refunds are read from Stripe after commit (``refunds.catch_up_charge``), so a
+    dashboard refund is recorded now. An event naming no version is taken as an older one."""
     none = "no refunds listed on the charge"
+    if isinstance(api_version, str) and api_version[:10] >= REFUND_EVENTS_FOR_CHARGES:
+        return f"{none}; its refund.* events carry them"
     charge = _charge_of(
         stored, {"charge": charge_obj.get("id"), "payment_intent": charge_obj.get("payment_intent")}
     )

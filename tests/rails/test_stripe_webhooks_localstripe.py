@@ -135,8 +135,9 @@ def test_a_dispute_reported_while_a_refund_is_held_refuses_its_approval(
     assert (paid.amount_refunded_minor, paid.amount_reserved_minor) == (0, 0)
 
 
+@pytest.mark.parametrize("api_version", ["2023-10-16", None])
 def test_a_refund_made_at_stripe_whose_charge_refunded_lists_no_refunds_is_read_from_stripe(
-    site, paid, sdk, deliver, members
+    site, paid, sdk, deliver, members, api_version
 ):
     """Endpoints on API versions from 2022-11-15 to before 2024-10-28 get ``charge.refunded``
     without the charge's refunds, and no ``refund.created`` for a charge's refund. It was
@@ -147,9 +148,9 @@ def test_a_refund_made_at_stripe_whose_charge_refunded_lists_no_refunds_is_read_
     charge = as_dict(sdk.v1.charges.retrieve(paid.provider_charge_id))
     charge.pop("refunds", None)
     assert charge["amount_refunded"] == 3000
-    assert (
-        deliver(site, event("charge.refunded", charge, event_id="evt_no_list")).status_code == 200
-    )
+    versioned = {"api_version": api_version} if api_version else {}
+    body = event("charge.refunded", charge, event_id="evt_no_list", **versioned)
+    assert deliver(site, body).status_code == 200
 
     paid.refresh_from_db()
     assert (paid.amount_refunded_outside_minor, paid.remaining.amount_minor) == (3000, 5900)
@@ -163,9 +164,8 @@ def test_a_refund_made_at_stripe_whose_charge_refunded_lists_no_refunds_is_read_
     # The same refund reported again, by event or as the charge's, is not counted twice.
     again = event("refund.created", as_dict(outside), event_id="evt_late_created")
     assert deliver(site, again).status_code == 200
-    assert (
-        deliver(site, event("charge.refunded", charge, event_id="evt_no_list_2")).status_code == 200
-    )
+    body = event("charge.refunded", charge, event_id="evt_no_list_2", **versioned)
+    assert deliver(site, body).status_code == 200
     paid.refresh_from_db()
     assert paid.amount_refunded_outside_minor == 3000
     assert ExternalRefund.objects.filter(charge=paid).count() == 1
@@ -182,3 +182,20 @@ def test_a_charge_refunded_without_refunds_that_sill_already_counts_reads_nothin
     deliver(site, event("charge.refunded", charge, event_id="evt_nothing_new"))
     stored = WebhookEvent.objects.get(event_id="evt_nothing_new")
     assert "no refunds listed" in stored.outcome and not ExternalRefund.objects.exists()
+
+
+def test_a_charge_refunded_without_refunds_on_a_version_that_sends_refund_events_reads_nothing(
+    site, paid, sdk, deliver
+):
+    """From 2024-10-28 Stripe sends each refund's ``refund.created`` too: the charge is not
+    read (its refund's own event, which may be processed just after, records it; reading the
+    charge first would show it in the inbox as a missed webhook)."""
+    sdk.v1.refunds.create(params={"charge": paid.provider_charge_id, "amount": 3000})
+    charge = as_dict(sdk.v1.charges.retrieve(paid.provider_charge_id))
+    charge.pop("refunds", None)
+    body = event("charge.refunded", charge, event_id="evt_new", api_version="2024-10-28.acacia")
+    deliver(site, body)
+    stored = WebhookEvent.objects.get(event_id="evt_new")
+    assert stored.outcome.endswith("its refund.* events carry them"), stored.outcome
+    assert not ExternalRefund.objects.exists()
+    assert not ReconciliationItem.objects.exists()
