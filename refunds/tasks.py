@@ -27,6 +27,7 @@ from refunds.review.failures import notify_failed, notify_missed_failures
 from refunds.review.notifications import notify_held_refund, notify_pending_held_refunds
 from refunds.review.slack import Click, decide_click, give_up_click, respond, shown_click
 from refunds.review.slack_link_checks import check_slack_links
+from sill.rails.base import RetryableRailError
 
 logger = logging.getLogger(__name__)
 
@@ -251,10 +252,17 @@ def notify_missed_outcomes_task() -> int:
         return 0
 
 
-@shared_task(name="refunds.catch_up_charge", acks_late=True)
+@shared_task(
+    name="refunds.catch_up_charge",
+    acks_late=True,
+    autoretry_for=(RetryableRailError, OperationalError),
+    retry_backoff=True,
+    max_retries=8,
+)
 def catch_up_charge_task(charge_id: str, event_id: str) -> str:
     """A rail event said the charge has refunds Sill has not recorded, without naming them:
-    the charge is read from the rail and reconciled (a redelivery finds the books in order)."""
+    the charge is read from the rail and reconciled (a redelivery finds the books in order);
+    a rail that does not answer is asked again, backing off."""
     return catch_up_reported_charge(charge_id=charge_id, event_id=event_id)
 
 

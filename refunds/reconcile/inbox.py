@@ -60,7 +60,7 @@ from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.errors import NotFound, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund
-from sill.rails.base import ChargeReader, CreditReader, RailError
+from sill.rails.base import ChargeReader, CreditReader, RailError, RetryableRailError
 from sill.rails.charge_sync import sync_charge
 from sill.rails.registry import RailDisabled, rail_for
 
@@ -155,8 +155,9 @@ def catch_up_reported_charge(*, charge_id: str, event_id: str) -> str:
     without naming them (Stripe's ``charge.refunded`` without the charge's refunds, as API
     versions from 2022-11-15 send it): the charge is reconciled as a run would, so the refund
     is recorded now, not when a run or a refund decision next reads the charge, and opens its
-    inbox item. Run by ``refunds.catch_up_charge``; a rail that cannot be read now leaves it
-    to the next reconciliation run. Returns what was done."""
+    inbox item. Run by ``refunds.catch_up_charge``, which retries a rail that did not answer
+    (``RetryableRailError``, raised): a reconciliation run reads only charges of its window or
+    that Sill touched since, so it may never read this one. Returns what was done."""
     charge = Charge.objects.select_related("order").filter(pk=charge_id).first()
     if charge is None:
         return "no such charge"
@@ -170,9 +171,11 @@ def catch_up_reported_charge(*, charge_id: str, event_id: str) -> str:
         if not isinstance(rail, ChargeReader):
             return "not read: the rail cannot list a charge's refunds"
         outcome = reconcile_charge(charge=charge, rail=rail, event_id=event_id)
+    except RetryableRailError:
+        raise
     except (RailDisabled, RailError) as exc:
         logger.warning("charge %s could not be brought up to date: %s", charge.pk, exc)
-        return f"not read, left to the next reconciliation run: {exc}"
+        return f"not read: {exc}"
     return f"{outcome.opened} opened, {outcome.cleared} cleared: {'; '.join(outcome.synced)}"
 
 

@@ -6,17 +6,20 @@ the event itself with Stripe's documented scheme (tests/rails/stripe_events.py).
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
+from celery.exceptions import Retry
 from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.models import ReconciliationItem, Refund
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.staff.services import NotRefundable, create_staff_refund
+from refunds.tasks import catch_up_charge_task
 from sill.orders.models import ExternalRefund, Order
-from sill.rails.models import WebhookEvent
+from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.stripe import StripeRail
 from sill.rails.stripe_events import process_event
 from tests.conftest import site_owner
@@ -199,3 +202,28 @@ def test_a_charge_refunded_without_refunds_on_a_version_that_sends_refund_events
     assert stored.outcome.endswith("its refund.* events carry them"), stored.outcome
     assert not ExternalRefund.objects.exists()
     assert not ReconciliationItem.objects.exists()
+
+
+def test_a_catch_up_stripe_does_not_answer_is_retried_not_dropped(
+    site, paid, sdk, deliver, localstripe_url
+):
+    """The event is settled once its catch-up is sent; a catch-up that cannot reach Stripe
+    was answered "left to the next reconciliation run", which never reads a charge older than
+    its window that Sill has not touched: the refund stayed unrecorded. It is retried."""
+    outside = sdk.v1.refunds.create(params={"charge": paid.provider_charge_id, "amount": 3000})
+    charge = as_dict(sdk.v1.charges.retrieve(paid.provider_charge_id))
+    charge.pop("refunds", None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+    RailAccount.objects.filter(site=site, rail="stripe").update(api_base=nowhere)
+    with pytest.raises(Retry):  # the task's autoretry on Stripe not answering
+        deliver(site, event("charge.refunded", charge, event_id="evt_unreachable"))
+    assert WebhookEvent.objects.get(event_id="evt_unreachable").processed_at is not None
+    assert not ExternalRefund.objects.exists()
+
+    RailAccount.objects.filter(site=site, rail="stripe").update(api_base=localstripe_url)
+    catch_up_charge_task.run(paid.pk, "evt_unreachable")  # the retry
+    assert ExternalRefund.objects.get(charge=paid).provider_refund_id == outside.id
+    paid.refresh_from_db()
+    assert paid.remaining.amount_minor == 5900
