@@ -47,8 +47,11 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
     dispute list that fails leaves ``disputes_read`` False and records no dispute.
     """
     # What the rail lists is its state as of the read, at least: recorded as of the read's
-    # start, a webhook for a change made while the list was read still applies after it.
-    now = timezone.now()
+    # start, a webhook for a change made while the list was read still applies after it. To
+    # the whole second: Stripe's event times have no finer resolution, so a change in the
+    # read's second (after the list was taken) carries the read's second, no earlier, and the
+    # state further along wins (sill.orders.outside._older).
+    now = timezone.now().replace(microsecond=0)
     refunds = rail.list_refunds(
         charge.provider_charge_id, provider_payment_id=charge.provider_payment_id
     )

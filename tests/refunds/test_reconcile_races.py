@@ -11,6 +11,7 @@ step run between its read and its return.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -110,3 +111,45 @@ def test_an_outside_refund_recorded_while_the_rail_is_read_is_no_difference(
     assert Charge.objects.get(pk=charge.pk).remaining == Money(2500, "USD")
     assert not ReconciliationItem.objects.filter(charge=charge).exists()
     assert not AuditRecord.objects.filter(kind="reconciliation_found").exists()
+
+
+class ListedPending(StripeRail):
+    """Stripe's list read just before the refund failed: it still shows it pending."""
+
+    def list_refunds(
+        self, provider_charge_id: str, *, provider_payment_id: str = ""
+    ) -> list[RailRefund]:
+        listed = super().list_refunds(provider_charge_id, provider_payment_id=provider_payment_id)
+        return [replace(r, status="pending") for r in listed]
+
+
+def test_a_failure_stripe_reports_in_the_second_the_rail_was_read_is_applied(
+    site,
+    charged,  # noqa: F811 (a fixture)
+    sdk,  # noqa: F811 (a fixture)
+    localstripe_url,
+    django_capture_on_commit_callbacks,
+):
+    """Stripe's event times have one-second resolution; the run recorded the refund it read as
+    of its own clock, to the microsecond. A failure in the same second after the read carries
+    a time earlier than that record, and was dropped as "a newer event was already applied":
+    the refund that failed kept counting, and the money stayed unrefundable."""
+    charge = charged("40.00")
+    made = as_dict(
+        sdk.v1.refunds.create(params={"charge": charge.provider_charge_id, "amount": 1500})
+    )
+    rail = ListedPending(secret_key=KEY, api_base=localstripe_url)
+    reconcile_charge(charge=charge, rail=rail, event_id="reconcile:pending")
+    recorded = ExternalRefund.objects.get(charge=charge)
+    assert (recorded.status, recorded.counted_minor) == ("pending", 1500)
+
+    # The failure happened within the second of the read (after the list was taken).
+    failed = {**made, "status": "failed", "failure_reason": "lost_or_stolen_card"}
+    second = int(recorded.rail_updated_at.timestamp())
+    body = event("refund.failed", failed, event_id="evt_failed_same_second", created=second)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post_event(site, body).status_code == 200
+
+    recorded.refresh_from_db()
+    assert (recorded.status, recorded.counted_minor) == ("failed", 0)
+    assert Charge.objects.get(pk=charge.pk).remaining == Money(4000, "USD")
