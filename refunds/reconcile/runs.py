@@ -48,6 +48,11 @@ from sill.rails.registry import (
 logger = logging.getLogger(__name__)
 
 
+# Rail refund states that may still change (sill.orders.outside.COUNTED_STATES less
+# ``succeeded``).
+NOT_FINAL = ("pending", "requires_action")
+
+
 def reconcile_days() -> int:
     return max(1, int(getattr(settings, "SILL_RECONCILE_DAYS", 7)))
 
@@ -197,8 +202,10 @@ def charges_to_check(
 
 def _active_charges(account: RailAccount, *, since: datetime) -> QuerySet[Charge]:
     refunded = Refund.objects.filter(charge=OuterRef("pk"), updated_at__gte=since)
+    # An outside refund still pending may settle or fail weeks later: its charge is read
+    # until it is final, however old, so a missed webhook of its end is made up for.
     outside = ExternalRefund.objects.filter(charge=OuterRef("pk")).filter(
-        Q(recorded_at__gte=since) | Q(rail_updated_at__gte=since)
+        Q(recorded_at__gte=since) | Q(rail_updated_at__gte=since) | Q(status__in=NOT_FINAL)
     )
     still_open = ReconciliationItem.objects.filter(charge=OuterRef("pk"), resolved_at__isnull=True)
     return (

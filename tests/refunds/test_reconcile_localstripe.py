@@ -344,3 +344,32 @@ def test_another_sites_charges_are_not_touched(site, other_site, account, charge
     assert run is not None and run.charges_checked == 0
     assert not ReconciliationItem.objects.exists()
     assert Order.objects.get(pk=mine.order_id).site_id == site.pk
+
+
+def test_a_charge_whose_outside_refund_is_still_pending_is_checked_however_old(
+    site, account, charged, sdk
+):
+    """A refund made at Stripe outside Sill can stay pending for days, then settle or fail.
+    Its charge left the run once nothing had happened to it for ``SILL_RECONCILE_DAYS``: a
+    missed webhook of what became of the refund was never made up for, and Sill kept it
+    pending (counted, or after a failure still holding the money unrefundable)."""
+    charge = charged("40.00", days_ago=30)
+    Charge.objects.filter(pk=charge.pk).update(created_at=charge.captured_at)
+    made = sdk.v1.refunds.create(params={"charge": charge.provider_charge_id, "amount": 1500})
+    long_ago = charge.captured_at
+    ExternalRefund.objects.create(
+        charge=charge,
+        provider_refund_id=made.id,
+        amount_minor=1500,
+        currency="USD",
+        counted_minor=1500,
+        status="pending",
+        created_at_rail=long_ago,
+        rail_updated_at=long_ago,
+    )
+    ExternalRefund.objects.filter(charge=charge).update(recorded_at=long_ago)
+    Charge.objects.filter(pk=charge.pk).update(amount_refunded_outside_minor=1500)
+
+    run = run_reconciliation(account_id=account.pk, force=True)
+    assert run is not None and run.charges_checked == 1
+    assert ExternalRefund.objects.get(charge=charge).status == "succeeded"
