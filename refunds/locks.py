@@ -25,8 +25,10 @@ with the decision it protects, and it conflicts only with itself.
 
 Lock order, on every path that decides (agent intake, staff refunds, held approvals): the
 scope locks first, sorted by (namespace, key), then the refund row (approvals), then the
-order, then its charge, then the audit chain head. Nothing takes a scope lock while holding
-a row lock, so the scope locks can never be part of a deadlock cycle with the row locks.
+order, then its charge, then (staff refunds, before reading their reason) the reason tree's
+lock, shared (``refunds.reasons.services.hold_reason_tree``), then the audit chain head.
+Nothing takes a scope lock while holding a row lock, so the scope locks can never be part of
+a deadlock cycle with the row locks.
 Settlement and execution take no scope lock: they do not change what the sums count.
 
 On SQLite this is a no-op: its IMMEDIATE transactions already serialise every writer.

@@ -157,7 +157,11 @@ def pickable_reason(site: Site, reason_id: object, *, field: str = "reason") -> 
         raise SillError("Choose a reason for this refund.", code="invalid_field", field=field)
     reason = RefundReason.objects.filter(site=site, pk=int(text)).first()
     if reason is None:
-        raise SillError("No such refund reason on this site.", code="invalid_field", field=field)
+        raise SillError(
+            "This site has no such refund reason (an admin may have deleted it): choose another.",
+            code="invalid_field",
+            field=field,
+        )
     if reason.numchild:
         raise SillError(
             f"“{reason.name}” is a category: choose one of the reasons under it.",

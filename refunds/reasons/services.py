@@ -47,6 +47,21 @@ def _lock_tree() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_TREE_LOCK_KEY])
 
 
+def hold_reason_tree() -> None:
+    """Keep the reason tree as it is until the caller's transaction ends: the tree writers'
+    lock, shared (refunds picking reasons don't wait for each other), on PostgreSQL.
+
+    A refund takes it before it reads its reason. Without it, a delete that had read the
+    reason as unused could commit between the refund's read and its commit, and the database
+    refused the refund's reference to the deleted row at commit (a server error). Taken after
+    the order's locks and before the audit chain head, as the writers take theirs before the
+    head too. SQLite's IMMEDIATE transactions already serialise writers.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock_shared(%s)", [_TREE_LOCK_KEY])
+
+
 def _actor_name(actor: Any) -> str | None:
     return actor.get_username() if actor is not None else None
 

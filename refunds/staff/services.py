@@ -34,6 +34,7 @@ from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Refund, RefundOrigin, RefundReason
 from refunds.quote import Quote, RefundRefused, charged_charge, quote_refund
 from refunds.reasons.selectors import pickable_reason
+from refunds.reasons.services import hold_reason_tree
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import decide_and_open
 from sill.accounts.access import Cap, require_member
@@ -342,6 +343,7 @@ def create_staff_refund(
         quote = _quote(locked, charge, rail_facts=facts)
         charge, remaining = quote.charge, quote.remaining
         _check_snapshot(order=locked, remaining=remaining, expected=expected)
+        hold_reason_tree()  # no delete of the reason until this refund commits
         picked = pickable_reason(site, reason.pk if isinstance(reason, RefundReason) else reason)
         refund_amount = _amount_for(
             kind=kind,
