@@ -114,3 +114,41 @@ def test_a_reason_deleted_after_the_confirmation_is_refused_in_words(site, membe
     assert "This site has no such refund reason (an admin may have deleted it)" in body
     assert 'name="amount" value="5"' in body
     assert not Refund.objects.exists()
+
+
+def test_a_delete_while_a_refund_picks_the_reason_waits_and_is_refused(
+    site, members, order, leaf, django_capture_on_commit_callbacks
+):
+    staff = Client()
+    staff.force_login(members["staff"].user)
+    form = {**_page_form(staff, order), "reason": str(leaf.pk), "kind": "amount", "amount": "5"}
+    asked = staff.post(f"/orders/{order.id}/refund/", form)
+    confirmed = {**_confirmation(asked.content.decode()), "confirmed": "1"}
+    owner = site_owner(site)
+
+    raw = connection.get_new_connection(connection.get_connection_params())
+    raw.autocommit = True
+    try:
+        raw.execute("BEGIN")
+        raw.execute("SELECT 1 FROM audit_auditchainhead WHERE site_id = %s FOR UPDATE", [site.pk])
+        # This time the refund queues first (it has read its reason), then the delete.
+        refunding, answered = _in_thread(
+            lambda: staff.post(f"/orders/{order.id}/refund/", confirmed)
+        )
+        _until(lambda: _waiting(raw) >= 1)
+        deleting, deleted = _in_thread(lambda: delete_reason(reason=leaf, actor=owner))
+        _until(lambda: _waiting(raw) >= 2)
+        raw.execute("COMMIT")
+        refunding.join(timeout=60)
+        deleting.join(timeout=60)
+    finally:
+        raw.close()
+
+    (response,) = answered
+    assert not isinstance(response, Exception), response
+    assert response.status_code == 303
+    refund = Refund.objects.get()
+    assert (refund.amount_minor, refund.refund_reason_id) == (500, leaf.pk)
+    (refused,) = deleted
+    assert getattr(refused, "code", None) == "reason_in_use", refused
+    assert RefundReason.objects.filter(pk=leaf.pk).exists()
