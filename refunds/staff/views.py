@@ -398,31 +398,37 @@ def _rule_names(refund: Refund, action: str) -> str:
     return ", ".join(f"“{rule_title(str(r.get('id', '')))}”" for r in chosen) or "“a rule”"
 
 
-def _outcome_message(request: SiteRequest, refund: Refund) -> None:
+def _outcome_message(request: SiteRequest, refund: Refund, *, replayed: bool = False) -> None:
+    """What became of ``refund``; ``replayed``: the form was submitted again (Back, a double
+    click), which answered the first submit's refund and made nothing new, as said first."""
     amount = format_money(refund.amount)
     rail = rail_label(refund.rail)
+    again = (
+        "This refund form was already submitted: nothing more was refunded. " if replayed else ""
+    )
     if refund.status == RefundStatus.HELD:
         messages.warning(
             request,
-            f"The refund of {amount} is held for review by an owner or admin "
+            f"{again}The refund of {amount} is held for review by an owner or admin "
             f"(your rule {_rule_names(refund, 'require_approval')} asked for approval). "
             "Nothing moves until it is approved.",
         )
     elif refund.status == RefundStatus.REJECTED:
         rules = _rule_names(refund, "deny")
         messages.error(
-            request, f"The refund of {amount} was denied by your rule {rules}; nothing moved."
+            request,
+            f"{again}The refund of {amount} was denied by your rule {rules}; nothing moved.",
         )
     elif refund.status == RefundStatus.FAILED:
         messages.error(
-            request, f"The refund of {amount} failed on the rail: {refund.failure_message}"
+            request, f"{again}The refund of {amount} failed on the rail: {refund.failure_message}"
         )
     elif refund.status == RefundStatus.SUCCEEDED:
-        messages.success(request, f"Refunded {amount} on {rail}.")
+        messages.success(request, f"{again}Refunded {amount} on {rail}.")
     else:
         messages.success(
             request,
-            f"Refund of {amount} sent to {rail}; the Transactions tab shows "
+            f"{again}Refund of {amount} sent to {rail}; the Transactions tab shows "
             "it as pending until the rail confirms.",
         )
 
@@ -434,9 +440,11 @@ class _Unconfirmed(idempotency.NothingDecided):
     status = 422
 
 
-def _refund_result(request: SiteRequest, order: Order, refund: Refund) -> HttpResponse:
+def _refund_result(
+    request: SiteRequest, order: Order, refund: Refund, *, replayed: bool = False
+) -> HttpResponse:
     refund.refresh_from_db()  # execution may already have settled it (eager tasks)
-    _outcome_message(request, refund)
+    _outcome_message(request, refund, replayed=replayed)
     return _to_transactions(request, order)
 
 
@@ -583,7 +591,7 @@ def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
         form.error = SillError(stored["message"], code=stored["code"], field=stored["field"])
         return _render_form(request, order, form)
     refund = Refund.objects.get(site=site, pk=answer.body["refund_id"])
-    return _refund_result(request, order, refund)
+    return _refund_result(request, order, refund, replayed=answer.replayed)
 
 
 @require_safe

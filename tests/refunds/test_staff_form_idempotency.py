@@ -81,6 +81,22 @@ def test_a_double_submit_makes_one_refund_and_shows_it_twice(rendered_form, subm
     assert f'data-refund-id="{refund.id}"' in page
 
 
+def test_back_and_submit_again_says_nothing_more_was_refunded(rendered_form, submit, order, leaf):
+    data = {**rendered_form(), "kind": "amount", "amount": "12.50", "reason": str(leaf.pk)}
+    _, client = submit(data)
+    assert "Refund of $12.50 sent to Mock" in _messages(client, order)
+
+    # Back to the confirmation, and Refund pressed again in the same browser.
+    again, _ = submit(data, client=client)
+
+    assert again.status_code == 303
+    shown = _messages(client, order)
+    assert "This refund form was already submitted: nothing more was refunded." in shown
+    assert "Refunded $12.50 on Mock" in shown
+    assert Charge.objects.get(order=order).amount_refunded_minor == 1250
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+
+
 def test_a_double_submit_through_htmx_redirects_both_to_the_result(
     rendered_form, submit, order, leaf
 ):
