@@ -531,6 +531,9 @@ def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
                 charge=charged_charge(order),
                 kind=size.kind,
                 percentage=size.percentage,
+                # A refund that landed since the form was shown is said as such (as the
+                # refund itself would), not as a new amount for the same percentage.
+                expected=form.snapshot(),
             )
             if values["confirmed_amount_minor"] != str(quote.amount.amount_minor):
                 raise _Unconfirmed(

@@ -329,3 +329,31 @@ def test_a_form_opened_before_another_refund_is_refused_at_the_confirmation(
     assert "refund-confirm" not in body
     assert "changed since you opened it" in body and "$88.00" in body
     assert [r.amount_minor for r in Refund.objects.all()] == [100]
+
+
+def test_a_refund_leaving_less_than_a_confirmed_percentage_says_the_order_changed(
+    site, members, make_order, mock_rail, leaf, submit, confirm, django_capture_on_commit_callbacks
+):
+    """50 % of $89.00 confirmed as $44.50, then someone else refunds $50.00: the submit must
+    say the order changed, not that "50 % comes to $39.00"."""
+    order = make_order(total="89.00")
+    asked = submit(order, kind="percentage", percentage="50", note="as typed")
+    assert _shown_amount(asked.content.decode()) == "$44.50"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        create_staff_refund(
+            site=site,
+            order=order,
+            actor=members["owner"].user,
+            kind="amount",
+            amount=Money(5000, "USD"),
+            reason=leaf,
+        )
+    done = confirm(order, asked.content.decode())
+
+    body = html.unescape(done.content.decode())
+    assert done.status_code == 422
+    assert "changed since you" in body and "$39.00" in body
+    assert "50 % comes to" not in body
+    assert 'name="percentage" value="50"' in body and ">as typed</textarea>" in body
+    assert [r.amount_minor for r in Refund.objects.all()] == [5000]
