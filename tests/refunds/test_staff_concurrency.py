@@ -18,6 +18,7 @@ from sill.errors import SillError
 from sill.money import parse_major
 from sill.orders.models import Charge, Order
 from sill.rails.models import MockLedgerEntry
+from tests.refunds.test_staff_form_as_typed import _confirmation, _page_form
 from tests.threads import run_concurrently
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -115,3 +116,31 @@ def test_concurrent_api_requests_never_exceed_the_remaining_amount(order, leaf, 
     codes = sorted(r.status_code for r in responses)
     assert codes == [201, 201, 400, 400, 400, 400], [r.content for r in responses]
     assert _settled(order) == (6000, 0, "PARTIALLY_REFUNDED")
+
+
+def test_two_tabs_confirming_refunds_of_one_order_at_once_make_one(order, leaf, members):
+    """Two browser tabs (two members, each form with its own key) confirm $50.00 of the
+    $89.00 order and press Refund together: one refund, the other tab told in words."""
+    tabs, confirmed = [], []
+    for persona in ("staff", "admin"):
+        client = Client()
+        client.force_login(members[persona].user)
+        form = {**_page_form(client, order), "reason": str(leaf.pk), "note": persona}
+        asked = client.post(
+            f"/orders/{order.id}/refund/", {**form, "kind": "amount", "amount": "50"}
+        )
+        assert asked.status_code == 200
+        tabs.append(client)
+        confirmed.append({**_confirmation(asked.content.decode()), "confirmed": "1"})
+
+    responses = run_concurrently(
+        2, lambda i: tabs[i].post(f"/orders/{order.id}/refund/", confirmed[i])
+    )
+
+    assert sorted(r.status_code for r in responses) == [303, 422], responses
+    (refused,) = [r for r in responses if r.status_code == 422]
+    body = refused.content.decode()
+    assert "changed since you opened it" in body and 'name="amount" value="50"' in body
+    assert Refund.objects.count() == 1
+    assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+    assert _settled(order) == (5000, 0, "PARTIALLY_REFUNDED")
