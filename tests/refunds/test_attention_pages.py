@@ -71,6 +71,18 @@ def test_owners_and_admins_see_it_on_the_dashboard_and_the_order_page(client_for
     assert ("Record what the provider" in page) is (persona == "owner")
 
 
+def test_the_dashboard_says_one_refund_needs_attention_and_two_need_it(
+    client_for, flag, make_order, mock_rail
+):
+    # "Refunds in flight" read "1 need attention" under its count.
+    flag(make_order(total="25.00"))
+    assert "· 1 needs attention</small>" in client_for("owner").get("/").content.decode()
+    mock_rail.enabled = True  # flag() switched it off; a refund is refused while it is off
+    mock_rail.save()
+    flag(make_order(total="30.00", email="second@example.com"))
+    assert "· 2 need attention</small>" in client_for("owner").get("/").content.decode()
+
+
 @pytest.mark.parametrize("persona", ["reviewer", "staff"])
 def test_reviewers_and_staff_do_not_see_it(client_for, flagged, persona):
     client = client_for(persona)

@@ -209,3 +209,18 @@ def test_refunded_counts_refunds_of_charges_not_customer_credits(
     )  # fmt: skip
     body = client_for("owner").get("/").content.decode()
     assert '<span class="label">Refunded</span><strong>$89.00</strong>' in body
+
+
+def _section(body: str, heading_id: str) -> str:
+    """The dashboard's ``<section>`` headed by ``heading_id``."""
+    start = body.index(f'aria-labelledby="{heading_id}"')
+    return body[start : body.index("</section>", start)]
+
+
+def test_it_says_no_refunds_instead_of_drawing_an_empty_chart(client_for, site):
+    # A new site's "Refunds per day" drew a bare 0-to-1 axis with no bars and offered it "as a
+    # table", beside cards that said "No refunds in the last 30 days" in words.
+    per_day = _section(client_for("owner").get("/").content.decode(), "per-day-title")
+    assert "No refunds in the last 30 days." in per_day
+    assert "<svg" not in per_day and "Show as a table" not in per_day
+    assert "asked by agents" not in per_day  # no colour key for a chart that is not there
