@@ -100,3 +100,27 @@ def test_without_javascript_the_nav_wraps_and_stays_usable(browser: Browser, liv
     expect(page.get_by_role("button", name="Switch")).to_be_visible()
     assert horizontal_overflow(page) is None
     context.close()
+
+
+def test_on_a_laptop_the_nav_stays_beside_the_brand_with_a_held_badge(
+    browser: Browser, live_server, screenshot_dir
+):
+    # At 1280 px a held refund's badge made the bar one badge too wide: the menu dropped below
+    # the brand whole and wrapped again, three rows (160 px of an 800 px laptop screen).
+    site = load_demo().site
+    order = Order.objects.get(site=site, source_mandate_id=DEMO_ORDER_MANDATE)
+    hold_refund(order=order, agent=Agent.objects.get(site=site, agent_id=DEMO_AGENT_ID))
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    log_in(page, live_server.url, OWNER)
+    nav = page.get_by_role("navigation", name="Main")
+    expect(nav.locator("#held-count")).to_have_text("1")
+    page.screenshot(path=screenshot_dir / "laptop-topbar-held.png")
+    brand = nav.get_by_role("link", name="Sill", exact=True).bounding_box()
+    first = nav.get_by_role("link", name="Dashboard").bounding_box()
+    assert brand and first
+    assert abs(brand["y"] + brand["height"] / 2 - (first["y"] + first["height"] / 2)) < 8
+    height = page.locator("header.topbar").evaluate("h => h.getBoundingClientRect().height")
+    assert height <= 130, f"the top bar is {height} px tall"
+    assert horizontal_overflow(page) is None
+    context.close()
