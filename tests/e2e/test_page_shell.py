@@ -124,3 +124,31 @@ def test_on_a_laptop_the_nav_stays_beside_the_brand_with_a_held_badge(
     assert height <= 130, f"the top bar is {height} px tall"
     assert horizontal_overflow(page) is None
     context.close()
+
+
+FIELD_SHAPES = """
+() => Array.from(document.querySelectorAll("main form[role=search] :is(input, select, button)"))
+  .filter((el) => el.offsetParent !== null && !["checkbox", "radio", "hidden"].includes(el.type))
+  .map((el) => {
+    const st = getComputedStyle(el);
+    const corners = [st.borderTopLeftRadius, st.borderTopRightRadius,
+                     st.borderBottomRightRadius, st.borderBottomLeftRadius].join(" ");
+    return `${el.name || el.textContent.trim()}: ${corners}`;
+  })
+"""
+
+
+def test_the_filter_bars_fields_share_one_shape_on_a_phone(browser: Browser, live_server):
+    # Pico draws a role="search" form as one joined pill; Sill's filter fields stand apart, so a
+    # phone showed a pill select above a square one, pill date fields and a pill button.
+    load_demo()
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    log_in(page, live_server.url, OWNER)
+    for path in ("/orders/", "/refunds/", "/held/", "/activity/"):
+        page.goto(f"{live_server.url}{path}")
+        fields = page.evaluate(FIELD_SHAPES)
+        assert len(fields) >= 4, (path, fields)
+        shapes = {field.split(": ", 1)[1] for field in fields}
+        assert len(shapes) == 1, f"{path}: {fields}"
+    context.close()
