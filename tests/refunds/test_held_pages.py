@@ -164,6 +164,17 @@ def test_deciders_get_approve_and_reject_on_each_row(client_for, held):
     assert "data-confirm=" in body
 
 
+def test_each_rows_buttons_say_which_refund_they_decide(client_for, held, make_order, agent):
+    # Approve was named for its refund, but a screen reader listed the other controls as
+    # "Reject, Reject, Review →, Review →", one pair per row, with nothing to tell them apart.
+    hold_refund(order=make_order(total="12.00", email="cora@example.com"), agent=agent)
+    body = client_for("admin").get("/held/").content.decode()
+    for amount, email in (("$89.00", "buyer@example.com"), ("$12.00", "cora@example.com")):
+        to = f"{amount} refund to Buyer ({email})"
+        assert f'aria-label="Reject the {to}">Reject</button>' in body
+        assert f'aria-label="Review the {to}">Review&nbsp;→</a>' in body
+
+
 def test_the_list_is_oldest_first(client_for, make_order, agent, members):
     now = timezone.now()
     newer = hold_refund(order=make_order(), agent=agent, held_at=now - timedelta(hours=1))
