@@ -55,7 +55,9 @@ OUTCOME_LABELS: dict[str, str] = {
     "not_at_rail": "The rail has no such refund",
     "failed_after_settlement": "Failed at the rail after it was settled",
     "unknown_customer": "Sill does not know this customer",
-    "currency_mismatch": "Not the customer's balance currency",
+    # A credit in another currency than the customer's balance; a refund of a payment made in
+    # another currency than the one Sill refunds (a Shopify order paid in the buyer's).
+    "currency_mismatch": "The currencies do not match",
 }
 
 # A rule's action (policies.engine), as the decider reads it.

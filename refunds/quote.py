@@ -54,6 +54,11 @@ from sill.sql import Carried, cols, fetch_row, for_update, placeholders
 # own facts to say it is a test (see live_refusal).
 TEST_MODE_ONLY_RAILS = frozenset({RailName.SHOPIFY})
 
+# Rails whose buyers may pay in another currency than the one Sill records and refunds (a
+# Shopify multi-currency store refunds in the buyer's): refunds need the charge's own facts to
+# say it was paid in that one (see presentment_refusal).
+PRESENTMENT_CURRENCY_RAILS = frozenset({RailName.SHOPIFY})
+
 
 @dataclass(frozen=True)
 class Quote:
@@ -287,7 +292,9 @@ def quote_refund(
     Anything it counts as refunded beyond Sill's records was refunded outside Sill and is not
     refundable again, even before Sill has recorded it; a charge whose refund would move real
     money is refused ``live_not_allowed`` (after ``rail_disabled``) unless ``SILL_ALLOW_LIVE``
-    is set (:func:`live_refusal`).
+    is set (:func:`live_refusal`), and a Shopify order the buyer paid in another currency than
+    the shop's, or whose currency could not be read, ``currency_mismatch``
+    (:func:`presentment_refusal`).
 
     ``rail_account``: the charge's enabled rail account, when the caller already read it
     (``check_rail`` and the account check then read nothing more; ``check_rail`` still asks
@@ -345,6 +352,8 @@ def quote_refund(
             ) from exc
     if (live := live_refusal(order, charge, rail_facts)) is not None:
         raise live
+    if (paid_in := presentment_refusal(order, charge, rail_facts)) is not None:
+        raise paid_in
     if (late := window_refusal(order, charge, rail_facts)) is not None:
         raise late
     if (dispute := open_dispute(charge)) is not None:
@@ -452,6 +461,39 @@ def live_refusal(
         f"development store, so it was not refunded on {rail_label(charge.rail)}. Nothing "
         "was refunded; try again, or refund it in the store's admin.",
         code="live_not_allowed",
+        order=order,
+        charge=charge,
+    )
+
+
+def presentment_refusal(
+    order: Order, charge: Charge, rail_facts: RefundFacts | None
+) -> RefundRefused | None:
+    """``currency_mismatch`` when the buyer paid ``charge`` in another currency than the one
+    Sill records and refunds; else None.
+
+    A Shopify multi-currency store refunds an order in the buyer's (presentment) currency,
+    while Sill's amounts are the shop's: such an order is refunded in Shopify, not by Sill.
+    On such a rail a charge whose facts do not name the currency it was paid in is refused
+    too (a fact that could not be read lets no money out); the rail checks it again before
+    its refund call.
+    """
+    if rail_facts is None or charge.rail not in PRESENTMENT_CURRENCY_RAILS:
+        return None
+    paid_in = rail_facts.presentment_currency
+    if paid_in == charge.currency:
+        return None
+    label = rail_label(charge.rail)
+    return RefundRefused(
+        f"Order #{order.number} was paid in {paid_in} at checkout, and Sill refunds "
+        f"{label} orders only in the shop's currency ({charge.currency}): refund it in "
+        f"{label}. Nothing was refunded."
+        if paid_in
+        else f"Sill could not read which currency order #{order.number} was paid in at "
+        f"checkout, so it was not refunded on {label}: an order paid in another currency "
+        f"than the shop's {charge.currency} is refunded in {label} only. Nothing was "
+        f"refunded; try again, or refund it in {label}.",
+        code="currency_mismatch",
         order=order,
         charge=charge,
     )

@@ -231,6 +231,10 @@ class RefundFacts:
     # True: refunding this charge would move real money; False: a test order on a development
     # store; None: unknown. (Shopify: the shop's plan and the order's test flag.)
     live_money: bool | None = None
+    # The currency the buyer paid in at checkout, on a rail whose charges can be paid in
+    # another currency than the one Sill records and refunds (Shopify: the order's
+    # ``presentmentCurrencyCode`` beside the shop's); None: unknown, or a rail without one.
+    presentment_currency: str | None = None
 
 
 class LiveNotAllowed(PermanentRailError):

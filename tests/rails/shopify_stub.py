@@ -487,6 +487,11 @@ class ShopifyStub:
                                 )
                             },
                         }
+                        # Shopify answers the fields a query asks for, and no others.
+                        if re.search(r"\bpresentmentCurrencyCode\b", query):
+                            found["order"]["presentmentCurrencyCode"] = (
+                                order.presentment_currency or order.currency
+                            )
             data = {"shop": {"plan": self.plan}, "node": found}
         elif op == "SillCustomerFacts":
             cid = int(str(v["id"]).rsplit("/", 1)[-1])

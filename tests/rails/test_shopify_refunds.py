@@ -112,10 +112,13 @@ def test_an_order_paid_in_another_currency_than_the_shops_is_refused_with_nothin
     """A multi-currency store: the buyer paid in EUR, the shop's books are in USD. Shopify
     refunds such an order in the buyer's (presentment) currency, with ``currency`` named,
     while Sill's amounts are the shop's: a refund sent as before would at best be refused
-    and at worst read as 89 EUR for an 89 USD refund. It is refused before refundCreate."""
+    and at worst read as 89 EUR for an 89 USD refund. The decision refuses it
+    (tests/rails/test_shopify_presentment_currency.py); a refund decided anyway (before Sill
+    read the currency with the facts) is refused again before refundCreate."""
     order, placed = _synced(site, shopify)
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
     placed.presentment_currency = "EUR"
-    refund = _execute(_refund(site, members, order, django_capture_on_commit_callbacks))
+    refund = _execute(refund)
     assert (refund.status, refund.outcome_code) == ("failed", "rail_declined")
     assert "paid in EUR" in refund.failure_message and "USD" in refund.failure_message
     assert shopify.refund_creates() == [] and not placed.refunds

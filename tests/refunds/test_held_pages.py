@@ -13,8 +13,11 @@ from django.utils import timezone
 from audit.models import AuditRecord
 from refunds.models import Refund
 from refunds.review.decisions import approve_refund
-from sill.orders.models import Charge, Dispute
+from sill.orders.models import Charge, Dispute, Order
 from sill.rails.models import MockLedgerEntry, RailAccount
+from sill.rails.shopify.sync import sync_orders
+from tests.rails.shopify_fixtures import shopify, shopify_account  # noqa: F401 (fixtures)
+from tests.rails.shopify_stub import SHOP
 from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
@@ -480,18 +483,21 @@ def test_it_links_the_charge_in_the_stripe_dashboard(
     assert f'href="{url}"' in body and "View in the Stripe dashboard" in body
 
 
-def test_it_links_the_charge_in_the_shopify_admin(client_for, make_order, agent, site, settings):
-    # No store answers here, so only a deployment that allows live refunds holds it (a test
-    # store is covered end to end in tests/e2e/test_shopify_held.py).
-    settings.SILL_ALLOW_LIVE = True
-    RailAccount.objects.create(
-        site=site, rail="shopify", connected_account="roasters.myshopify.com"
-    )
-    order = make_order(rail="shopify")
-    Charge.objects.filter(order=order).update(provider_payment_id="450789469")
+def test_it_links_the_charge_in_the_shopify_admin(
+    client_for,
+    agent,
+    site,
+    shopify,  # noqa: F811 (fixture)
+    shopify_account,  # noqa: F811 (fixture)
+):
+    # A test order on the loopback development store: a refund whose facts no store answered
+    # is refused before it is held (live money and the currency paid in are unknown).
+    placed = shopify.add_order()
+    sync_orders(site=site)
+    order = Order.objects.get(charges__provider_payment_id=str(placed.id))
     refund = hold_refund(order=order, agent=agent)
     body = client_for("owner").get(f"/held/{refund.id}/").content.decode()
-    assert 'href="https://roasters.myshopify.com/admin/orders/450789469"' in body
+    assert f'href="https://{SHOP}/admin/orders/{placed.id}"' in body
 
 
 def test_the_panel_polls_while_the_approved_refund_executes(client_for, held, members):

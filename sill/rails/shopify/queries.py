@@ -148,7 +148,7 @@ query SillChargeFacts($id: ID!) {{
     ... on OrderTransaction {{
       id
       order {{
-        id createdAt test currencyCode
+        id createdAt test currencyCode presentmentCurrencyCode
         totalPriceSet {{ {MONEY} }}
         totalRefundedSet {{ {MONEY} }}
         disputes {{ id status initiatedAs }}

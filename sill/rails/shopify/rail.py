@@ -463,7 +463,8 @@ class ShopifyRail:
     # --- facts --------------------------------------------------------------------------
 
     def read_refund_facts(self, request: RefundFactsRequest) -> RefundFacts:
-        """The order (created, refunded, disputes), the live-money check, the customer.
+        """The order (created, refunded, disputes, the currency the buyer paid in), the
+        live-money check, the customer.
 
         Two independent reads, made at once (sill.rails.fact_reads), each waiting at most
         ``fact_timeout`` seconds; one that fails or times out leaves its facts unknown.
@@ -487,6 +488,7 @@ class ShopifyRail:
         disputed: bool | None = None
         refunded: int | None = None
         live: bool | None = None
+        paid_in: str | None = None
         try:
             data = client.execute(
                 queries.CHARGE_FACTS,
@@ -501,6 +503,8 @@ class ShopifyRail:
                 total_refunded = shop_money(order.get("totalRefundedSet"))
                 if total_refunded.currency == request.currency:
                     refunded = total_refunded.amount_minor
+                presentment = order.get("presentmentCurrencyCode")
+                paid_in = presentment if isinstance(presentment, str) and presentment else None
         except RailError as exc:
             logger.warning("Shopify order could not be read for refund facts: %s", exc.message)
         return RefundFacts(
@@ -508,6 +512,7 @@ class ShopifyRail:
             charge_disputed=disputed,
             charge_refunded_minor=refunded,
             live_money=live,
+            presentment_currency=paid_in,
         )
 
     def _customer_facts(
