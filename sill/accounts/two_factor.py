@@ -16,7 +16,8 @@ Enforcement (:func:`refusal`) is asked by ``sill.accounts.access.site_view`` for
 state-changing request to a view guarded by one of :data:`GUARDED_CAPS`, and by the rules API:
 on a site with ``require_two_factor``, an owner or admin needs a confirmed authenticator and a
 verified session. Enabling and removing an authenticator each write a signed
-``member_change`` record on every site the user belongs to (no secret in it).
+``member_change`` record on every site the user belongs to (no secret in it); switching a
+site's requirement (:func:`set_required`) writes a ``settings_change`` record on that site.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from sill.accounts.admin_audit import record_admin_change
-from sill.accounts.models import Membership, Role
+from sill.accounts.models import Membership, Role, Site
 from sill.error_pages import wants_json
 from sill.errors import SillError
 
@@ -222,6 +223,33 @@ def is_fresh(request: HttpRequest) -> bool:
     at = request.session.get(VERIFIED_AT_KEY)
     fresh: int = settings.SILL_TWO_FACTOR_FRESH_SECONDS
     return is_verified(request) and isinstance(at, int) and time.time() - at <= fresh
+
+
+def set_required(*, site_id: str, required: bool) -> bool | None:
+    """The operator's ``manage.py two_factor require``: whether ``site_id``'s owners and admins
+    need a second factor. A switch writes a signed ``settings_change`` record (actor the
+    operator) in the same transaction: switched off, every widening change of the site goes
+    through without a code, and the log says from when. Returns whether it changed; None
+    for an unknown site (nothing written)."""
+    with transaction.atomic():
+        site = Site.objects.select_for_update(no_key=True).filter(pk=site_id).first()
+        if site is None:
+            return None
+        if site.require_two_factor == required:
+            return False
+        site.require_two_factor = required
+        site.save(update_fields=["require_two_factor"])
+        record_admin_change(
+            site=site,
+            kind="settings_change",
+            actor=None,
+            body={
+                "change": "require_two_factor",
+                "require_two_factor": required,
+                "previous": not required,
+            },
+        )
+    return True
 
 
 # --- enforcement -------------------------------------------------------------------------

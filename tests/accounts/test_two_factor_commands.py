@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -25,6 +26,27 @@ def test_it_switches_the_requirement_on_and_off(site):
     assert not site.require_two_factor
     with pytest.raises(CommandError):
         call_command("two_factor", "require", "--site", "nope", "on")
+
+
+def test_it_records_each_switch_of_the_requirement_signed_by_the_operator(site):
+    # Switching the second factor off for a site's owners and admins takes away the brake on
+    # every widening change: the audit log says when, and that the operator did it.
+    site.require_two_factor = False
+    site.save(update_fields=["require_two_factor"])
+    call_command("two_factor", "require", "--site", site.pk, "on")
+    call_command("two_factor", "require", "--site", site.pk, "on")  # no change: no record
+    call_command("two_factor", "require", "--site", site.pk, "off")
+    bodies = [
+        json.loads(r.payload)["body"]
+        for r in AuditRecord.objects.filter(site=site, kind="settings_change").order_by("seq")
+    ]
+    assert bodies == [
+        {"change": "require_two_factor", "require_two_factor": on, "previous": not on,
+         "actor": None, "actor_name": "operator (manage.py)"}
+        for on in (True, False)
+    ]  # fmt: skip
+    out = io.StringIO()
+    call_command("audit", "verify", stdout=out)  # raises on any bad record
 
 
 def test_it_resets_a_user_and_records_the_operator(members, site):

@@ -1,7 +1,8 @@
 """``manage.py two_factor``: the operator's side of two-factor authentication.
 
 - ``two_factor require --site S on|off``: whether the site's owners and admins need a second
-  factor (``Site.require_two_factor``; new sites get ``SILL_REQUIRE_TWO_FACTOR``);
+  factor (``Site.require_two_factor``; new sites get ``SILL_REQUIRE_TWO_FACTOR``; a switch is
+  a signed ``settings_change`` record, actor the operator);
 - ``two_factor reset --email E``: remove a user's authenticator and recovery codes when they
   lost both (a signed ``member_change`` record, ``two_factor_removed``, actor the operator).
 """
@@ -14,7 +15,6 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sill.accounts import two_factor
-from sill.accounts.models import Site
 
 
 class Command(BaseCommand):
@@ -30,10 +30,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["action"] == "require":
-            updated = Site.objects.filter(pk=opts["site"]).update(
-                require_two_factor=opts["state"] == "on"
-            )
-            if not updated:
+            changed = two_factor.set_required(site_id=opts["site"], required=opts["state"] == "on")
+            if changed is None:
                 raise CommandError(f"no site {opts['site']}")
             self.stdout.write(f"Two-factor authentication is {opts['state']} for {opts['site']}.")
             return
