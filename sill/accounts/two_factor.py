@@ -15,9 +15,10 @@ most sensitive changes can ask for a code again after ``SILL_TWO_FACTOR_FRESH_SE
 Enforcement (:func:`refusal`) is asked by ``sill.accounts.access.site_view`` for every
 state-changing request to a view guarded by one of :data:`GUARDED_CAPS`, and by the rules API:
 on a site with ``require_two_factor``, an owner or admin needs a confirmed authenticator and a
-verified session. Enabling and removing an authenticator each write a signed
-``member_change`` record on every site the user belongs to (no secret in it); switching a
-site's requirement (:func:`set_required`) writes a ``settings_change`` record on that site.
+verified session. Enabling and removing an authenticator, and replacing the recovery codes,
+each write a signed ``member_change`` record on every site the user belongs to (no secret in
+it); switching a site's requirement (:func:`set_required`) writes a ``settings_change``
+record on that site.
 """
 
 from __future__ import annotations
@@ -171,8 +172,12 @@ def confirm_enrolment(request: HttpRequest, code: str) -> list[str] | None:
 
 
 def regenerate_recovery_codes(user: Any) -> list[str]:
+    """Replace the user's recovery codes. Each new code passes the second factor as the
+    authenticator does, so the replacement is signed like enabling one (no code in it)."""
     with transaction.atomic():
-        return _new_recovery_codes(user)
+        codes = _new_recovery_codes(user)
+        _record(user, "recovery_codes_replaced", actor=user)
+        return codes
 
 
 def remove(user: Any, *, actor: Any) -> None:
