@@ -397,6 +397,23 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
             count = body.get("webhook_secrets_count")
             words.append(f"webhook secrets changed: {count} secret{'s' if count != 1 else ''}")
         return ", ".join(words)
+    if kind == AuditKind.SETTINGS_CHANGE:
+        return _settings_words(body)
+    return ""
+
+
+def _settings_words(body: dict[str, Any]) -> str:
+    """Words for the settings changes that change who may decide; "" for the others."""
+    change = body.get("change")
+    if change == "slack_token":
+        refused = body.get("refused")
+        if refused:
+            return f"Slack refused the bot token ({refused}): Slack clicks decide nothing"
+        return "Slack took the bot token again: Slack clicks decide again"
+    if change == "require_two_factor":
+        if body.get("require_two_factor") is True:
+            return "Two factors required of owners and admins"
+        return "Two factors no longer required of owners and admins"
     return ""
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Case, Q, Value, When
+from django.db.models import Case, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from audit.models import AuditKind
@@ -165,11 +165,34 @@ def _record_token(*, site: Site, refused: str, answered: bool) -> None:
             "clicks decide nothing until an owner sets a new one",
             site.pk, refused,
         )  # fmt: skip
-        same_token.exclude(slack_token_refused=refused).update(
-            slack_token_refused=refused, slack_token_refused_at=timezone.now()
-        )
+        _token_state(site, same_token.exclude(slack_token_refused=refused), refused=refused)
     elif answered and site.slack_token_refused:
-        same_token.update(slack_token_refused="", slack_token_refused_at=None)
+        _token_state(site, same_token, refused="")
+
+
+def _token_state(site: Site, rows: QuerySet[Site], *, refused: str) -> None:
+    """Record the token ``refused`` (Slack's error) or taken again (""): every Slack click of
+    the site decides nothing while it is refused, a change of who may decide, so the change
+    is signed in the same transaction (Slack's error and the state before; never the token).
+    Nothing when ``rows`` finds the site already so, or its token replaced meanwhile."""
+    with transaction.atomic():
+        locked = rows.select_for_update().first()
+        if locked is None:
+            return
+        before = locked.slack_token_refused
+        rows.update(
+            slack_token_refused=refused, slack_token_refused_at=timezone.now() if refused else None
+        )
+        append_record(
+            site=site,
+            kind=AuditKind.SETTINGS_CHANGE,
+            body={
+                "change": "slack_token",
+                "actor": None,  # Sill, by Slack's word
+                "refused": refused,
+                "refused_before": before,
+            },
+        )
 
 
 def link_why(asked: str, reason: str) -> str:

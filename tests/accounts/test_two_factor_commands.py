@@ -10,6 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
+from audit.activity import summary_of
 from audit.models import AuditRecord
 from sill.accounts import two_factor
 from tests.accounts.two_factor_helpers import confirmed_device
@@ -47,6 +48,12 @@ def test_it_records_each_switch_of_the_requirement_signed_by_the_operator(site):
     ]  # fmt: skip
     out = io.StringIO()
     call_command("audit", "verify", stdout=out)  # raises on any bad record
+    # Activity says it in words.
+    records = AuditRecord.objects.filter(site=site, kind="settings_change").order_by("seq")
+    assert [summary_of(r.kind, json.loads(r.payload)["body"]) for r in records] == [
+        "Two factors required of owners and admins",
+        "Two factors no longer required of owners and admins",
+    ]
 
 
 def test_it_resets_a_user_and_records_the_operator(members, site):

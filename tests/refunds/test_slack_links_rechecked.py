@@ -168,4 +168,7 @@ def test_slack_unreachable_or_refusing_the_token_unconfirms_nothing(
     assert _check()["revoked"] == 0 and len(slack_api.calls) == 1
     links = Membership.objects.filter(site=site).exclude(slack_user_id="")
     assert all(m.slack_checked_at is not None and m.slack_team_id == TEAM for m in links)
-    assert not AuditRecord.objects.filter(site=site).exists()
+    # The only record is the token's refusal (clicks decide nothing while it lasts), nothing
+    # about the users.
+    [record] = AuditRecord.objects.filter(site=site)
+    assert json.loads(record.payload)["body"]["change"] == "slack_token"

@@ -7,6 +7,7 @@ vouch for kept deciding, and the merchant never learnt the app had to be reinsta
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -16,6 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from audit.models import AuditRecord
 from refunds.models import Refund
 from refunds.tasks import slack_check_links_task
 from sill.accounts.models import Membership, Site
@@ -36,6 +38,19 @@ def _due(site: Site) -> None:
     Membership.objects.filter(site=site).exclude(slack_user_id="").update(
         slack_checked_at=timezone.now() - timedelta(days=2)
     )
+
+
+def _token_records(site: Site) -> list[dict[str, Any]]:
+    """What the signed records about the site's bot token say, oldest first."""
+    bodies = [
+        json.loads(r.payload)["body"]
+        for r in AuditRecord.objects.filter(site=site, kind="settings_change").order_by("seq")
+    ]
+    return [
+        {"refused": b["refused"], "refused_before": b["refused_before"]}
+        for b in bodies
+        if b.get("change") == "slack_token"
+    ]
 
 
 def _revoke(slack_api: SlackStub, error: str) -> None:
@@ -64,6 +79,13 @@ def test_a_refused_token_is_recorded_said_on_the_page_and_refuses_clicks(
     assert site.slack_token_refused == error and site.slack_token_refused_at is not None
     [warned] = [r for r in caplog.records if r.levelname == "WARNING" and error in r.getMessage()]
     assert old_token not in warned.getMessage()
+    # Switching every Slack click off is a change of who may decide: signed, once (a run that
+    # finds it refused again writes nothing more), never naming the token.
+    slack_check_links_task.apply().get()
+    assert _token_records(site) == [{"refused": error, "refused_before": ""}]
+    activity = client_for("owner").get("/activity/").content.decode()
+    assert f"Slack refused the bot token ({error}): Slack clicks decide nothing" in activity
+    assert not any(old_token in r.payload for r in AuditRecord.objects.filter(site=site))
 
     owner = client_for("owner").get("/settings/slack/").content.decode()
     assert "Slack refuses this site's bot token" in owner and f"<code>{error}</code>" in owner
@@ -120,6 +142,10 @@ def test_slack_taking_the_token_again_ends_the_refusal(
     slack_check_links_task.apply().get()
     site.refresh_from_db()
     assert site.slack_token_refused == "" and site.slack_token_refused_at is None
+    assert _token_records(site) == [
+        {"refused": "account_inactive", "refused_before": ""},
+        {"refused": "", "refused_before": "account_inactive"},
+    ]
     assert all(
         m.slack_checked_at is not None
         for m in Membership.objects.filter(site=site).exclude(slack_user_id="")
