@@ -25,6 +25,19 @@ from sill.api import error_response
 from sill.bearer import bearer_token
 from sill.errors import NotFound
 
+# Why a mandate was refused or its refund ended as it did (README "The agent API").
+_REASON = (
+    "Null unless refused or failed. `decision` `rejected` (answered 201): "
+    "`original_not_charged`, `already_executed`, `exceeds_refundable`, `scope_unsupported`, "
+    "`rail_disabled`, `live_not_allowed`, `disputed`, `policy_denied`, `method_not_allowed`, "
+    "`agent_cap_exceeded`, `refund_window_passed`, `currency_mismatch`; for a credit also "
+    "`unknown_customer`, `rail_unavailable`. A held refund or credit not approved: `decision` "
+    "and `status` `rejected` with `rejected_by_reviewer` (or what the facts refuse when it is "
+    "approved, e.g. `disputed`), or `status` `expired` with `expired`. A purchase whose charge "
+    "was declined: `failed` with `charge_failed`. A refund the rail failed: `failed` or "
+    "`needs_attention` with the rail's code (`rail_declined`, `rail_unavailable`, "
+    "`rail_timeout`, …)."
+)
 _RESULT = inline_serializer(
     "MandateResult",
     {
@@ -35,7 +48,7 @@ _RESULT = inline_serializer(
         "status": serializers.ChoiceField(
             ["held", "processing", "needs_attention", "succeeded", "failed", "rejected", "expired"]
         ),
-        "reason": serializers.CharField(allow_null=True),
+        "reason": serializers.CharField(allow_null=True, help_text=_REASON),
         "amount": serializers.CharField(),
         "currency": serializers.CharField(),
         "rail": serializers.CharField(allow_null=True),
