@@ -22,6 +22,7 @@ from pytest_django.fixtures import Settings
 from policies.catalog import item_by_id
 from policies.services import apply_catalog_item
 from refunds.agent.caps import CODE as AGENT_CAP_CODE
+from refunds.models import Decision, RefundStatus
 from refunds.review.decisions import expire_held_refunds, reject_refund
 from sill.accounts import two_factor
 from sill.accounts.models import Agent, Site
@@ -276,3 +277,17 @@ def test_a_declined_purchase_reads_as_documented(schema, mock_rail, sign, api, b
         "charge_failed",
     )
     _documented(schema, "charge_failed")
+
+
+@pytest.mark.django_db
+def test_the_schemas_decisions_and_statuses_are_the_ones_sill_answers(schema) -> None:
+    """A generated client's enums: a status the schema leaves out fails its parser."""
+    result = schema["components"]["schemas"]["MandateResult"]["properties"]
+
+    def enum(name: str) -> set[str]:
+        ref = result[name]["$ref"].rsplit("/", 1)[1]
+        return set(schema["components"]["schemas"][ref]["enum"])
+
+    assert enum("decision") == set(Decision.values)
+    # A purchase's statuses (refunds.agent.answers) are a refund's words too.
+    assert enum("status") == set(RefundStatus.values)

@@ -17,6 +17,7 @@ from pytest_django.fixtures import Settings
 
 from refunds.agent.mandates import ERROR_CODES
 from refunds.demo import load_demo
+from refunds.locks import Busy
 
 pytestmark = pytest.mark.django_db
 
@@ -93,6 +94,10 @@ def test_it_answers_the_quick_start_mandate_as_the_readme_shows(demo_key_file: P
 def test_the_readme_lists_exactly_the_mandate_errors_the_code_produces() -> None:
     paragraph = SECTION.split("Errors are `", 1)[1].split("Business refusals", 1)[0]
     assert _listed_codes(paragraph) == {**ERROR_CODES, **OTHER_CODES}
+    # The statuses of the codes answered outside ERROR_CODES are their classes' own.
+    from sill.api import RateLimited  # here: at import, before DRF's settings, it is circular
+
+    assert {cls.code: cls.status for cls in (RateLimited, Busy)}.items() <= OTHER_CODES.items()
 
 
 def _read_codes() -> dict[str, int]:
