@@ -114,8 +114,8 @@ def _message(refund: Refund) -> tuple[str, str, str]:
             return "", "", ""
         return (
             customer.email,
-            f"A credit from {site}",
-            f"Hello {customer.name or ''},\n\n"
+            f"A credit from {site}: {refund.amount}",
+            f"{_greeting(customer.name)}\n\n"
             f"We have added {refund.amount} to your account balance with {site}. "
             "It is taken off your next invoices automatically.\n\n"
             f"{site}\n",
@@ -125,10 +125,16 @@ def _message(refund: Refund) -> tuple[str, str, str]:
         return "", "", ""
     return (
         order.buyer_email,
-        f"Your refund from {site}",
-        f"Hello {order.buyer_name or ''},\n\n"
+        f"Your refund from {site}: {refund.amount} for order #{order.number}",
+        f"{_greeting(order.buyer_name)}\n\n"
         f"We have refunded {refund.amount} for order #{order.number}. "
         "It goes back to the payment method you used; depending on your bank it can take "
         "5-10 business days to appear.\n\n"
         f"{site}\n",
     )
+
+
+def _greeting(name: str) -> str:
+    """``Hello Ada,``; ``Hello,`` to a buyer whose name is not known (never ``Hello ,``)."""
+    name = " ".join((name or "").split())
+    return f"Hello {name}," if name else "Hello,"

@@ -161,6 +161,15 @@ def refund_headline(refund: Refund) -> str:
     return f"{kind} · {reason_label(refund)} · up to {format_money(refund.amount)}"
 
 
+def refund_subject(refund: Refund) -> str:
+    """An email subject's words for ``refund``: its headline and the order it refunds
+    (``Refund request · Wrong item · up to $89.00 for order #1042``), so two refunds of the
+    same amount tell apart in an inbox; a credit (no order) is its headline."""
+    order = None if refund.is_credit else refund.order
+    headline = refund_headline(refund)
+    return f"{headline} for order #{order.number}" if order is not None else headline
+
+
 def requester_label(refund: Refund) -> str:
     # A null foreign key reads as None without a query, as the ``_id`` test did.
     if refund.agent is not None:

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from audit.services import append_record
 from refunds.execution import attention_recheck, claim, find_at_rail, record_result, release
-from refunds.labels import refund_headline
+from refunds.labels import rail_label, refund_headline, refund_subject
 from refunds.models import Refund, RefundStatus
 from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
 from sill.accounts.access import Cap, require_member
@@ -126,11 +126,11 @@ def _email(refund: Refund) -> Delivery:
         )
     )
     facts = [
-        f"{what} on {refund.site.name} needs attention: the {refund.rail} rail may have "
+        f"{what} on {refund.site.name} needs attention: {rail_label(refund.rail)} may have "
         "made it, and Sill could not confirm whether it did.",
         "",
         refund_headline(refund),
-        f"Order: #{order.number}" if order else "",
+        *([f"Order: #{order.number}"] if order else []),
         f"What happened: {refund.failure_message}",
         "",
         f"{held} Sill asks the rail again every few minutes.",
@@ -141,7 +141,7 @@ def _email(refund: Refund) -> Delivery:
     delivery = email_members(
         site_id=refund.site_id,
         notice=_notice(refund.pk),
-        subject=f"[Sill] Needs attention: {refund_headline(refund)}",
+        subject=f"[Sill] Needs attention: {refund_subject(refund)}",
         lines_for={
             Role.OWNER: [
                 *facts,

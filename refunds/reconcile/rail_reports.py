@@ -17,7 +17,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds.labels import refund_headline
+from refunds.labels import refund_headline, refund_subject
 from refunds.models import RESERVED_STATUSES, Refund, RefundStatus
 from refunds.review.failures import warn_if_nobody_told
 from refunds.review.notifications import DECIDERS
@@ -122,7 +122,7 @@ def _email_reversed(refund: Refund) -> Delivery:
         f"{rail_label(refund.rail)}: the buyer did not get the money back.",
         "",
         refund_headline(refund),
-        f"Order: #{order.number}" if order else "",
+        *([f"Order: #{order.number}"] if order else []),
         f"What happened: {refund.failure_message}",
         "",
         "The amount is refundable again. Check with the buyer (their card may be closed) and "
@@ -135,7 +135,7 @@ def _email_reversed(refund: Refund) -> Delivery:
         delivery=email_members(
             site_id=refund.site_id,
             notice=f"{NOTICE}:{refund.pk}",
-            subject=f"[Sill] Refund failed after settlement: {refund_headline(refund)}",
+            subject=f"[Sill] Refund failed after settlement: {refund_subject(refund)}",
             lines_for={role: lines for role in DECIDERS},
         ),
     )

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds.labels import money_words, outcome_label, rail_label, refund_headline
+from refunds.labels import money_words, outcome_label, rail_label, refund_headline, refund_subject
 from refunds.models import Refund, RefundStatus
 from refunds.review.notifications import DECIDERS
 from sill.accounts.notices import Delivery, email_members, not_backing_off, send_claimed
@@ -107,9 +107,9 @@ def _email(refund: Refund) -> Delivery:
         opening,
         "",
         refund_headline(refund),
-        f"Order: #{order.number} ({order.buyer_name or order.buyer_email})" if order else "",
+        *([f"Order: #{order.number} ({order.buyer_name or order.buyer_email})"] if order else []),
         f"Why: {what}.",
-        f"The rail said: {refund.failure_message}" if refund.failure_message else "",
+        *([f"The rail said: {refund.failure_message}"] if refund.failure_message else []),
         "",
         next_step,
         link,
@@ -121,7 +121,7 @@ def _email(refund: Refund) -> Delivery:
             site_id=refund.site_id,
             notice=f"{NOTICE}:{refund.pk}",
             subject=f"[Sill] {money_words(refund)[0].capitalize()} failed: "
-            f"{refund_headline(refund)}",
+            f"{refund_subject(refund)}",
             lines_for={role: lines for role in DECIDERS},
         ),
     )

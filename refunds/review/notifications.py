@@ -34,6 +34,7 @@ from refunds.labels import (
     deadline_text,
     money_words,
     refund_headline,
+    refund_subject,
     requester_label,
     rule_title,
 )
@@ -146,8 +147,8 @@ def _email_deciders(refund: Refund) -> Delivery:
         f"{what} on {refund.site.name} is waiting for an owner or admin.",
         "",
         refund_headline(refund),
-        f"Order: #{order.number} ({order.buyer_name or order.buyer_email})" if order else "",
-        _credited(refund),
+        *([f"Order: #{order.number} ({order.buyer_name or order.buyer_email})"] if order else []),
+        *([credited] if (credited := _credited(refund)) else []),
         f"Requested by: {requester_label(refund)}",
         "Facts: " + (facts or "none recorded"),
         "Held by: " + held_by(refund),
@@ -175,7 +176,7 @@ def _email_deciders(refund: Refund) -> Delivery:
     delivery = email_members(
         site_id=refund.site_id,
         notice=f"{NOTICE}:{refund.pk}",
-        subject=f"[Sill] Held for review: {refund_headline(refund)}",
+        subject=f"[Sill] Held for review: {refund_subject(refund)}",
         lines_for={role: lines for role in DECIDERS},
         own_lines=own,
     )

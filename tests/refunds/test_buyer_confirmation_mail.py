@@ -37,7 +37,9 @@ def test_the_buyer_is_told_once_the_rail_refunded(refunded):
 
     [message] = mail.outbox
     assert message.to == [refunded.order.buyer_email]
-    assert message.subject == f"Your refund from {refunded.site.name}"
+    assert message.subject == (
+        f"Your refund from {refunded.site.name}: $89.00 for order #{refunded.order.number}"
+    )
     assert "$89.00" in message.body and f"#{refunded.order.number}" in message.body
 
 

@@ -450,7 +450,12 @@ def test_a_held_credit_reads_as_a_credit_on_every_page(
         assert evidence.status_code == 200
         [email] = [m for m in mail.outbox if "Held for review" in m.subject and m.to == [OWNER]]
         assert "Customer credit" in email.subject
-        assert f"Credit to: Cora's Stripe balance (customer {CUSTOMER})" in email.body
+        # Seen: a blank line between the headline and the credit (the empty order line).
+        assert (
+            f"Customer credit · Not received · $12.50\nCredit to: Cora's Stripe balance "
+            f"(customer {CUSTOMER})\nRequested by: "
+        ) in email.body
+        assert email.subject == "[Sill] Held for review: Customer credit · Not received · $12.50"
 
 
 def test_a_credits_own_page_and_email_speak_of_a_credit_from_hold_to_settlement(
