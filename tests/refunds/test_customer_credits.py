@@ -346,6 +346,8 @@ def test_owners_are_told_of_a_credit_in_doubt_or_refused_in_a_credits_words(
         assert "Sill will not send it again while it is in doubt." in attention.body
         assert f"/refunds/{doubtful}/" in attention.body and "/orders/" not in attention.body
         assert "record it on its page:" in attention.body
+        # Seen: a blank line after the headline (the order line, empty for a credit).
+        assert "Customer credit · Not received · $12.50\nWhat happened: " in attention.body
     # Its page carries the attention and the owner's form; the dashboard and the inbox link it.
     browser = client_for("owner")
     page = browser.get(f"/refunds/{doubtful}/").content.decode()
@@ -372,6 +374,7 @@ def test_owners_are_told_of_a_credit_in_doubt_or_refused_in_a_credits_words(
     [failed] = [m for m in mail.outbox if "failed" in m.subject and m.to == [OWNER]]
     assert failed.subject.startswith("[Sill] Credit failed: Customer credit")
     assert "nothing was credited" in failed.body and "refunded" not in failed.body
+    assert "Customer credit · Not received · $12.50\nWhy: " in failed.body
     assert f"/refunds/{refused}/" in failed.body and "/orders/" not in failed.body
 
 
