@@ -110,6 +110,29 @@ def test_the_demo_is_idempotent():
     assert len(set(Order.objects.values_list("status", flat=True))) >= 4
 
 
+def test_running_the_demo_again_keeps_its_members_signed_in():
+    # `make run` loads the demo every time: it set every demo login's password afresh, and a
+    # new password ends the user's sessions, so each restart signed the merchant out of every
+    # browser. A password someone changed is still put back to the one `make run` prints.
+    from refunds.demo import DEMO_PASSWORD, load_demo
+
+    load_demo()
+    owner, staff = Client(), Client()
+    for client, email in ((owner, "owner@northwind-coffee.example"),
+                          (staff, "staff@northwind-coffee.example")):  # fmt: skip
+        login = {"username": email, "password": DEMO_PASSWORD}
+        assert client.post("/login/", login).status_code == 302
+        assert client.get("/orders/").status_code == 200
+    user = get_user_model().objects.get(username="staff@northwind-coffee.example")
+    user.set_password("a-password-of-their-own-7")
+    user.save()
+
+    _run("demo")
+    assert owner.get("/orders/").status_code == 200  # still signed in
+    login = {"username": "staff@northwind-coffee.example", "password": DEMO_PASSWORD}
+    assert Client().post("/login/", login).status_code == 302  # the printed login works again
+
+
 def test_the_demo_runs_again_after_the_merchant_reuses_a_demo_reasons_name():
     # `make run` loads the demo every time: a second "Damaged in transit" elsewhere in the
     # tree (or the demo's own renamed in another case) made every later run fail.
