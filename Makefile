@@ -33,14 +33,19 @@ $(LOCALSTRIPE_VENV)/bin/localstripe:
 localstripe: $(LOCALSTRIPE_VENV)/bin/localstripe
 
 # Development server + a real Celery worker with beat, on SQLite and the embedded broker.
-# Ctrl-C reaches the server and the worker (one process group); the trap also stops the
-# worker when the server exits on its own.
+# The worker runs in a session of its own and is stopped by the trap alone (SIGTERM to its
+# main process: a warm shutdown) when the server stops, on Ctrl-C, SIGTERM or SIGHUP to
+# `make run`'s process group, or on its own. A signal sent to the whole group used to reach
+# the worker's pool processes too; killed under it, they left its main process waiting
+# forever on a lock they held, and `make run` never ended.
+OWN_SESSION := $(BIN)/python -c 'import os, sys; os.setsid(); os.execv(sys.argv[1], sys.argv[1:])'
 run: export DEBUG ?= 1
 run: $(VENV)/.installed
 	$(MANAGE) migrate --noinput
 	$(MANAGE) demo
-	@$(BIN)/celery -A sill worker -B --loglevel INFO --concurrency 2 & worker=$$!; \
-	trap 'kill -TERM $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
+	@$(OWN_SESSION) $(BIN)/celery -A sill worker -B --loglevel INFO --concurrency 2 & \
+	worker=$$!; \
+	trap 'kill -TERM $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM HUP; \
 	echo "Sill: http://127.0.0.1:$(PORT)/  (Ctrl-C stops the server and the worker)"; \
 	$(MANAGE) runserver 127.0.0.1:$(PORT)
 
