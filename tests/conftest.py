@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -54,6 +56,38 @@ def _postgres_marker(request: pytest.FixtureRequest) -> None:
     """A test marked ``postgres`` needs PostgreSQL: skipped elsewhere."""
     if request.node.get_closest_marker("postgres") is not None:
         request.getfixturevalue("needs_postgres")
+
+
+class ThrottleClock:
+    """The time sill.api's rate limits read (``_Throttle.timer``) during a test: it stands
+    still unless the test moves it."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture(autouse=True)
+def throttle_clock(monkeypatch: pytest.MonkeyPatch) -> ThrottleClock:
+    """The API throttles' clock, pinned for the test (``throttle_clock.now = …`` and
+    ``throttle_clock.advance(60)`` move it).
+
+    The throttles count in fixed clock windows (N a minute is N in each clock minute): with
+    the real clock, a test that sends N requests and expects the next one refused was served
+    instead whenever a minute ended between its requests. Pinned mid-window (0.5 s into a
+    second, 30 s into the minute the test starts in, so 30 s from an hour's or a day's edge
+    too) nothing but the test ends a window. The real minute, not a constant, so the shared
+    cache's counters of two runs a few minutes apart stay as apart as they were."""
+    # Imported here: DRF's views import sill.api, which imported first finds DRF half-loaded.
+    from rest_framework import views  # noqa: F401
+
+    from sill.api import _Throttle
+
+    clock = ThrottleClock(math.floor(time.time() / 60) * 60 + 30.5)
+    monkeypatch.setattr(_Throttle, "timer", lambda _throttle: clock.now)
+    return clock
 
 
 @pytest.fixture

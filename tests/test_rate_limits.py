@@ -279,12 +279,12 @@ def _spent(ident: str) -> bool:
     return True
 
 
-def test_requests_racing_each_other_pass_no_more_than_the_limit(rates, monkeypatch):
+def test_requests_racing_each_other_pass_no_more_than_the_limit(rates, throttle_clock):
     # The counters are shared (Redis in CI, each thread with its own connection): requests
     # that read the same count at once must not all pass, nor overwrite one another's counts.
     # (DRF's own window let 96 of these 96 through.) The clock stays mid-window: a window
     # that ended during the test would rightly give a second budget.
-    monkeypatch.setattr(_budget()[2], "timer", lambda self: 1_000_030.0)
+    throttle_clock.now = 1_000_030.0
     rates(mandate_key=30)
     assert _racing(lambda: _spent("key_a"), threads=8, each=12) == 30
     # Per hour too, and each key's budget its own.
@@ -293,18 +293,64 @@ def test_requests_racing_each_other_pass_no_more_than_the_limit(rates, monkeypat
         assert _spent("key_c")
 
 
-def test_a_refused_request_waits_for_the_next_window_and_its_full_budget(rates, monkeypatch):
+def test_a_refused_request_waits_for_the_next_window_and_its_full_budget(rates, throttle_clock):
     rates(mandate_key=3)
-    now = [1_000_000.0]
-    spend_mandate_budget, RateLimited, throttle = _budget()
-    monkeypatch.setattr(throttle, "timer", lambda self: now[0])
+    throttle_clock.now = 1_000_000.0
+    spend_mandate_budget, RateLimited, _throttle = _budget()
     assert [_spent("key_d") for _ in range(5)] == [True, True, True, False, False]
     with pytest.raises(RateLimited) as refused:
         spend_mandate_budget(site_id="site_race", agent_id="agent_race", key_id="key_d")
     # Retry-After: until the window (a clock minute) ends; 1,000,000 s is 40 s into one.
     assert refused.value.retry_after == 20
     # The next window has the full budget, whatever was refused before; so has the one after.
-    now[0] += 20
+    throttle_clock.advance(20)
     assert [_spent("key_d") for _ in range(4)] == [True, True, True, False]
-    now[0] += 60
+    throttle_clock.advance(60)
     assert [_spent("key_d") for _ in range(4)] == [True, True, True, False]
+
+
+def _last_moment(throttle_clock) -> None:
+    """The throttles' clock 0.05 s before the clock minute it reads ends."""
+    throttle_clock.now = (throttle_clock.now // 60 + 1) * 60 - 0.05
+
+
+def test_a_minute_ending_between_requests_gives_the_next_one_a_fresh_budget(
+    agent, rates, throttle_clock
+):
+    """Why every test here reads a pinned clock (tests/conftest.py throttle_clock): N a minute
+    is N in each clock minute, so "N requests, then one more is refused" holds only within
+    one minute. On the real clock a minute sometimes ended between a test's requests (once,
+    in a long loaded run); here it ends 0.05 s after the N-th, and the one more is served
+    with a budget of its own: a test expecting it refused failed."""
+    rates(agent_token=3)
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
+    _last_moment(throttle_clock)
+    assert [_agent_get(token).status_code for _ in range(3)] == [200, 200, 200]
+    throttle_clock.advance(0.1)
+    assert [_agent_get(token).status_code for _ in range(3)] == [200, 200, 200]
+    assert _refused(_agent_get(token)) == 60  # 59.95 s of the new minute left
+
+
+def test_a_refusal_in_a_windows_last_moment_asks_for_a_whole_second(agent, rates, throttle_clock):
+    """0.05 s before the window ends, Retry-After is 1 (whole seconds, rounded up), never 0,
+    which would say "again now" (and DRF leaves the header out for a wait of 0): for a view's
+    limit and for the mandate key's budget alike."""
+    rates(agent_token=1, mandate_key=1)
+    token = issue_agent_token(
+        agent=agent, actor=site_owner(agent.site), second_factor=two_factor.OPERATOR
+    )
+    _last_moment(throttle_clock)
+    assert _agent_get(token).status_code == 200
+    refused = _agent_get(token)
+    assert _refused(refused) == 1
+    assert refused.json()["error"]["message"].endswith("try again in 1 second.")
+    spend_mandate_budget, RateLimited, _throttle = _budget()
+    from sill.api import error_response  # after _budget(): DRF's views first
+
+    assert _spent("key_e")
+    with pytest.raises(RateLimited) as over:
+        spend_mandate_budget(site_id="site_race", agent_id="agent_race", key_id="key_e")
+    assert over.value.retry_after == 1
+    assert error_response(over.value)["Retry-After"] == "1"
