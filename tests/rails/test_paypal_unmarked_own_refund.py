@@ -70,7 +70,7 @@ def test_a_refund_paypal_reports_without_custom_id_before_settlement_is_counted_
     assert Order.objects.get(pk=order.pk).status == "PARTIALLY_REFUNDED"
     assert not ExternalRefund.objects.exists()
     last = AuditRecord.objects.filter(kind="external_refund").order_by("-seq").first()
-    assert last is not None and json.loads(last.payload)["body"]["sill_refund_id"] == refund.pk
+    assert last is not None and json.loads(last.payload)["body"]["refund_id"] == refund.pk
 
 
 def test_a_settled_refund_paypal_reports_without_custom_id_is_not_counted_again(
