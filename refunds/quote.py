@@ -397,7 +397,20 @@ def quote_refund(
             held=held,
         )
     own = refund.amount_minor if refund.status in RESERVED_STATUSES else 0
-    if refund.amount_minor > remaining.amount_minor + own:
+    # Unclamped (``Charge.remaining`` stops at zero): an outside refund recorded while this
+    # refund held its reservation overlaps it, and only what is left beside both is this
+    # refund's to send. Clamped, $20.00 refunded in the dashboard beside a $30.00 reservation
+    # of a $40.00 charge left "$0 + $30.00 own" and the $30.00 went to the rail.
+    left = (
+        charge.amount_minor
+        - charge.amount_refunded_minor
+        - charge.amount_refunded_outside_minor
+        - charge.amount_reserved_minor
+        - unrecorded
+        + own
+    )
+    if refund.amount_minor > left:
+        remaining = Money(max(0, left), remaining.currency)
         raise RefundRefused(
             f"Only {remaining} of this charge is still refundable (it was refunded "
             f"since the request was held), less than the {refund.amount} held. "
