@@ -24,7 +24,8 @@ A transaction-scoped advisory lock is none of that: it is released at commit or 
 with the decision it protects, and it conflicts only with itself.
 
 Lock order, on every path that decides (agent intake, staff refunds, held approvals): the
-scope locks first, sorted by (namespace, key), then the refund row (approvals), then the
+scope locks first, sorted by (namespace, key), then the refund row (approvals; a rejection and
+the expiry, which take no scope lock, start here), then the
 order, then its charge, then (staff refunds, before reading their reason) the reason tree's
 lock, shared (``refunds.reasons.services.hold_reason_tree``), then the audit chain head.
 Nothing takes a scope lock while holding a row lock, so the scope locks can never be part of

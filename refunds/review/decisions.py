@@ -362,6 +362,15 @@ def _close(
     ``via``: where ``actor`` pressed the button (``DecidedVia``), "" when Sill closed it on
     its own (the 24 hours ran out with nobody deciding)."""
     escalated_hash = refund.decision_hash
+    if refund.charge_id is not None:
+        # The order and its charge, after the refund and before the chain head (the lock order
+        # of refunds.locks), as an approval takes them: the refund's row may be written twice
+        # here (its hash again when another append won the chain head), and then PostgreSQL
+        # checks its foreign keys at commit, share-locking the charge. Taken only then, while
+        # this transaction held the chain head, a staff refund or agent decision of the same
+        # order (holding the charge, waiting for the head) deadlocked with the expiry sweep or
+        # a rejection.
+        _lock_money_rows(refund)
     transition(refund, status)
     refund.decision = Decision.REJECTED
     refund.outcome_code = outcome_code

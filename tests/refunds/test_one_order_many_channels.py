@@ -19,18 +19,27 @@ site's audit chain verifies.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
+from decimal import Decimal
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.test import Client
+from django.utils import timezone
 
 from audit.selectors import chain_verification, records_about
+from policies.catalog import item_by_id
+from policies.services import apply_catalog_item
+from refunds.execution import execute_refund
 from refunds.models import Refund, RefundStatus
 from refunds.reasons.services import ensure_default_reasons
+from refunds.review.decisions import approve_refund, expire_held_refunds
 from refunds.staff.services import create_staff_refund
 from sill.errors import SillError
 from sill.money import Money
@@ -38,8 +47,10 @@ from sill.orders.models import Charge, Order, OrderStatus
 from sill.rails.models import MockLedgerEntry
 from sill.rails.stripe_events import process_event
 from sill.rails.stripe_webhooks import store_event
+from tests.conftest import site_owner
 from tests.rails.localstripe_fixtures import as_dict
 from tests.rails.stripe_events import event
+from tests.refunds.conftest import ORIGINAL, post, refund_intent, signed_body
 from tests.refunds.test_reconcile_localstripe import KEY, account, charged, sdk  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -214,3 +225,205 @@ def test_a_dashboard_refund_reported_before_sills_rail_call_stops_sills_refund(
     refund.refresh_from_db()
     assert (refund.status, refund.outcome_code) == ("failed", "exceeds_refundable")
     assert_books_agree(charge.order, at_rail_minor=stripe_refunded_minor(sdk, charge))
+
+
+# --- the mock rail: an agent, staff, an owner's approval, the expiry sweep, a lapsed lease ------
+
+
+def _holding_staff_refunds_over_40(site: Any) -> None:
+    """The site's rules hold every refund over $40.00 for an owner or admin."""
+    item = item_by_id("conservative")
+    assert item is not None
+    apply_catalog_item(
+        site=site, actor=site_owner(site), item=item, params={"holdOverUsd": "40.00"}
+    )
+
+
+def _agent_asks(site: Any, agent: Any, max_amount: str) -> Any:
+    body = signed_body(
+        refund_intent(ORIGINAL, max_amount=Decimal(max_amount)),
+        site_id=site.id,
+        agent_id=agent.agent_id,
+    )
+    return post(Client(), body)
+
+
+def test_an_agent_staff_and_an_owners_approval_at_once_never_pay_beyond_the_charge(
+    site, members, agent, agent_key, original
+):
+    """A $45.00 staff refund of the $89.00 order waits for approval. At the same moment the
+    owner approves it, the agent asks for $30.00, a staff member asks for everything left and
+    another for $20.00: whatever order the row locks give them, the mock rail pays at most
+    $89.00 and Sill's books say what it paid."""
+    _holding_staff_refunds_over_40(site)
+    held = _staff_refund(site, members, original, 4500)
+    assert held.status == RefundStatus.HELD
+
+    results = race(
+        lambda: approve_refund(refund=Refund.objects.get(pk=held.pk), actor=members["owner"].user),
+        lambda: _agent_asks(site, agent, "30.00"),
+        lambda: _staff_refund(site, members, original, None),
+        lambda: _staff_refund(site, members, original, 2000),
+    )
+    assert not unexpected(results), results
+    assert results[1].status_code == 201, results[1].content  # type: ignore[union-attr]
+    held.refresh_from_db()
+    assert held.status == RefundStatus.SUCCEEDED, results
+    charge = assert_books_agree(original, at_rail_minor=mock_refunded_minor())
+    assert charge.amount_refunded_minor >= 4500  # the approval is paid whatever came first
+
+
+def test_the_expiry_sweep_an_approval_and_staff_at_the_deadline_make_one_outcome(
+    site, members, agent, agent_key, original
+):
+    """The held $45.00 refund's 24 hours run out as the owner approves it, while the sweep
+    runs and staff refund the rest: it is approved or expired (one record either way), never
+    both, and what the rail paid is what Sill counts."""
+    _holding_staff_refunds_over_40(site)
+    held = _staff_refund(site, members, original, 4500)
+    deadline = held.expires_at
+    assert deadline is not None
+
+    results = race(
+        lambda: approve_refund(
+            refund=Refund.objects.get(pk=held.pk),
+            actor=members["owner"].user,
+            now=deadline - timedelta(milliseconds=1),
+        ),
+        lambda: expire_held_refunds(now=deadline),
+        lambda: _staff_refund(site, members, original, None),
+        lambda: _agent_asks(site, agent, "89.00"),
+    )
+    assert not unexpected(results), results
+    held.refresh_from_db()
+    assert held.status in (RefundStatus.SUCCEEDED, RefundStatus.EXPIRED), held.status
+    assert (results[1] == 1) == (held.status == RefundStatus.EXPIRED), results
+    kinds = list(records_about(site=site, refund_id=held.id).values_list("kind", flat=True))
+    assert sum(k in CLOSING_KINDS for k in kinds) == 1, kinds
+    assert_books_agree(original, at_rail_minor=mock_refunded_minor())
+
+
+def test_an_execution_retried_after_its_lease_lapsed_beside_staff_and_agent_pays_once(
+    site, members, agent, agent_key, original, mock_rail
+):
+    """Worker A sends a $50.00 staff refund; its rail call stalls past its lease and the
+    recovery's worker B takes the refund over, while a staff member and the agent ask for
+    everything left of the $89.00 order. The $50.00 is paid once (B finds it by its key, A
+    records that it lost the lease), the others share what is left, and nothing more."""
+    mock_rail.config = {"delay_seconds": 1}
+    mock_rail.save()
+    outcomes: dict[str, object] = {}
+
+    def when_the_rail_has_it() -> None:
+        deadline = time.monotonic() + 20
+        while not MockLedgerEntry.objects.filter(kind="refund").exists():
+            assert time.monotonic() < deadline, "A never reached the rail"
+            time.sleep(0.02)
+        first = Refund.objects.get(order=original)
+        Refund.objects.filter(pk=first.pk).update(lease_until=timezone.now() - timedelta(1))
+        outcomes["race"] = race(
+            lambda: execute_refund(first.id),
+            lambda: _staff_refund(site, members, original, None),
+            lambda: _agent_asks(site, agent, "89.00"),
+        )
+
+    watcher = threading.Thread(target=lambda: _closing(when_the_rail_has_it))
+    watcher.start()
+    first = _staff_refund(site, members, original, 5000)  # A executes it on commit
+    watcher.join(timeout=120)
+
+    results = outcomes["race"]
+    assert isinstance(results, list) and not unexpected(results), outcomes
+    first.refresh_from_db()
+    assert first.status == RefundStatus.SUCCEEDED
+    assert MockLedgerEntry.objects.filter(metadata__sill_refund_id=first.id).count() == 1
+    assert_books_agree(original, at_rail_minor=mock_refunded_minor())
+
+
+def test_the_expiry_sweep_and_staff_refunds_of_the_order_never_deadlock(site, members, original):
+    """The sweep expires a held refund while staff refund the same order, lined up at the worst
+    moment: a first staff refund's record takes the chain head just before the sweep's (so the
+    sweep writes its refund again, and PostgreSQL checks that row's link to the charge at
+    commit), and a second one holds the order's charge, waiting for the head the sweep holds.
+    The sweep took the charge only at its commit, after the head: a deadlock, one of the two
+    rolled back with a database error. It now takes the order and the charge before the head
+    (refund, order, charge, head: the lock order of every decision)."""
+    _holding_staff_refunds_over_40(site)
+    held = _staff_refund(site, members, original, 4500)
+    assert held.expires_at is not None
+    heads, second = [0], threading.Event()
+    at_head, sweep_has_head = threading.Event(), threading.Event()
+    outcomes: dict[str, object] = {}
+
+    def appending(sql: str) -> bool:
+        return sql.startswith('WITH "won" AS (UPDATE "audit_auditchainhead"')
+
+    def second_staff_refund() -> None:
+        def hold_at_head(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+            if appending(sql) and not at_head.is_set():
+                at_head.set()  # holding the order and its charge
+                sweep_has_head.wait(timeout=10)
+            return execute(sql, params, many, context)
+
+        try:
+            with connection.execute_wrapper(hold_at_head):
+                outcomes["second"] = _staff_refund(site, members, original, 1000)
+        except BaseException as exc:  # examined below
+            outcomes["second"] = exc
+        finally:
+            at_head.set()
+            connection.close()
+
+    def first_staff_refund() -> None:
+        try:
+            outcomes["first"] = _staff_refund(site, members, original, 1000)
+        except BaseException as exc:  # examined below
+            outcomes["first"] = exc
+        finally:
+            connection.close()
+
+    threads: list[threading.Thread] = []
+
+    def sweep_wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        if not appending(sql):
+            return execute(sql, params, many, context)
+        heads[0] += 1
+        if heads[0] == 1:
+            # The first staff refund appends before the sweep's record takes the head (if it
+            # can: it may be waiting for a lock the sweep holds).
+            threads.append(threading.Thread(target=first_staff_refund))
+            threads[-1].start()
+            threads[-1].join(timeout=3)
+        elif heads[0] == 2 and not second.is_set():
+            second.set()
+            threads.append(threading.Thread(target=second_staff_refund))
+            threads[-1].start()
+            at_head.wait(timeout=10)
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            if heads[0] >= 2:  # the sweep's record took the head: the second may ask for it
+                sweep_has_head.set()
+
+    try:
+        with connection.execute_wrapper(sweep_wrapper):
+            outcomes["sweep"] = expire_held_refunds(now=held.expires_at)
+    except BaseException as exc:  # examined below
+        outcomes["sweep"] = exc
+    finally:
+        sweep_has_head.set()
+        for thread in threads:
+            thread.join(timeout=60)
+
+    assert not unexpected(list(outcomes.values())), outcomes
+    assert outcomes["sweep"] == 1
+    held.refresh_from_db()
+    assert (held.status, held.outcome_code) == ("expired", "expired")
+    assert_books_agree(original, at_rail_minor=mock_refunded_minor())
+
+
+def _closing(step: Callable[[], object]) -> None:
+    try:
+        step()
+    finally:
+        connection.close()
