@@ -7,6 +7,9 @@ Semantics (issue 4, seed "Refund rules"):
   condition unknown. A truncated lower bound *proves* a lower bound it already meets
   (``gte``/``gt``: holds), *disproves* an upper bound it already exceeds (``lte``/``lt``:
   false, since the real figure is at least as large), and is unknown otherwise.
+* A stored value that is no value of its fact is unknown, as ``null`` is: a negative amount,
+  age, count or share, an empty text, an enum value the fact does not have ("robot" for the
+  origin), a value of the wrong type.
 * A rule with an unknown condition (and no false one) takes its restrictive branch: a
   ``deny`` or ``require_approval`` rule fires. An ``allow`` rule does not (allowing is never
   the restrictive branch), so it cannot be recorded on a guess.
@@ -58,13 +61,14 @@ class PreparedFacts(dict[str, Any]):
         """The prepared value of fact ``name`` (``None`` when unknown or malformed)."""
         if name in self:
             return self[name]
-        raw = self.raw.get(name)
-        value = raw if raw.__class__ is _EXACT.get(name) else _prepare(name, raw)
+        value = _prepare(name, self.raw.get(name))
         self[name] = value
         return value
 
 
-# A value already in its prepared form, by fact: what most snapshots hold (no work to do).
+# The type of a fact's prepared value, by fact: what most snapshots hold. A check compares a
+# stored value of this type at once when it is also a value of the fact (a count not below
+# zero, a text not empty, one of an enum's values); anything else is read by ``_prepare``.
 _EXACT: dict[str, type] = {
     name: int if spec.kind in INTEGER_KINDS else bool if spec.kind == "bool" else str
     for name, spec in FACTS.items()
@@ -193,7 +197,8 @@ def apply_auto_refund(
     if snapshot.get("refundOrigin") != "agent" or snapshot.get("agentPlacedOriginal") is not True:
         return action, False
     amount = snapshot.get("refundAmount")
-    if snapshot.get("currency") != auto.currency or not _is_int(amount):
+    if snapshot.get("currency") != auto.currency or not _is_int(amount) or amount < 0:
+        # A negative amount is no amount (unknown, as the rules read it): it stays held.
         return action, False
     if amount > auto.cap_minor:
         return action, False
@@ -216,7 +221,10 @@ def _prepare(name: str, raw: Any) -> Any:
         return None
     if spec.kind in INTEGER_KINDS:
         if _is_int(raw):  # an int subclass (not bool): the plain int it equals
-            return int(raw)
+            # Money, days and counts are never negative: a negative figure is no value of the
+            # fact, so it is unknown (read as one, it would pass an upper bound and fail a
+            # lower one: a hold on "under 30 days" or "3 refunds or more" skipped).
+            return int(raw) if raw >= 0 else None
         if (
             spec.truncatable
             and isinstance(raw, Mapping)
@@ -228,14 +236,18 @@ def _prepare(name: str, raw: Any) -> Any:
     if spec.kind == "ratio":
         if isinstance(raw, Mapping):
             num, den = raw.get("num"), raw.get("den")
-            if _is_int(num) and _is_int(den) and den > 0:
+            if _is_int(num) and _is_int(den) and num >= 0 and den > 0:
                 return (int(num), int(den))
-        elif _is_int(raw):
+        elif _is_int(raw) and raw >= 0:
             return (int(raw), 1)
         return None
     if spec.kind == "bool":
         return raw if isinstance(raw, bool) else None
-    return str(raw) if isinstance(raw, str) else None
+    if not isinstance(raw, str) or not raw:
+        return None  # no text, or an empty one (no code: an absent reason is "none")
+    if spec.kind == "enum" and raw not in spec.values:
+        return None  # not one of the fact's values ("robot" for the origin): unknown
+    return str(raw)
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -275,6 +287,9 @@ def _compile_condition(fact: str, cond: Any) -> Check:
     if spec.kind in INTEGER_KINDS or spec.kind == "ratio":
         return _number_in_check(fact, [to_fraction(v) for v in values], ratio=spec.kind == "ratio")
     allowed = frozenset(values)
+    # A stored value that is no value of the fact (an empty text, an origin that is neither
+    # agent nor staff) is unknown, not a mismatch: the rule takes its restrictive branch.
+    known = frozenset(spec.values) if spec.kind == "enum" else None
 
     exact = _EXACT.get(fact)
 
@@ -284,7 +299,9 @@ def _compile_condition(fact: str, cond: Any) -> Check:
             value = facts.value(fact)
             if value is None:
                 return None
-        return value in allowed
+        if value in allowed:
+            return True
+        return None if value == "" or (known is not None and value not in known) else False
 
     return check_in
 
@@ -306,7 +323,7 @@ def _int_range_check(fact: str, cond: Mapping[str, Any]) -> Check:
 
             def check_gt(facts: PreparedFacts) -> bool | None:
                 value = facts.raw.get(fact)
-                if value.__class__ is int:
+                if value.__class__ is int and value >= 0:
                     return value > low
                 value = facts.value(fact)
                 return None if value is None or value <= low else True
@@ -315,7 +332,7 @@ def _int_range_check(fact: str, cond: Mapping[str, Any]) -> Check:
 
         def check_gte(facts: PreparedFacts) -> bool | None:
             value = facts.raw.get(fact)
-            if value.__class__ is int:
+            if value.__class__ is int and value >= 0:
                 return value >= low
             value = facts.value(fact)
             return None if value is None or value < low else True
@@ -327,7 +344,7 @@ def _int_range_check(fact: str, cond: Mapping[str, Any]) -> Check:
 
             def check_lt(facts: PreparedFacts) -> bool | None:
                 value = facts.raw.get(fact)
-                if value.__class__ is int:
+                if value.__class__ is int and value >= 0:
                     return value < high
                 value = facts.value(fact)
                 return None if value is None or value < high else False
@@ -336,7 +353,7 @@ def _int_range_check(fact: str, cond: Mapping[str, Any]) -> Check:
 
         def check_lte(facts: PreparedFacts) -> bool | None:
             value = facts.raw.get(fact)
-            if value.__class__ is int:
+            if value.__class__ is int and value >= 0:
                 return value <= high
             value = facts.value(fact)
             return None if value is None or value <= high else False
@@ -409,7 +426,7 @@ def _number_in_check(fact: str, values: list[Fraction], *, ratio: bool) -> Check
 
     def check_number_in(facts: PreparedFacts) -> bool | None:
         value = facts.raw.get(fact)
-        if value.__class__ is int:
+        if value.__class__ is int and value >= 0:
             return value in allowed
         value = facts.value(fact)
         if value.__class__ is int:

@@ -22,7 +22,7 @@ def _read(name: str, raw: Any) -> tuple[Any, bool] | None:
     is_int = isinstance(raw, int) and not isinstance(raw, bool)
     if spec.kind in INTEGER_KINDS:
         if is_int:
-            return Fraction(raw), False
+            return (Fraction(raw), False) if raw >= 0 else None  # never negative
         if (
             spec.truncatable
             and isinstance(raw, dict)
@@ -36,11 +36,13 @@ def _read(name: str, raw: Any) -> tuple[Any, bool] | None:
         if isinstance(raw, dict):
             num, den = raw.get("num"), raw.get("den")
             ints = all(isinstance(x, int) and not isinstance(x, bool) for x in (num, den))
-            return (Fraction(num, den), False) if ints and den > 0 else None
-        return (Fraction(raw), False) if is_int else None
+            return (Fraction(num, den), False) if ints and num >= 0 and den > 0 else None
+        return (Fraction(raw), False) if is_int and raw >= 0 else None
     if spec.kind == "bool":
         return (raw, False) if isinstance(raw, bool) else None
-    return (raw, False) if isinstance(raw, str) else None
+    if not isinstance(raw, str) or not raw or (spec.values and raw not in spec.values):
+        return None  # no text, an empty one, or no value of an enum fact
+    return raw, False
 
 
 def _condition(name: str, cond: Any, snapshot: dict[str, Any]) -> bool | None:
@@ -88,11 +90,11 @@ NUMBERS = st.integers(min_value=0, max_value=120) | st.sampled_from([0.5, 0.25, 
 RAW_VALUES = (
     st.none()
     | st.booleans()
-    | st.integers(min_value=0, max_value=130)
+    | st.integers(min_value=-2, max_value=130)
     | st.sampled_from(["agent", "staff", "mock", "stripe", "USD", "wrong_item", "none", ""])
     | st.builds(lambda v: {"value": v, "truncated": True}, st.integers(0, 130))
     | st.builds(lambda v: {"value": v, "truncated": False}, st.integers(0, 130))
-    | st.builds(lambda n, d: {"num": n, "den": d}, st.integers(0, 20), st.integers(-1, 20))
+    | st.builds(lambda n, d: {"num": n, "den": d}, st.integers(-1, 20), st.integers(-1, 20))
 )
 
 
