@@ -26,11 +26,19 @@ ROLES = ("owner", "admin", "reviewer", "staff")
 @pytest.fixture(autouse=True)
 def _eager_celery(settings):
     """Tasks run in-process unless a test starts a real worker (tests/worker.py)."""
+    from celery.result import _set_task_join_will_block
+
     from sill.celery import app
 
+    # Celery marks "inside a task" in one process-wide flag, which an eager apply sets and
+    # restores. Two threads applying eagerly at once (the concurrency tests) can restore each
+    # other's saved value and leave it set: every later EagerResult.get() of the process then
+    # raised "Never call result.get() within a task!" (seen in a full run, not alone).
+    _set_task_join_will_block(False)
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = False
+    _set_task_join_will_block(False)
 
 
 @pytest.fixture(autouse=True)
