@@ -179,6 +179,14 @@ def requester_label(refund: Refund) -> str:
     return "—"
 
 
+def requester_words(refund: Refund) -> str:
+    """Who asked for ``refund`` as the pages name them: an agent by the name the merchant gave
+    it, ``Test shopper (agent)`` (its id when it has none); a person by their login."""
+    if refund.agent is not None:
+        return f"{refund.agent.name or refund.agent.agent_id} (agent)"
+    return requester_label(refund)
+
+
 def deadline_text(at: datetime, zone: tzinfo | None = None) -> str:
     """``Mar 4, 12:30 EST``: a held refund's deadline in the emails, Slack and refusal
     messages, in ``zone`` (the site's; UTC without one) with its abbreviation."""

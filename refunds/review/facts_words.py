@@ -2,7 +2,7 @@
 
 ``Refund.facts`` is the snapshot the rules read (``policies.vocabulary``): minor units, US
 cents, fractions as ``{"num", "den"}``, lower bounds as ``{"value", "truncated"}``, ``None``
-for unknown. :func:`fact_phrases` turns it into short phrases ("100 % of the order", "paid
+for unknown. :func:`fact_phrases` turns it into short phrases ("100% of the order", "paid
 3 days ago", "first refund for this customer in 30 days", "the agent placed the order") that
 the held pages join with " · "; :func:`raw_facts` keeps every fact, labelled, for the folded
 "the facts as recorded" list. A fact no table here knows falls back to its humanized name and
@@ -113,7 +113,7 @@ def _fraction(value: Any, _facts: Mapping[str, Any]) -> str:
         return "share of the order unknown"
     percent = (Decimal(value["num"]) * 100 / den).quantize(Decimal("0.1"), ROUND_HALF_UP)
     shown = f"{percent.normalize():f}"
-    return f"{shown} % of the order"
+    return f"{shown}% of the order"
 
 
 def _charge_age(value: Any, _facts: Mapping[str, Any]) -> str:

@@ -35,7 +35,7 @@ from refunds.labels import (
     money_words,
     refund_headline,
     refund_subject,
-    requester_label,
+    requester_words,
     rule_title,
 )
 from refunds.models import Refund, RefundStatus
@@ -149,7 +149,7 @@ def _email_deciders(refund: Refund) -> Delivery:
         refund_headline(refund),
         *([f"Order: #{order.number} ({order.buyer_name or order.buyer_email})"] if order else []),
         *([credited] if (credited := _credited(refund)) else []),
-        f"Requested by: {requester_label(refund)}",
+        f"Requested by: {requester_words(refund)}",
         "Facts: " + (facts or "none recorded"),
         "Held by: " + held_by(refund),
         "",

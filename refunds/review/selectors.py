@@ -433,6 +433,6 @@ def fact_rows(refund: Refund) -> list[RawFact]:
 
 
 def fact_words(refund: Refund) -> list[str]:
-    """The same facts as phrases for the decider ("100 % of the order", "paid today")."""
+    """The same facts as phrases for the decider ("100% of the order", "paid today")."""
     facts = refund.facts if isinstance(refund.facts, dict) else {}
     return fact_phrases(facts, credit=refund.is_credit)

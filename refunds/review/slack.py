@@ -41,7 +41,7 @@ from refunds.labels import (
     deadline_text,
     money_words,
     refund_headline,
-    requester_label,
+    requester_words,
     rule_title,
 )
 from refunds.models import DecidedVia, Decision, Refund, RefundStatus
@@ -192,7 +192,7 @@ def held_message(refund: Refund, *, review_url: str) -> dict[str, Any]:
     due = deadline_text(deadline(refund), refund.site.zone)
     lines = [
         f"*{headline}*" + (f" for order #{order.number}" if order else ""),
-        f"Asked by {requester_label(refund)}. Decide before {due}.",
+        f"Asked by {requester_words(refund)}. Decide before {due}.",
         f"Facts: {facts}",
         "Held by: " + ("; ".join(rules) if rules else "policy"),
     ]

@@ -14,6 +14,7 @@ the order; the invitation and password-reset emails ended in a blank line."""
 
 from __future__ import annotations
 
+import json
 import re
 from zoneinfo import ZoneInfo
 
@@ -26,6 +27,7 @@ from refunds.models import Refund
 from refunds.review.decisions import deadline
 from refunds.review.failures import notify_failed
 from refunds.review.notifications import notify_held_refund
+from refunds.review.slack import held_message
 from refunds.services import reverse_settled_refund
 from sill.accounts.models import Role
 from sill.accounts.services import add_member, remove_member
@@ -128,9 +130,18 @@ def test_a_held_refund_names_its_order_amount_and_deadline_in_the_sites_zone(sho
             f"{shop['shown']} for order #{order.number}"
         )
         body = reads_well(message, link=f"/held/{held.id}/")
-        assert f"Order: #{order.number} ({BUYER_NAME})\nRequested by: agent_test_shopper\n" in body
+        # The agent by its name, as the pages name it (its id is internal); a percentage as
+        # the pages write it, without a space before the sign.
+        assert (
+            f"Order: #{order.number} ({BUYER_NAME})\nRequested by: Test shopper (agent)\n" in body
+        )
+        assert "\nFacts: 100% of the order · " in body
         assert f"{local:%b} {local.day}, {local:%H:%M} {local.tzname()}" in body
         assert local.tzname() in shop["abbreviations"]
+    # Slack's message names the agent and writes the share as the email does.
+    slack = json.dumps(held_message(held, review_url=BASE), ensure_ascii=False)
+    assert "Asked by Test shopper (agent). " in slack and "100% of the order" in slack
+    assert "agent_test_shopper" not in slack
 
 
 # --- a refund failed ------------------------------------------------------------------------

@@ -30,7 +30,7 @@ SEED = {
 
 def test_it_says_the_seeds_facts_as_phrases():
     assert fact_phrases(SEED) == [
-        "100 % of the order",
+        "100% of the order",
         "paid today",
         "first refund for this customer in 30 days",
         "the agent placed the order",
@@ -58,8 +58,8 @@ def test_every_fact_the_vocabulary_knows_has_words(name):
 @pytest.mark.parametrize(
     ("facts", "phrase"),
     [
-        ({"refundFraction": {"num": 4450, "den": 8900}}, "50 % of the order"),
-        ({"refundFraction": {"num": 1, "den": 3}}, "33.3 % of the order"),
+        ({"refundFraction": {"num": 4450, "den": 8900}}, "50% of the order"),
+        ({"refundFraction": {"num": 1, "den": 3}}, "33.3% of the order"),
         ({"refundFraction": None}, "share of the order unknown"),
         ({"refundChargeAgeDays": 1}, "paid yesterday"),
         ({"refundChargeAgeDays": 12}, "paid 12 days ago"),
@@ -85,7 +85,7 @@ def test_it_words_each_fact(facts, phrase):
 def test_an_unknown_fact_falls_back_to_a_humanized_label():
     assert fact_phrases({"refundSomethingNew": 3}) == ["refund something new: 3"]
     assert fact_phrases({"zeta": 1, "refundFraction": {"num": 1, "den": 2}}) == [
-        "50 % of the order",
+        "50% of the order",
         "zeta: 1",
     ]
     assert humanize_key("refundSomethingNew") == "Refund something new"

@@ -412,7 +412,7 @@ def test_the_detail_shows_the_original_order_and_the_record(client_for, held, or
     assert "Settled total" in body and "$89.00" in body
     assert "Buyer" in body and "buyer@example.com" in body
     # The facts as words, the raw ones folded away under their vocabulary labels.
-    assert "100 % of the order · paid yesterday · earlier refunds unknown" in body
+    assert "100% of the order · paid yesterday · earlier refunds unknown" in body
     assert "the agent placed the order" in body
     assert "<summary>The facts as recorded</summary>" in body
     assert "Customer&#x27;s Sill refunds (30 days)" in body
