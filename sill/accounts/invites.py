@@ -69,13 +69,22 @@ def _record(invite: MemberInvite, *, action: str, actor: Any, **extra: Any) -> N
     services.record_invite_change(invite, action=action, actor=actor, **extra)
 
 
+# "to join Shop on Sill as a reviewer": each role with its article (staff, a group, has none).
+ROLE_AS: dict[str, str] = {
+    Role.OWNER: "an owner",
+    Role.ADMIN: "an admin",
+    Role.REVIEWER: "a reviewer",
+    Role.STAFF: "staff",
+}
+
+
 def _send(invite: MemberInvite, token: str, *, inviter: Any) -> None:
     context = {
         "site": invite.site,
         "invite": invite,
         "url": invite_url(token),
         "inviter": inviter.get_username() if inviter is not None else "",
-        "role": Role(invite.role).label,
+        "role_as": ROLE_AS[invite.role],
         "hours": int(settings.SILL_INVITE_HOURS),
     }
     send_mail(

@@ -77,6 +77,18 @@ def test_the_email_links_to_the_configured_base_url_not_the_host_header(
     assert "72 hours" in sent.body
 
 
+@pytest.mark.parametrize(
+    ("role", "words"),
+    [("owner", "an owner"), ("admin", "an admin"), ("reviewer", "a reviewer"), ("staff", "staff")],
+)
+def test_the_email_names_the_role_with_its_article(client_for, mailoutbox, role, words):
+    # It said "to join Test Roasters on Sill as reviewer".
+    response = client_for("owner").post(ADD, {"email": "new@roasters.example", "role": role})
+    assert response.status_code == 303, response.content
+    (sent,) = mailoutbox
+    assert f" invited you to join Test Roasters on Sill as {words}.\n" in sent.body
+
+
 def test_only_a_hash_of_the_token_is_stored(invite_staff):
     path = invite_staff()
     token = path.split("/")[2]
