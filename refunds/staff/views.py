@@ -363,6 +363,10 @@ def refund_panel_context(
         return panel
     assert charge is not None
     form = form or StaffRefundForm(currency=order.currency)
+    preview = _preview_context(order, charge, form.values)
+    if form.error is not None and form.error.field in ("amount", "percentage"):
+        # Said once, beside its field (which names it in aria-describedby), not again here.
+        preview.update(preview_error="", hint="")
     held_minor = sum(r.amount_minor for r in holds)
     remaining = Money(charge.remaining.amount_minor - held_minor, charge.currency)
     panel.update(
@@ -378,7 +382,7 @@ def refund_panel_context(
         # Fresh for every rendered form (and every re-render after a refusal).
         idempotency_key=idempotency.new_idempotency_key(),
         rounding_rule=ROUNDING_RULE,
-        **_preview_context(order, charge, form.values),
+        **preview,
     )
     return panel
 

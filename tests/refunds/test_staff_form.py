@@ -254,6 +254,32 @@ def test_bad_input_re_renders_the_form_with_the_message(
     assert Refund.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"kind": "amount", "amount": "100.00"}, "amount", "At most $89.00 can be refunded"),
+        ({"kind": "amount", "amount": "abc"}, "amount", "is not a decimal amount"),
+        ({"kind": "amount", "amount": "1.001"}, "amount", "at most 2 decimal place(s)"),
+        ({"kind": "amount", "amount": ""}, "amount", "Enter the amount to refund."),
+        ({"kind": "percentage", "percentage": "101"}, "percentage", "at most 100"),
+    ],
+)
+def test_an_amount_refusal_is_said_once_beside_its_field(
+    client_for, order, leaf, post_refund, data, field, message
+):
+    # It was said twice: under the field, and again in the preview box below it.
+    response = post_refund(client_for("owner"), order, {"reason": str(leaf.pk), **data})
+    assert response.status_code == 422
+    body = response.content.decode().replace("&#x27;", "'")
+    assert body.count(message) == 1, body
+    # The field names the message, for a screen reader, and the message is beside it.
+    described = re.search(rf'id="refund-{field}"[^>]*aria-describedby="([^"]+)"', body)
+    assert described and described.group(1) == f"refund-{field}-error"
+    said = re.search(rf'<small class="field-error" id="refund-{field}-error"[^>]*>([^<]*)<', body)
+    assert said and message in said.group(1)
+    assert 'class="preview-error"' not in body
+
+
 def test_a_parent_or_inactive_reason_is_refused_in_the_form(
     client_for, site, order, leaf, post_refund
 ):
