@@ -26,7 +26,8 @@ REASON_LABELS: dict[str, str] = {
 }
 
 # ``Refund.outcome_code``: why a refund was rejected, failed or needs attention (DESIGN.md
-# "The refund pipeline"; the rails' error codes for failures).
+# "The refund pipeline"; the rails' error codes for failures: every code a rail gives has
+# words here, tests/refunds/test_outcome_labels.py reads them from the rails' source).
 OUTCOME_LABELS: dict[str, str] = {
     "original_not_charged": "The original order was not charged",
     "already_executed": "Already refunded",
@@ -51,6 +52,15 @@ OUTCOME_LABELS: dict[str, str] = {
     "rail_auth_failed": "The rail refused Sill's key",
     "rail_secret_unreadable": "The rail's key cannot be read",
     "rail_error": "The rail reported an error",
+    "rail_throttled": "The rail asked Sill to slow down",
+    "rail_unsupported": "The rail does not do this",
+    "rail_cannot_look_up": "The rail could not be asked about the refund",
+    "charge_pending": "The payment has not finished at the rail",
+    # PayPal's CAPTURE_FULLY_REFUNDED: refunded there, perhaps outside Sill.
+    "already_refunded": "Already refunded at the rail",
+    "shopify_unauthorized": "Shopify refused Sill's access token",
+    "woocommerce_refused": "The WooCommerce store refused it",
+    "woocommerce_read_only": "The WooCommerce keys may read but not refund",
     "execution_error": "Sill hit an unexpected error",
     "not_at_rail": "The rail has no such refund",
     "failed_after_settlement": "Failed at the rail after it was settled",
