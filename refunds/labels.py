@@ -109,6 +109,17 @@ def outcome_label(code: str) -> str:
     return OUTCOME_LABELS.get(code, humanize(code)) if code else ""
 
 
+def rejection_words(refund: Refund) -> str:
+    """Why ``refund`` ended as it did: its outcome's label, and for an agent's refund or credit
+    rejected at decision the refusal in full that Sill kept as its note (an agent writes no
+    note of its own): ``The currencies do not match: Order #1042 was paid in EUR…``."""
+    label = outcome_label(refund.outcome_code)
+    said = refund.note if refund.origin == RefundOrigin.AGENT else ""
+    if said and refund.status == RefundStatus.REJECTED:
+        return f"{label}: {said}" if label else said
+    return label
+
+
 def rail_label(rail: str) -> str:
     """The rail's name as merchants know it (``Stripe``, ``Mock``); a dash when there is none
     (a request rejected before its original was found)."""

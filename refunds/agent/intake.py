@@ -686,10 +686,17 @@ def _request_refund(
             rail_account=prefetched.account if same and prefetched else None,
         )
     except RefundRefused as refused:
+        # The refusal in full as the rejection's note (an agent writes none), as a credit's
+        # rejection keeps it (refunds.agent.credits): the refund page shows it.
+        note = refused.message[:500]
         if refused.charge is None:  # no refundable original: the rejection names no charge
-            return rejected(refused.code, order=refused.order)
+            return rejected(refused.code, note=note, order=refused.order)
         return rejected(
-            refused.code, order=refused.order, charge=refused.charge, rail=refused.charge.rail
+            refused.code,
+            note=note,
+            order=refused.order,
+            charge=refused.charge,
+            rail=refused.charge.rail,
         )
     found = {"order": quote.order, "charge": quote.charge, "rail": quote.charge.rail}
     if not isinstance(intent.scope, str):

@@ -25,9 +25,9 @@ from django.views.decorators.http import require_safe
 from refunds.labels import (
     STATUS_LABELS,
     buyer_label,
-    outcome_label,
     rail_label,
     reason_label,
+    rejection_words,
     requester_label,
 )
 from refunds.models import Refund, RefundOrigin, RefundStatus
@@ -104,7 +104,7 @@ def _context(refund: Refund) -> dict[str, Any]:
         "refund": refund,
         "headline": headline(refund),
         "status_label": STATUS_LABELS.get(refund.status, refund.status),
-        "outcome": refund.failure_message or outcome_label(refund.outcome_code),
+        "outcome": refund.failure_message or rejection_words(refund),
         "reason": reason_label(refund),
         "requester": requester_label(refund),
         "rail": rail_label(refund.rail),

@@ -163,7 +163,7 @@ def _request(refund: Refund) -> Entry:
             lines=lines,
             raw=raw,
             raw_label="The mandate as received",
-            note=refund.note,
+            # No note: an agent writes none; a rejection's is Sill's, said under the decision.
         )
     return Entry(
         stage="request",
@@ -197,7 +197,11 @@ def _decision(
     }
     lines: list[tuple[str, str]] = []
     if record.kind == "rejected" and body.get("reason"):
-        lines.append(("Why", outcome_label(str(body["reason"]))))
+        why = outcome_label(str(body["reason"]))
+        if refund.origin == RefundOrigin.AGENT and body.get("note"):
+            # The refusal in full, which Sill kept (an agent writes no note of its own).
+            why = f"{why}: {body['note']}"
+        lines.append(("Why", why))
     version = str(body.get("policy_version") or "")
     if version:
         lines.append(("Rules version", _version_words(version)))

@@ -66,6 +66,28 @@ def test_an_agent_is_answered_rejected_not_approved(site, shopify, shopify_accou
     _nothing_moved(shopify, placed, order)
 
 
+def test_the_refund_page_says_why_in_full(site, shopify, shopify_account, api, sign, client_for):
+    """The page showed only "The currencies do not match": the refusal's words (which
+    currency, and to refund it in Shopify) were said to nobody. They are kept as the
+    rejection's note, as a credit's rejection keeps its, and shown with the label."""
+    order, placed = _synced(site, shopify, paid_in="EUR")
+    answer = api(sign(shopify_intent(str(placed.id)))).json()
+    refund = Refund.objects.get(pk=answer["refund_id"])
+    assert refund.note.startswith(f"Order #{order.number} was paid in EUR at checkout")
+    body = client_for("owner").get(f"/refunds/{refund.id}/").content.decode()
+    body = body.replace("&#x27;", "'")
+    outcome = re.search(r"<dt>Outcome</dt><dd>([^<]*)</dd>", body)
+    assert outcome, body
+    assert outcome.group(1) == (
+        f"The currencies do not match: Order #{order.number} was paid in EUR at checkout, and "
+        "Sill refunds Shopify orders only in the shop's currency (USD): refund it in Shopify. "
+        "Nothing was refunded."
+    )
+    # The timeline says it under the decision, not as the agent's words under its mandate.
+    assert body.count("was paid in EUR at checkout") == 2
+    assert "“Order #" not in body
+
+
 def test_an_order_paid_in_the_shops_currency_is_still_approved(
     site, shopify, shopify_account, api, sign
 ):
