@@ -66,6 +66,18 @@ def test_disputes_and_the_live_store_show_in_the_facts(site, shopify, shopify_ac
     assert facts.customer_created_at is None and facts.history is None  # a guest
 
 
+def test_disputes_shopify_does_not_list_are_unknown_not_none(site, shopify, shopify_account):
+    """An order whose ``disputes`` Shopify answers as null (not an empty list: the field
+    withheld, as GraphQL does for a field the app may not read) says nothing about disputes.
+    Seen: it read as "not disputed", the permissive value, and a rule holding disputed
+    charges let the refund through."""
+    placed = shopify.add_order()
+    placed.disputes = None  # type: ignore[assignment]
+    facts = rail_for(site_id=site.pk, rail="shopify").read_refund_facts(_request(placed))
+    assert facts.charge_disputed is None
+    assert facts.charge_created_at is not None  # the rest of the order was read
+
+
 def test_without_read_customers_customer_facts_are_unknown_and_logged_once(
     site, shopify, shopify_account, caplog
 ):

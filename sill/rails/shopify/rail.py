@@ -499,7 +499,10 @@ class ShopifyRail:
             if isinstance(order, dict):
                 live = live_money(data.get("shop"), order)
                 created = parse_time(order.get("createdAt"))
-                disputed = bool(order.get("disputes"))
+                # A list, empty or not, is an answer; anything else (null: the field
+                # withheld) says nothing, and an unknown fact takes a rule's strict branch.
+                disputes = order.get("disputes")
+                disputed = bool(disputes) if isinstance(disputes, list) else None
                 total_refunded = shop_money(order.get("totalRefundedSet"))
                 if total_refunded.currency == request.currency:
                     refunded = total_refunded.amount_minor
