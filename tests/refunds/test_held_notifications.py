@@ -80,7 +80,7 @@ def test_it_emails_owners_and_admins_once_when_the_hold_commits(
     message = mail.outbox[0]
     assert "Refund request · Wrong item · up to $89.00" in message.subject
     assert f"/held/{held.id}/" in message.body
-    assert "agent_test_shopper" in message.body
+    assert f"Requested by: {held.agent.name} (agent)" in message.body  # its name, not its id
     # The rules that held it by name, and the facts in words (not codes).
     assert "Held by: Human review on destructive actions (r07) (hold for approval)" in message.body
     assert "Facts: " in message.body and "refundFraction" not in message.body

@@ -7,6 +7,8 @@ Each attempt is run as the worker runs it (``execute_refund``); the beat task's 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.core import mail
 from django.core.management import call_command
@@ -16,6 +18,7 @@ from refunds.execution import RetryLater, execute_refund
 from refunds.reconcile.attention import check_refund_at_rail
 from refunds.staff.services import NotRefundable
 from sill.orders.models import Charge
+from sill.rails.mock import MockRail
 from sill.rails.models import MockLedgerEntry
 
 pytestmark = pytest.mark.django_db
@@ -259,13 +262,22 @@ def test_an_agent_asking_again_while_its_refund_needs_attention_is_told_already_
 
 
 def test_a_success_sill_cannot_record_is_retried_then_needs_attention_never_lost(
-    yen_order, staff_refund, mock_rail, settings
+    yen_order, staff_refund, mock_rail, settings, monkeypatch
 ):
     """The rail confirms, but settling breaks a charge constraint (an outside refund of the
-    whole charge was reported meanwhile): bounded retries, then needs attention, reserved."""
+    whole charge was reported while the rail call was in flight: reported before it, the check
+    before the call refuses the refund, exceeds_refundable): bounded retries, then needs
+    attention, reserved."""
     settings.SILL_EXECUTION_MAX_ATTEMPTS = 2
     refund = staff_refund(yen_order)
-    Charge.objects.filter(order=yen_order).update(amount_refunded_outside_minor=10000)
+    real_refund = MockRail.refund
+
+    def outside_refund_reported_during_the_call(self: MockRail, request: Any) -> Any:
+        result = real_refund(self, request)
+        Charge.objects.filter(order=yen_order).update(amount_refunded_outside_minor=10000)
+        return result
+
+    monkeypatch.setattr(MockRail, "refund", outside_refund_reported_during_the_call)
     with pytest.raises(RetryLater) as first:
         execute_refund(refund.id)
     assert first.value.ambiguous
