@@ -111,6 +111,32 @@ class OutsideRefund:
     reason: str = ""
     failure_reason: str = ""
 
+    @classmethod
+    def of(cls, listed: RailRefund) -> OutsideRefund:
+        """The refund ``listed`` as the rail reports it, as one made outside Sill."""
+        return cls(
+            provider_refund_id=listed.provider_refund_id,
+            amount_minor=listed.amount_minor,
+            currency=listed.currency,
+            status=listed.status,
+            created_at_rail=listed.created_at,
+            reason=listed.reason,
+            failure_reason=listed.failure_reason,
+        )
+
+    def as_sills(self, sill_refund_id: str) -> RailRefund:
+        """This refund as the rail's report of Sill's refund ``sill_refund_id``."""
+        return RailRefund(
+            provider_refund_id=self.provider_refund_id,
+            amount_minor=self.amount_minor,
+            currency=self.currency,
+            status=self.status,
+            created_at=self.created_at_rail,
+            sill_refund_id=sill_refund_id,
+            reason=self.reason,
+            failure_reason=self.failure_reason,
+        )
+
 
 @dataclass(frozen=True)
 class ReportedDispute:
@@ -152,17 +178,7 @@ def record_outside_refund(
         # does a marked one. Asked before the locks below: the reversal takes its own, and a
         # refund not settled yet is not found here (its settlement reads the record below).
         return report_own_refund(
-            charge=charge,
-            refund=RailRefund(
-                provider_refund_id=refund.provider_refund_id,
-                amount_minor=refund.amount_minor,
-                currency=refund.currency,
-                status=refund.status,
-                created_at=refund.created_at_rail,
-                sill_refund_id=sill_refund_id,
-                failure_reason=refund.failure_reason,
-            ),
-            event_id=event_id,
+            charge=charge, refund=refund.as_sills(sill_refund_id), event_id=event_id
         )
     with transaction.atomic():
         order, charge = _locked(charge)

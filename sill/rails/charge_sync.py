@@ -67,15 +67,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
             try:
                 done = record_outside_refund(
                     charge=charge,
-                    refund=OutsideRefund(
-                        provider_refund_id=listed.provider_refund_id,
-                        amount_minor=listed.amount_minor,
-                        currency=listed.currency,
-                        status=listed.status,
-                        created_at_rail=listed.created_at,
-                        reason=listed.reason,
-                        failure_reason=listed.failure_reason,
-                    ),
+                    refund=OutsideRefund.of(listed),
                     event_id=event_id,
                     event_at=now,
                 )
