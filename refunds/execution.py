@@ -48,6 +48,7 @@ from refunds.models import Refund, RefundStatus
 from refunds.quote import RefundRefused, quote_refund
 from refunds.services import (
     LeaseLost,
+    SettlementExceedsCharge,
     fail_refund,
     flag_refund_for_attention,
     refund_body,
@@ -362,9 +363,20 @@ def record_result(refund: Refund, token: str, result: RefundResult) -> str:
         # execution now holding the lease finds it through the lookup (same key).
         _record_lease_lost(refund, result)
         return "lease-lost"
+    except SettlementExceedsCharge as exc:
+        # The rail made it, but the books count the charge refunded already (an outside refund
+        # reported meanwhile): asking again would get the same answer. A person compares the
+        # books with the rail's now; the lookup goes on, and records it once they leave room.
+        return _attention(
+            refund,
+            token,
+            code=exc.code,
+            message=exc.message,
+            provider_refund_id=result.provider_refund_id,
+        )
     except Exception as exc:
         # The rail confirmed the refund but Sill could not record it (the settlement rolled
-        # back, e.g. a charge constraint after an outside refund): never lost, never failed.
+        # back): never lost, never failed.
         logger.exception("refund %s: settling %s failed", refund.id, result.provider_refund_id)
         unrecorded = AmbiguousRailError(
             f"the rail confirmed {result.provider_refund_id} but Sill could not record it: "
@@ -397,13 +409,16 @@ def _retry_or_attention(refund: Refund, token: str, exc: RailError, *, may_have_
     )
 
 
-def _attention(refund: Refund, token: str, *, code: str, message: str) -> str:
+def _attention(
+    refund: Refund, token: str, *, code: str, message: str, provider_refund_id: str = ""
+) -> str:
     flag_refund_for_attention(
         refund_id=refund.id,
         token=token,
         code=code,
         message=message,
         next_check_at=timezone.now() + attention_recheck(),
+        provider_refund_id=provider_refund_id,
     )
     return "needs_attention"
 

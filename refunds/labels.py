@@ -64,6 +64,8 @@ OUTCOME_LABELS: dict[str, str] = {
     "execution_error": "Sill hit an unexpected error",
     "not_at_rail": "The rail has no such refund",
     "failed_after_settlement": "Failed at the rail after it was settled",
+    # The rail made the refund; Sill's books count its charge refunded already (outside Sill).
+    "exceeds_charge_at_rail": "Refunded at the rail beyond what Sill's books allow",
     "unknown_customer": "Sill does not know this customer",
     # A credit in another currency than the customer's balance; a refund of a payment made in
     # another currency than the one Sill refunds (a Shopify order paid in the buyer's).

@@ -31,10 +31,12 @@ from refunds.models import (
 from sill import sql
 from sill.errors import SillError
 from sill.failpoints import failpoint
+from sill.money import Money, format_money
 from sill.orders.models import Charge, Order
 from sill.orders.outside import COUNTED_STATES, claim_outside_refund
 from sill.orders.services import refresh_refund_status
 from sill.queue import enqueue_on_commit
+from sill.rails.base import rail_label
 from sill.rails.woocommerce.record import queue_woocommerce_record
 
 HOLD_FOR = timedelta(hours=24)
@@ -58,6 +60,16 @@ REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
     RefundStatus.REJECTED: frozenset(),
     RefundStatus.EXPIRED: frozenset(),
 }
+
+
+class SettlementExceedsCharge(SillError):
+    """The rail made this refund, but Sill's books already count so much of its charge as
+    refunded (outside Sill, or by Sill) that recording it too would count more than was
+    charged (the charge's constraint). The money moved once; a person compares the charge's
+    refunds at the rail with Sill's. Nothing was written."""
+
+    code = "exceeds_charge_at_rail"
+    status = 409
 
 
 class LeaseLost(SillError):
@@ -297,6 +309,10 @@ def settle_refund(
                 f"The rail reported refund {provider_refund_id} {outside.status}."
             )
             refund.failed_at_rail_source = f"outside refund record {provider_refund_id}"[:255]
+        if refund.amount_minor > charge.amount_minor - _counted_refunded(charge):
+            raise SettlementExceedsCharge(
+                _beyond_charge(refund, charge, provider_refund_id=provider_refund_id)
+            )
         Charge.objects.filter(pk=charge.pk).update(
             amount_reserved_minor=F("amount_reserved_minor") - refund.amount_minor,
             amount_refunded_minor=F("amount_refunded_minor") + refund.amount_minor,
@@ -340,6 +356,28 @@ def settle_refund(
             source=refund.failed_at_rail_source,
         )
     return True
+
+
+def _counted_refunded(charge: Charge) -> int:
+    return charge.amount_refunded_minor + charge.amount_refunded_outside_minor
+
+
+def _beyond_charge(refund: Refund, charge: Charge, *, provider_refund_id: str) -> str:
+    """What a merchant reads when the rail made ``refund`` and the (locked) charge counts too
+    much refunded already to record it (:class:`SettlementExceedsCharge`)."""
+    outside = Money(charge.amount_refunded_outside_minor, charge.currency)
+    by_sill = Money(charge.amount_refunded_minor, charge.currency)
+    counted = f"{format_money(outside)} of the {format_money(charge.amount)} charged"
+    counted += " as refunded outside Sill"
+    if by_sill.amount_minor:
+        counted += f" and {format_money(by_sill)} refunded by Sill"
+    return (
+        f"{rail_label(refund.rail)} refunded {format_money(refund.amount)} for this refund as "
+        f"{provider_refund_id}, but Sill already counts {counted}: recording this one too "
+        "would count more than was charged. The money moved once and Sill will not send it "
+        "again. Compare the charge's refunds in the provider's dashboard with those on the "
+        "order page: Sill records this refund once its books leave room for it."
+    )
 
 
 @transaction.atomic
@@ -461,21 +499,40 @@ def reverse_settled_refund(
 
 @transaction.atomic
 def flag_refund_for_attention(
-    *, refund_id: str, token: str, code: str, message: str, next_check_at: datetime
+    *,
+    refund_id: str,
+    token: str,
+    code: str,
+    message: str,
+    next_check_at: datetime,
+    provider_refund_id: str = "",
 ) -> bool:
-    """The rail may have moved the money and cannot say now: keep it reserved, tell people.
+    """The rail may have moved the money and cannot say now, or made it and Sill cannot
+    record it (``provider_refund_id``: the rail's refund, kept on the refund and in its
+    record): keep it reserved, tell people.
 
     The refund leaves ``processing`` for ``needs_attention``; the beat task asks the rail
-    again from ``next_check_at``; owners and admins get one email (on commit).
+    again from ``next_check_at``; owners and admins get one email (on commit). A refund that
+    needs attention already is asked about again from ``next_check_at``, its lease given
+    back; it changes (and a record says so, no second email) only when the rail's refund id
+    is new to it. False when nothing was recorded.
     """
     now = timezone.now()
     refund = _locked_for_change(refund_id, token=token)
-    if refund.status != RefundStatus.PROCESSING:
+    again = refund.status == RefundStatus.NEEDS_ATTENTION
+    if again and provider_refund_id in ("", refund.provider_refund_id):
+        refund.next_check_at = next_check_at
+        refund.lease_until = None
+        refund.save(update_fields=["next_check_at", "lease_until", "updated_at"])
         return False
-    transition(refund, RefundStatus.NEEDS_ATTENTION)
+    if not again:
+        if refund.status != RefundStatus.PROCESSING:
+            return False
+        transition(refund, RefundStatus.NEEDS_ATTENTION)
+        refund.attention_since = now
     refund.outcome_code = code
     refund.failure_message = message[:500]
-    refund.attention_since = now
+    refund.provider_refund_id = provider_refund_id
     refund.next_check_at = next_check_at
     refund.lease_until = None
     refund.save()
@@ -488,9 +545,13 @@ def flag_refund_for_attention(
             attempts=refund.attempts,
             message=refund.failure_message,
             flagged_at=now.isoformat(),
+            **({"provider_refund_id": provider_refund_id} if provider_refund_id else {}),
         ),
     )
-    enqueue_on_commit("refunds.notify_attention", refund.id, recovered_by="refunds.check_attention")
+    if not again:
+        enqueue_on_commit(
+            "refunds.notify_attention", refund.id, recovered_by="refunds.check_attention"
+        )
     return True
 
 

@@ -125,9 +125,14 @@ def _email(refund: Refund) -> Delivery:
             "the order page",
         )
     )
+    # A refund the rail made but Sill could not record names the rail's id (execution).
+    doubt = (
+        "made it, and Sill could not record it"
+        if refund.provider_refund_id
+        else "may have made it, and Sill could not confirm whether it did"
+    )
     facts = [
-        f"{what} on {refund.site.name} needs attention: {rail_label(refund.rail)} may have "
-        "made it, and Sill could not confirm whether it did.",
+        f"{what} on {refund.site.name} needs attention: {rail_label(refund.rail)} {doubt}.",
         "",
         refund_headline(refund),
         *([f"Order: #{order.number}"] if order else []),

@@ -7,19 +7,22 @@ Each attempt is run as the worker runs it (``execute_refund``); the beat task's 
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
 import pytest
 from django.core import mail
 from django.core.management import call_command
+from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.execution import RetryLater, execute_refund
-from refunds.reconcile.attention import check_refund_at_rail
+from refunds.reconcile.attention import check_refund_at_rail, resolve_attention
 from refunds.staff.services import NotRefundable
+from sill.errors import SillError
 from sill.orders.models import Charge
-from sill.rails.mock import MockRail
+from sill.orders.outside import OutsideRefund, record_outside_refund
 from sill.rails.models import MockLedgerEntry
+from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -261,28 +264,69 @@ def test_an_agent_asking_again_while_its_refund_needs_attention_is_told_already_
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
 
 
-def test_a_success_sill_cannot_record_is_retried_then_needs_attention_never_lost(
-    yen_order, staff_refund, mock_rail, settings, monkeypatch
+def _outside_refund(order, *, status: str, provider_refund_id: str = "re_dashboard") -> str:
+    """The rail reports a refund of all of ``order`` made in its dashboard (a webhook)."""
+    charge = Charge.objects.get(order=order)
+    now = timezone.now()
+    return record_outside_refund(
+        charge=charge,
+        refund=OutsideRefund(
+            provider_refund_id=provider_refund_id, amount_minor=charge.amount_minor,
+            currency=charge.currency, status=status, created_at_rail=now,
+        ),
+        event_id=f"evt_{provider_refund_id}_{status}", event_at=now,
+    )  # fmt: skip
+
+
+def test_a_refund_the_rail_made_that_sill_cannot_record_needs_attention_at_once_by_its_id(
+    yen_order, staff_refund, mock_rail, django_capture_on_commit_callbacks
 ):
-    """The rail confirms, but settling breaks a charge constraint (an outside refund of the
-    whole charge was reported while the rail call was in flight: reported before it, the check
-    before the call refuses the refund, exceeds_refundable): bounded retries, then needs
-    attention, reserved."""
-    settings.SILL_EXECUTION_MAX_ATTEMPTS = 2
+    """The rail made Sill's refund (its answer lost), and meanwhile a dashboard refund of the
+    whole charge was reported: recording Sill's too would count more than was charged (the
+    charge's constraint). The money moved once: the refund needs attention at once, naming
+    the rail's refund id and what to check, and nothing is sent to the rail again."""
+    _script(mock_rail, refund="timeout_after_effect", fail_times=1)
     refund = staff_refund(yen_order)
-    real_refund = MockRail.refund
-
-    def outside_refund_reported_during_the_call(self: MockRail, request: Any) -> Any:
-        result = real_refund(self, request)
-        Charge.objects.filter(order=yen_order).update(amount_refunded_outside_minor=10000)
-        return result
-
-    monkeypatch.setattr(MockRail, "refund", outside_refund_reported_during_the_call)
-    with pytest.raises(RetryLater) as first:
+    with pytest.raises(RetryLater):
         execute_refund(refund.id)
-    assert first.value.ambiguous
-    assert execute_refund(refund.id) == "needs_attention"
+    assert _outside_refund(yen_order, status="succeeded") == "external refund recorded"
+    made = MockLedgerEntry.objects.get(kind="refund")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert execute_refund(refund.id) == "needs_attention"  # no retry of an answer it has
     refund.refresh_from_db()
-    assert refund.status == "needs_attention" and "could not record it" in refund.failure_message
-    assert _books(yen_order) == (0, 10000)
+    assert (refund.status, refund.outcome_code) == ("needs_attention", "exceeds_charge_at_rail")
+    assert refund.provider_refund_id == made.provider_id  # kept, not only in a message
+    assert refund.lease_until is None
+    message = refund.failure_message
+    assert f"Mock refunded ¥10,000 for this refund as {made.provider_id}" in message
+    assert "¥10,000 of the ¥10,000 charged as refunded outside Sill" in message
+    assert "Sill will not send it again" in message and "could not record" not in message
+    flagged = AuditRecord.objects.get(kind="needs_attention")
+    assert json.loads(flagged.payload)["body"]["provider_refund_id"] == made.provider_id
+    assert mail.outbox and all(made.provider_id in told.body for told in mail.outbox)
+    assert "Mock made it, and Sill could not record it." in mail.outbox[0].body
+    assert _books(yen_order) == (0, 10000)  # still reserved: nobody refunds it again
+
+    # The beat's lookup finds it again and leaves it as it is, asked again later.
+    assert check_refund_at_rail(refund.id) == "needs_attention"
+    refund.refresh_from_db()
+    assert refund.status == "needs_attention" and refund.failure_message == message
+    assert refund.lease_until is None and refund.next_check_at > timezone.now()
+    # An owner who records that id is told why it cannot be recorded yet (not a 500).
+    with pytest.raises(SillError) as refused:
+        resolve_attention(
+            refund=refund, actor=site_owner(refund.site), outcome="refunded",
+            provider_refund_id=made.provider_id,
+        )  # fmt: skip
+    assert refused.value.code == "exceeds_charge_at_rail"
+    assert AuditRecord.objects.filter(kind="needs_attention").count() == 1
+
+    # The dashboard refund turns out failed: the next lookup records Sill's refund.
+    _outside_refund(yen_order, status="failed")
+    assert check_refund_at_rail(refund.id) == "succeeded"
+    refund.refresh_from_db()
+    assert (refund.status, refund.provider_refund_id) == ("succeeded", made.provider_id)
+    assert _books(yen_order) == (10000, 0)
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+    call_command("audit", "verify")
