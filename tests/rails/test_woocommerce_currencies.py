@@ -9,8 +9,10 @@ TND in steps of 10 only), and a zero-decimal one's rounded to a whole unit.
 from __future__ import annotations
 
 from decimal import Decimal
+from importlib import import_module
 
 import pytest
+from django.apps import apps as django_apps
 
 from refunds.execution import execute_refund
 from refunds.models import Refund, RefundReason
@@ -153,3 +155,57 @@ def test_a_jpy_order_is_refunded_in_whole_yen(
         ("succeeded", 1),
     ]
     assert sdk.v1.charges.retrieve(charge_id).amount_refunded == 1201
+
+
+def test_a_kwd_charge_synced_as_the_stores_total_is_corrected_to_what_stripe_charged(
+    site, members, woo, woo_account, stripe_on, sdk, django_capture_on_commit_callbacks
+):
+    """Orders synced before the sync followed the gateway kept the store's KWD 10.125 as their
+    charge: orders 0011 corrects them to Stripe's KWD 10.120, so a full refund goes through."""
+    order, _placed, charge_id = _synced(
+        site, woo, sdk, total="10.125", currency="KWD", charged_minor=10120
+    )
+    Charge.objects.filter(order=order).update(amount_minor=10125)  # as the old sync wrote it
+    half = _staff_refund(
+        site, members, order, django_capture_on_commit_callbacks, kind="amount",
+        amount=Money(5000, "KWD"),
+    )  # fmt: skip
+    assert half.status == "succeeded"
+    refused = _staff_refund(site, members, order, django_capture_on_commit_callbacks, kind="full")
+    assert (refused.status, refused.amount_minor) == ("failed", 5125)  # off Stripe's step
+    assert sdk.v1.charges.retrieve(charge_id).amount_refunded == 5000  # nothing sent
+    # Another store order refunded beyond the corrected amount in Sill's books: left as it is.
+    other, _, _ = _synced(site, woo, sdk, total="3.005", currency="KWD", charged_minor=3000)
+    Charge.objects.filter(order=other).update(amount_minor=3005, amount_refunded_outside_minor=3005)
+
+    migration = import_module("sill.orders.migrations.0011_woo_charges_as_stripe_charged")
+    migration.charge_woo_orders_as_stripe_charged(django_apps, None)
+
+    assert Charge.objects.get(order=order).amount_minor == 10120
+    assert Charge.objects.get(order=other).amount_minor == 3005
+    assert Order.objects.get(pk=order.pk).total == Money(10125, "KWD")  # the store's, as written
+    rest = _staff_refund(site, members, order, django_capture_on_commit_callbacks, kind="full")
+    assert (rest.status, rest.amount_minor) == ("succeeded", 5120), rest.failure_message
+    assert sdk.v1.charges.retrieve(charge_id).amount_refunded == 10120
+    assert Order.objects.get(pk=order.pk).status == "REFUNDED"
+
+
+def test_an_order_short_of_refunded_only_by_the_uncharged_fils_becomes_refunded(
+    site, members, woo, woo_account, stripe_on, sdk, django_capture_on_commit_callbacks
+):
+    order, _placed, _charge_id = _synced(
+        site, woo, sdk, total="10.125", currency="KWD", charged_minor=10120
+    )
+    Charge.objects.filter(order=order).update(amount_minor=10125)  # as the old sync wrote it
+    made = _staff_refund(
+        site, members, order, django_capture_on_commit_callbacks, kind="amount",
+        amount=Money(10120, "KWD"),
+    )  # fmt: skip
+    assert made.status == "succeeded"
+    assert Order.objects.get(pk=order.pk).status == "PARTIALLY_REFUNDED"  # 5 fils "left"
+
+    migration = import_module("sill.orders.migrations.0011_woo_charges_as_stripe_charged")
+    migration.charge_woo_orders_as_stripe_charged(django_apps, None)
+
+    assert Order.objects.get(pk=order.pk).status == "REFUNDED"
+    assert Charge.objects.get(order=order).remaining == Money(0, "KWD")
