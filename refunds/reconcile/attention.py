@@ -167,6 +167,14 @@ def _email(refund: Refund) -> Delivery:
     return delivery
 
 
+class RailRefunded(SillError):
+    """The rail confirmed this refund by its id: recording that no refund was made would
+    release money the rail has paid out (``rail_refunded``, 409). Nothing was written."""
+
+    code = "rail_refunded"
+    status = 409
+
+
 def resolve_attention(
     *,
     refund: Refund,
@@ -179,8 +187,9 @@ def resolve_attention(
 
     ``actor`` must be an owner of the refund's site (else ``forbidden``, 403). ``outcome`` is
     the form's text as posted: ``refunded`` needs the provider's refund id and settles;
-    ``not_refunded`` releases the reservation; anything else is ``invalid_field``, and so is
-    a refund id Sill already counts (:func:`_refuse_a_counted_id`). Refused while an
+    ``not_refunded`` releases the reservation, refused (``rail_refunded``) for a refund the
+    rail confirmed by its id; anything else is ``invalid_field``, and so is a refund id Sill
+    already counts (:func:`_refuse_a_counted_id`). Refused while an
     execution holds the refund (``execution_in_progress``). A refusal changes nothing.
     """
     require_member(actor, refund.site_id, Cap.DECIDE_HELD, owner=True)
@@ -210,7 +219,14 @@ def resolve_attention(
             # The refund, then its order and charge, before the append: the append holds the
             # site's chain head until commit, and a decision or settlement on this charge
             # holds the charge while it waits for the head (the lock order of refunds.locks).
-            Refund.objects.select_for_update(of=("self",)).get(pk=refund.pk)
+            locked = Refund.objects.select_for_update(of=("self",)).get(pk=refund.pk)
+            if outcome == "not_refunded" and locked.provider_refund_id:
+                raise RailRefunded(
+                    f"{rail_label(locked.rail)} made this refund ({locked.provider_refund_id}): "
+                    "Sill will not record that no refund was made, which would let the same "
+                    "money be refunded again. Sill records it as soon as its books leave room "
+                    "for it (see What happened)."
+                )
             if not refund.is_credit:
                 Order.objects.select_for_update().get(pk=refund.order_id)
                 Charge.objects.select_for_update().get(pk=refund.charge_id)

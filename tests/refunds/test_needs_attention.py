@@ -278,6 +278,20 @@ def _outside_refund(order, *, status: str, provider_refund_id: str = "re_dashboa
     )  # fmt: skip
 
 
+def _made_but_unrecordable(order, staff_refund, mock_rail):
+    """Sill's refund of ``order`` made at the rail (its answer lost), then a dashboard refund
+    of the whole charge reported: the retry finds Sill's refund and cannot record it."""
+    _script(mock_rail, refund="timeout_after_effect", fail_times=1)
+    refund = staff_refund(order)
+    with pytest.raises(RetryLater):
+        execute_refund(refund.id)
+    assert _outside_refund(order, status="succeeded") == "external refund recorded"
+    made = MockLedgerEntry.objects.get(kind="refund")
+    assert execute_refund(refund.id) == "needs_attention"  # no retry of an answer it has
+    refund.refresh_from_db()
+    return refund, made
+
+
 def test_a_refund_the_rail_made_that_sill_cannot_record_needs_attention_at_once_by_its_id(
     yen_order, staff_refund, mock_rail, django_capture_on_commit_callbacks
 ):
@@ -285,16 +299,8 @@ def test_a_refund_the_rail_made_that_sill_cannot_record_needs_attention_at_once_
     whole charge was reported: recording Sill's too would count more than was charged (the
     charge's constraint). The money moved once: the refund needs attention at once, naming
     the rail's refund id and what to check, and nothing is sent to the rail again."""
-    _script(mock_rail, refund="timeout_after_effect", fail_times=1)
-    refund = staff_refund(yen_order)
-    with pytest.raises(RetryLater):
-        execute_refund(refund.id)
-    assert _outside_refund(yen_order, status="succeeded") == "external refund recorded"
-    made = MockLedgerEntry.objects.get(kind="refund")
-
     with django_capture_on_commit_callbacks(execute=True):
-        assert execute_refund(refund.id) == "needs_attention"  # no retry of an answer it has
-    refund.refresh_from_db()
+        refund, made = _made_but_unrecordable(yen_order, staff_refund, mock_rail)
     assert (refund.status, refund.outcome_code) == ("needs_attention", "exceeds_charge_at_rail")
     assert refund.provider_refund_id == made.provider_id  # kept, not only in a message
     assert refund.lease_until is None
@@ -330,3 +336,27 @@ def test_a_refund_the_rail_made_that_sill_cannot_record_needs_attention_at_once_
     assert _books(yen_order) == (10000, 0)
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
     call_command("audit", "verify")
+
+
+def test_an_owner_cannot_record_no_refund_for_a_refund_the_rail_made(
+    yen_order, staff_refund, mock_rail, client
+):
+    """ "No refund was made" releases the reservation and fails the refund: for a refund the
+    rail confirmed by its id, that would let the same money be refunded again. It is refused
+    in the service (nothing written, still reserved) and not offered on the order page."""
+    refund, made = _made_but_unrecordable(yen_order, staff_refund, mock_rail)
+    owner = site_owner(refund.site)
+    records = AuditRecord.objects.count()
+    with pytest.raises(SillError) as refused:
+        resolve_attention(refund=refund, actor=owner, outcome="not_refunded")
+    assert refused.value.code == "rail_refunded"
+    assert made.provider_id in refused.value.message
+    refund.refresh_from_db()
+    assert (refund.status, refund.lease_until) == ("needs_attention", None)
+    assert _books(yen_order) == (0, 10000) and AuditRecord.objects.count() == records
+
+    client.force_login(owner)
+    page = client.get(f"/orders/{yen_order.id}/").content.decode()
+    assert f'id="attention-{refund.id}"' in page
+    assert 'value="not_refunded"' not in page
+    assert f"Mock made this refund ({made.provider_id})" in page
