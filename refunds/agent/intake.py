@@ -29,6 +29,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Field, Model, QuerySet
 from django.utils import timezone
 
+from audit.chain import MAX_SAFE_INTEGER
 from policies.facts import (
     agent_day_start,
     agent_live_totals_select,
@@ -367,10 +368,21 @@ def _purchase(mandate: Mandate, verified: VerifiedMandate, *, now: datetime) -> 
 
 def _check_purchase_fits(intent: mandates.PurchaseIntent) -> None:
     """``invalid_field`` for a purchase's text longer than a column it is stored in (the
-    schema takes up to ``MAX_TEXT`` characters, some of these columns fewer), a currency its
-    rail does not charge (``sill.rails.base.charges_currency``), or a total its rail cannot
-    charge (``sill.rails.base.amount_step``)."""
+    schema takes up to ``MAX_TEXT`` characters, some of these columns fewer), a total larger
+    than its signed records hold, a currency its rail does not charge
+    (``sill.rails.base.charges_currency``), or a total its rail cannot charge
+    (``sill.rails.base.amount_step``)."""
     path = "signed.intent"
+    # The purchase's decision record (and its charge's) carries the total in minor units, and
+    # a signed record holds integers up to 2**53 - 1 only (audit.chain): a larger total failed
+    # that write, a 500 the agent was told to send again, failing the same way every time.
+    if intent.quoted_total.amount_minor > MAX_SAFE_INTEGER:
+        largest = Money(MAX_SAFE_INTEGER, intent.currency)
+        raise MandateError(
+            "invalid_field",
+            f"{path}.quoted_total must be at most {format_money(largest)}: nothing was placed",
+            field=f"{path}.quoted_total",
+        )
     for i, line in enumerate(intent.line_items):
         _fits(line.sku, f"{path}.line_items.{i}.sku", (LineItem, "sku"))
         _fits(line.name, f"{path}.line_items.{i}.name", (LineItem, "name"))

@@ -124,7 +124,8 @@ def _line(**overrides):
 # Each passes the schema's own bounds (text: non-blank, at most 255 characters; quantity: a
 # positive integer) but not the column it is stored in: LineItem.quantity is an integer
 # (PostgreSQL's, 2**31 - 1 at most), LineItem.sku a varchar(100), Order.buyer_name /
-# Customer.name varchar(200), Order.buyer_email / Customer.email varchar(254).
+# Customer.name varchar(200), Order.buyer_email / Customer.email varchar(254); and a total
+# its audit record cannot hold.
 TOO_BIG_TO_STORE = {
     "quantity_2**31": (
         {"line_items": [_line(quantity=2**31, unit_price=Decimal("0.01"))],
@@ -132,6 +133,13 @@ TOO_BIG_TO_STORE = {
         "signed.intent.line_items.0.quantity",
     ),
     "sku_101": ({"line_items": [_line(sku="S" * 101)]}, "signed.intent.line_items.0.sku"),
+    # A total over 2**53 - 1 minor units (the first whole dollar over it), which the
+    # purchase's signed decision record cannot hold as an exact integer.
+    "quoted_total_2**53": (
+        {"line_items": [_line(unit_price=Decimal("90071992547410"))],
+         "quoted_total": Decimal("90071992547410")},
+        "signed.intent.quoted_total",
+    ),
     "buyer_name_201": (
         {"buyer": {"name": "N" * 201, "email": "ada@example.com"}},
         "signed.intent.buyer.name",
