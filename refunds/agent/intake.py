@@ -239,6 +239,8 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     assert key is not None  # the signature verified with it
     if isinstance(verified.intent, mandates.PurchaseIntent):
         _check_purchase_fits(verified.intent)  # the schema's last check: nothing is spent yet
+    elif isinstance(verified.intent, mandates.CreditIntent):
+        _check_recordable(verified.intent.amount, "signed.intent.amount")
     # The key's rate limit, counted only now that the signature holds (sill/api.py).
     spend_mandate_budget(site_id=site_id, agent_id=verified.agent_id, key_id=verified.key_id)
     prefetched = _prefetch_rail_facts(verified, now=now, charged=getattr(key, "charged", None))
@@ -373,16 +375,7 @@ def _check_purchase_fits(intent: mandates.PurchaseIntent) -> None:
     (``sill.rails.base.charges_currency``), or a total its rail cannot charge
     (``sill.rails.base.amount_step``)."""
     path = "signed.intent"
-    # The purchase's decision record (and its charge's) carries the total in minor units, and
-    # a signed record holds integers up to 2**53 - 1 only (audit.chain): a larger total failed
-    # that write, a 500 the agent was told to send again, failing the same way every time.
-    if intent.quoted_total.amount_minor > MAX_SAFE_INTEGER:
-        largest = Money(MAX_SAFE_INTEGER, intent.currency)
-        raise MandateError(
-            "invalid_field",
-            f"{path}.quoted_total must be at most {format_money(largest)}: nothing was placed",
-            field=f"{path}.quoted_total",
-        )
+    _check_recordable(intent.quoted_total, f"{path}.quoted_total")
     for i, line in enumerate(intent.line_items):
         _fits(line.sku, f"{path}.line_items.{i}.sku", (LineItem, "sku"))
         _fits(line.name, f"{path}.line_items.{i}.name", (LineItem, "name"))
@@ -411,6 +404,20 @@ def _check_purchase_fits(intent: mandates.PurchaseIntent) -> None:
             field=f"{path}.quoted_total",
         )
     _fits(intent.payment_method, f"{path}.payment.payment_method", (Charge, "payment_method"))
+
+
+def _check_recordable(amount: Money, field: str) -> None:
+    """``invalid_field`` for an amount its signed decision record cannot hold: a record holds
+    integers up to 2**53 - 1 only (``audit.chain``), and a purchase's total (its charge's too)
+    or a credit's amount is written there in minor units. A larger one failed that write, a
+    500 the agent was told to send again, failing the same way every time."""
+    if amount.amount_minor > MAX_SAFE_INTEGER:
+        largest = Money(MAX_SAFE_INTEGER, amount.currency)
+        raise MandateError(
+            "invalid_field",
+            f"{field} must be at most {format_money(largest)}: nothing was done",
+            field=field,
+        )
 
 
 def _fits(value: str, field: str, *columns: tuple[type[Model], str]) -> None:

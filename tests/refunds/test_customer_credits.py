@@ -207,6 +207,8 @@ def test_the_agents_cap_counts_credits(send, stub, stripe_rail, cora, agent):
         ({"amount": "12.50"}, "invalid_field", "signed.intent.amount"),
         ({"amount": Decimal("-1.00")}, "invalid_field", "signed.intent.amount"),
         ({"amount": Decimal("1.001")}, "invalid_field", "signed.intent.amount"),
+        # Over 2**53 - 1 cents: more than the credit's signed decision record holds exactly.
+        ({"amount": Decimal("90071992547410")}, "invalid_field", "signed.intent.amount"),
         ({"currency": "usd"}, "invalid_field", "signed.intent.currency"),
         ({"reason_code": "because"}, "invalid_field", "signed.intent.reason_code"),
         ({"order": "x"}, "unknown_field", "signed.intent.order"),
