@@ -91,8 +91,8 @@ _ERROR = inline_serializer(
 # The read endpoints' shared refusals (README "The agent API").
 _TOKEN_REFUSED = OpenApiResponse(
     _ERROR,
-    description="`not_authenticated`: no bearer token, or an unknown or revoked one "
-    "(`WWW-Authenticate: Bearer`).",
+    description="`not_authenticated`: no bearer token, an unknown or revoked one, or a "
+    "deactivated agent's (the message says so) (`WWW-Authenticate: Bearer`).",
 )
 _READ_RATE_LIMITED = OpenApiResponse(
     _ERROR,
@@ -186,8 +186,9 @@ class MandateCreateApi(APIView):
             ),
             401: OpenApiResponse(
                 _ERROR,
-                description="`unknown_key` (no such key for the agent on the site, revoked, or "
-                "not valid at `issued_at`), `bad_signature`.",
+                description="`unknown_key` (no such key for the agent on the site, revoked, "
+                "not valid at `issued_at`, or its agent deactivated: the message says so once "
+                "the signature holds), `bad_signature`.",
             ),
             409: OpenApiResponse(
                 _ERROR,
@@ -246,11 +247,18 @@ class AgentTokenAuthentication(BaseAuthentication):
             return None
         found = (
             AgentToken.objects.select_related("agent", "agent__site")
-            .filter(token_sha256=token_sha256(token), revoked_at__isnull=True, agent__active=True)
+            .filter(token_sha256=token_sha256(token), revoked_at__isnull=True)
             .first()
         )
         if found is None:
             raise AuthenticationFailed("unknown or revoked token")
+        if not found.agent.active:
+            # Whoever holds the token may hear why: "unknown or revoked" sent the agent's
+            # author looking for a new token, which is refused the same way.
+            raise AuthenticationFailed(
+                f"agent {found.agent.agent_id} is deactivated on this site: its tokens are "
+                "refused until an owner or admin of the site reactivates it"
+            )
         return (None, found.agent)
 
     def authenticate_header(self, request: Request) -> str:

@@ -99,15 +99,40 @@ class MandateAnswer:
     body: dict[str, Any]
 
 
-def _key_lookup(site_id: str, agent_id: str, key_id: str) -> mandates.KeyRecord | None:
+def _key_lookup(
+    site_id: str, agent_id: str, key_id: str, *, active: bool = True
+) -> mandates.KeyRecord | None:
     key = (
         AgentKey.objects.filter(
-            agent__site_id=site_id, agent__agent_id=agent_id, agent__active=True, key_id=key_id
+            agent__site_id=site_id, agent__agent_id=agent_id, agent__active=active, key_id=key_id
         )
         .only("public_key", "valid_from", "valid_until", "revoked_at")
         .first()
     )
     return _key_record(key) if key is not None else None
+
+
+def _refuse_if_deactivated(raw: bytes, loaded: mandates.LoadedMandate, *, now: datetime) -> None:
+    """``unknown_key`` saying the mandate's agent is deactivated on its site, when it is and
+    the mandate verifies with that agent's key (its time aside): "No such key" sent the
+    agent's author looking for a key that exists. A mandate that does not verify returns, to
+    hear the plain refusal: nothing unsigned learns whether an agent is deactivated."""
+    _mandate_id, site_id, agent_id, key_id = loaded.identity
+    key = _key_lookup(site_id, agent_id, key_id, active=False)
+    if key is None:
+        return
+    try:
+        mandates.verify_mandate(
+            raw, key_lookup=lambda *_: key, now=now, check_time=False, loaded=loaded
+        )
+    except MandateError:
+        return
+    raise MandateError(
+        "unknown_key",
+        f"Agent {agent_id} is deactivated on this site: its mandates are refused until an owner "
+        "or admin of the site reactivates it (Settings → Agents).",
+        field="signed.agent_id",
+    )
 
 
 def _agent_key(
@@ -229,6 +254,9 @@ def submit_mandate(*, raw: bytes, now: datetime | None = None) -> MandateAnswer:
     maybe_resent = key is None or getattr(key, "earlier_sha256", None) is not None
     if maybe_resent and (answer := _earlier(site_id, mandate_id, body_sha256, raw=raw, now=now)):
         return answer
+
+    if key is None:
+        _refuse_if_deactivated(raw, loaded, now=now)
 
     def key_lookup(*asked: str) -> mandates.KeyRecord | None:
         if asked != identity[1:]:  # never expected: verify_mandate asks for the same key
