@@ -193,7 +193,8 @@ class MandateCreateApi(APIView):
             409: OpenApiResponse(
                 _ERROR,
                 description="`replay`: the nonce was used by another mandate; "
-                "`mandate_conflict`: this `mandate_id` was received with another body.",
+                "`mandate_conflict`: this `mandate_id` was received with another body, or (a "
+                "purchase) it already names one of the site's orders. Nothing was done.",
             ),
             406: _NOT_ACCEPTABLE,
             413: OpenApiResponse(_ERROR, description="`too_large`: over 64 KiB."),

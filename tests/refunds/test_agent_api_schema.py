@@ -169,6 +169,20 @@ def test_every_mandate_error_is_the_schemas(schema, original, sign) -> None:
     assert seen == ERROR_CODES
 
 
+def test_a_purchase_under_an_orders_mandate_id_is_the_conflict_the_schema_describes(
+    schema, original, sign, mock_rail
+) -> None:
+    """README: 409 ``mandate_conflict`` is also a purchase whose ``mandate_id`` already names
+    one of the site's orders (the demo's, placed with no stored mandate): a mandate id Sill
+    never received, so the schema's 409 must say so, not only "received with another body"."""
+    answer = _post(sign(purchase_intent(), mandate_id=ORIGINAL))
+    check_answer(schema, *CREATE, answer)
+    assert (answer.status_code, answer.json()["error"]["code"]) == (409, "mandate_conflict")
+    assert "order" in answer.json()["error"]["message"]
+    described = schema["paths"][CREATE[0]]["post"]["responses"]["409"]["description"]
+    assert "already names one of the site's orders" in described
+
+
 def test_the_schemas_own_examples_are_valid_answers(schema) -> None:
     """What an agent author copies from ``/api/schema/``."""
     for path, method in (CREATE, (DETAIL, "GET")):
