@@ -17,11 +17,9 @@ from django.utils import timezone
 
 from sill.orders.models import Charge
 from sill.orders.outside import (
-    COUNTED_STATES,
     ExceedsCharge,
     OutsideRefund,
     ReportedDispute,
-    own_refund_id,
     record_dispute,
     record_outside_refund,
     report_own_refund,
@@ -61,9 +59,11 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
             done = report_own_refund(charge=charge, refund=listed, event_id=event_id)
         elif listed.currency != charge.currency or listed.amount_minor <= 0:
             done = "not a refund of this charge's currency"
-        elif listed.status not in COUNTED_STATES and not _known(charge, listed):
-            done = "failed at the rail; nothing to record"
         else:
+            # A refund the rail lists failed is recorded too (it counts nothing), as its
+            # webhook records it: left out, a late webhook with its earlier state (Stripe's
+            # refund.created, pending or succeeded, retried for days) found no record to be
+            # older than and counted it as refunded.
             try:
                 done = record_outside_refund(
                     charge=charge,
@@ -98,11 +98,3 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
         )
         outcomes.append(f"{dispute.provider_dispute_id}: {done}")
     return ChargeSync(refunds=refunds, disputes_read=True, outcomes=outcomes)
-
-
-def _known(charge: Charge, listed: RailRefund) -> bool:
-    """Whether Sill holds the refund: as an outside refund, or as its own settled under that
-    id (a failed one listed without its marker is reversed, not dropped)."""
-    return bool(own_refund_id(charge, listed.provider_refund_id)) or (
-        charge.external_refunds.filter(provider_refund_id=listed.provider_refund_id).exists()
-    )
