@@ -149,6 +149,22 @@ class ReportedDispute:
     opened_at: datetime
 
 
+def record_rail_refund(
+    *, charge: Charge, refund: RailRefund, event_id: str, event_at: datetime
+) -> str:
+    """Record what the rail reports of one refund of ``charge`` (a webhook's or a read's,
+    ``event_at`` its time); returns what was done. One whose marker names Sill's refund goes
+    to the refund core (:func:`report_own_refund`); any other is a refund made outside Sill
+    (:func:`record_outside_refund`, which may raise :class:`ExceedsCharge`). Every rail's
+    webhook and reconciliation go through here, so a refund ends the same whichever reported
+    it."""
+    if refund.sill_refund_id:
+        return report_own_refund(charge=charge, refund=refund, event_id=event_id)
+    return record_outside_refund(
+        charge=charge, refund=OutsideRefund.of(refund), event_id=event_id, event_at=event_at
+    )
+
+
 def _locked(charge: Charge) -> tuple[Order, Charge]:
     order = Order.objects.select_for_update().get(pk=charge.order_id)
     return order, Charge.objects.select_for_update().get(pk=charge.pk)

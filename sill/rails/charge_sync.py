@@ -18,11 +18,9 @@ from django.utils import timezone
 from sill.orders.models import Charge
 from sill.orders.outside import (
     ExceedsCharge,
-    OutsideRefund,
     ReportedDispute,
     record_dispute,
-    record_outside_refund,
-    report_own_refund,
+    record_rail_refund,
 )
 from sill.rails.base import ChargeReader, RailError, RailRefund
 from sill.rails.dispute_states import dispute_status
@@ -55,9 +53,9 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
     )
     outcomes: list[str] = []
     for listed in refunds:
-        if listed.sill_refund_id:
-            done = report_own_refund(charge=charge, refund=listed, event_id=event_id)
-        elif listed.currency != charge.currency or listed.amount_minor <= 0:
+        if not listed.sill_refund_id and (
+            listed.currency != charge.currency or listed.amount_minor <= 0
+        ):
             done = "not a refund of this charge's currency"
         else:
             # A refund the rail lists failed is recorded too (it counts nothing), as its
@@ -65,11 +63,8 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
             # refund.created, pending or succeeded, retried for days) found no record to be
             # older than and counted it as refunded.
             try:
-                done = record_outside_refund(
-                    charge=charge,
-                    refund=OutsideRefund.of(listed),
-                    event_id=event_id,
-                    event_at=now,
+                done = record_rail_refund(
+                    charge=charge, refund=listed, event_id=event_id, event_at=now
                 )
             except ExceedsCharge as exc:
                 # Sill's books are what is wrong; the comparison after the sync shows it.

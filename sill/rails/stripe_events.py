@@ -17,11 +17,9 @@ from django.utils import timezone
 
 from sill.orders.models import Charge, Rail
 from sill.orders.outside import (
-    OutsideRefund,
     ReportedDispute,
     record_dispute,
-    record_outside_refund,
-    report_own_refund,
+    record_rail_refund,
     unrecorded_refunded_minor,
 )
 from sill.queue import enqueue_on_commit
@@ -152,45 +150,32 @@ def _charge_of(stored: WebhookEvent, obj: dict[str, Any]) -> Charge | None:
 
 def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime) -> str:
     refund_id = str(obj.get("id") or "")
+    # Sill's own refund carries its id in the metadata, whatever state Sill's record of it
+    # is in: never an outside refund. Its rail state goes to the refund core (a late failure
+    # is reversed there).
     sill_refund_id = str(_mapping(obj.get("metadata")).get("sill_refund_id") or "")
     charge = _charge_of(stored, obj)
     if charge is None or not refund_id:
         if sill_refund_id:
             return f"{refund_id}: Sill's own refund"
         return f"{refund_id or 'refund'}: not a charge Sill made"
-    if sill_refund_id:
-        # Sill's own refund, whatever state Sill's record of it is in: never an outside
-        # refund. Its rail state goes to the refund core (a late failure is reversed there).
-        try:
-            report = RailRefund(
-                provider_refund_id=refund_id,
-                amount_minor=_minor(obj),
-                currency=str(obj["currency"]).upper(),
-                status=str(obj.get("status") or "succeeded"),
-                created_at=_time(obj.get("created")),
-                sill_refund_id=sill_refund_id,
-                failure_reason=str(obj.get("failure_reason") or ""),
-            )
-        except (KeyError, TypeError, ValueError):
-            return f"{refund_id}: malformed refund"
-        done = report_own_refund(charge=charge, refund=report, event_id=stored.event_id)
-        return f"{refund_id}: {done}"
     try:
-        refund = OutsideRefund(
+        report = RailRefund(
             provider_refund_id=refund_id,
             amount_minor=_minor(obj),
             currency=str(obj["currency"]).upper(),
             status=str(obj.get("status") or "succeeded"),
-            created_at_rail=_time(obj.get("created")),
+            created_at=_time(obj.get("created")),
+            sill_refund_id=sill_refund_id,
             reason=str(obj.get("reason") or ""),
             failure_reason=str(obj.get("failure_reason") or ""),
         )
     except (KeyError, TypeError, ValueError):
         return f"{refund_id}: malformed refund"
-    if refund.amount_minor <= 0:
+    if not sill_refund_id and report.amount_minor <= 0:
         return f"{refund_id}: malformed refund"
-    done = record_outside_refund(
-        charge=charge, refund=refund, event_id=stored.event_id, event_at=event_at
+    done = record_rail_refund(
+        charge=charge, refund=report, event_id=stored.event_id, event_at=event_at
     )
     return f"{refund_id}: {done}"
 

@@ -6,7 +6,7 @@ its provider id (and why it failed).
 Each test runs once per path against the rail's loopback (localstripe, the PayPal and
 Shopify stubs) and checks the same books. Seen before: a refund the rail reports failed was
 recorded by its webhook and not by reconciliation, so a late webhook with the refund's earlier
-state found nothing to be older than and counted it as refunded.
+state counted it as refunded; and PayPal's webhook dropped why Sill's refund failed.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
+from refunds.models import Refund
 from refunds.reconcile.runs import run_reconciliation
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.models import RailAccount
 from tests.rails.localstripe_fixtures import as_dict
 from tests.rails.stripe_events import event
+from tests.rails.test_paypal_refunds import settled
 from tests.rails.test_paypal_webhooks import own_counters, run  # noqa: F401
 from tests.rails.test_shopify_reconciliation import synced, webhook  # noqa: F401
 
@@ -121,6 +123,33 @@ def test_paypal_an_outside_refund(
         "charge": (0, counted, 0),
         "order": "PARTIALLY_REFUNDED" if counted else "PAID",
     }
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_paypal_sills_refund_reported_failed_without_its_custom_id(
+    path,
+    site,
+    members,
+    paypal,
+    paypal_account,
+    paypal_order,
+    run,  # noqa: F811
+    django_capture_on_commit_callbacks,
+):
+    order, capture = paypal_order(total="89.00")
+    refund = settled(site, members, order, django_capture_on_commit_callbacks, minor=3000)
+    [made] = capture.refunds
+    made.pop("custom_id")  # PayPal holds it without Sill's refund id
+    made.update(status="FAILED", status_details={"reason": "ECHECK"})
+    if path == "webhook":
+        _paypal_webhook(run, site, paypal, capture, made)
+    else:
+        _reconcile(paypal_account)
+
+    refund = Refund.objects.get(pk=refund.pk)
+    assert (refund.status, refund.outcome_code) == ("failed", "failed_after_settlement")
+    assert "failed after it was settled (ECHECK)" in refund.failure_message
+    assert _books(order) == {"outside": [], "charge": (0, 0, 0), "order": "PAID"}
 
 
 @pytest.mark.parametrize("state", ["SUCCESS", "FAILURE"])

@@ -38,6 +38,16 @@ def _refund(site, members, order, capture_callbacks, **kind) -> Refund:
         )
 
 
+def settled(site, members, order, capture_callbacks, *, minor: int) -> Refund:
+    """A staff refund of ``minor`` USD cents of ``order``, settled at the loopback PayPal."""
+    refund = _refund(
+        site, members, order, capture_callbacks, kind="amount", amount=Money(minor, "USD")
+    )
+    refund, _ = _execute(refund)
+    assert refund.status == "succeeded"
+    return refund
+
+
 def _execute(refund: Refund, *, tries: int = 3) -> tuple[Refund, int]:
     """Execute until an outcome; returns the refund and how many attempts said RetryLater."""
     retries = 0

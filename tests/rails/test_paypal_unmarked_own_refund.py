@@ -18,7 +18,7 @@ from sill.money import Money
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.models import WebhookEvent
 from sill.rails.paypal.rail import PayPalRail
-from tests.rails.test_paypal_refunds import _execute, _refund
+from tests.rails.test_paypal_refunds import _execute, _refund, settled
 from tests.rails.test_paypal_webhooks import own_counters, refund_event, run  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -83,16 +83,7 @@ def test_a_settled_refund_paypal_reports_without_custom_id_is_not_counted_again(
     django_capture_on_commit_callbacks,
 ):
     order, capture = paypal_order(total="89.00")
-    refund = _refund(
-        site,
-        members,
-        order,
-        django_capture_on_commit_callbacks,
-        kind="amount",
-        amount=Money(3000, "USD"),
-    )
-    refund, _ = _execute(refund)
-    assert refund.status == "succeeded"
+    refund = settled(site, members, order, django_capture_on_commit_callbacks, minor=3000)
     capture.refunds[0].pop("custom_id")
     event = refund_event(paypal, capture, value="30.00", refund_id=refund.provider_refund_id)
     assert run(site, paypal, event).status_code == 200

@@ -38,13 +38,7 @@ from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from sill.orders.models import Charge, Rail
-from sill.orders.outside import (
-    OutsideRefund,
-    ReportedDispute,
-    record_dispute,
-    record_outside_refund,
-    report_own_refund,
-)
+from sill.orders.outside import ReportedDispute, record_dispute, record_rail_refund
 from sill.rails.base import RetryableRailError
 from sill.rails.dispute_states import dispute_status
 from sill.rails.event_attempts import attempt_event
@@ -207,19 +201,8 @@ def _apply_refund(
     report = rail_refund(refund, default_time=event_at)
     if report is None:
         return f"{refund_id}: malformed refund"
-    if report.sill_refund_id:
-        done = report_own_refund(charge=charge, refund=report, event_id=stored.event_id)
-        return f"{refund_id}: {done}"
-    outside = OutsideRefund(
-        provider_refund_id=refund_id,
-        amount_minor=report.amount_minor,
-        currency=report.currency,
-        status=report.status,
-        created_at_rail=report.created_at,
-        reason=report.reason,
-    )
-    done = record_outside_refund(
-        charge=charge, refund=outside, event_id=stored.event_id, event_at=event_at
+    done = record_rail_refund(
+        charge=charge, refund=report, event_id=stored.event_id, event_at=event_at
     )
     return f"{refund_id}: {done}"
 

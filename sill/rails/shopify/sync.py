@@ -41,11 +41,9 @@ from sill.errors import SillError
 from sill.orders.models import Charge, ChargeStatus, Customer, DisputeStatus, Order, OrderStatus
 from sill.orders.outside import (
     ExceedsCharge,
-    OutsideRefund,
     ReportedDispute,
     record_dispute,
-    record_outside_refund,
-    report_own_refund,
+    record_rail_refund,
 )
 from sill.orders.services import NewLine, create_order, set_order_status
 from sill.rails.base import RailName
@@ -376,27 +374,13 @@ def _record_rail_reports(
     # Recorded as of its creation, a webhook's later state looked older than what a
     # reconciliation (recorded as of its own read) had applied, and was dropped.
     for refund in order.refunds:
-        if refund.sill_refund_id:
-            # Sill made it (its note names the refund): never an outside refund. Its state goes
-            # to the refund core, which reverses a settled refund Shopify now reports failed
-            # (as a Stripe or PayPal webhook's, and reconciliation's, do).
-            done = report_own_refund(charge=charge, refund=refund, event_id=event_id)
-            if done.endswith("failed after settlement, reversed"):
-                report.reversed_refunds += 1
-            continue
-        done = record_outside_refund(
-            charge=charge,
-            refund=OutsideRefund(
-                provider_refund_id=refund.provider_refund_id,
-                amount_minor=refund.amount_minor,
-                currency=refund.currency,
-                status=refund.status,
-                created_at_rail=refund.created_at,
-            ),
-            event_id=event_id,
-            event_at=read_at,
-        )
-        if done.startswith("external refund"):
+        # One Sill made (its note names the refund) is never an outside refund: its state goes
+        # to the refund core, which reverses a settled refund Shopify now reports failed (as a
+        # Stripe or PayPal webhook's, and reconciliation's, do).
+        done = record_rail_refund(charge=charge, refund=refund, event_id=event_id, event_at=read_at)
+        if refund.sill_refund_id and done.endswith("failed after settlement, reversed"):
+            report.reversed_refunds += 1
+        elif done.startswith("external refund"):
             report.outside_refunds += 1
     for dispute in order.disputes:
         done = record_dispute(
