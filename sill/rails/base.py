@@ -8,6 +8,7 @@ or may not have acted: recover by looking the refund up and retrying with the sa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
@@ -252,6 +253,11 @@ class RefundFactsReader(Protocol):
 
 
 # --- what the rail holds for a charge (optional: webhooks, reconciliation, decision time) -----
+
+
+# A Sill refund id (sill.ids.new_id("rf")) where a rail's free text carries it (PayPal's
+# ``custom_id``, a Shopify refund's note): a merchant's own text there is not taken for one.
+SILL_REFUND_ID = re.compile(r"rf_[0-9A-HJKMNP-TV-Z]{26}")
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,13 @@ from django.utils import timezone
 
 from sill.orders.models import Charge, Rail
 from sill.orders.outside import ReportedDispute, record_dispute, record_rail_refund
-from sill.rails.base import RetryableRailError
+from sill.rails.base import SILL_REFUND_ID, RetryableRailError
 from sill.rails.dispute_states import dispute_status
 from sill.rails.event_attempts import attempt_event
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.paypal import reader_for
 from sill.rails.paypal.rail import PayPalRail
 from sill.rails.paypal.resources import (
-    SILL_REFUND_ID,
     amount,
     capture_of,
     dispute_word,
@@ -130,7 +129,7 @@ def _read_refund(stored: WebhookEvent, said: dict[str, Any]) -> Held | str:
     capture_id = capture_of(said)
     charge = _charge(stored, capture_id)
     if charge is None or not refund_id:
-        if SILL_REFUND_ID.match(str(said.get("custom_id") or "")):
+        if SILL_REFUND_ID.fullmatch(str(said.get("custom_id") or "")):
             return f"{refund_id}: Sill's own refund"
         return f"{refund_id or 'refund'}: not a capture Sill knows"
     refund = _reader(stored).held_refund(refund_id)

@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
 from sill.money import Money, MoneyError, parse_major
-from sill.rails.base import RailName, RailRefund, amount_step, check_step
+from sill.rails.base import SILL_REFUND_ID, RailName, RailRefund, amount_step, check_step
 
 # PayPal's refund statuses in the words Sill's refund core reads (Stripe's words).
 REFUND_STATES = {
@@ -20,9 +19,6 @@ REFUND_STATES = {
     "CANCELLED": "canceled",
     "FAILED": "failed",
 }
-# A Sill refund id (sill.ids.new_id("rf")): a merchant's own ``custom_id`` is not mistaken for
-# one, so their refunds made in PayPal still count as outside refunds.
-SILL_REFUND_ID = re.compile(r"^rf_[0-9A-HJKMNP-TV-Z]{26}$")
 
 
 def amount(value: Any) -> tuple[int, str] | None:
@@ -86,7 +82,7 @@ def rail_refund(refund: dict[str, Any], *, default_time: datetime) -> RailRefund
         currency=money[1],
         status=REFUND_STATES.get(str(refund.get("status") or "COMPLETED"), "pending"),
         created_at=time(refund.get("create_time")) or default_time,
-        sill_refund_id=custom_id if SILL_REFUND_ID.match(custom_id) else "",
+        sill_refund_id=custom_id if SILL_REFUND_ID.fullmatch(custom_id) else "",
         reason=str(refund.get("note_to_payer") or ""),
         failure_reason=str((refund.get("status_details") or {}).get("reason") or ""),
     )

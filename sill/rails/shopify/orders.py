@@ -17,13 +17,23 @@ from datetime import datetime
 from typing import Any
 
 from sill.money import Money, parse_major
-from sill.rails.base import PermanentRailError, RailDispute, RailError, RailRefund
+from sill.rails.base import (
+    SILL_REFUND_ID,
+    PermanentRailError,
+    RailDispute,
+    RailError,
+    RailRefund,
+)
 
 ORDER_GID = "gid://shopify/Order/"
 _ORDER_GID_RE = re.compile(r"\Agid://shopify/Order/[1-9][0-9]*\Z")
 # Transactions that took the buyer's money (an AUTHORIZATION alone did not).
 PAYMENT_KINDS = frozenset({"SALE", "CAPTURE"})
 SILL_NOTE_PREFIX = "sill-refund-"
+# Sill's refund key in a refund's note ("Refunded by Sill (sill-refund-rf_…)"). The note is
+# the merchant's to edit: "sill-refund-" followed by anything but one of Sill's refund ids
+# names no refund of Sill's, and the refund counts as made outside Sill.
+_SILL_NOTE = re.compile(re.escape(SILL_NOTE_PREFIX) + f"({SILL_REFUND_ID.pattern})(?![0-9A-Z])")
 
 _DISPUTE_STATES = {
     "NEEDS_RESPONSE": "needs_response",
@@ -137,16 +147,14 @@ def refund_state(refund: dict[str, Any]) -> str:
 def rail_refund(refund: dict[str, Any]) -> RailRefund:
     amount = shop_money(refund.get("totalRefundedSet"))
     note = str(refund.get("note") or "")
-    sill_id = ""
-    if SILL_NOTE_PREFIX in note:
-        sill_id = note.split(SILL_NOTE_PREFIX, 1)[1].split()[0].strip("().,")
+    named = _SILL_NOTE.search(note)
     return RailRefund(
         provider_refund_id=str(refund["id"]),
         amount_minor=amount.amount_minor,
         currency=amount.currency,
         status=refund_state(refund),
         created_at=parse_time(refund.get("createdAt")),
-        sill_refund_id=sill_id,
+        sill_refund_id=named.group(1) if named else "",
     )
 
 
