@@ -41,3 +41,26 @@ def test_within_a_day_ago_reads_relative_and_no_time_is_a_dash():
         assert ">4 min ago</time>" in when(NOW - timedelta(minutes=4), "ago")
         assert ">in 3 h</time>" in when(NOW + timedelta(hours=3), "ago")
     assert when(None) == "—"
+
+
+@pytest.mark.parametrize(
+    ("now", "at", "reads"),
+    [
+        # New York springs forward at 02:00 EST: 01:30 EST to 03:30 EDT is one hour.
+        ((2026, 3, 8, 7, 30), (2026, 3, 8, 6, 30), "1 h ago"),
+        # And falls back at 02:00 EDT: 01:30 EDT to 01:30 EST is one hour too.
+        ((2026, 11, 1, 5, 30), (2026, 11, 1, 6, 30), "in 1 h"),
+        ((2026, 11, 1, 6, 30), (2026, 11, 1, 5, 30), "1 h ago"),
+        # A refund held 23 h ago across the spring change is 23 h old, not a day.
+        ((2026, 3, 8, 16, 0), (2026, 3, 7, 17, 0), "23 h ago"),
+    ],
+)
+def test_ago_counts_the_time_that_passed_across_a_dst_change(now, at, reads):
+    """On a DST change day in the site's zone, "held 2 h ago" was written for a refund held an
+    hour before (the wall clocks' difference, not the time that passed), and an hour ahead
+    read "in a moment"."""
+    with (
+        time_machine.travel(datetime(*now, tzinfo=UTC), tick=False),
+        timezone.override(zoneinfo.ZoneInfo("America/New_York")),
+    ):
+        assert f">{reads}</time>" in when(datetime(*at, tzinfo=UTC), "ago")

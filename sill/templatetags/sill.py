@@ -80,17 +80,27 @@ def when(value: object, style: str = "") -> str:
     full = f"{_DAYS[local.weekday()]}, {day}, {local.year}, {local:%H:%M:%S} {zone}"
     if style == "date":
         text = f"{day}, {local.year}"
-    elif style == "ago" and abs(now - local) < timedelta(days=1):
-        text = relative(local, now)
+    elif style == "ago" and abs(elapsed := _elapsed(value, now)) < timedelta(days=1):
+        text = relative(elapsed)
     else:
         text = f"{day}{year}, {local:%H:%M} {zone}"
     iso = value.astimezone(UTC).isoformat() if timezone.is_aware(value) else value.isoformat()
     return format_html('<time datetime="{}" title="{}">{}</time>', iso, full, text)
 
 
-def relative(at: datetime, now: datetime) -> str:
-    """``4 min ago``, ``just now``, ``2 h ago``, ``in 3 h`` (within a day either way)."""
-    seconds = int((now - at).total_seconds())
+def _elapsed(value: datetime, now: datetime) -> timedelta:
+    """The time that passed from ``value`` to ``now``, in UTC: two times in one zone subtract
+    as wall clocks (Python ignores the offset of a shared tzinfo), so across a DST change an
+    hour read as two, or as none."""
+    if timezone.is_naive(value):
+        return timezone.make_naive(now) - value
+    return now.astimezone(UTC) - value.astimezone(UTC)
+
+
+def relative(elapsed: timedelta) -> str:
+    """``4 min ago``, ``just now``, ``2 h ago``, ``in 3 h`` (within a day either way), for the
+    time that passed since (negative: still to come)."""
+    seconds = int(elapsed.total_seconds())
     future, seconds = seconds < 0, abs(seconds)
     if seconds < 45:
         return "just now" if not future else "in a moment"
