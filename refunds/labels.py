@@ -111,6 +111,17 @@ def outcome_label(code: str) -> str:
     return OUTCOME_LABELS.get(code, humanize(code)) if code else ""
 
 
+def refused_approval(outcome_code: str) -> str:
+    """Why Sill refused a person's approval of a held refund that closed with ``outcome_code``
+    (``refunds.review.decisions.approve_refund``: a dispute, less left, the rail off), in words
+    ("the charge is disputed"); "" for the other ways a person closes one, their rejection, or
+    their decision coming after the 24 hours."""
+    if outcome_code in ("", "rejected_by_reviewer", "expired"):
+        return ""
+    label = outcome_label(outcome_code)
+    return label[:1].lower() + label[1:]
+
+
 def rejection_words(refund: Refund) -> str:
     """Why ``refund`` ended as it did: its outcome's label, and for an agent's refund or credit
     rejected at decision the refusal in full that Sill kept as its note (an agent writes no

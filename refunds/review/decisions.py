@@ -40,7 +40,7 @@ from django.utils import timezone
 from audit.services import append_record
 from policies.facts import prefetch_rail_facts
 from refunds.credit_rail import CREDIT_RAIL
-from refunds.labels import deadline_text, money_words
+from refunds.labels import deadline_text, money_words, refused_approval
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import DecidedVia, Decision, Refund, RefundStatus
 from refunds.quote import Quote, RefundRefused, quote_refund
@@ -293,7 +293,12 @@ def already_decided_message(refund: Refund) -> str:
     by = f" by {who}" if who else ""
     if refund.decision == Decision.APPROVED:
         return f"This {noun} was already decided: approved{by}."
-    return f"This {noun} was already decided: rejected{by} ({refund.outcome_code or 'rejected'})."
+    if who and (why := refused_approval(refund.outcome_code)):
+        return (
+            f"This {noun} was already decided: approved{by}, and Sill refused it ({why}); "
+            f"nothing was {done}."
+        )
+    return f"This {noun} was already decided: rejected{by}."
 
 
 def _expired_message(refund: Refund) -> str:

@@ -41,6 +41,7 @@ from refunds.labels import (
     deadline_text,
     money_words,
     refund_headline,
+    refused_approval,
     requester_words,
     rule_title,
 )
@@ -485,6 +486,11 @@ def decided_before_text(refund: Refund, *, clicker: Any) -> str:
         return f"Your click decided nothing: Sill had already closed this {noun}{when}."
     who = "you" if refund.decided_by_id == clicker.pk else refund.decided_by.get_username()
     how = "in Slack" if refund.decided_via == DecidedVia.SLACK else "in Sill"
+    if refund.decision == Decision.REJECTED and (why := refused_approval(refund.outcome_code)):
+        return (
+            f"Your click decided nothing: {who} had already approved this {noun} {how}{when}, "
+            f"and Sill refused it ({why}); nothing was {done}."
+        )
     return f"Your click decided nothing: {who} had already {verb} this {noun} {how}{when}."
 
 
@@ -529,6 +535,10 @@ def outcome_text(refund: Refund, error: str = "", *, by: str = "") -> str:
         RefundStatus.REJECTED: f"rejected: nothing was {done}",
         RefundStatus.EXPIRED: f"expired: nothing was {done}",
     }
+    why = refused_approval(refund.outcome_code) if refund.status == RefundStatus.REJECTED else ""
+    if by and why:
+        # They clicked Approve; Sill refused it (a dispute, less left, the rail off).
+        return f"{headline} approved by {by}, and Sill refused it: nothing was {done} ({why})."
     words = outcomes.get(str(refund.status), str(refund.status))
     return f"{headline} {words}" + (f" by {by}" if by else "") + "."
 

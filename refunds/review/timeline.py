@@ -34,6 +34,7 @@ from refunds.labels import (
     outcome_label,
     rail_label,
     reason_label,
+    refused_approval,
     requester_label,
 )
 from refunds.models import Refund, RefundOrigin, RefundStatus
@@ -232,7 +233,10 @@ def _review(record: AuditRecord, body: dict[str, Any]) -> Entry:
     approved = record.kind == "escalated_approved"
     reviewer = body.get("reviewer")
     lines: list[tuple[str, str]] = []
-    if reviewer:
+    if reviewer and not approved and refused_approval(str(body.get("reason") or "")):
+        # They pressed Approve; Sill refused it (a dispute, less left, the rail off).
+        title = f"Approved by {reviewer}, refused by Sill"
+    elif reviewer:
         title = f"{'Approved' if approved else 'Rejected'} by {reviewer}"
     elif body.get("reason") == "expired":
         title = "Expired: nobody decided within 24 hours"

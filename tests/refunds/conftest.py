@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import time_machine
 from django.test import Client
+from django.utils import timezone
 from nacl.signing import SigningKey
 
 from policies.catalog import item_by_id
@@ -31,7 +32,7 @@ from refunds.staff.services import create_staff_refund
 from sill.accounts.models import Agent, AgentKey, Membership, Site
 from sill.ids import new_ulid
 from sill.money import Money
-from sill.orders.models import Order, Rail
+from sill.orders.models import Dispute, Order, Rail
 from sill.rails.models import RailAccount
 from sill.rails.registry import ensure_mock_rail
 from tests.conftest import site_owner
@@ -307,6 +308,18 @@ def _staff_reason(site: Site, *, code: str, name: str) -> RefundReason:
         return RefundReason.objects.get(site=site, code=code)
     mine = RefundReason.objects.filter(site=site, name=name).first()
     return mine or add_reason(site=site, actor=site_owner(site), name=name)
+
+
+def open_dispute(refund: Refund) -> Dispute:
+    """The buyer's bank opens a dispute of ``refund``'s charge (as its webhook records one)."""
+    return Dispute.objects.create(
+        charge_id=refund.charge_id,
+        reason="fraudulent",
+        amount_minor=refund.amount_minor,
+        currency=refund.currency,
+        status="needs_response",
+        opened_at=timezone.now(),
+    )
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from sill.rails.models import MockLedgerEntry, RailAccount
 from sill.rails.shopify.sync import sync_orders
 from tests.rails.shopify_fixtures import shopify, shopify_account  # noqa: F401 (fixtures)
 from tests.rails.shopify_stub import SHOP
-from tests.refunds.conftest import hold_refund
+from tests.refunds.conftest import hold_refund, open_dispute
 
 pytestmark = pytest.mark.django_db
 
@@ -519,3 +519,28 @@ def test_the_order_page_charge_says_what_is_held_of_what_is_refundable(client_fo
     body = client_for("staff").get(f"/orders/{original.pk}/").content.decode()
     card = body.split('<article class="charge"')[1].split("</article>")[0]
     assert "$89.00 held for review" in " ".join(card.split())
+
+
+@pytest.mark.parametrize(
+    ("first", "said"),
+    [
+        ("reject", "rejected by owner@roasters.example."),
+        (
+            "approve",
+            "approved by owner@roasters.example, and Sill refused it (the charge is disputed); "
+            "nothing was refunded.",
+        ),
+    ],
+)
+def test_a_decision_after_another_says_what_the_first_was_in_words(client_for, held, first, said):
+    """The second admin read "rejected by owner@… (rejected_by_reviewer)", the outcome's code;
+    and an owner's approval that Sill refused (a dispute since) read as the owner's rejection."""
+    if first == "approve":
+        open_dispute(held)
+    client_for("owner").post(f"/held/{held.id}/{first}/", {"confirmed": "1"})
+    response = client_for("admin").post(
+        f"/held/{held.id}/approve/", {"confirmed": "1"}, follow=True
+    )
+    body = response.content.decode()
+    assert f"This refund was already decided: {said}" in body
+    assert "rejected_by_reviewer" not in body and "(disputed)" not in body

@@ -11,9 +11,9 @@ from audit.models import AuditRecord
 from audit.services import append_record
 from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund
-from refunds.review.decisions import approve_refund
+from refunds.review.decisions import DecisionRefused, approve_refund
 from refunds.services import refund_body
-from tests.refunds.conftest import ORIGINAL, hold_refund, post, refund_intent
+from tests.refunds.conftest import ORIGINAL, hold_refund, open_dispute, post, refund_intent
 
 pytestmark = pytest.mark.django_db
 
@@ -230,3 +230,15 @@ def _stages(body: str) -> list[str]:
     """The stage labels of the timeline, in order."""
     timeline = body.split('id="refund-timeline"', 1)[1].split("</ol>", 1)[0]
     return [part.split("</span>", 1)[0] for part in timeline.split('<span class="stage">')[1:]]
+
+
+def test_an_approval_sill_refused_is_not_called_the_approvers_rejection(client_for, held, members):
+    """The admin pressed Approve and Sill refused it (a dispute opened since the hold): the
+    timeline said "Rejected by admin@…", while the held page said "Refused on approval"."""
+    open_dispute(held)
+    with pytest.raises(DecisionRefused):
+        approve_refund(refund=held, actor=members["admin"].user)
+    body = page(client_for("owner"), held)
+    assert "Rejected by admin@roasters.example" not in body
+    assert "Approved by admin@roasters.example, refused by Sill" in body
+    assert "The charge is disputed" in body

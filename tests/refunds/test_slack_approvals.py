@@ -25,7 +25,7 @@ from audit.models import AuditRecord
 from refunds.models import Refund
 from refunds.review.slack import seal_signing_secret, webhook_url
 from sill.accounts.models import Membership
-from tests.refunds.conftest import hold_refund
+from tests.refunds.conftest import hold_refund, open_dispute
 from tests.refunds.slack_stub import TEAM
 
 pytestmark = pytest.mark.django_db
@@ -692,3 +692,26 @@ def test_a_body_that_is_not_utf8_is_a_bad_signature_not_a_500(
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "bad_signature"
     held.refresh_from_db()
     assert held.status == "held"
+
+
+def test_an_approval_sill_refuses_is_not_said_to_be_a_rejection(
+    site, linked, held, slack, django_capture_on_commit_callbacks
+):
+    """The owner clicked Approve and Sill refused it (a dispute opened since the hold): the
+    channel's message said the refund was "rejected … by owner@…", and a later click was told
+    the owner "had already rejected" it."""
+    open_dispute(held)
+    with django_capture_on_commit_callbacks(execute=True):
+        click(site, held.id, user="U0OWNER", response_url=slack)
+        click(site, held.id, user="U0ADMIN", response_url=slack)
+    update, refusal, again, late = Slack.received
+    assert update["replace_original"] and "rejected" not in update["text"]
+    assert (
+        "approved by owner@roasters.example, and Sill refused it: nothing was refunded "
+        "(the charge is disputed)." in update["text"]
+    )
+    assert refusal["response_type"] == "ephemeral" and "dispute" in refusal["text"]
+    assert again["text"] == update["text"]
+    assert late["response_type"] == "ephemeral" and "rejected" not in late["text"]
+    assert "owner@roasters.example had already approved this refund in Slack" in late["text"]
+    assert "and Sill refused it (the charge is disputed); nothing was refunded." in late["text"]
