@@ -37,7 +37,7 @@ from refunds.labels import (
     refused_approval,
     requester_label,
 )
-from refunds.models import Refund, RefundOrigin, RefundStatus
+from refunds.models import DecidedVia, Refund, RefundOrigin, RefundStatus
 from sill.money import Money, MoneyError, format_money
 
 DECISION = frozenset({"approved", "escalated", "rejected"})
@@ -232,19 +232,22 @@ def _decision(
 def _review(record: AuditRecord, body: dict[str, Any]) -> Entry:
     approved = record.kind == "escalated_approved"
     reviewer = body.get("reviewer")
+    # Where they pressed the button, as the held page and the refund's status say it.
+    via = str(body.get("via") or "")
+    where = f" {DecidedVia(via).label}" if via in DecidedVia.values else ""
     lines: list[tuple[str, str]] = []
     if reviewer and not approved and refused_approval(str(body.get("reason") or "")):
         # They pressed Approve; Sill refused it (a dispute, less left, the rail off).
-        title = f"Approved by {reviewer}, refused by Sill"
+        title = f"Approved by {reviewer}{where}; Sill refused it"
     elif reviewer:
-        title = f"{'Approved' if approved else 'Rejected'} by {reviewer}"
+        title = f"{'Approved' if approved else 'Rejected'} by {reviewer}{where}"
     elif body.get("reason") == "expired":
         title = "Expired: nobody decided within 24 hours"
     else:
         title = "Approved" if approved else "Rejected"
     acted_by = body.get("acted_by")
     if acted_by and acted_by != reviewer:
-        lines.append(("Pressed by", str(acted_by)))
+        lines.append(("Pressed by", f"{acted_by}{where}"))
     if not approved and body.get("reason") and body.get("reason") != "expired":
         lines.append(("Outcome", outcome_label(str(body["reason"]))))
     return Entry(

@@ -240,5 +240,5 @@ def test_an_approval_sill_refused_is_not_called_the_approvers_rejection(client_f
         approve_refund(refund=held, actor=members["admin"].user)
     body = page(client_for("owner"), held)
     assert "Rejected by admin@roasters.example" not in body
-    assert "Approved by admin@roasters.example, refused by Sill" in body
+    assert "Approved by admin@roasters.example in Sill; Sill refused it" in body
     assert "The charge is disputed" in body

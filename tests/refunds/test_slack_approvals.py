@@ -715,3 +715,14 @@ def test_an_approval_sill_refuses_is_not_said_to_be_a_rejection(
     assert late["response_type"] == "ephemeral" and "rejected" not in late["text"]
     assert "owner@roasters.example had already approved this refund in Slack" in late["text"]
     assert "and Sill refused it (the charge is disputed); nothing was refunded." in late["text"]
+
+
+def test_the_refund_page_says_the_decision_was_made_in_slack(
+    site, linked, held, slack, client_for, django_capture_on_commit_callbacks
+):
+    """The held page and the refund page's status said "owner@… in Slack"; the timeline's
+    review step, the record of it, said only "Approved by owner@…"."""
+    with django_capture_on_commit_callbacks(execute=True):
+        click(site, held.id, user="U0OWNER", response_url=slack)
+    body = client_for("admin").get(f"/refunds/{held.id}/").content.decode()
+    assert '<strong class="step-title">Approved by owner@roasters.example in Slack</strong>' in body
