@@ -28,7 +28,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST, require_safe
 
-from refunds.labels import money_words, outcome_label, rail_label
+from refunds.labels import money_words, outcome_label, rail_label, refused_approval
 from refunds.models import Refund, RefundStatus
 from refunds.review import selectors
 from refunds.review.decisions import approve_refund, deadline, reject_refund
@@ -234,6 +234,9 @@ def _detail_context(request: SiteRequest, refund: Refund) -> dict[str, Any]:
         "facts": selectors.fact_rows(refund),
         "fact_phrases": selectors.fact_words(refund),
         "outcome": outcome_label(refund.outcome_code),
+        # An approval Sill refused (a dispute, less left, the rail off): said as one, not as
+        # the outcome of the approver's own rejection.
+        "refused": refused_approval(refund.outcome_code) if refund.decided_by_id else "",
         "records": selectors.decision_records_for(refund),
     }
 

@@ -544,3 +544,17 @@ def test_a_decision_after_another_says_what_the_first_was_in_words(client_for, h
     body = response.content.decode()
     assert f"This refund was already decided: {said}" in body
     assert "rejected_by_reviewer" not in body and "(disputed)" not in body
+
+
+def test_an_approval_refused_because_the_rail_is_off_says_so(client_for, held, mock_rail):
+    """The admin pressed Approve after the rail was switched off: the page said "Outcome: The
+    rail is off or not connected" under "Decided by admin@…", as if the admin had rejected it
+    for that; a dispute or less left said "Refused on approval", the rail did not (and each
+    named the admin who approved as "Decided by")."""
+    RailAccount.objects.filter(pk=mock_rail.pk).update(enabled=False)
+    response = client_for("admin").post(f"/held/{held.id}/approve/", {"confirmed": "1"})
+    assert response.status_code == 302
+    body = " ".join(client_for("owner").get(f"/held/{held.id}/").content.decode().split())
+    assert "<dt>Outcome</dt><dd>Refused on approval: the rail is off or not connected</dd>" in body
+    assert "<dt>Approved by</dt><dd>admin@roasters.example <span" in body
+    assert status_of(held) == "rejected"
