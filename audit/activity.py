@@ -379,6 +379,11 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
         if action == "issue_token":
             return f"Agent {agent}: API token {body.get('token_prefix', '')}… issued"
         return f"Agent {agent} {verb}"
+    if kind == AuditKind.KEY_CHANGE and body.get("change") == "audit_key_rotated":
+        return (
+            f"Audit signing key {body.get('retired_key_id', '?')} retired, "
+            f"{body.get('key_id', '')} signs from {body.get('valid_from', '?')}"
+        )
     if kind == AuditKind.KEY_CHANGE:
         return f"Key {body.get('key_id', '')} of {body.get('agent_id', '')} {verb}"
     if kind == AuditKind.RAIL_CHANGE:

@@ -100,7 +100,7 @@ def endorsement_statement(key_id: str, public_key: bytes, valid_from: datetime) 
     """
     return (
         ENDORSEMENT_CONTEXT
-        + (f"{key_id}\n{b64url_encode(public_key)}\n{_utc_ms(valid_from)}\n").encode()
+        + (f"{key_id}\n{b64url_encode(public_key)}\n{utc_ms(valid_from)}\n").encode()
     )
 
 
@@ -269,7 +269,8 @@ def _ms_ceiling(at: datetime) -> datetime:
     return at + timedelta(microseconds=-at.microsecond % 1000)
 
 
-def _utc_ms(at: datetime) -> str:
+def utc_ms(at: datetime) -> str:
+    """``at`` in UTC to the millisecond (``2026-11-29T20:14:03.125Z``), as endorsements state it."""
     at = at.astimezone(UTC)
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 

@@ -5,6 +5,7 @@ nobody lists, is refused; the keys are published with their windows."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from pathlib import Path
 
@@ -108,3 +109,25 @@ def test_the_keys_are_published_with_their_windows(site: Site, switch_now):
     assert listed[1]["valid_until"] is None
     assert all(len(chain.b64url_decode(k["public_key"])) == 32 for k in listed)
     assert "seed" not in str(listed) and "sealed" not in str(listed)
+
+
+def test_the_rotation_record_names_the_key_it_retires_and_when(site: Site, client_for, settings):
+    """An auditor reading the log alone learns which key signed the records before the
+    rotation, until when, and which key (endorsed by whom) signs after it."""
+    settings.SILL_AUDIT_KEY_SWITCH_SECONDS = 60
+    retired_id, retired = keys.signing_key()
+    call_command("audit", "rotate-key", stdout=io.StringIO())
+    new = AuditKey.objects.get()
+
+    record = AuditRecord.objects.get(site=site, kind=AuditKind.KEY_CHANGE)
+    body = json.loads(record.payload)["body"]
+    assert body["key_id"] == new.key_id and body["public_key"] == new.public_key
+    assert (body["endorsement"], body["endorsed_by"]) == (new.endorsement, retired_id)
+    assert body["retired_key_id"] == retired_id
+    assert body["retired_public_key"] == chain.b64url_encode(bytes(retired.verify_key))
+    # The old key's window ends, to the millisecond, where the new one's begins.
+    assert body["retired_at"] == body["valid_from"] == keys.utc_ms(new.valid_from)
+    assert (body["actor"], body["actor_name"]) == (None, "operator (manage.py)")
+    assert record.key_id == retired_id  # the rotation itself is signed by the retiring key
+    page = client_for("owner").get("/activity/", {"kind": "key_change"}).content.decode()
+    assert f"Audit signing key {retired_id} retired, {new.key_id} signs from" in page

@@ -15,10 +15,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from audit import bundles, keys
+from audit.chain import b64url_encode
 from audit.checkpoints import CheckpointInconsistent, write_checkpoint
 from audit.models import AuditKind
 from audit.selectors import chain_verification, export_lines
-from audit.services import append_record
+from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.errors import NotFound
 
@@ -134,16 +135,9 @@ class Command(BaseCommand):
                 window = keys.rotate_key()
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
+            body = _rotation_body(window)
             for site in Site.objects.order_by("pk"):
-                append_record(
-                    site=site,
-                    kind=AuditKind.KEY_CHANGE,
-                    body={
-                        "change": "audit_key_rotated",
-                        "key_id": window.key_id,
-                        "valid_from": window.valid_from.isoformat() if window.valid_from else None,
-                    },
-                )
+                record_admin_change(site=site, kind=AuditKind.KEY_CHANGE, actor=None, body=body)
         self.stdout.write(
             f"new audit key {window.key_id}, signing from {window.valid_from:%Y-%m-%d %H:%M:%S %Z}"
         )
@@ -155,6 +149,30 @@ class Command(BaseCommand):
                 self.stdout.write(line)
             return
         _write_whole(output, (line + "\n" for line in export_lines(site)))
+
+
+def _rotation_body(window: keys.KeyWindow) -> dict[str, Any]:
+    """What a site's log says of a rotation: the new key (public key and the configured key's
+    endorsement) and the key it retires, with the instant that key stops signing, so an
+    auditor holding only the log knows which key signed its records until when."""
+    if window.valid_from is None:
+        raise CommandError("a rotated key without a start")  # rotate_key always sets one
+    start = keys.utc_ms(window.valid_from)
+    listed = keys.key_windows()
+    new = listed[window.key_id]
+    # The key whose window the new one ends: the one in force until now.
+    retired = next(w for w in listed.values() if w.valid_until == window.valid_from)
+    return {
+        "change": "audit_key_rotated",
+        "key_id": window.key_id,
+        "public_key": b64url_encode(window.public_key),
+        "valid_from": start,
+        "endorsement": new.endorsement,
+        "endorsed_by": new.endorsed_by,
+        "retired_key_id": retired.key_id,
+        "retired_public_key": b64url_encode(retired.public_key),
+        "retired_at": start,
+    }
 
 
 def _write_whole(output: str, chunks: Iterable[str]) -> None:
