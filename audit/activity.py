@@ -386,6 +386,13 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
         )
     if kind == AuditKind.KEY_CHANGE:
         return f"Key {body.get('key_id', '')} of {body.get('agent_id', '')} {verb}"
+    if kind == AuditKind.RAIL_CHANGE and action == "account_named":
+        named = body.get("payment_account") or "unknown"
+        return f"{rail_label(str(body.get('rail', '')))} account named: {named}"
+    if kind == AuditKind.CHARGE and body.get("payment_account"):
+        # sill.rails.payment_account: which merchant account a charge's money is on.
+        rail = rail_label(str(body.get("rail", "")))
+        return f"Paid to the {rail} account {body['payment_account']}"
     if kind == AuditKind.RAIL_CHANGE:
         words = [f"{rail_label(str(body.get('rail', '')))} {verb}".strip()]
         if body.get("via") == "django_admin":

@@ -33,9 +33,13 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from audit.models import AuditKind
+from audit.services import append_record
+from sill.orders.charging import purchase_decision_hash
 from sill.orders.models import Charge, ChargeStatus, Rail
 from sill.rails.left_behind import PAYMENT_ACCOUNT_RAILS
 from sill.rails.models import RailAccount
@@ -64,19 +68,48 @@ def learn_payment_account(*, account_pk: int) -> str:
             "%s account of site %s not read: %s", account.rail, account.site_id, refused.code
         )
         return ""
-    recorded = RailAccount.objects.filter(
-        pk=account.pk,
-        secret_encrypted=bytes(account.secret_encrypted),
-        mode=account.mode,
-        connected_account=account.connected_account,
-        api_base=account.api_base,
-        config=account.config,
-    ).update(payment_account=named)
+    recorded = _record_account(account, named)
     logger.info("%s account of site %s: %s", account.rail, account.site_id, named or "not named")
     if recorded and named and isinstance(rail, PayPalRail):
         account.payment_account = named
         name_paypal_charges(account=account, rail=rail)
     return named
+
+
+def _record_account(account: RailAccount, named: str) -> bool:
+    """Record ``named`` on ``account`` if its credentials are still those it was read with
+    (whether they are), with a signed ``rail_change`` record when that changes it: which
+    account the site's key acts on decides which charges' refunds are refused."""
+    with transaction.atomic():
+        stored = (
+            RailAccount.objects.select_for_update()
+            .filter(
+                pk=account.pk,
+                secret_encrypted=bytes(account.secret_encrypted),
+                mode=account.mode,
+                connected_account=account.connected_account,
+                api_base=account.api_base,
+                config=account.config,
+            )
+            .first()
+        )
+        if stored is None:
+            return False
+        if stored.payment_account != named:
+            RailAccount.objects.filter(pk=stored.pk).update(payment_account=named)
+            append_record(
+                site=stored.site,
+                kind=AuditKind.RAIL_CHANGE,
+                body={
+                    "rail": stored.rail,
+                    "action": "account_named",
+                    "mode": stored.mode,
+                    "payment_account": named,
+                    "payment_account_before": stored.payment_account,
+                    "actor": None,  # Sill, by the provider's word
+                },
+            )
+    return True
 
 
 def _ask(account: RailAccount, rail: object) -> str:
@@ -109,10 +142,35 @@ def name_paypal_charges(*, account: RailAccount, rail: PayPalRail) -> int:
     for pk, capture_id in _unnamed_paypal_charges(account.site_id)[:CAPTURES_PER_RUN]:
         if rail.capture_account(capture_id) != merchant:
             continue
-        named += Charge.objects.filter(pk=pk, payment_account="").update(payment_account=merchant)
+        named += _name_charge(account, pk=pk, capture_id=capture_id, merchant=merchant)
     if named:
         logger.info("named %s PayPal charge(s) of site %s", named, account.site_id)
     return named
+
+
+def _name_charge(account: RailAccount, *, pk: str, capture_id: str, merchant: str) -> int:
+    """Record ``merchant`` on the PayPal charge ``pk`` that names no account yet, with a
+    signed ``charge`` record: a refund of it is refused once another merchant's app is
+    connected. 1 if named, 0 if it named one already."""
+    with transaction.atomic():
+        if not Charge.objects.filter(pk=pk, payment_account="").update(payment_account=merchant):
+            return 0
+        charge = Charge.objects.select_related("order").get(pk=pk)
+        append_record(
+            site=account.site,
+            kind=AuditKind.CHARGE,
+            body={
+                "decision_hash": purchase_decision_hash(charge.order),
+                "order_id": charge.order_id,
+                "order_number": charge.order.number,
+                "charge_id": charge.pk,
+                "rail": Rail.PAYPAL,
+                "provider_charge_id": capture_id,
+                "payment_account": merchant,
+                "source": "paypal: the capture's payee",
+            },
+        )
+    return 1
 
 
 def _unnamed_paypal_charges(site_id: str) -> QuerySet[Charge, tuple[str, str]]:

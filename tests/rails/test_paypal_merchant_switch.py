@@ -15,12 +15,14 @@ PayPal does.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
 from django.test import Client
 
+from audit.models import AuditRecord
 from refunds.models import Refund
 from refunds.reconcile.runs import run_reconciliation
 from sill.accounts import two_factor
@@ -38,6 +40,7 @@ from tests.rails.paypal_stub import (
     PayPalStub,
     StubCapture,
 )
+from tests.rails.test_rail_change_audit import rail_changes, verified
 from tests.rails.test_shopify_shop_switch import _staff_refund
 from tests.refunds.conftest import ORIGINAL, post, refund_intent
 
@@ -213,3 +216,31 @@ def test_reconciliation_leaves_an_earlier_merchants_captures_behind_not_unreadab
     page = client_for("owner").get("/settings/rails/").content.decode()
     assert "Orders of an earlier PayPal account" in page
     assert f"{MERCHANT_ID} is connected again" in page
+
+
+def test_the_merchant_paypal_names_and_the_charges_it_names_are_signed(
+    site, save_app, paid, client_for
+):
+    """Which merchant the app acts on, and which charges were paid to it, decide which refunds
+    Sill refuses: each is a signed record, written once, when PayPal names it."""
+    old, capture = paid(ORIGINAL, MERCHANT_ID)
+    save_app(CLIENT_ID, CLIENT_SECRET)
+
+    named = [body for body in rail_changes(site) if body["action"] == "account_named"]
+    assert named == [
+        {"rail": "paypal", "action": "account_named", "mode": "test", "actor": None,
+         "payment_account": MERCHANT_ID, "payment_account_before": ""}
+    ]  # fmt: skip
+    [charge] = [
+        json.loads(r.payload)["body"] for r in AuditRecord.objects.filter(site=site, kind="charge")
+    ]
+    assert (charge["charge_id"], charge["order_id"]) == (old.pk, old.order_id)
+    assert (charge["provider_charge_id"], charge["payment_account"]) == (capture.id, MERCHANT_ID)
+    assert charge["source"] == "paypal: the capture's payee"
+    count = AuditRecord.objects.filter(site=site).count()
+    learn_payment_accounts_task()  # nothing new to name: nothing recorded
+    assert AuditRecord.objects.filter(site=site).count() == count
+    verified()
+    page = client_for("owner").get("/activity/").content.decode()
+    assert f"PayPal account named: {MERCHANT_ID}" in page
+    assert f"Paid to the PayPal account {MERCHANT_ID}" in page

@@ -42,6 +42,7 @@ from tests.admin_mount import admin_mounted
 from tests.broker_down import broker_unreachable
 from tests.rails.stripe_account_proxy import AccountProxy, StubServer
 from tests.rails.stripe_events import stripe_account
+from tests.rails.test_rail_change_audit import rail_changes
 from tests.rails.test_shopify_shop_switch import _staff_refund
 from tests.refunds.conftest import ORIGINAL, post, refund_intent
 
@@ -124,6 +125,12 @@ def test_a_saved_key_is_named_by_its_account_and_charges_record_it(site, save_ke
     account.refresh_from_db()
     assert account.payment_account == "acct_B2 (test mode)"
     assert buy(LATER).payment_account == "acct_B2 (test mode)"
+    # Each account Stripe named is signed in the site's log (the actor: Sill).
+    named = [body for body in rail_changes(site) if body["action"] == "account_named"]
+    assert [(body["payment_account"], body["actor"]) for body in named] == [
+        ("acct_A1 (test mode)", None),
+        ("acct_B2 (test mode)", None),
+    ]
 
 
 def test_an_agent_refund_of_an_earlier_accounts_charge_is_refused_at_decision(
