@@ -18,7 +18,7 @@ from typing import Any
 
 from audit.models import AuditRecord
 from audit.services import append_record
-from sill.accounts.models import Site
+from sill.accounts.models import Membership, Site
 
 OPERATOR = "operator (manage.py)"
 
@@ -37,3 +37,16 @@ def record_admin_change(
 ) -> AuditRecord:
     """Append the signed ``kind`` record of an administrative change made by ``actor``."""
     return append_record(site=site, kind=kind, body={**body, **actor_fields(actor)})
+
+
+def record_own_account_change(user: Any, action: str, *, actor: Any) -> None:
+    """A ``member_change`` record of ``action`` (``password_change``, ``two_factor_enabled``…)
+    about ``user``'s own account, in the log of every site they belong to: one account signs
+    in to all of them."""
+    for membership in Membership.objects.filter(user=user).select_related("site"):
+        record_admin_change(
+            site=membership.site,
+            kind="member_change",
+            actor=actor,
+            body={"action": action, "member": user.get_username(), "role": membership.role},
+        )

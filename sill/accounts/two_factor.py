@@ -40,7 +40,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from sill.accounts.admin_audit import record_admin_change
+from sill.accounts.admin_audit import record_admin_change, record_own_account_change
 from sill.accounts.models import Membership, Role, Site
 from sill.error_pages import wants_json
 from sill.errors import SillError
@@ -136,16 +136,6 @@ def _new_recovery_codes(user: Any) -> list[str]:
     return codes
 
 
-def _record(user: Any, action: str, *, actor: Any) -> None:
-    for membership in Membership.objects.filter(user=user).select_related("site"):
-        record_admin_change(
-            site=membership.site,
-            kind="member_change",
-            actor=actor,
-            body={"action": action, "member": user.get_username(), "role": membership.role},
-        )
-
-
 def confirm_enrolment(request: HttpRequest, code: str) -> list[str] | None:
     """Confirm the pending authenticator with ``code``; its recovery codes, or None if wrong.
 
@@ -166,7 +156,7 @@ def confirm_enrolment(request: HttpRequest, code: str) -> list[str] | None:
         pending.confirmed = True
         pending.save(update_fields=["confirmed"])
         codes = _new_recovery_codes(user)
-        _record(user, "two_factor_enabled", actor=user)
+        record_own_account_change(user, "two_factor_enabled", actor=user)
     mark_verified(request, pending)
     return codes
 
@@ -176,7 +166,7 @@ def regenerate_recovery_codes(user: Any) -> list[str]:
     authenticator does, so the replacement is signed like enabling one (no code in it)."""
     with transaction.atomic():
         codes = _new_recovery_codes(user)
-        _record(user, "recovery_codes_replaced", actor=user)
+        record_own_account_change(user, "recovery_codes_replaced", actor=user)
         return codes
 
 
@@ -186,7 +176,7 @@ def remove(user: Any, *, actor: Any) -> None:
     with transaction.atomic():
         TOTPDevice.objects.filter(user=user).delete()
         StaticDevice.objects.filter(user=user).delete()
-        _record(user, "two_factor_removed", actor=actor)
+        record_own_account_change(user, "two_factor_removed", actor=actor)
 
 
 # --- codes -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout, update_session_auth_hash
 from django.contrib.auth.forms import PasswordChangeForm
+from django.db import transaction
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path, reverse
@@ -22,6 +23,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from sill.accounts import sessions, two_factor
 from sill.accounts.access import Cap, site_view
+from sill.accounts.admin_audit import record_own_account_change
 from sill.http import SiteRequest
 
 EVERYWHERE = "all"
@@ -98,7 +100,9 @@ def account_password(request: SiteRequest) -> HttpResponse:
     form = PasswordChangeForm(request.site_ctx.user, request.POST)
     if not form.is_valid():
         return _page(request, password_form=form, status=422)
-    user = form.save()  # the pre_save receiver ends every session of the user …
+    with transaction.atomic():
+        user = form.save()  # the pre_save receiver ends every session of the user …
+        record_own_account_change(user, "password_change", actor=user)
     update_session_auth_hash(request, user)  # … and this one goes on under a new key
     messages.success(request, "Password changed. Every other session was logged out.")
     return HttpResponseRedirect(reverse("settings:account"), status=303)

@@ -28,11 +28,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import PasswordResetForm
 from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Q
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import reverse_lazy
 
+from sill.accounts.admin_audit import record_own_account_change
 from sill.accounts.sessions import describe_duration
 from sill.client_address import client_address
 
@@ -127,6 +129,14 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     template_name = "accounts/password_set.html"
     success_url = reverse_lazy("accounts:password-reset-complete")
     extra_context = {"minutes_text": _minutes_text}
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        # Signed with the new password, by the account whose email proved it: a reset is how
+        # someone holding a member's mailbox takes their account.
+        with transaction.atomic():
+            response = super().form_valid(form)
+            record_own_account_change(form.user, "password_reset", actor=form.user)
+        return response
 
 
 class PasswordResetCompleteView(auth_views.PasswordResetCompleteView):

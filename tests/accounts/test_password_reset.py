@@ -15,7 +15,9 @@ from django.test import Client
 from django.utils import timezone
 from qsessions.models import Session
 
+from audit.models import AuditRecord
 from sill.accounts.services import add_member
+from tests.accounts.test_sessions import member_changes
 from tests.conftest import PASSWORD
 from tests.threads import run_concurrently
 
@@ -84,6 +86,14 @@ def test_the_link_uses_the_base_url_and_a_reset_ends_every_session(members, mail
     assert not Session.objects.filter(user=user).exists()
     assert signed_in.get("/settings/account/").status_code == 302
     assert "_auth_user_id" not in browser.session
+
+    # Signed in the log of the site the account belongs to, by the account (the email proved
+    # it), without the password.
+    assert member_changes(members["staff"].site, "password_reset") == [
+        {"action": "password_reset", "member": "staff@roasters.example", "role": "staff",
+         "actor": "staff@roasters.example", "actor_name": "staff@roasters.example"}
+    ]  # fmt: skip
+    assert NEW not in "".join(AuditRecord.objects.values_list("payload", flat=True))
 
     # The link worked once.
     again = Client().get(path_of(url), follow=True).content.decode()

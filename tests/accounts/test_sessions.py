@@ -4,6 +4,7 @@ new password. Time moves by editing a session's own stamps (what the middleware 
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -12,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 from qsessions.models import Session
 
+from audit.models import AuditRecord
 from sill.accounts.models import Role
 from sill.accounts.services import add_member
 from sill.accounts.sessions import SEEN_AT, SIGNED_IN_AT
@@ -180,7 +182,14 @@ def test_an_operator_setting_a_password_ends_every_session(members, site):
     assert not signed_in(client)
 
 
-def test_a_password_changed_on_the_account_page_ends_the_others_and_keeps_this_one(members):
+def member_changes(site, action: str) -> list[dict]:
+    """The bodies of ``site``'s signed ``member_change`` records of ``action``."""
+    records = AuditRecord.objects.filter(site=site, kind="member_change").order_by("seq")
+    bodies = [json.loads(record.payload)["body"] for record in records]
+    return [body for body in bodies if body["action"] == action]
+
+
+def test_a_password_changed_on_the_account_page_ends_the_others_and_keeps_this_one(members, site):
     here, elsewhere = sign_in("staff@roasters.example"), sign_in("staff@roasters.example")
     response = here.post(
         "/settings/account/password/",
@@ -191,6 +200,14 @@ def test_a_password_changed_on_the_account_page_ends_the_others_and_keeps_this_o
     assert "Every other session was logged out" in here.get("/settings/account/").content.decode()
     assert signed_in(here) and not signed_in(elsewhere)
     assert sessions_of("staff@roasters.example") == 1
+    # Signed, by the member, in the log of the site they belong to (no password in it).
+    assert member_changes(site, "password_change") == [
+        {"action": "password_change", "member": "staff@roasters.example", "role": "staff",
+         "actor": "staff@roasters.example", "actor_name": "staff@roasters.example"}
+    ]  # fmt: skip
+    assert "a-new-long-password-3" not in "".join(
+        AuditRecord.objects.values_list("payload", flat=True)
+    )
 
 
 def test_a_wrong_current_password_changes_nothing(members):
@@ -203,4 +220,5 @@ def test_a_wrong_current_password_changes_nothing(members):
     assert response.status_code == 422
     assert 'aria-invalid="true"' in response.content.decode()
     assert signed_in(here) and signed_in(elsewhere)
+    assert not AuditRecord.objects.filter(kind="member_change").exists()
     assert get_user_model().objects.get(username="staff@roasters.example").check_password(PASSWORD)
