@@ -393,7 +393,10 @@ def keys_for(
     """
     if published is None:
         keys, problems = header_keys(doc, trusted)
-        return keys, bound_windows(header_windows(doc), keys), problems
+        windows = header_windows(doc)
+        if trusted is not None:
+            windows = ended_by_endorsements(doc, windows, keys, trusted)
+        return keys, bound_windows(windows, keys), problems
     listing = keys_file_listing(published)
     windows = header_windows(listing, where="the keys file")
     problems = []
@@ -419,6 +422,7 @@ def keys_for(
                 )
     keys, endorsements = header_keys(listing, roots, where="the keys file", anchors=anchors)
     problems += endorsements
+    windows = ended_by_endorsements(listing, windows, keys, roots)
     listed = doc.get("public_keys")
     for key_id, text in (listed if isinstance(listed, dict) else {}).items():
         if key_id not in listing["public_keys"]:
@@ -543,6 +547,40 @@ def _endorsement_problem(
             continue
         return ""
     return f"its endorsement does not verify under {anchors}: its records are refused"
+
+
+def ended_by_endorsements(
+    header: dict[str, Any],
+    windows: dict[str, tuple[Any, Any]],
+    keys: dict[str, Any],
+    roots: dict[str, Any],
+) -> dict[str, tuple[Any, Any]]:
+    """``windows`` with each root's ending where the first key it endorsed begins: a root
+    signs until the first rotation, whatever the file says of its own window (nobody signed
+    that). Without this, a file that dropped the pinned key's window, or left it unbounded,
+    made it a legacy key, valid for ever: whoever holds the configured key (it stays configured,
+    to endorse) re-signed its successors' records and the verifier passed them."""
+    listed = header.get("public_keys")
+    listed = listed if isinstance(listed, dict) else {}
+    stated = header.get("key_windows")
+    stated = stated if isinstance(stated, dict) else {}
+    ended = dict(windows)
+    for root_id, root in roots.items():
+        starts = [
+            start
+            for key_id, (start, _) in windows.items()
+            if key_id in keys
+            and key_id not in roots
+            and start is not None
+            and isinstance(stated.get(key_id), dict)
+            and not _endorsement_problem(
+                key_id, listed, start, stated[key_id], {root_id: root}, "the root"
+            )
+        ]
+        if starts:
+            start, end = ended.get(root_id, (None, None))
+            ended[root_id] = (start, min(starts) if end is None else min(end, *starts))
+    return ended
 
 
 def header_windows(

@@ -669,6 +669,54 @@ def test_a_retired_key_cannot_sign_past_its_window_by_editing_the_export_header(
     assert result.returncode == 1 and "outside its window" in result.stderr
 
 
+@pytest.mark.parametrize("window", ["removed", "emptied"])
+def test_the_pinned_key_cannot_sign_past_the_first_rotation_by_dropping_its_window(
+    site: Site, switch_now: None, tmp_path: Path, window: str
+) -> None:
+    """Someone holding the configured key (it stays configured after rotations, to endorse)
+    re-signs the records a rotated key signed. The header keeps the rotated key (its
+    endorsement verifies) but drops the configured key's window, or leaves it without bounds:
+    the pinned key then read as a legacy key, valid for ever. Its endorsement of the rotated
+    key says when it stopped signing."""
+    refund(site, "rf_1")  # the configured key
+    rotated = rotate()
+    refund(site, "rf_2", amount_minor=8900)  # the rotated key
+    refund(site, "rf_3")
+    path = export(site, tmp_path / "e.jsonl")
+    assert standalone(path, trusted=pinned_anchor()) == []
+
+    anchor_id, configured = anchor()
+    lines = lines_of(path)
+    header = json.loads(lines[0])
+    if window == "removed":
+        del header["key_windows"][anchor_id]
+    else:
+        header["key_windows"][anchor_id] = {"valid_from": None, "valid_until": None}
+    records = [json.loads(line) for line in lines[1:4]]
+    prev = records[0]["hash"]
+    for i in (1, 2):
+        payload = json.loads(records[i]["payload"])
+        payload["body"]["amount_minor"] = 89000  # ten times the refund
+        records[i] = resign_record(records[i], payload, prev, configured)
+        prev = records[i]["hash"]
+    checkpoint = signed_checkpoint(header["origin"], [r["payload"] for r in records], configured)
+    write_lines(
+        path,
+        [
+            json.dumps(header),
+            *(json.dumps(r) for r in records),
+            json.dumps({"type": "checkpoint", "note": checkpoint}),
+        ],
+    )
+
+    problems = standalone(path, trusted=pinned_anchor())
+    assert problems and problems[0].startswith(f"FAILED at seq 2: signed by {anchor_id} at "), (
+        problems
+    )
+    assert "outside its window" in problems[0]
+    assert rotated.key_id in header["public_keys"]  # the successor is still listed
+
+
 def test_a_record_signed_by_a_key_missing_from_the_published_list_fails(
     site: Site, tmp_path: Path
 ) -> None:
