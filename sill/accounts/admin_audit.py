@@ -39,14 +39,12 @@ def record_admin_change(
     return append_record(site=site, kind=kind, body={**body, **actor_fields(actor)})
 
 
-def record_own_account_change(user: Any, action: str, *, actor: Any) -> None:
+def record_own_account_change(user: Any, action: str, *, actor: Any, **extra: Any) -> None:
     """A ``member_change`` record of ``action`` (``password_change``, ``two_factor_enabled``…)
     about ``user``'s own account, in the log of every site they belong to: one account signs
-    in to all of them."""
+    in to all of them. ``extra``: more of the body (never a secret)."""
     for membership in Membership.objects.filter(user=user).select_related("site"):
+        body = {"action": action, "member": user.get_username(), "role": membership.role}
         record_admin_change(
-            site=membership.site,
-            kind="member_change",
-            actor=actor,
-            body={"action": action, "member": user.get_username(), "role": membership.role},
+            site=membership.site, kind="member_change", actor=actor, body={**body, **extra}
         )

@@ -1,0 +1,88 @@
+"""What a superuser changes about a member's account in the Django admin (switching it off,
+setting its password, deleting it, deleting its authenticator) changes who may sign in to a
+site: each writes the signed ``member_change`` record the same change makes elsewhere, on every
+site the account belongs to, naming the superuser and ``via: "django_admin"``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from audit.models import AuditRecord
+from tests.accounts.two_factor_helpers import confirmed_device
+from tests.admin_mount import admin_mounted
+
+pytestmark = pytest.mark.django_db
+
+ROOT = "root@sill.example"
+STAFF = "staff@roasters.example"
+
+
+@pytest.fixture
+def root_client() -> Client:
+    root = get_user_model().objects.create_superuser(ROOT, email=ROOT, password="x-long-pass-1")
+    client = Client()
+    client.force_login(root)
+    with admin_mounted():
+        yield client
+
+
+def changes(site) -> list[dict]:
+    records = AuditRecord.objects.filter(site=site, kind="member_change").order_by("seq")
+    return [json.loads(record.payload)["body"] for record in records]
+
+
+def by_root(action: str, **extra) -> dict:
+    return {"action": action, "member": STAFF, "role": "staff", "via": "django_admin",
+            "actor": ROOT, "actor_name": ROOT, **extra}  # fmt: skip
+
+
+def test_switching_an_account_off_is_signed(root_client, members, site):
+    user = members["staff"].user
+    form = {
+        "username": STAFF, "email": STAFF, "first_name": "", "last_name": "",
+        "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00",
+        "initial-date_joined_0": "2026-01-01", "initial-date_joined_1": "00:00:00",
+        "_save": "Save",
+    }  # fmt: skip
+    response = root_client.post(f"/django-admin/auth/user/{user.pk}/change/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    user.refresh_from_db()
+    assert not user.is_active
+    assert changes(site) == [by_root("account_change", changed=["is_active"], is_active=False,
+                                     is_staff=False, is_superuser=False)]  # fmt: skip
+
+    root_client.post(f"/django-admin/auth/user/{user.pk}/change/", form)  # the same again
+    assert len(changes(site)) == 1  # nothing changed: nothing recorded
+
+
+def test_a_password_set_in_the_admin_is_signed(root_client, members, site):
+    user = members["staff"].user
+    new = "a-new-long-password-9"
+    response = root_client.post(
+        f"/django-admin/auth/user/{user.pk}/password/",
+        {"password1": new, "password2": new, "usable_password": "true"},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert changes(site) == [by_root("password_set")]
+    assert new not in "".join(AuditRecord.objects.values_list("payload", flat=True))
+
+
+def test_deleting_an_account_removes_its_memberships_with_a_record(root_client, members, site):
+    user = members["staff"].user
+    response = root_client.post(f"/django-admin/auth/user/{user.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert not get_user_model().objects.filter(pk=user.pk).exists()
+    assert changes(site) == [by_root("remove")]
+
+
+def test_deleting_an_authenticator_in_the_admin_is_signed(root_client, members, site):
+    device = confirmed_device(members["staff"].user)
+    response = root_client.post(
+        f"/django-admin/otp_totp/totpdevice/{device.pk}/delete/", {"post": "yes"}
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert changes(site) == [by_root("two_factor_removed", device=device.persistent_id)]
