@@ -97,8 +97,12 @@ class AuditRecord(models.Model):
     # What the record is about, copied from its body so lookups need not search the payload.
     # Not hashed or signed: the payload stays the only evidence; these are an index into it
     # ("" when the body names no refund / order).
-    subject_refund_id = models.CharField(max_length=SUBJECT_MAX_LENGTH, blank=True, default="")
-    subject_order_id = models.CharField(max_length=SUBJECT_MAX_LENGTH, blank=True, default="")
+    subject_refund_id = models.CharField(
+        max_length=SUBJECT_MAX_LENGTH, blank=True, default="", db_default=""
+    )
+    subject_order_id = models.CharField(
+        max_length=SUBJECT_MAX_LENGTH, blank=True, default="", db_default=""
+    )
 
     objects = AuditRecordQuerySet.as_manager()
 
@@ -148,7 +152,7 @@ class AuditChainHead(models.Model):
     last_hash = models.CharField(max_length=64)
     # The Merkle tree's right edge at last_seq leaves: the roots of its perfect subtrees, left
     # to right, hex, space-separated (audit/tree.py). Appends grow it under the same lock.
-    tree_frontier = models.TextField(blank=True, default="")
+    tree_frontier = models.TextField(blank=True, default="", db_default="")
     # The last record's recorded_at: the next one is never timed before it (audit.services),
     # so a host whose clock runs behind another's cannot sign with a key the chain has
     # already moved past. NULL on a new site's head (and on heads of versions before it).
@@ -243,7 +247,7 @@ class AuditKey(models.Model):
     valid_from = models.DateTimeField(unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # ed25519, base64url without padding: 86 characters ("" = not endorsed, never trusted).
-    endorsement = models.CharField(max_length=88, blank=True, default="")
+    endorsement = models.CharField(max_length=88, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["valid_from"]

@@ -152,7 +152,12 @@ class Refund(models.Model):
         Charge, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
     )
     origin = models.CharField(max_length=10, choices=RefundOrigin.choices)
-    kind = models.CharField(max_length=20, choices=RefundKind.choices, default=RefundKind.REFUND)
+    kind = models.CharField(
+        max_length=20,
+        choices=RefundKind.choices,
+        default=RefundKind.REFUND,
+        db_default=RefundKind.REFUND,
+    )
     # A customer credit's customer (a credit names no order or charge); null for refunds,
     # whose customer is their order's.
     customer = models.ForeignKey(
@@ -189,9 +194,9 @@ class Refund(models.Model):
     refund_reason = models.ForeignKey(
         RefundReason, on_delete=models.PROTECT, null=True, blank=True, related_name="refunds"
     )
-    reason_path = models.CharField(max_length=500, blank=True)
-    reason_label = models.CharField(max_length=120, blank=True)
-    review_note = models.TextField(blank=True)
+    reason_path = models.CharField(max_length=500, blank=True, default="", db_default="")
+    reason_label = models.CharField(max_length=120, blank=True, default="", db_default="")
+    review_note = models.TextField(blank=True, default="", db_default="")
     # Set when the owners and admins were told about this hold (claimed by conditional UPDATE).
     held_notified_at = models.DateTimeField(null=True, blank=True)
     note = models.TextField(blank=True)
@@ -204,7 +209,7 @@ class Refund(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     # The fencing token of the execution holding (or last holding) the lease: a worker whose
     # token was replaced can no longer change this refund.
-    lease_token = models.CharField(max_length=32, blank=True)
+    lease_token = models.CharField(max_length=32, blank=True, default="", db_default="")
     first_attempt_at = models.DateTimeField(null=True, blank=True)
     # Committed *before* the first rail call that could move money: from then on the refund
     # never fails without the rail saying, for its idempotency key, that nothing happened.
@@ -215,7 +220,7 @@ class Refund(models.Model):
     # Owners and admins were emailed about this refund needing attention (claimed by UPDATE).
     attention_notified_at = models.DateTimeField(null=True, blank=True)
     # Hash of the audit decision record this refund executes under (settlement links to it).
-    decision_hash = models.CharField(max_length=64, blank=True)
+    decision_hash = models.CharField(max_length=64, blank=True, default="", db_default="")
     expires_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -241,9 +246,9 @@ class Refund(models.Model):
     # may hold the rail's earlier "succeeded" in memory; settling under this id reverses the
     # refund in the same transaction (refunds.services.settle_refund), so the report is not
     # lost to the race. Written and read under the refund's row lock.
-    failed_at_rail_id = models.CharField(max_length=255, blank=True)
-    failed_at_rail_message = models.CharField(max_length=500, blank=True)
-    failed_at_rail_source = models.CharField(max_length=255, blank=True)
+    failed_at_rail_id = models.CharField(max_length=255, blank=True, default="", db_default="")
+    failed_at_rail_message = models.CharField(max_length=500, blank=True, default="", db_default="")
+    failed_at_rail_source = models.CharField(max_length=255, blank=True, default="", db_default="")
     # Owners and admins were told this refund failed / failed after settlement, and the buyer
     # (a credit's customer) was sent its confirmation: each claimed by a conditional UPDATE
     # before sending, by the on-commit task or the sweep that sends what it missed
@@ -593,8 +598,8 @@ class ReconciliationRun(models.Model):
     charges_checked = models.PositiveIntegerField(default=0)
     charges_unreadable = models.PositiveIntegerField(default=0)
     # Customers whose Sill credits were compared with their balance transactions (Stripe).
-    customers_checked = models.PositiveIntegerField(default=0)
-    customers_unreadable = models.PositiveIntegerField(default=0)
+    customers_checked = models.PositiveIntegerField(default=0, db_default=0)
+    customers_unreadable = models.PositiveIntegerField(default=0, db_default=0)
     # The last customer whose credits it checked (their pk), as ``cursor`` is for charges.
     customer_cursor = models.BigIntegerField(null=True, blank=True)
     items_opened = models.PositiveIntegerField(default=0)

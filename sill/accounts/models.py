@@ -29,24 +29,26 @@ class Site(models.Model):
     # Optional Slack incoming webhook for held-refund notifications. Its URL is a credential
     # (anyone holding it may post to the channel): sealed like the signing secret, bound to
     # the site (refunds/review/slack.py: webhook_url, seal_webhook_url).
-    slack_webhook_sealed = models.BinaryField(blank=True, default=b"")
+    slack_webhook_sealed = models.BinaryField(blank=True, default=b"", db_default=b"")
     # The Slack app's signing secret, sealed with SECRET_KEY (sill.rails.secrets, bound to the
     # site): it verifies the Approve / Reject clicks Slack sends (refunds/review/slack.py).
-    slack_signing_secret = models.BinaryField(blank=True, default=b"")
+    slack_signing_secret = models.BinaryField(blank=True, default=b"", db_default=b"")
     # The Slack app's bot token (xoxb-…), sealed the same way: Sill asks Slack with it who a
     # Slack user is (users.info) before linking them to a member (refunds/review/slack_users.py).
-    slack_bot_token_sealed = models.BinaryField(blank=True, default=b"")
+    slack_bot_token_sealed = models.BinaryField(blank=True, default=b"", db_default=b"")
     # Slack's error when it last refused that token (invalid_auth, token_revoked,
     # account_inactive...: the app uninstalled, the token rotated or revoked), and when; empty
     # while Slack takes it. Recorded by the link check (refunds/review/slack_link_checks.py),
     # cleared when an owner sets or removes the token or Slack takes it again. While set,
     # Settings → Slack says the app must be reinstalled, and Slack clicks decide nothing (no
     # link can be confirmed again).
-    slack_token_refused = models.CharField(max_length=32, blank=True, default="")
+    slack_token_refused = models.CharField(max_length=32, blank=True, default="", db_default="")
     slack_token_refused_at = models.DateTimeField(null=True, blank=True)
     # Owners and admins need a confirmed second factor, and a session verified with it, to
     # change anything an approver changes (sill/accounts/two_factor.py).
-    require_two_factor = models.BooleanField(default=require_two_factor_default)
+    # A row inserted without the column (a process older than it, during an upgrade) gets the
+    # production value: a database default cannot read the setting.
+    require_two_factor = models.BooleanField(default=require_two_factor_default, db_default=True)
     # The merchant's own refund window in days from payment (null: only the rails' windows);
     # past it a refund is refused refund_window_passed before anything moves.
     refund_window_days = models.PositiveIntegerField(null=True, blank=True)
@@ -88,7 +90,7 @@ class Membership(models.Model):
     # Only meaningful for staff: owners and admins may always refund, reviewers never.
     can_refund = models.BooleanField(default=False)
     # The member's Slack user id (U…), so a click on Approve in Slack acts as this member.
-    slack_user_id = models.CharField(max_length=32, blank=True, default="")
+    slack_user_id = models.CharField(max_length=32, blank=True, default="", db_default="")
     # When Slack confirmed that Slack user is this member (users.info: their profile email is
     # the member's; refunds/review/slack_users.py). Null while it is not confirmed: links made
     # before Sill asked Slack, until the check (refunds/review/slack_link_checks.py) confirms
@@ -100,11 +102,11 @@ class Membership(models.Model):
     # installed elsewhere, a user id that is someone else's there) decides nothing. Empty for
     # links confirmed before Sill recorded it, until the check fills it in (their clicks are
     # refused meanwhile), and for every unconfirmed link.
-    slack_team_id = models.CharField(max_length=32, blank=True, default="")
+    slack_team_id = models.CharField(max_length=32, blank=True, default="", db_default="")
     # Why the link check last took the member's Slack link away (cleared: another email;
     # unconfirmed: Slack no longer vouches for the user), in words, for Settings → Slack;
     # empty once a link is confirmed or changed by a save.
-    slack_link_why = models.CharField(max_length=200, blank=True, default="")
+    slack_link_why = models.CharField(max_length=200, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -140,7 +142,7 @@ class Agent(models.Model):
     active = models.BooleanField(default=True)
     # The seed's refund method: off for a new agent until an owner or admin switches it on
     # (Settings → Agents); an agent without it is refused method_not_allowed.
-    refund_enabled = models.BooleanField(default=False)
+    refund_enabled = models.BooleanField(default=False, db_default=False)
     # Caps checked before the policy, in the site's currency; null is no cap.
     refund_cap_minor = models.BigIntegerField(null=True, blank=True)
     daily_refund_cap_minor = models.BigIntegerField(null=True, blank=True)

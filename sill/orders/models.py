@@ -188,21 +188,21 @@ class Charge(models.Model):
     # a Stripe charge is still reconciled, a Shopify one is not
     # (sill.rails.registry.readable_with_connected_account). Blank where Sill does not record
     # it (Sill's own purchases): the account connected now.
-    provider_account = models.CharField(max_length=255, blank=True)
+    provider_account = models.CharField(max_length=255, blank=True, default="", db_default="")
     # The account at the payment provider that holds the money, as the site's ``RailAccount``
     # named it when the charge was taken or brought in (``payment_account``; Stripe: its
     # ``acct_…`` and mode). Another account, or the other mode, holds no such payment: after
     # the site's key is replaced by one of another account this charge is refunded nowhere
     # (sill.rails.registry.payment_account_moved). Blank where Sill did not know it (charges
     # from before it kept it, a key whose account Stripe would not name): the one connected.
-    payment_account = models.CharField(max_length=255, blank=True)
+    payment_account = models.CharField(max_length=255, blank=True, default="", db_default="")
     amount_minor = models.BigIntegerField()
     amount_refunded_minor = models.BigIntegerField(default=0)
     # Held by refunds that are executing on the rail and not yet settled (see refunds.services).
     amount_reserved_minor = models.BigIntegerField(default=0)
     # Refunded at the rail outside Sill (e.g. in the Stripe dashboard), as its webhooks reported
     # (sill.orders.outside); kept apart from Sill's own refunds so neither is counted twice.
-    amount_refunded_outside_minor = models.BigIntegerField(default=0)
+    amount_refunded_outside_minor = models.BigIntegerField(default=0, db_default=0)
     currency = models.CharField(max_length=3)
     captured_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
@@ -211,23 +211,23 @@ class Charge(models.Model):
     failure_message = models.CharField(max_length=500, blank=True)
     # --- executing a pending charge (sill.orders.charging) ---
     # What the purchase asked to pay with, so a recovery sweep can retry without the mandate.
-    payment_method = models.CharField(max_length=255, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
+    payment_method = models.CharField(max_length=255, blank=True, default="", db_default="")
+    attempts = models.PositiveIntegerField(default=0, db_default=0)
     # While set and in the future, one execution holds this charge; ``lease_token`` is its
     # fencing token: a worker whose token was replaced can no longer record a result.
     lease_until = models.DateTimeField(null=True, blank=True)
-    lease_token = models.CharField(max_length=32, blank=True)
+    lease_token = models.CharField(max_length=32, blank=True, default="", db_default="")
     # Committed *before* the first rail call: from then on the charge is never failed until
     # the rail has said, for its idempotency key, that nothing was charged.
     rail_attempted_at = models.DateTimeField(null=True, blank=True)
     # What the rail last said of a payment it has not finished (Stripe ``processing`` or
     # ``requires_action``): the buyer may be charged, so the charge stays pending.
-    rail_status = models.CharField(max_length=40, blank=True)
+    rail_status = models.CharField(max_length=40, blank=True, default="", db_default="")
     # When the charge is next tried or asked about (by its task's retry, or by the sweep).
     next_check_at = models.DateTimeField(null=True, blank=True)
     # Past its attempt limit with an outcome only the rail (or a person) can settle.
     attention_since = models.DateTimeField(null=True, blank=True)
-    attention_reason = models.CharField(max_length=300, blank=True)
+    attention_reason = models.CharField(max_length=300, blank=True, default="", db_default="")
     # When the site's owners were emailed that it needs attention: claimed by conditional
     # UPDATE before the send, given back if it fails (sill.orders.charge_attention).
     attention_notified_at = models.DateTimeField(null=True, blank=True)
@@ -333,7 +333,7 @@ class Dispute(models.Model):
     opened_at = models.DateTimeField()
     # The rail's own status word (e.g. Stripe ``warning_needs_response``) and the time of the
     # newest event applied, so an older event delivered late never overwrites a newer one.
-    rail_status = models.CharField(max_length=40, blank=True)
+    rail_status = models.CharField(max_length=40, blank=True, default="", db_default="")
     rail_updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -34,14 +34,14 @@ class RailAccount(models.Model):
     secret_encrypted = models.BinaryField(blank=True, default=b"")
     # The rail's webhook signing secrets, one per line (several while one is being rotated),
     # encrypted like the API key but bound to their own field name.
-    webhook_secrets_encrypted = models.BinaryField(blank=True, default=b"")
+    webhook_secrets_encrypted = models.BinaryField(blank=True, default=b"", db_default=b"")
     # Stripe Connect: sent as the Stripe-Account header when set.
     connected_account = models.CharField(max_length=255, blank=True)
     # The provider account the saved credentials act on, as the provider named it after they
     # were saved (sill.rails.payment_account; Stripe: ``acct_… (test mode)``), so that a charge
     # records which account holds its money (``Charge.payment_account``). Blank until it is
     # read, or where the provider would not say: unknown, nothing is refused for it.
-    payment_account = models.CharField(max_length=255, blank=True)
+    payment_account = models.CharField(max_length=255, blank=True, default="", db_default="")
     # Overrides the provider's API address, e.g. http://127.0.0.1:8420 for localstripe.
     api_base = models.URLField(max_length=255, blank=True)
     # Mock rail scripting (see sill.rails.mock); ignored by the other rails.
@@ -252,24 +252,24 @@ class WebhookEvent(models.Model):
     # Blank: Stripe's and PayPal's events (their payment ids are global: no store to name), or
     # an event applied before Sill kept it (migration 0008 named the waiting ones'); for a blank
     # one processing takes the store connected now, as before.
-    sender = models.CharField(max_length=255, blank=True)
+    sender = models.CharField(max_length=255, blank=True, default="", db_default="")
     # Shopify and WooCommerce sign the body alone, not the delivery id beside it: the
     # sha256 (hex) of the signed body, kept once per site and rail, so a captured delivery
     # replayed under fresh ids is a duplicate (sill.rails.webhook_common.body_digest).
     # Blank: Stripe's and PayPal's events (their ids are signed), or a body another stored
     # event already held when Sill began keeping digests (migration 0009).
-    body_sha256 = models.CharField(max_length=64, blank=True)
+    body_sha256 = models.CharField(max_length=64, blank=True, default="", db_default="")
     received_at = models.DateTimeField(auto_now_add=True)
     processed_at = models.DateTimeField(null=True, blank=True)
     # What processing concluded, e.g. "external refund recorded" or "not Sill's charge".
     outcome = models.CharField(max_length=300, blank=True)
     # Processing attempts started (sill.rails.event_attempts): a crash mid-attempt counts too,
     # so an event that kills its worker is bounded like one that raises.
-    attempts = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0, db_default=0)
     # When the last attempt started, or the retry task last re-enqueued the event.
     last_attempt_at = models.DateTimeField(null=True, blank=True)
     # Why the last failed attempt failed; kept after a later success, as its history.
-    last_error = models.CharField(max_length=500, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="", db_default="")
     # Set once the attempts ran out: the retry task stops and says so, loudly, once.
     gave_up_at = models.DateTimeField(null=True, blank=True)
 

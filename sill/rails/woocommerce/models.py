@@ -21,7 +21,7 @@ class WooOrderLink(models.Model):
     order = models.OneToOneField(Order, on_delete=models.CASCADE, related_name="woocommerce")
     # The store the order came from (its URL as connected): Woo order ids are per store, so
     # a site connected to another store later gets that store's orders beside these.
-    store_url = models.CharField(max_length=255)
+    store_url = models.CharField(max_length=255, default="", db_default="")
     woo_order_id = models.BigIntegerField()
     # The Woo order's ``date_modified_gmt`` as last applied: an older delivery changes nothing.
     woo_modified_at = models.DateTimeField(null=True, blank=True)
