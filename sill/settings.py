@@ -632,14 +632,14 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"invite_tokens": {"()": "sill.log_redaction.RedactInviteTokens"}},
+    "filters": {"path_tokens": {"()": "sill.log_redaction.RedactPathTokens"}},
     "root": {"handlers": ["console"], "level": _LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         **{name: {"level": _SECRET_WRITING_LEVEL} for name in _SECRET_WRITING_LOGGERS},
-        # Both write the path of each refused or failed request, and an invitation's link is a
-        # path holding its token (sill/log_redaction.py).
-        "django.request": {"filters": ["invite_tokens"]},
-        "django.security.csrf": {"filters": ["invite_tokens"]},
+        # Both write the path of each refused or failed request, and an invitation's link and a
+        # password reset link are paths holding their tokens (sill/log_redaction.py).
+        "django.request": {"filters": ["path_tokens"]},
+        "django.security.csrf": {"filters": ["path_tokens"]},
     },
 }

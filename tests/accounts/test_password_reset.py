@@ -3,6 +3,7 @@ URL that works once and expires, every session ended after a reset, and a rate l
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import uuid
@@ -169,3 +170,23 @@ def test_requests_racing_at_the_start_of_a_window_are_all_counted():
     assert all(isinstance(counted, list) for counted in results), results
     counts = [n for counted in results for n in counted]
     assert sorted(counts) == list(range(1, threads * each + 1))
+
+
+def test_a_refused_request_on_a_reset_link_leaves_no_usable_link_in_the_log(
+    members, mailoutbox, caplog
+):
+    # Django logs the path of every 4xx answer (here a post without the CSRF cookie), and a
+    # reset link's path holds its token: whoever read the log could set the account's password
+    # while the link was unused.
+    Client().post(RESET, {"email": "owner@roasters.example"})
+    path = path_of(reset_link(mailoutbox[0]))
+    uid, token = path.strip("/").rsplit("/", 2)[-2:]
+    with caplog.at_level(logging.INFO):
+        assert Client(enforce_csrf_checks=True).post(path).status_code == 403
+    logged = [record.getMessage() for record in caplog.records]
+    assert not [line for line in logged if token in line], logged
+    # Still logged, as every refusal is: only the token is left out.
+    assert len([line for line in logged if f"/password/reset/{uid}/<token>/" in line]) == 1
+    # The link was live all along: the refusals spent nothing.
+    form = Client().get(path, follow=True).content.decode()
+    assert "Choose a new password" in form
