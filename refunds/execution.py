@@ -202,7 +202,9 @@ def execute_refund(refund_id: str) -> str:
     try:
         return _attempt(refund, token)
     except LeaseLost:
-        logger.warning("refund %s: lease taken over; this attempt stops", refund_id)
+        logger.warning(
+            "refund %s of site %s: lease taken over; this attempt stops", refund_id, refund.site_id
+        )
         return "lease-lost"
 
 
@@ -328,7 +330,9 @@ def _attempt(refund: Refund, token: str) -> str:
     except LeaseLost:
         raise
     except Exception as exc:
-        logger.exception("refund %s: unexpected error during execution", refund.id)
+        logger.exception(
+            "refund %s of site %s: unexpected error during execution", refund.id, refund.site_id
+        )
         message = f"unexpected error: {type(exc).__name__}: {exc}"
         error: RailError = (
             AmbiguousRailError(message)
@@ -377,7 +381,10 @@ def record_result(refund: Refund, token: str, result: RefundResult) -> str:
     except Exception as exc:
         # The rail confirmed the refund but Sill could not record it (the settlement rolled
         # back): never lost, never failed.
-        logger.exception("refund %s: settling %s failed", refund.id, result.provider_refund_id)
+        logger.exception(
+            "refund %s of site %s: settling %s failed",
+            refund.id, refund.site_id, result.provider_refund_id,
+        )  # fmt: skip
         unrecorded = AmbiguousRailError(
             f"the rail confirmed {result.provider_refund_id} but Sill could not record it: "
             f"{type(exc).__name__}: {exc}"
@@ -425,8 +432,9 @@ def _attention(
 
 def _record_lease_lost(refund: Refund, result: RefundResult) -> None:
     logger.warning(
-        "refund %s: the rail confirmed %s after this worker lost its lease",
+        "refund %s of site %s: the rail confirmed %s after this worker lost its lease",
         refund.id,
+        refund.site_id,
         result.provider_refund_id,
     )
     with transaction.atomic():

@@ -163,7 +163,9 @@ def _email(refund: Refund) -> Delivery:
         },
     )
     if not delivery.told:
-        logger.warning("refund %s needs attention; site has no owner or admin", refund.id)
+        logger.warning(
+            "refund %s needs attention; site %s has no owner or admin", refund.id, refund.site_id
+        )
     return delivery
 
 
@@ -329,7 +331,7 @@ def check_refund_at_rail(refund_id: str) -> str:
         except (RailDisabled, RailError) as exc:
             return _still_unknown(refund, token, getattr(exc, "message", str(exc)))
         except Exception as exc:
-            logger.exception("refund %s: lookup failed", refund.id)
+            logger.exception("refund %s of site %s: lookup failed", refund.id, refund.site_id)
             return _still_unknown(refund, token, f"{type(exc).__name__}: {exc}")
         if result is None:
             fail_refund(

@@ -8,6 +8,8 @@ Each attempt is run as the worker runs it (``execute_refund``); the beat task's 
 from __future__ import annotations
 
 import json
+import logging
+from typing import Any
 
 import pytest
 from django.core import mail
@@ -219,6 +221,20 @@ def test_an_unexpected_error_after_the_rail_call_is_ambiguous_and_recovered_by_l
     assert execute_refund(refund.id) == "succeeded"
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
     assert _books(yen_order) == (10000, 0)
+
+
+def test_an_unexpected_error_is_logged_naming_the_refund_and_its_site(
+    yen_order, staff_refund, mock_rail, caplog
+):
+    # On-call reads the error, with its traceback, in the worker's log: which merchant's
+    # refund it is must be there, not only a refund id to look up while the database may be
+    # the very thing that is failing.
+    _script(mock_rail, refund="error_after_effect", fail_times=1)
+    refund = staff_refund(yen_order)
+    with caplog.at_level(logging.ERROR, logger="refunds.execution"), pytest.raises(RetryLater):
+        execute_refund(refund.id)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "refunds.execution"]
+    assert line == f"refund {refund.id} of site {refund.site_id}: unexpected error during execution"
 
 
 def test_an_error_before_the_rail_call_is_retryable_not_ambiguous(
