@@ -6,6 +6,7 @@ deployment surfaces at start-up rather than as a silent default.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -54,6 +55,21 @@ def env_float(name: str, default: float) -> float:
         return float(value)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from exc
+
+
+def env_log_level(name: str, default: str) -> str:
+    """A logging level's name, in any case (``debug`` is ``DEBUG``): logging itself knows only
+    the upper-case names, and an unknown one stops the process in the logging setup, naming
+    no variable."""
+    value = (os.environ.get(name) or "").strip().upper()
+    if not value:
+        return default
+    if value not in logging.getLevelNamesMapping():
+        raise ImproperlyConfigured(
+            f"{name} must be a log level (DEBUG, INFO, WARNING, ERROR or CRITICAL), "
+            f"got {os.environ[name]!r}"
+        )
+    return value
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

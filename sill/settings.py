@@ -14,7 +14,15 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from sill.env import env_bool, env_float, env_int, env_list, env_path, env_str
+from sill.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_log_level,
+    env_path,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 TESTING = "pytest" in sys.modules or env_bool("SILL_TESTING")
@@ -616,7 +624,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
-_LOG_LEVEL = env_str("SILL_LOG_LEVEL", "INFO")
+_LOG_LEVEL = env_log_level("SILL_LOG_LEVEL", "INFO")
 # HTTP clients that write secrets at DEBUG: slack_sdk each URL it posts to (a merchant's
 # incoming webhook, a click's response_url: whoever holds one can post into the merchant's
 # Slack), urllib3 each request line with its query (a token in SILL_AUDIT_CHECKPOINT_URL's, the

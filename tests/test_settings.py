@@ -234,19 +234,33 @@ def test_postgresql_sessions_get_a_lock_and_an_idle_limit_except_in_the_tests(tm
     assert testing.stdout.split() == ["10", "0"]
 
 
+# Runs in a child process: the levels of the root logger and of the loggers that write secrets.
+_SHOW_LOG_LEVELS = (
+    "import django, logging, os;"
+    " os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'sill.settings'); django.setup()\n"
+    "names = ('', 'slack_sdk.webhook.client', 'slack_sdk.web.base_client',"
+    " 'urllib3.connectionpool', 'stripe')\n"
+    "print(*(logging.getLevelName(logging.getLogger(n).getEffectiveLevel()) for n in names))"
+)
+
+
 def test_the_loggers_that_write_secrets_stay_at_info_whatever_the_log_level(tmp_path):
     # At DEBUG, slack_sdk writes the Slack URLs it posts to (capabilities), urllib3 each
     # request's query, stripe each response body with its client_secret: SILL_LOG_LEVEL=DEBUG
     # for an on-call look must not put them in the log. A higher level still quiets them.
-    show = (
-        "import django, logging, os;"
-        " os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'sill.settings'); django.setup()\n"
-        "names = ('', 'slack_sdk.webhook.client', 'slack_sdk.web.base_client',"
-        " 'urllib3.connectionpool', 'stripe')\n"
-        "print(*(logging.getLevelName(logging.getLogger(n).getEffectiveLevel()) for n in names))"
-    )
-    debug = _python(tmp_path, show, **_PRODUCTION, SILL_LOG_LEVEL="DEBUG")
-    warning = _python(tmp_path, show, **_PRODUCTION, SILL_LOG_LEVEL="WARNING")
+    debug = _python(tmp_path, _SHOW_LOG_LEVELS, **_PRODUCTION, SILL_LOG_LEVEL="DEBUG")
+    warning = _python(tmp_path, _SHOW_LOG_LEVELS, **_PRODUCTION, SILL_LOG_LEVEL="WARNING")
     assert debug.returncode == 0 and warning.returncode == 0, debug.stderr + warning.stderr
     assert debug.stdout.split() == ["DEBUG", "INFO", "INFO", "INFO", "INFO"]
     assert warning.stdout.split() == ["WARNING"] * 5
+
+
+def test_the_log_level_is_read_in_any_case_and_a_wrong_one_is_refused_by_name(tmp_path):
+    # SILL_LOG_LEVEL=debug, typed during an incident, stopped every process from starting
+    # ("ValueError: Unable to configure root logger", naming no variable).
+    lower = _python(tmp_path, _SHOW_LOG_LEVELS, **_PRODUCTION, SILL_LOG_LEVEL=" debug")
+    assert lower.returncode == 0, lower.stderr
+    assert lower.stdout.split() == ["DEBUG", "INFO", "INFO", "INFO", "INFO"]
+    wrong = _python(tmp_path, _SHOW_LOG_LEVELS, **_PRODUCTION, SILL_LOG_LEVEL="LOUD")
+    assert wrong.returncode != 0
+    assert "SILL_LOG_LEVEL must be a log level" in wrong.stderr and "'LOUD'" in wrong.stderr
