@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -55,6 +56,19 @@ def env_float(name: str, default: float) -> float:
         return float(value)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from exc
+
+
+def env_url(name: str, default: str) -> str:
+    """An absolute ``http://`` or ``https://`` address (what links are built from): one
+    without its scheme or host would make links that open nothing, and nothing would say so."""
+    value = env_str(name, default) or default
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(
+            f"{name} must be an absolute http(s) address such as https://refunds.example.com, "
+            f"got {value!r}"
+        )
+    return value.strip()
 
 
 def env_log_level(name: str, default: str) -> str:

@@ -22,6 +22,7 @@ from sill.env import (
     env_log_level,
     env_path,
     env_str,
+    env_url,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ SILL_DATA_DIR = env_path("SILL_DATA_DIR", BASE_DIR / "var")
 SILL_DATA_DIR.mkdir(parents=True, exist_ok=True)
 PORT = env_int("PORT", 8000)
 # Where people reach Sill: used for links in emails and Slack messages.
-SILL_BASE_URL = env_str("SILL_BASE_URL", f"http://127.0.0.1:{PORT}")
+SILL_BASE_URL = env_url("SILL_BASE_URL", f"http://127.0.0.1:{PORT}")
 # Member invitations (sill/accounts/invites.py): how long an emailed link works, and how long a
 # password-reset link does (Django's PASSWORD_RESET_TIMEOUT, in seconds).
 SILL_INVITE_HOURS = env_int("SILL_INVITE_HOURS", 72)

@@ -46,6 +46,19 @@ def test_it_refuses_to_start_without_a_secret_key_when_debug_is_off(tmp_path):
     assert "SILL_SECRET_KEY must be set" in result.stderr
 
 
+def test_it_refuses_a_base_url_that_is_not_an_absolute_address(tmp_path):
+    # Every emailed link (invitations, password resets, held refunds) and the webhook
+    # addresses merchants paste into their rails are built from it: "refunds.example.com"
+    # without its scheme made every one of them a link that opens nothing, and nothing said so.
+    for wrong in ("refunds.example.com", "https://", "ftp://refunds.example.com"):
+        result = _run(tmp_path, "check", **_PRODUCTION, SILL_BASE_URL=wrong)
+        assert result.returncode != 0, wrong
+        assert "SILL_BASE_URL must be an absolute http(s) address" in result.stderr, wrong
+    assert (
+        _run(tmp_path, "check", **_PRODUCTION, SILL_BASE_URL="https://r.example/").returncode == 0
+    )
+
+
 def test_it_refuses_a_malformed_boolean(tmp_path):
     result = _run(tmp_path, "check", DEBUG="maybe")
     assert result.returncode != 0
