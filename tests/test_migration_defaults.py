@@ -25,7 +25,7 @@ from django.db.models import NOT_PROVIDED, Field
 CUT_OFF = {
     "accounts": "0017_database_defaults",
     "audit": "0016_database_defaults",
-    "orders": "0011_database_defaults",
+    "orders": "0012_database_defaults",
     "policies": "0001_initial",
     "rails": "0012_database_defaults",
     "refunds": "0027_database_defaults",

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orders", "0010_charge_payment_account"),
+        ("orders", "0011_woo_charges_as_stripe_charged"),
     ]
 
     operations = [
