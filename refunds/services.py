@@ -37,7 +37,7 @@ from sill.orders.outside import COUNTED_STATES, claim_outside_refund
 from sill.orders.services import refresh_refund_status
 from sill.queue import enqueue_on_commit
 from sill.rails.base import rail_label
-from sill.rails.woocommerce.record import queue_woocommerce_record
+from sill.rails.woocommerce.record import queue_woocommerce_record, withdraw_woocommerce_record
 
 HOLD_FOR = timedelta(hours=24)
 # The beat task that sends a failure, failed-after-settlement or confirmation email whose
@@ -480,6 +480,9 @@ def reverse_settled_refund(
     refund.reversed_at = now
     refund.save()
     refresh_refund_status(order)
+    # A WooCommerce order's record of it: not written now if it was still to be (the money
+    # came back); one already written stays, and the order page says to delete it there.
+    withdraw_woocommerce_record(refund_id=refund.id)
     append_record(
         site=refund.site,
         kind="refund_reversed",

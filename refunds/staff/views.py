@@ -162,6 +162,14 @@ def order_detail_context(
         else None
     )
     evidence = bool(order.placed_by_agent_id) and request.site_ctx.can(Cap.VIEW_ACTIVITY)
+    woo_records = woocommerce_records_for(order)
+    for record in woo_records:
+        # Written on the Woo order, then Stripe reported the refund failed (the money came
+        # back): the Woo order says refunded until the merchant deletes it there.
+        record.reversed = any(  # type: ignore[attr-defined]
+            isinstance(r, Refund) and r.pk == record.refund_id and r.reversed_at is not None
+            for r in refunds
+        )
     return {
         "order": order,
         "status_area": refund_status_area(request.site_ctx, refunds),
@@ -185,7 +193,7 @@ def order_detail_context(
         if request.site_ctx.can(Cap.MANAGE_SETTINGS)
         else "",
         # A WooCommerce order: whether each refund was recorded on the Woo order too.
-        "woocommerce_records": woocommerce_records_for(order),
+        "woocommerce_records": woo_records,
         # A purchase's charge that needs attention: an owner's form under it.
         "charge_attention": charge_attention_context(request.site_ctx, form=charge_form),
         # An agent's purchase Sill refused at intake: why there is no charge (its signed

@@ -22,6 +22,7 @@ from sill.rails.registry import RailDisabled, rail_from_account
 from sill.rails.woocommerce import woocommerce_stripe_refusal
 from sill.rails.woocommerce.models import WooRecordState, WooRefundRecord
 from sill.rails.woocommerce.record import (
+    RETRY_EVERY,
     attempt_record,
     record_refund_on_woocommerce,
     woocommerce_records_for,
@@ -29,6 +30,7 @@ from sill.rails.woocommerce.record import (
 from sill.rails.woocommerce.sync import sync_orders
 from sill.rails.woocommerce.tasks import retry_woocommerce_records
 from tests.rails.stripe_events import stripe_account
+from tests.rails.test_stripe_late_failures import failed_event
 
 pytestmark = pytest.mark.django_db
 
@@ -415,3 +417,47 @@ def test_a_store_quoting_the_credential_back_never_has_it_in_sills_words():
     words = client._error(answer, "refund record").message
     assert "ck_" + "a" * 40 not in words and "cs_" + "b" * 40 not in words
     assert words.count("[redacted]") == 2
+
+
+# --- a refund Stripe reports failed after it was settled ------------------------------------
+
+
+def test_a_refund_reversed_before_its_record_is_never_written_on_the_woo_order(
+    site, members, woo, woo_paid, sdk, deliver, client_for, django_capture_on_commit_callbacks
+):
+    order, placed, _charge = woo_paid
+    woo.read_only = True  # the record waits for keys with write access
+    refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+    assert attempt_record(refund_id=refund.pk).state == WooRecordState.NOT_UPDATED
+    # Stripe then reports the refund failed: the buyer's money came back to the merchant.
+    assert deliver(site, failed_event(sdk, refund)).status_code == 200
+    assert Refund.objects.get(pk=refund.pk).outcome_code == "failed_after_settlement"
+    # The merchant fixes the keys; neither the beat task nor a late task writes a refund the
+    # buyer never got on the Woo order.
+    woo.read_only = False
+    with time_machine.travel(timezone.now() + RETRY_EVERY + timedelta(minutes=1), tick=False):
+        retry_woocommerce_records()
+        attempt_record(refund_id=refund.pk)
+    assert placed.refunds == [] and len(woo.refund_posts) == 1  # the read-only attempt only
+    [record] = woocommerce_records_for(order)
+    assert record.state == WooRecordState.WITHDRAWN and record.next_attempt_at is None
+    page = client_for("staff").get(f"/orders/{order.pk}/").content.decode()
+    assert "Not recorded on the WooCommerce order" in page
+    assert "the Stripe refund failed after it was settled" in page
+    assert "Sill retries every 15 minutes" not in page
+
+
+def test_a_refund_reversed_after_its_record_says_to_remove_it_from_the_woo_order(
+    site, members, woo, woo_paid, sdk, deliver, client_for, django_capture_on_commit_callbacks
+):
+    order, placed, _charge = woo_paid
+    refund = _refund_on_stripe(site, members, order, django_capture_on_commit_callbacks)
+    assert attempt_record(refund_id=refund.pk).state == WooRecordState.RECORDED
+    assert deliver(site, failed_event(sdk, refund)).status_code == 200
+    [record] = woocommerce_records_for(order)
+    assert record.state == WooRecordState.RECORDED
+    page = client_for("staff").get(f"/orders/{order.pk}/").content.decode()
+    woo_refund = placed.refunds[0]["id"]
+    assert f"its refund #{woo_refund}" in page
+    assert "the Stripe refund failed after it was settled" in page
+    assert f"delete refund #{woo_refund} from the WooCommerce order" in page

@@ -44,6 +44,9 @@ class WooRecordState(models.TextChoices):
     RECORDED = "recorded", "Recorded on the WooCommerce order"
     NOT_UPDATED = "not_updated", "WooCommerce order not updated (retried later)"
     GAVE_UP = "gave_up", "WooCommerce order not updated (gave up)"
+    # Stripe reported the refund failed after Sill settled it (the money came back) before
+    # its record was written: there is no refund to write on the Woo order any more.
+    WITHDRAWN = "withdrawn", "Not recorded: the Stripe refund failed after settlement"
 
 
 class WooRefundRecord(models.Model):

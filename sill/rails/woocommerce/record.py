@@ -9,6 +9,11 @@ every 15 minutes (``RETRY_EVERY``), for three days (``MAX_ATTEMPTS``; then ``gav
 shown on the order page). A store that says how long to wait (a 429's or 503's
 ``Retry-After``: a rate limit, maintenance mode) is not asked again sooner, by either.
 
+A refund Stripe reports failed after Sill settled it (``refunds.services.reverse_settled_refund``)
+is withdrawn (:func:`withdraw_woocommerce_record`): a record not yet written never is (the
+buyer's money came back), and one already written is left for the merchant to delete, which
+the order page says.
+
 WooCommerce has no idempotency key, so the reason carries ``Sill refund <id>`` and, before
 writing again after an attempt that may have reached the store, Sill reads the order's
 refunds and adopts the one that names it: the Woo order gets one record per Sill refund.
@@ -48,6 +53,14 @@ READ_ONLY_WORDS = (
     "The WooCommerce order was not updated: the store's REST API keys are read-only ({code}). "
     "The Stripe refund is done. Give the key Read/Write access in WooCommerce → Settings → "
     "Advanced → REST API, or enter new keys on Settings → Rails"
+)
+
+
+# States no attempt leaves: written, given up on, or withdrawn (the refund failed after all).
+FINAL_STATES = (WooRecordState.RECORDED, WooRecordState.GAVE_UP, WooRecordState.WITHDRAWN)
+WITHDRAWN_WORDS = (
+    "The WooCommerce order was not updated: the Stripe refund failed after it was settled "
+    "(the money came back), so there is no refund to record"
 )
 
 
@@ -118,7 +131,7 @@ def attempt_record(*, refund_id: str) -> WooRecordResult:
             .select_for_update(of=("self",))
             .get(refund_id=refund_id)
         )
-        if record.state in (WooRecordState.RECORDED, WooRecordState.GAVE_UP):
+        if record.state in FINAL_STATES:
             return WooRecordResult(record.state, record.last_error, record.woo_refund_id)
         # A second's grace: a task retry sent with the countdown that time was set from may run
         # a hair before it.
@@ -185,6 +198,27 @@ def attempt_record(*, refund_id: str) -> WooRecordResult:
     return WooRecordResult(WooRecordState.RECORDED, woo_refund_id=str(found.get("id")))
 
 
+def withdraw_woocommerce_record(*, refund_id: str) -> str | None:
+    """``refund_id`` failed at Stripe after it was settled: a record not written yet never is
+    (``withdrawn``). Returns the record's state afterwards (``recorded``: already on the Woo
+    order, for the merchant to delete there), or ``None`` when the refund has none.
+
+    Under the record's row lock, which an attempt takes before it writes: an attempt that
+    comes after sees ``withdrawn`` and sends nothing. One already writing on the store when
+    this runs ends ``recorded`` (the store has it), which the order page then says.
+    """
+    with transaction.atomic():
+        record = WooRefundRecord.objects.select_for_update().filter(refund_id=refund_id).first()
+        if record is None:
+            return None
+        if record.state in (WooRecordState.PENDING, WooRecordState.NOT_UPDATED):
+            record.state = WooRecordState.WITHDRAWN
+            record.last_error = WITHDRAWN_WORDS
+            record.next_attempt_at = None
+            record.save(update_fields=["state", "last_error", "next_attempt_at"])
+        return record.state
+
+
 def _not_updated(
     record: WooRefundRecord,
     message: str,
@@ -197,7 +231,8 @@ def _not_updated(
         if final or record.attempts >= MAX_ATTEMPTS
         else WooRecordState.NOT_UPDATED
     )
-    WooRefundRecord.objects.filter(pk=record.pk).update(
+    # Not over a withdrawal made while this attempt was out: that record stays unwritten.
+    WooRefundRecord.objects.filter(pk=record.pk).exclude(state=WooRecordState.WITHDRAWN).update(
         state=state,
         last_error=message[:500],
         next_attempt_at=None if state == WooRecordState.GAVE_UP else _retry_at(retry_after),
