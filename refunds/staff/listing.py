@@ -7,11 +7,12 @@ its pager. ``from`` and ``to`` are days in the site's time zone, both included.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import QueryDict
 
 from refunds.models import Refund, RefundKind, RefundStatus
@@ -32,7 +33,7 @@ REFUND_STATUS_FILTERS: dict[str, str] = {
     "failed_open": "Failed, not refunded again",
     **{s.value: str(s.label) for s in RefundStatus},
 }
-# A refund made after a failed one supersedes it: the failure is no longer a to-do.
+# A refund asked for after one failed supersedes it: the failure is no longer a to-do.
 SUPERSEDING = (RefundStatus.PROCESSING, RefundStatus.NEEDS_ATTENTION, RefundStatus.SUCCEEDED)
 
 
@@ -98,15 +99,23 @@ def order_statuses() -> set[str]:
     return set(OrderStatus.values) | set(REFUND_FILTERS)
 
 
+def failed_since(refund: Refund) -> datetime:
+    """From when a failed refund is a failure to act on: when it was asked for, or, for one
+    the rail reported failed after it was settled, when that was reported (a refund asked for
+    in between was not asked for again in its place). :func:`superseded` reads it in SQL."""
+    return refund.reversed_at or refund.created_at
+
+
 def superseded() -> Exists:
-    """For a refund (``OuterRef``): a later refund of its order is moving or moved money; for
-    a customer credit, a later credit of its customer (a credit names no order, and its failure
-    email says to ask for the credit again). A refund names no customer, a credit no order:
-    NULL matches nothing, so neither side ever matches the other kind."""
+    """For a refund (``OuterRef``): a refund of its order asked for after
+    :func:`failed_since` is moving or moved money; for a customer credit, a later credit of
+    its customer (a credit names no order, and its failure email says to ask for the credit
+    again). A refund names no customer, a credit no order: NULL matches nothing, so neither
+    side ever matches the other kind."""
     return Exists(
         Refund.objects.filter(
             Q(order=OuterRef("order")) | Q(customer=OuterRef("customer")),
-            created_at__gt=OuterRef("created_at"),
+            created_at__gt=Coalesce(OuterRef("reversed_at"), OuterRef("created_at")),
             status__in=SUPERSEDING,
         )
     )

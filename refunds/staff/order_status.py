@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from refunds.labels import outcome_label
 from refunds.models import Refund, RefundStatus
-from refunds.staff.listing import SUPERSEDING
+from refunds.staff.listing import SUPERSEDING, failed_since
 from sill.accounts.access import Cap, SiteContext
 from sill.orders.models import Order
 
@@ -78,12 +78,13 @@ def _next_step(refund: Refund, ctx: SiteContext) -> tuple[str, str, str]:
 
 
 def _open_failures(refunds: list[Refund]) -> list[Refund]:
-    """Failed refunds no later refund of the order replaced (moving or moved money)."""
+    """Failed refunds no refund of the order asked for since replaced (moving or moved money):
+    the lists' ``superseded``, on the refunds the page loaded."""
     return [
         r
         for r in refunds
         if r.status == RefundStatus.FAILED
-        and not any(o.status in SUPERSEDING and o.created_at > r.created_at for o in refunds)
+        and not any(o.status in SUPERSEDING and o.created_at > failed_since(r) for o in refunds)
     ]
 
 

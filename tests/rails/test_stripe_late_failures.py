@@ -20,11 +20,14 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditRecord
-from refunds.models import Refund
+from refunds.models import Refund, RefundReason
+from refunds.reasons.services import ensure_default_reasons
 from refunds.reconcile.attention import check_refund_at_rail
+from refunds.staff.services import create_staff_refund
 from refunds.tasks import notify_reversed_task
 from sill.accounts import two_factor
 from sill.accounts.services import issue_agent_token
+from sill.money import Money
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.models import WebhookEvent
 from sill.rails.stripe import StripeRail
@@ -304,3 +307,36 @@ def test_a_cancellation_reported_as_charge_refund_updated_is_reversed_too(
     deliver(site, event("refund.updated", obj, event_id="evt_new_style"))
     assert AuditRecord.objects.filter(kind="refund_reversed").count() == 1
     assert len(mail.outbox) == 2
+
+
+def test_a_failure_reported_after_a_later_refund_is_still_a_failure_to_act_on(
+    site, paid, settled, sdk, deliver, members, client_for, django_capture_on_commit_callbacks
+):
+    """The $50 refund settles, a $20 one of the same order follows and settles, then Stripe
+    reports the first failed: its $50 came back and nobody refunded it again (the $20 was made
+    before the failure). It was hidden as "refunded again" by the later refund."""
+    ensure_default_reasons(site)
+    with django_capture_on_commit_callbacks(execute=True):
+        later = create_staff_refund(
+            site=site,
+            order=Order.objects.get(pk=paid.order_id),
+            actor=members["staff"].user,
+            kind="amount",
+            amount=Money(2000, "USD"),
+            reason=RefundReason.objects.get(site=site, code="defective"),
+        )
+    assert Refund.objects.get(pk=later.pk).status == "succeeded"
+    deliver(site, failed_event(sdk, settled))
+    assert Refund.objects.get(pk=settled.pk).outcome_code == "failed_after_settlement"
+
+    owner = client_for("owner")
+    page = owner.get(f"/orders/{paid.order_id}/").content.decode()
+    assert "Failed at the rail after it was settled" in page and "The money came back" in page
+    open_failures = owner.get("/refunds/", {"status": "failed_open"}).content.decode()
+    assert settled.pk in open_failures
+    failed_orders = owner.get("/orders/", {"status": "refund_failed"}).content.decode()
+    assert f"/orders/{paid.order_id}/" in failed_orders
+    dashboard = owner.get("/").content.decode()
+    assert (
+        '<a href="/refunds/?status=failed_open"><strong class="todo-count">1</strong>' in dashboard
+    )
