@@ -102,6 +102,15 @@ def labelled_rule(rule: dict[str, Any]) -> dict[str, Any]:
 STATUS_LABELS: dict[str, str] = {status.value: str(status.label) for status in RefundStatus}
 
 
+def refund_status_label(refund: Refund) -> str:
+    """``refund``'s status in words, alike on its page, the refund list and its CSV: a refund
+    the rail reported failed after it was settled is "Failed after settlement" (its money
+    moved, then came back), not "Failed" as one that never moved money."""
+    if refund.status == RefundStatus.FAILED and refund.reversed_at is not None:
+        return "Failed after settlement"
+    return STATUS_LABELS.get(refund.status, refund.status)
+
+
 def humanize(code: str) -> str:
     """``wrong_item`` → ``Wrong item``: the fallback for a code no table knows."""
     return code.replace("_", " ").strip().capitalize()

@@ -23,10 +23,10 @@ from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_safe
 
 from refunds.labels import (
-    STATUS_LABELS,
     buyer_label,
     rail_label,
     reason_label,
+    refund_status_label,
     rejection_words,
     requester_label,
 )
@@ -103,7 +103,7 @@ def _context(refund: Refund) -> dict[str, Any]:
     return {
         "refund": refund,
         "headline": headline(refund),
-        "status_label": STATUS_LABELS.get(refund.status, refund.status),
+        "status_label": refund_status_label(refund),
         "outcome": refund.failure_message or rejection_words(refund),
         "reason": reason_label(refund),
         "requester": requester_label(refund),

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from refunds.labels import STATUS_LABELS, outcome_label, reason_label, requester_label
+from refunds.labels import outcome_label, reason_label, refund_status_label, requester_label
 from refunds.models import Refund, RefundStatus
 from refunds.staff.csv_export import csv_response, iso_time, money_cells
 from refunds.staff.listing import (
@@ -146,11 +146,7 @@ def refund_row(refund: Refund, *, can_view_held: bool) -> RefundRow:
         link = ""
     return RefundRow(
         refund=refund,
-        status_label=(
-            "Failed after settlement"
-            if refund.reversed_at
-            else STATUS_LABELS.get(refund.status, refund.status)
-        ),
+        status_label=refund_status_label(refund),
         outcome=outcome_label(refund.outcome_code),
         detail=refund.failure_message,
         reason=reason_label(refund),
@@ -169,7 +165,7 @@ def _refund_csv_rows(request: SiteRequest, refunds: QuerySet[Refund]) -> Iterato
             iso_time(refund.created_at, zone),
             refund.order.number if refund.order else "",
             refund.get_origin_display(),
-            STATUS_LABELS.get(refund.status, refund.status),
+            refund_status_label(refund),
             outcome_label(refund.outcome_code),
             refund.failure_message,
             *money_cells(refund.amount),

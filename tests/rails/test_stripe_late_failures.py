@@ -6,6 +6,8 @@ Stripe's scheme (localstripe neither fails refunds nor sends webhooks).
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import socket
 from decimal import Decimal
@@ -340,3 +342,19 @@ def test_a_failure_reported_after_a_later_refund_is_still_a_failure_to_act_on(
     assert (
         '<a href="/refunds/?status=failed_open"><strong class="todo-count">1</strong>' in dashboard
     )
+
+
+def test_the_refund_list_its_csv_and_the_refund_page_name_its_status_alike(
+    site, paid, settled, sdk, deliver, members, client_for
+):
+    """The list said "Failed after settlement" while its CSV export and the refund's own page
+    said "Failed", as for a refund that never moved money."""
+    deliver(site, failed_event(sdk, settled))
+    owner = client_for("owner")
+    listed = owner.get("/refunds/").content.decode()
+    assert "Failed after settlement" in listed
+    exported = b"".join(owner.get("/refunds/", {"format": "csv"}).streaming_content).decode()
+    [header, row] = list(csv.reader(io.StringIO(exported)))
+    assert row[header.index("Status")] == "Failed after settlement"
+    page = owner.get(f"/refunds/{settled.pk}/").content.decode()
+    assert ">Failed after settlement</span>" in page
