@@ -40,6 +40,9 @@ from sill.rails.base import rail_label
 from sill.rails.woocommerce.record import queue_woocommerce_record, withdraw_woocommerce_record
 
 HOLD_FOR = timedelta(hours=24)
+# A rail's refusal of a refund that says its books are ahead of Sill's: the payment is refunded
+# already, less is left than Sill counts, or it is disputed (PayPal names each).
+BOOKS_BEHIND_CODES = frozenset({"already_refunded", "exceeds_refundable", "disputed"})
 # The beat task that sends a failure, failed-after-settlement or confirmation email whose
 # on-commit message never arrived (refunds.tasks.notify_missed_outcomes_task).
 MISSED_OUTCOMES = "refunds.notify_missed_outcomes"
@@ -451,6 +454,16 @@ def fail_refund(
     # Owners and admins hear of it once (refunds.review.failures), after the commit, or from
     # the sweep when that message is lost.
     enqueue_on_commit("refunds.notify_failed", refund.id, recovered_by=MISSED_OUTCOMES)
+    if code in BOOKS_BEHIND_CODES and refund.charge_id:
+        # The rail refused because it holds a refund or dispute Sill has not recorded (made in
+        # its dashboard since the decision): read the charge now, so the order page shows it
+        # and offers no refund the rail will refuse again.
+        enqueue_on_commit(
+            "refunds.catch_up_charge",
+            refund.charge_id,
+            f"refund-failed:{refund.id}",
+            recovered_by="refunds.reconcile",
+        )
     return True
 
 

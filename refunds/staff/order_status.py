@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from refunds.labels import outcome_label
 from refunds.models import Refund, RefundStatus
+from refunds.services import BOOKS_BEHIND_CODES
 from refunds.staff.listing import SUPERSEDING, failed_since
 from sill.accounts.access import Cap, SiteContext
 from sill.orders.models import Order
@@ -71,6 +72,16 @@ def _next_step(refund: Refund, ctx: SiteContext) -> tuple[str, str, str]:
         return (
             "The money came back to you. Check with the buyer (their card may be closed), then "
             "refund again from the form below or another way.",
+            "",
+            "",
+        )
+    if refund.outcome_code in BOOKS_BEHIND_CODES:
+        # Sill reads the charge from the rail on this failure (refunds.services.fail_refund):
+        # what was refunded outside Sill shows, and the form offers only what is left.
+        return (
+            "Nothing moved through Sill: the rail already holds a refund or dispute of this "
+            "payment made outside Sill, which the Transactions tab lists once Sill has read it. "
+            "Check what is still due before refunding again.",
             "",
             "",
         )

@@ -121,6 +121,37 @@ def test_an_unprocessable_refund_fails_with_paypals_issue_in_the_words(
     assert capture.refunds == []
 
 
+def test_a_capture_refunded_at_paypal_after_the_decision_is_caught_up_when_paypal_says_so(
+    site,
+    members,
+    paypal,
+    paypal_account,
+    paypal_order,
+    client_for,
+    django_capture_on_commit_callbacks,
+):
+    """Someone refunds the capture in PayPal's dashboard between Sill's decision and its call:
+    PayPal answers CAPTURE_FULLY_REFUNDED. The order page went on offering the $89.00 again
+    ("Refund again from the form below") and the order stayed Paid until a webhook or a run
+    brought the refund in; now Sill reads the capture at once and records what PayPal holds."""
+    order, capture = paypal_order()
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    made_outside = paypal.add_refund(capture, value="89.00")
+    with django_capture_on_commit_callbacks(execute=True):
+        refund, _ = _execute(refund)
+    assert (refund.status, refund.outcome_code) == ("failed", "already_refunded")
+    assert Order.objects.get(pk=order.pk).status == "REFUNDED"
+    charge = Charge.objects.get(order=order)
+    assert (charge.amount_refunded_outside_minor, charge.amount_reserved_minor) == (8900, 0)
+    staff = client_for("staff")
+    page = staff.get(f"/orders/{order.pk}/").content.decode()
+    assert "Refund again from the form below" not in page
+    assert "the rail already holds a refund or dispute of this payment" in page
+    assert "is already refunded in full" in page
+    listed = staff.get(f"/orders/{order.pk}/", {"tab": "transactions"}).content.decode()
+    assert made_outside["id"] in listed and "Refund outside Sill" in listed
+
+
 def test_a_capture_older_than_180_days_is_refused_at_decision_with_nothing_sent(
     site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
 ):
