@@ -41,7 +41,8 @@ from sill.rails.woocommerce.record import queue_woocommerce_record, withdraw_woo
 
 HOLD_FOR = timedelta(hours=24)
 # A rail's refusal of a refund that says its books are ahead of Sill's: the payment is refunded
-# already, less is left than Sill counts, or it is disputed (PayPal names each).
+# already, less is left than Sill counts, or it is disputed (PayPal names each; Shopify's
+# suggested refund says the first two).
 BOOKS_BEHIND_CODES = frozenset({"already_refunded", "exceeds_refundable", "disputed"})
 # The beat task that sends a failure, failed-after-settlement or confirmation email whose
 # on-commit message never arrived (refunds.tasks.notify_missed_outcomes_task).

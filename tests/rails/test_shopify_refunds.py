@@ -6,6 +6,8 @@ executed the way the refund task executes it (``execute_refund``, again after a 
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from refunds.execution import RetryLater, execute_refund
@@ -104,6 +106,44 @@ def test_user_errors_fail_the_refund_with_the_code_and_release_it(
     assert "Transaction gateway is not supported" in refund.failure_message
     assert not placed.refunds
     assert Charge.objects.get(order=order).amount_reserved_minor == 0
+
+
+@pytest.mark.parametrize(
+    ("outside", "code", "status", "left"),
+    [
+        ("89.00", "already_refunded", "REFUNDED", 0),
+        ("80.00", "exceeds_refundable", "PARTIALLY_REFUNDED", 900),
+    ],
+)
+def test_a_refund_made_in_the_shopify_admin_since_the_decision_is_brought_in_when_shopify_refuses(
+    site,
+    members,
+    shopify,
+    shopify_account,
+    client_for,
+    django_capture_on_commit_callbacks,
+    outside,
+    code,
+    status,
+    left,
+):
+    """The order is refunded in the Shopify admin after Sill decided (its webhook not in yet):
+    Shopify suggests less than Sill asks and nothing is sent. The failure said "Declined by the
+    rail ... Refund again from the form below" with the old amount still offered; now the code
+    says the rail holds more refunds than Sill, and Sill reads the order at once."""
+    order, placed = _synced(site, shopify)
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    shopify._make_refund(placed, Decimal(outside), note="Refunded in the Shopify admin")
+    with django_capture_on_commit_callbacks(execute=True):
+        refund = _execute(refund)
+    assert (refund.status, refund.outcome_code) == ("failed", code)
+    assert shopify.refund_creates() == [] and len(placed.refunds) == 1
+    assert Order.objects.get(pk=order.pk).status == status
+    charge = Charge.objects.get(order=order)
+    assert (charge.remaining.amount_minor, charge.amount_reserved_minor) == (left, 0)
+    page = client_for("staff").get(f"/orders/{order.pk}/").content.decode()
+    assert "Refund again from the form below" not in page
+    assert "the rail already holds a refund or dispute of this payment" in page
 
 
 def test_an_order_paid_in_another_currency_than_the_shops_is_refused_with_nothing_sent(

@@ -267,9 +267,18 @@ class ShopifyRail:
                 }
             )
         if total != request.amount:
+            # Less than asked: the order was refunded since Sill counted it (in the Shopify
+            # admin, its webhook not in yet). Codes that say the rail's books are ahead, so the
+            # refund core reads the order again (refunds.services.BOOKS_BEHIND_CODES).
+            if total.amount_minor == 0:
+                code = "already_refunded"
+            elif total < request.amount:
+                code = "exceeds_refundable"
+            else:
+                code = "rail_declined"
             raise PermanentRailError(
                 f"Shopify can refund {total} of this order's payment, not {request.amount}",
-                code="rail_declined",
+                code=code,
             )
         return transactions
 
