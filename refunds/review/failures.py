@@ -31,6 +31,7 @@ from django.utils import timezone
 from refunds.labels import money_words, outcome_label, rail_label, refund_headline, refund_subject
 from refunds.models import Refund, RefundStatus
 from refunds.review.notifications import DECIDERS
+from refunds.services import BOOKS_BEHIND_CODES
 from sill.accounts.notices import Delivery, email_members, not_backing_off, send_claimed
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,20 @@ def _email(refund: Refund) -> Delivery:
         )
         next_step = "Fix the cause if you can, then ask for the credit again. The credit:"
         link = base + reverse("refunds:detail", args=[refund.id])
+    elif refund.outcome_code in BOOKS_BEHIND_CODES:
+        # The rail refused because it holds a refund (or dispute) Sill had not recorded: the
+        # buyer may well have the money back already; Sill reads the payment in now.
+        rail = rail_label(refund.rail)
+        opening = (
+            f"A refund on {refund.site.name} was refused by {rail}: nothing moved through Sill, "
+            f"but {rail} already holds a refund or dispute of this payment made outside Sill "
+            f"(in {rail}'s dashboard, say), which Sill is reading in now."
+        )
+        next_step = (
+            "Check the order page (its Transactions tab lists refunds made outside Sill) before "
+            "refunding again, so the buyer is not paid twice:"
+        )
+        link = base + reverse("orders:detail", args=[refund.order_id]) if order else base
     else:
         opening = (
             f"A refund on {refund.site.name} failed at {rail_label(refund.rail)}: nothing was "

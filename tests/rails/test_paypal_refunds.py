@@ -10,6 +10,7 @@ from datetime import timedelta
 from email.utils import format_datetime
 
 import pytest
+from django.core import mail
 from django.utils import timezone
 
 from refunds.execution import RetryLater, execute_refund
@@ -150,6 +151,12 @@ def test_a_capture_refunded_at_paypal_after_the_decision_is_caught_up_when_paypa
     assert "is already refunded in full" in page
     listed = staff.get(f"/orders/{order.pk}/", {"tab": "transactions"}).content.decode()
     assert made_outside["id"] in listed and "Refund outside Sill" in listed
+    # Owners and admins are told the same: not "the buyer has not got the money back, refund
+    # again", which had them pay the buyer a second time some other way.
+    [told, *_] = [m for m in mail.outbox if "Refund failed" in m.subject]
+    assert "the buyer has not got the money back" not in told.body
+    assert "refundable again" not in told.body
+    assert "PayPal already holds a refund or dispute of this payment" in told.body
 
 
 def test_a_capture_older_than_180_days_is_refused_at_decision_with_nothing_sent(
