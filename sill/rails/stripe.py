@@ -644,6 +644,11 @@ class StripeRail:
                 f"Stripe no longer refunds this charge: it is older than Stripe's refund time "
                 f"limit ({code}). Refund the buyer another way, e.g. a credit or transfer."
             )
+        elif code in _BOOKS_AHEAD:
+            # Refunded in Stripe's dashboard (or a WooCommerce admin's Stripe gateway) since
+            # Sill decided, or charged back: a code of its own, on which the refund core reads
+            # the charge at once (refunds.services.BOOKS_BEHIND_CODES).
+            error = PermanentRailError(message, code=_BOOKS_AHEAD[code])
         elif isinstance(exc, stripe.RateLimitError):
             # stripe-python keeps the answer's headers: Stripe documents no Retry-After on a
             # 429 (it advises a backoff), but one it or a proxy in front of it sends is kept.
@@ -672,6 +677,13 @@ class StripeRail:
         # "from None": the SDK's exception carries the raw request context; keep it out of
         # tracebacks and logs. The type and code above are what callers need.
         raise error from None
+
+
+# Stripe's refusals of a refund that say it holds more than Sill counted, with Sill's code.
+_BOOKS_AHEAD: dict[str, str] = {
+    "charge_already_refunded": "already_refunded",
+    "charge_disputed": "disputed",
+}
 
 
 @dataclass(frozen=True)
