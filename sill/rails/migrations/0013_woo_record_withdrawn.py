@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ("accounts", "0016_slack_token_refused_link_why"),
         ("orders", "0010_charge_payment_account"),
-        ("rails", "0011_learn_payment_accounts_schedule"),
+        ("rails", "0012_database_defaults"),
     ]
 
     operations = [
