@@ -93,6 +93,7 @@ class RulesFromTemplateApi(APIView):
             404: _ERROR,
             409: _ERROR,
             413: _ERROR,
+            415: _ERROR,
         },
     )
     def post(self, request: Request, site_id: str) -> Response:
@@ -141,6 +142,7 @@ class RulesApi(APIView):
             404: _ERROR,
             409: _ERROR,
             413: _ERROR,
+            415: _ERROR,
         },
     )
     def post(self, request: Request, site_id: str) -> Response:

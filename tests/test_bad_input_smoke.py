@@ -271,6 +271,40 @@ def test_a_path_under_a_machine_prefix_that_names_nothing_is_404_in_the_error_sh
     assert response.json()["error"]["code"] == "not_found"
 
 
+# --- a body that is not JSON -------------------------------------------------------------------
+# Every API POST reads JSON only. The staff and rules APIs refused another Content-Type with 415
+# (DRF's parser choice), the mandate API read any body as JSON whatever it said; none of the
+# schemas named 415.
+
+API_POSTS = {
+    "/api/v1/mandates": "/api/v1/mandates",
+    "/api/order/{order}/refund": "/api/order/{order_id}/refund",
+    "/api/v1/sites/{site}/rules": "/api/v1/sites/{site_id}/rules",
+    "/api/v1/sites/{site}/rules/from-template": "/api/v1/sites/{site_id}/rules/from-template",
+}
+
+
+@pytest.mark.parametrize("route", sorted(API_POSTS))
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+def test_an_api_post_whose_body_is_not_json_is_415_as_the_schema_says(
+    client_for, site, make_order, settings, route, content_type
+):
+    from tests.openapi import check_answer, served_schema
+
+    settings.SILL_PUBLIC_SCHEMA = True
+    url = route.format(site=site.pk, order=make_order().id)
+    before = _written()
+
+    response = client_for("owner").generic(
+        "POST", url, data=b'{"full": true, "templateId": "x"}', content_type=content_type
+    )
+
+    assert response.status_code == 415, (url, response.content[:200])
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+    check_answer(served_schema(), API_POSTS[route], "POST", response)
+    assert _written() == before
+
+
 # --- a Content-Length Django cannot read -------------------------------------------------------
 # Django reads ``request.body`` after ``int(CONTENT_LENGTH)``, which refuses a length that is
 # not a number ("abc", "1e3", "²") or has more than 4300 digits: a ValueError, so a 500 on every

@@ -110,6 +110,12 @@ _NOT_ACCEPTABLE = OpenApiResponse(
     _ERROR,
     description="`not_acceptable`: the `Accept` header leaves out JSON; nothing was read or done.",
 )
+# DRF's parser choice, before the body is read: every API POST (README "The agent API").
+_NOT_JSON = OpenApiResponse(
+    _ERROR,
+    description="`unsupported_media_type`: the body's `Content-Type` is not "
+    "`application/json`; nothing was read or done.",
+)
 _READ_FAILED = OpenApiResponse(
     _ERROR, description="`server_error`: Sill failed (its log says why). Ask again later."
 )
@@ -157,9 +163,11 @@ _EXAMPLE_RESULT: dict[str, Any] = {
 
 
 class RawBodyParser(BaseParser):
-    """Leaves the body alone: the mandate is verified over the exact bytes received."""
+    """Takes JSON and leaves the body alone: the mandate is verified over the exact bytes
+    received. DRF chooses a parser by the request's Content-Type, so a mandate sent as
+    anything else is ``415 unsupported_media_type``, as on every other API POST."""
 
-    media_type = "*/*"
+    media_type = "application/json"
 
     # Any, like the base's Mapping | DataAndFiles: nothing is parsed, so there is no data.
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
@@ -198,6 +206,7 @@ class MandateCreateApi(APIView):
             ),
             406: _NOT_ACCEPTABLE,
             413: OpenApiResponse(_ERROR, description="`too_large`: over 64 KiB."),
+            415: _NOT_JSON,
             422: OpenApiResponse(
                 _ERROR,
                 description="`forbidden_field`, `unknown_field`, `invalid_field`; `field` "
@@ -227,6 +236,9 @@ class MandateCreateApi(APIView):
         ],
     )
     def post(self, request: Request) -> Response:
+        # DRF's parser choice: Content-Type not JSON is 415 (nothing read; the parser reads
+        # nothing either, the body is read below once its length is checked).
+        _ = request.data
         length = request.META.get("CONTENT_LENGTH") or "0"
         # At most 15 digits: int() refuses more than 4300 (a 500), and no body is that large.
         ok = length.isascii() and length.isdigit() and len(length) <= 15

@@ -227,6 +227,11 @@ class StaffRefundCreateApi(APIView):
                 description="`too_large`: the body is over 64 KiB (`SILL_API_MAX_BODY_BYTES`); "
                 "nothing was done.",
             ),
+            415: OpenApiResponse(
+                _ERROR,
+                description="`unsupported_media_type`: the body's `Content-Type` is not "
+                "`application/json`; nothing was done.",
+            ),
             422: OpenApiResponse(
                 _ERROR,
                 description="`idempotency_conflict`: the Idempotency-Key was used with "

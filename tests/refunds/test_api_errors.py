@@ -202,6 +202,40 @@ def test_replay_and_conflict_write_nothing_more(sign, original, django_capture_o
     )
 
 
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""],
+)
+def test_a_mandate_not_sent_as_json_is_415_and_writes_nothing(
+    sign, original, content_type, django_capture_on_commit_callbacks
+):
+    """The mandate API read any body as JSON whatever its Content-Type said (a signed mandate
+    sent as text/plain, a form or with none was refunded, 201), where every other API POST
+    refuses what is not JSON with 415: it is refused the same way, before it is read."""
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = Client().generic(
+            "POST",
+            "/api/v1/mandates",
+            data=sign(refund_intent(ORIGINAL)),
+            content_type=content_type,
+        )
+    assert response.status_code == 415, response.content
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert response.json()["error"]["message"]
+    assert (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count()) == (
+        0,
+        0,
+        0,
+    )
+    assert MockLedgerEntry.objects.count() == 0 and callbacks == []
+    # JSON with its parameters, in any case, is JSON.
+    for json_type in ("application/json; charset=utf-8", "Application/JSON"):
+        answer = Client().post(
+            "/api/v1/mandates", data=sign(refund_intent(ORIGINAL)), content_type=json_type
+        )
+        assert answer.status_code == 201, (json_type, answer.content)
+
+
 def test_it_refuses_get_and_other_methods_on_the_mandate_endpoint():
     response = Client().get("/api/v1/mandates")
     assert response.status_code == 405

@@ -25,9 +25,16 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 SECTION = README.split("## The agent API", 1)[1].split("\n## ", 1)[0]
 SITE = "01JDEMOSITE00000000000MAIN"
 AGENT = "agent_acme_shopper"
-# Answered outside mandates.ERROR_CODES: sill.api.RateLimited, refunds.locks.Busy, and
-# sill.error_pages' server_error (a 500) and briefly_unavailable (the cache down).
-OTHER_CODES = {"rate_limited": 429, "busy": 503, "server_error": 500, "unavailable": 503}
+# Answered outside mandates.ERROR_CODES: sill.api.RateLimited, refunds.locks.Busy,
+# sill.error_pages' server_error (a 500) and briefly_unavailable (the cache down), and DRF's
+# parser choice (a body not sent as JSON).
+OTHER_CODES = {
+    "rate_limited": 429,
+    "busy": 503,
+    "server_error": 500,
+    "unavailable": 503,
+    "unsupported_media_type": 415,
+}
 
 
 def _quick_start_intent() -> str:
