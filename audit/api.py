@@ -29,12 +29,12 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from audit import checkpoints, keys, merkle, tree
 from audit.chain import b64url_encode
 from audit.models import AuditChainHead, AuditCheckpoint
 from audit.selectors import window_listing
+from sill.api_view import ApiView
 from sill.errors import NotFound, SillError
 
 
@@ -65,7 +65,7 @@ class OneRepresentation(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
-class PublicApi(APIView):
+class PublicApi(ApiView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
     content_negotiation_class = OneRepresentation

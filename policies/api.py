@@ -22,7 +22,6 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from policies import catalog as cat
 from policies.rules import MODES, json_safe_rules
@@ -32,6 +31,7 @@ from sill.accounts import two_factor
 from sill.accounts.access import Cap, can
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.accounts.models import Membership, MemberToken, Site
+from sill.api_view import ApiView
 from sill.errors import NotFound, PermissionDenied, SillError
 from sill.money import Money
 
@@ -68,7 +68,7 @@ class FromTemplateInput(serializers.Serializer):
         return attrs
 
 
-class PolicyTemplateListApi(APIView):
+class PolicyTemplateListApi(ApiView):
     @extend_schema(
         operation_id="policy_templates_list",
         summary="The catalog of policy templates and packs",
@@ -80,7 +80,7 @@ class PolicyTemplateListApi(APIView):
         return Response(cat.catalog())
 
 
-class RulesFromTemplateApi(APIView):
+class RulesFromTemplateApi(ApiView):
     @extend_schema(
         operation_id="rules_from_template",
         summary="Apply a policy template or pack to a site (or preview it with dryRun)",
@@ -117,7 +117,7 @@ class RulesFromTemplateApi(APIView):
         return Response(_result(result), status=201 if result.status == "applied" else 200)
 
 
-class RulesApi(APIView):
+class RulesApi(ApiView):
     authentication_classes = [MemberTokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
 
@@ -154,7 +154,7 @@ class RulesApi(APIView):
         return Response({"version": label, "rule": json_safe_rules([rule])[0]}, status=201)
 
 
-class RuleDeleteApi(APIView):
+class RuleDeleteApi(ApiView):
     authentication_classes = [MemberTokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
 

@@ -7,6 +7,7 @@ from rest_framework.authentication import SessionAuthentication
 
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.api import SchemaAccess
+from sill.api_view import TAKEN_METHODS
 
 urlpatterns = [
     path("", include("sill.accounts.urls")),
@@ -28,6 +29,8 @@ urlpatterns = [
             # A member's login (session or API token) unless DEBUG or SILL_PUBLIC_SCHEMA=1.
             authentication_classes=[MemberTokenAuthentication, SessionAuthentication],
             permission_classes=[SchemaAccess],
+            # OPTIONS is 405 here as on every API view (sill/api_view.py).
+            http_method_names=TAKEN_METHODS,
         ),
         name="api-schema",
     ),

@@ -8,8 +8,10 @@ sends garbage query strings and bodies.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
+from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from refunds.models import Refund
@@ -245,7 +247,7 @@ def test_a_page_form_over_djangos_limit_is_413_for_a_browser_and_a_json_client(
 
 
 @pytest.mark.parametrize("route", MACHINE_URLS)
-@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE", "OPTIONS"])
 def test_a_method_a_machine_endpoint_does_not_take_is_405_in_the_error_shape(
     client_for, site, make_order, route, method
 ):
@@ -254,10 +256,59 @@ def test_a_method_a_machine_endpoint_does_not_take_is_405_in_the_error_shape(
 
     response = client_for("owner").generic(method, url)
 
-    assert response.status_code == 405, (url, method)
+    assert response.status_code == 405, (url, method, response.content[:200])
     assert response.json()["error"]["code"] == "method_not_allowed"
-    assert "POST" in response["Allow"]
+    assert "POST" in response["Allow"] and "OPTIONS" not in response["Allow"]
     assert _written() == before
+
+
+# DRF answered OPTIONS on every API view (the mandate API to anyone) with 200 and its metadata:
+# the view's class name, its docstring and the media types it parses, an answer neither the
+# README nor the schema names. Sill serves no cross-origin callers, so no preflight needs it: it
+# is a method the API does not take, 405 as any other, and no answer's Allow lists it.
+
+
+def _api_views(resolver: URLResolver, prefix: str = "") -> list[tuple[str, Any]]:
+    """(route, view instance) of every DRF view the project routes to."""
+    from rest_framework.views import APIView
+
+    out = []
+    for entry in resolver.url_patterns:
+        if isinstance(entry, URLResolver):
+            out += _api_views(entry, prefix + str(entry.pattern))
+            continue
+        cls = getattr(entry.callback, "cls", None)
+        if isinstance(cls, type) and issubclass(cls, APIView):
+            out.append((prefix + str(entry.pattern), cls(**entry.callback.initkwargs)))
+    return out
+
+
+def test_no_api_view_takes_options():
+    views = _api_views(get_resolver())
+    assert {route for route, _ in views} >= {"api/v1/mandates", "api/v1/agent", "api/schema/"}
+    for route, view in views:
+        assert "OPTIONS" not in view.allowed_methods, route
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["/api/v1/mandates", "/api/schema/", "/.well-known/sill-audit-keys.json", "/api/v1/agent"],
+)
+def test_options_is_405_in_the_error_shape_for_anyone(settings, agent, url):
+    from sill.accounts import two_factor
+    from sill.accounts.services import issue_agent_token
+
+    settings.SILL_PUBLIC_SCHEMA = True
+    token = issue_agent_token(
+        agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
+
+    bearer = {"Authorization": f"Bearer {token}"} if url == "/api/v1/agent" else {}
+    response = Client().options(url, headers={**bearer, "Accept": "application/json"})
+
+    assert response.status_code == 405, (url, response.content[:200])
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert "OPTIONS" not in response["Allow"]
 
 
 @pytest.mark.parametrize(

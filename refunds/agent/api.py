@@ -13,7 +13,6 @@ from rest_framework.parsers import BaseParser
 from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from policies.engine import Action, Mode
 from refunds.agent.intake import answer_for, submit_mandate
@@ -22,6 +21,7 @@ from refunds.models import Mandate
 from sill.accounts.models import Agent, AgentToken
 from sill.accounts.services import token_sha256
 from sill.api import error_response
+from sill.api_view import ApiView
 from sill.bearer import bearer_token
 from sill.errors import NotFound
 
@@ -174,7 +174,7 @@ class RawBodyParser(BaseParser):
         return None
 
 
-class MandateCreateApi(APIView):
+class MandateCreateApi(ApiView):
     authentication_classes: list[type[BaseAuthentication]] = []
     permission_classes = [AllowAny]
     parser_classes = [RawBodyParser]
@@ -289,7 +289,7 @@ class HasAgent(BasePermission):
         return request.auth is not None
 
 
-class AgentMeApi(APIView):
+class AgentMeApi(ApiView):
     """The agent a bearer token belongs to: lets an agent author check a token."""
 
     authentication_classes = [AgentTokenAuthentication]
@@ -319,7 +319,7 @@ class AgentMeApi(APIView):
         return Response({"agent_id": agent.agent_id, "site_id": agent.site_id, "name": agent.name})
 
 
-class RefundDetailApi(APIView):
+class RefundDetailApi(ApiView):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [HasAgent]
 

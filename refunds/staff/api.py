@@ -32,7 +32,6 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge, held_total
@@ -43,6 +42,7 @@ from refunds.staff.services import OrderSnapshot, create_staff_refund
 from sill.accounts.access import Cap, can, site_context
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.api import StrictJSONParser
+from sill.api_view import ApiView
 from sill.errors import NotFound, PermissionDenied, SillError
 from sill.money import Money
 from sill.orders.models import Charge
@@ -175,7 +175,7 @@ def refund_output(refund: Refund) -> dict[str, Any]:
     }
 
 
-class StaffRefundCreateApi(APIView):
+class StaffRefundCreateApi(ApiView):
     authentication_classes = [MemberTokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
     # Strict JSON, numbers as Decimal: 15.00 is never a float on its way to money.
