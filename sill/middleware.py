@@ -12,7 +12,10 @@ PostgreSQL and a silent difference on SQLite. JSON bodies are checked where they
 ``Content-Length`` that Django cannot read (not a number, or more than 4300 digits): Django
 reads ``request.body`` only after ``int()`` of it, which raised a ValueError (a 500) wherever
 the body was read. Such a length is answered as one over the limit (``RequestDataTooBig``:
-413 ``too_large`` in the error shape, sill.error_pages.bad_request), nothing read.
+413 ``too_large`` in the error shape, sill.error_pages.bad_request), nothing read. And a body
+sent without any ``Content-Length`` (``Transfer-Encoding: chunked``) to the API, a webhook or
+Slack is ``411 length_required`` in the error shape: Django reads a body only as far as its
+Content-Length, so every view saw an empty one (a valid signed mandate was "not valid JSON").
 """
 
 from __future__ import annotations
@@ -54,6 +57,13 @@ class RefuseNulMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         _check_content_length(request)
+        if _for_programs(request) and _body_without_length(request):
+            return _error(
+                411,
+                "length_required",
+                "Send the body with a Content-Length: Sill does not read a chunked body "
+                "(Transfer-Encoding). Nothing was done.",
+            )
         if "\x00" in request.path:
             # A path argument (a site, order or refund id) reaches a query as text too.
             return _refusal(request)
@@ -84,13 +94,28 @@ def _check_content_length(request: HttpRequest) -> None:
         raise RequestDataTooBig("The Content-Length is not a length Sill can read.") from None
 
 
+def _body_without_length(request: HttpRequest) -> bool:
+    """Whether the request's body is framed by ``Transfer-Encoding`` (chunked) with no
+    ``Content-Length``: the WSGI server decodes it, but Django reads none of it."""
+    meta = request.META
+    return bool(meta.get("HTTP_TRANSFER_ENCODING")) and not meta.get("CONTENT_LENGTH")
+
+
+def _for_programs(request: HttpRequest) -> bool:
+    """The API, the webhooks, Slack, or a caller asking for JSON: answered in the error shape."""
+    return wants_json(request) or request.path.startswith(MACHINE_PATHS)
+
+
+def _error(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message, "field": None}}, status=status)
+
+
 def _refusal(request: HttpRequest) -> HttpResponse:
     """400 ``malformed``: in the error shape for programs (the API, the webhooks, Slack, a
     caller asking for JSON), else the page of a refused form (in the form's place for htmx)."""
     message = "The request holds a NUL character, which no field accepts."
-    if wants_json(request) or request.path.startswith(MACHINE_PATHS):
-        body = {"error": {"code": "malformed", "message": message, "field": None}}
-        return JsonResponse(body, status=400)
+    if _for_programs(request):
+        return _error(400, "malformed", message)
     return form_refused_page(
         request,
         status=400,

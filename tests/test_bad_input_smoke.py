@@ -356,6 +356,49 @@ def test_an_api_post_whose_body_is_not_json_is_415_as_the_schema_says(
     assert _written() == before
 
 
+# --- a chunked body ----------------------------------------------------------------------------
+# Django reads a body only as far as its Content-Length, and a chunked one has none (the WSGI
+# server leaves CONTENT_LENGTH out, as gunicorn does): every view saw an empty body. A signed
+# mandate sent chunked was "400 malformed: The body is not valid JSON.", a staff refund was
+# refused for the fields it had sent, a webhook for its signature.
+
+
+@pytest.mark.parametrize("route", MACHINE_URLS)
+def test_a_chunked_body_is_411_length_required_in_the_error_shape(
+    client_for, site, make_order, route
+):
+    url = route.format(site=site.pk, order=make_order().id)
+    before = _written()
+
+    response = client_for("owner").generic(
+        "POST",
+        url,
+        data=b'{"full": true}',
+        content_type="application/json",
+        CONTENT_LENGTH="",
+        HTTP_TRANSFER_ENCODING="chunked",
+    )
+
+    assert response.status_code == 411, (url, response.content[:200])
+    assert response.json()["error"]["code"] == "length_required"
+    assert "Content-Length" in response.json()["error"]["message"]
+    assert _written() == before
+
+
+@pytest.mark.parametrize("route", sorted(API_POSTS))
+def test_an_api_posts_411_is_the_schemas(client_for, site, make_order, settings, route):
+    from tests.openapi import check_answer, served_schema
+
+    settings.SILL_PUBLIC_SCHEMA = True
+    url = route.format(site=site.pk, order=make_order().id)
+    response = client_for("owner").generic(
+        "POST", url, data=b"{}", content_type="application/json",
+        CONTENT_LENGTH="", HTTP_TRANSFER_ENCODING="chunked",
+    )  # fmt: skip
+    assert response.status_code == 411
+    check_answer(served_schema(), API_POSTS[route], "POST", response)
+
+
 # --- a Content-Length Django cannot read -------------------------------------------------------
 # Django reads ``request.body`` after ``int(CONTENT_LENGTH)``, which refuses a length that is
 # not a number ("abc", "1e3", "²") or has more than 4300 digits: a ValueError, so a 500 on every

@@ -205,6 +205,11 @@ class MandateCreateApi(ApiView):
                 "purchase) it already names one of the site's orders. Nothing was done.",
             ),
             406: _NOT_ACCEPTABLE,
+            411: OpenApiResponse(
+                _ERROR,
+                description="`length_required`: the body came without a `Content-Length` "
+                "(chunked); nothing was read or done.",
+            ),
             413: OpenApiResponse(_ERROR, description="`too_large`: over 64 KiB."),
             415: _NOT_JSON,
             422: OpenApiResponse(

@@ -222,6 +222,11 @@ class StaffRefundCreateApi(ApiView):
                 description="`order_changed`, `order_not_refundable`, `rail_disabled`, or "
                 "`idempotency_in_flight` (a request with this Idempotency-Key is running).",
             ),
+            411: OpenApiResponse(
+                _ERROR,
+                description="`length_required`: the body came without a `Content-Length` "
+                "(chunked); nothing was done.",
+            ),
             413: OpenApiResponse(
                 _ERROR,
                 description="`too_large`: the body is over 64 KiB (`SILL_API_MAX_BODY_BYTES`); "

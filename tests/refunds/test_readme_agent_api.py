@@ -26,9 +26,10 @@ SECTION = README.split("## The agent API", 1)[1].split("\n## ", 1)[0]
 SITE = "01JDEMOSITE00000000000MAIN"
 AGENT = "agent_acme_shopper"
 # Answered outside mandates.ERROR_CODES: sill.api.RateLimited, refunds.locks.Busy,
-# sill.error_pages' server_error (a 500) and briefly_unavailable (the cache down), and DRF's
-# parser choice (a body not sent as JSON).
+# sill.error_pages' server_error (a 500) and briefly_unavailable (the cache down), DRF's
+# parser choice (a body not sent as JSON) and sill.middleware (a chunked body).
 OTHER_CODES = {
+    "length_required": 411,
     "rate_limited": 429,
     "busy": 503,
     "server_error": 500,
