@@ -92,9 +92,7 @@ class RulesFromTemplateApi(ApiView):
             403: _ERROR,
             404: _ERROR,
             409: _ERROR,
-            411: _ERROR,
             413: _ERROR,
-            415: _ERROR,
         },
     )
     def post(self, request: Request, site_id: str) -> Response:
@@ -142,9 +140,7 @@ class RulesApi(ApiView):
             403: _ERROR,
             404: _ERROR,
             409: _ERROR,
-            411: _ERROR,
             413: _ERROR,
-            415: _ERROR,
         },
     )
     def post(self, request: Request, site_id: str) -> Response:

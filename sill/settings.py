@@ -600,7 +600,8 @@ if EMAIL_TIMEOUT < 1:
     raise ImproperlyConfigured("SILL_EMAIL_TIMEOUT_SECONDS must be at least 1")
 
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's, with the refusals every API view may answer (sill/api_schema.py).
+    "DEFAULT_SCHEMA_CLASS": "sill.api_schema.ApiSchema",
     "EXCEPTION_HANDLER": "sill.api.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # Strict JSON everywhere (sill/jsonbody.py): depth, duplicate keys, constants, NUL.

@@ -21,6 +21,7 @@ from refunds.models import Mandate
 from sill.accounts.models import Agent, AgentToken
 from sill.accounts.services import token_sha256
 from sill.api import error_response
+from sill.api_schema import ERROR, NO_LENGTH, NOT_ACCEPTABLE, NOT_JSON, UNAVAILABLE
 from sill.api_view import ApiView
 from sill.bearer import bearer_token
 from sill.errors import NotFound
@@ -75,49 +76,20 @@ _RESULT = inline_serializer(
         ),
     },
 )
-_ERROR = inline_serializer(
-    "Error",
-    {
-        "error": inline_serializer(
-            "ErrorBody",
-            {
-                "code": serializers.CharField(),
-                "message": serializers.CharField(),
-                "field": serializers.CharField(allow_null=True),
-            },
-        )
-    },
-)
 # The read endpoints' shared refusals (README "The agent API").
 _TOKEN_REFUSED = OpenApiResponse(
-    _ERROR,
+    ERROR,
     description="`not_authenticated`: no bearer token, an unknown or revoked one, or a "
     "deactivated agent's (the message says so) (`WWW-Authenticate: Bearer`).",
 )
 _READ_RATE_LIMITED = OpenApiResponse(
-    _ERROR,
+    ERROR,
     description="`rate_limited`: over the token's limit; `Retry-After` says in how many "
     "seconds to ask again.",
 )
-# Sill's cache (its rate limits) cannot be reached: every endpoint (sill/cache_down.py).
-_UNAVAILABLE = (
-    "`unavailable`: Sill is briefly unavailable and did not act on the request; `Retry-After` "
-    "says in how many seconds to send it again (a minute)."
-)
-_READ_UNAVAILABLE = OpenApiResponse(_ERROR, description=_UNAVAILABLE)
-# DRF's content negotiation, before the view runs: every endpoint (README "The agent API").
-_NOT_ACCEPTABLE = OpenApiResponse(
-    _ERROR,
-    description="`not_acceptable`: the `Accept` header leaves out JSON; nothing was read or done.",
-)
-# DRF's parser choice, before the body is read: every API POST (README "The agent API").
-_NOT_JSON = OpenApiResponse(
-    _ERROR,
-    description="`unsupported_media_type`: the body's `Content-Type` is not "
-    "`application/json`; nothing was read or done.",
-)
+_READ_UNAVAILABLE = OpenApiResponse(ERROR, description=UNAVAILABLE)
 _READ_FAILED = OpenApiResponse(
-    _ERROR, description="`server_error`: Sill failed (its log says why). Ask again later."
+    ERROR, description="`server_error`: Sill failed (its log says why). Ask again later."
 )
 _EXAMPLE_REQUEST: dict[str, Any] = {
     "signed": {
@@ -187,52 +159,48 @@ class MandateCreateApi(ApiView):
             200: _RESULT,
             201: _RESULT,
             400: OpenApiResponse(
-                _ERROR,
+                ERROR,
                 description="`malformed` (not a JSON object of `signed` and `envelope`, "
                 "duplicate keys, too deep…), `unsupported_algorithm`, `expired`, "
                 "`not_yet_valid`, `window_too_long`.",
             ),
             401: OpenApiResponse(
-                _ERROR,
+                ERROR,
                 description="`unknown_key` (no such key for the agent on the site, revoked, "
                 "not valid at `issued_at`, or its agent deactivated: the message says so once "
                 "the signature holds), `bad_signature`.",
             ),
             409: OpenApiResponse(
-                _ERROR,
+                ERROR,
                 description="`replay`: the nonce was used by another mandate; "
                 "`mandate_conflict`: this `mandate_id` was received with another body, or (a "
                 "purchase) it already names one of the site's orders. Nothing was done.",
             ),
-            406: _NOT_ACCEPTABLE,
-            411: OpenApiResponse(
-                _ERROR,
-                description="`length_required`: the body came without a `Content-Length` "
-                "(chunked); nothing was read or done.",
-            ),
-            413: OpenApiResponse(_ERROR, description="`too_large`: over 64 KiB."),
-            415: _NOT_JSON,
+            406: NOT_ACCEPTABLE,
+            411: NO_LENGTH,
+            413: OpenApiResponse(ERROR, description="`too_large`: over 64 KiB."),
+            415: NOT_JSON,
             422: OpenApiResponse(
-                _ERROR,
+                ERROR,
                 description="`forbidden_field`, `unknown_field`, `invalid_field`; `field` "
                 "names the offending one. A purchase in a currency its rail does not charge, "
                 "or whose total is off the rail's step, is `invalid_field`: nothing is stored "
                 "or sent.",
             ),
             429: OpenApiResponse(
-                _ERROR,
+                ERROR,
                 description="`rate_limited`: over the address's or the signing key's limit; "
                 "`Retry-After` says in how many seconds to send again.",
             ),
             500: OpenApiResponse(
-                _ERROR,
+                ERROR,
                 description="`server_error`: Sill failed (its log says why). Send the same "
                 "signed mandate again later: it is never acted on twice.",
             ),
             503: OpenApiResponse(
-                _ERROR,
+                ERROR,
                 description="`busy`: the decision kept conflicting with concurrent ones; "
-                "nothing was done. Send the same mandate again after a second. " + _UNAVAILABLE,
+                "nothing was done. Send the same mandate again after a second. " + UNAVAILABLE,
             ),
         },
         examples=[
@@ -313,7 +281,7 @@ class AgentMeApi(ApiView):
                 },
             ),
             401: _TOKEN_REFUSED,
-            406: _NOT_ACCEPTABLE,
+            406: NOT_ACCEPTABLE,
             429: _READ_RATE_LIMITED,
             500: _READ_FAILED,
             503: _READ_UNAVAILABLE,
@@ -335,9 +303,9 @@ class RefundDetailApi(ApiView):
             200: _RESULT,
             401: _TOKEN_REFUSED,
             404: OpenApiResponse(
-                _ERROR, description="`not_found`: no mandate with this id from this agent."
+                ERROR, description="`not_found`: no mandate with this id from this agent."
             ),
-            406: _NOT_ACCEPTABLE,
+            406: NOT_ACCEPTABLE,
             429: _READ_RATE_LIMITED,
             500: _READ_FAILED,
             503: _READ_UNAVAILABLE,

@@ -222,20 +222,10 @@ class StaffRefundCreateApi(ApiView):
                 description="`order_changed`, `order_not_refundable`, `rail_disabled`, or "
                 "`idempotency_in_flight` (a request with this Idempotency-Key is running).",
             ),
-            411: OpenApiResponse(
-                _ERROR,
-                description="`length_required`: the body came without a `Content-Length` "
-                "(chunked); nothing was done.",
-            ),
             413: OpenApiResponse(
                 _ERROR,
                 description="`too_large`: the body is over 64 KiB (`SILL_API_MAX_BODY_BYTES`); "
                 "nothing was done.",
-            ),
-            415: OpenApiResponse(
-                _ERROR,
-                description="`unsupported_media_type`: the body's `Content-Type` is not "
-                "`application/json`; nothing was done.",
             ),
             422: OpenApiResponse(
                 _ERROR,
