@@ -679,10 +679,21 @@ _NUMBER_TYPES = (int, Decimal)  # a tuple: isinstance reads it faster than int |
 _SHORT_ENOUGH_MINOR = 10**15
 
 
+# What a JSON value that is not a number is, in words (the parser gives no other types).
+_NOT_A_NUMBER = {
+    str: "a string",
+    bool: "true",
+    type(None): "null",
+    dict: "an object",
+    list: "an array",
+}
+
+
 def _amount(obj: Mapping[str, Any], name: str, path: str, currency: str) -> Money:
     value = _get(obj, name, path)
     if isinstance(value, bool) or not isinstance(value, _NUMBER_TYPES):
-        _invalid(f"{path}.{name}", "must be a JSON number in major units (89.00), not a string")
+        named = "false" if value is False else _NOT_A_NUMBER.get(type(value), "not a number")
+        _invalid(f"{path}.{name}", f"must be a JSON number in major units (89.00), not {named}")
     try:
         money = parse_major(value, currency)
     except MoneyError as exc:

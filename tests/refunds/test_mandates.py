@@ -381,6 +381,20 @@ def test_it_refuses_amounts_the_currency_cannot_hold(amount: str, currency: str)
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [("89.00", "a string"), (True, "true"), (None, "null"), ({"amount": 89}, "an object"),
+     ([89], "an array")],
+)  # fmt: skip
+def test_an_amount_that_is_not_a_number_is_refused_naming_what_it_is(value: Any, named: str):
+    """Every amount that was not a number was refused as "…, not a string": an agent that
+    sent ``true``, ``null`` or an object was told it had sent a string."""
+    error = refusal(body(refund_signed(max_amount=value)))
+
+    assert (error.code, error.field) == ("invalid_field", "signed.intent.max_amount")
+    assert str(error).endswith(f"must be a JSON number in major units (89.00), not {named}.")
+
+
 # --- malformed and too large ---------------------------------------------------------------
 
 GOOD = body(refund_signed()).decode()
