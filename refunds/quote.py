@@ -16,6 +16,7 @@ what remains without the holds (it is never blocked by the other holds of its or
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -139,8 +140,8 @@ def _charge_with_checks(order: Order, *, lock: bool) -> Charge | None:
 
 
 def locked_order_and_charge(
-    site_id: str, order_id: str, *, also: Carried | None = None
-) -> tuple[Order | None, Charge | None, Any]:
+    site_id: str, order_id: str, *, also: Sequence[Carried] = ()
+) -> tuple[Order | None, Charge | None, tuple[Any, ...] | None]:
     """The site's order ``order_id`` and its charge as ``charged_charge(order, lock=True,
     checks=True)`` reads it, both row-locked until the transaction ends: the order first,
     then the charge (the lock order of ``refunds.locks``). (None, None, None) without that
@@ -150,10 +151,10 @@ def locked_order_and_charge(
     than locking the order, then reading its charge): the order is locked in the sub-select
     the join starts from, the charge in the ``LATERAL`` one run for it, as the two statements
     would. An order another transaction holds is waited for in a statement of its own, and
-    only then read with its checks, so that they count what its holder wrote. ``also``: a
-    value the same statement selects for the caller (the third item; None when not
-    selected). SQLite, which has no ``LATERAL`` (nor row locks: its writers are
-    serialised), runs the two statements and selects nothing ``also`` asks.
+    only then read with its checks, so that they count what its holder wrote. ``also``:
+    values the same statement selects for the caller (the third item, one each in the order
+    given; None when not selected). SQLite, which has no ``LATERAL`` (nor row locks: its
+    writers are serialised), runs the two statements and selects nothing ``also`` asks.
     """
     order = cols(Order, "o")
     if connection.vendor != "postgresql":
@@ -169,7 +170,8 @@ def locked_order_and_charge(
     charge = cols(Charge, "c")
     checks, params = _checks()
     # Formatted in: the models' column lists, the caller's expression and placeholders.
-    statement = f"""SELECT {order.sql}, {charge.sql}, {checks}, {also.sql if also else "NULL"}
+    carried = ", ".join(c.sql for c in also) or "NULL"
+    statement = f"""SELECT {order.sql}, {charge.sql}, {checks}, {carried}
         FROM (SELECT {order.sql} FROM orders_order o WHERE o.site_id = %s AND o.id = %s
               FOR UPDATE SKIP LOCKED) o
         LEFT JOIN LATERAL (
@@ -179,7 +181,7 @@ def locked_order_and_charge(
             LIMIT 1
             FOR UPDATE) c ON TRUE"""  # noqa: S608
     statement_params = [
-        *params, *(also.params if also else ()), site_id, order_id, ChargeStatus.SUCCEEDED,
+        *params, *(p for c in also for p in c.params), site_id, order_id, ChargeStatus.SUCCEEDED,
     ]  # fmt: skip
     row = fetch_row(statement, statement_params)
     if row is None:
@@ -200,10 +202,11 @@ def locked_order_and_charge(
         assert row is not None
     found = order.build(row)
     at = len(order)
-    carried = row[-1]
+    end = len(row) - max(len(also), 1)  # where the carried values start
+    selected = tuple(row[end:]) if also else None
     if row[at] is None:  # the charge's id: the order has no successful charge
-        return found, None, carried
-    return found, _checked(charge.build(row, at), row[at + len(charge) : -1], found), carried
+        return found, None, selected
+    return found, _checked(charge.build(row, at), row[at + len(charge) : end], found), selected
 
 
 def _checks() -> tuple[str, list[object]]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Field, Model, QuerySet
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from audit.chain import MAX_SAFE_INTEGER
@@ -70,7 +71,7 @@ from sill.rails.base import RefundFacts, amount_step, charges_currency, rail_lab
 from sill.rails.models import RailAccount
 from sill.rails.registry import connected_account_of, on_connected_account
 from sill.rails.woocommerce.models import WooOrderLink
-from sill.sql import Columns, cols, fetch_row, insert
+from sill.sql import Carried, Columns, cols, fetch_row, insert
 
 
 @dataclass(frozen=True)
@@ -127,12 +128,64 @@ def _refuse_if_deactivated(raw: bytes, loaded: mandates.LoadedMandate, *, now: d
         )
     except MandateError:
         return
-    raise MandateError(
+    raise _deactivated(agent_id)
+
+
+def _deactivated(agent_id: str) -> MandateError:
+    return MandateError(
         "unknown_key",
         f"Agent {agent_id} is deactivated on this site: its mandates are refused until an owner "
         "or admin of the site reactivates it (Settings → Agents).",
         field="signed.agent_id",
     )
+
+
+def _standing_select(agent_pk: int, key_id: str) -> Carried:
+    """Whether the mandate's agent is still active and its key still unrevoked, as a value
+    for a statement of the decision's transaction to select: ``''`` when both hold,
+    ``'deactivated'``, ``'revoked'``, or NULL (no such key any more); :func:`_check_standing`
+    judges it.
+
+    The key and its agent were read before the transaction (:func:`_agent_key`), and a
+    refund's facts or a credit's customer are read at the rail after that, for seconds at
+    worst: an owner who deactivated the agent or revoked the key meanwhile was told so, and
+    the decision must not go on as if they had not. The rows are locked in share until the
+    decision commits (``FOR KEY SHARE``, as the mandate's foreign key already locks the
+    agent's): a deactivation or revocation (each locks its row ``FOR UPDATE``) that comes
+    after this read waits for the decision, and the owner hears of it only once the decision
+    is made; one that came before is what this reads. SQLite serialises its writers: a read
+    in the transaction is enough there."""
+    return Carried(_standing_sql(connection.vendor), (agent_pk, key_id))
+
+
+@cache
+def _standing_sql(vendor: str) -> str:
+    lock = " FOR KEY SHARE OF a, k" if vendor == "postgresql" else ""
+    return f"""(SELECT CASE WHEN NOT a.active THEN 'deactivated'
+                    WHEN k.revoked_at IS NOT NULL THEN 'revoked' ELSE '' END
+        FROM accounts_agent a JOIN accounts_agentkey k ON k.agent_id = a.id
+        WHERE a.id = %s AND k.key_id = %s{lock})"""  # noqa: S608  (formatted in: a constant)
+
+
+def _standing_now(standing: Carried) -> str | None:
+    """What :func:`_standing_select`'s ``standing`` selects, in a statement of its own."""
+    row = fetch_row(f"SELECT {standing.sql}", standing.params)
+    assert row is not None
+    return row[0]
+
+
+def _check_standing(standing: str | None, *, agent_id: str) -> None:
+    """The refusal intake gives a mandate of a deactivated agent, or one signed with a revoked
+    or unknown key, when :func:`_standing_select` says so (nothing of the decision stays:
+    raised inside its transaction)."""
+    if standing == "deactivated":
+        raise _deactivated(agent_id)
+    if standing == "revoked":
+        raise MandateError("unknown_key", mandates.KEY_REVOKED, field="envelope.key_id")
+    if standing is None:
+        raise MandateError(
+            "unknown_key", "No such key for this agent on this site.", field="envelope.key_id"
+        )
 
 
 def _agent_key(
@@ -344,6 +397,10 @@ def _decide(
     # holds the site's chain head locked until then, and nothing else should run under it.
     with transaction.atomic():
         mandate = _store(verified, agent=agent)
+        if verified.action != "request_refund":
+            # A refund reads this with its order's lock (_request_refund).
+            standing = _standing_now(_standing_select(agent.pk, verified.key_id))
+            _check_standing(standing, agent_id=agent.agent_id)
         if credit_read is not None:
             credit = open_credit(mandate=mandate, verified=verified, read=credit_read, now=now)
         elif verified.action == "request_refund":
@@ -682,8 +739,15 @@ def _request_refund(
         return record_decision(refund=refund, outcome=None, now=now)
 
     agent = mandate.agent
+
+    standing = _standing_select(agent.pk, verified.key_id)
+
+    def check_standing(value: str | None) -> None:
+        _check_standing(value, agent_id=agent.agent_id)
+
     if not agent.refund_enabled:
         # The seed's refund method is switched on per agent; off, nothing is looked up.
+        check_standing(_standing_now(standing))
         return rejected("method_not_allowed")
     # The agent's and the customer's other decisions first (their sums are facts), then the
     # order: the lock order of refunds.locks. The order's customer never changes, so reading
@@ -705,16 +769,28 @@ def _request_refund(
     # (disputes, refunds): with the order, in one statement, when the prefetch found it.
     # The same statement reads the agent's refunds today for the policy's facts (under the
     # agent's scope lock when a rule or cap acts on them: refunds.locks).
+    # The agent's and its key's standing too (_standing_select): read with the order, or in a
+    # statement of its own where nothing selects it (SQLite; no such original).
     totals: list[tuple[str, int]] | None = None
     if prefetched is not None:
         carried = agent_live_totals_select(agent.pk, agent_day_start(site, now))
         order, charge, selected = locked_order_and_charge(
-            site.pk, prefetched.order.pk, also=carried
+            site.pk, prefetched.order.pk, also=[standing, *([carried] if carried else [])]
         )
-        if selected is not None:  # selected (PostgreSQL): else the facts read them
-            totals = agent_totals_from(selected)
+        if selected is None:  # not selected (SQLite, or no such order)
+            check_standing(_standing_now(standing))
+        else:
+            check_standing(selected[0])
+            if carried is not None:  # else the facts read them
+                totals = agent_totals_from(selected[1])
     else:
-        order = originals(site.pk, intent).select_for_update().first()
+        order = (
+            originals(site.pk, intent)
+            .select_for_update()
+            .annotate(standing=RawSQL(standing.sql, standing.params))  # noqa: S611  (a constant)
+            .first()
+        )
+        check_standing(order.standing if order is not None else _standing_now(standing))
         charge = charged_charge(order, lock=True, checks=True) if order is not None else None
     if order is not None:
         order.site = site  # the quote's refund window reads it: no second read of the site

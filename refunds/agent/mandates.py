@@ -484,12 +484,17 @@ def parse_timestamp(value: Any) -> datetime | None:
 # --- key and signature -------------------------------------------------------------------
 
 
+# The words of a revoked key's refusal (also when it is revoked while its mandate is decided:
+# refunds.agent.intake).
+KEY_REVOKED = "This key has been revoked."
+
+
 def _check_key(key: KeyRecord | None, *, issued_at: datetime | None, now: datetime) -> KeyRecord:
     field = "envelope.key_id"
     if key is None:
         _fail("unknown_key", "No such key for this agent on this site.", field)
     if key.revoked_at is not None and key.revoked_at <= now:
-        _fail("unknown_key", "This key has been revoked.", field)
+        _fail("unknown_key", KEY_REVOKED, field)
     if issued_at is not None and (
         issued_at < key.valid_from or (key.valid_until is not None and issued_at >= key.valid_until)
     ):

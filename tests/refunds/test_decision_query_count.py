@@ -13,8 +13,10 @@ An approved decision in production on PostgreSQL, 8: before the transaction the 
 its agent, its site, the site's active policy version, the resend check and the original's
 charge with its order and rail account), the mock rail's facts (the charge and its disputes);
 then BEGIN, the mandate INSERT, the order and its charge locked with the quote's disputes and
-refunds and the agent's refunds today (one statement, ``refunds.quote.locked_order_and_charge``
-carrying ``policies.facts.agent_live_totals_select``), the chain head read, the append (the head UPDATE, its lock taken last, with the record and
+refunds, the agent's refunds today and whether the agent is still active and its key unrevoked
+(one statement, ``refunds.quote.locked_order_and_charge`` carrying
+``policies.facts.agent_live_totals_select`` and ``refunds.agent.intake._standing_select``), the
+chain head read, the append (the head UPDATE, its lock taken last, with the record and
 tree INSERTs, the refund INSERT carrying the record's hash and the reservation UPDATE, all in
 one statement), COMMIT. SQLite has no data-modifying WITH and sends the append's writes one by
 one, nor ``LATERAL``: it reads the order, the charge and the agent's sum in three. It was 35
@@ -49,12 +51,15 @@ RESERVATION = 0 if connection.vendor == "postgresql" else 1
 # policy's facts, in a third (+1).
 SPLIT = 0 if connection.vendor == "postgresql" else 1
 TOTALS = 0 if connection.vendor == "postgresql" else 1
-APPROVED_DECISION_QUERIES = 10 + APPEND + RESERVATION + SPLIT + TOTALS
+# Whether the agent is still active and its key unrevoked, read in the transaction: with the
+# order lock on PostgreSQL; SQLite reads it in a statement of its own (+1).
+STANDING = 0 if connection.vendor == "postgresql" else 1
+APPROVED_DECISION_QUERIES = 10 + APPEND + RESERVATION + SPLIT + TOTALS + STANDING
 # The policy's rule holds it: no reservation.
-HELD_DECISION_QUERIES = 10 + APPEND + SPLIT + TOTALS
+HELD_DECISION_QUERIES = 10 + APPEND + SPLIT + TOTALS + STANDING
 # A second agent refund of the same order: refused by the quote (already_executed) with the
 # original's locks, before any reservation or fact.
-REJECTED_DECISION_QUERIES = 10 + APPEND + SPLIT
+REJECTED_DECISION_QUERIES = 10 + APPEND + SPLIT + STANDING
 # A forged signature: the key (with the resend check), nothing written.
 BAD_SIGNATURE_QUERIES = 1
 

@@ -109,13 +109,14 @@ def test_both_rows_stay_locked_until_the_transaction_ends(order, site):
 
 
 def test_it_selects_what_the_caller_carries_on_postgresql_only(order, make_order, site):
-    carried = Carried("(SELECT %s::text || o.id)", ("order ",))
+    carried = [Carried("(SELECT %s::text || o.id)", ("order ",)), Carried("(SELECT %s)", (7,))]
     unpaid = make_order(charged=False)
     with transaction.atomic():
-        _, _, selected = locked_order_and_charge(site.pk, order.pk, also=carried)
+        _, charge, selected = locked_order_and_charge(site.pk, order.pk, also=carried)
         _, _, unpaid_selected = locked_order_and_charge(site.pk, unpaid.pk, also=carried)
+    assert charge is not None and charge.quote_held_count == 0  # the checks end where they did
     if connection.vendor == "postgresql":
-        assert (selected, unpaid_selected) == (f"order {order.pk}", f"order {unpaid.pk}")
+        assert (selected, unpaid_selected) == ((f"order {order.pk}", 7), (f"order {unpaid.pk}", 7))
     else:  # two statements of its own there, and nothing carried
         assert (selected, unpaid_selected) == (None, None)
 
