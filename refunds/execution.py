@@ -54,6 +54,7 @@ from refunds.services import (
     refund_body,
     settle_refund,
 )
+from sill.accounts.models import Agent
 from sill.failpoints import failpoint
 from sill.leases import lease_kept
 from sill.rails.base import (
@@ -216,8 +217,31 @@ class _RailCalls:
     rail: Callable[[], Any]
     find: Callable[[Any], RefundResult | None]
     call: Callable[[Any], RefundResult]
-    # Refused before the call (a dispute opened since the decision): code and message.
+    # Refused before the call (a dispute opened since the decision, its agent deactivated
+    # since its policy approved it): code and message.
     refusal: Callable[[], RefundRefused | None]
+
+
+def agent_deactivated_refusal(refund: Refund) -> RefundRefused | None:
+    """``agent_deactivated`` for an agent's refund or credit that no person decided (its
+    policy approved it) when the agent has been deactivated since: nothing more leaves for
+    a switched-off agent without a person's decision. One a person approved is theirs to
+    send; reactivating the agent before the worker gets to it lets it go."""
+    if refund.agent_id is None or refund.decided_by_id is not None:
+        return None
+    agent_id = (
+        Agent.objects.filter(pk=refund.agent_id, active=False)
+        .values_list("agent_id", flat=True)
+        .first()
+    )
+    if agent_id is None:
+        return None
+    what = "credit" if refund.is_credit else "refund"
+    return RefundRefused(
+        f"Agent {agent_id} was deactivated before this {what} was sent: nothing was sent. "
+        f"Make a new {what} from Sill if it is still owed.",
+        code="agent_deactivated",
+    )
 
 
 def _rail_calls(refund: Refund) -> _RailCalls:
@@ -227,11 +251,14 @@ def _rail_calls(refund: Refund) -> _RailCalls:
             rail=lambda: creditor_for(refund.site_id),
             find=lambda rail: rail.find_credit(credit),
             call=lambda rail: rail.credit_customer(credit),
-            refusal=lambda: None,  # a credit draws on no charge
+            # A credit draws on no charge: only its agent's switch may refuse it now.
+            refusal=lambda: agent_deactivated_refusal(refund),
         )
     request = refund_request(refund)
 
     def refusal() -> RefundRefused | None:
+        if (switched_off := agent_deactivated_refusal(refund)) is not None:
+            return switched_off
         try:
             # A dispute opened after the decision: the bank is already moving this money.
             quote_refund(order=refund.order, charge=refund.charge, refund=refund)

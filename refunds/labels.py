@@ -44,6 +44,8 @@ OUTCOME_LABELS: dict[str, str] = {
     "live_not_allowed": "Live money is switched off",
     "refund_window_passed": "The refund window has passed",
     "method_not_allowed": "This agent may not ask for refunds",
+    # Its policy approved it, and the agent was switched off before the worker sent it.
+    "agent_deactivated": "The agent was deactivated before it was sent",
     "agent_cap_exceeded": "Over the agent's refund cap",
     "rail_declined": "Declined by the rail",
     "rail_unavailable": "The rail was unavailable",

@@ -606,7 +606,9 @@ def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
 def set_agent_active(
     *, agent: Agent, actor: Any, active: bool, second_factor: two_factor.Freshness
 ) -> Agent:
-    """Switch an agent on or off: an inactive agent's mandates and tokens are refused.
+    """Switch an agent on or off: an inactive agent's mandates and tokens are refused, and
+    the refunds and credits its policy approved that are not sent yet are not sent
+    (``refunds.execution.agent_deactivated_refusal``); its held ones wait for a person.
 
     A real switch writes its ``agent_change`` record; switching to the state it is in
     changes and records nothing. Reactivating lets the agent's keys sign mandates again, so

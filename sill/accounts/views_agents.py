@@ -214,7 +214,8 @@ def agent_deactivate(request: SiteRequest, agent_pk: int) -> HttpResponse:
     )
     return _back(
         request,
-        f"Deactivated {agent.agent_id}: its mandates and tokens are refused until reactivated.",
+        f"Deactivated {agent.agent_id}: its mandates and tokens are refused until reactivated, "
+        "and its approved refunds not sent yet will not be sent.",
     )
 
 
