@@ -37,7 +37,8 @@ _REASON = (
     "approved, e.g. `disputed`), or `status` `expired` with `expired`. A purchase whose charge "
     "was declined: `failed` with `charge_failed`. A refund the rail failed: `failed` or "
     "`needs_attention` with the rail's code (`rail_declined`, `rail_unavailable`, "
-    "`rail_timeout`, …)."
+    "`rail_timeout`, …); one its rules approved whose agent was deactivated before it was "
+    "sent: `failed` with `agent_deactivated` (nothing was sent)."
 )
 _RESULT = inline_serializer(
     "MandateResult",
@@ -168,7 +169,8 @@ class MandateCreateApi(ApiView):
                 ERROR,
                 description="`unknown_key` (no such key for the agent on the site, revoked, "
                 "not valid at `issued_at`, or its agent deactivated: the message says so once "
-                "the signature holds), `bad_signature`.",
+                "the signature holds; also when the key is revoked or the agent deactivated "
+                "while the mandate is being decided: nothing of it is stored), `bad_signature`.",
             ),
             409: OpenApiResponse(
                 ERROR,
