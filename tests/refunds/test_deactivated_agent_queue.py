@@ -90,3 +90,16 @@ def test_a_held_refund_a_person_approves_after_the_deactivation_is_paid(
     held.refresh_from_db()
     assert held.status == RefundStatus.SUCCEEDED
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
+
+
+def test_the_held_pages_tell_the_reviewer_the_agent_is_deactivated(held, agent, client_for):
+    reviewer = client_for("reviewer")
+    for page in ("/held/", f"/held/{held.pk}/"):
+        assert "deactivated" not in reviewer.get(page).content.decode()
+    _switch_off(agent)
+
+    listed = reviewer.get("/held/").content.decode()
+    detail = reviewer.get(f"/held/{held.pk}/").content.decode()
+
+    assert "agent_test_shopper</code> · <strong>deactivated</strong>" in listed
+    assert "deactivated since it asked: approving still pays it" in detail
