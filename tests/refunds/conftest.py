@@ -29,7 +29,9 @@ from refunds.quote import charged_charge
 from refunds.reasons.services import add_reason, ensure_default_reasons
 from refunds.review.slack import seal_bot_token
 from refunds.staff.services import create_staff_refund
+from sill.accounts import two_factor
 from sill.accounts.models import Agent, AgentKey, Membership, Site
+from sill.accounts.services import set_agent_active
 from sill.ids import new_ulid
 from sill.money import Money
 from sill.orders.models import Dispute, Order, Rail
@@ -80,6 +82,15 @@ def signed_body(
     }
     signed.update(overrides)
     return canonical_json(sign_mandate(signed, key or SigningKey(KEY_SEED), KEY_ID))
+
+
+def switch_agent(agent: Agent, *, active: bool) -> None:
+    """The site's owner switches ``agent`` on or off, as Settings → Agents does (with a fresh
+    copy of the row: callable from another thread than the one that read ``agent``)."""
+    fresh = Agent.objects.select_related("site").get(pk=agent.pk)
+    set_agent_active(
+        agent=fresh, actor=site_owner(fresh.site), active=active, second_factor=two_factor.OPERATOR
+    )
 
 
 @pytest.fixture

@@ -12,20 +12,13 @@ from django.test import Client
 
 from refunds.models import Mandate, Refund
 from sill.accounts import two_factor
-from sill.accounts.models import Agent
-from sill.accounts.services import issue_agent_token, set_agent_active
+from sill.accounts.services import issue_agent_token
 from sill.rails.models import MockLedgerEntry
-from tests.conftest import site_owner
-from tests.refunds.conftest import purchase_intent, refund_intent
+from tests.refunds.conftest import purchase_intent, refund_intent, switch_agent
 
 pytestmark = pytest.mark.django_db
 
 DEACTIVATED = "agent_test_shopper is deactivated on this site"
-
-
-def _switch(agent: Agent, *, active: bool) -> None:
-    owner = site_owner(agent.site)
-    set_agent_active(agent=agent, actor=owner, active=active, second_factor=two_factor.OPERATOR)
 
 
 @pytest.fixture
@@ -33,7 +26,7 @@ def bought(agent, sign, mock_rail, api) -> dict:
     """A purchase the agent made and Sill charged, after which the agent was deactivated."""
     answer = api(sign(purchase_intent()))
     assert answer.status_code == 201, answer.content
-    _switch(agent, active=False)
+    switch_agent(agent, active=False)
     return answer.json()
 
 
@@ -73,7 +66,7 @@ def test_its_token_is_refused_saying_the_agent_is_deactivated(bought, agent):
 
 
 def test_reactivated_it_refunds_what_is_left_of_its_purchase(bought, agent, sign, api):
-    _switch(agent, active=True)
+    switch_agent(agent, active=True)
     answer = api(sign(refund_intent(bought["mandate_id"], max_amount=Decimal("100.00"))))
 
     assert answer.status_code == 201

@@ -14,12 +14,8 @@ import pytest
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge
 from refunds.review.decisions import approve_refund
-from sill.accounts import two_factor
-from sill.accounts.models import Agent
-from sill.accounts.services import set_agent_active
 from sill.rails.models import MockLedgerEntry
-from tests.conftest import site_owner
-from tests.refunds.conftest import ORIGINAL, post, refund_intent
+from tests.refunds.conftest import ORIGINAL, post, refund_intent, switch_agent
 from tests.refunds.test_customer_credits import (  # noqa: F401 (fixtures)
     cora,
     credit_intent,
@@ -30,19 +26,13 @@ from tests.refunds.test_customer_credits import (  # noqa: F401 (fixtures)
 pytestmark = pytest.mark.django_db
 
 
-def _switch_off(agent: Agent) -> None:
-    set_agent_active(
-        agent=agent, actor=site_owner(agent.site), active=False, second_factor=two_factor.OPERATOR
-    )
-
-
 def test_a_queued_refund_of_an_agent_deactivated_since_is_not_sent(
     client, sign, original, agent, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks() as queued:
         answer = post(client, sign(refund_intent(ORIGINAL)))
     assert answer.json()["decision"] == "approved", answer.content
-    _switch_off(agent)
+    switch_agent(agent, active=False)
 
     with django_capture_on_commit_callbacks(execute=True):
         for run in queued:  # the worker picks it up now
@@ -67,7 +57,7 @@ def test_a_queued_credit_of_an_agent_deactivated_since_is_not_sent(
     with django_capture_on_commit_callbacks() as queued:
         answer = post(client, sign(credit_intent()))
     assert answer.json()["decision"] == "approved", answer.content
-    _switch_off(agent)
+    switch_agent(agent, active=False)
 
     with django_capture_on_commit_callbacks(execute=True):
         for run in queued:
@@ -82,7 +72,7 @@ def test_a_queued_credit_of_an_agent_deactivated_since_is_not_sent(
 def test_a_held_refund_a_person_approves_after_the_deactivation_is_paid(
     held, agent, members, django_capture_on_commit_callbacks
 ):
-    _switch_off(agent)
+    switch_agent(agent, active=False)
 
     with django_capture_on_commit_callbacks(execute=True):
         approve_refund(refund=held, actor=members["admin"].user)
@@ -96,7 +86,7 @@ def test_the_held_pages_tell_the_reviewer_the_agent_is_deactivated(held, agent, 
     reviewer = client_for("reviewer")
     for page in ("/held/", f"/held/{held.pk}/"):
         assert "deactivated" not in reviewer.get(page).content.decode()
-    _switch_off(agent)
+    switch_agent(agent, active=False)
 
     listed = reviewer.get("/held/").content.decode()
     detail = reviewer.get(f"/held/{held.pk}/").content.decode()

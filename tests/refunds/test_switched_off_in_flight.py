@@ -20,14 +20,13 @@ from django.db import connection
 from django.test import Client
 
 from refunds.models import Mandate, Refund
-from sill.accounts import two_factor
-from sill.accounts.models import Agent, AgentKey
-from sill.accounts.services import revoke_agent_key, set_agent_active
+from sill.accounts.models import AgentKey
+from sill.accounts.services import revoke_agent_key
 from sill.rails.models import RailAccount
 from tests.conftest import site_owner
 from tests.rails import stripe_facts_stub
 from tests.rails.loopback import keepalive_server
-from tests.refunds.conftest import ORIGINAL, post, refund_intent
+from tests.refunds.conftest import ORIGINAL, post, refund_intent, switch_agent
 from tests.refunds.test_customer_credits import (  # noqa: F401  (fixtures)
     cora,
     credit_intent,
@@ -38,17 +37,23 @@ from tests.refunds.test_customer_credits import (  # noqa: F401  (fixtures)
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
+def _act_once(during: list[Callable[[], None]]) -> None:
+    """Run what the test put in ``during`` (once), from the stub's server thread."""
+    if during:
+        try:
+            during.pop()()
+        finally:
+            connection.close()  # this server thread's own connection
+
+
 class _ActsWhileReading(stripe_facts_stub.Handler):
     """The facts stub, running ``during`` (once) while it answers the charge read."""
 
     during: list[Callable[[], None]]
 
     def do_GET(self) -> None:
-        if self.path.startswith("/v1/charges/") and self.during:
-            try:
-                self.during.pop()()
-            finally:
-                connection.close()  # this server thread's own connection
+        if self.path.startswith("/v1/charges/"):
+            _act_once(self.during)
         super().do_GET()
 
 
@@ -64,19 +69,6 @@ def stripe_facts(site) -> Iterator[list[Callable[[], None]]]:
         yield during
 
 
-def _deactivator(agent: Agent) -> Callable[[], None]:
-    """The owner's switch, as Settings → Agents throws it (in the caller's thread)."""
-
-    def deactivate() -> None:
-        fresh = Agent.objects.select_related("site").get(pk=agent.pk)
-        set_agent_active(
-            agent=fresh, actor=site_owner(fresh.site), active=False,
-            second_factor=two_factor.OPERATOR,
-        )  # fmt: skip
-
-    return deactivate
-
-
 def _ask(make_order, agent, sign) -> Any:
     make_order(rail="stripe", placed_by_agent=agent, source_mandate_id=ORIGINAL)
     return post(Client(), sign(refund_intent(ORIGINAL, max_amount=Decimal("10.00"))))
@@ -85,7 +77,7 @@ def _ask(make_order, agent, sign) -> Any:
 def test_an_agent_deactivated_while_its_facts_are_read_is_refused(
     stripe_facts, make_order, agent, sign
 ):
-    stripe_facts.append(_deactivator(agent))
+    stripe_facts.append(lambda: switch_agent(agent, active=False))
     answer = _ask(make_order, agent, sign)
 
     assert not stripe_facts, "Stripe was never asked"
@@ -107,14 +99,11 @@ def test_an_agent_deactivated_while_its_credits_customer_is_read_is_refused(
     sign,
 ):
     read = stub.answer
-    during = [_deactivator(agent)]
+    during = [lambda: switch_agent(agent, active=False)]
 
     def answer(method: str, path: str, *args: Any) -> Any:
-        if method == "GET" and during:
-            try:
-                during.pop()()
-            finally:
-                connection.close()
+        if method == "GET":  # the customer's read (a credit's POST comes after the decision)
+            _act_once(during)
         return read(method, path, *args)
 
     stub.answer = answer  # type: ignore[method-assign]
@@ -129,8 +118,8 @@ def test_a_key_revoked_while_its_facts_are_read_is_refused(
     stripe_facts, make_order, agent, agent_key, sign
 ):
     def revoke() -> None:
-        owner = site_owner(Agent.objects.get(pk=agent.pk).site)
-        revoke_agent_key(key=AgentKey.objects.get(pk=agent_key.pk), actor=owner)
+        key = AgentKey.objects.select_related("agent__site").get(pk=agent_key.pk)
+        revoke_agent_key(key=key, actor=site_owner(key.agent.site))
 
     stripe_facts.append(revoke)
     answer = _ask(make_order, agent, sign)
