@@ -39,11 +39,17 @@ def record_admin_change(
     return append_record(site=site, kind=kind, body={**body, **actor_fields(actor)})
 
 
-def record_own_account_change(user: Any, action: str, *, actor: Any, **extra: Any) -> None:
+def record_own_account_change(
+    user: Any, action: str, *, actor: Any, except_site: Site | None = None, **extra: Any
+) -> None:
     """A ``member_change`` record of ``action`` (``password_change``, ``two_factor_enabled``…)
     about ``user``'s own account, in the log of every site they belong to: one account signs
-    in to all of them. ``extra``: more of the body (never a secret)."""
-    for membership in Membership.objects.filter(user=user).select_related("site"):
+    in to all of them. ``except_site``: one whose log the caller writes a record of its own
+    about the same change. ``extra``: more of the body (never a secret)."""
+    memberships = Membership.objects.filter(user=user).select_related("site")
+    if except_site is not None:
+        memberships = memberships.exclude(site=except_site)
+    for membership in memberships:
         body = {"action": action, "member": user.get_username(), "role": membership.role}
         record_admin_change(
             site=membership.site, kind="member_change", actor=actor, body={**body, **extra}

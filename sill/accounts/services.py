@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from sill.accounts import sessions, two_factor
 from sill.accounts.access import Cap, require_member
-from sill.accounts.admin_audit import record_admin_change
+from sill.accounts.admin_audit import record_admin_change, record_own_account_change
 from sill.accounts.models import (
     Agent,
     AgentKey,
@@ -131,6 +131,10 @@ def add_member_as_operator(
         body["before"] = was
     body["password_set"] = bool(password)
     _record_member_change(membership=membership, actor=None, body=body)
+    if password:
+        # The password is the account's, not the site's: it signs in to (and ended the
+        # sessions on) every other site the account belongs to, whose logs say so too.
+        record_own_account_change(membership.user, "password_set", actor=None, except_site=site)
     return membership
 
 

@@ -114,6 +114,29 @@ def test_the_members_command_records_the_operator_and_never_the_password(site, m
     verified()
 
 
+def test_a_password_the_members_command_sets_is_recorded_on_every_site_of_the_account(
+    site, other_site, monkeypatch
+):
+    # One account signs in to every site it belongs to: a password the operator set through
+    # one site was recorded only there, and the other site's log never said its member's
+    # password had changed (nor that their sessions there were ended).
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no password piped in
+    run("members", "add", "--site", site.pk, "--email", "ops@roasters.example", "--role", "staff",
+        "--password", "a-long-secret-password-9")  # fmt: skip
+    run("members", "add", "--site", other_site.pk, "--email", "ops@roasters.example", "--role",
+        "admin")  # fmt: skip
+    run("members", "add", "--site", other_site.pk, "--email", "ops@roasters.example", "--role",
+        "admin", "--password", "another-long-secret-password-8")  # fmt: skip
+    [add_elsewhere, here] = bodies(other_site, "member_change")
+    assert (add_elsewhere["action"], here["action"], here["password_set"]) == (
+        "add", "password_set", True)  # fmt: skip
+    add, also = bodies(site, "member_change")
+    assert add["action"] == "add"
+    assert also == {"action": "password_set", "member": "ops@roasters.example", "role": "staff",
+                    "actor": None, "actor_name": OPERATOR}  # fmt: skip
+    verified()
+
+
 # --- agents and keys -------------------------------------------------------------------------
 
 
