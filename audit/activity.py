@@ -389,8 +389,13 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
     if kind == AuditKind.RAIL_CHANGE and action == "account_named":
         named = body.get("payment_account") or "unknown"
         return f"{rail_label(str(body.get('rail', '')))} account named: {named}"
-    if kind == AuditKind.CHARGE and body.get("payment_account"):
-        # sill.rails.payment_account: which merchant account a charge's money is on.
+    if (
+        kind == AuditKind.CHARGE
+        and body.get("payment_account")
+        and body.get("outcome", "succeeded") == "succeeded"
+    ):
+        # Which merchant account a charge's money is on: its charge record, or the one that
+        # names it later (sill.rails.payment_account, no outcome). A failed one paid no one.
         rail = rail_label(str(body.get("rail", "")))
         return f"Paid to the {rail} account {body['payment_account']}"
     if kind == AuditKind.RAIL_CHANGE:

@@ -312,6 +312,7 @@ def _succeed(charge: Charge, token: str, result: ChargeResult, *, payment_accoun
             )
             if payment_account:  # unknown now: the account its first attempt named stays
                 Charge.objects.filter(pk=locked.pk).update(payment_account=payment_account)
+                locked.payment_account = payment_account  # as its record names it
             append_record(
                 site=order.site,
                 kind="charge",
@@ -426,7 +427,11 @@ def charge_body(
     code: str = "",
     message: str = "",
 ) -> dict[str, Any]:
-    """The audit body of a charge event: integers and strings only (exact amounts)."""
+    """The audit body of a charge event: integers and strings only (exact amounts).
+
+    ``payment_account``: the account at the provider the charge was taken (or tried) on, as
+    the charge row keeps it (blank: not known, as for the mock rail), so the log alone says
+    where the buyer's money is after the site's key is replaced."""
     return {
         # The decision it follows from, as a refund's settlement names its decision.
         "decision_hash": purchase_decision_hash(order),
@@ -437,6 +442,7 @@ def charge_body(
         "amount_minor": charge.amount_minor,
         "currency": charge.currency,
         "rail": charge.rail,
+        "payment_account": charge.payment_account,
         "provider_payment_id": result.provider_payment_id if result else charge.provider_payment_id,
         "provider_charge_id": result.provider_charge_id if result else charge.provider_charge_id,
         "rail_status": charge.rail_status,

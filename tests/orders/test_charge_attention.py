@@ -97,6 +97,7 @@ def test_it_records_the_charge_the_dashboard_shows(in_doubt, owner):
         "amount_minor": 8900,
         "currency": "USD",
         "rail": "mock",
+        "payment_account": "",  # the mock rail names none
         "provider_payment_id": made.provider_id,
         "provider_charge_id": made.provider_charge_id,
         "rail_status": "",

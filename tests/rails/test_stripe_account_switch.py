@@ -25,6 +25,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 from django.utils import timezone
 
+from audit.activity import body_of, summary_of
+from audit.models import AuditRecord
 from refunds.execution import execute_refund
 from refunds.models import Refund
 from refunds.reconcile.attention import check_refund_at_rail
@@ -293,6 +295,29 @@ def in_doubt(site, make_order, agent, proxy) -> Callable[..., Charge]:
         return Charge.objects.get(pk=charge.pk)
 
     return make
+
+
+def test_each_charge_record_names_the_account_it_was_taken_on(site, save_key, buy, in_doubt):
+    # Before: the signed charge and needs-attention records named no account, though the
+    # charge row kept it: once the key was replaced, an auditor holding only the log could not
+    # tell on which Stripe account the buyer was charged (or may have been).
+    save_key(KEY_A)
+    paid = buy(LATER)
+    doubtful = in_doubt(last=True)
+    records = AuditRecord.objects.filter(site=site, kind__in=["charge", "needs_attention"])
+    named = {
+        (record.kind, body["charge_id"]): body.get("payment_account")
+        for record in records
+        for body in [json.loads(record.payload)["body"]]
+    }
+    assert named == {
+        ("charge", paid.pk): "acct_A1 (test mode)",
+        ("needs_attention", doubtful.pk): "acct_A1 (test mode)",
+    }
+    charged = next(body_of(r) for r in records if r.kind == "charge")
+    assert summary_of("charge", charged) == "Paid to the Stripe account acct_A1 (test mode)"
+    # A charge that failed was paid to no one, whichever account its attempt went to.
+    assert summary_of("charge", {**charged, "outcome": "failed"}) == ""
 
 
 def test_an_attempt_in_doubt_on_an_earlier_account_is_not_charged_again_on_the_new_one(

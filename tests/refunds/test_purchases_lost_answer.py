@@ -97,6 +97,7 @@ def test_it_finds_a_charge_whose_answer_was_lost_instead_of_charging_again(buy, 
         "amount_minor": 8900,
         "currency": "USD",
         "rail": "mock",
+        "payment_account": "",  # the mock rail names none
         "provider_payment_id": entry.provider_id,
         "provider_charge_id": entry.provider_charge_id,
         "rail_status": "",
