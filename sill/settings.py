@@ -513,6 +513,9 @@ SILL_REQUIRE_TWO_FACTOR = env_bool("SILL_REQUIRE_TWO_FACTOR", default=not (DEBUG
 # How recent a code must be for the most sensitive changes (live mode, a rail key, an owner).
 SILL_TWO_FACTOR_FRESH_SECONDS = env_int("SILL_TWO_FACTOR_FRESH_SECONDS", 300)
 OTP_TOTP_ISSUER = "Sill"
+# The Django admin never shows an authenticator's key or QR code, nor recovery codes: whoever
+# reads them holds that member's second factor (sill/accounts/admin.py).
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 # The Django admin (sill/admin.py) asks superusers for a code; off only under pytest by default.
 SILL_ADMIN_TWO_FACTOR = env_bool("SILL_ADMIN_TWO_FACTOR", default=not TESTING)
 # The Django admin (sill/admin.py) is not mounted unless SILL_ADMIN=1; then superusers only.

@@ -7,6 +7,11 @@ does. So each writes the ``member_change`` record those write, on every site of 
 in the same transaction, naming the superuser and ``via: "django_admin"``
 (:func:`sill.accounts.admin_audit.record_own_account_change`). A save that changes none of it
 records nothing.
+
+Authenticators and recovery codes are listed and may be deleted (recorded), never added or
+changed here: a device planted with a key the superuser chose, or a key read off its page,
+would be that member's second factor in the superuser's hands. Members enrol on Settings →
+Your account; ``OTP_ADMIN_HIDE_SENSITIVE_DATA`` keeps keys, QR codes and codes off the pages.
 """
 
 from __future__ import annotations
@@ -78,7 +83,14 @@ class AuditedUserAdmin(UserAdmin):
 
 
 class _AuditedDeviceDeletes(admin.ModelAdmin):
-    """An authenticator or recovery codes deleted: ``two_factor_removed``, naming the device."""
+    """An authenticator or recovery codes deleted: ``two_factor_removed``, naming the device.
+    Neither added nor changed here (the module docstring)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         with transaction.atomic():

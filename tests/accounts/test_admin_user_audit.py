@@ -10,6 +10,8 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django_otp.plugins.otp_static.models import StaticDevice
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from audit.models import AuditRecord
 from tests.accounts.two_factor_helpers import confirmed_device
@@ -86,3 +88,46 @@ def test_deleting_an_authenticator_in_the_admin_is_signed(root_client, members, 
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     assert changes(site) == [by_root("two_factor_removed", device=device.persistent_id)]
+
+
+# --- authenticators are enrolled by their owner, never planted in the admin ------------------
+# Before: a superuser could add a TOTP device with a key they chose to anyone's account, or
+# edit one (its key, its owner, confirmed), and read any authenticator's key and QR code, with
+# no record: they could then sign in as that member with the member's second factor. Only a
+# delete (recorded) is left to the admin; the member enrols on Settings → Your account.
+
+KNOWN_KEY = "3132333435363738393031323334353637383930"
+
+
+def test_an_authenticator_cannot_be_added_or_changed_in_the_admin(root_client, members, site):
+    user = members["staff"].user
+    device = confirmed_device(user)
+    planted = {"user": user.pk, "name": "planted", "confirmed": "on", "key": KNOWN_KEY,
+               "step": "30", "t0": "0", "digits": "6", "tolerance": "1", "drift": "0",
+               "throttling_failure_count": "0"}  # fmt: skip
+    added = root_client.post("/django-admin/otp_totp/totpdevice/add/", planted)
+    changed = root_client.post(f"/django-admin/otp_totp/totpdevice/{device.pk}/change/", planted)
+    assert (added.status_code, changed.status_code) == (403, 403)
+    assert list(TOTPDevice.objects.values_list("pk", "name", "key")) == [
+        (device.pk, device.name, device.key)
+    ]
+    recovery = {"user": user.pk, "name": "backup", "confirmed": "on",
+                "token_set-TOTAL_FORMS": "1", "token_set-INITIAL_FORMS": "0",
+                "token_set-0-token": "known-code"}  # fmt: skip
+    assert (
+        root_client.post("/django-admin/otp_static/staticdevice/add/", recovery).status_code == 403
+    )
+    assert not StaticDevice.objects.exists()
+    assert changes(site) == []
+
+
+def test_the_admin_never_shows_an_authenticators_key(root_client, members):
+    device = confirmed_device(members["staff"].user)
+    base = f"/django-admin/otp_totp/totpdevice/{device.pk}"
+    page = root_client.get(f"{base}/change/")
+    assert page.status_code == 200
+    assert device.key not in page.content.decode()
+    listed = root_client.get("/django-admin/otp_totp/totpdevice/").content.decode()
+    assert "qrcode" not in listed
+    assert root_client.get(f"{base}/config/").status_code == 403
+    assert root_client.get(f"{base}/qrcode/").status_code == 403
