@@ -8,6 +8,7 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from audit.activity import rows_for
 from audit.models import AuditRecord
@@ -283,3 +284,39 @@ def test_another_woocommerce_store_is_not_connected_in_the_admin_on_the_first_on
     same = _rail_form(site, rail="woocommerce", connected_account="https://A.example:443")
     assert root.post(change, same).status_code == 302
     assert RailAccount.objects.get(pk=woo.pk).get_secret() == "ck_1:cs_1"
+
+
+# --- beat's schedules are read only -----------------------------------------------------------
+# Before: a superuser could switch off (or re-time, re-point, delete) the schedules that sign
+# checkpoints, reconcile the rails and name Stripe accounts, one by one or with the list's
+# enable/disable/toggle actions, and no site's log said so. Their cadence is configuration
+# (SILL_AUDIT_CHECKPOINT_MINUTES, SILL_RECONCILE_EVERY_MINUTES) and the rows come from
+# migrations: the admin shows them and changes nothing.
+
+TASKS = "/django-admin/django_celery_beat/periodictask/"
+
+
+def test_beats_schedules_are_shown_and_cannot_be_changed_in_the_admin(mounted, root):
+    checkpoints = PeriodicTask.objects.get(task="audit.write_checkpoints")
+    every = checkpoints.interval
+    assert root.get(TASKS).status_code == 200
+    assert root.get(f"{TASKS}{checkpoints.pk}/change/").status_code == 200
+    switched_off = {"name": checkpoints.name, "regtask": checkpoints.task, "task": "",
+                    "interval": every.pk, "args": "[]", "kwargs": "{}", "_save": "Save"}  # fmt: skip
+    rarely = {"every": "1000", "period": "days", "periodictask_set-TOTAL_FORMS": "0",
+              "periodictask_set-INITIAL_FORMS": "0"}  # fmt: skip
+    answers = [
+        root.post(f"{TASKS}{checkpoints.pk}/change/", switched_off).status_code,
+        root.post(f"{TASKS}add/", {**switched_off, "name": "another"}).status_code,
+        root.post(f"{TASKS}{checkpoints.pk}/delete/", {"post": "yes"}).status_code,
+        root.post(
+            f"/django-admin/django_celery_beat/intervalschedule/{every.pk}/change/", rarely
+        ).status_code,
+    ]
+    assert answers == [403, 403, 403, 403]
+    for action in ("disable_tasks", "toggle_tasks", "delete_selected"):
+        root.post(TASKS, {"action": action, "_selected_action": [checkpoints.pk]})
+    assert PeriodicTask.objects.filter(pk=checkpoints.pk, enabled=True, interval=every).exists()
+    assert (every.every, every.period) == (
+        IntervalSchedule.objects.values_list("every", "period").get(pk=every.pk)
+    )
