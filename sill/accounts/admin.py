@@ -12,6 +12,10 @@ Authenticators and recovery codes are listed and may be deleted (recorded), neve
 changed here: a device planted with a key the superuser chose, or a key read off its page,
 would be that member's second factor in the superuser's hands. Members enrol on Settings →
 Your account; ``OTP_ADMIN_HIDE_SENSITIVE_DATA`` keeps keys, QR codes and codes off the pages.
+
+Sessions have no pages here: django-qsessions' listed each by its key (the row's primary key),
+which signs in as that member, second factor and all. Members end their own on Your account;
+an account switched off here (recorded) loses every one.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from django_otp.plugins.otp_static.admin import StaticDeviceAdmin
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.admin import TOTPDeviceAdmin
 from django_otp.plugins.otp_totp.models import TOTPDevice
+from qsessions.models import Session
 
 from sill.accounts.admin_audit import record_own_account_change
 
@@ -122,7 +127,9 @@ class AuditedStaticDeviceAdmin(_AuditedDeviceDeletes, StaticDeviceAdmin):
     pass
 
 
-# django.contrib.auth and django_otp register theirs first (INSTALLED_APPS order).
+# django.contrib.auth, qsessions and django_otp register theirs first (INSTALLED_APPS order).
+if admin.site.is_registered(Session):
+    admin.site.unregister(Session)
 for model, model_admin in (
     (User, AuditedUserAdmin),
     (TOTPDevice, AuditedTOTPDeviceAdmin),

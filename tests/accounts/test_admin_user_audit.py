@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from audit.models import AuditRecord
+from tests.accounts.test_sessions import sign_in
 from tests.accounts.two_factor_helpers import confirmed_device
 from tests.admin_mount import admin_mounted
 
@@ -131,3 +133,20 @@ def test_the_admin_never_shows_an_authenticators_key(root_client, members):
     assert "qrcode" not in listed
     assert root_client.get(f"{base}/config/").status_code == 403
     assert root_client.get(f"{base}/qrcode/").status_code == 403
+
+
+# --- sessions are not the admin's to read ------------------------------------------------------
+# Before: django-qsessions' pages listed every session by its key (the row's primary key, in
+# every link) with its decoded data. A superuser could copy an owner's session cookie and act
+# as the owner, second factor already verified in that session, and every record would name
+# the owner. Members see and end their own sessions on Your account; an account switched off
+# in the admin (recorded) ends all of its sessions.
+
+
+def test_the_admin_shows_no_members_session_key(root_client, members):
+    owner = sign_in("owner@roasters.example")
+    key = owner.cookies[settings.SESSION_COOKIE_NAME].value
+    for path in ("/django-admin/", "/django-admin/qsessions/session/"):
+        assert key not in root_client.get(path).content.decode()
+    page = root_client.get(f"/django-admin/qsessions/session/{key}/change/")
+    assert key not in page.content.decode()
