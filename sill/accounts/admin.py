@@ -5,8 +5,9 @@ delete it (and with it its memberships), or delete its authenticator: each chang
 in to the sites the account belongs to, as a member removed or ``manage.py two_factor reset``
 does. So each writes the ``member_change`` record those write, on every site of the account,
 in the same transaction, naming the superuser and ``via: "django_admin"``
-(:func:`sill.accounts.admin_audit.record_own_account_change`). A save that changes none of it
-records nothing.
+(:func:`sill.accounts.admin_audit.record_own_account_change`); making an account superuser, or
+no longer one, on every site, member or not (a superuser's admin edits every site). A save that
+changes none of it records nothing.
 
 Authenticators and recovery codes are listed and may be deleted (recorded), never added or
 changed here: a device planted with a key the superuser chose, or a key read off its page,
@@ -35,7 +36,10 @@ from django_otp.plugins.otp_totp.admin import TOTPDeviceAdmin
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from qsessions.models import Session
 
-from sill.accounts.admin_audit import record_own_account_change
+from sill.accounts.admin_audit import (
+    record_account_change_everywhere,
+    record_own_account_change,
+)
 
 User = get_user_model()
 VIA = "django_admin"
@@ -57,9 +61,13 @@ class AuditedUserAdmin(UserAdmin):
             changed = [name for name in ACCESS if before[name] != getattr(obj, name)]
             if changed:
                 now = {name: getattr(obj, name) for name in ACCESS}
-                record_own_account_change(
-                    obj, "account_change", actor=request.user, via=VIA, changed=changed, **now
+                # A superuser's admin edits every site: each site's log says who became one.
+                record = (
+                    record_account_change_everywhere
+                    if "is_superuser" in changed
+                    else record_own_account_change
                 )
+                record(obj, "account_change", actor=request.user, via=VIA, changed=changed, **now)
 
     def user_change_password(
         self, request: HttpRequest, id: str, form_url: str = ""

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.db import transaction
+
 from audit.models import AuditRecord
 from audit.services import append_record
 from sill.accounts.models import Membership, Site
@@ -50,7 +52,40 @@ def record_own_account_change(
     if except_site is not None:
         memberships = memberships.exclude(site=except_site)
     for membership in memberships:
-        body = {"action": action, "member": user.get_username(), "role": membership.role}
-        record_admin_change(
-            site=membership.site, kind="member_change", actor=actor, body={**body, **extra}
+        _record_account(membership.site, user, membership.role, action, actor=actor, **extra)
+
+
+def record_account_change_everywhere(user: Any, action: str, *, actor: Any, **extra: Any) -> None:
+    """A ``member_change`` record of ``action`` about ``user``'s account in *every* site's
+    log, member there or not (``role`` None where not), as a rotated audit key is: for a change
+    whose reach is every site, such as a superuser's, whom the Django admin lets edit any
+    site's rail accounts and members."""
+    roles = dict(Membership.objects.filter(user=user).values_list("site_id", "role"))
+    for site in Site.objects.order_by("pk"):
+        _record_account(site, user, roles.get(site.pk), action, actor=actor, **extra)
+
+
+def _record_account(
+    site: Site, user: Any, role: str | None, action: str, *, actor: Any, **extra: Any
+) -> None:
+    body = {"action": action, "member": user.get_username(), "role": role}
+    record_admin_change(site=site, kind="member_change", actor=actor, body={**body, **extra})
+
+
+def record_superuser_created(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+    """``post_save`` receiver for the user model: an account created a superuser outside the
+    Django admin (whose add form makes none) — ``manage.py createsuperuser``, or a shell — is
+    recorded in every site's log, actor the operator. Its own transaction: the command saves
+    the account in autocommit, so the record follows the row rather than sharing its commit."""
+    if not created or not instance.is_superuser or kwargs.get("raw"):
+        return
+    with transaction.atomic():
+        record_account_change_everywhere(
+            instance,
+            "account_change",
+            actor=None,
+            changed=["is_superuser"],
+            is_active=instance.is_active,
+            is_staff=instance.is_staff,
+            is_superuser=True,
         )

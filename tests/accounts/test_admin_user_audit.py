@@ -5,16 +5,19 @@ site the account belongs to, naming the superuser and ``via: "django_admin"``.""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.test import Client
 from django_otp.plugins.otp_static.models import StaticDevice
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from audit.models import AuditRecord
+from sill.accounts.admin_audit import OPERATOR
 from tests.accounts.test_sessions import sign_in
 from tests.accounts.two_factor_helpers import confirmed_device
 from tests.admin_mount import admin_mounted
@@ -150,3 +153,43 @@ def test_the_admin_shows_no_members_session_key(root_client, members):
         assert key not in root_client.get(path).content.decode()
     page = root_client.get(f"/django-admin/qsessions/session/{key}/change/")
     assert key not in page.content.decode()
+
+
+# --- a superuser's reach is every site ---------------------------------------------------------
+# Before: making an account superuser in the admin was recorded only on the sites the account
+# belonged to (none, for an account of no site), and `manage.py createsuperuser` recorded
+# nothing: yet a superuser's admin edits every site's rail accounts and members. Both are now
+# in every site's log, as a rotated audit key is.
+
+OUTSIDER = "owner@other.example"
+
+
+def test_making_an_account_superuser_is_recorded_on_every_site(
+    root_client, members, site, other_site
+):
+    user = members["outsider"].user  # an owner of other_site only
+    form = {
+        "username": OUTSIDER, "email": OUTSIDER, "first_name": "", "last_name": "",
+        "is_active": "on", "is_staff": "on", "is_superuser": "on",
+        "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00",
+        "initial-date_joined_0": "2026-01-01", "initial-date_joined_1": "00:00:00",
+        "_save": "Save",
+    }  # fmt: skip
+    response = root_client.post(f"/django-admin/auth/user/{user.pk}/change/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    promoted = {"action": "account_change", "member": OUTSIDER, "via": "django_admin",
+                "actor": ROOT, "actor_name": ROOT, "changed": ["is_staff", "is_superuser"],
+                "is_active": True, "is_staff": True, "is_superuser": True}  # fmt: skip
+    assert changes(site) == [{**promoted, "role": None}]
+    assert changes(other_site) == [{**promoted, "role": "owner"}]
+
+
+def test_createsuperuser_is_recorded_on_every_site(site, other_site, monkeypatch):
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "a-long-operator-password-3")
+    call_command("createsuperuser", "--noinput", "--username", "ops@sill.example",
+                 "--email", "ops@sill.example", stdout=io.StringIO())  # fmt: skip
+    created = {"action": "account_change", "member": "ops@sill.example", "role": None,
+               "actor": None, "actor_name": OPERATOR, "changed": ["is_superuser"],
+               "is_active": True, "is_staff": True, "is_superuser": True}  # fmt: skip
+    assert changes(site) == changes(other_site) == [created]
+    call_command("audit", "verify", stdout=io.StringIO())
