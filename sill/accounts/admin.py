@@ -1,10 +1,11 @@
 """The Django admin's pages for accounts and authenticators, signed like Sill's own.
 
-A superuser there can switch an account off, make it staff or superuser, set its password,
-delete it (and with it its memberships), or delete its authenticator: each changes who may sign
-in to the sites the account belongs to, as a member removed or ``manage.py two_factor reset``
-does. So each writes the ``member_change`` record those write, on every site of the account,
-in the same transaction, naming the superuser and ``via: "django_admin"``
+A superuser there can switch an account off, make it staff or superuser, change its login
+name or email (where a password reset is sent), set its password, delete it (and with it its
+memberships), or delete its authenticator: each changes who may sign in to the sites the
+account belongs to, as a member removed or ``manage.py two_factor reset`` does. So each
+writes the ``member_change`` record those write, on every site of the account, in the same
+transaction, naming the superuser and ``via: "django_admin"``
 (:func:`sill.accounts.admin_audit.record_own_account_change`); making an account superuser, or
 no longer one, on every site, member or not (a superuser's admin edits every site). A save that
 changes none of it records nothing.
@@ -45,22 +46,31 @@ User = get_user_model()
 VIA = "django_admin"
 # The account's columns that decide whether and how far it may sign in.
 ACCESS = ("is_active", "is_staff", "is_superuser")
+# …and who it is: the login name, and the address a password reset is sent to (a superuser who
+# pointed it at their own could reset the password, recorded as the member's own reset).
+IDENTITY = ("username", "email")
 
 
 class AuditedUserAdmin(UserAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         with transaction.atomic():
             before = (
-                User.objects.select_for_update().filter(pk=obj.pk).values(*ACCESS).first()
+                User.objects.select_for_update()
+                .filter(pk=obj.pk)
+                .values(*IDENTITY, *ACCESS)
+                .first()
                 if change
                 else None
             )
             super().save_model(request, obj, form, change)
             if before is None:
                 return  # a new account belongs to no site yet
-            changed = [name for name in ACCESS if before[name] != getattr(obj, name)]
+            changed = [name for name in (*IDENTITY, *ACCESS) if before[name] != getattr(obj, name)]
             if changed:
                 now = {name: getattr(obj, name) for name in ACCESS}
+                for name in IDENTITY:
+                    if name in changed:
+                        now |= {name: getattr(obj, name), f"{name}_before": before[name]}
                 # A superuser's admin edits every site: each site's log says who became one.
                 record = (
                     record_account_change_everywhere

@@ -47,14 +47,19 @@ def by_root(action: str, **extra) -> dict:
             "actor": ROOT, "actor_name": ROOT, **extra}  # fmt: skip
 
 
-def test_switching_an_account_off_is_signed(root_client, members, site):
-    user = members["staff"].user
-    form = {
-        "username": STAFF, "email": STAFF, "first_name": "", "last_name": "",
+def account_form(username: str, **fields: str) -> dict[str, str]:
+    """The admin's change form of an account, as sent: a box left out is unticked."""
+    return {
+        "username": username, "email": username, "first_name": "", "last_name": "",
         "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00",
         "initial-date_joined_0": "2026-01-01", "initial-date_joined_1": "00:00:00",
-        "_save": "Save",
+        "_save": "Save", **fields,
     }  # fmt: skip
+
+
+def test_switching_an_account_off_is_signed(root_client, members, site):
+    user = members["staff"].user
+    form = account_form(STAFF)
     response = root_client.post(f"/django-admin/auth/user/{user.pk}/change/", form)
     assert response.status_code == 302, response.content.decode()[:2000]
     user.refresh_from_db()
@@ -64,6 +69,25 @@ def test_switching_an_account_off_is_signed(root_client, members, site):
 
     root_client.post(f"/django-admin/auth/user/{user.pk}/change/", form)  # the same again
     assert len(changes(site)) == 1  # nothing changed: nothing recorded
+
+
+def test_changing_an_accounts_email_or_login_name_is_signed(root_client, members, site):
+    # Before: recorded nowhere. The email is where a password reset is sent: a superuser could
+    # point an owner's at an address of theirs, reset the password from the emailed link, and
+    # the log said only that the owner had reset their own password.
+    user = members["staff"].user
+    theirs = "thief@elsewhere.example"
+    form = account_form(STAFF, email=theirs, is_active="on")
+    response = root_client.post(f"/django-admin/auth/user/{user.pk}/change/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    renamed = account_form("staff2@roasters.example", email=theirs, is_active="on")
+    root_client.post(f"/django-admin/auth/user/{user.pk}/change/", renamed)
+    access = {"is_active": True, "is_staff": False, "is_superuser": False}
+    assert changes(site) == [
+        by_root("account_change", changed=["email"], email=theirs, email_before=STAFF, **access),
+        {**by_root("account_change", changed=["username"], username="staff2@roasters.example",
+                   username_before=STAFF, **access), "member": "staff2@roasters.example"},
+    ]  # fmt: skip
 
 
 def test_a_password_set_in_the_admin_is_signed(root_client, members, site):
@@ -168,13 +192,7 @@ def test_making_an_account_superuser_is_recorded_on_every_site(
     root_client, members, site, other_site
 ):
     user = members["outsider"].user  # an owner of other_site only
-    form = {
-        "username": OUTSIDER, "email": OUTSIDER, "first_name": "", "last_name": "",
-        "is_active": "on", "is_staff": "on", "is_superuser": "on",
-        "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00",
-        "initial-date_joined_0": "2026-01-01", "initial-date_joined_1": "00:00:00",
-        "_save": "Save",
-    }  # fmt: skip
+    form = account_form(OUTSIDER, is_active="on", is_staff="on", is_superuser="on")
     response = root_client.post(f"/django-admin/auth/user/{user.pk}/change/", form)
     assert response.status_code == 302, response.content.decode()[:2000]
     promoted = {"action": "account_change", "member": OUTSIDER, "via": "django_admin",
