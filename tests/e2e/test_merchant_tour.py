@@ -8,8 +8,8 @@ as left behind), an admin's Slack link Slack has not confirmed, a chain check th
 start ("Not verified"), and an open reconciliation difference.
 
 Each page gets a screenshot under ``screenshot_dir()/merchant/<page>-<viewport>.png`` and the
-sweep's checks (no sideways scroll on the phone, nothing cut off, axe-core, no console error),
-plus what a merchant noticed on this tour: no error codes or enum values in place of words,
+sweep's checks (no sideways scroll, on the laptop too; nothing cut off; axe-core; no console
+error), plus what a merchant noticed on this tour: no error codes or enum values in place of words,
 chart text large enough to read on a phone, short button labels on one line, the order's
 total row on one line, agents named by their names, and a confirmation before money moves.
 Every problem is collected and reported together.
@@ -223,6 +223,7 @@ def stops(tour: Tour) -> list[tuple[str, str]]:
         ("order-transactions", f"/orders/{tour.order_with_refunds.pk}/?tab=transactions"),
         ("order-failed", f"/orders/{tour.failed.order_id}/"),
         ("order-attention", f"/orders/{tour.attention.order_id}/"),
+        ("refund-attention", f"/refunds/{tour.attention.pk}/"),
         ("refunds", "/refunds/"),
         ("held", "/held/"),
         ("held-detail", f"/held/{tour.held.pk}/"),
@@ -299,7 +300,7 @@ def test_a_merchant_tours_the_site_on_a_laptop_and_a_phone(
                 problems.append(f"{label}: answered {response.status}")
             page.screenshot(path=shots / f"{slug}-{viewport}.png", full_page=True)
             found = clipped_content(page) + run_axe(page) + errors.take()
-            if phone and (overflow := horizontal_overflow(page)):
+            if overflow := horizontal_overflow(page):
                 found.append(overflow)
             found += noticed(page, slug, phone=phone)
             problems += [f"{label}: {line}" for line in found]
