@@ -307,12 +307,19 @@ def _outside(refund: Refund, record: AuditRecord, body: dict[str, Any]) -> Entry
         if body.get("source"):
             lines.append(("Reported by", str(body["source"])))
     elif kind == "needs_attention":
-        title = f"Needs attention: the rail has not confirmed the {noun}"
+        made = str(body.get("provider_refund_id") or "")
+        if made:  # the rail made it, by this id; Sill could not record it (execution.py)
+            rail = rail_label(refund.rail)
+            title = f"Needs attention: {rail} made the {noun}; Sill could not record it"
+        else:
+            title = f"Needs attention: the rail has not confirmed the {noun}"
         tone = "bad"
         lines += [
             ("Why", str(body.get("message") or outcome_label(str(body.get("reason") or "")))),
             ("Attempts", str(body.get("attempts", "—"))),
         ]
+        if made:
+            lines.append((_provider_id_label(refund), made))
     elif kind == "attention_resolved":
         outcome = done if body.get("outcome") == "refunded" else f"not {done}"
         title = f"Resolved by {body.get('resolved_by') or 'an owner'}: {outcome}"

@@ -375,3 +375,17 @@ def test_an_owner_cannot_record_no_refund_for_a_refund_the_rail_made(
     assert f'id="attention-{refund.id}"' in page
     assert 'value="not_refunded"' not in page
     assert f"Mock made this refund ({made.provider_id})" in page
+
+
+def test_the_refund_page_says_the_rail_made_a_refund_sill_could_not_record(
+    yen_order, staff_refund, mock_rail, client
+):
+    """The refund's own page, like the order page, says the rail made it (naming its id), not
+    that the rail has not confirmed it: in its status and in its timeline."""
+    refund, made = _made_but_unrecordable(yen_order, staff_refund, mock_rail)
+    client.force_login(site_owner(refund.site))
+    page = client.get(f"/refunds/{refund.id}/").content.decode()
+    assert "has not confirmed" not in page
+    assert f"Mock made this refund ({made.provider_id}), but Sill could not record it" in page
+    assert "Needs attention: Mock made the refund; Sill could not record it" in page
+    assert f"<dt>Rail refund id</dt><dd>{made.provider_id}</dd>" in page
