@@ -28,6 +28,7 @@ from sill.accounts.models import Agent, Site
 from sill.days import day_bounds
 from sill.money import Money, MoneyError
 from sill.orders.models import Order
+from sill.outcomes import humanize, outcome_label
 from sill.rails.base import rail_label
 
 EXPORT_CHUNK = 500
@@ -138,9 +139,15 @@ class ActivityRow:
         return value if isinstance(value, str) and not _is_purchase(self.body) else ""
 
     @property
+    def reason_words(self) -> str:
+        """The reason in the refund pages' words ("More than is still refundable"), not its
+        code humanized ("Exceeds refundable")."""
+        return outcome_label(self.reason)
+
+    @property
     def detail(self) -> str:
         """The row's words in one cell (the CSV's last column): its summary, else its reason."""
-        return self.summary or _humanize(self.reason)
+        return self.summary or self.reason_words
 
     @property
     def order_id(self) -> str:
@@ -197,11 +204,6 @@ def _is_id(value: Any) -> bool:
 
 def _is_purchase(body: dict[str, Any]) -> bool:
     return body.get("kind") == "purchase"
-
-
-def _humanize(code: str) -> str:
-    """``exceeds_refundable`` → "Exceeds refundable" (the page's ``humanize_code``)."""
-    return code.replace("_", " ").strip().capitalize()
 
 
 def _row(
@@ -346,7 +348,7 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
     verb = _VERBS.get(action, action.replace("_", " "))
     if kind == AuditKind.REJECTED and _is_purchase(body):
         reason = str(body.get("reason") or "")
-        return f"Purchase refused: {PURCHASE_REFUSALS.get(reason, _humanize(reason).lower())}"
+        return f"Purchase refused: {PURCHASE_REFUSALS.get(reason, humanize(reason).lower())}"
     if kind == AuditKind.APPROVED and _is_purchase(body):
         # Taken before it is charged: the charge's own record (kind charge) follows.
         return f"Purchase approved, to be charged on {rail_label(str(body.get('rail', '')))}"

@@ -14,6 +14,7 @@ from typing import Any
 from policies.catalog import TEMPLATES, rule_title  # noqa: F401  (re-exported)
 from refunds.models import Refund, RefundOrigin, RefundStatus
 from sill.money import Money, MoneyError, format_money
+from sill.outcomes import OUTCOME_LABELS, humanize, outcome_label  # noqa: F401  (re-exported)
 from sill.rails import base as rails
 
 # The agent's reason codes (the seed's refund request).
@@ -23,55 +24,6 @@ REASON_LABELS: dict[str, str] = {
     "not_received": "Not received",
     "wrong_item": "Wrong item",
     "other": "Other",
-}
-
-# ``Refund.outcome_code``: why a refund was rejected, failed or needs attention (DESIGN.md
-# "The refund pipeline"; the rails' error codes for failures: every code a rail gives has
-# words here, tests/refunds/test_outcome_labels.py reads them from the rails' source).
-OUTCOME_LABELS: dict[str, str] = {
-    "original_not_charged": "The original order was not charged",
-    "already_executed": "Already refunded",
-    "exceeds_refundable": "More than is still refundable",
-    "scope_unsupported": "Line-item refunds are not supported",
-    # Switched off, or set up so that it cannot refund this payment (no key, no Stripe beside
-    # a WooCommerce store, connected to another Shopify shop or WooCommerce store than the
-    # order's): the refund's own words say which.
-    "rail_disabled": "The rail is off or not connected",
-    "policy_denied": "Denied by a rule",
-    "disputed": "The charge is disputed",
-    "expired": "Expired after 24 hours",
-    "rejected_by_reviewer": "Rejected by a reviewer",
-    "live_not_allowed": "Live money is switched off",
-    "refund_window_passed": "The refund window has passed",
-    "method_not_allowed": "This agent may not ask for refunds",
-    # Its policy approved it, and the agent was switched off before the worker sent it.
-    "agent_deactivated": "The agent was deactivated before it was sent",
-    "agent_cap_exceeded": "Over the agent's refund cap",
-    "rail_declined": "Declined by the rail",
-    "rail_unavailable": "The rail was unavailable",
-    "rail_timeout": "The rail did not answer in time",
-    "rail_pending": "The rail has not finished the refund",
-    "rail_auth_failed": "The rail refused Sill's key",
-    "rail_secret_unreadable": "The rail's key cannot be read",
-    "rail_error": "The rail reported an error",
-    "rail_throttled": "The rail asked Sill to slow down",
-    "rail_unsupported": "The rail does not do this",
-    "rail_cannot_look_up": "The rail could not be asked about the refund",
-    "charge_pending": "The payment has not finished at the rail",
-    # PayPal's CAPTURE_FULLY_REFUNDED: refunded there, perhaps outside Sill.
-    "already_refunded": "Already refunded at the rail",
-    "shopify_unauthorized": "Shopify refused Sill's access token",
-    "woocommerce_refused": "The WooCommerce store refused it",
-    "woocommerce_read_only": "The WooCommerce keys may read but not refund",
-    "execution_error": "Sill hit an unexpected error",
-    "not_at_rail": "The rail has no such refund",
-    "failed_after_settlement": "Failed at the rail after it was settled",
-    # The rail made the refund; Sill's books count its charge refunded already (outside Sill).
-    "exceeds_charge_at_rail": "Refunded at the rail beyond what Sill's books allow",
-    "unknown_customer": "Sill does not know this customer",
-    # A credit in another currency than the customer's balance; a refund of a payment made in
-    # another currency than the one Sill refunds (a Shopify order paid in the buyer's).
-    "currency_mismatch": "The currencies do not match",
 }
 
 # A rule's action (policies.engine), as the decider reads it.
@@ -111,15 +63,6 @@ def refund_status_label(refund: Refund) -> str:
     if refund.status == RefundStatus.FAILED and refund.reversed_at is not None:
         return "Failed after settlement"
     return STATUS_LABELS.get(refund.status, refund.status)
-
-
-def humanize(code: str) -> str:
-    """``wrong_item`` → ``Wrong item``: the fallback for a code no table knows."""
-    return code.replace("_", " ").strip().capitalize()
-
-
-def outcome_label(code: str) -> str:
-    return OUTCOME_LABELS.get(code, humanize(code)) if code else ""
 
 
 def refused_approval(outcome_code: str) -> str:

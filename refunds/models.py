@@ -187,7 +187,7 @@ class Refund(models.Model):
     decision = models.CharField(max_length=12, choices=Decision.choices)
     status = models.CharField(max_length=20, choices=RefundStatus.choices)
     # Stable rejection/failure code (DESIGN.md "The refund pipeline"); blank when none. The
-    # API names it ``reason``; ``refunds.labels.OUTCOME_LABELS`` has its words.
+    # API names it ``reason``; ``sill.outcomes.OUTCOME_LABELS`` has its words.
     outcome_code = models.CharField(max_length=40, blank=True)
     reason_code = models.CharField(max_length=40, blank=True)  # the agent's stated reason
     # The merchant's reason (staff refunds), and its path and label as they were at the time.

@@ -152,14 +152,26 @@ def test_a_zero_amount_reads_0_in_its_currency_like_any_other(client_for, site):
     client = client_for("owner")
     rows = _csv(client.get("/activity/", {"format": "csv"}))
     assert [row[5:7] for row in rows[1:]] == [["0.00", "USD"], ["0", "JPY"], ["", ""]]
-    # The last column says in words what the page says beside the kind or the refund.
+    # The last column says in words what the page says beside the kind or the refund: a
+    # reason in the refund pages' words, not its code humanized ("Exceeds refundable").
     assert [row[8] for row in rows[1:]] == [
-        "Exceeds refundable",
+        "More than is still refundable",
         "",
         "ann@example.com: added as staff",
     ]
     body = client.get("/activity/").content.decode()
     assert "$0.00" in body and "¥0" in body
+    assert "More than is still refundable" in body and "Exceeds refundable" not in body
+
+
+def test_a_refund_the_rail_made_beyond_sills_books_reads_in_words(client_for, site):
+    """Seen: Activity said "Exceeds charge at rail" under a refund needing attention (and
+    "Rejected by reviewer", "Shopify unauthorized"), where its page says the words."""
+    _append(site, "needs_attention", refund_id="rf_over", amount_minor=2400, currency="USD",
+            reason="exceeds_charge_at_rail")  # fmt: skip
+    body = client_for("owner").get("/activity/").content.decode()
+    assert "Refunded at the rail beyond what Sill&#x27;s books allow" in body
+    assert "Exceeds charge at rail" not in body
 
 
 def test_the_csv_export_is_safe_from_formula_injection(client_for, site):
