@@ -38,6 +38,7 @@ from refunds.labels import (
     requester_label,
 )
 from refunds.models import DecidedVia, Refund, RefundOrigin, RefundStatus
+from refunds.review.slack import SLACK_NOTE
 from sill.money import Money, MoneyError, format_money
 
 DECISION = frozenset({"approved", "escalated", "rejected"})
@@ -232,9 +233,13 @@ def _decision(
 def _review(record: AuditRecord, body: dict[str, Any]) -> Entry:
     approved = record.kind == "escalated_approved"
     reviewer = body.get("reviewer")
-    # Where they pressed the button, as the held page and the refund's status say it.
+    # Where the button was pressed, from the record's own field ("in Slack", "in Sill"); older
+    # records have none, and say where only in their note.
     via = str(body.get("via") or "")
     where = f" {DecidedVia(via).label}" if via in DecidedVia.values else ""
+    note = str(body.get("note") or "")
+    if via == DecidedVia.SLACK and note == SLACK_NOTE:
+        note = ""  # Sill's words, said by ``where``; not a note the person typed
     lines: list[tuple[str, str]] = []
     if reviewer and not approved and refused_approval(str(body.get("reason") or "")):
         # They pressed Approve; Sill refused it (a dispute, less left, the rail off).
@@ -258,7 +263,7 @@ def _review(record: AuditRecord, body: dict[str, Any]) -> Entry:
         seq=record.seq,
         hash=record.hash,
         lines=lines,
-        note=str(body.get("note") or ""),
+        note=note,
     )
 
 

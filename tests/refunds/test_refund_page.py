@@ -10,8 +10,9 @@ from django.urls import NoReverseMatch, reverse
 from audit.models import AuditRecord
 from audit.services import append_record
 from refunds.execution import RetryLater, execute_refund
-from refunds.models import Refund
-from refunds.review.decisions import DecisionRefused, approve_refund
+from refunds.models import DecidedVia, Refund
+from refunds.review.decisions import DecisionRefused, approve_refund, reject_refund
+from refunds.review.slack import SLACK_NOTE
 from refunds.services import refund_body
 from tests.refunds.conftest import ORIGINAL, hold_refund, open_dispute, post, refund_intent
 
@@ -101,6 +102,27 @@ def test_an_agent_refund_held_then_approved_shows_its_review(
     assert "Approved by admin@roasters.example" in body
     assert "Customer sent photos" in body
     assert "refunded on Mock" in body
+
+
+@pytest.mark.parametrize("decide", [approve_refund, reject_refund])
+def test_a_review_says_where_it_was_decided(client_for, held, members, decide):
+    """Seen: a refund decided in Slack said "Approved by owner@…" over a quoted note
+    “Decided in Slack”, as if the owner had typed it, and one decided in Sill said nowhere
+    where; the status panel said "in Slack" / "in Sill". The review step now says where, from
+    the record's own field, and Sill's own note is not quoted as the person's."""
+    owner = members["owner"].user
+    decide(refund=held, actor=owner, note=SLACK_NOTE, via=DecidedVia.SLACK)
+    body = page(client_for("owner"), held)
+    done = "Approved" if decide is approve_refund else "Rejected"
+    assert f"{done} by owner@roasters.example in Slack</" in body
+    assert "“Decided in Slack”" not in body
+
+
+def test_a_review_decided_in_sill_says_so_and_keeps_the_note(client_for, held, members):
+    approve_refund(refund=held, actor=members["owner"].user, note="Customer sent photos")
+    body = page(client_for("owner"), held)
+    assert "Approved by owner@roasters.example in Sill</" in body
+    assert "“Customer sent photos”" in body
 
 
 def test_it_says_the_rules_and_facts_in_words_with_the_raw_facts_folded(client_for, held):
