@@ -389,3 +389,18 @@ def test_the_refund_page_says_the_rail_made_a_refund_sill_could_not_record(
     assert f"Mock made this refund ({made.provider_id}), but Sill could not record it" in page
     assert "Needs attention: Mock made the refund; Sill could not record it" in page
     assert f"<dt>Rail refund id</dt><dd>{made.provider_id}</dd>" in page
+
+
+@pytest.mark.parametrize("path", ["/", "/reconcile/"])
+def test_the_lists_of_refunds_needing_attention_do_not_say_the_rail_has_not_made_them(
+    yen_order, staff_refund, mock_rail, client, path
+):
+    """The dashboard's and Reconciliation's list of refunds that need attention introduced
+    them all as refunds the rail may have made without confirming; one the rail made, by its
+    id, that Sill could not record is listed there too."""
+    refund, _made = _made_but_unrecordable(yen_order, staff_refund, mock_rail)
+    client.force_login(site_owner(refund.site))
+    page = client.get(path).content.decode()
+    assert f"#{yen_order.number}" in page
+    assert "may have made" not in page and "has not confirmed" not in page
+    assert "the rail's answer was lost, or the rail made" in page.replace("&#x27;", "'")
