@@ -6,6 +6,7 @@ import pytest
 from django.db import transaction
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 
 from audit.models import AuditRecord
 from audit.services import append_record
@@ -14,6 +15,7 @@ from refunds.models import DecidedVia, Refund
 from refunds.review.decisions import DecisionRefused, approve_refund, reject_refund
 from refunds.review.slack import SLACK_NOTE
 from refunds.services import refund_body
+from sill.orders.outside import OutsideRefund, record_outside_refund
 from tests.refunds.conftest import ORIGINAL, hold_refund, open_dispute, post, refund_intent
 
 pytestmark = pytest.mark.django_db
@@ -123,6 +125,22 @@ def test_a_review_decided_in_sill_says_so_and_keeps_the_note(client_for, held, m
     body = page(client_for("owner"), held)
     assert "Approved by owner@roasters.example in Sill</" in body
     assert "“Customer sent photos”" in body
+
+
+def test_the_original_order_counts_what_was_refunded_outside_sill(client_for, held):
+    """Seen: an order refunded in full in the rail's dashboard showed its "Refunded" badge over
+    "Refunded so far $0.00" on the refund page; the order page says "+ $X outside Sill"."""
+    charge = held.order.charges.get()
+    now = timezone.now()
+    record_outside_refund(
+        charge=charge,
+        refund=OutsideRefund(provider_refund_id="re_dashboard", amount_minor=2000,
+                             currency="USD", status="succeeded", created_at_rail=now),
+        event_id="evt_dashboard", event_at=now,
+    )  # fmt: skip
+    body = page(client_for("owner"), held)
+    assert "<dt>Refunded so far</dt>" in body
+    assert '$0.00 <span class="muted small">+ $20.00 outside Sill</span>' in body
 
 
 def test_it_says_the_rules_and_facts_in_words_with_the_raw_facts_folded(client_for, held):
