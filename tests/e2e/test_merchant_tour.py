@@ -311,7 +311,8 @@ def test_a_merchant_tours_the_site_on_a_laptop_and_a_phone(
 
 
 def _asks_before_money_moves(page: Page, base: str, tour: Tour) -> None:
-    """Approve on the held list and Refund on an order page ask first; cancelled, nothing moved."""
+    """Approve on the held list, Refund on an order page and recording what the provider's
+    dashboard shows for a refund that needs attention ask first; cancelled, nothing moved."""
     page.goto(f"{base}/held/")
     page.get_by_role("button", name="Approve").click()
     dialog = page.get_by_role("dialog", name="Please confirm")
@@ -325,3 +326,13 @@ def _asks_before_money_moves(page: Page, base: str, tour: Tour) -> None:
     expect(page.get_by_role("heading", name="Confirm the refund")).to_be_visible()
     assert Refund.objects.get(pk=tour.held.pk).status == RefundStatus.HELD
     assert tour.order_with_refunds.refunds.count() == 1
+
+    # "No refund was made" releases the reservation: the amount can be refunded again.
+    page.goto(f"{base}/orders/{tour.attention.order_id}/")
+    page.get_by_text("Record what the provider's dashboard shows").click()
+    page.get_by_label("No refund was made (the reservation is released)").check()
+    page.get_by_role("button", name="Record it").click()
+    expect(dialog).to_contain_text("$24.00 refundable again")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    assert Refund.objects.get(pk=tour.attention.pk).status == RefundStatus.NEEDS_ATTENTION

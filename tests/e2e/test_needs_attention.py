@@ -69,6 +69,10 @@ def test_an_owner_sees_a_refund_needing_attention_and_records_the_dashboard(
 
     page.get_by_label("No refund was made (the reservation is released)").check()
     page.get_by_role("button", name="Record it").click()
+    # It asks first: the reservation is released, the amount refundable again.
+    dialog = page.get_by_role("dialog", name="Please confirm")
+    expect(dialog).to_contain_text(f"makes {refund.amount} refundable again")
+    dialog.get_by_role("button", name="Record it").click()
     expect(page.get_by_text("nothing was refunded")).to_be_visible()
     refund.refresh_from_db()
     assert (refund.status, refund.outcome_code) == ("failed", "not_at_rail")
