@@ -148,6 +148,22 @@ def min_money(a: Money, b: Money) -> Money:
     return a if a <= b else b
 
 
+# The most minor units Sill records: every amount it takes from a rail is written into signed
+# audit records, whose integers JCS writes exactly only up to 2**53 - 1 (audit.chain).
+MAX_RECORDABLE_MINOR = 2**53 - 1
+
+
+def recordable(money: Money) -> Money:
+    """``money`` when a signed record can hold it; ``MoneyError`` for more than
+    :data:`MAX_RECORDABLE_MINOR` either way. A rail's amount past it (parse_major takes up
+    to 10**18 - 1) failed the record's write: a sync stopped there, a webhook was retried
+    until given up."""
+    if abs(money.amount_minor) > MAX_RECORDABLE_MINOR:
+        largest = Money(MAX_RECORDABLE_MINOR, money.currency)
+        raise MoneyError(f"amount is larger than the {format_money(largest)} Sill can record")
+    return money
+
+
 _FLOAT_TYPES = (bool, float)
 _MINOR_LIMIT = 10**18  # |amount_minor| stays below it
 

@@ -15,6 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from sill.money import MAX_RECORDABLE_MINOR
 from sill.orders.models import Charge, Rail
 from sill.orders.outside import (
     ReportedDispute,
@@ -130,11 +131,15 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def _minor(obj: dict[str, Any]) -> int:
     """The object's ``amount`` in minor units; ``ValueError`` unless Stripe's integer (a JSON
-    ``true`` is an int to Python, and ``1.5`` would have been cut to 1)."""
+    ``true`` is an int to Python, and ``1.5`` would have been cut to 1) that a signed record
+    holds (sill.money.recordable)."""
     value = obj["amount"]
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError("amount is not an integer")
-    return from_stripe_amount(value, obj["currency"])
+    minor = from_stripe_amount(value, obj["currency"])
+    if abs(minor) > MAX_RECORDABLE_MINOR:
+        raise ValueError("amount is larger than Sill can record")
+    return minor
 
 
 def _charge_of(stored: WebhookEvent, obj: dict[str, Any]) -> Charge | None:

@@ -178,6 +178,22 @@ def test_an_order_sill_cannot_record_is_named_and_the_orders_after_it_come_in(
     assert Order.objects.filter(site=site, total_minor=3000).exists()
 
 
+def test_an_order_larger_than_a_signed_record_holds_is_named_and_the_orders_after_it_come_in(
+    site, shopify, shopify_account
+):
+    # 2**53 cents: its charge record failed to write (ValueError), which ended the whole sync.
+    shopify.add_order(total="10.00")
+    shopify.add_order(total="90071992547409.92")
+    shopify.add_order(total="30.00")
+    report = sync_orders(site=site)
+    assert (report.created, report.failed) == (2, 1)
+    assert "larger than the $90,071,992,547,409.91 Sill can record" in report.problems[0]
+    assert sorted(Order.objects.filter(site=site).values_list("total_minor", flat=True)) == [
+        1000,
+        3000,
+    ]
+
+
 def test_shopify_unreachable_still_ends_the_sync(site, shopify, shopify_account):
     from django.core.management.base import CommandError
 

@@ -342,8 +342,21 @@ def test_a_signed_event_without_a_string_id_and_type_is_refused(site, charge, de
         ("charge.refunded", {"object": {"id": "CH", "refunds": {"data": {"re_1": 1}}}}),
         ("refund.created", {"object": {"id": "re_1", "charge": "CH", "amount": True}}),
         ("refund.created", {"object": {"id": "re_1", "charge": "CH", "amount": 1.5}}),
+        ("refund.created", {"object": {"id": "re_1", "charge": "CH", "amount": 2**53}}),
+        ("charge.dispute.created", {"object": {"id": "dp_1", "charge": "CH", "amount": 2**53}}),
     ],
-    ids=["data-list", "object-str", "object-list", "refund-items", "refund-map", "true", "1.5"],
+    ids=[
+        "data-list",
+        "object-str",
+        "object-list",
+        "refund-items",
+        "refund-map",
+        "true",
+        "1.5",
+        # More than a signed record holds: the dispute's record failed on every attempt.
+        "refund-past-signed-records",
+        "dispute-past-signed-records",
+    ],
 )
 def test_an_event_of_the_wrong_shapes_is_settled_not_retried_and_records_nothing(
     site, charge, deliver, event_type, data
@@ -354,6 +367,7 @@ def test_an_event_of_the_wrong_shapes_is_settled_not_retried_and_records_nothing
     body = raw.replace("CH", charge.provider_charge_id)
     body = body.replace('"amount": true', '"amount": true, "currency": "usd"')
     body = body.replace('"amount": 1.5', '"amount": 1.5, "currency": "usd"')
+    body = body.replace(f'"amount": {2**53}', f'"amount": {2**53}, "currency": "usd"')
     response = deliver(site, body.encode())
     assert response.status_code == 200
     stored = WebhookEvent.objects.get()

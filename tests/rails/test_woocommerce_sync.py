@@ -89,7 +89,14 @@ def test_an_order_with_odd_lines_neither_stops_the_sync_nor_writes_half_an_order
 
 @pytest.mark.parametrize(
     "unreadable",
-    [{"total": "lots"}, {"currency": None}, {"date_created_gmt": "yesterday"}, {"id": "x"}],
+    [
+        {"total": "lots"},
+        {"currency": None},
+        {"date_created_gmt": "yesterday"},
+        {"id": "x"},
+        # 2**53 cents: more than its signed charge record holds (that write ended the sync).
+        {"total": "90071992547409.92"},
+    ],
 )
 def test_an_unreadable_order_is_counted_and_the_sync_reads_on(
     site, woo, woo_account, unreadable, capsys

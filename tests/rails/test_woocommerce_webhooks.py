@@ -291,8 +291,22 @@ def test_the_same_signed_body_under_a_fresh_delivery_id_is_a_duplicate(
 
 @pytest.mark.parametrize(
     "change",
-    [{"id": True}, {"id": -5}, {"id": 10**30}, {"meta_data": 5}, {"line_items": 5}],
-    ids=["id-true", "id-negative", "id-past-bigint", "meta-number", "lines-number"],
+    [
+        {"id": True},
+        {"id": -5},
+        {"id": 10**30},
+        {"meta_data": 5},
+        {"line_items": 5},
+        {"total": "90071992547409.92"},
+    ],
+    ids=[
+        "id-true",
+        "id-negative",
+        "id-past-bigint",
+        "meta-number",
+        "lines-number",
+        "total-past-signed-records",
+    ],
 )
 def test_a_signed_order_of_the_wrong_shapes_is_skipped_not_retried(
     site, woo, woo_account, change, django_capture_on_commit_callbacks

@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from sill.money import Money, MoneyError, parse_major
+from sill.money import Money, MoneyError, parse_major, recordable
 from sill.rails.base import (
     RAIL_REFUND_WINDOW_DAYS,
     CannotLookUp,
@@ -364,7 +364,7 @@ def _money(value: Any) -> Money | None:
     if not isinstance(value, dict):
         return None
     try:
-        return parse_major(str(value.get("value")), str(value.get("currency_code")))
+        return recordable(parse_major(str(value.get("value")), str(value.get("currency_code"))))
     except MoneyError:
         return None
 

@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
-from sill.money import Money, MoneyError, parse_major
+from sill.money import Money, MoneyError, parse_major, recordable
 from sill.rails.base import SILL_REFUND_ID, RailName, RailRefund, amount_step, check_step
 
 # PayPal's refund statuses in the words Sill's refund core reads (Stripe's words).
@@ -27,7 +27,7 @@ def amount(value: Any) -> tuple[int, str] | None:
         return None
     currency = str(value.get("currency_code") or "").upper()
     try:
-        money = parse_major(str(value.get("value")), currency)
+        money = recordable(parse_major(str(value.get("value")), currency))
     except MoneyError:
         return None
     return money.amount_minor, money.currency

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sill.money import Money, parse_major
+from sill.money import Money, MoneyError, parse_major, recordable
 from sill.rails.base import (
     SILL_REFUND_ID,
     PermanentRailError,
@@ -122,7 +122,9 @@ def shop_money(bag: Any) -> Money:
     """A ``MoneyBag``'s shop amount (``{"shopMoney": {"amount": "89.00", ...}}``)."""
     try:
         money = bag["shopMoney"]
-        return parse_major(str(money["amount"]), str(money["currencyCode"]))
+        return recordable(parse_major(str(money["amount"]), str(money["currencyCode"])))
+    except MoneyError as exc:
+        raise PermanentRailError(f"Shopify sent an unreadable amount ({exc})") from None
     except (KeyError, TypeError, ValueError):
         raise PermanentRailError("Shopify sent an unreadable amount") from None
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from sill.money import Money, MoneyError, parse_major
+from sill.money import Money, MoneyError, parse_major, recordable
 
 PAID_STATUSES = frozenset({"processing", "completed", "on-hold", "refunded"})
 SILL_REFUND_MARK = "Sill refund "
@@ -148,6 +148,10 @@ def parse_order(order: dict[str, Any]) -> WooOrder:
         total = parse_major(str(order["total"]), currency)
     except (KeyError, TypeError, ValueError, MoneyError) as exc:
         raise UnreadableOrder(f"not a WooCommerce order: {type(exc).__name__}") from None
+    try:
+        recordable(total)
+    except MoneyError as exc:
+        raise UnreadableOrder(f"total {order['total']!r}: {exc}") from None
     if total.amount_minor < 0:
         raise UnreadableOrder(f"negative total {order['total']!r}")
     # Lists, or nothing: a number here raised TypeError, which neither the sync nor a
