@@ -11,7 +11,7 @@ refund is allowed).
 from __future__ import annotations
 
 import socket
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 import time_machine
@@ -24,6 +24,7 @@ from sill.rails.base import RetryableRailError
 from sill.rails.event_attempts import attempt_event
 from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.tasks import retry_webhook_events_task
+from tests.rails.test_paypal_reconciliation import _run
 from tests.rails.test_paypal_refunds import _execute, _refund
 from tests.rails.test_paypal_webhooks import deliver, dispute_event, refund_event
 
@@ -131,6 +132,49 @@ def test_it_records_nothing_for_a_dispute_paypal_does_not_hold(
     assert stored.processed_at is not None
     assert "PayPal holds no such dispute; nothing recorded" in stored.outcome
     assert not Dispute.objects.exists()
+
+
+def _paypal_time(when) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@pytest.mark.parametrize("kind", ["refund", "dispute"])
+def test_a_change_paypal_times_before_reconciliations_read_still_applies(
+    site, paypal, paypal_account, paypal_order, run, kind
+):
+    """Reconciliation records what it reads as of Sill's clock at the read; a webhook was
+    timed by PayPal's ``update_time``, by PayPal's clock. With Sill's clock a few seconds
+    ahead, a refund read PENDING (a dispute read OPEN) that PayPal then failed (resolved)
+    carried an update time before that read: its webhook was dropped as older ("a newer event
+    was already applied"), and the failed refund stayed counted, the lost dispute open."""
+    order, capture = paypal_order(total="89.00")
+    if kind == "refund":
+        held = paypal.add_refund(capture, value="10.00", status="PENDING")
+    else:
+        held = dispute_event(paypal, capture)["resource"]
+    _run(paypal_account)
+    model = ExternalRefund if kind == "refund" else Dispute
+    row = model.objects.get(charge__order=order)
+    assert row.rail_updated_at is not None
+    # PayPal changed it 2 s after Sill's read, by a clock 5 s behind Sill's.
+    changed_at = _paypal_time(row.rail_updated_at - timedelta(seconds=3))
+    if kind == "refund":
+        held.update(status="FAILED", update_time=changed_at)
+        event = refund_event(paypal, capture, value="10.00", refund_id=held["id"])
+    else:
+        event = dispute_event(
+            paypal, capture, kind="RESOLVED", status="RESOLVED",
+            outcome="RESOLVED_BUYER_FAVOUR", held=False,
+        )  # fmt: skip
+        event["resource"]["update_time"] = changed_at
+        paypal.put_dispute(event["resource"])
+    assert run(site, paypal, event).status_code == 200
+    row.refresh_from_db()
+    if kind == "refund":
+        assert (row.status, row.counted_minor) == ("failed", 0)
+        assert Charge.objects.get(order=order).amount_refunded_outside_minor == 0
+    else:
+        assert (row.status, row.rail_status) == ("lost", "RESOLVED:RESOLVED_BUYER_FAVOUR")
 
 
 def _unreachable(paypal, account: RailAccount) -> None:

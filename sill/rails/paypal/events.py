@@ -4,8 +4,8 @@ PayPal's signature covers the transmission id, its time, the webhook id and only
 the body, which a crafted body can keep: the body is never taken as fact. It names the
 refund or dispute and the capture; Sill reads that resource again from PayPal's API with
 the site's credentials (``PayPalRail.held_refund`` / ``held_dispute``, before the event's
-row is locked: no transaction waits on PayPal) and records what PayPal holds, as
-reconciliation does. PayPal holding no such resource (404), or holding it for another
+row is locked: no transaction waits on PayPal) and records what PayPal holds as of that read,
+as reconciliation does. PayPal holding no such resource (404), or holding it for another
 capture than the body names, records nothing: the event is processed with an outcome
 saying so. PayPal not answering (a timeout, 429, 5xx) is a ``RetryableRailError``: the
 attempt is retried like any transient failure (sill.rails.event_attempts).
@@ -64,7 +64,8 @@ DISPUTE_EVENTS = frozenset(
 
 @dataclass(frozen=True)
 class Held:
-    """A refund or dispute of ``charge`` as PayPal's API holds it."""
+    """A refund or dispute of ``charge`` as PayPal's API holds it, as of ``event_at`` (when
+    Sill's read of it started: :func:`_read_time`)."""
 
     kind: Literal["refund", "dispute"]
     charge: Charge
@@ -79,7 +80,7 @@ def process_event(event_pk: int) -> str:
         return stored.outcome
     # PayPal is read before the row is locked: no transaction stays open while it answers. Two
     # workers may both read; the lock lets one apply, and the other finds the event processed.
-    held = _read_at_paypal(stored, json.loads(stored.payload))
+    held = _read_at_paypal(stored, json.loads(stored.payload), read_at=_read_time())
     with transaction.atomic():
         stored = WebhookEvent.objects.select_for_update().get(pk=event_pk)
         if stored.processed_at is not None:
@@ -104,16 +105,30 @@ def process_paypal_event(event_pk: int) -> str:
     return attempt_event(event_pk).outcome
 
 
-def _read_at_paypal(stored: WebhookEvent, event: dict[str, Any]) -> Held | str:
-    """What PayPal's API holds for the refund or dispute the event names, or (a str) why
-    nothing is recorded. The body only says which resource to read and of which capture."""
+def _read_time() -> datetime:
+    """When a read of PayPal starts: what it returns is PayPal's state as of then, at least,
+    and is recorded as of then, as reconciliation records its own read (sill.rails.charge_sync)
+    and a Shopify webhook its order's. Not the resource's ``update_time``: that is PayPal's
+    clock, and with Sill's a few seconds ahead, a refund PayPal failed right after
+    reconciliation read it pending carried a time before that read, and its webhook was
+    dropped as the older. Not cut to the second as reconciliation's is: two webhooks' reads
+    within one second (a dispute OPEN, then waiting for the buyer) stay in their order."""
+    return timezone.now()
+
+
+def _read_at_paypal(
+    stored: WebhookEvent, event: dict[str, Any], *, read_at: datetime
+) -> Held | str:
+    """What PayPal's API holds for the refund or dispute the event names (as of ``read_at``,
+    when the read started), or (a str) why nothing is recorded. The body only says which
+    resource to read and of which capture."""
     resource = event.get("resource")
     if not isinstance(resource, dict):
         return "ignored: the event has no resource"
     if stored.type in REFUND_EVENTS:
-        return _read_refund(stored, resource)
+        return _read_refund(stored, resource, read_at)
     if stored.type in DISPUTE_EVENTS:
-        return _read_dispute(stored, resource)
+        return _read_dispute(stored, resource, read_at)
     return "ignored: not an event Sill records"
 
 
@@ -124,7 +139,7 @@ def _reader(stored: WebhookEvent) -> PayPalRail:
     return reader_for(account)
 
 
-def _read_refund(stored: WebhookEvent, said: dict[str, Any]) -> Held | str:
+def _read_refund(stored: WebhookEvent, said: dict[str, Any], read_at: datetime) -> Held | str:
     refund_id = str(said.get("id") or "")
     capture_id = capture_of(said)
     charge = _charge(stored, capture_id)
@@ -140,10 +155,10 @@ def _read_refund(stored: WebhookEvent, said: dict[str, Any]) -> Held | str:
             f"{refund_id}: PayPal's refund is not of capture {capture_id}, as the event says; "
             "nothing recorded"
         )
-    return Held("refund", charge, refund, _event_time(refund))
+    return Held("refund", charge, refund, read_at)
 
 
-def _read_dispute(stored: WebhookEvent, said: dict[str, Any]) -> Held | str:
+def _read_dispute(stored: WebhookEvent, said: dict[str, Any], read_at: datetime) -> Held | str:
     dispute_id = str(said.get("dispute_id") or "")
     charge = next(
         (
@@ -166,7 +181,7 @@ def _read_dispute(stored: WebhookEvent, said: dict[str, Any]) -> Held | str:
             f"{dispute_id}: PayPal's dispute is not of capture {charge.provider_charge_id}, "
             "as the event says; nothing recorded"
         )
-    return Held("dispute", charge, dispute, _event_time(dispute))
+    return Held("dispute", charge, dispute, read_at)
 
 
 def _apply(stored: WebhookEvent, held: Held) -> str:
@@ -227,9 +242,3 @@ def _apply_dispute(
         charge=charge, dispute=reported, event_id=stored.event_id, event_at=event_at
     )
     return f"{dispute_id}: {done}"
-
-
-def _event_time(resource: dict[str, Any]) -> datetime:
-    # The resource's update time orders what is recorded of one refund or dispute; without
-    # one, what PayPal holds now is as of now.
-    return time(resource.get("update_time")) or timezone.now()
