@@ -106,6 +106,24 @@ def test_refunds_and_disputes_webhooks_record_them_on_the_charge(site, shopify, 
     assert Dispute.objects.get().status == "needs_response"
 
 
+@pytest.mark.parametrize(
+    "total", ["90071992547409.92", "-5.00"], ids=["past-signed-records", "negative"]
+)
+def test_an_order_sill_cannot_read_or_record_is_skipped_with_its_reason_not_retried(
+    site, shopify, shopify_account, total
+):
+    # Each failed on every attempt (its signed record, the order's check constraint) until
+    # the retries gave up, while the sync names the same order failed and reads on.
+    placed = shopify.add_order(total=total)
+    body = _order_body(placed)
+    headers = signed_headers(body, topic="orders/create", webhook_id="wh-odd")
+    assert _post(site, body, **headers).status_code == 200
+    event = WebhookEvent.objects.get(rail="shopify")
+    assert event.processed_at is not None and event.last_error == ""
+    assert event.outcome.startswith(f"skipped: Shopify order {placed.gid} is unreadable")
+    assert not Order.objects.exists() and not Charge.objects.exists()
+
+
 def test_a_delivery_processed_after_the_site_switched_shops_asks_the_new_shop_nothing(
     site, members, shopify, shopify_account, settings, django_capture_on_commit_callbacks
 ):

@@ -4,7 +4,9 @@ A webhook is a trigger, not the record: its REST-shaped body is read only for th
 and the order itself comes from the Admin GraphQL API (sill.rails.shopify.sync), so one
 parser serves the sync command and every topic, and a late or reordered delivery can never
 overwrite a newer state. The upsert is idempotent, so a task delivered twice is harmless;
-``processed_at`` is set once.
+``processed_at`` is set once. An order Shopify holds in a shape Sill cannot read or record (an
+amount past what a signed record holds, a negative one) settles the event ``skipped: …``
+with the reason, logged: a retry would read the same order.
 
 An event from a shop the site is no longer connected to (its ``sender``) is settled without
 reading anything: Shopify's order ids are global, so the shop connected now never holds the
@@ -20,6 +22,7 @@ from django.utils import timezone
 
 from sill.orders.models import Rail
 from sill.rails.models import RailAccount, WebhookEvent
+from sill.rails.shopify.orders import UnreadableOrder
 from sill.rails.shopify.sync import sync_order
 
 logger = logging.getLogger(__name__)
@@ -61,7 +64,14 @@ def process_event(event_pk: int) -> str:
             f"ignored: sent by {event.sender}, a shop this site is no longer connected to ({now})"
         )
     else:
-        outcome = sync_order(site=event.site, order_id=order_id, event_id=event.event_id)
+        try:
+            outcome = sync_order(site=event.site, order_id=order_id, event_id=event.event_id)
+        except UnreadableOrder as exc:
+            # Shopify's order as it is now, which a later attempt would read the same: the
+            # event is settled saying why (as a sync names the order failed and reads on, and
+            # a WooCommerce webhook skips its order), not retried until given up.
+            logger.warning("shopify event %s of site %s: %s", event.event_id, event.site_id, exc)
+            outcome = f"skipped: {exc.message}"
     WebhookEvent.objects.filter(pk=event.pk, processed_at__isnull=True).update(
         processed_at=timezone.now(), outcome=outcome[:300]
     )

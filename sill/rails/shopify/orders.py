@@ -119,14 +119,19 @@ def parse_time(value: Any) -> datetime:
 
 
 def shop_money(bag: Any) -> Money:
-    """A ``MoneyBag``'s shop amount (``{"shopMoney": {"amount": "89.00", ...}}``)."""
+    """A ``MoneyBag``'s shop amount (``{"shopMoney": {"amount": "89.00", ...}}``). Every one
+    Sill reads (a total, a price, a payment, a refund) is never negative: one that is fails
+    the columns' checks, so it is unreadable here, as a WooCommerce order's negative total is."""
     try:
         money = bag["shopMoney"]
-        return recordable(parse_major(str(money["amount"]), str(money["currencyCode"])))
+        found = recordable(parse_major(str(money["amount"]), str(money["currencyCode"])))
     except MoneyError as exc:
         raise PermanentRailError(f"Shopify sent an unreadable amount ({exc})") from None
     except (KeyError, TypeError, ValueError):
         raise PermanentRailError("Shopify sent an unreadable amount") from None
+    if found.amount_minor < 0:
+        raise PermanentRailError(f"Shopify sent a negative amount ({found})")
+    return found
 
 
 def refund_state(refund: dict[str, Any]) -> str:
