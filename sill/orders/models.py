@@ -138,6 +138,10 @@ class OrderNumberCounter(models.Model):
         return f"{self.site_id}: {self.last_number}"
 
 
+# The most a line's quantity holds (PositiveIntegerField: a PostgreSQL integer).
+LINE_QUANTITY_MAX = 2**31 - 1
+
+
 class LineItem(models.Model):
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="items")
     sku = models.CharField(max_length=100)

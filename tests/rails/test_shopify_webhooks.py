@@ -124,6 +124,30 @@ def test_an_order_sill_cannot_read_or_record_is_skipped_with_its_reason_not_retr
     assert not Order.objects.exists() and not Charge.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("quantity", "price"),
+    [(3_000_000_000, "0.01"), (2**31 - 1, "100000000.00")],
+    ids=["quantity-past-its-column", "lines-past-a-bigint"],
+)
+def test_an_order_whose_lines_sill_cannot_hold_comes_in_as_its_total(
+    site, shopify, shopify_account, quantity, price
+):
+    # Shopify's total is the order's; its lines only describe it. These failed every attempt
+    # (DataError: the line's quantity, the lines' sum) until the retries gave up.
+    placed = shopify.add_order(total="89.00")
+    placed.lines = [("BULK", "Bulk beans", quantity, Decimal(price))]
+    body = _order_body(placed)
+    headers = signed_headers(body, topic="orders/create", webhook_id="wh-bulk")
+    assert _post(site, body, **headers).status_code == 200
+    event = WebhookEvent.objects.get(rail="shopify")
+    assert event.processed_at is not None and event.outcome.startswith("created"), event
+    order = Order.objects.get(site=site)
+    assert order.total_minor == 8900 and Charge.objects.get(order=order).amount_minor == 8900
+    assert [(i.name, i.quantity, i.unit_price_minor) for i in order.items.all()] == [
+        ("Order total", 1, 8900)
+    ]
+
+
 def test_a_delivery_processed_after_the_site_switched_shops_asks_the_new_shop_nothing(
     site, members, shopify, shopify_account, settings, django_capture_on_commit_callbacks
 ):
