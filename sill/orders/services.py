@@ -10,8 +10,9 @@ from django.db import transaction
 
 from sill.accounts.models import Agent, Site
 from sill.errors import SillError
-from sill.money import Money
+from sill.money import MAX_RECORDABLE_MINOR, Money
 from sill.orders.models import (
+    LINE_QUANTITY_MAX,
     Charge,
     ChargeStatus,
     Customer,
@@ -51,6 +52,22 @@ class NewLine:
     name: str
     quantity: int
     unit_price: Money
+
+
+def lines_or_total(lines: Sequence[NewLine], *, total: Money) -> list[NewLine]:
+    """A rail's order items as given, or one "Order total" line of ``total`` when there are
+    none or they hold what Sill's items cannot (a quantity outside their column, a negative
+    price, more in sum than Sill records). A store's order is its total, which its items only
+    describe: such an order still comes in, rather than failing its insert on every sync and
+    every webhook attempt."""
+    if lines and all(
+        1 <= line.quantity <= LINE_QUANTITY_MAX and line.unit_price.amount_minor >= 0
+        for line in lines
+    ):
+        summed = sum(line.unit_price.amount_minor * line.quantity for line in lines)
+        if summed <= MAX_RECORDABLE_MINOR:
+            return list(lines)
+    return [NewLine(sku="", name="Order total", quantity=1, unit_price=total)]
 
 
 # Sill's own numbers start after this; a numbered order is counted up to this many digits

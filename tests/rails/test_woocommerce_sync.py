@@ -72,6 +72,10 @@ def test_wrong_keys_are_named_not_a_trace(site, woo, woo_account):
         [{"name": "Beans", "sku": "B", "quantity": "two", "total": "10.00"}],
         [{"name": "Beans", "sku": "B", "quantity": 10**12, "total": "0.00"}],
         [{"name": "Beans", "sku": "B", "quantity": 1, "total": "99999999999999999.00"}],
+        # A negative line (a line item's price check), lines summing past a bigint (the
+        # order's total as first written): each ended the whole sync with a traceback.
+        [{"name": "Refund line", "sku": "R", "quantity": 1, "total": "-5.00"}],
+        [{"name": "Gold", "sku": "G", "quantity": 1, "total": "9999999999999999.99"}] * 10,
     ],
 )
 def test_an_order_with_odd_lines_neither_stops_the_sync_nor_writes_half_an_order(

@@ -38,23 +38,14 @@ from audit.models import AuditKind
 from audit.services import append_record
 from sill.accounts.models import Site
 from sill.errors import SillError
-from sill.money import MAX_RECORDABLE_MINOR
-from sill.orders.models import (
-    LINE_QUANTITY_MAX,
-    Charge,
-    ChargeStatus,
-    Customer,
-    DisputeStatus,
-    Order,
-    OrderStatus,
-)
+from sill.orders.models import Charge, ChargeStatus, Customer, DisputeStatus, Order, OrderStatus
 from sill.orders.outside import (
     ExceedsCharge,
     ReportedDispute,
     record_dispute,
     record_rail_refund,
 )
-from sill.orders.services import NewLine, create_order, set_order_status
+from sill.orders.services import NewLine, create_order, lines_or_total, set_order_status
 from sill.rails.base import RailName
 from sill.rails.models import RailAccount
 from sill.rails.shopify.orders import ShopifyCustomer, ShopifyOrder, SkippedOrder
@@ -281,27 +272,16 @@ def _number(site: Site, order: ShopifyOrder) -> str:
     return name[: NUMBER_MAX - len(suffix)] + suffix
 
 
-def _lines(order: ShopifyOrder) -> list[NewLine]:
-    """The order's items in its currency; one "Order total" line when it lists none, or lists
-    what Sill's items cannot hold (a quantity past their column, more in sum than Sill
-    records): the order is Shopify's total, which its items only describe, so it still comes
-    in rather than failing on every sync and every webhook attempt."""
-    lines = [
-        NewLine(sku=line.sku, name=line.name, quantity=line.quantity, unit_price=line.unit_price)
-        for line in order.lines
-        if line.unit_price.currency == order.total.currency
-    ]
-    quantities = all(line.quantity <= LINE_QUANTITY_MAX for line in lines)
-    if lines and quantities:
-        summed = sum(line.unit_price.amount_minor * line.quantity for line in lines)
-        if summed <= MAX_RECORDABLE_MINOR:
-            return lines
-    return [NewLine(sku="", name="Order total", quantity=1, unit_price=order.total)]
-
-
 def _create(site: Site, shop: str, order: ShopifyOrder, customer: Customer | None) -> Charge:
     assert order.payment is not None
-    lines = _lines(order)
+    lines = lines_or_total(
+        [
+            NewLine(line.sku, line.name, line.quantity, line.unit_price)
+            for line in order.lines
+            if line.unit_price.currency == order.total.currency
+        ],
+        total=order.total,
+    )
     buyer_name = order.customer.name if order.customer else ""
     buyer_email = order.email or (order.customer.email if order.customer else "")
     created = create_order(

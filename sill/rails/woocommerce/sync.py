@@ -32,7 +32,7 @@ from audit.services import append_record
 from sill.accounts.models import Site
 from sill.money import Money
 from sill.orders.models import Charge, ChargeStatus, Order, OrderStatus
-from sill.orders.services import NewLine, create_order, set_order_status
+from sill.orders.services import NewLine, create_order, lines_or_total, set_order_status
 from sill.rails.base import RailName, amount_step
 from sill.rails.models import RailAccount
 from sill.rails.woocommerce.client import WooClient
@@ -173,10 +173,10 @@ def _number(site: Site, order: WooOrder) -> str:
 
 
 def _create(site: Site, store_url: str, order: WooOrder) -> None:
-    lines = [
-        NewLine(sku=line.sku, name=line.name, quantity=line.quantity, unit_price=line.unit_price)
-        for line in order.lines
-    ] or [NewLine(sku="", name="Order total", quantity=1, unit_price=order.total)]
+    lines = lines_or_total(
+        [NewLine(line.sku, line.name, line.quantity, line.unit_price) for line in order.lines],
+        total=order.total,
+    )
     created = create_order(
         site=site,
         lines=lines,
