@@ -194,6 +194,21 @@ def test_an_order_larger_than_a_signed_record_holds_is_named_and_the_orders_afte
     ]
 
 
+def test_an_order_whose_payments_sum_past_a_signed_record_is_named_and_skipped(
+    site, shopify, shopify_account
+):
+    # Each capture fits a signed record; their sum, the charge's amount, did not: its charge
+    # record failed to write, which ended the whole sync.
+    half = "45035996273704.96"  # 2**52 cents
+    split = shopify.add_order(total=half)
+    split.transactions.append({**split.transactions[0], "id": f"{split.gid}-2"})
+    shopify.add_order(total="30.00")
+    report = sync_orders(site=site)
+    assert (report.created, report.failed) == (1, 1)
+    assert split.gid in report.problems[0] and "Sill can record" in report.problems[0]
+    assert list(Order.objects.filter(site=site).values_list("total_minor", flat=True)) == [3000]
+
+
 def test_shopify_unreachable_still_ends_the_sync(site, shopify, shopify_account):
     from django.core.management.base import CommandError
 

@@ -228,6 +228,7 @@ def _parse_order(node: Any, customer_readable: bool, cut: tuple[str, ...]) -> Sh
         amount = Money.zero(total.currency)
         for t in paid:
             amount = amount + shop_money(t.get("amountSet"))
+        recordable(amount)  # each capture may fit and their sum, the charge, not
         first = paid[0]
         payment = ShopifyPayment(
             gid=str(first["id"]),
