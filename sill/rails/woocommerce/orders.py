@@ -12,14 +12,16 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from audit.chain import MAX_SAFE_INTEGER
 from sill.money import Money, MoneyError, parse_major, recordable
 
 PAID_STATUSES = frozenset({"processing", "completed", "on-hold", "refunded"})
 SILL_REFUND_MARK = "Sill refund "
 # What a line item's quantity column holds (a 4-byte integer); more is one line for the lot.
 MAX_QUANTITY = 2**31 - 1
-# What an order id column holds (``WooOrderLink.woo_order_id``, a bigint); Woo's are far below.
-MAX_ORDER_ID = 2**63
+# What a signed record holds (the charge's names its Woo order id: audit.chain), less than the
+# id's column does (``WooOrderLink.woo_order_id``, a bigint). Woo's are far below.
+MAX_ORDER_ID = MAX_SAFE_INTEGER + 1
 
 
 class UnreadableOrder(ValueError):
@@ -131,9 +133,9 @@ def same_store(url: str, store_url: str) -> bool:
 
 
 def _order_id(value: Any) -> int:
-    """A Woo order id: a positive integer (or its ASCII digits) a bigint column holds.
+    """A Woo order id: a positive integer (or its ASCII digits) a signed record holds.
     ``int()`` alone took ``true`` as order 1 and ``-5``; past 2**63 the insert failed on
-    every attempt."""
+    every attempt, and past 2**53 - 1 the charge's signed record."""
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 20:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < MAX_ORDER_ID:
