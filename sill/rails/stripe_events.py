@@ -203,6 +203,8 @@ def _apply_dispute(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime
         )
     except (KeyError, TypeError, ValueError):
         return f"{dispute_id}: malformed dispute"
+    if dispute.amount_minor < 0:
+        return f"{dispute_id}: malformed dispute"
     done = record_dispute(
         charge=charge, dispute=dispute, event_id=stored.event_id, event_at=event_at
     )

@@ -579,14 +579,17 @@ def test_a_verified_event_of_the_wrong_shapes_is_settled_not_retried(
     assert not ExternalRefund.objects.exists() and not Dispute.objects.exists()
 
 
-def test_a_dispute_larger_than_a_signed_record_holds_is_settled_not_retried(
-    site, paypal, paypal_account, paypal_order, run
+@pytest.mark.parametrize(
+    "value", ["90071992547409.92", "-89.00"], ids=["past-signed-records", "negative"]
+)
+def test_a_dispute_of_an_amount_sill_cannot_record_is_settled_not_retried(
+    site, paypal, paypal_account, paypal_order, run, value
 ):
-    # 2**53 cents, as PayPal's API holds it: the dispute's signed record failed to write on
-    # every attempt until the retries gave up.
+    # As PayPal's API holds it. 2**53 cents: the dispute's signed record failed to write on
+    # every attempt until the retries gave up. Negative: recorded as a dispute of -$89.00.
     _order, capture = paypal_order()
     event = dispute_event(paypal, capture, held=False)
-    event["resource"]["dispute_amount"]["value"] = "90071992547409.92"
+    event["resource"]["dispute_amount"]["value"] = value
     paypal.put_dispute(event["resource"])
     assert run(site, paypal, event).status_code == 200
     stored = WebhookEvent.objects.get(site=site, rail="paypal")

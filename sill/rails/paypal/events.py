@@ -226,7 +226,7 @@ def _apply_dispute(
 ) -> str:
     dispute_id = str(dispute["dispute_id"])
     money = amount(dispute.get("dispute_amount"))
-    if money is None:
+    if money is None or money[0] < 0:
         return f"{dispute_id}: malformed dispute"
     rail_status = dispute_word(dispute)
     reported = ReportedDispute(
