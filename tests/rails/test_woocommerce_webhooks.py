@@ -299,6 +299,8 @@ def test_the_same_signed_body_under_a_fresh_delivery_id_is_a_duplicate(
         {"line_items": 5},
         {"total": "90071992547409.92"},
         {"id": 2**53},
+        {"meta_data": [{"key": "_stripe_charge_id", "value": "ch_" + "x" * 300}]},
+        {"transaction_id": "pi_" + "x" * 300, "meta_data": []},
     ],
     ids=[
         "id-true",
@@ -309,6 +311,9 @@ def test_the_same_signed_body_under_a_fresh_delivery_id_is_a_duplicate(
         "total-past-signed-records",
         # Its charge's signed record names the Woo order id: failed on every attempt.
         "id-past-signed-records",
+        # Longer than a charge's Stripe ids hold (DataError on every attempt).
+        "charge-id-too-long",
+        "intent-id-too-long",
     ],
 )
 def test_a_signed_order_of_the_wrong_shapes_is_skipped_not_retried(

@@ -22,6 +22,8 @@ MAX_QUANTITY = 2**31 - 1
 # What a signed record holds (the charge's names its Woo order id: audit.chain), less than the
 # id's column does (``WooOrderLink.woo_order_id``, a bigint). Woo's are far below.
 MAX_ORDER_ID = MAX_SAFE_INTEGER + 1
+# What a charge's Stripe ids hold (``Charge.provider_charge_id``, ``provider_payment_id``).
+STRIPE_ID_MAX = 255
 
 
 class UnreadableOrder(ValueError):
@@ -168,6 +170,10 @@ def parse_order(order: dict[str, Any]) -> WooOrder:
     charge = _meta(order, "_stripe_charge_id") or (
         transaction if transaction.startswith(("ch_", "py_")) else ""
     )
+    # Stripe's ids are short; a longer one failed the charge's insert on every attempt.
+    for what, value in (("charge", charge), ("payment intent", intent)):
+        if len(value) > STRIPE_ID_MAX:
+            raise UnreadableOrder(f"its Stripe {what} id is longer than {STRIPE_ID_MAX} characters")
     raw_billing = order.get("billing")
     billing: dict[str, Any] = raw_billing if isinstance(raw_billing, dict) else {}
     lines = []
