@@ -42,7 +42,8 @@ _SYMBOLS: dict[str, str] = {
 }  # fmt: skip
 
 _CODE_RE = re.compile(r"^[A-Z]{3}$")
-_AMOUNT_RE = re.compile(r"-?[0-9]{1,18}(\.[0-9]{1,6})?")
+# A dot may lead (".50") or end ("10."): how people type amounts, and exact.
+_AMOUNT_RE = re.compile(r"-?(?:[0-9]{1,18}(?:\.[0-9]{0,6})?|\.[0-9]{1,6})")
 
 
 class MoneyError(ValueError):

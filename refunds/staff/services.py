@@ -48,7 +48,8 @@ from sill.rails.registry import RailDisabled, usable_rail_account
 RefundKind = Literal["full", "amount", "percentage"]
 KINDS: tuple[str, ...] = ("full", "amount", "percentage")
 PERCENT_DECIMALS = 2
-_PERCENT_RE = re.compile(r"-?[0-9]{1,3}(\.[0-9]{1,10})?")
+# As sill.money reads amounts: a dot may lead (".5") or end ("10.").
+_PERCENT_RE = re.compile(r"-?(?:[0-9]{1,3}(?:\.[0-9]{0,10})?|\.[0-9]{1,10})")
 
 ROUNDING_RULE = (
     "A percentage is of the order total, rounded half up to the currency's smallest unit "

@@ -33,7 +33,9 @@ def test_it_refuses_non_ascii_digits(text, currency):
         parse_major(text, currency)
 
 
-@pytest.mark.parametrize("text", ["1_000", "²", "1²", " 1 0 ", "+10", "1e3", "0x10", "10.", ".5"])
+@pytest.mark.parametrize(
+    "text", ["1_000", "²", "1²", " 1 0 ", "+10", "1e3", "0x10", ".", "-.", "1..5"]
+)
 def test_it_refuses_other_spellings_decimal_would_read(text):
     with pytest.raises(MoneyError):
         parse_major(text, "USD")
@@ -57,3 +59,12 @@ def test_ascii_amounts_still_parse():
     assert parse_major(" 10.00 ", "USD") == Money(1000, "USD")
     assert parse_major("10", "JPY") == Money(10, "JPY")
     assert parse_major(Decimal("0E+5"), "USD") == Money(0, "USD")
+
+
+@pytest.mark.parametrize(
+    ("text", "currency", "minor"),
+    [(".50", "USD", 50), ("10.", "USD", 1000), ("-.5", "USD", -50), ("100.", "JPY", 100)],
+)
+def test_a_leading_or_trailing_dot_is_read_as_typed(text, currency, minor):
+    """Typed ".50" and "10." were refused as "not a decimal amount", advice they follow."""
+    assert parse_major(text, currency) == Money(minor, currency)

@@ -99,6 +99,12 @@ def test_a_percentage_and_a_full_refund(api, order, leaf):
     assert order.status == "REFUNDED"
 
 
+def test_an_amount_with_a_leading_or_trailing_dot_is_read_as_typed(api, order, leaf):
+    """An amount of ".50" was a 400 saying to type it "with a dot for the decimals"."""
+    assert api("staff", order, {"amount": ".50", "reasonId": leaf.pk}).json()["amount"] == "0.50"
+    assert api("staff", order, {"amount": "10.", "reasonId": leaf.pk}).json()["amount"] == "10.00"
+
+
 def test_too_much_is_a_400_naming_the_maximum(api, order, leaf):
     api("staff", order, {"amount": "50.00", "reasonId": leaf.pk})
     response = api("staff", order, {"amount": "40.00", "reasonId": leaf.pk})
