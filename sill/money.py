@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, Inexact, InvalidOperation
 
 # ISO 4217 minor-unit exponents that differ from 2. Every other well-formed code has 2.
 _EXPONENTS: dict[str, int] = {
@@ -166,6 +166,10 @@ def recordable(money: Money) -> Money:
 
 
 _FLOAT_TYPES = (bool, float)
+# scaleb() rounds to the context's 28 digits: Decimal("1.000…0001") (30 digits and more) scaled
+# to cents came out as 100 and was read as $1.00. Trapping Inexact refuses it instead; digits
+# lost that are zeros (Decimal("1.000…000")) raise nothing, as the value is exact.
+_EXACT = Context(traps=[Inexact])
 _MINOR_LIMIT = 10**18  # |amount_minor| stays below it
 
 
@@ -205,7 +209,10 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
             raise MoneyError("amount is too large")
         if adjusted < -exp:
             raise _too_many_decimals(code, exp)
-    scaled = dec.scaleb(exp)
+    try:
+        scaled = dec.scaleb(exp, _EXACT)
+    except Inexact:
+        raise _too_many_decimals(code, exp) from None
     minor = int(scaled)  # truncated: equal to scaled exactly when scaled is a whole number
     if scaled != minor:
         raise _too_many_decimals(code, exp)

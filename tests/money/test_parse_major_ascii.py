@@ -48,6 +48,9 @@ def test_it_refuses_other_spellings_decimal_would_read(text):
         (Decimal("1e18"), "too large"),
         (Decimal("1e-999999999"), "at most 2 decimal"),
         (Decimal("1e-3"), "at most 2 decimal"),
+        # 30 and more digits: scaleb() rounded them to 28 and read $1.00.
+        (Decimal("1." + "0" * 40 + "1"), "at most 2 decimal"),
+        (Decimal("-1." + "0" * 26 + "1"), "at most 2 decimal"),
     ],
 )
 def test_it_refuses_extreme_decimals_instead_of_overflowing_or_rounding(value, message):
@@ -59,6 +62,10 @@ def test_ascii_amounts_still_parse():
     assert parse_major(" 10.00 ", "USD") == Money(1000, "USD")
     assert parse_major("10", "JPY") == Money(10, "JPY")
     assert parse_major(Decimal("0E+5"), "USD") == Money(0, "USD")
+    assert parse_major(Decimal("1." + "0" * 40), "USD") == Money(100, "USD")
+    assert parse_major(Decimal("12345678901234567." + "0" * 30), "JPY") == Money(
+        12345678901234567, "JPY"
+    )
 
 
 @pytest.mark.parametrize(

@@ -262,6 +262,17 @@ def test_it_reads_the_amount_text_exactly_whatever_its_spelling() -> None:
         assert verify(raw).intent.max_amount == Money(8900, "USD"), text
 
 
+def test_it_refuses_an_amount_text_with_sub_cent_digits_past_the_28th() -> None:
+    """Thirty digits and more were rounded to 28 and read as $89.00."""
+    text = "89." + "0" * 30 + "1"
+    raw = body(refund_signed()).replace(b'"max_amount":89', f'"max_amount":{text}'.encode())
+
+    error = refusal(raw)
+
+    assert (error.code, error.field) == ("invalid_field", "signed.intent.max_amount")
+    assert "at most 2 decimal place(s)" in error.message
+
+
 def test_it_accepts_timestamps_with_offsets_and_fractions() -> None:
     signed = refund_signed()
     signed["issued_at"] = "2026-09-30T17:38:00+02:00"
