@@ -42,8 +42,11 @@ _SYMBOLS: dict[str, str] = {
 }  # fmt: skip
 
 _CODE_RE = re.compile(r"^[A-Z]{3}$")
-# A dot may lead (".50") or end ("10."): how people type amounts, and exact.
-_AMOUNT_RE = re.compile(r"-?(?:[0-9]{1,18}(?:\.[0-9]{0,6})?|\.[0-9]{1,6})")
+# A plain decimal in ASCII digits (amounts here, percentages in the staff form). A dot may lead
+# (".50") or end ("10."): how people type them, and exact. How many digits is left to the
+# reader's checks, so that twenty digits are refused as too large and seven
+# decimals as too many, in those words.
+PLAIN_DECIMAL_RE = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 
 
 class MoneyError(ValueError):
@@ -59,6 +62,11 @@ def _too_many_decimals(code: str, exp: int) -> MoneyError:
     if exp == 0:
         return MoneyError(f"{code} amounts are whole numbers, without decimals")
     return MoneyError(f"{code} amounts have at most {exp} decimal place(s)")
+
+
+def _too_large(code: str) -> MoneyError:
+    largest = format_money(Money(_MINOR_LIMIT - 1, code))
+    return MoneyError(f"That amount is too large: {code} amounts are at most {largest}")
 
 
 def exponent(currency: str) -> int:
@@ -188,7 +196,7 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
     elif isinstance(value, str):
         text = value.strip()
         # ASCII digits only: ``\d`` and ``Decimal()`` also read Arabic-Indic or fullwidth digits.
-        if not _AMOUNT_RE.fullmatch(text):
+        if not PLAIN_DECIMAL_RE.fullmatch(text):
             raise NotAnAmount(f"{value!r} is not a decimal amount")
         try:
             dec = Decimal(text)
@@ -206,7 +214,7 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
     if dec:
         adjusted = dec.adjusted()
         if adjusted >= 18:
-            raise MoneyError("amount is too large")
+            raise _too_large(code)
         if adjusted < -exp:
             raise _too_many_decimals(code, exp)
     try:
@@ -217,7 +225,7 @@ def parse_major(value: Decimal | str | int, currency: str) -> Money:
     if scaled != minor:
         raise _too_many_decimals(code, exp)
     if abs(minor) >= _MINOR_LIMIT:
-        raise MoneyError("amount is too large")
+        raise _too_large(code)
     return Money(minor, code)
 
 

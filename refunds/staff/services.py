@@ -18,7 +18,6 @@ both acting on a stale view.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,7 +39,7 @@ from refunds.services import decide_and_open
 from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.errors import SillError
-from sill.money import Money, format_money
+from sill.money import PLAIN_DECIMAL_RE, Money, format_money
 from sill.orders.models import Charge, Order
 from sill.rails.base import RefundFacts, amount_step, rail_label
 from sill.rails.registry import RailDisabled, usable_rail_account
@@ -48,8 +47,6 @@ from sill.rails.registry import RailDisabled, usable_rail_account
 RefundKind = Literal["full", "amount", "percentage"]
 KINDS: tuple[str, ...] = ("full", "amount", "percentage")
 PERCENT_DECIMALS = 2
-# As sill.money reads amounts: a dot may lead (".5") or end ("10.").
-_PERCENT_RE = re.compile(r"-?(?:[0-9]{1,3}(?:\.[0-9]{0,10})?|\.[0-9]{1,10})")
 
 ROUNDING_RULE = (
     "A percentage is of the order total, rounded half up to the currency's smallest unit "
@@ -94,7 +91,7 @@ def parse_percentage(value: Any, *, field: str = "percentage") -> Decimal:
                 field=field,
             )
         # ASCII digits only: Decimal() alone also reads Arabic-Indic or fullwidth digits.
-        if not _PERCENT_RE.fullmatch(text):
+        if not PLAIN_DECIMAL_RE.fullmatch(text):
             raise SillError(
                 f"{value!r} is not a percentage: type a number from 0.01 to 100 in digits, "
                 "with a dot before any decimals (e.g. 12.5).",

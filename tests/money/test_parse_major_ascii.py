@@ -51,6 +51,9 @@ def test_it_refuses_other_spellings_decimal_would_read(text):
         # 30 and more digits: scaleb() rounded them to 28 and read $1.00.
         (Decimal("1." + "0" * 40 + "1"), "at most 2 decimal"),
         (Decimal("-1." + "0" * 26 + "1"), "at most 2 decimal"),
+        ("12345678901234567890", r"too large: USD amounts are at most \$9,999,999,999,999,999\.99"),
+        ("-" + "9" * 40, "too large"),
+        ("1." + "0" * 40 + "1", "at most 2 decimal"),
     ],
 )
 def test_it_refuses_extreme_decimals_instead_of_overflowing_or_rounding(value, message):

@@ -105,6 +105,19 @@ def test_an_amount_with_a_leading_or_trailing_dot_is_read_as_typed(api, order, l
     assert api("staff", order, {"amount": "10.", "reasonId": leaf.pk}).json()["amount"] == "10.00"
 
 
+def test_an_amount_of_twenty_digits_is_too_large_naming_the_largest(api, order, leaf):
+    """It was "is not a decimal amount: ... without thousands separators", for a number
+    sent without them."""
+    response = api("staff", order, f'{{"amount": 12345678901234567890, "reasonId": "{leaf.pk}"}}')
+    assert response.status_code == 400
+    error = _error(response)
+    assert error["field"] == "amount"
+    assert error["message"] == (
+        "That amount is too large: USD amounts are at most $9,999,999,999,999,999.99"
+    )
+    assert not Refund.objects.exists()
+
+
 def test_too_much_is_a_400_naming_the_maximum(api, order, leaf):
     api("staff", order, {"amount": "50.00", "reasonId": leaf.pk})
     response = api("staff", order, {"amount": "40.00", "reasonId": leaf.pk})

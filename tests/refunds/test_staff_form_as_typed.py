@@ -132,6 +132,10 @@ def test_it_refunds_exactly_the_amount_typed_and_confirmed(
         ("JPY", "5000", "1,000", "(e.g. 1000)"),
         ("KWD", "10.000", "1.2345", "KWD amounts have at most 3 decimal place(s)"),
         ("KWD", "10.000", "KWD 1", "(e.g. 1000.500)"),
+        # Said as "not a decimal amount ... without thousands separators" before:
+        ("USD", "89.00", "12345678901234567890", "too large: USD amounts are at most $9,999,"),
+        ("JPY", "5000", "1" * 19, "JPY amounts are at most ¥999,999,999,999,999,999"),
+        ("USD", "89.00", "10.0000001", "USD amounts have at most 2 decimal place(s)"),
     ],
 )
 def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
@@ -155,6 +159,8 @@ def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
         ("USD", "89.00", {"amount": "0"}, "amount", "The amount must be more than zero."),
         ("USD", "89.00", {"percentage": "0"}, "percentage", "more than 0 and at most 100"),
         ("USD", "89.00", {"percentage": "150"}, "percentage", "more than 0 and at most 100"),
+        ("USD", "89.00", {"percentage": "1000"}, "percentage", "more than 0 and at most 100"),
+        ("USD", "89.00", {"percentage": "5.00000000001"}, "percentage", "at most 2 decimals"),
         ("USD", "89.00", {"percentage": "33.333"}, "percentage", "at most 2 decimals"),
         ("USD", "89.00", {"percentage": "12,5"}, "percentage", "with a dot before any decimals"),
         ("JPY", "5", {"percentage": "1"}, "percentage", "1 % of ¥5 rounds to ¥0; nothing to"),
