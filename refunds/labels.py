@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, tzinfo
+from decimal import Decimal
 from typing import Any
 
 from policies.catalog import TEMPLATES, rule_title  # noqa: F401  (re-exported)
@@ -173,6 +174,12 @@ def requester_words(refund: Refund) -> str:
     if refund.agent is not None:
         return f"{refund.agent.name or refund.agent.agent_id} (agent)"
     return requester_label(refund)
+
+
+def percent_text(value: Decimal) -> str:
+    """A percentage as Sill writes it, with no space before the sign and no trailing zeros
+    (``Decimal("33.30")`` → ``33.3%``, ``Decimal("100")`` → ``100%``)."""
+    return f"{value.normalize():f}%"
 
 
 def deadline_text(at: datetime, zone: tzinfo | None = None) -> str:

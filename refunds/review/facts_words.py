@@ -17,7 +17,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from policies.vocabulary import FACTS
-from refunds.labels import REASON_LABELS, fact_value, humanize, rail_label
+from refunds.labels import REASON_LABELS, fact_value, humanize, percent_text, rail_label
 from sill.money import Money, MoneyError, format_money
 
 # Facts that say nothing a decider needs as a sentence (bookkeeping, or said elsewhere).
@@ -112,8 +112,7 @@ def _fraction(value: Any, _facts: Mapping[str, Any]) -> str:
     if not isinstance(den, int) or den <= 0:
         return "share of the order unknown"
     percent = (Decimal(value["num"]) * 100 / den).quantize(Decimal("0.1"), ROUND_HALF_UP)
-    shown = f"{percent.normalize():f}"
-    return f"{shown}% of the order"
+    return f"{percent_text(percent)} of the order"
 
 
 def _charge_age(value: Any, _facts: Mapping[str, Any]) -> str:

@@ -32,6 +32,7 @@ from refunds.labels import (
     labelled_rule,
     money_words,
     outcome_label,
+    percent_text,
     rail_label,
     reason_label,
     refused_approval,
@@ -471,7 +472,7 @@ def _fact_text(key: str, value: Any, currency: str) -> str:
             share = Decimal(int(value["num"])) / Decimal(int(value["den"])) * 100
         except (ArithmeticError, TypeError, ValueError):
             return fact_value(key, value, currency)
-        return f"{share.quantize(Decimal('0.1')).normalize():f}%"
+        return percent_text(share.quantize(Decimal("0.1")))
     if value is None:
         return "unknown"
     if isinstance(value, int) and not isinstance(value, bool):

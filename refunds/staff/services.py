@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from policies.facts import prefetch_rail_facts
 from policies.types import RefundContext
+from refunds.labels import percent_text
 from refunds.locks import lock_decision_scope, retry_on_conflict
 from refunds.models import Refund, RefundOrigin, RefundReason
 from refunds.quote import Quote, RefundRefused, charged_charge, quote_refund
@@ -235,7 +236,7 @@ def _amount_for(
         )
         if result.amount.amount_minor <= 0:
             raise SillError(
-                f"{percentage} % of {format_money(order.total)} rounds to "
+                f"{percent_text(percentage)} of {format_money(order.total)} rounds to "
                 f"{format_money(result.exact)}; nothing to refund.",
                 code="invalid_field",
                 field="percentage",
@@ -423,7 +424,7 @@ def quote_staff_refund(
             total=order.total, percentage=percentage, remaining=remaining, step=step
         )
         explanation = (
-            f"{percentage.normalize():f} % of the {format_money(order.total)} order total is "
+            f"{percent_text(percentage)} of the {format_money(order.total)} order total is "
             f"{format_money(result.exact)}, rounded half up to "
             f"{format_money(Money(step, order.currency))}"
         )

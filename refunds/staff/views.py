@@ -38,7 +38,7 @@ from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
 from audit.activity import purchase_approval_of, purchase_refusal_of
-from refunds.labels import buyer_label, money_confirmation, rule_title
+from refunds.labels import buyer_label, money_confirmation, percent_text, rule_title
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge
 from refunds.reasons.selectors import pickable_reason, reason_picker_for
@@ -535,7 +535,7 @@ def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
         return _confirm(request, order, form, key=key)
 
     def work(on_opened: Any) -> Refund:
-        if size.kind == "percentage":
+        if size.kind == "percentage" and size.percentage is not None:
             # The user must have seen the concrete amount: htmx's preview put it in the form;
             # without JavaScript, this 422 shows it and the next submit confirms it.
             quote = quote_staff_refund(
@@ -549,8 +549,8 @@ def order_refund(request: SiteRequest, order_id: str) -> HttpResponse:
             )
             if values["confirmed_amount_minor"] != str(quote.amount.amount_minor):
                 raise _Unconfirmed(
-                    f"{size.percentage} % comes to {format_money(quote.amount)}. Check it and "
-                    "press Refund again to refund that amount."
+                    f"{percent_text(size.percentage)} comes to {format_money(quote.amount)}. "
+                    "Check it and press Refund again to refund that amount."
                 )
         return create_staff_refund(
             site=site,

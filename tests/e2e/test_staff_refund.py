@@ -57,7 +57,7 @@ def test_staff_issue_a_25_percent_refund_with_a_leaf_reason(
     confirm = page.locator("#refund-panel .refund-confirm")
     expect(confirm).to_contain_text("Refund $22.25 to Ada Lovelace")
     expect(confirm).to_contain_text("on Mock")
-    expect(confirm).to_contain_text("25 % of the $89.00 order total is $22.25")
+    expect(confirm).to_contain_text("25% of the $89.00 order total is $22.25")
     assert not Refund.objects.filter(order=order).exists()
     page.screenshot(path=screenshot_dir / "staff-refund-confirm.png", full_page=True)
     desktop = page.viewport_size

@@ -124,7 +124,7 @@ def test_an_unconfirmed_staff_refund_shows_the_computed_amount_and_writes_nothin
     body = response.content.decode()
     assert "Confirm the refund" in body
     assert "Refund $44.50 to Buyer (buyer@example.com) on Mock?" in body
-    assert "50 % of the $89.00 order total is $44.50" in body
+    assert "50% of the $89.00 order total is $44.50" in body
     # The confirmation posts the same fields, the same key, the amount shown and confirmed=1.
     confirm = body[body.index('class="refund-card refund-confirm"') :]
     assert _hidden(confirm, "idempotency_key") == form["idempotency_key"]

@@ -84,6 +84,7 @@ def test_the_charts_are_inline_svg_with_a_title_and_a_table(
     assert "Show as a table" in body
     assert "Defective" in body  # the top reason, in words
     assert "Approved by the rules" in body
+    assert "· 100%</text>" in body and ">100%</td>" in body  # "100 %" before, unlike Sill
     assert "<script" not in body.split("</main>")[0].split("<main")[-1]
 
 

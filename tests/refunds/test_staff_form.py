@@ -180,7 +180,7 @@ def test_a_percentage_refund_without_javascript_shows_the_amount_first(
     response = post_refund(client, order, data)
     assert response.status_code == 422
     body = response.content.decode()
-    assert "25 % comes to $22.25" in body and "You are refunding" in body
+    assert "25% comes to $22.25" in body and "You are refunding" in body
     assert Refund.objects.count() == 0
     data["confirmed_amount_minor"] = _hidden(body, "confirmed_amount_minor")
     assert data["confirmed_amount_minor"] == "2225"

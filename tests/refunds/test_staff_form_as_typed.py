@@ -163,7 +163,9 @@ def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
         ("USD", "89.00", {"percentage": "5.00000000001"}, "percentage", "at most 2 decimals"),
         ("USD", "89.00", {"percentage": "33.333"}, "percentage", "at most 2 decimals"),
         ("USD", "89.00", {"percentage": "12,5"}, "percentage", "with a dot before any decimals"),
-        ("JPY", "5", {"percentage": "1"}, "percentage", "1 % of ¥5 rounds to ¥0; nothing to"),
+        ("JPY", "5", {"percentage": "1"}, "percentage", "1% of ¥5 rounds to ¥0; nothing to"),
+        # As typed, with a space before the sign: "0.010 % of ¥1,000 rounds to ¥0".
+        ("JPY", "1000", {"percentage": "0.010"}, "percentage", "0.01% of ¥1,000 rounds to ¥0"),
     ],
 )
 def test_a_refused_amount_or_percentage_is_named_beside_its_field(
@@ -345,8 +347,8 @@ def test_a_form_opened_before_another_refund_is_refused_at_the_confirmation(
 def test_a_refund_leaving_less_than_a_confirmed_percentage_says_the_order_changed(
     site, members, make_order, mock_rail, leaf, submit, confirm, django_capture_on_commit_callbacks
 ):
-    """50 % of $89.00 confirmed as $44.50, then someone else refunds $50.00: the submit must
-    say the order changed, not that "50 % comes to $39.00"."""
+    """50% of $89.00 confirmed as $44.50, then someone else refunds $50.00: the submit must
+    say the order changed, not that "50% comes to $39.00"."""
     order = make_order(total="89.00")
     asked = submit(order, kind="percentage", percentage="50", note="as typed")
     assert _shown_amount(asked.content.decode()) == "$44.50"
@@ -365,6 +367,6 @@ def test_a_refund_leaving_less_than_a_confirmed_percentage_says_the_order_change
     body = html.unescape(done.content.decode())
     assert done.status_code == 422
     assert "changed since you" in body and "$39.00" in body
-    assert "50 % comes to" not in body
+    assert "comes to" not in body
     assert 'name="percentage" value="50"' in body and ">as typed</textarea>" in body
     assert [r.amount_minor for r in Refund.objects.all()] == [5000]

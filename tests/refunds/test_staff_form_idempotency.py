@@ -156,7 +156,7 @@ def test_a_percentage_awaiting_confirmation_keeps_the_key_free(rendered_form, su
     data = {**rendered_form(), "kind": "percentage", "percentage": "50", "reason": str(leaf.pk)}
 
     shown, _ = submit(data)
-    assert shown.status_code == 422 and "50 % comes to $44.50" in shown.content.decode()
+    assert shown.status_code == 422 and "50% comes to $44.50" in shown.content.decode()
     assert IdempotencyRecord.objects.count() == 0
 
     confirmed, _ = submit({**data, "confirmed_amount_minor": "4450"})
