@@ -121,7 +121,7 @@ def approve_refund(
             .values_list("customer_id", flat=True)
             .first(),
         )
-        locked = _lock_held(refund)
+        locked = _lock_held(refund, actor=actor)
         # The deadline is judged now that the refund is locked: the rail's read and the
         # locks may have taken seconds, and the 24 hours may have run out meanwhile.
         now = now or timezone.now()
@@ -208,7 +208,7 @@ def reject_refund(
     require_member(actor, refund.site_id, Cap.DECIDE_HELD)
     note = note.strip()[:NOTE_MAX_LENGTH]
     with transaction.atomic():
-        locked = _lock_held(refund)
+        locked = _lock_held(refund, actor=actor)
         # Judged once the refund is locked, as an approval is: a rejection that waited for
         # the lock past the 24 hours finds the refund expired.
         now = now or timezone.now()
@@ -276,29 +276,35 @@ def _locked(refund_id: str) -> Refund | None:
     ).get(pk=refund_id)
 
 
-def _lock_held(refund: Refund) -> Refund:
+def _lock_held(refund: Refund, *, actor: Any) -> Refund:
     locked = _locked(refund.pk)
     if locked is None:  # pragma: no cover - refunds are never deleted
         raise AlreadyDecided("This refund no longer exists.")
     if locked.status != RefundStatus.HELD:
-        raise AlreadyDecided(already_decided_message(locked))
+        raise AlreadyDecided(already_decided_message(locked, viewer=actor))
     return locked
 
 
-def already_decided_message(refund: Refund) -> str:
-    who = refund.decided_by.get_username() if refund.decided_by is not None else None
+def already_decided_message(refund: Refund, *, viewer: Any, lead: str = "Nothing changed") -> str:
+    """What a decision that found ``refund`` decided already is told, on the held page and in
+    Slack (``lead`` "Your click decided nothing"): who decided it, how (in Sill or in Slack,
+    as recorded with the decision) and when, from the refund as it stands; "you" when it was
+    ``viewer``, in another tab or click of theirs."""
     noun, done = money_words(refund)
     if refund.status == RefundStatus.EXPIRED:
-        return f"This {noun} was already decided: it expired after 24 hours; nothing was {done}."
-    by = f" by {who}" if who else ""
-    if refund.decision == Decision.APPROVED:
-        return f"This {noun} was already decided: approved{by}."
-    if who and (why := refused_approval(refund.outcome_code)):
+        return f"{lead}: this {noun} expired after 24 hours, undecided; nothing was {done}."
+    verb = "approved" if refund.decision == Decision.APPROVED else "rejected"
+    when = f" ({deadline_text(refund.decided_at, refund.site.zone)})" if refund.decided_at else ""
+    if refund.decided_by is None:
+        return f"{lead}: Sill had already closed this {noun}{when}."
+    who = "you" if refund.decided_by_id == viewer.pk else refund.decided_by.get_username()
+    how = "in Slack" if refund.decided_via == DecidedVia.SLACK else "in Sill"
+    if refund.decision == Decision.REJECTED and (why := refused_approval(refund.outcome_code)):
         return (
-            f"This {noun} was already decided: approved{by}, and Sill refused it ({why}); "
-            f"nothing was {done}."
+            f"{lead}: {who} had already approved this {noun} {how}{when}, "
+            f"and Sill refused it ({why}); nothing was {done}."
         )
-    return f"This {noun} was already decided: rejected{by}."
+    return f"{lead}: {who} had already {verb} this {noun} {how}{when}."
 
 
 def _expired_message(refund: Refund) -> str:

@@ -45,8 +45,14 @@ from refunds.labels import (
     requester_words,
     rule_title,
 )
-from refunds.models import DecidedVia, Decision, Refund, RefundStatus
-from refunds.review.decisions import AlreadyDecided, approve_refund, deadline, reject_refund
+from refunds.models import DecidedVia, Refund, RefundStatus
+from refunds.review.decisions import (
+    AlreadyDecided,
+    already_decided_message,
+    approve_refund,
+    deadline,
+    reject_refund,
+)
 from refunds.review.facts_words import fact_phrases
 from sill import jsonbody
 from sill.accounts.access import Cap, can
@@ -463,35 +469,14 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
             if isinstance(exc, AlreadyDecided):
                 # Someone came first (the clicker too, in Sill, while this click waited for a
                 # retry): said as it happened, never as this click's doing.
-                raise SlackRefused(decided_before_text(refund, clicker=membership.user)) from exc
+                told = already_decided_message(
+                    refund, viewer=membership.user, lead="Your click decided nothing"
+                )
+                raise SlackRefused(told) from exc
         raise SlackRefused(exc.message) from exc
     who = membership.user.get_username()
     _respond_on_commit(click, outcome_text(decided, by=who))
     return decided
-
-
-def decided_before_text(refund: Refund, *, clicker: Any) -> str:
-    """What a click that found the refund decided already is told: who decided it, how (in
-    Slack or in Sill, as recorded with the decision) and when, from the refund as it stands;
-    "you" when it was the clicker, in Sill or in another click of theirs."""
-    noun, done = money_words(refund)
-    if refund.status == RefundStatus.EXPIRED:
-        return (
-            f"Your click decided nothing: this {noun} expired after 24 hours, undecided; "
-            f"nothing was {done}."
-        )
-    verb = "approved" if refund.decision == Decision.APPROVED else "rejected"
-    when = f" ({deadline_text(refund.decided_at, refund.site.zone)})" if refund.decided_at else ""
-    if refund.decided_by is None:
-        return f"Your click decided nothing: Sill had already closed this {noun}{when}."
-    who = "you" if refund.decided_by_id == clicker.pk else refund.decided_by.get_username()
-    how = "in Slack" if refund.decided_via == DecidedVia.SLACK else "in Sill"
-    if refund.decision == Decision.REJECTED and (why := refused_approval(refund.outcome_code)):
-        return (
-            f"Your click decided nothing: {who} had already approved this {noun} {how}{when}, "
-            f"and Sill refused it ({why}); nothing was {done}."
-        )
-    return f"Your click decided nothing: {who} had already {verb} this {noun} {how}{when}."
 
 
 def give_up_click(*, site_id: str, click: Click, attempts: int, error: Exception) -> None:

@@ -495,7 +495,9 @@ def test_a_credits_own_page_and_email_speak_of_a_credit_from_hold_to_settlement(
     assert credited.status == RefundStatus.SUCCEEDED
     assert outcome_text(credited).endswith("approved and credited.")
     again = browser.post(f"/held/{refund_id}/approve/", {"confirmed": "1"}, follow=True)
-    assert "This credit was already decided: approved by" in again.content.decode()
+    assert (
+        "Nothing changed: you had already approved this credit in Sill (" in again.content.decode()
+    )
     settled = browser.get(f"/refunds/{refund_id}/").content.decode()
     transaction = stub.transactions[CUSTOMER][0]["id"]
     assert "$12.50 credited to the customer&#x27;s Stripe balance" in settled

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.db import connection
@@ -11,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from audit.models import AuditRecord
-from refunds.models import Refund
-from refunds.review.decisions import approve_refund
+from refunds.models import DecidedVia, Refund
+from refunds.review.decisions import approve_refund, reject_refund
 from sill.orders.models import Charge, Dispute, Order
 from sill.rails.models import MockLedgerEntry, RailAccount
 from sill.rails.shopify.sync import sync_orders
@@ -301,9 +302,29 @@ def test_a_second_plain_post_is_told_it_was_already_decided(client_for, held):
     client = client_for("admin")
     response = client.post(f"/held/{held.id}/approve/", {"confirmed": "1"}, follow=True)
     body = response.content.decode()
-    assert "This refund was already decided: rejected by owner@roasters.example" in body
+    assert (
+        "Nothing changed: owner@roasters.example had already rejected this refund in Sill" in body
+    )
     assert status_of(held) == "rejected"
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
+
+
+def test_a_decision_after_one_in_slack_says_who_where_and_when(client_for, members, held):
+    """The held page said "already decided: rejected by owner@…", neither where nor when,
+    while a Slack click finding the same refund decided was told both."""
+    reject_refund(refund=held, actor=members["owner"].user, via=DecidedVia.SLACK)
+    decided_at = Refund.objects.get(pk=held.pk).decided_at.astimezone(UTC)
+
+    response = client_for("admin").post(
+        f"/held/{held.id}/approve/", {"confirmed": "1"}, follow=True
+    )
+
+    when = f"{decided_at:%b} {decided_at.day}, {decided_at:%H:%M} UTC"
+    assert (
+        f"Nothing changed: owner@roasters.example had already rejected this refund in Slack "
+        f"({when})."
+    ) in html.unescape(response.content.decode())
+    assert status_of(held) == "rejected"
 
 
 def test_htmx_swaps_the_row_and_the_counter(
@@ -335,7 +356,7 @@ def test_htmx_hides_the_counter_at_zero_and_a_second_decision_is_409(client_for,
         f"/held/{held.id}/approve/", {"confirmed": "1"}, headers=headers
     )
     assert again.status_code == 409
-    assert "already decided" in again.content.decode()
+    assert "had already rejected this refund" in again.content.decode()
     assert status_of(held) == "rejected"
 
 
@@ -524,11 +545,10 @@ def test_the_order_page_charge_says_what_is_held_of_what_is_refundable(client_fo
 @pytest.mark.parametrize(
     ("first", "said"),
     [
-        ("reject", "rejected by owner@roasters.example."),
+        ("reject", "owner@roasters.example had already rejected this refund in Sill ("),
         (
             "approve",
-            "approved by owner@roasters.example, and Sill refused it (the charge is disputed); "
-            "nothing was refunded.",
+            "), and Sill refused it (the charge is disputed); nothing was refunded.",
         ),
     ],
 )
@@ -542,7 +562,7 @@ def test_a_decision_after_another_says_what_the_first_was_in_words(client_for, h
         f"/held/{held.id}/approve/", {"confirmed": "1"}, follow=True
     )
     body = response.content.decode()
-    assert f"This refund was already decided: {said}" in body
+    assert "Nothing changed: owner@roasters.example had already" in body and said in body
     assert "rejected_by_reviewer" not in body and "(disputed)" not in body
 
 

@@ -113,8 +113,7 @@ def test_a_second_decision_is_told_it_was_already_decided(decide, held, members,
     with pytest.raises(AlreadyDecided) as info:
         decide(second, refund=held, actor=members["admin"].user)
     assert info.value.status == 409
-    assert "already decided" in info.value.message
-    assert "owner@roasters.example" in info.value.message
+    assert "Nothing changed: owner@roasters.example had already" in info.value.message
     decisions = AuditRecord.objects.filter(kind__in=["escalated_approved", "escalated_rejected"])
     assert decisions.count() == 1
 
