@@ -14,7 +14,7 @@ from typing import Any, cast
 from django import forms
 from django.core.exceptions import ValidationError
 
-from refunds.staff.services import OrderSnapshot, RefundKind, parse_percentage
+from refunds.staff.services import OrderSnapshot, RefundKind, parse_percentage, typed_text
 from sill.errors import SillError
 from sill.money import Money, MoneyError, NotAnAmount, exponent, parse_major
 
@@ -60,12 +60,13 @@ def parse_money_field(text: str, currency: str, field: str) -> Money:
         )
     try:
         return parse_major(text, currency)
-    except NotAnAmount as exc:
+    except NotAnAmount:
         # "1,000.00", "1.000,00" and "$10" are how people write money; say how to type it
         # rather than guess which of a comma and a dot is the decimal point.
         raise SillError(
-            f"{exc}: type it in digits with a dot for the decimals, without thousands "
-            f"separators and without a currency symbol (e.g. {_typed_example(currency)}).",
+            f"{typed_text(text.strip())} is not a decimal amount: type it in digits with a dot "
+            "for the decimals, without thousands separators and without a currency symbol "
+            f"(e.g. {_typed_example(currency)}).",
             code="invalid_field",
             field=field,
         ) from None

@@ -18,6 +18,7 @@ both acting on a stale view.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -77,6 +78,18 @@ class OrderSnapshot:
     amount_minor: int | None = None
 
 
+def typed_text(text: str) -> str:
+    """``text`` as a refusal quotes it: as typed when it is printable ASCII (``'1,000.00'``),
+    else by the first other character, named (``Text with a no-break space (U+00A0)``). A
+    Python repr showed ``'1\\xa0000'`` for the "1 000" a spreadsheet pasted, and an invisible
+    or fullwidth character cannot be seen in quotes at all."""
+    for char in text:
+        if not " " <= char <= "~":
+            name = unicodedata.name(char, "character").lower()
+            return f"Text with a {name} (U+{ord(char):04X})"
+    return f"'{text}'"
+
+
 def parse_percentage(value: Any, *, field: str = "percentage") -> Decimal:
     """``"25"``, ``"12.5"``, ``Decimal("33.33")`` → a percentage in (0, 100], ≤ 2 decimals."""
     if isinstance(value, bool | float) or value is None:
@@ -94,8 +107,8 @@ def parse_percentage(value: Any, *, field: str = "percentage") -> Decimal:
         # ASCII digits only: Decimal() alone also reads Arabic-Indic or fullwidth digits.
         if not PLAIN_DECIMAL_RE.fullmatch(text):
             raise SillError(
-                f"{value!r} is not a percentage: type a number from 0.01 to 100 in digits, "
-                "with a dot before any decimals (e.g. 12.5).",
+                f"{typed_text(text)} is not a percentage: type a number from 0.01 to 100 in "
+                "digits, with a dot before any decimals (e.g. 12.5).",
                 code="invalid_field",
                 field=field,
             )

@@ -136,6 +136,13 @@ def test_it_refunds_exactly_the_amount_typed_and_confirmed(
         ("USD", "89.00", "12345678901234567890", "too large: USD amounts are at most $9,999,"),
         ("JPY", "5000", "1" * 19, "JPY amounts are at most ¥999,999,999,999,999,999"),
         ("USD", "89.00", "10.0000001", "USD amounts have at most 2 decimal place(s)"),
+        # Quoted as Python reprs before: "'1\xa0000' is not a decimal amount".
+        ("EUR", "2000.00", "1\u00a0000", "Text with a no-break space (U+00A0) is not a decimal"),
+        ("EUR", "2000.00", "1\u202f000", "Text with a narrow no-break space (U+202F) is not"),
+        ("USD", "89.00", "\u200b10", "Text with a zero width space (U+200B) is not a decimal"),
+        ("USD", "89.00", "\uff11\uff10", "Text with a fullwidth digit one (U+FF11) is not a"),
+        ("USD", "89.00", "€10", "Text with a euro sign (U+20AC) is not a decimal amount"),
+        ("USD", "89.00", "1,5", "'1,5' is not a decimal amount: type it in digits with a dot"),
     ],
 )
 def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
@@ -147,7 +154,9 @@ def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
     response = submit(order, kind="amount", amount=typed)
 
     assert response.status_code == 422
-    assert words in html.unescape(response.content.decode())
+    body = html.unescape(response.content.decode())
+    assert words in body
+    assert "\\x" not in body and "\\u" not in body
     _nothing_moved()
 
 
@@ -160,6 +169,14 @@ def test_it_refuses_what_it_cannot_read_exactly_saying_how_to_type_it(
         ("USD", "89.00", {"percentage": "0"}, "percentage", "more than 0 and at most 100"),
         ("USD", "89.00", {"percentage": "150"}, "percentage", "more than 0 and at most 100"),
         ("USD", "89.00", {"percentage": "1000"}, "percentage", "more than 0 and at most 100"),
+        (
+            "USD",
+            "89.00",
+            {"percentage": "\uff15"},
+            "percentage",
+            "Text with a fullwidth digit five",
+        ),
+        ("USD", "89.00", {"percentage": "1,5 %"}, "percentage", "'1,5' is not a percentage"),
         ("USD", "89.00", {"percentage": "5.00000000001"}, "percentage", "at most 2 decimals"),
         ("USD", "89.00", {"percentage": "33.333"}, "percentage", "at most 2 decimals"),
         ("USD", "89.00", {"percentage": "12,5"}, "percentage", "with a dot before any decimals"),
