@@ -76,6 +76,12 @@ def parse_money_field(text: str, currency: str, field: str) -> Money:
 
 def parse_refund_size(*, kind: str, amount: Any, percentage: Any, currency: str) -> RefundSize:
     """What a staff refund asks for: everything left, a fixed amount or a percentage."""
+    # Blank (a percentage's lone "%" too): asked for, not quoted back as "'' is not a ...".
+    if kind == "amount" and isinstance(amount, str) and not amount.strip():
+        raise SillError("Enter the amount to refund.", code="invalid_field", field="amount")
+    blank_percentage = isinstance(percentage, str) and not percentage.strip().rstrip("%").strip()
+    if kind == "percentage" and blank_percentage:
+        raise SillError("Enter the percentage to refund.", code="invalid_field", field="percentage")
     if kind == "amount":
         return RefundSize("amount", amount=parse_money_field(amount, currency, "amount"))
     if kind == "percentage":
@@ -159,8 +165,6 @@ class StaffRefundForm(forms.Form):
         super().clean()  # returns cleaned_data, typed as Optional by django-stubs
         data = self.cleaned_data
         try:
-            if data["kind"] == "amount" and not data["amount"]:
-                raise SillError("Enter the amount to refund.", code="invalid_field", field="amount")
             self.size = parse_refund_size(
                 kind=data["kind"],
                 amount=data["amount"],

@@ -118,6 +118,25 @@ def test_an_amount_of_twenty_digits_is_too_large_naming_the_largest(api, order, 
     assert not Refund.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"amount": " "}, "amount"),
+        ({"percentage": ""}, "percentage"),
+        ({"percentage": "%"}, "percentage"),
+    ],
+)
+def test_a_blank_amount_or_percentage_is_asked_for_as_in_the_form(api, order, leaf, body, field):
+    """It was "'' is not a decimal amount: type it in digits ..."."""
+    response = api("staff", order, {**body, "reasonId": leaf.pk})
+    assert response.status_code == 400
+    assert _error(response) == {
+        "code": "invalid_field",
+        "message": f"Enter the {field} to refund.",
+        "field": field,
+    }
+
+
 def test_too_much_is_a_400_naming_the_maximum(api, order, leaf):
     api("staff", order, {"amount": "50.00", "reasonId": leaf.pk})
     response = api("staff", order, {"amount": "40.00", "reasonId": leaf.pk})

@@ -240,6 +240,9 @@ def test_htmx_posts_get_the_panel_back_on_errors_and_a_client_redirect_on_succes
         ({"kind": "amount", "amount": "1.001"}, "USD amounts have at most 2 decimal place(s)"),
         ({"kind": "amount", "amount": "abc"}, "is not a decimal amount"),
         ({"kind": "percentage", "percentage": "101"}, "at most 100"),
+        # Both were "'' is not a percentage: type a number from 0.01 to 100 ...".
+        ({"kind": "percentage", "percentage": ""}, "Enter the percentage to refund."),
+        ({"kind": "percentage", "percentage": " % "}, "Enter the percentage to refund."),
         ({"kind": "bogus"}, "Choose a full, fixed-amount or percentage refund."),
         ({"kind": "full", "reason": ""}, "Choose a reason for this refund."),
     ],
