@@ -41,6 +41,7 @@ from refunds.staff.forms import parse_money_field, parse_refund_size
 from refunds.staff.services import OrderSnapshot, create_staff_refund
 from sill.accounts.access import Cap, can, site_context
 from sill.accounts.api_auth import MemberTokenAuthentication
+from sill.accounts.models import MemberToken
 from sill.api import StrictJSONParser
 from sill.api_view import ApiView
 from sill.errors import NotFound, PermissionDenied, SillError
@@ -317,6 +318,8 @@ class StaffRefundCreateApi(ApiView):
                 note=data.validated_data.get("reason", ""),
                 expected=expected,
                 on_opened=on_opened,
+                # Checked again as the refund is decided: revoked meanwhile, it refunds nothing.
+                token_id=request.auth.pk if isinstance(request.auth, MemberToken) else None,
             )
 
         if key is None:

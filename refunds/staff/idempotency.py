@@ -71,7 +71,12 @@ KEEP_FOR = timedelta(hours=24)
 ABANDONED_AFTER = timedelta(seconds=60)
 PURGE_BATCH = 200
 POLL_SECONDS = 0.1
-RETRYABLE_CODES = frozenset({"rail_disabled", "rail_secret_unreadable"})
+# Also the access lost while the refund was decided (the member removed or demoted, their
+# token revoked: refunds.staff.services): access is checked before a key is claimed, and a
+# refusal of it is never the key's answer.
+RETRYABLE_CODES = frozenset(
+    {"rail_disabled", "rail_secret_unreadable", "forbidden", "not_authenticated"}
+)
 
 _KEY_RE = re.compile(rf"[\x20-\x7e]{{1,{KEY_MAX}}}")
 _MAX_DEPTH = 64

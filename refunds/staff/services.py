@@ -38,7 +38,7 @@ from refunds.reasons.selectors import pickable_reason
 from refunds.reasons.services import hold_reason_tree
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import decide_and_open
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.models import Site
 from sill.errors import SillError
 from sill.money import PLAIN_DECIMAL_RE, Money, format_money
@@ -305,9 +305,15 @@ def create_staff_refund(
     expected: OrderSnapshot | None = None,
     now: datetime | None = None,
     on_opened: Callable[[Refund], None] | None = None,
+    token_id: int | None = None,
 ) -> Refund:
     """Refund ``order`` on behalf of ``actor``, a member of ``site`` whose role may refund
     (owners, admins, staff allowed to refund; else ``forbidden``, 403, before anything is read).
+    Checked again in the decision's transaction, the member's rows locked until it commits
+    (``access.hold_member``): a member removed or demoted, or their account switched off,
+    while the rail's facts were read is refused the same way, and so, 401
+    ``not_authenticated``, is a refund asked with the member token ``token_id`` (the staff
+    API's) revoked meanwhile; nothing of it is written.
 
     ``kind`` is ``"full"`` (everything still refundable), ``"amount"`` (``amount``: more than
     zero, at most what remains, else ``exceeds_refundable`` naming the maximum) or
@@ -341,6 +347,11 @@ def create_staff_refund(
         else None
     )
     with transaction.atomic():
+        # Still allowed now, and until this commits: the member's access was checked before
+        # the rail's facts were read, which can take seconds, and an owner's change since
+        # must not be refunded past (a later one waits for this decision). First: member
+        # changes lock these rows before the site's audit chain, as the decision's append does.
+        hold_member(actor, site.pk, Cap.REFUND, token_id=token_id)
         # The customer's other decisions first (the refunds they count are facts), then the
         # order, then its charge: the lock order of refunds.locks, on every refund path. An
         # order's customer is set when it is created and never changes.

@@ -11,17 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import wraps
+from functools import cache, wraps
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, cast
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
 from sill import errors
 from sill.accounts import two_factor
-from sill.accounts.models import Membership, Role, Site
+from sill.accounts.models import Membership, MemberToken, Role, Site
+from sill.sql import Columns, cols, fetch_row
 
 if TYPE_CHECKING:
     from django_htmx.middleware import HtmxDetails
@@ -64,6 +67,13 @@ _ROLE_CAPS: dict[str, frozenset[Cap]] = {
 }
 
 
+# The words of require_member's refusal of a role, a removed member or a switched-off account.
+ROLE_REFUSED = "Your role on this site does not allow this."
+# The words of a member token that is unknown, revoked, or whose account is switched off
+# (sill.accounts.api_auth), also when that happens while a refund it asked for is decided.
+TOKEN_REFUSED = "unknown or revoked token"
+
+
 def can(membership: Membership | None, cap: Cap) -> bool:
     if membership is None:
         return False
@@ -87,11 +97,104 @@ def require_member(actor: Any, site_id: str, cap: Cap, *, owner: bool = False) -
     membership = None
     if getattr(actor, "is_authenticated", False) and getattr(actor, "is_active", False):
         membership = Membership.objects.filter(user_id=actor.pk, site_id=site_id).first()
+    return _allowed(membership, cap, owner=owner)
+
+
+def _allowed(membership: Membership | None, cap: Cap, *, owner: bool) -> Membership:
+    """:func:`require_member`'s refusals of ``membership`` (None: no member)."""
     if membership is None or not can(membership, cap):
-        raise errors.PermissionDenied("Your role on this site does not allow this.")
+        raise errors.PermissionDenied(ROLE_REFUSED)
     if owner and membership.role != Role.OWNER:
         raise errors.PermissionDenied("Only an owner of this site can do this.")
     return membership
+
+
+class TokenRefused(errors.SillError):
+    """A member token revoked (or its member removed, its account switched off) while the
+    request it authenticated was being decided (:func:`hold_member`)."""
+
+    code = "not_authenticated"
+    status = 401
+
+
+def hold_member(
+    actor: Any,
+    site_id: str,
+    cap: Cap,
+    *,
+    owner: bool = False,
+    token_id: int | None = None,
+    check: Callable[[Membership | None], None] | None = None,
+) -> Membership:
+    """:func:`require_member` again, inside the caller's transaction, where its change is
+    decided: ``actor``'s membership of site ``site_id``, its account (and the member token
+    ``token_id`` the request came with) read afresh and locked until the transaction ends
+    (``FOR SHARE``; the account ``FOR KEY SHARE``). Call it before the transaction appends to
+    the site's audit chain.
+
+    A service checks the member first, then reads a rail's facts, for seconds at worst, then
+    decides: an owner who removed or demoted the member meanwhile (or revoked their token, or
+    switched their account off) was told so, and the decision must not go on as if they had
+    not. A change that came first is what this reads, refused as the check before it refuses
+    (403 ``forbidden``; with ``token_id``, a token revoked or gone with its member, or an
+    account switched off, 401 :class:`TokenRefused` in :data:`TOKEN_REFUSED`, as
+    ``sill.accounts.api_auth`` refuses it). One that comes later waits for the caller's
+    transaction (a member's removal, role change or token revocation updates or deletes these
+    rows, and the Django admin's switch-off locks the account's FOR UPDATE, each of which waits
+    for these locks): the owner is told once the decision is made. ``check(membership)``
+    (None: no such member any more) runs first, for a caller's own refusal in its own words (a
+    Slack click's link). SQLite serialises its writers: a read in the transaction is enough
+    there.
+    """
+    row = None
+    if getattr(actor, "is_authenticated", False):
+        tokens = [] if token_id is None else [token_id]
+        sql = _held_member_sql(connection.vendor, bool(tokens))
+        row = fetch_row(sql, [*tokens, actor.pk, site_id])
+    membership = None
+    if row is not None:
+        membership = _member_cols().build(row)
+        membership.user = _user_cols().build(row, len(_member_cols()))
+    if token_id is not None and (membership is None or not membership.user.is_active):
+        raise TokenRefused(TOKEN_REFUSED)
+    if check is not None:
+        check(membership)
+    if membership is not None and not membership.user.is_active:
+        membership = None
+    return _allowed(membership, cap, owner=owner)
+
+
+def _member_cols() -> Columns[Membership]:
+    return cols(Membership, "m")
+
+
+def _user_cols() -> Columns[Any]:
+    return cols(get_user_model(), "u", only=("is_active",))
+
+
+@cache
+def _held_member_sql(vendor: str, with_token: bool) -> str:
+    def table(model: type[Any]) -> str:
+        return connection.ops.quote_name(model._meta.db_table)
+
+    token = (
+        f"JOIN {table(MemberToken)} t ON t.membership_id = m.id AND t.id = %s "
+        "AND t.revoked_at IS NULL "
+        if with_token
+        else ""
+    )
+    # The account's row in key share only (as a refund's foreign key to it locks it): a
+    # sign-in updates it (last_login), and must not wait for a refund; the Django admin's
+    # switch-off locks it FOR UPDATE first (sill.accounts.admin), which waits.
+    lock = (
+        f" FOR SHARE OF m{', t' if with_token else ''} FOR KEY SHARE OF u"
+        if vendor == "postgresql"
+        else ""
+    )
+    # Formatted in: the models' column lists and tables, constants.
+    return f"""SELECT {_member_cols().sql}, {_user_cols().sql}
+        FROM {table(Membership)} m JOIN {table(get_user_model())} u ON u.id = m.user_id
+        {token}WHERE m.user_id = %s AND m.site_id = %s{lock}"""  # noqa: S608
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from sill.accounts.access import SiteContext, remember_site_context
+from sill.accounts.access import TOKEN_REFUSED, SiteContext, remember_site_context
 from sill.accounts.models import Membership, MemberToken
 from sill.accounts.services import token_sha256
 from sill.bearer import bearer_token
@@ -34,7 +34,7 @@ class MemberTokenAuthentication(BaseAuthentication):
             .first()
         )
         if found is None or not found.membership.user.is_active:
-            raise AuthenticationFailed("unknown or revoked token")
+            raise AuthenticationFailed(TOKEN_REFUSED)
         membership: Membership = found.membership
         ctx = SiteContext(
             user=membership.user,

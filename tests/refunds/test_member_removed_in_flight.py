@@ -1,0 +1,167 @@
+"""An owner removes a member, demotes them or revokes their API token while that member's
+refund is in flight: Sill has checked the member's access and waits for Stripe's facts about
+the charge. Once the owner is told the member is gone, that refund must not be made or paid:
+it is refused in the words of the check made before the read, and nothing of it is reserved,
+written or sent.
+
+A loopback Stripe answers the facts; while it answers the charge read, the owner acts in
+another connection (the real service, committed), exactly between Sill's access check and its
+decision's transaction (the agent side's trick: tests/refunds/test_switched_off_in_flight.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from audit.models import AuditRecord
+from refunds.models import IdempotencyRecord, Refund
+from sill.accounts import two_factor
+from sill.accounts.models import Membership, MemberToken, Role
+from sill.accounts.services import change_member_role, issue_member_token, remove_member
+from tests.conftest import site_owner
+from tests.refunds.test_switched_off_in_flight import stripe_facts  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+FORBIDDEN = "Your role on this site does not allow this."
+
+
+def _owner_of(member: Membership) -> Membership:
+    return Membership.objects.select_related("site", "user").get(
+        site_id=member.site_id, user=site_owner(member.site)
+    )
+
+
+def _fresh(member: Membership) -> Membership:
+    return Membership.objects.select_related("site", "user").get(pk=member.pk)
+
+
+def _removes(member: Membership) -> Callable[[], None]:
+    """The owner's Remove on Settings → Members (in the caller's thread)."""
+    return lambda: remove_member(membership=_fresh(member), actor=_owner_of(member))
+
+
+def _demotes(member: Membership, role: str) -> Callable[[], None]:
+    """The owner's role change on Settings → Members: ``member`` becomes ``role`` (staff
+    without the refund permission)."""
+
+    def demote() -> None:
+        change_member_role(
+            membership=_fresh(member), actor=_owner_of(member), role=role, can_refund=False,
+            second_factor=two_factor.OPERATOR,
+        )  # fmt: skip
+
+    return demote
+
+
+def _nothing_made(*, refunds: int = 0) -> None:
+    assert Refund.objects.count() == refunds
+    assert not IdempotencyRecord.objects.exists()  # the key is given back, not answered
+    assert not AuditRecord.objects.filter(kind__in=("decision", "escalated_approved")).exists()
+
+
+def _refund_form(client: Client, order: Any, leaf: Any) -> Any:
+    return client.post(
+        f"/orders/{order.id}/refund/",
+        {
+            "kind": "amount", "amount": "10.00", "reason": str(leaf.pk), "note": "",
+            "expected_remaining_minor": "", "expected_refund_count": "", "confirmed": "1",
+            "idempotency_key": "form-key-1",
+        },
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("change", ["removed", "demoted"])
+def test_a_member_removed_or_demoted_while_the_facts_are_read_refunds_nothing(
+    stripe_facts,  # noqa: F811 (a fixture)
+    make_order,
+    members,
+    leaf,
+    client_for,
+    change,
+):
+    staff = members["staff"]
+    order = make_order(rail="stripe")
+    client = client_for("staff")
+    stripe_facts.append(_removes(staff) if change == "removed" else _demotes(staff, Role.STAFF))
+
+    answer = _refund_form(client, order, leaf)
+
+    assert not stripe_facts, "Stripe was never asked"
+    assert answer.status_code == 422 and FORBIDDEN in answer.content.decode()
+    _nothing_made()
+
+
+def test_a_member_still_allowed_after_the_read_refunds(
+    stripe_facts,  # noqa: F811 (a fixture)
+    make_order,
+    members,
+    leaf,
+    client_for,
+):
+    order = make_order(rail="stripe")
+    stripe_facts.append(lambda: None)
+    answer = _refund_form(client_for("staff"), order, leaf)
+
+    assert not stripe_facts and answer.status_code == 303, answer.content
+    assert Refund.objects.get().requested_by == members["staff"].user
+
+
+def _api(order: Any, leaf: Any, token: str) -> Any:
+    return Client().post(
+        f"/api/order/{order.id}/refund",
+        data=json.dumps({"amount": "10.00", "reasonId": str(leaf.pk)}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "api-key-1"},
+    )
+
+
+@pytest.mark.parametrize("change", ["revoked", "removed"])
+def test_a_token_revoked_or_its_member_removed_while_the_facts_are_read_refunds_nothing(
+    stripe_facts,  # noqa: F811 (a fixture)
+    make_order,
+    members,
+    leaf,
+    change,
+):
+    staff = members["staff"]
+    order = make_order(rail="stripe")
+    token = issue_member_token(membership=staff, actor=None)
+
+    def revoke() -> None:
+        MemberToken.objects.filter(membership=staff).update(revoked_at=timezone.now())
+
+    stripe_facts.append(revoke if change == "revoked" else _removes(staff))
+    answer = _api(order, leaf, token)
+
+    assert not stripe_facts, "Stripe was never asked"
+    assert answer.status_code == 401, answer.content
+    assert answer.json()["error"] == {
+        "code": "not_authenticated", "message": "unknown or revoked token", "field": None,
+    }  # fmt: skip
+    _nothing_made()
+
+
+def test_a_token_whose_member_is_demoted_while_the_facts_are_read_refunds_nothing(
+    stripe_facts,  # noqa: F811 (a fixture)
+    make_order,
+    members,
+    leaf,
+):
+    staff = members["staff"]
+    order = make_order(rail="stripe")
+    token = issue_member_token(membership=staff, actor=None)
+    stripe_facts.append(_demotes(staff, Role.STAFF))
+
+    answer = _api(order, leaf, token)
+
+    assert not stripe_facts, "Stripe was never asked"
+    assert answer.status_code == 403, answer.content
+    assert answer.json()["error"] == {"code": "forbidden", "message": FORBIDDEN, "field": None}
+    _nothing_made()
