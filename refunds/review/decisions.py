@@ -30,6 +30,7 @@ carries the reason (``rejected_by_reviewer``, ``expired``, ``disputed``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -46,7 +47,8 @@ from refunds.models import DecidedVia, Decision, Refund, RefundStatus
 from refunds.quote import Quote, RefundRefused, quote_refund
 from refunds.reconcile.inbox import catch_up_charge
 from refunds.services import HOLD_FOR, enqueue_execution, refund_body, reserve, transition
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
+from sill.accounts.models import Membership
 from sill.errors import SillError
 from sill.money import Money
 from sill.orders.models import Charge, Order
@@ -92,12 +94,16 @@ def approve_refund(
     note: str = "",
     via: str = DecidedVia.SILL,
     now: datetime | None = None,
+    check_member: Callable[[Membership | None], None] | None = None,
 ) -> Refund:
     """Approve a held refund and execute it on its rail (once this transaction commits).
 
     Raises ``forbidden`` (403) unless ``actor`` is a member of the refund's site whose role
-    decides held refunds (an owner or admin), :class:`AlreadyDecided` (409) when it is no
-    longer held, :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
+    decides held refunds (an owner or admin), checked again in the decision's transaction
+    (``access.hold_member``: removed or demoted while the rail was read, the same refusal,
+    nothing decided; ``check_member``, a caller's own check of the member as it reads then, a
+    Slack click's link), :class:`AlreadyDecided` (409) when it is no longer held,
+    :class:`RequesterCannotApprove` (403) when ``actor`` requested it, and
     :class:`DecisionRefused` (409) — after committing the refund's closing — when it expired
     or the charge changed since it was held (open dispute, less left to refund, its shop or
     store no longer connected) or its rail can no longer refund it, or credit it for a
@@ -110,6 +116,11 @@ def approve_refund(
         # A requester's approval is refused below anyway.
         _catch_up_with_rail(refund, now=asked_at)
     with transaction.atomic():
+        # Still allowed now, and until this commits: the approver was checked before the
+        # rail's read, which can take seconds, and an owner's change since must not be
+        # approved past (a later one waits for this decision). First: member changes lock
+        # these rows before the site's audit chain, as the decision's append does.
+        hold_member(actor, refund.site_id, Cap.DECIDE_HELD, check=check_member)
         # The agent's and customer's decisions first, then refund → order → charge (the lock
         # order of refunds.locks): the facts are checked again below, and what a refund
         # counts towards (its agent, its order's customer) never changes.

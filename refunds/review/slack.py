@@ -408,32 +408,12 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
         .filter(site=site, slack_user_id=click.slack_user_id)
         .first()
     )
-    if membership is None or not membership.user.is_active:
-        raise SlackRefused("Your Slack user is not linked to a member of this site in Sill.")
-    if membership.slack_checked_at is None:
-        # A link made before Sill asked Slack who a Slack user is: whoever typed it may have
-        # linked someone else's Slack user, so it speaks for no one until Slack confirms it
-        # (refunds/review/slack_link_checks.py). Said before the role: it is not yet known
-        # whose click this is.
-        raise SlackRefused(UNCONFIRMED_LINK)
-    if not membership.slack_team_id:
-        # Confirmed before Sill recorded the workspace: whether this click comes from it is
-        # not known until the check asks Slack again (its next run, within 15 minutes).
-        raise SlackRefused(UNRECORDED_WORKSPACE)
-    if not click.teams:
-        raise SlackRefused(NO_WORKSPACE_NAMED)
-    if membership.slack_team_id not in click.teams:
-        # The signing secret is the app's, not the workspace's: an app installed in more than
-        # one workspace signs clicks from each, and a user id is Slack's name for someone in
-        # one workspace (or organisation) only. Only a click from the link's decides as the
-        # member.
-        raise SlackRefused(OTHER_WORKSPACE)
-    if not can(membership, Cap.DECIDE_HELD):
-        raise SlackRefused("Only owners and admins decide held refunds; you can review it in Sill.")
+    _check_link(membership, click)
     if site.require_two_factor:
         raise SlackRefused(
             "This site asks for a second factor before a decision: decide it in Sill."
         )
+    assert membership is not None  # _check_link refuses a click no member is linked to
     refund = (
         Refund.objects.select_related("site", "order", "agent", "requested_by")
         .filter(site=site, pk=click.refund_id)
@@ -441,11 +421,18 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
     )
     if refund is None:
         raise SlackRefused("That refund is not on this site.")
-    decide = approve_refund if click.action == APPROVE else reject_refund
     try:
-        decided = decide(
-            refund=refund, actor=membership.user, note=SLACK_NOTE, via=DecidedVia.SLACK
-        )
+        if click.action == APPROVE:
+            # The link is checked again as the approval is decided: unlinked (or the member
+            # removed or demoted) while the charge was read at the rail, it approves nothing.
+            decided = approve_refund(
+                refund=refund, actor=membership.user, note=SLACK_NOTE, via=DecidedVia.SLACK,
+                check_member=lambda held: _check_link(held, click),
+            )  # fmt: skip
+        else:
+            decided = reject_refund(
+                refund=refund, actor=membership.user, note=SLACK_NOTE, via=DecidedVia.SLACK
+            )
     except SillError as exc:
         # The clicker is told why. When the hold is over (it expired, or someone decided it
         # first, in Sill or in another click) the message shows where the refund stands now,
@@ -477,6 +464,41 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
     who = membership.user.get_username()
     _respond_on_commit(click, outcome_text(decided, by=who))
     return decided
+
+
+def _check_link(membership: Membership | None, click: Click) -> None:
+    """SlackRefused unless ``click``'s Slack user is linked to ``membership`` (None: to no
+    member of the site), a link that speaks for an active member whose role decides held
+    refunds. Checked when the click is taken up, and again in an approval's transaction as it
+    reads the membership then (``approve_refund``'s ``check_member``): an owner who unlinked
+    the Slack user (or removed or demoted the member) while the charge was read at the rail
+    was told so, and the click approves nothing."""
+    if (
+        membership is None
+        or not membership.user.is_active
+        or membership.slack_user_id != click.slack_user_id
+    ):
+        raise SlackRefused("Your Slack user is not linked to a member of this site in Sill.")
+    if membership.slack_checked_at is None:
+        # A link made before Sill asked Slack who a Slack user is: whoever typed it may have
+        # linked someone else's Slack user, so it speaks for no one until Slack confirms it
+        # (refunds/review/slack_link_checks.py). Said before the role: it is not yet known
+        # whose click this is.
+        raise SlackRefused(UNCONFIRMED_LINK)
+    if not membership.slack_team_id:
+        # Confirmed before Sill recorded the workspace: whether this click comes from it is
+        # not known until the check asks Slack again (its next run, within 15 minutes).
+        raise SlackRefused(UNRECORDED_WORKSPACE)
+    if not click.teams:
+        raise SlackRefused(NO_WORKSPACE_NAMED)
+    if membership.slack_team_id not in click.teams:
+        # The signing secret is the app's, not the workspace's: an app installed in more than
+        # one workspace signs clicks from each, and a user id is Slack's name for someone in
+        # one workspace (or organisation) only. Only a click from the link's decides as the
+        # member.
+        raise SlackRefused(OTHER_WORKSPACE)
+    if not can(membership, Cap.DECIDE_HELD):
+        raise SlackRefused("Only owners and admins decide held refunds; you can review it in Sill.")
 
 
 def give_up_click(*, site_id: str, click: Click, attempts: int, error: Exception) -> None:

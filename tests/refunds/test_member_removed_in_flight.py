@@ -1,8 +1,8 @@
-"""An owner removes a member, demotes them or revokes their API token while that member's
-refund is in flight: Sill has checked the member's access and waits for Stripe's facts about
-the charge. Once the owner is told the member is gone, that refund must not be made or paid:
-it is refused in the words of the check made before the read, and nothing of it is reserved,
-written or sent.
+"""An owner removes a member, demotes them, revokes their API token or unlinks their Slack
+user while that member's refund (or approval of a held one) is in flight: Sill has checked the
+member's access and waits for Stripe's facts about the charge. Once the owner is told the
+member is gone, that refund must not be made or paid: it is refused in the words of the check
+made before the read, and nothing of it is reserved, written or sent.
 
 A loopback Stripe answers the facts; while it answers the charge read, the owner acts in
 another connection (the real service, committed), exactly between Sill's access check and its
@@ -20,11 +20,17 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditRecord
-from refunds.models import IdempotencyRecord, Refund
+from refunds.models import IdempotencyRecord, Refund, RefundStatus
+from refunds.review.slack import APPROVE, Click, decide_click
+from refunds.review.slack_setup import save_slack_settings
 from sill.accounts import two_factor
 from sill.accounts.models import Membership, MemberToken, Role
 from sill.accounts.services import change_member_role, issue_member_token, remove_member
+from sill.orders.models import Charge
 from tests.conftest import site_owner
+from tests.refunds.conftest import hold_refund
+from tests.refunds.slack_stub import TEAM
+from tests.refunds.test_slack_approvals import Slack, slack  # noqa: F401  (fixture)
 from tests.refunds.test_switched_off_in_flight import stripe_facts  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -165,3 +171,68 @@ def test_a_token_whose_member_is_demoted_while_the_facts_are_read_refunds_nothin
     assert answer.status_code == 403, answer.content
     assert answer.json()["error"] == {"code": "forbidden", "message": FORBIDDEN, "field": None}
     _nothing_made()
+
+
+def _held(make_order: Any, members: dict[str, Membership]) -> Refund:
+    """The staff member's refund of a Stripe order, held for review (no owner acts yet)."""
+    return hold_refund(order=make_order(rail="stripe"), requested_by=members["staff"].user)
+
+
+@pytest.mark.parametrize("change", ["removed", "demoted"])
+def test_an_approver_removed_or_demoted_while_the_facts_are_read_approves_nothing(
+    stripe_facts,  # noqa: F811 (a fixture)
+    make_order,
+    members,
+    client_for,
+    change,
+):
+    held = _held(make_order, members)
+    admin = members["admin"]
+    client = client_for("admin")
+    stripe_facts.append(_removes(admin) if change == "removed" else _demotes(admin, Role.REVIEWER))
+
+    answer = client.post(f"/held/{held.id}/approve/", headers={"Accept": "application/json"})
+
+    assert not stripe_facts, "Stripe was never asked"
+    assert answer.status_code == 403, answer.content
+    assert answer.json()["error"]["message"] == FORBIDDEN
+    _still_held(held)
+
+
+def _still_held(held: Refund) -> None:
+    held.refresh_from_db()
+    assert (held.status, held.decided_by_id) == (RefundStatus.HELD, None)
+    assert Charge.objects.get(pk=held.charge_id).amount_reserved_minor == 0
+    assert not AuditRecord.objects.filter(kind="escalated_approved").exists()
+
+
+def test_a_slack_link_removed_while_the_facts_are_read_approves_nothing(
+    stripe_facts,  # noqa: F811 (a fixture)
+    slack,  # noqa: F811 (a fixture)
+    make_order,
+    members,
+    site,
+):
+    held = _held(make_order, members)
+    admin = members["admin"]
+    Membership.objects.filter(pk=admin.pk).update(
+        slack_user_id="U0ADMIN", slack_checked_at=timezone.now(), slack_team_id=TEAM
+    )
+
+    def unlink() -> None:
+        save_slack_settings(site=site, actor=site_owner(site), links={admin.pk: ""})
+
+    stripe_facts.append(unlink)
+    click = Click(
+        action=APPROVE, refund_id=held.id, slack_user_id="U0ADMIN", response_url=slack,
+        teams=(TEAM,),
+    )  # fmt: skip
+    decided = decide_click(site_id=site.pk, click=click)
+
+    assert not stripe_facts, "Stripe was never asked"
+    assert decided is None
+    assert Membership.objects.get(pk=admin.pk).slack_user_id == ""  # the owner was told so
+    [told] = Slack.received
+    assert told["response_type"] == "ephemeral"
+    assert told["text"] == "Your Slack user is not linked to a member of this site in Sill."
+    _still_held(held)
