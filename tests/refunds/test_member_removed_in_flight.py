@@ -83,8 +83,19 @@ def _refund_form(client: Client, order: Any, leaf: Any) -> Any:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("change", ["removed", "demoted"])
-def test_a_member_removed_or_demoted_while_the_facts_are_read_refunds_nothing(
+def _switches_off(member: Membership) -> Callable[[], None]:
+    """The account switched off (as the Django admin saves it: its sessions end)."""
+
+    def switch_off() -> None:
+        user = _fresh(member).user
+        user.is_active = False
+        user.save(update_fields=["is_active"])
+
+    return switch_off
+
+
+@pytest.mark.parametrize("change", ["removed", "demoted", "switched_off"])
+def test_a_member_removed_demoted_or_switched_off_while_the_facts_are_read_refunds_nothing(
     stripe_facts,  # noqa: F811 (a fixture)
     make_order,
     members,
@@ -95,7 +106,8 @@ def test_a_member_removed_or_demoted_while_the_facts_are_read_refunds_nothing(
     staff = members["staff"]
     order = make_order(rail="stripe")
     client = client_for("staff")
-    stripe_facts.append(_removes(staff) if change == "removed" else _demotes(staff, Role.STAFF))
+    owner_does = {"removed": _removes, "switched_off": _switches_off}.get(change)
+    stripe_facts.append(owner_does(staff) if owner_does else _demotes(staff, Role.STAFF))
 
     answer = _refund_form(client, order, leaf)
 
