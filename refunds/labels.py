@@ -142,6 +142,21 @@ def money_words(refund: Refund) -> tuple[str, str]:
     return ("credit", "credited") if refund.is_credit else ("refund", "refunded")
 
 
+def attention_words(refund: Refund) -> str:
+    """What is known of ``refund`` while it needs attention, as a clause: the rail made it, by
+    the id Sill kept, and Sill could not record it (``exceeds_charge_at_rail``), as ``Mock made
+    the refund of ¥10,000 (re_1), but Sill could not record it``; else ``the rail may have made
+    the refund of ¥10,000 and has not confirmed it``."""
+    noun, _done = money_words(refund)
+    what = f"the {noun} of {format_money(refund.amount)}"
+    if refund.provider_refund_id:
+        return (
+            f"{rail_label(refund.rail)} made {what} ({refund.provider_refund_id}), "
+            "but Sill could not record it"
+        )
+    return f"the rail may have made {what} and has not confirmed it"
+
+
 def refund_headline(refund: Refund) -> str:
     """``Refund request · Wrong item · up to $89.00`` (the seed's Held orders headline)."""
     if refund.is_credit:

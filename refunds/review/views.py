@@ -28,7 +28,13 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST, require_safe
 
-from refunds.labels import money_words, outcome_label, rail_label, refused_approval
+from refunds.labels import (
+    attention_words,
+    money_words,
+    outcome_label,
+    rail_label,
+    refused_approval,
+)
 from refunds.models import Refund, RefundStatus
 from refunds.review import selectors
 from refunds.review.decisions import approve_refund, deadline, reject_refund
@@ -161,10 +167,10 @@ def _confirmation(request: SiteRequest, refund: Refund) -> HttpResponse:
 
 def _status_message(refund: Refund) -> str:
     """A decided refund's state in words, as a polled row shows it."""
-    noun, done = money_words(refund)
+    _noun, done = money_words(refund)
     if refund.status == RefundStatus.NEEDS_ATTENTION:
         return (
-            f"Approved: the rail has not confirmed the {noun} of {refund.amount} yet; "
+            f"Approved: {attention_words(refund)}; "
             f"an owner can check it on {'its page' if refund.is_credit else 'the order'}."
         )
     if refund.decision == "approved":
@@ -234,6 +240,7 @@ def _detail_context(request: SiteRequest, refund: Refund) -> dict[str, Any]:
         "facts": selectors.fact_rows(refund),
         "fact_phrases": selectors.fact_words(refund),
         "outcome": outcome_label(refund.outcome_code),
+        "attention": attention_words(refund),
         # An approval Sill refused (a dispute, less left, the rail off): said as one, not as
         # the outcome of the approver's own rejection.
         "refused": refused_approval(refund.outcome_code) if refund.decided_by_id else "",

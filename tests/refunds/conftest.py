@@ -24,6 +24,7 @@ from nacl.signing import SigningKey
 from policies.catalog import item_by_id
 from policies.services import apply_catalog_item
 from refunds.agent.mandates import canonical_json, sign_mandate
+from refunds.execution import RetryLater, execute_refund
 from refunds.models import Refund, RefundOrigin, RefundReason, RefundStatus
 from refunds.quote import charged_charge
 from refunds.reasons.services import add_reason, ensure_default_reasons
@@ -34,8 +35,9 @@ from sill.accounts.models import Agent, AgentKey, Membership, Site
 from sill.accounts.services import set_agent_active
 from sill.ids import new_ulid
 from sill.money import Money
-from sill.orders.models import Dispute, Order, Rail
-from sill.rails.models import RailAccount
+from sill.orders.models import Charge, Dispute, Order, Rail
+from sill.orders.outside import OutsideRefund, record_outside_refund
+from sill.rails.models import MockLedgerEntry, RailAccount
 from sill.rails.registry import ensure_mock_rail
 from tests.conftest import site_owner
 from tests.refunds import slack_stub
@@ -319,6 +321,40 @@ def _staff_reason(site: Site, *, code: str, name: str) -> RefundReason:
         return RefundReason.objects.get(site=site, code=code)
     mine = RefundReason.objects.filter(site=site, name=name).first()
     return mine or add_reason(site=site, actor=site_owner(site), name=name)
+
+
+def outside_refund(order: Order, *, status: str, provider_refund_id: str = "re_dashboard") -> str:
+    """The rail reports a refund of all of ``order`` made in its dashboard (a webhook)."""
+    charge = Charge.objects.get(order=order)
+    now = timezone.now()
+    return record_outside_refund(
+        charge=charge,
+        refund=OutsideRefund(
+            provider_refund_id=provider_refund_id, amount_minor=charge.amount_minor,
+            currency=charge.currency, status=status, created_at_rail=now,
+        ),
+        event_id=f"evt_{provider_refund_id}_{status}", event_at=now,
+    )  # fmt: skip
+
+
+def made_but_unrecordable(
+    mock_rail: RailAccount, send: Callable[[], Refund]
+) -> tuple[Refund, MockLedgerEntry]:
+    """The refund ``send()`` sends (decided, not yet executed) made at the mock rail, its
+    answer lost; then a dashboard refund of the whole charge is reported: the retry finds
+    Sill's refund and cannot record it (needs attention, ``exceeds_charge_at_rail``)."""
+    mock_rail.config = {"refund": "timeout_after_effect", "fail_times": 1}
+    mock_rail.save()
+    refund = send()
+    with pytest.raises(RetryLater):
+        execute_refund(refund.id)
+    order = refund.order
+    assert order is not None
+    assert outside_refund(order, status="succeeded") == "external refund recorded"
+    made = MockLedgerEntry.objects.get(kind="refund")
+    assert execute_refund(refund.id) == "needs_attention"  # no retry of an answer it has
+    refund.refresh_from_db()
+    return refund, made
 
 
 def open_dispute(refund: Refund) -> Dispute:

@@ -21,9 +21,9 @@ from refunds.reconcile.attention import check_refund_at_rail, resolve_attention
 from refunds.staff.services import NotRefundable
 from sill.errors import SillError
 from sill.orders.models import Charge
-from sill.orders.outside import OutsideRefund, record_outside_refund
 from sill.rails.models import MockLedgerEntry
 from tests.conftest import site_owner
+from tests.refunds.conftest import made_but_unrecordable, outside_refund
 
 pytestmark = pytest.mark.django_db
 
@@ -279,32 +279,8 @@ def test_an_agent_asking_again_while_its_refund_needs_attention_is_told_already_
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 1
 
 
-def _outside_refund(order, *, status: str, provider_refund_id: str = "re_dashboard") -> str:
-    """The rail reports a refund of all of ``order`` made in its dashboard (a webhook)."""
-    charge = Charge.objects.get(order=order)
-    now = timezone.now()
-    return record_outside_refund(
-        charge=charge,
-        refund=OutsideRefund(
-            provider_refund_id=provider_refund_id, amount_minor=charge.amount_minor,
-            currency=charge.currency, status=status, created_at_rail=now,
-        ),
-        event_id=f"evt_{provider_refund_id}_{status}", event_at=now,
-    )  # fmt: skip
-
-
 def _made_but_unrecordable(order, staff_refund, mock_rail):
-    """Sill's refund of ``order`` made at the rail (its answer lost), then a dashboard refund
-    of the whole charge reported: the retry finds Sill's refund and cannot record it."""
-    _script(mock_rail, refund="timeout_after_effect", fail_times=1)
-    refund = staff_refund(order)
-    with pytest.raises(RetryLater):
-        execute_refund(refund.id)
-    assert _outside_refund(order, status="succeeded") == "external refund recorded"
-    made = MockLedgerEntry.objects.get(kind="refund")
-    assert execute_refund(refund.id) == "needs_attention"  # no retry of an answer it has
-    refund.refresh_from_db()
-    return refund, made
+    return made_but_unrecordable(mock_rail, lambda: staff_refund(order))
 
 
 def test_a_refund_the_rail_made_that_sill_cannot_record_needs_attention_at_once_by_its_id(
@@ -344,7 +320,7 @@ def test_a_refund_the_rail_made_that_sill_cannot_record_needs_attention_at_once_
     assert AuditRecord.objects.filter(kind="needs_attention").count() == 1
 
     # The dashboard refund turns out failed: the next lookup records Sill's refund.
-    _outside_refund(yen_order, status="failed")
+    outside_refund(yen_order, status="failed")
     assert check_refund_at_rail(refund.id) == "succeeded"
     refund.refresh_from_db()
     assert (refund.status, refund.provider_refund_id) == ("succeeded", made.provider_id)
