@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.http import Http404
+from django.utils.text import capfirst
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -33,6 +34,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from refunds.labels import attention_words
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge, held_total
 from refunds.reasons.selectors import pickable_reason
@@ -132,11 +134,17 @@ _MESSAGES: dict[str, str] = {
     RefundStatus.HELD: "Held for review by an owner or admin; nothing moves until approved.",
     RefundStatus.REJECTED: "Refused by the site's policy; nothing moved.",
     RefundStatus.FAILED: "The rail refused the refund; nothing moved.",
-    RefundStatus.NEEDS_ATTENTION: (
-        "The rail may have made this refund and has not confirmed it; the amount stays "
-        "reserved until it does, or an owner records what the provider shows."
-    ),
 }
+
+
+def _message(refund: Refund) -> str:
+    """``refund``'s state in a sentence; one that needs attention says what is known of it."""
+    if refund.status == RefundStatus.NEEDS_ATTENTION:
+        return (
+            f"{capfirst(attention_words(refund))}; the amount stays reserved while Sill asks "
+            "the rail again, or until an owner records what the provider shows."
+        )
+    return _MESSAGES.get(refund.status, "")
 
 
 def _remaining_after_holds(charge: Charge) -> Money:
@@ -171,7 +179,7 @@ def refund_output(refund: Refund) -> dict[str, Any]:
         # Net of the charge's held refunds, as a new refund's quote (and expectedRemaining) is.
         "remaining": _remaining_after_holds(charge).major_str() if charge else "0",
         "order_status": order.status,
-        "message": _MESSAGES.get(refund.status, ""),
+        "message": _message(refund),
         "created_at": refund.created_at.isoformat(),
     }
 

@@ -39,3 +39,18 @@ def test_an_approved_refund_the_rail_made_says_so_on_the_held_pages(
         f"/held/{refund.id}/", headers={"HX-Request": "true", "HX-Target": "decision-panel"}
     ).content.decode()
     assert said in panel and "has not confirmed" not in panel
+
+
+def test_the_staff_apis_message_says_the_rail_made_a_refund_sill_could_not_record(
+    make_order, staff_refund, mock_rail
+):
+    """The staff API's message said the rail "may have made this refund" though Sill held the
+    rail's refund id."""
+    from refunds.staff.api import refund_output  # after Django's setup: DRF's settings import it
+
+    refund, made = made_but_unrecordable(mock_rail, lambda: staff_refund(make_order()))
+    message = refund_output(refund)["message"]
+    assert message.startswith(
+        f"Mock made the refund of $89.00 ({made.provider_id}), but Sill could not record it; "
+    )
+    assert "may have made" not in message
