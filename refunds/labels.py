@@ -77,11 +77,19 @@ def refused_approval(outcome_code: str) -> str:
     return label[:1].lower() + label[1:]
 
 
+def refund_outcome_label(refund: Refund) -> str:
+    """``refund``'s outcome in words; a person's rejection names them when Sill knows who
+    (``Rejected by owner@roasters.example``; load ``decided_by`` with the refund)."""
+    if refund.outcome_code == "rejected_by_reviewer" and refund.decided_by is not None:
+        return f"Rejected by {refund.decided_by.get_username()}"
+    return outcome_label(refund.outcome_code)
+
+
 def rejection_words(refund: Refund) -> str:
     """Why ``refund`` ended as it did: its outcome's label, and for an agent's refund or credit
     rejected at decision the refusal in full that Sill kept as its note (an agent writes no
     note of its own): ``The currencies do not match: Order #1042 was paid in EUR…``."""
-    label = outcome_label(refund.outcome_code)
+    label = refund_outcome_label(refund)
     said = refund.note if refund.origin == RefundOrigin.AGENT else ""
     if said and refund.status == RefundStatus.REJECTED:
         return f"{label}: {said}" if label else said

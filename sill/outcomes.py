@@ -21,7 +21,9 @@ OUTCOME_LABELS: dict[str, str] = {
     "policy_denied": "Denied by a rule",
     "disputed": "The charge is disputed",
     "expired": "Expired after 24 hours",
-    "rejected_by_reviewer": "Rejected by a reviewer",
+    # An owner's or admin's rejection, in Sill or in Slack; a refund names its decider
+    # (refunds.labels.refund_outcome_label).
+    "rejected_by_reviewer": "Rejected by a person",
     "live_not_allowed": "Live money is switched off",
     "refund_window_passed": "The refund window has passed",
     "method_not_allowed": "This agent may not ask for refunds",

@@ -27,6 +27,7 @@ from refunds.labels import (
     rail_label,
     reason_label,
     refund_headline,
+    refund_outcome_label,
     requester_label,
 )
 from refunds.models import Refund, RefundOrigin, RefundStatus
@@ -314,7 +315,7 @@ def held_refund_for(site: Site, refund_id: str) -> Refund:
 @dataclass(frozen=True)
 class PriorRefund:
     refund: Refund
-    words: str  # its outcome or reason in words ("Rejected by a reviewer", "Defective")
+    words: str  # its outcome or reason in words ("Rejected by owner@…", "Defective")
 
 
 def prior_refunds_for(refund: Refund) -> list[PriorRefund]:
@@ -324,12 +325,10 @@ def prior_refunds_for(refund: Refund) -> list[PriorRefund]:
     prior = (
         Refund.objects.filter(site_id=refund.site_id, order_id=refund.order_id)
         .exclude(pk=refund.pk)
-        .select_related("agent", "requested_by")
+        .select_related("agent", "requested_by", "decided_by")
         .order_by("created_at", "id")
     )
-    return [
-        PriorRefund(refund=r, words=outcome_label(r.outcome_code) or reason_label(r)) for r in prior
-    ]
+    return [PriorRefund(refund=r, words=refund_outcome_label(r) or reason_label(r)) for r in prior]
 
 
 _KIND_TONES = {

@@ -33,6 +33,7 @@ from refunds.labels import (
     money_words,
     outcome_label,
     rail_label,
+    refund_outcome_label,
     refused_approval,
 )
 from refunds.models import Refund, RefundStatus
@@ -178,7 +179,7 @@ def _status_message(refund: Refund) -> str:
     if refund.status == RefundStatus.EXPIRED:
         return f"Expired: nobody decided within 24 hours; nothing was {done}."
     if refund.status == RefundStatus.REJECTED:
-        return f"Rejected: nothing was {done} ({outcome_label(refund.outcome_code)})."
+        return f"Rejected: nothing was {done} ({refund_outcome_label(refund)})."
     return ""
 
 

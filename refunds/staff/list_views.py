@@ -20,7 +20,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from refunds.labels import outcome_label, reason_label, refund_status_label, requester_label
+from refunds.labels import (
+    reason_label,
+    refund_outcome_label,
+    refund_status_label,
+    requester_label,
+)
 from refunds.models import Refund, RefundStatus
 from refunds.staff.csv_export import csv_response, iso_time, money_cells
 from refunds.staff.listing import (
@@ -147,7 +152,7 @@ def refund_row(refund: Refund, *, can_view_held: bool) -> RefundRow:
     return RefundRow(
         refund=refund,
         status_label=refund_status_label(refund),
-        outcome=outcome_label(refund.outcome_code),
+        outcome=refund_outcome_label(refund),
         detail=refund.failure_message,
         reason=reason_label(refund),
         # An agent by its name (its id is internal); a person by their login.
@@ -166,7 +171,7 @@ def _refund_csv_rows(request: SiteRequest, refunds: QuerySet[Refund]) -> Iterato
             refund.order.number if refund.order else "",
             refund.get_origin_display(),
             refund_status_label(refund),
-            outcome_label(refund.outcome_code),
+            refund_outcome_label(refund),
             refund.failure_message,
             *money_cells(refund.amount),
             rail_label(refund.rail) if refund.rail else "",

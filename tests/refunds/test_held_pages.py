@@ -478,9 +478,7 @@ def test_the_detail_lists_prior_refunds_of_the_order(client_for, original, agent
     current = hold_refund(order=original, agent=agent, amount_minor=7900)
     body = client_for("owner").get(f"/held/{current.id}/").content.decode()
     assert "Prior refunds of this order" in body
-    assert (
-        "staff@roasters.example" in body and "$10.00" in body and "Rejected by a reviewer" in body
-    )
+    assert "staff@roasters.example" in body and "$10.00" in body and "Rejected by a person" in body
 
 
 @pytest.mark.parametrize(
