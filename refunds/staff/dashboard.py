@@ -18,7 +18,7 @@ from django.utils import timezone
 from refunds.labels import REASON_LABELS, humanize
 from refunds.models import Decision, ReconciliationItem, Refund, RefundReason, RefundStatus
 from refunds.staff import charts
-from refunds.staff.listing import superseded
+from refunds.staff.listing import open_failure
 from sill.accounts.access import Cap, SiteContext
 from sill.accounts.models import AgentKey, Membership, Site
 from sill.rails.models import RailAccount
@@ -67,17 +67,13 @@ def _held_by_the_rules() -> Q:
 def _counts(site: Site, since: Any) -> dict[str, int]:
     window = Q(created_at__gte=since)
     held = _held_by_the_rules()
-    return (
-        Refund.objects.filter(site=site)
-        .annotate(replaced=superseded())
-        .aggregate(
-            held=Count("id", filter=Q(status=RefundStatus.HELD)),
-            attention=Count("id", filter=Q(status=RefundStatus.NEEDS_ATTENTION)),
-            failed=Count("id", filter=Q(status=RefundStatus.FAILED, replaced=False)),
-            approved=Count("id", filter=window & Q(decision=Decision.APPROVED) & ~held),
-            escalated=Count("id", filter=window & held),
-            rejected=Count("id", filter=window & Q(decision=Decision.REJECTED) & ~held),
-        )
+    return Refund.objects.filter(site=site).aggregate(
+        held=Count("id", filter=Q(status=RefundStatus.HELD)),
+        attention=Count("id", filter=Q(status=RefundStatus.NEEDS_ATTENTION)),
+        failed=Count("id", filter=open_failure()),
+        approved=Count("id", filter=window & Q(decision=Decision.APPROVED) & ~held),
+        escalated=Count("id", filter=window & held),
+        rejected=Count("id", filter=window & Q(decision=Decision.REJECTED) & ~held),
     )
 
 

@@ -121,13 +121,18 @@ def superseded() -> Exists:
     )
 
 
+def open_failure() -> Q:
+    """A failed refund still to act on: no later refund :func:`superseded` it, and its order
+    has something left to refund. An order refunded in full since, through Sill or outside it
+    (the rail refused Sill's refund ``already_refunded``: the buyer was refunded in its
+    dashboard), leaves nothing to refund, so no refund could ever supersede the failure.
+    A customer credit names no order: only a later credit replaces its failure."""
+    return Q(status=RefundStatus.FAILED) & ~superseded() & ~Q(order__status=OrderStatus.REFUNDED)
+
+
 def _open_failure() -> Exists:
-    """A failed refund of the order (``OuterRef``) that no later refund replaced."""
-    return Exists(
-        Refund.objects.filter(order=OuterRef("pk"), status=RefundStatus.FAILED).exclude(
-            superseded()
-        )
-    )
+    """An :func:`open_failure` of the order (``OuterRef``)."""
+    return Exists(Refund.objects.filter(open_failure(), order=OuterRef("pk")))
 
 
 def _refund_state_filters() -> dict[str, Exists]:
@@ -187,7 +192,7 @@ def refunds_for(site: Site, filters: ListFilters) -> QuerySet[Refund]:
     if filters.status == "failures":
         qs = qs.filter(status__in=[RefundStatus.FAILED, RefundStatus.NEEDS_ATTENTION])
     elif filters.status == "failed_open":
-        qs = qs.filter(status=RefundStatus.FAILED).exclude(superseded())
+        qs = qs.filter(open_failure())
     elif filters.status:
         qs = qs.filter(status=filters.status)
     if filters.origin:

@@ -323,7 +323,9 @@ def _staff_reason(site: Site, *, code: str, name: str) -> RefundReason:
     return mine or add_reason(site=site, actor=site_owner(site), name=name)
 
 
-def outside_refund(order: Order, *, status: str, provider_refund_id: str = "re_dashboard") -> str:
+def outside_refund(
+    order: Order, *, status: str = "succeeded", provider_refund_id: str = "re_dashboard"
+) -> str:
     """The rail reports a refund of all of ``order`` made in its dashboard (a webhook)."""
     charge = Charge.objects.get(order=order)
     now = timezone.now()

@@ -12,7 +12,7 @@ from refunds.execution import RetryLater, execute_refund
 from refunds.models import RefundStatus
 from refunds.review.failures import notify_failed
 from refunds.services import fail_refund
-from tests.refunds.conftest import hold_refund
+from tests.refunds.conftest import hold_refund, outside_refund
 
 pytestmark = pytest.mark.django_db
 
@@ -127,6 +127,36 @@ def test_a_refund_made_again_clears_the_failure(
     assert f"#{order.number}" not in body
     page = client_for("owner").get(f"/orders/{order.id}/").content.decode()
     assert "failed: Declined by the rail" not in page
+
+
+def test_a_failure_on_an_order_since_refunded_in_full_outside_sill_is_no_longer_a_to_do(
+    client_for, make_order, order, staff_refund, mock_rail, django_capture_on_commit_callbacks
+):
+    """The rail refused Sill's refund (``already_refunded``): the whole order had been
+    refunded in its dashboard. Nothing is left to refund, so no later refund can supersede
+    the failure: it stayed on every to-do list for ever."""
+    refund = staff_refund(order)
+    assert outside_refund(order) == "external refund recorded"
+    with django_capture_on_commit_callbacks(execute=False):
+        fail_refund(refund_id=refund.id, code="already_refunded", message="x", token=None)
+    order.refresh_from_db()
+    assert order.status == "REFUNDED"
+    still_due = make_order(total="20.00", email="due@example.com")
+    _declined(still_due, staff_refund, mock_rail, django_capture_on_commit_callbacks)
+    owner = client_for("owner")
+
+    dashboard = owner.get("/").content.decode()
+    assert (
+        '<a href="/refunds/?status=failed_open"><strong class="todo-count">1</strong>' in dashboard
+    )
+    listed = owner.get("/refunds/", {"status": "failed_open"}).content.decode()
+    assert f"#{still_due.number}" in listed and f"#{order.number}" not in listed
+    orders = owner.get("/orders/", {"status": "refund_failed"}).content.decode()
+    assert f"#{still_due.number}" in orders and f"#{order.number}" not in orders
+    # The order page still says why it failed, and the refund list still has it, as failed.
+    page = owner.get(f"/orders/{order.id}/").content.decode()
+    assert "the rail already holds a refund or dispute of this payment" in page
+    assert refund.id in owner.get("/refunds/", {"status": "failed"}).content.decode()
 
 
 @pytest.mark.parametrize(

@@ -201,12 +201,34 @@ def test_retries_are_bounded_in_elapsed_time(yen_order, staff_refund, mock_rail,
     from django.utils import timezone
 
     settings.SILL_EXECUTION_MAX_SECONDS = 600
-    _script(mock_rail, refund="rate_limited")
+    _script(mock_rail, refund="timeout")  # the rail may have made it: never failed
     refund = staff_refund(yen_order)
     with pytest.raises(RetryLater):
         execute_refund(refund.id)
     with time_machine.travel(timezone.now() + timezone.timedelta(minutes=11)):
         assert execute_refund(refund.id) == "needs_attention"
+
+
+def test_a_refund_the_rail_rate_limited_every_time_fails_as_nothing_moved(
+    yen_order, staff_refund, mock_rail, settings, client_for
+):
+    """A 429 says the call did nothing, and each retry's lookup said the rail holds no refund
+    under the key: the refund was not made. It needed attention, its page saying "The rail may
+    have made this refund", and its amount stayed reserved."""
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 2
+    _script(mock_rail, refund="rate_limited")
+    refund = staff_refund(yen_order)
+    with pytest.raises(RetryLater) as first:
+        execute_refund(refund.id)
+    assert not first.value.ambiguous
+    assert execute_refund(refund.id) == "failed"
+    refund.refresh_from_db()
+    assert (refund.status, refund.outcome_code) == ("failed", "rail_unavailable")
+    assert refund.failure_message == "gave up after 2 attempts: mock rail: rate limited (scripted)"
+    assert _books(yen_order) == (0, 0)  # released: it can be refunded again
+    page = client_for("owner").get(f"/orders/{yen_order.id}/").content.decode()
+    assert "may have made" not in page
+    assert "The rail was unavailable" in page and "Nothing moved." in page
 
 
 def test_an_unexpected_error_after_the_rail_call_is_ambiguous_and_recovered_by_lookup(
