@@ -166,11 +166,16 @@ def attention_words(refund: Refund) -> str:
 
 
 def refund_headline(refund: Refund) -> str:
-    """``Refund request · Wrong item · up to $89.00`` (the seed's Held orders headline)."""
+    """``Refund request · Wrong item · up to $89.00`` (the seed's Held orders headline): "up
+    to" only while an agent's request waits for its decision (what its mandate allows, at
+    most). A staff member asked for an exact amount, and once decided, failed or settled, the
+    amount is the refund's own: ``Staff refund · Defective · ¥890``."""
     if refund.is_credit:
         return f"Customer credit · {reason_label(refund)} · {format_money(refund.amount)}"
-    kind = "Refund request" if refund.origin == RefundOrigin.AGENT else "Staff refund"
-    return f"{kind} · {reason_label(refund)} · up to {format_money(refund.amount)}"
+    agent = refund.origin == RefundOrigin.AGENT
+    kind = "Refund request" if agent else "Staff refund"
+    up_to = "up to " if agent and refund.status == RefundStatus.HELD else ""
+    return f"{kind} · {reason_label(refund)} · {up_to}{format_money(refund.amount)}"
 
 
 def refund_subject(refund: Refund) -> str:

@@ -144,6 +144,20 @@ def test_a_held_refund_names_its_order_amount_and_deadline_in_the_sites_zone(sho
     assert "agent_test_shopper" not in slack
 
 
+def test_a_held_staff_refund_names_its_exact_amount(shop, buy, members):
+    """A staff member asked for an exact amount: "up to" is an agent's ceiling alone."""
+    order = buy()
+    held = hold_refund(order=order, requested_by=members["staff"].user, reason_code="defective")
+    mail.outbox.clear()
+    assert notify_held_refund(refund_id=held.id) is True
+    assert told() == DECIDERS
+    for message in mail.outbox:
+        assert message.subject == (
+            f"[Sill] Held for review: Staff refund · Defective · {shop['shown']} "
+            f"for order #{order.number}"
+        )
+
+
 # --- a refund failed ------------------------------------------------------------------------
 
 
@@ -158,7 +172,7 @@ def test_a_failed_refund_names_its_order_and_why_in_words(shop, buy, mock_rail, 
     order = refund.order
     for message in mail.outbox:
         assert message.subject == (
-            f"[Sill] Refund failed: Staff refund · Defective · up to {shop['shown']} "
+            f"[Sill] Refund failed: Staff refund · Defective · {shop['shown']} "
             f"for order #{order.number}"
         )
         body = reads_well(message, link=f"/orders/{order.pk}/")
@@ -181,7 +195,7 @@ def test_a_refund_failed_after_settlement_names_its_order(
     assert told() == DECIDERS
     for message in mail.outbox:
         assert message.subject == (
-            f"[Sill] Refund failed after settlement: Staff refund · Defective · up to "
+            f"[Sill] Refund failed after settlement: Staff refund · Defective · "
             f"{shop['shown']} for order #{refund.order.number}"
         )
         body = reads_well(message, link=f"/orders/{refund.order_id}/")
@@ -207,7 +221,7 @@ def test_a_refund_that_needs_attention_names_its_order_and_its_rail_in_words(
     assert told() == DECIDERS
     for message in mail.outbox:
         assert message.subject == (
-            f"[Sill] Needs attention: Staff refund · Defective · up to {shop['shown']} "
+            f"[Sill] Needs attention: Staff refund · Defective · {shop['shown']} "
             f"for order #{refund.order.number}"
         )
         body = reads_well(message, link=f"/orders/{refund.order_id}/")
