@@ -61,6 +61,7 @@ from sill.rails.base import (
     AmbiguousRailError,
     CannotLookUp,
     RailError,
+    RateLimited,
     RefundRequest,
     RefundResult,
     RetryableRailError,
@@ -308,6 +309,9 @@ def _attempt(refund: Refund, token: str) -> str:
     reached = refund.rail_attempted_at is not None
     looking_up = reached
     unseen = False  # looked up, and the rail could not be asked
+    # Whether a refund under the key may exist before this attempt's call: an earlier
+    # attempt's, until the lookup below answers that there is none.
+    in_doubt = reached
     try:
         failpoint("before_rail_call")
         rail = calls.rail()
@@ -319,6 +323,7 @@ def _attempt(refund: Refund, token: str) -> str:
                 # No answer either way: the call below, under the same key, gets the rail to
                 # answer with the refund it made, if it made one.
                 unseen = True
+            in_doubt = unseen
         looking_up = False
         if result is None and (refused := calls.refusal()) is not None:
             if unseen:
@@ -345,7 +350,11 @@ def _attempt(refund: Refund, token: str) -> str:
         return _attention(refund, token, code="rail_disabled", message=exc.message)
     except RailError as exc:
         if exc.retryable:
-            return _retry_or_attention(refund, token, exc, may_have_acted=reached)
+            # A rate limit on the call says it did nothing: a refund may exist only if one
+            # might before it. A 5xx promises less, and a lookup's error leaves an earlier
+            # attempt's refund unknown.
+            doubt = in_doubt if isinstance(exc, RateLimited) and not looking_up else reached
+            return _retry_or_attention(refund, token, exc, may_have_acted=doubt)
         if looking_up or unseen:
             # The rail can't be asked (a rotated or restricted key), or was not, and refused
             # this call before it answered for the key (PayPal's 180 days, checked before
@@ -421,9 +430,17 @@ def record_result(refund: Refund, token: str, result: RefundResult) -> str:
 
 
 def _retry_or_attention(refund: Refund, token: str, exc: RailError, *, may_have_acted: bool) -> str:
+    """Retry ``refund`` later, or, out of retries, settle what is known: needs attention
+    while the rail may have made it (``may_have_acted``, or an ambiguous ``exc``); failed when
+    the rail said it did nothing (every attempt rate limited, say: each retry's lookup found
+    no refund under the key, and the call was refused), so nothing stays reserved and the
+    failure says nothing moved."""
     refund.refresh_from_db(fields=["attempts", "first_attempt_at"])
     if out_of_retries(refund):
         message = f"gave up after {refund.attempts} attempts: {exc.message}"
+        if not (may_have_acted or exc.ambiguous):
+            fail_refund(refund_id=refund.id, code=exc.code, message=message, token=token)
+            return "failed"
         return _attention(refund, token, code=exc.code, message=message)
     # The refund's own count of attempts, not the task's: a re-enqueued refund backs off
     # from where it was.

@@ -107,6 +107,12 @@ class RetryableRailError(RailError):
             self.retry_after = retry_after
 
 
+class RateLimited(RetryableRailError):
+    """The rail refused the request unprocessed (a 429, a throttle): it did nothing, which a
+    5xx does not promise. A refund whose retries all end so, each after a lookup that found
+    no refund under its key, is known not to exist (refunds.execution)."""
+
+
 class AmbiguousRailError(RailError):
     """The outcome is unknown (timeout): look up, then retry with the same key."""
 

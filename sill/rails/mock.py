@@ -46,6 +46,7 @@ from sill.rails.base import (
     ChargeResult,
     CustomerHistory,
     PermanentRailError,
+    RateLimited,
     RefundFacts,
     RefundFactsRequest,
     RefundRequest,
@@ -136,7 +137,7 @@ class MockRail:
             raise AmbiguousRailError("mock rail: the refund timed out (scripted)")
         if script == "rate_limited":
             self._answer()
-            raise RetryableRailError("mock rail: rate limited (scripted)")
+            raise RateLimited("mock rail: rate limited (scripted)")
         if script == "decline":
             self._answer()
             raise PermanentRailError("mock rail: the refund was declined (scripted)")

@@ -38,6 +38,7 @@ from sill.rails.base import (
     RailDispute,
     RailError,
     RailRefund,
+    RateLimited,
     RefundFacts,
     RefundFactsRequest,
     RefundRequest,
@@ -652,7 +653,7 @@ class StripeRail:
         elif isinstance(exc, stripe.RateLimitError):
             # stripe-python keeps the answer's headers: Stripe documents no Retry-After on a
             # 429 (it advises a backoff), but one it or a proxy in front of it sends is kept.
-            error = RetryableRailError(message, retry_after=retry_after_from(exc.headers))
+            error = RateLimited(message, retry_after=retry_after_from(exc.headers))
         elif isinstance(exc, stripe.IdempotencyError) and not read:
             # Stripe's word about the key, not the request: an earlier request under it exists
             # and may have moved the money. Looked up and retried under the same key.

@@ -324,6 +324,32 @@ def test_a_rate_limit_or_server_error_is_retried_with_the_same_request_id(
     assert len(capture.refunds) == 1
 
 
+@pytest.mark.parametrize(("failure", "outcome"), [("429", "failed"), ("500", "needs_attention")])
+def test_retries_used_up_fail_a_refund_paypal_rate_limited_but_not_one_it_answered_5xx(
+    site,
+    members,
+    paypal,
+    paypal_account,
+    paypal_order,
+    settings,
+    django_capture_on_commit_callbacks,
+    failure,
+    outcome,
+):
+    """A 429 says PayPal did nothing, and the retry's lookup found no refund under the id: the
+    refund was not made. A 500 promises no such thing: PayPal may have refunded."""
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 2
+    order, capture = paypal_order()
+    paypal.fail_next = [failure, failure]
+    refund = _refund(site, members, order, django_capture_on_commit_callbacks)
+    refund, retries = _execute(refund)
+    assert (retries, refund.status) == (1, outcome)
+    assert capture.refunds == []  # the stub made none: only Sill's knowledge differs
+    assert Charge.objects.get(order=order).amount_reserved_minor == (
+        0 if outcome == "failed" else refund.amount_minor
+    )
+
+
 @pytest.mark.parametrize("failure", ["429", "503"])
 def test_a_rate_limit_with_retry_after_is_retried_no_sooner_than_paypal_asked(
     site,

@@ -37,6 +37,7 @@ from sill.rails.base import (
     AmbiguousRailError,
     PermanentRailError,
     RailError,
+    RateLimited,
     RefundWindowPassed,
     RetryableRailError,
 )
@@ -282,7 +283,9 @@ class PayPalClient:
         words = f"{name}{': ' + issue if issue else ''}{' — ' + said if said else ''}"
         words = self._scrub(words + (f" (debug_id {debug_id})" if debug_id else ""))
         message = f"PayPal {doing} failed: {words}"
-        if status == 429 or status >= 500:
+        if status == 429:
+            return RateLimited(message, retry_after=wait_asked(status, response.headers))
+        if status >= 500:
             return RetryableRailError(message, retry_after=wait_asked(status, response.headers))
         if status in (401, 403):
             return PermanentRailError(message, code="rail_auth_failed")

@@ -37,6 +37,7 @@ from sill.rails.base import (
     AmbiguousRailError,
     PermanentRailError,
     RailError,
+    RateLimited,
     RetryableRailError,
 )
 from sill.rails.retry_after import retry_after_from
@@ -74,7 +75,7 @@ def refuses_key(message: str) -> bool:
     return bool(_IDEMPOTENCY_WORDS.search(message))
 
 
-class ShopifyThrottled(RetryableRailError):
+class ShopifyThrottled(RateLimited):
     """Shopify's cost-based limit or a 429: nothing was executed; retry after the wait."""
 
     code = "rail_throttled"

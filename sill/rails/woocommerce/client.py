@@ -24,7 +24,13 @@ import requests
 from woocommerce import API
 
 from sill.rails import keepalive
-from sill.rails.base import AmbiguousRailError, PermanentRailError, RailError, RetryableRailError
+from sill.rails.base import (
+    AmbiguousRailError,
+    PermanentRailError,
+    RailError,
+    RateLimited,
+    RetryableRailError,
+)
 from sill.rails.retry_after import wait_asked
 
 PAGE_SIZE = 100
@@ -244,7 +250,8 @@ class WooClient:
         if status == 429 or status >= 500:
             # A host's or security plugin's rate limit, maintenance mode: a 429 or 503 may
             # say how long (Retry-After); asked again sooner, the store refuses again.
-            return RetryableRailError(message, retry_after=wait_asked(status, response.headers))
+            error = RateLimited if status == 429 else RetryableRailError
+            return error(message, retry_after=wait_asked(status, response.headers))
         if status in (401, 403):
             return WooCannotWrite(message)
         return PermanentRailError(message, code="woocommerce_refused")
