@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from django.db.models import QuerySet
 from django.http import HttpResponse, StreamingHttpResponse
@@ -26,7 +27,7 @@ from refunds.labels import (
     refund_status_label,
     requester_label,
 )
-from refunds.models import Refund, RefundStatus
+from refunds.models import Decision, Refund, RefundStatus
 from refunds.staff.csv_export import csv_response, iso_time, money_cells
 from refunds.staff.listing import (
     REFUND_FILTERS,
@@ -37,6 +38,7 @@ from refunds.staff.listing import (
     orders_matching,
     orders_with_refund_state,
     refunds_for,
+    with_decision_time,
 )
 from sill.accounts.access import Cap, site_view
 from sill.http import SiteRequest
@@ -163,6 +165,18 @@ def refund_row(refund: Refund, *, can_view_held: bool) -> RefundRow:
     )
 
 
+def _decision_cells(refund: Refund, zone: ZoneInfo) -> list[str]:
+    """``Decided by`` and ``Decided``: the person who decided a held refund, and when (or the
+    expiry's time); ``rules`` and the decision record's time for one the rules approved or
+    rejected (the dashboard's "Approved by the rules"); empty while it is held."""
+    if refund.decided_by is not None or refund.status == RefundStatus.EXPIRED:
+        by = refund.decided_by.get_username() if refund.decided_by is not None else ""
+        return [by, iso_time(refund.decided_at, zone)]
+    if refund.decision in (Decision.APPROVED, Decision.REJECTED):
+        return ["rules", iso_time(getattr(refund, "decision_recorded_at", None), zone)]
+    return ["", ""]
+
+
 def _refund_csv_rows(request: SiteRequest, refunds: QuerySet[Refund]) -> Iterator[list[object]]:
     zone = request.site_ctx.site.zone
     for refund in refunds.iterator(chunk_size=CSV_CHUNK):
@@ -177,8 +191,7 @@ def _refund_csv_rows(request: SiteRequest, refunds: QuerySet[Refund]) -> Iterato
             rail_label(refund.rail) if refund.rail else "",
             reason_label(refund),
             requester_label(refund),
-            refund.decided_by.get_username() if refund.decided_by else "",
-            iso_time(refund.decided_at, zone),
+            *_decision_cells(refund, zone),
             iso_time(refund.settled_at, zone),
             refund.provider_refund_id,
             refund.id,
@@ -198,7 +211,7 @@ def refund_list(request: SiteRequest) -> HttpResponse | StreamingHttpResponse:
         return csv_response(
             filename=f"refunds-{_stamp()}.csv",
             header=REFUND_CSV_HEADER,
-            rows=_refund_csv_rows(request, refunds),
+            rows=_refund_csv_rows(request, with_decision_time(refunds)),
         )
     page = BoundedPaginator(refunds, PAGE_SIZE).get_page(request.GET.get("page"))
     can_view_held = ctx.can(Cap.VIEW_HELD)

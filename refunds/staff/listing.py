@@ -15,6 +15,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import QueryDict
 
+from audit.models import AuditRecord
 from refunds.models import Refund, RefundKind, RefundStatus
 from sill.accounts.models import Site
 from sill.days import day_bounds
@@ -182,6 +183,15 @@ def order_page_rows(site: Site, ids: list[str]) -> list[Order]:
         )
     }
     return [found[pk] for pk in ids if pk in found]
+
+
+def with_decision_time(refunds: QuerySet[Refund]) -> QuerySet[Refund]:
+    """``refunds``, each with ``decision_recorded_at``: when its decision record
+    (``decision_hash``, one row by the unique (site, hash) index) was written. ``decided_at``
+    is a person's decision (or the expiry) of a held refund alone; a refund the rules
+    decided has its time here, as its page's timeline shows it."""
+    recorded = AuditRecord.objects.filter(site=OuterRef("site"), hash=OuterRef("decision_hash"))
+    return refunds.annotate(decision_recorded_at=Subquery(recorded.values("created_at")[:1]))
 
 
 def refunds_for(site: Site, filters: ListFilters) -> QuerySet[Refund]:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from audit.models import AuditRecord
 from refunds.models import Refund
 from refunds.staff.csv_export import safe_cell
 from sill.orders.models import Order
@@ -153,6 +154,18 @@ def test_the_refund_list_shows_words_filters_and_exports(
     row = dict(zip(header, body_rows[0], strict=True))
     assert (row["Amount"], row["Currency"], row["Status"]) == ("89.00", "USD", "Failed")
     assert row["Outcome"] == "Declined by the rail"
+
+
+def test_the_refund_csv_says_the_rules_decided_and_when(client_for, order, staff_refund):
+    """A refund the rules approved had "Decided by" and "Decided" empty, though its page shows
+    the decision and its time (the decision record's)."""
+    refund = staff_refund(order)
+    assert (refund.decision, refund.decided_by, refund.decided_at) == ("approved", None, None)
+    header, *rows = _csv(client_for("owner").get("/refunds/", {"format": "csv"}))
+    [row] = [dict(zip(header, r, strict=True)) for r in rows]
+    record = AuditRecord.objects.get(site=order.site, hash=refund.decision_hash)
+    assert row["Decided by"] == "rules"
+    assert row["Decided"] == record.created_at.astimezone(order.site.zone).isoformat()
 
 
 def test_the_refund_list_is_scoped_to_the_site(client_for, make_order, staff_refund, other_site):
