@@ -24,6 +24,7 @@ from django.urls import NoReverseMatch, reverse
 
 from audit.chain import SUBJECT_MAX_LENGTH
 from audit.models import DECISION_KINDS, AuditKind, AuditRecord
+from refunds.models import DecidedVia
 from sill.accounts.models import Agent, Site
 from sill.days import day_bounds
 from sill.money import Money, MoneyError
@@ -125,6 +126,15 @@ class ActivityRow:
     # The name of the site's agent ``by`` is the id of, which the page shows first ("" when
     # a person, Sill or the rail acted, or the agent is no longer on the site).
     agent_name: str = ""
+    # Where the person who decided a held refund pressed the button ("in Slack", "in Sill"),
+    # as the refund page says it; "" for other records and older decisions that do not say.
+    where: str = ""
+
+    @property
+    def by_words(self) -> str:
+        """Who acted and, for a held refund's decision, where: the "By" cell and the CSV's
+        actor ("owner@… in Slack")."""
+        return f"{self.by} {self.where}" if self.by and self.where else self.by
 
     @property
     def refund_id(self) -> str:
@@ -228,6 +238,7 @@ def _row(
         order_number=numbers.get(order_id, "") if isinstance(order_id, str) else "",
         tag=tag_of(record.kind, body),
         summary=summary_of(record.kind, body),
+        where=where_of(record.kind, body),
     )
 
 
@@ -312,6 +323,13 @@ def actor_of(kind: str, body: dict[str, Any]) -> str:
         if _is_id(body.get(key)):
             return str(body[key])
     return SYSTEM if kind in DECISION_KINDS or "actor" in body else ""
+
+
+def where_of(kind: str, body: dict[str, Any]) -> str:
+    """Where a decision's person pressed the button, from the record's ``via`` ("in Slack",
+    "in Sill"); "" when Sill decided on its own (no ``via``) or the record is older than it."""
+    via = body.get("via")
+    return DecidedVia(via).label if kind in DECISION_KINDS and via in DecidedVia.values else ""
 
 
 _VERBS = {
@@ -496,7 +514,7 @@ def csv_response(
                     # `is not None`: a zero Money is falsy, and 0.00 is an amount too.
                     row.amount.major_str() if row.amount is not None else "",
                     row.amount.currency if row.amount is not None else "",
-                    row.by,
+                    row.by_words,
                     row.detail,
                 ]
                 yield writer.writerow([safe_cell(cell) for cell in cells])

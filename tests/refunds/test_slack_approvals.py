@@ -5,8 +5,10 @@ click's response_url (a loopback stand-in for Slack, driven through slack_sdk)."
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import hmac
+import io
 import json
 import logging
 import threading
@@ -21,10 +23,13 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from audit.models import AuditRecord
+from audit.models import AuditKind, AuditRecord
 from refunds.models import Refund
 from refunds.review.slack import seal_signing_secret, webhook_url
 from sill.accounts.models import Membership
+from tests.audit.test_activity_rows import BY as ACTIVITY_BY
+from tests.audit.test_activity_rows import _cell as activity_cell
+from tests.audit.test_activity_rows import _rows as activity_rows
 from tests.refunds.conftest import hold_refund, open_dispute
 from tests.refunds.slack_stub import TEAM
 
@@ -726,3 +731,24 @@ def test_the_refund_page_says_the_decision_was_made_in_slack(
         click(site, held.id, user="U0OWNER", response_url=slack)
     body = client_for("admin").get(f"/refunds/{held.id}/").content.decode()
     assert '<strong class="step-title">Approved by owner@roasters.example in Slack</strong>' in body
+
+
+def test_activity_says_where_each_held_refund_was_decided(
+    site, linked, held, original, agent, slack, client_for, django_capture_on_commit_callbacks
+):
+    """The refund page said "Rejected by admin@… in Slack"; Activity's "By" column and its CSV
+    said only "admin@…", the same as for a decision made in Sill."""
+    with django_capture_on_commit_callbacks(execute=True):
+        click(site, held.id, user="U0ADMIN", action="sill_reject", response_url=slack)
+    in_sill = hold_refund(order=original, agent=agent)
+    owner = client_for("owner")
+    assert owner.post(f"/held/{in_sill.id}/reject/").status_code == 302
+    decided = [row for row in activity_rows(owner) if "Rejected" in row]
+    assert [activity_cell(row, ACTIVITY_BY) for row in decided] == [
+        "owner@roasters.example in Sill",
+        "admin@roasters.example in Slack",
+    ]
+    export = b"".join(owner.get("/activity/?format=csv").streaming_content).decode()
+    rows = csv.DictReader(io.StringIO(export))
+    actors = [row["actor"] for row in rows if row["kind"] == AuditKind.ESCALATED_REJECTED.label]
+    assert actors == ["admin@roasters.example in Slack", "owner@roasters.example in Sill"]
