@@ -169,12 +169,7 @@ def _confirmation(request: SiteRequest, refund: Refund) -> HttpResponse:
 def _status_message(refund: Refund) -> str:
     """A decided refund's state in words, as a polled row shows it."""
     _noun, done = money_words(refund)
-    if refund.status == RefundStatus.NEEDS_ATTENTION:
-        return (
-            f"Approved: {attention_words(refund)}; "
-            f"an owner can check it on {'its page' if refund.is_credit else 'the order'}."
-        )
-    if refund.decision == "approved":
+    if refund.status == RefundStatus.NEEDS_ATTENTION or refund.decision == "approved":
         return _done_message(refund, "Approved")
     if refund.status == RefundStatus.EXPIRED:
         return f"Expired: nobody decided within 24 hours; nothing was {done}."
@@ -184,8 +179,15 @@ def _status_message(refund: Refund) -> str:
 
 
 def _done_message(refund: Refund, decided: str) -> str:
+    """A decision's answer: what became of the refund, as it stands when the answer is built
+    (a worker may already have executed an approval, and left it needing attention)."""
     rail = rail_label(refund.rail)
     noun, done = money_words(refund)
+    if refund.status == RefundStatus.NEEDS_ATTENTION:
+        return (
+            f"{decided}: {attention_words(refund)}; "
+            f"an owner can check it on {'its page' if refund.is_credit else 'the order'}."
+        )
     where = f"to the customer's {rail} balance" if refund.is_credit else f"on {rail}"
     if refund.status == RefundStatus.SUCCEEDED:
         return f"{decided}: {refund.amount} was {done} {where}."

@@ -297,6 +297,30 @@ def test_a_plain_post_redirects_back_with_a_flash(
     assert other["Location"] == f"/held/{held.id}/"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_approval_that_already_needs_attention_is_not_said_to_have_refunded_nothing(
+    client_for, held, mock_rail, settings
+):
+    """The rail timed out on the only attempt allowed: by the time the answer was built (the
+    execution ran as the decision committed, as a fast worker does) the refund needed
+    attention, and the flash said "Approved: nothing was refunded." though the rail may
+    hold the refund."""
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 1
+    mock_rail.config = {"refund": "timeout"}
+    mock_rail.save()
+    client = client_for("admin")
+    response = client.post(
+        f"/held/{held.id}/approve/", {"next": "/held/", "confirmed": "1"}, follow=True
+    )
+    assert status_of(held) == "needs_attention"
+    body = html.unescape(response.content.decode())
+    assert "nothing was refunded" not in body
+    assert (
+        "Approved: the rail may have made the refund of $89.00 and has not confirmed it; "
+        "an owner can check it on the order."
+    ) in body
+
+
 def test_a_second_plain_post_is_told_it_was_already_decided(client_for, held):
     assert client_for("owner").post(f"/held/{held.id}/reject/").status_code == 302
     client = client_for("admin")
