@@ -124,6 +124,9 @@ INSTALLED_APPS = [
     # Django's admin with Sill's site class (sill/admin.py): superusers only, mounted only
     # with SILL_ADMIN=1 (sill/urls.py).
     "sill.apps.SillAdminConfig",
+    # Before django.contrib.auth: its `changepassword` is Sill's, which signs the change
+    # (sill/operator/management/commands/changepassword.py).
+    "sill.operator.apps.OperatorConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     # django-qsessions replaces django.contrib.sessions: sessions with their user, agent and

@@ -65,6 +65,15 @@ def record_account_change_everywhere(user: Any, action: str, *, actor: Any, **ex
         _record_account(site, user, roles.get(site.pk), action, actor=actor, **extra)
 
 
+def record_account_change(user: Any, action: str, *, actor: Any, **extra: Any) -> None:
+    """A change of ``user``'s own sign-in (a password set, a second factor removed) where its
+    reach is: every site's log for a superuser (:func:`record_account_change_everywhere`: their
+    password and second factor guard the Django admin, which edits every site), else every site
+    they belong to (:func:`record_own_account_change`)."""
+    record = record_account_change_everywhere if user.is_superuser else record_own_account_change
+    record(user, action, actor=actor, **extra)
+
+
 def _record_account(
     site: Site, user: Any, role: str | None, action: str, *, actor: Any, **extra: Any
 ) -> None:

@@ -211,3 +211,40 @@ def test_createsuperuser_is_recorded_on_every_site(site, other_site, monkeypatch
                "is_active": True, "is_staff": True, "is_superuser": True}  # fmt: skip
     assert changes(site) == changes(other_site) == [created]
     call_command("audit", "verify", stdout=io.StringIO())
+
+
+# --- manage.py changepassword ---------------------------------------------------------------
+# Before: Django's own `changepassword` set the password (the sessions ended) and no site's
+# log said so. Now it is Sill's override, recorded as a password set by the operator: on every
+# site of the account, on every site for a superuser.
+
+
+@pytest.fixture
+def typed_password(monkeypatch):
+    from django.contrib.auth.management.commands import changepassword
+
+    monkeypatch.setattr(
+        changepassword.Command, "_get_pass", lambda self, prompt=None: "a-new-long-password-7"
+    )
+
+
+def by_operator(member: str, role: str | None) -> dict:
+    return {"action": "password_set", "member": member, "role": role, "via": "changepassword",
+            "actor": None, "actor_name": OPERATOR}  # fmt: skip
+
+
+def test_changepassword_is_recorded_on_every_site_of_the_account(
+    typed_password, members, site, other_site
+):
+    call_command("changepassword", STAFF, stdout=io.StringIO())
+    user = get_user_model().objects.get(username=STAFF)
+    assert user.check_password("a-new-long-password-7")
+    assert changes(site) == [by_operator(STAFF, "staff")]
+    assert changes(other_site) == []  # not a member there
+    call_command("audit", "verify", stdout=io.StringIO())
+
+
+def test_changepassword_of_a_superuser_is_recorded_on_every_site(typed_password, site, other_site):
+    get_user_model().objects.create_superuser(ROOT, email=ROOT, password="x-long-pass-1")
+    call_command("changepassword", ROOT, stdout=io.StringIO())
+    assert changes(site)[-1] == changes(other_site)[-1] == by_operator(ROOT, None)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class OperatorConfig(AppConfig):
+    name = "sill.operator"
+    label = "sill_operator"
