@@ -40,7 +40,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from sill.accounts.admin_audit import record_admin_change, record_own_account_change
+from sill.accounts.admin_audit import (
+    record_account_change,
+    record_admin_change,
+    record_own_account_change,
+)
 from sill.accounts.models import Membership, Role, Site
 from sill.error_pages import wants_json
 from sill.errors import SillError
@@ -170,13 +174,19 @@ def regenerate_recovery_codes(user: Any) -> list[str]:
         return codes
 
 
-def remove(user: Any, *, actor: Any) -> None:
+def remove(user: Any, *, actor: Any) -> bool:
     """Delete the user's authenticator and recovery codes; record it (``actor``: the user, or
-    None for an operator's ``manage.py two_factor reset`` after a lost phone and codes)."""
+    None for an operator's ``manage.py two_factor reset`` after a lost phone and codes), on
+    every site they belong to, or every site for a superuser (whose second factor guards the
+    Django admin of every site). False, and nothing recorded, when there was nothing to
+    delete."""
     with transaction.atomic():
-        TOTPDevice.objects.filter(user=user).delete()
-        StaticDevice.objects.filter(user=user).delete()
-        record_own_account_change(user, "two_factor_removed", actor=actor)
+        authenticators, _ = TOTPDevice.objects.filter(user=user).delete()
+        codes, _ = StaticDevice.objects.filter(user=user).delete()
+        if not authenticators and not codes:
+            return False
+        record_account_change(user, "two_factor_removed", actor=actor)
+    return True
 
 
 # --- codes -------------------------------------------------------------------------------

@@ -67,3 +67,33 @@ def test_it_resets_a_user_and_records_the_operator(members, site):
     body = json.loads(record.payload)["body"]
     assert body["action"] == "two_factor_removed" and body["actor"] is None
     assert body["actor_name"] == "operator (manage.py)"
+
+
+# Before: a reset of a user with no authenticator and no codes still wrote two_factor_removed
+# (nothing was removed), and a superuser's reset (member of no site) was recorded nowhere,
+# though that second factor guards the Django admin of every site.
+
+
+def _removals(site) -> list[dict]:
+    records = AuditRecord.objects.filter(site=site, kind="member_change").order_by("seq")
+    bodies = [json.loads(record.payload)["body"] for record in records]
+    return [body for body in bodies if body["action"] == "two_factor_removed"]
+
+
+def test_a_reset_that_removes_nothing_records_nothing(members, site):
+    out = io.StringIO()
+    call_command("two_factor", "reset", "--email", "admin@roasters.example", stdout=out)
+    assert "nothing removed" in out.getvalue()
+    assert _removals(site) == []
+
+
+def test_a_superusers_reset_is_recorded_on_every_site(site, other_site):
+    from django.contrib.auth import get_user_model
+
+    root = get_user_model().objects.create_superuser("root@sill.example", password="x-long-1")
+    confirmed_device(root)
+    call_command("two_factor", "reset", "--email", "root@sill.example", stdout=io.StringIO())
+    assert not TOTPDevice.objects.filter(user=root).exists()
+    removed = {"action": "two_factor_removed", "member": "root@sill.example", "role": None,
+               "actor": None, "actor_name": "operator (manage.py)"}  # fmt: skip
+    assert _removals(site) == _removals(other_site) == [removed]

@@ -4,7 +4,8 @@
   factor (``Site.require_two_factor``; new sites get ``SILL_REQUIRE_TWO_FACTOR``; a switch is
   a signed ``settings_change`` record, actor the operator);
 - ``two_factor reset --email E``: remove a user's authenticator and recovery codes when they
-  lost both (a signed ``member_change`` record, ``two_factor_removed``, actor the operator).
+  lost both (a signed ``member_change`` record, ``two_factor_removed``, actor the operator, on
+  every site of the user, every site for a superuser; nothing when they had none).
 """
 
 from __future__ import annotations
@@ -39,5 +40,7 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=email).first()
         if user is None:
             raise CommandError(f"no user {email}")
-        two_factor.remove(user, actor=None)
+        if not two_factor.remove(user, actor=None):
+            self.stdout.write(f"{email} had no authenticator or recovery codes: nothing removed.")
+            return
         self.stdout.write(f"{email} has no authenticator now: they log in with the password.")
