@@ -399,20 +399,12 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
 
     The message is replaced with the outcome once the decision commits.
     """
-    if site.slack_token_refused:
-        # The app was uninstalled or its token revoked: the daily re-check cannot vouch for
-        # any link, so none decides until an owner sets a token Slack takes.
-        raise SlackRefused(TOKEN_REFUSED)
     membership = (
         Membership.objects.select_related("user", "site")
         .filter(site=site, slack_user_id=click.slack_user_id)
         .first()
     )
-    _check_link(membership, click)
-    if site.require_two_factor:
-        raise SlackRefused(
-            "This site asks for a second factor before a decision: decide it in Sill."
-        )
+    _check_click(site, membership, click)
     assert membership is not None  # _check_link refuses a click no member is linked to
     refund = (
         Refund.objects.select_related("site", "order", "agent", "requested_by")
@@ -423,11 +415,13 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
         raise SlackRefused("That refund is not on this site.")
     try:
         if click.action == APPROVE:
-            # The link is checked again as the approval is decided: unlinked (or the member
-            # removed or demoted) while the charge was read at the rail, it approves nothing.
+            # The link and the site's Slack settings are checked again as the approval is
+            # decided: unlinked (or the member removed or demoted), a second factor required
+            # or the bot token refused while the charge was read at the rail, it approves
+            # nothing.
             decided = approve_refund(
                 refund=refund, actor=membership.user, note=SLACK_NOTE, via=DecidedVia.SLACK,
-                check_member=lambda held: _check_link(held, click),
+                check_member=lambda held: _check_click(_site_now(site), held, click),
             )  # fmt: skip
         else:
             decided = reject_refund(
@@ -464,6 +458,28 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
     who = membership.user.get_username()
     _respond_on_commit(click, outcome_text(decided, by=who))
     return decided
+
+
+def _check_click(site: Site, membership: Membership | None, click: Click) -> None:
+    """SlackRefused unless ``site``'s Slack settings let a click decide and ``click``'s Slack
+    user is linked to ``membership`` (:func:`_check_link`)."""
+    if site.slack_token_refused:
+        # The app was uninstalled or its token revoked: the daily re-check cannot vouch for
+        # any link, so none decides until an owner sets a token Slack takes.
+        raise SlackRefused(TOKEN_REFUSED)
+    _check_link(membership, click)
+    if site.require_two_factor:
+        raise SlackRefused(
+            "This site asks for a second factor before a decision: decide it in Sill."
+        )
+
+
+def _site_now(site: Site) -> Site:
+    """``site``'s Slack settings as committed now, in an approval's transaction. A plain read:
+    locking the site row after the member's (``hold_member``) would invert the order member
+    changes take (site, then member), so an owner's switch that commits before this read is
+    refused here, and one after it is after the decision."""
+    return Site.objects.only("slack_token_refused", "require_two_factor").get(pk=site.pk)
 
 
 def _check_link(membership: Membership | None, click: Click) -> None:

@@ -21,10 +21,11 @@ from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.models import IdempotencyRecord, Refund, RefundStatus
-from refunds.review.slack import APPROVE, Click, decide_click
+from refunds.review.slack import APPROVE, TOKEN_REFUSED, Click, decide_click
+from refunds.review.slack_link_checks import _record_token
 from refunds.review.slack_setup import save_slack_settings
 from sill.accounts import two_factor
-from sill.accounts.models import Membership, MemberToken, Role
+from sill.accounts.models import Membership, MemberToken, Role, Site
 from sill.accounts.services import change_member_role, issue_member_token, remove_member
 from sill.orders.models import Charge
 from tests.conftest import site_owner
@@ -218,6 +219,37 @@ def _still_held(held: Refund) -> None:
     assert not AuditRecord.objects.filter(kind="escalated_approved").exists()
 
 
+def _slack_click_while(
+    owner_does: Callable[[Membership], None],
+    *,
+    acts_while_read: list[Callable[[], None]],
+    response_url: str,
+    make_order: Any,
+    members: Any,
+) -> tuple[Refund | None, Refund, Membership]:
+    """The admin's (linked, confirmed) Slack Approve of a held refund, with ``owner_does(admin)``
+    done while Stripe answers the charge read: what the click decided, the refund, the admin."""
+    held = _held(make_order, members)
+    admin = members["admin"]
+    Membership.objects.filter(pk=admin.pk).update(
+        slack_user_id="U0ADMIN", slack_checked_at=timezone.now(), slack_team_id=TEAM
+    )
+    acts_while_read.append(lambda: owner_does(admin))
+    click = Click(
+        action=APPROVE, refund_id=held.id, slack_user_id="U0ADMIN", response_url=response_url,
+        teams=(TEAM,),
+    )  # fmt: skip
+    decided = decide_click(site_id=admin.site_id, click=click)
+    assert not acts_while_read, "Stripe was never asked"
+    return decided, held, admin
+
+
+def _told_privately() -> str:
+    [told] = Slack.received
+    assert told["response_type"] == "ephemeral"
+    return str(told["text"])
+
+
 def test_a_slack_link_removed_while_the_facts_are_read_approves_nothing(
     stripe_facts,  # noqa: F811 (a fixture)
     slack,  # noqa: F811 (a fixture)
@@ -225,26 +257,54 @@ def test_a_slack_link_removed_while_the_facts_are_read_approves_nothing(
     members,
     site,
 ):
-    held = _held(make_order, members)
-    admin = members["admin"]
-    Membership.objects.filter(pk=admin.pk).update(
-        slack_user_id="U0ADMIN", slack_checked_at=timezone.now(), slack_team_id=TEAM
-    )
-
-    def unlink() -> None:
+    def unlink(admin: Membership) -> None:
         save_slack_settings(site=site, actor=site_owner(site), links={admin.pk: ""})
 
-    stripe_facts.append(unlink)
-    click = Click(
-        action=APPROVE, refund_id=held.id, slack_user_id="U0ADMIN", response_url=slack,
-        teams=(TEAM,),
-    )  # fmt: skip
-    decided = decide_click(site_id=site.pk, click=click)
+    decided, held, admin = _slack_click_while(
+        unlink,
+        acts_while_read=stripe_facts,
+        response_url=slack,
+        make_order=make_order,
+        members=members,
+    )
 
-    assert not stripe_facts, "Stripe was never asked"
     assert decided is None
     assert Membership.objects.get(pk=admin.pk).slack_user_id == ""  # the owner was told so
-    [told] = Slack.received
-    assert told["response_type"] == "ephemeral"
-    assert told["text"] == "Your Slack user is not linked to a member of this site in Sill."
+    assert _told_privately() == "Your Slack user is not linked to a member of this site in Sill."
+    _still_held(held)
+
+
+# Before: the site's own Slack settings were read only when the click was taken up. A second
+# factor required, or Slack's refusal of the bot token recorded, while Stripe was read: the
+# click still approved (and the refund was made).
+@pytest.mark.parametrize("change", ["two_factor_required", "token_refused"])
+def test_a_site_setting_changed_while_the_facts_are_read_approves_nothing(
+    stripe_facts,  # noqa: F811 (a fixture)
+    slack,  # noqa: F811 (a fixture)
+    make_order,
+    members,
+    site,
+    change,
+):
+    assert not site.require_two_factor and not site.slack_token_refused
+
+    def switch(admin: Membership) -> None:
+        if change == "two_factor_required":
+            two_factor.set_required(site_id=site.pk, required=True)
+        else:
+            _record_token(
+                site=Site.objects.get(pk=site.pk), refused="token_revoked", answered=False
+            )
+
+    decided, held, _ = _slack_click_while(
+        switch,
+        acts_while_read=stripe_facts,
+        response_url=slack,
+        make_order=make_order,
+        members=members,
+    )
+
+    assert decided is None
+    told = _told_privately()
+    assert ("second factor" in told) if change == "two_factor_required" else told == TOKEN_REFUSED
     _still_held(held)
