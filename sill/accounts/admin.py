@@ -38,6 +38,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from qsessions.models import Session
 
 from sill.accounts.admin_audit import (
+    record_account_change,
     record_account_change_everywhere,
     record_own_account_change,
 )
@@ -89,7 +90,7 @@ class AuditedUserAdmin(UserAdmin):
             if user is not None:
                 user.refresh_from_db(fields=["password"])
                 if user.password != before:
-                    record_own_account_change(user, "password_set", actor=request.user, via=VIA)
+                    record_account_change(user, "password_set", actor=request.user, via=VIA)
         return response
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
@@ -128,7 +129,7 @@ class _AuditedDeviceDeletes(admin.ModelAdmin):
 
 
 def _removed(request: HttpRequest, device: Any) -> None:
-    record_own_account_change(
+    record_account_change(
         device.user,
         "two_factor_removed",
         actor=request.user,

@@ -248,3 +248,37 @@ def test_changepassword_of_a_superuser_is_recorded_on_every_site(typed_password,
     get_user_model().objects.create_superuser(ROOT, email=ROOT, password="x-long-pass-1")
     call_command("changepassword", ROOT, stdout=io.StringIO())
     assert changes(site)[-1] == changes(other_site)[-1] == by_operator(ROOT, None)
+
+
+# --- a superuser's own sign-in, changed in the admin -----------------------------------------
+# Before: a password set, or an authenticator deleted, in the admin for a superuser who is no
+# site's member was recorded on the sites they belong to: none. That password and second
+# factor guard the Django admin, which edits every site, so every site's log says so (as
+# changepassword, two_factor reset and a new superuser are recorded).
+
+
+def test_a_superusers_password_or_authenticator_changed_in_the_admin_is_on_every_site(
+    root_client, site, other_site
+):
+    ops = get_user_model().objects.create_superuser(
+        "ops@sill.example", email="ops@sill.example", password="x-long-pass-2"
+    )
+    before = {s.pk: len(changes(s)) for s in (site, other_site)}  # its creation's records
+    new = "a-new-long-password-8"
+    response = root_client.post(
+        f"/django-admin/auth/user/{ops.pk}/password/",
+        {"password1": new, "password2": new, "usable_password": "true"},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    device = confirmed_device(ops)
+    response = root_client.post(
+        f"/django-admin/otp_totp/totpdevice/{device.pk}/delete/", {"post": "yes"}
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    done = {"member": "ops@sill.example", "role": None, "via": "django_admin",
+            "actor": ROOT, "actor_name": ROOT}  # fmt: skip
+    for each in (site, other_site):
+        assert changes(each)[before[each.pk] :] == [
+            {"action": "password_set", **done},
+            {"action": "two_factor_removed", **done, "device": device.persistent_id},
+        ]
