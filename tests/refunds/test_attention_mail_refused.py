@@ -77,7 +77,7 @@ def test_a_refused_email_skips_its_refund_and_the_sweep_tells_the_others(flag, s
     oldest, later = flag("25.00", 60), flag("31.00", 5)
     mail.outbox.clear()
     settings.EMAIL_BACKEND = REFUSING_SOME
-    settings.MAIL_REFUSED_SUBJECTS = ["up to $25.00"]
+    settings.MAIL_REFUSED_SUBJECTS = ["· $25.00"]
 
     with caplog.at_level(logging.WARNING):
         check_attention_refunds_task.apply().get()
@@ -98,7 +98,7 @@ def test_a_refused_refund_is_tried_again_later_each_wait_longer_until_it_is_told
     refund = flag("25.00", 60)
     mail.outbox.clear()
     settings.EMAIL_BACKEND = REFUSING_SOME
-    settings.MAIL_REFUSED_SUBJECTS = ["up to $25.00"]
+    settings.MAIL_REFUSED_SUBJECTS = ["· $25.00"]
     sweep_at = sweeps_at(notify_missed_attention, caplog=caplog, logger=LOGGER)
 
     refused = f"refund {refund.pk}: attention email refused (SMTPDataError); tried again in"
