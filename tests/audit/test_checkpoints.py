@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import io
-import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -24,6 +23,7 @@ from audit.services import append_record
 from audit.tasks import write_checkpoints_task
 from sill.accounts.models import Site
 from tests.audit.test_tamper import export, run_standalone, sql
+from tests.rails.loopback import start_serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,8 +140,7 @@ class Receiver(BaseHTTPRequestHandler):
 def receiver():
     server = HTTPServer(("127.0.0.1", 0), Receiver)
     Receiver.received, Receiver.status = [], 200
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     yield server
     server.shutdown()
 

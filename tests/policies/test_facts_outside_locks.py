@@ -9,7 +9,6 @@ no row locks to probe.
 from __future__ import annotations
 
 import json
-import threading
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -22,6 +21,7 @@ from refunds.staff.services import create_staff_refund
 from sill.orders.models import Order
 from sill.rails.models import RailAccount
 from tests.conftest import site_owner
+from tests.rails.loopback import start_serving
 from tests.refunds.conftest import post, refund_intent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,8 +59,7 @@ def probing_stripe(site):
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     account = RailAccount(
         site=site, rail="stripe", api_base=f"http://127.0.0.1:{server.server_port}"
     )

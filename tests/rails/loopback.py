@@ -13,9 +13,23 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import BaseServer
 from typing import Any, Generic, TypeVar
 
 S = TypeVar("S")
+
+# How often a serving loop looks for shutdown(): the standard library's 0.5 s is how long every
+# shutdown() waited, and every test with a loopback server paid it in its teardown.
+POLL_INTERVAL = 0.005
+
+
+def start_serving(server: BaseServer) -> threading.Thread:
+    """Run ``server.serve_forever`` in a daemon thread that stops soon after ``shutdown()``."""
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": POLL_INTERVAL}, daemon=True
+    )
+    thread.start()
+    return thread
 
 
 class CountingServer(ThreadingHTTPServer):
@@ -81,8 +95,7 @@ def keepalive_server(base: type[BaseHTTPRequestHandler], **attrs: Any) -> Iterat
     """Serve ``base`` (with class attributes ``attrs``, e.g. ``stub=``) over HTTP/1.1."""
     handler = type("Handler", (base,), {"protocol_version": "HTTP/1.1", **attrs})
     server = CountingServer(handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     try:
         yield server
     finally:
@@ -94,8 +107,7 @@ def keepalive_server(base: type[BaseHTTPRequestHandler], **attrs: Any) -> Iterat
 def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """Serve ``handler`` on a loopback port in a thread; yields its base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
@@ -115,10 +127,9 @@ class StubServer(Generic[S]):
         )
         self.server.daemon_threads = True
         stub.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"  # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> S:
-        self.thread.start()
+        start_serving(self.server)
         return self.stub
 
     def __exit__(self, *exc: object) -> None:

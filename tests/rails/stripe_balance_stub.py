@@ -33,6 +33,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.rails.loopback import start_serving
+
 KEY = "sk_test_sill_balance_0001"
 _ids = itertools.count(1)
 
@@ -247,8 +249,7 @@ def serving_balance_stub() -> Iterator[BalanceStub]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     stub.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         yield stub

@@ -16,13 +16,14 @@ point a rail account's ``api_base`` at ``serving_events_stub()`` and drive it th
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from tests.rails.loopback import start_serving
 
 KEY = "sk_test_sill_webhooks_0001"  # what tests.rails.stripe_events.stripe_account stores
 
@@ -126,8 +127,7 @@ def serving_events_stub() -> Iterator[EventsStub]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     stub.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         yield stub

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from sill.rails.base import (
     RefundRequest,
 )
 from sill.rails.stripe import StripeRail
+from tests.rails.loopback import start_serving
 
 KEY = "sk_test_51SillSecretKeyThatMustNeverLeak"
 
@@ -154,8 +154,7 @@ def recording_proxy(localstripe_url: str) -> Iterator[tuple[str, list[dict[str, 
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     yield f"http://127.0.0.1:{server.server_address[1]}", seen
     server.shutdown()
     server.server_close()
@@ -295,7 +294,7 @@ def test_stripes_word_about_the_idempotency_key_is_ambiguous_never_a_refusal(sta
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    start_serving(server)
     try:
         rail = StripeRail(secret_key=KEY, api_base=f"http://127.0.0.1:{server.server_address[1]}")
         charge = ChargeResult(

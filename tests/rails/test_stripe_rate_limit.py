@@ -10,7 +10,6 @@ limiter does (localstripe never limits).
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -19,6 +18,7 @@ import pytest
 from sill.money import Money
 from sill.rails.base import RefundRequest, RetryableRailError
 from sill.rails.stripe import StripeRail
+from tests.rails.loopback import start_serving
 
 KEY = "sk_test_51AbCdEfGhIjKlMnOpQrStUvWxYz0123456789secretRATE"
 
@@ -58,8 +58,7 @@ def limited_stripe() -> Iterator[type[_Limited]]:
         pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     Handler.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield Handler
     server.shutdown()

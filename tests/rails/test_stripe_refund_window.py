@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,6 +14,7 @@ import pytest
 from sill.money import Money
 from sill.rails.base import PermanentRailError, RefundRequest, RefundWindowPassed
 from sill.rails.stripe import StripeRail
+from tests.rails.loopback import start_serving
 
 KEY = "sk_test_51AbCdEfGhIjKlMnOpQrStUvWxYz0123456789secretXYZ9"
 
@@ -48,8 +48,7 @@ def refusing_stripe(error: dict[str, str]) -> Iterator[str]:
     """A loopback "Stripe" answering every refund call with ``error``; yields its address."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
     server.error = error  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -19,6 +18,7 @@ from refunds.review.notifications import notify_held_refund, notify_pending_held
 from refunds.review.slack import seal_webhook_url
 from refunds.services import notify_hold
 from refunds.tasks import notify_pending_held_refunds_task
+from tests.rails.loopback import start_serving
 from tests.refunds.conftest import hold_refund
 
 pytestmark = pytest.mark.django_db
@@ -57,8 +57,7 @@ def slack() -> Iterator[Webhook]:
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
     hook.url = f"http://127.0.0.1:{server.server_port}/services/T000/B000/XXXX"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    start_serving(server)
     yield hook
     server.shutdown()
     server.server_close()

@@ -11,7 +11,6 @@ import hmac
 import io
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -30,6 +29,7 @@ from sill.accounts.models import Membership
 from tests.audit.test_activity_rows import BY as ACTIVITY_BY
 from tests.audit.test_activity_rows import _cell as activity_cell
 from tests.audit.test_activity_rows import _rows as activity_rows
+from tests.rails.loopback import start_serving
 from tests.refunds.conftest import hold_refund, open_dispute
 from tests.refunds.slack_stub import TEAM
 
@@ -58,7 +58,7 @@ class Slack(BaseHTTPRequestHandler):
 def slack(settings) -> Iterator[str]:
     server = HTTPServer(("127.0.0.1", 0), Slack)
     Slack.received = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    start_serving(server)
     settings.SILL_SLACK_RESPONSE_HOSTS = ("127.0.0.1",)
     yield f"http://127.0.0.1:{server.server_port}/actions/T1/123/abc"
     server.shutdown()
