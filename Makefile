@@ -50,9 +50,12 @@ run: $(VENV)/.installed
 	$(MANAGE) runserver 127.0.0.1:$(PORT)
 
 # The whole suite. pytest's exit code 5 ("no tests collected") is not a failure.
+# TEST_WORKERS processes (pytest-xdist): much of a test's time is spent waiting on a subprocess,
+# a browser or a socket, and two keep both cores busy. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-dev localstripe
 	$(BIN)/python -m playwright --version >/dev/null
-	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
