@@ -388,6 +388,8 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
             return f"{who}: added as {body.get('role')}"
         if action == "issue_token":
             return f"{who}: API token {body.get('token_prefix', '')}… issued"
+        if action == "revoke_token":
+            return f"{who}: API token {body.get('token_prefix', '')}… revoked"
         if action in _INVITE_WORDS:
             said = f"{who}: {_INVITE_WORDS[action]}".replace("{role}", str(body.get("role")))
             if body.get("reason") == "inviter_lost_role":

@@ -112,6 +112,7 @@ ARGS = (
     "attention",  # a refund whose answer was lost: needs attention
     "reason",  # a merchant's own refund reason
     "member",  # a staff membership (not one of the personas)
+    "member_token",  # that staff membership's API token (its pk)
     "agent",  # an agent
     "key",  # that agent's public key
     "rail",  # the mock rail's name
@@ -209,6 +210,7 @@ MATRIX: dict[str, Row] = {
     "settings:member-add": row(POST=MANAGERS),
     "settings:member-change": row({"membership_id": "member"}, POST=MANAGERS_OBJ),
     "settings:member-remove": row({"membership_id": "member"}, POST=MANAGERS_OBJ),
+    "settings:member-token-revoke": row({"token_id": "member_token"}, POST=MANAGERS_OBJ),
     "settings:invite-resend": row({"invite_id": "invite"}, POST=MANAGERS_OBJ),
     "settings:invite-revoke": row({"invite_id": "invite"}, POST=MANAGERS_OBJ),
     "settings:agents": row(GET=MANAGERS),

@@ -39,8 +39,8 @@ from refunds.reconcile.differences import Difference
 from refunds.reconcile.inbox import open_item
 from refunds.staff.services import create_staff_refund
 from sill.accounts import two_factor
-from sill.accounts.models import MemberInvite, Membership, Site
-from sill.accounts.services import add_member, issue_agent_token
+from sill.accounts.models import MemberInvite, Membership, MemberToken, Site
+from sill.accounts.services import add_member, issue_agent_token, issue_member_token
 from sill.orders.models import Charge, Order
 from sill.rails.registry import ensure_mock_rail
 from tests.accounts.two_factor_helpers import require_two_factor
@@ -224,6 +224,12 @@ def _member(objects: Objects, request: pytest.FixtureRequest) -> str:
     return str(target.pk)
 
 
+def _member_token(objects: Objects, request: pytest.FixtureRequest) -> str:
+    target = add_member(site=objects.site, email="target@roasters.example", role="staff")
+    token = issue_member_token(membership=target, actor=None)
+    return str(MemberToken.objects.get(prefix=token[:12]).pk)
+
+
 def _item(objects: Objects, request: pytest.FixtureRequest) -> str:
     charge = Charge.objects.get(order=objects.make_order(total="20.00", rail="stripe"))
     difference = Difference(
@@ -313,6 +319,7 @@ BUILDERS: dict[str, Callable[[Objects, pytest.FixtureRequest], str]] = {
     ),
     "reason": _reason,
     "member": _member,
+    "member_token": _member_token,
     "agent": lambda o, r: str(o.agent.pk),
     "key": lambda o, r: str(register_key(o.agent).pk),
     "rail": lambda o, r: ensure_mock_rail(o.site).rail,

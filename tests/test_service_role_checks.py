@@ -42,14 +42,16 @@ from refunds.reasons.services import (
 )
 from sill import errors
 from sill.accounts import two_factor
-from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, Site
+from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, MemberToken, Site
 from sill.accounts.services import (
     add_agent_key,
     b64url_encode,
     issue_agent_token,
+    issue_member_token,
     record_key_change,
     register_agent_key,
     revoke_agent_key,
+    revoke_member_token,
     set_agent_active,
     set_agent_refunds,
 )
@@ -268,6 +270,16 @@ def _issue_agent_token(w: World) -> Call:
     )
 
 
+def _revoke_member_token(w: World) -> Call:
+    # The admin's own: the admin may revoke it (their own), the owner too (an admin's); staff,
+    # reviewers, another site's owner and no user may not (a member's own is tested apart, in
+    # tests/accounts/test_member_tokens.py).
+    admin = Membership.objects.get(site=w.site, role="admin")
+    text = issue_member_token(membership=admin, actor=None)
+    token = MemberToken.objects.get(prefix=text[:12])
+    return lambda actor: revoke_member_token(token=token, actor=actor)
+
+
 SERVICES: dict[str, Callable[[World], Call]] = {
     "apply_catalog_item": _apply,
     "set_rule_mode": _set_rule_mode,
@@ -293,6 +305,7 @@ SERVICES: dict[str, Callable[[World], Call]] = {
     "set_agent_active": _set_agent_active,
     "set_agent_refunds": _set_agent_refunds,
     "issue_agent_token": _issue_agent_token,
+    "revoke_member_token": _revoke_member_token,
 }
 
 
@@ -318,6 +331,7 @@ def _state() -> dict[str, Any]:
         "agents": list(Agent.objects.order_by("pk").values()),
         "keys": list(AgentKey.objects.order_by("pk").values()),
         "tokens": list(AgentToken.objects.order_by("pk").values_list("pk", flat=True)),
+        "member_tokens": list(MemberToken.objects.order_by("pk").values_list("pk", "revoked_at")),
     }
 
 

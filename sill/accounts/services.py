@@ -37,7 +37,7 @@ from sill.accounts.models import (
     Site,
 )
 from sill.accounts.signals import site_created
-from sill.errors import SillError
+from sill.errors import PermissionDenied, SillError
 
 logger = logging.getLogger(__name__)
 
@@ -294,6 +294,68 @@ def issue_member_token(*, membership: Membership, actor: Any) -> str:
                 "token_prefix": token[:12],
             },
         )
+    return token
+
+
+def revoke_member_token(*, token: MemberToken, actor: Any, system: bool = False) -> MemberToken:
+    """Revoke ``token`` now and write its signed ``member_change`` record (``revoke_token``,
+    its prefix); a token revoked already is answered as it is, nothing written.
+
+    ``actor`` is a user: the token's member themself, or an owner or admin of its site who may
+    manage that member (an admin does not revoke an owner's, as they do not change or remove
+    one); anyone else, a switched-off account and no user are refused 403 ``forbidden``
+    before anything is written. ``system=True`` with ``actor=None`` is the operator
+    (``manage.py members revoke-token``).
+
+    Under the member-change lock, the member's role re-read, and the token's row locked: a
+    refund that token asked for and that is being decided (``access.hold_member`` holds the
+    row ``FOR SHARE``) is decided first, and this revocation answers once it is, so nothing
+    the token asks for afterwards goes through.
+    """
+    if system and actor is not None:
+        raise ValueError("system=True is the operator's call: pass actor=None")
+    with transaction.atomic():
+        try:
+            token = MemberToken.objects.select_related("membership__user", "membership__site").get(
+                pk=token.pk
+            )
+        except MemberToken.DoesNotExist:
+            # Gone with its member (a removal deletes the member's tokens).
+            raise SillError("That token no longer exists.", code="not_found") from None
+        membership = token.membership
+        if system:
+            lock_for_member_change(membership)
+        else:
+            acting = require_member(actor, membership.site_id, Cap.OWN_ACCOUNT)
+            lock_for_member_change(membership, acting)
+            if acting.pk != membership.pk and not may_grant(acting.role, membership.role):
+                raise PermissionDenied(
+                    "Only an owner can revoke an owner's token."
+                    if acting.role == Role.ADMIN
+                    else "Only owners and admins revoke another member's tokens."
+                )
+        token = MemberToken.objects.select_for_update().get(pk=token.pk)
+        token.membership = membership
+        if token.revoked_at is not None:
+            return token
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        _record_member_change(
+            membership=membership,
+            actor=actor,
+            body={
+                "action": "revoke_token",
+                "member": membership.user.get_username(),
+                "token_prefix": token.prefix,
+            },
+        )
+    logger.info(
+        "member token %s… of %s revoked on site %s by %s",
+        token.prefix,
+        membership.user.get_username(),
+        membership.site_id,
+        _who(actor),
+    )
     return token
 
 

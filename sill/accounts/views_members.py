@@ -7,6 +7,9 @@ with a 303 back to the page (success) or the whole page with 422 (refusal).
 Nobody is added directly from this page: the form sends an invitation by email
 (:mod:`sill.accounts.invites`), listed as pending until it is accepted, with Resend and
 Revoke. No page prints a shell command: an address is data, never part of a command line.
+
+Each member's API tokens (``manage.py members token``) are listed under them by prefix, with
+Revoke where the acting user may revoke them (:func:`services.revoke_member_token`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from django.views.decorators.http import require_POST, require_safe
 from sill.accounts import invites, services, two_factor
 from sill.accounts.access import Cap, site_view
 from sill.accounts.member_forms import ROLE_HELP, AddMemberForm, ChangeMemberForm
-from sill.accounts.models import MemberInvite, Membership, Role, Site
+from sill.accounts.models import MemberInvite, Membership, MemberToken, Role, Site
 from sill.errors import SillError
 from sill.http import SiteRequest
 
@@ -95,6 +98,10 @@ class MemberRow:
     # The account has no password yet (added by an operator without one): they set one with
     # "Forgot password?" on the login page.
     needs_password: bool
+    # Their API tokens, newest first, revoked ones too; and whether the acting user may revoke
+    # them (their own, or a member whose role they manage: no admin revokes an owner's).
+    tokens: list[MemberToken]
+    may_revoke_tokens: bool
 
     @property
     def email(self) -> str:
@@ -126,6 +133,9 @@ def _member_rows(site: Site, actor: Membership) -> list[MemberRow]:
     )
     owners = sum(1 for m in memberships if m.role == Role.OWNER)
     actor_roles = _roles_for(actor)
+    tokens: dict[int, list[MemberToken]] = {}
+    for token in MemberToken.objects.filter(membership__site=site).order_by("-created_at", "-pk"):
+        tokens.setdefault(token.membership_id, []).append(token)
     rows = []
     for m in memberships:
         if m.pk == actor.pk:
@@ -143,6 +153,8 @@ def _member_rows(site: Site, actor: Membership) -> list[MemberRow]:
                 locked_because=locked,
                 roles=actor_roles,
                 needs_password=not m.user.has_usable_password(),
+                tokens=tokens.get(m.pk, []),
+                may_revoke_tokens=m.pk == actor.pk or services.may_grant(actor.role, m.role),
             )
         )
     return rows
@@ -332,12 +344,37 @@ def member_remove(request: SiteRequest, membership_id: int) -> HttpResponse:
     return _done(request, f"Removed {email} from {ctx.site.name}.")
 
 
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def member_token_revoke(request: SiteRequest, token_id: int) -> HttpResponse:
+    # Scoped to the current site: another site's token id is a 404.
+    token = get_object_or_404(
+        MemberToken.objects.select_related("membership__user"),
+        pk=token_id,
+        membership__site=request.site_ctx.site,
+    )
+    already = token.revoked_at is not None
+    try:
+        services.revoke_member_token(token=token, actor=request.user)
+    except SillError as error:
+        return _members_page(request, error=error.message, status=422)
+    whose = f"{token.membership.user.get_username()}'s API token {token.prefix}…"
+    if already:
+        return _done(request, f"{whose} was already revoked.")
+    return _done(request, f"{whose} was revoked; it no longer works.")
+
+
 urlpatterns: list[Any] = [
     path("settings/", settings_index, name="index"),
     path("settings/members/", members, name="members"),
     path("settings/members/add/", member_add, name="member-add"),
     path("settings/members/<int:membership_id>/change/", member_change, name="member-change"),
     path("settings/members/<int:membership_id>/remove/", member_remove, name="member-remove"),
+    path(
+        "settings/members/tokens/<int:token_id>/revoke/",
+        member_token_revoke,
+        name="member-token-revoke",
+    ),
     path("settings/members/invites/<int:invite_id>/resend/", invite_resend, name="invite-resend"),
     path("settings/members/invites/<int:invite_id>/revoke/", invite_revoke, name="invite-revoke"),
 ]

@@ -26,7 +26,12 @@ from refunds.review.slack_link_checks import _record_token
 from refunds.review.slack_setup import save_slack_settings
 from sill.accounts import two_factor
 from sill.accounts.models import Membership, MemberToken, Role, Site
-from sill.accounts.services import change_member_role, issue_member_token, remove_member
+from sill.accounts.services import (
+    change_member_role,
+    issue_member_token,
+    remove_member,
+    revoke_member_token,
+)
 from sill.orders.models import Charge
 from tests.conftest import site_owner
 from tests.refunds.conftest import hold_refund
@@ -154,7 +159,10 @@ def test_a_token_revoked_or_its_member_removed_while_the_facts_are_read_refunds_
     token = issue_member_token(membership=staff, actor=None)
 
     def revoke() -> None:
-        MemberToken.objects.filter(membership=staff).update(revoked_at=timezone.now())
+        # The owner's Revoke on Settings → Members (the real service).
+        revoke_member_token(
+            token=MemberToken.objects.get(membership=staff), actor=_owner_of(staff).user
+        )
 
     stripe_facts.append(revoke if change == "revoked" else _removes(staff))
     answer = _api(order, leaf, token)

@@ -7,13 +7,21 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sill.accounts.models import Membership, Role, Site
-from sill.accounts.services import add_member_as_operator, issue_member_token
+from sill.accounts.models import Membership, MemberToken, Role, Site
+from sill.accounts.services import (
+    add_member_as_operator,
+    issue_member_token,
+    revoke_member_token,
+)
 from sill.errors import SillError
 
 
 class Command(BaseCommand):
-    help = "Manage site members: `members add --site S --email E --role R [--can-refund]`."
+    help = (
+        "Manage site members: `members add --site S --email E --role R [--can-refund]`, "
+        "`members token --site S --email E`, "
+        "`members revoke-token --site S --email E [--prefix P]`."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -26,17 +34,29 @@ class Command(BaseCommand):
         token = sub.add_parser("token", help="issue an API bearer token for a member (shown once)")
         token.add_argument("--site", required=True)
         token.add_argument("--email", required=True)
+        revoke = sub.add_parser(
+            "revoke-token",
+            help="revoke a member's API tokens: the one whose prefix is --prefix, else all of them",
+        )
+        revoke.add_argument("--site", required=True)
+        revoke.add_argument("--email", required=True)
+        revoke.add_argument(
+            "--prefix", help="the token's first 12 characters (sill_mt_…), as the page shows it"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         site = Site.objects.filter(pk=opts["site"]).first()
         if site is None:
             raise CommandError(f"no site {opts['site']}")
-        if opts["action"] == "token":
+        if opts["action"] in ("token", "revoke-token"):
             membership = Membership.objects.filter(
                 site=site, user__username=opts["email"].strip().lower()
             ).first()
             if membership is None:
                 raise CommandError(f"{opts['email']} is not a member of {site.id}")
+            if opts["action"] == "revoke-token":
+                self._revoke(membership, opts["prefix"])
+                return
             # Signed member_change record, actor: the operator.
             self.stdout.write(issue_member_token(membership=membership, actor=None))
             return
@@ -62,3 +82,27 @@ class Command(BaseCommand):
         except SillError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"{membership.user.username} is {membership.role} on {site.id}")
+
+    def _revoke(self, membership: Membership, prefix: str | None) -> None:
+        """Revoke the member's token whose prefix is ``prefix`` (every one of theirs when
+        None), each with its signed member_change record (actor: the operator)."""
+        tokens = MemberToken.objects.filter(membership=membership).order_by("created_at", "pk")
+        if prefix is not None:
+            # As the page and the records show it: its first 12 characters and an ellipsis.
+            tokens = tokens.filter(prefix=prefix.strip().rstrip("…").rstrip("."))
+        found = list(tokens)
+        if not found:
+            who = f"{membership.user.get_username()} on {membership.site_id}"
+            raise CommandError(
+                f"{who} has no API token {prefix}" if prefix else f"{who} has no API token"
+            )
+        for token in found:
+            already = token.revoked_at is not None
+            try:
+                token = revoke_member_token(token=token, actor=None, system=True)
+            except SillError as exc:
+                raise CommandError(exc.message) from exc
+            assert token.revoked_at is not None
+            when = token.revoked_at.isoformat(timespec="seconds")
+            said = f"revoked already ({when})" if already else "revoked"
+            self.stdout.write(f"{token.prefix}… {said}")
