@@ -31,6 +31,7 @@ from sill.accounts import two_factor
 from sill.accounts.access import Cap, can
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.accounts.models import Membership, MemberToken, Site
+from sill.api_fields import StrictBooleanField
 from sill.api_view import ApiView
 from sill.errors import NotFound, PermissionDenied, SillError
 from sill.money import Money
@@ -55,7 +56,7 @@ class FromTemplateInput(serializers.Serializer):
     packId = serializers.CharField(required=False, max_length=64)
     params = serializers.DictField(required=False, default=dict)
     mode = serializers.ChoiceField(choices=list(MODES), required=False, default="enforced")
-    dryRun = serializers.BooleanField(required=False, default=False)
+    dryRun = StrictBooleanField(required=False, default=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(self.initial_data) - set(self.fields))

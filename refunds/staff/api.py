@@ -45,6 +45,7 @@ from sill.accounts.access import Cap, can, site_context
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.accounts.models import MemberToken
 from sill.api import StrictJSONParser
+from sill.api_fields import StrictBooleanField
 from sill.api_view import ApiView
 from sill.errors import NotFound, PermissionDenied, SillError
 from sill.money import Money
@@ -79,7 +80,7 @@ class StaffRefundInput(serializers.Serializer[None]):  # input only: no instance
     percentage = DecimalTextField(
         required=False, help_text="Of the order total; up to 2 decimals; rounded half up."
     )
-    full = serializers.BooleanField(required=False, help_text="Everything left to refund.")
+    full = StrictBooleanField(required=False, help_text="Everything left to refund.")
     reasonId = serializers.CharField(max_length=20, help_text="An active leaf reason.")
     reason = serializers.CharField(
         required=False, allow_blank=True, max_length=1000, help_text="Free text, kept as a note."

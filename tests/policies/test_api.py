@@ -159,6 +159,10 @@ def test_a_dry_run_returns_the_preview_and_writes_nothing(members, site):
         ({"templateId": 7}, 400, "invalid_field", "templateId"),
         ({"templateId": "r07", "mode": "shadow"}, 400, "invalid_field", "mode"),
         ({"templateId": "r07", "dryRun": "maybe"}, 400, "invalid_field", "dryRun"),
+        # A JSON boolean only: DRF read "false" and 0 as false (and applied), "true" as true.
+        ({"templateId": "r07", "dryRun": "false"}, 400, "invalid_field", "dryRun"),
+        ({"templateId": "r07", "dryRun": 0}, 400, "invalid_field", "dryRun"),
+        ({"templateId": "r07", "dryRun": "true"}, 400, "invalid_field", "dryRun"),
         ({"templateId": "r07", "params": []}, 400, "invalid_field", "params"),
         ({"templateId": "r07", "params": {"x": 1}}, 400, "invalid_field", "params.x"),
         ({"templateId": "conservative", "params": {"holdOverUsd": "1.234"}}, 400,

@@ -281,3 +281,18 @@ def test_a_chunked_body_without_a_length_is_411_and_never_read(nothing_moved, cl
     assert response.status_code == 411
     assert response.json()["error"]["code"] == "length_required"
     assert nothing_moved()
+
+
+# --- types -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["true", "True", "1", 1, "yes", "on", "false", "0", 0, "", None])
+def test_full_is_a_json_boolean_only(nothing_moved, send, leaf, value):
+    """``"full": "true"`` (or ``1``, ``"yes"``, ``"on"``) refunded the whole order, and
+    ``"full": "false"`` or ``0`` was read as false: DRF's BooleanField reads any of those. A
+    client sending the wrong type is told so, and nothing moves."""
+    error = _error(send(json.dumps({"full": value, "reasonId": str(leaf.pk)})))
+
+    assert (error["code"], error["field"]) == ("invalid_field", "full")
+    assert "true or false" in error["message"]
+    assert nothing_moved()
