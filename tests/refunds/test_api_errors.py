@@ -271,6 +271,57 @@ def test_an_accept_header_the_api_cannot_answer_is_406_not_acceptable_and_writes
     assert MockLedgerEntry.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("accept", "status"),
+    [
+        ("application/json;q=0", 406),
+        ("application/json; q=0.000", 406),
+        ("*/*;q=0", 406),
+        ("application/*;q=0", 406),
+        # The most specific range says (RFC 9110 section 12.5.1): JSON is refused even though
+        # anything else is welcome.
+        ("application/json;q=0, */*", 406),
+        ("text/html, application/json;q=0", 406),
+        ("application/json;q=0.001", 200),
+        ("*/*;q=0, application/json", 200),
+        ("application/json;q=0.5, text/html", 200),
+        ("application/json;q=nonsense", 200),  # a weight that is no weight weighs nothing
+    ],
+)
+def test_an_accept_header_that_refuses_json_with_q_0_is_406_and_writes_nothing(
+    sign, original, agent, accept, status
+):
+    """``q=0`` is "not acceptable" (RFC 9110 section 12.4.2): ``Accept: application/json;q=0``
+    was answered with JSON, as if the weight were not there."""
+    from sill.accounts.services import issue_agent_token
+
+    before = (Mandate.objects.count(), Refund.objects.count(), AuditRecord.objects.count())
+    token = issue_agent_token(
+        agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
+    read = Client().get(
+        "/api/v1/agent", headers={"Authorization": f"Bearer {token}", "Accept": accept}
+    )
+    assert read.status_code == status, read.content
+    assert read["Content-Type"].startswith("application/json")
+    if status == 406:
+        assert read.json()["error"]["code"] == "not_acceptable"
+        response = Client().post(
+            "/api/v1/mandates",
+            data=sign(refund_intent(ORIGINAL)),
+            content_type="application/json",
+            headers={"Accept": accept},
+        )
+        assert response.status_code == 406, response.content
+        assert response.json()["error"]["code"] == "not_acceptable"
+        assert (
+            Mandate.objects.count(),
+            Refund.objects.count(),
+            AuditRecord.objects.count() - 1,  # the token's issue_token record
+        ) == before
+        assert MockLedgerEntry.objects.count() == 0
+
+
 @pytest.mark.parametrize("fmt", ["xml", "api", "html", "yaml"])
 def test_a_format_parameter_the_api_cannot_answer_is_406_not_acceptable_and_writes_nothing(
     sign, original, agent, fmt
