@@ -437,9 +437,17 @@ def _iso(when: datetime) -> str:
         # No zone: not a moment in time.
         ("HTTP_PAYPAL_TRANSMISSION_TIME", "2026-01-02T10:00:00"),
         # Older than PayPal's three days of retries.
-        ("HTTP_PAYPAL_TRANSMISSION_TIME", _iso(datetime.now(UTC) - timedelta(days=5))),
+        pytest.param(
+            "HTTP_PAYPAL_TRANSMISSION_TIME",
+            _iso(datetime.now(UTC) - timedelta(days=5)),
+            id="HTTP_PAYPAL_TRANSMISSION_TIME-five-days-ago",  # a test id the same in every process
+        ),
         # Ahead of our clock by more than any skew.
-        ("HTTP_PAYPAL_TRANSMISSION_TIME", _iso(datetime.now(UTC) + timedelta(hours=1))),
+        pytest.param(
+            "HTTP_PAYPAL_TRANSMISSION_TIME",
+            _iso(datetime.now(UTC) + timedelta(hours=1)),
+            id="HTTP_PAYPAL_TRANSMISSION_TIME-an-hour-ahead",
+        ),
         ("HTTP_PAYPAL_TRANSMISSION_SIG", "not base64 at all!"),
         ("HTTP_PAYPAL_TRANSMISSION_SIG", "QUJD="),  # bad padding
         ("HTTP_PAYPAL_TRANSMISSION_SIG", "QUJD" * 200),  # longer than PayPal's 500
