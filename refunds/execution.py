@@ -44,7 +44,7 @@ from django.utils import timezone
 
 from audit.services import append_record
 from refunds.credit_rail import credit_request, creditor_for
-from refunds.models import Refund, RefundStatus
+from refunds.models import Mandate, Refund, RefundStatus
 from refunds.quote import RefundRefused, quote_refund
 from refunds.services import (
     LeaseLost,
@@ -54,7 +54,7 @@ from refunds.services import (
     refund_body,
     settle_refund,
 )
-from sill.accounts.models import Agent
+from sill.accounts.models import Agent, AgentKey
 from sill.failpoints import failpoint
 from sill.leases import lease_kept
 from sill.rails.base import (
@@ -218,8 +218,8 @@ class _RailCalls:
     rail: Callable[[], Any]
     find: Callable[[Any], RefundResult | None]
     call: Callable[[Any], RefundResult]
-    # Refused before the call (a dispute opened since the decision, its agent deactivated
-    # since its policy approved it): code and message.
+    # Refused before the call (a dispute opened since the decision, its agent deactivated or
+    # its key revoked since its policy approved it): code and message.
     refusal: Callable[[], RefundRefused | None]
 
 
@@ -245,6 +245,40 @@ def agent_deactivated_refusal(refund: Refund) -> RefundRefused | None:
     )
 
 
+def key_revoked_refusal(refund: Refund) -> RefundRefused | None:
+    """``key_revoked`` for an agent's refund or credit that no person decided (its policy
+    approved it) when the key that signed its mandate has been revoked since: a revoked key is
+    one the merchant no longer trusts, and nothing it signed leaves without a person's
+    decision. One a person approved is theirs to send (the held pages said the key was
+    revoked)."""
+    if refund.agent_id is None or refund.decided_by_id is not None or refund.mandate_id is None:
+        return None
+    revoked = (
+        AgentKey.objects.filter(
+            agent_id=refund.agent_id,
+            key_id=Mandate.objects.filter(pk=refund.mandate_id).values("key_id")[:1],
+            revoked_at__isnull=False,
+        )
+        .select_related("agent")
+        .only("key_id", "agent__agent_id")
+        .first()
+    )
+    if revoked is None:
+        return None
+    what = "credit" if refund.is_credit else "refund"
+    return RefundRefused(
+        f"The key {revoked.key_id} of {revoked.agent.agent_id} was revoked before this {what} "
+        f"was sent: nothing was sent. Make a new {what} from Sill if it is still owed.",
+        code="key_revoked",
+    )
+
+
+def _agent_refusal(refund: Refund) -> RefundRefused | None:
+    """An agent's refund or credit no person decided that its agent or key no longer
+    vouches for: the agent deactivated, or the key that signed it revoked, since."""
+    return agent_deactivated_refusal(refund) or key_revoked_refusal(refund)
+
+
 def _rail_calls(refund: Refund) -> _RailCalls:
     if refund.is_credit:
         credit = credit_request(refund)
@@ -252,14 +286,14 @@ def _rail_calls(refund: Refund) -> _RailCalls:
             rail=lambda: creditor_for(refund.site_id),
             find=lambda rail: rail.find_credit(credit),
             call=lambda rail: rail.credit_customer(credit),
-            # A credit draws on no charge: only its agent's switch may refuse it now.
-            refusal=lambda: agent_deactivated_refusal(refund),
+            # A credit draws on no charge: only its agent's switch and key may refuse it now.
+            refusal=lambda: _agent_refusal(refund),
         )
     request = refund_request(refund)
 
     def refusal() -> RefundRefused | None:
-        if (switched_off := agent_deactivated_refusal(refund)) is not None:
-            return switched_off
+        if (withdrawn := _agent_refusal(refund)) is not None:
+            return withdrawn
         try:
             # A dispute opened after the decision: the bank is already moving this money.
             quote_refund(order=refund.order, charge=refund.charge, refund=refund)

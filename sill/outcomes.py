@@ -29,6 +29,8 @@ OUTCOME_LABELS: dict[str, str] = {
     "method_not_allowed": "This agent may not ask for refunds",
     # Its policy approved it, and the agent was switched off before the worker sent it.
     "agent_deactivated": "The agent was deactivated before it was sent",
+    # Its policy approved it, and the key that signed it was revoked before the worker sent it.
+    "key_revoked": "The agent's key was revoked before it was sent",
     "agent_cap_exceeded": "Over the agent's refund cap",
     "rail_declined": "Declined by the rail",
     "rail_unavailable": "The rail was unavailable",

@@ -38,7 +38,8 @@ _REASON = (
     "was declined: `failed` with `charge_failed`. A refund the rail failed: `failed` or "
     "`needs_attention` with the rail's code (`rail_declined`, `rail_unavailable`, "
     "`rail_timeout`, …); one its rules approved whose agent was deactivated before it was "
-    "sent: `failed` with `agent_deactivated` (nothing was sent)."
+    "sent: `failed` with `agent_deactivated` (nothing was sent), or with `key_revoked` when "
+    "the key that signed it was revoked before it was sent."
 )
 _RESULT = inline_serializer(
     "MandateResult",

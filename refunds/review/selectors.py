@@ -10,7 +10,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404, QueryDict
 from django.utils import timezone
 
@@ -33,7 +33,7 @@ from refunds.labels import (
 from refunds.models import Refund, RefundOrigin, RefundStatus
 from refunds.review.decisions import deadline
 from refunds.review.facts_words import RawFact, fact_phrases, raw_facts
-from sill.accounts.models import Site
+from sill.accounts.models import AgentKey, Site
 from sill.money import Money, MoneyError, exponent, format_money
 from sill.orders.models import Charge, Order
 from sill.rails.base import RailName
@@ -103,8 +103,10 @@ def _decimal(text: str) -> Decimal | None:
 def held_refunds_for(site: Site, filters: HeldFilters | None = None) -> QuerySet[Refund]:
     """The site's held refunds, oldest first (the one that expires soonest on top)."""
     filters = filters or HeldFilters()
-    qs = Refund.objects.filter(site=site, status=RefundStatus.HELD).select_related(
-        "order", "agent", "requested_by", "customer"
+    qs = with_key_standing(
+        Refund.objects.filter(site=site, status=RefundStatus.HELD).select_related(
+            "order", "agent", "requested_by", "customer"
+        )
     )
     if filters.reason:
         qs = qs.filter(Q(reason_code=filters.reason) | Q(reason_label=filters.reason))
@@ -115,6 +117,20 @@ def held_refunds_for(site: Site, filters: HeldFilters | None = None) -> QuerySet
     if filters.amount_min is not None or filters.amount_max is not None:
         qs = qs.filter(_amount_between(site, filters.amount_min, filters.amount_max))
     return qs.order_by("created_at", "id")
+
+
+def with_key_standing(refunds: QuerySet[Refund]) -> QuerySet[Refund]:
+    """``refunds``, each with ``key_revoked``: whether the key that signed its mandate (an
+    agent's) has been revoked since, which the held pages say beside the agent."""
+    return refunds.annotate(
+        key_revoked=Exists(
+            AgentKey.objects.filter(
+                agent_id=OuterRef("agent_id"),
+                key_id=OuterRef("mandate__key_id"),
+                revoked_at__isnull=False,
+            )
+        )
+    )
 
 
 def _amount_between(site: Site, low: Decimal | None, high: Decimal | None) -> Q:
@@ -209,6 +225,8 @@ class HeldRow:
     confirm: str = ""  # the sentence shown before approving moves money
     # Processing or needing attention: the row and the panel poll until it settles.
     in_flight: bool = False
+    # An agent's: the key that signed its mandate was revoked since (with_key_standing).
+    key_revoked: bool = False
 
     @property
     def noun(self) -> str:
@@ -257,6 +275,7 @@ def held_row(refund: Refund) -> HeldRow:
         buyer=buyer,
         confirm=confirm,
         in_flight=refund.status in IN_FLIGHT,
+        key_revoked=bool(getattr(refund, "key_revoked", False)),
     )
 
 
@@ -302,7 +321,7 @@ def holding_rules(refund: Refund) -> list[dict[str, Any]]:
 def held_refund_for(site: Site, refund_id: str) -> Refund:
     """A refund of ``site`` that was held for review (now or before); else 404."""
     refund = (
-        Refund.objects.filter(site=site, pk=refund_id, expires_at__isnull=False)
+        with_key_standing(Refund.objects.filter(site=site, pk=refund_id, expires_at__isnull=False))
         .select_related("site", "order", "order__customer", "charge", "agent", "requested_by")
         .select_related("decided_by", "mandate", "customer")
         .first()

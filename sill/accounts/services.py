@@ -650,7 +650,11 @@ def register_agent_key(
 
 
 def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
-    """Revoke ``key`` now and write its ``key_change`` record; revoking twice changes nothing."""
+    """Revoke ``key`` now and write its ``key_change`` record; revoking twice changes nothing.
+
+    Mandates signed with it are refused from then on, and the refunds and credits its
+    policy approved under it that are not sent yet are not sent
+    (``refunds.execution.key_revoked_refusal``); its held ones wait for a person."""
     require_member(actor, key.agent.site_id, Cap.MANAGE_SETTINGS)
     with transaction.atomic():
         key = AgentKey.objects.select_for_update().select_related("agent__site").get(pk=key.pk)

@@ -198,7 +198,8 @@ def agent_key_revoke(request: SiteRequest, key_pk: int) -> HttpResponse:
     services.revoke_agent_key(key=key, actor=request.user)
     return _back(
         request,
-        f"Revoked key {key.key_id} of {key.agent.agent_id}: mandates signed with it are refused.",
+        f"Revoked key {key.key_id} of {key.agent.agent_id}: mandates signed with it are refused, "
+        "and refunds approved under it that are not sent yet will not be sent.",
     )
 
 
