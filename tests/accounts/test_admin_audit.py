@@ -166,7 +166,7 @@ def test_adding_a_key_for_a_new_agent_records_the_agent_and_the_key(client_for, 
 
 def test_the_agents_command_records_the_operator(site):
     run("agents", "add-key", "--site", site.pk, "--agent", "agent_cli", "--key-id", "k1",
-        "--public-key", PUBLIC)  # fmt: skip
+        "--new-agent", "--public-key", PUBLIC)  # fmt: skip
     [agent], [key] = bodies(site, "agent_change"), bodies(site, "key_change")
     assert (agent["actor"], agent["actor_name"]) == (None, OPERATOR)
     assert (key["actor"], key["actor_name"]) == (None, OPERATOR)

@@ -43,7 +43,8 @@ def test_it_refuses_an_unknown_site_or_role(site):
 def test_it_adds_an_agent_key_and_refuses_a_different_key_under_the_same_id(site):
     public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
     out = _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
-               "--public-key", public, "--valid-from", "2026-01-01T00:00:00Z")  # fmt: skip
+               "--new-agent", "--public-key", public,
+               "--valid-from", "2026-01-01T00:00:00Z")  # fmt: skip
     assert "valid from 2026-01-01" in out
     key = AgentKey.objects.get(key_id="k1")
     assert key.valid_from == datetime(2026, 1, 1, tzinfo=UTC)
@@ -58,6 +59,32 @@ def test_it_adds_an_agent_key_and_refuses_a_different_key_under_the_same_id(site
     with pytest.raises(CommandError):
         _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k2",
              "--public-key", "c2hvcnQ")  # fmt: skip
+
+
+def test_adding_a_key_for_an_agent_that_does_not_exist_is_refused_and_writes_nothing(site, agent):
+    # An operator's typo in --agent created a second agent holding the new key, with its own
+    # signed records, instead of saying there is no such agent.
+    from audit.models import AuditRecord
+    from sill.accounts.models import Agent
+
+    public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
+    records = AuditRecord.objects.filter(site=site).count()
+    with pytest.raises(CommandError) as refused:
+        _run("agents", "add-key", "--site", site.id, "--agent", "agent_test_shoper",
+             "--key-id", "k1", "--public-key", public)  # fmt: skip
+    assert str(refused.value) == (
+        f"no agent agent_test_shoper on {site.id} (its agents: agent_test_shopper); "
+        "to create it with this key, add --new-agent"
+    )
+    assert list(Agent.objects.filter(site=site).values_list("agent_id", flat=True)) == [
+        "agent_test_shopper"
+    ]
+    assert not AgentKey.objects.filter(key_id="k1").exists()
+    assert AuditRecord.objects.filter(site=site).count() == records
+
+    _run("agents", "add-key", "--site", site.id, "--agent", agent.agent_id, "--key-id", "k1",
+         "--public-key", public)  # fmt: skip
+    assert AgentKey.objects.get(key_id="k1").agent == agent
 
 
 def test_it_issues_a_token_shown_once_and_stored_hashed(site, agent):
@@ -167,7 +194,7 @@ def test_it_refuses_an_unreadable_validity_time_without_a_trace(site, option, va
     public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
     with pytest.raises(CommandError, match=words):
         _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
-             "--public-key", public, option, value)  # fmt: skip
+             "--new-agent", "--public-key", public, option, value)  # fmt: skip
     assert not AgentKey.objects.filter(key_id="k1").exists()
 
 
@@ -179,7 +206,7 @@ def test_it_refuses_a_key_that_ends_before_it_starts_and_writes_nothing(site):
     public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
     with pytest.raises(CommandError, match="--valid-until must be after --valid-from"):
         _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
-             "--public-key", public, "--valid-from", "2026-03-01T00:00:00Z",
+             "--new-agent", "--public-key", public, "--valid-from", "2026-03-01T00:00:00Z",
              "--valid-until", "2026-02-01T00:00:00Z")  # fmt: skip
     assert not Agent.objects.filter(site=site, agent_id="agent_new").exists()
     assert not AuditRecord.objects.filter(site=site).exists()
@@ -189,7 +216,7 @@ def test_adding_a_key_again_says_when_the_stored_one_starts(site):
     # The second run printed "valid from <now>", a time the stored key does not have.
     public = b64url_encode(bytes(SigningKey(bytes(32)).verify_key))
     _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
-         "--public-key", public, "--valid-from", "2026-01-01T00:00:00Z")  # fmt: skip
+         "--new-agent", "--public-key", public, "--valid-from", "2026-01-01T00:00:00Z")  # fmt: skip
     out = _run("agents", "add-key", "--site", site.id, "--agent", "agent_new", "--key-id", "k1",
                "--public-key", public)  # fmt: skip
     assert "already registered" in out and "valid from 2026-01-01T00:00:00Z" in out

@@ -31,6 +31,11 @@ class Command(BaseCommand):
         add.add_argument("--public-key", required=True, help="32 bytes, base64url")
         add.add_argument("--valid-from", help="ISO 8601; default now")
         add.add_argument("--valid-until", help="ISO 8601; default none")
+        add.add_argument(
+            "--new-agent",
+            action="store_true",
+            help="create the agent if the site has none by that id (else it is refused)",
+        )
         token = sub.add_parser("token", help="issue a bearer token for GET /api/v1/refunds/…")
         token.add_argument("--site", required=True)
         token.add_argument("--agent", required=True)
@@ -64,6 +69,8 @@ class Command(BaseCommand):
         valid_until = _when(opts["valid_until"], "--valid-until")
         if valid_until is not None and valid_until <= valid_from:
             raise CommandError("--valid-until must be after --valid-from (default: now)")
+        if not opts["new_agent"]:
+            _check_agent_exists(site, opts["agent"])
         existed = AgentKey.objects.filter(
             agent__site=site, agent__agent_id=opts["agent"], key_id=opts["key_id"]
         ).exists()
@@ -135,6 +142,27 @@ class Command(BaseCommand):
         }
         document = sign_mandate(signed, signing_key, key["key_id"])
         self.stdout.write(canonical_json(document).decode("utf-8"))
+
+
+# How many of a site's agents an unknown --agent's refusal names.
+_AGENTS_NAMED = 20
+
+
+def _check_agent_exists(site: Site, agent_id: str) -> None:
+    """Refuse ``agent_id`` when ``site`` has no such agent: a typo must not create a second
+    agent holding the key (and signing mandates) beside the one the operator meant."""
+    if Agent.objects.filter(site=site, agent_id=agent_id).exists():
+        return
+    ids = list(
+        Agent.objects.filter(site=site)
+        .order_by("agent_id")
+        .values_list("agent_id", flat=True)[: _AGENTS_NAMED + 1]
+    )
+    known = ", ".join(ids[:_AGENTS_NAMED]) + (", …" if len(ids) > _AGENTS_NAMED else "")
+    raise CommandError(
+        f"no agent {agent_id} on {site.id} ({f'its agents: {known}' if ids else 'it has none'}); "
+        "to create it with this key, add --new-agent"
+    )
 
 
 def _when(text: str | None, option: str) -> datetime | None:
