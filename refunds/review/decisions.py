@@ -212,13 +212,19 @@ def reject_refund(
 
     The requester may reject (withdraw) their own request, if their role decides held refunds.
     Raises ``forbidden`` (403) unless ``actor`` is a member of the refund's site whose role
-    decides held refunds, :class:`AlreadyDecided` when it is no longer held, and
+    decides held refunds, checked again in the decision's transaction as an approval's is
+    (``access.hold_member``), :class:`AlreadyDecided` when it is no longer held, and
     :class:`DecisionRefused` (code ``expired``) — after recording the expiry — when its 24
     hours had already run out.
     """
     require_member(actor, refund.site_id, Cap.DECIDE_HELD)
     note = note.strip()[:NOTE_MAX_LENGTH]
     with transaction.atomic():
+        # Still allowed now, and until this commits: a rejection may wait for the refund's
+        # lock behind another decision, and an owner who removed or demoted the member
+        # meanwhile was told so (a later change waits for this one). The member's rows
+        # first, then the refund's: the lock order of an approval.
+        hold_member(actor, refund.site_id, Cap.DECIDE_HELD)
         locked = _lock_held(refund, actor=actor)
         # Judged once the refund is locked, as an approval is: a rejection that waited for
         # the lock past the 24 hours finds the refund expired.

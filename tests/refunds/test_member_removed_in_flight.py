@@ -12,15 +12,19 @@ decision's transaction (the agent side's trick: tests/refunds/test_switched_off_
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.models import IdempotencyRecord, Refund, RefundStatus
+from refunds.review.decisions import reject_refund
 from refunds.review.slack import APPROVE, TOKEN_REFUSED, Click, decide_click
 from refunds.review.slack_link_checks import _record_token
 from refunds.review.slack_setup import save_slack_settings
@@ -316,3 +320,75 @@ def test_a_site_setting_changed_while_the_facts_are_read_approves_nothing(
     told = _told_privately()
     assert ("second factor" in told) if change == "two_factor_required" else told == TOKEN_REFUSED
     _still_held(held)
+
+
+def _waiting(raw: Any) -> int:
+    """How many other connections wait for a lock."""
+    return raw.execute(
+        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+    ).fetchone()[0]
+
+
+def _until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for a lock wait"
+        time.sleep(0.01)
+
+
+def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(work())
+        except Exception as exc:  # looked at by the test
+            out.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+# Before: a rejection checked its member only before its transaction. Queued behind another
+# decision of the refund, it went on after the owner had removed or demoted the member (and
+# been told so): the member_change record came first, the member's rejection after it.
+@pytest.mark.parametrize("change", ["removed", "demoted"])
+def test_a_rejecter_removed_or_demoted_while_the_rejection_waits_is_confirmed_after_it(
+    make_order, agent, members, change
+):
+    held = hold_refund(order=make_order(), agent=agent)
+    admin = members["admin"]
+    owner_does = _removes(admin) if change == "removed" else _demotes(admin, Role.REVIEWER)
+    raw = connection.get_new_connection(connection.get_connection_params())
+    raw.autocommit = True
+    try:
+        # Another decision of the refund holds its row: the rejection queues behind it.
+        raw.execute("BEGIN")
+        raw.execute("SELECT 1 FROM refunds_refund WHERE id = %s FOR UPDATE", [held.pk])
+        rejecting, rejected = _in_thread(
+            lambda: reject_refund(refund=Refund.objects.get(pk=held.pk), actor=admin.user)
+        )
+        _until(lambda: _waiting(raw) >= 1)
+        changing, changed = _in_thread(owner_does)
+        # The owner's change waits for the rejection, or (before) commits at once.
+        _until(lambda: bool(changed) or _waiting(raw) >= 2)
+        raw.execute("COMMIT")
+        rejecting.join(timeout=30)
+        changing.join(timeout=30)
+    finally:
+        raw.close()
+
+    assert changed == [None], changed
+    kinds = list(
+        AuditRecord.objects.filter(kind__in=("escalated_rejected", "member_change"))
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )
+    # The rejection holds the member's rows from its start: the owner's change waited for it,
+    # and was confirmed once the rejection was made.
+    held.refresh_from_db()
+    assert (held.status, held.decided_by_id) == (RefundStatus.REJECTED, admin.user_id), rejected
+    assert kinds == ["escalated_rejected", "member_change"]
