@@ -120,3 +120,71 @@ def run_while_a_writer_holds_then_appends(
         raw.close()
     (result,) = outcome
     return result
+
+
+def run_while_an_append_commits(*, site_id: str, run: Callable[[], object]) -> object:
+    """``run()`` in a thread while another connection does what every append to the site's
+    audit chain does: it holds the chain head, waits until ``run`` waits for a lock, then
+    commits, and its commit checks its deferred foreign keys to the site (Django's are
+    ``DEFERRABLE INITIALLY DEFERRED``): ``FOR KEY SHARE`` of the site's row, taken only then,
+    while the head is still held. A ``run`` that locked the site's row ``FOR UPDATE`` (a
+    ``select_for_update()`` joining the site without ``of=``) before asking for the head
+    deadlocks with it; ``FOR NO KEY UPDATE`` lets ``KEY SHARE`` by. ``run``'s connection detects the deadlock (in 0.1 s rather than the
+    server's second). Returns what ``run`` returned, or the exception it raised (PostgreSQL
+    only)."""
+    import contextlib
+    import time
+
+    import psycopg
+
+    raw = connection.get_new_connection(connection.get_connection_params())
+    raw.autocommit = True
+    outcome: list[object] = []
+
+    def target() -> None:
+        try:
+            with (
+                contextlib.suppress(psycopg.errors.InsufficientPrivilege),
+                connection.cursor() as cursor,
+            ):
+                cursor.execute("SET deadlock_timeout = '100ms'")
+            outcome.append(run())
+        except Exception as exc:  # returned to the caller
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    def someone_waits() -> bool:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if raw.execute(
+                "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+            ).fetchone():
+                return True
+            time.sleep(0.01)
+        return False
+
+    try:
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+            raw.execute("SET deadlock_timeout = '30s'")  # the run is the one that detects it
+        raw.execute("BEGIN")
+        head = raw.execute(
+            "SELECT 1 FROM audit_auditchainhead WHERE site_id = %s FOR UPDATE", [site_id]
+        ).fetchone()
+        assert head is not None, "the site has no audit chain yet: append to it first"
+        # A row that names the site, as an audit record does: its foreign key is checked at
+        # COMMIT.
+        raw.execute(
+            "INSERT INTO accounts_agent (site_id, agent_id, name, active, created_at) "
+            "VALUES (%s, 'agent_appending_elsewhere', 'probe', false, now())",
+            [site_id],
+        )
+        running = threading.Thread(target=target)
+        running.start()
+        assert someone_waits()
+        raw.execute("COMMIT")
+        running.join(timeout=60)
+    finally:
+        raw.close()
+    (result,) = outcome
+    return result

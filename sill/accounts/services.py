@@ -657,7 +657,14 @@ def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
     (``refunds.execution.key_revoked_refusal``); its held ones wait for a person."""
     require_member(actor, key.agent.site_id, Cap.MANAGE_SETTINGS)
     with transaction.atomic():
-        key = AgentKey.objects.select_for_update().select_related("agent__site").get(pk=key.pk)
+        # The key's row alone: a lock joined to the site's row FOR UPDATE, held until this
+        # appends, deadlocks with any append of the site committing meanwhile (its foreign
+        # keys' check share-locks that row while it holds the chain head).
+        key = (
+            AgentKey.objects.select_for_update(of=("self",))
+            .select_related("agent__site")
+            .get(pk=key.pk)
+        )
         if key.revoked_at is not None:
             return key
         key.revoked_at = timezone.now()
