@@ -93,7 +93,10 @@ def locked_for_update(charge_id: str, token: str) -> tuple[Order, Charge, bool]:
     """The order and its charge under row locks (order first, as refunds lock them), and
     whether ``token`` still holds the pending charge's lease. Call inside ``atomic()``."""
     order_id = Charge.objects.filter(pk=charge_id).values_list("order_id", flat=True).get()
-    order = Order.objects.select_for_update().select_related("site").get(pk=order_id)
+    # The order's row alone (``of``): joined, the site's row would be locked FOR UPDATE until
+    # the outcome appends, and any append of the site committing meanwhile (its foreign keys'
+    # check share-locks that row while it holds the chain head) deadlocks with it.
+    order = Order.objects.select_for_update(of=("self",)).select_related("site").get(pk=order_id)
     charge = Charge.objects.select_for_update().get(pk=charge_id)
     holds = (
         charge.lease_token == token

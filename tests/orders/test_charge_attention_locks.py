@@ -13,7 +13,7 @@ import pytest
 from sill.orders.charge_attention import resolve_charge_attention
 from sill.orders.models import Charge, Order
 from tests.orders.in_doubt import charge_in_doubt
-from tests.threads import run_while_a_writer_holds_then_appends
+from tests.threads import run_while_a_writer_holds_then_appends, run_while_an_append_commits
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -36,3 +36,49 @@ def test_recording_a_charge_never_deadlocks_with_a_writer_of_the_same_order(
     assert isinstance(resolved, Charge), resolved
     assert resolved.status == "succeeded"
     assert Order.objects.get(pk=in_doubt.order_id).status == "PAID"
+
+
+# Every append to the site's chain holds the head until it commits, and its commit checks its
+# foreign keys to the site (FOR KEY SHARE of the site's row). The charge's outcome locked the
+# site's row FOR UPDATE with the order (a select_for_update() joining the site), then appended:
+# a refund decided or a member changed on the same site at that moment deadlocked with it
+# (the worker's settlement of an agent's purchase, or the owner's record of a charge in doubt).
+@pytest.mark.parametrize("outcome", ["worker_charges", "owner_records"])
+def test_a_charge_outcome_never_deadlocks_with_an_append_of_the_site(
+    make_order, agent, members, site, outcome
+):
+    from django.db import transaction
+
+    from audit.services import append_record
+    from sill.orders.charging import charge_order
+    from sill.rails.registry import ensure_mock_rail
+
+    with transaction.atomic():  # the site's chain exists, as on any site in use
+        append_record(site=site, kind="settings_change", body={"change": "test"})
+    if outcome == "owner_records":
+        in_doubt = charge_in_doubt(
+            make_order(status="PENDING", charged=False, placed_by_agent=agent)
+        )
+
+        def run() -> object:
+            return resolve_charge_attention(
+                charge=in_doubt,
+                actor=members["owner"].user,
+                outcome="charged",
+                provider_charge_id="mock_ch_seen",
+            )
+    else:
+        order = make_order(status="PENDING", charged=False, placed_by_agent=agent)
+        ensure_mock_rail(site)
+        Charge.objects.create(
+            order=order, rail="mock", amount_minor=order.total_minor, currency=order.currency,
+            payment_method="pm_card_visa",
+        )  # fmt: skip
+
+        def run() -> object:
+            return charge_order(order_id=order.pk)
+
+    done = run_while_an_append_commits(site_id=site.pk, run=run)
+
+    assert not isinstance(done, Exception), done
+    assert Charge.objects.get(order__site=site, order__placed_by_agent=agent).status == "succeeded"
