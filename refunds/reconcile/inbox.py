@@ -376,8 +376,11 @@ def resolve_item(
             f"Keep the note under {NOTE_MAX_LENGTH} characters.", code="invalid_field", field="note"
         )
     with transaction.atomic():
+        # The item's row alone (``of``): joined, the site's row would be locked FOR UPDATE
+        # until the append, and an append of the site committing meanwhile (its foreign keys'
+        # check share-locks that row while it holds the chain head) would deadlock with it.
         item = (
-            ReconciliationItem.objects.select_for_update()
+            ReconciliationItem.objects.select_for_update(of=("self",))
             .select_related("site")
             .filter(site=site, pk=item_id)
             .first()

@@ -190,8 +190,12 @@ def _inviter_may_still(invite: MemberInvite) -> bool:
 
 
 def _locked_pending(invite: MemberInvite) -> MemberInvite:
+    # The invite's row alone (``of``): joined, the site's row would be locked FOR UPDATE over
+    # the member change's FOR NO KEY UPDATE, and an append of the site committing meanwhile
+    # (its foreign keys' check share-locks that row while it holds the chain head) would
+    # deadlock with this change's own append.
     locked = (
-        MemberInvite.objects.select_for_update()
+        MemberInvite.objects.select_for_update(of=("self",))
         .select_related("site")
         .filter(pk=invite.pk, accepted_at=None, revoked_at=None)
         .first()

@@ -20,10 +20,12 @@ import time
 import pytest
 from django.db import connection, transaction
 
+from audit.models import AuditRecord
 from audit.services import append_record
 from sill.accounts import invites, two_factor
 from sill.accounts.models import MemberInvite, Role
 from sill.orders.models import Customer
+from tests.threads import run_while_an_append_commits
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -78,3 +80,31 @@ def test_a_decision_does_not_wait_for_an_invitations_smtp_server(
     assert took < 1.5, f"the decision's writes waited {took:.1f} s for the invitation"
     assert outcome and isinstance(outcome[0], OSError)  # the invitation gave up on SMTP
     assert not MemberInvite.objects.exists()  # and saved nothing
+
+
+# Before: resending or revoking an invite locked it with its site joined (select_for_update()
+# locks the site's row FOR UPDATE too, over the member change's FOR NO KEY UPDATE) until its
+# record's append: an append of the site committing meanwhile (a refund's decision: it holds
+# the chain head, and its commit share-locks the site's row for its foreign keys) deadlocked
+# with it, and the owner's click answered a server error.
+@pytest.mark.parametrize("change", ["resend", "revoke"])
+def test_resending_or_revoking_an_invite_never_deadlocks_with_an_append_of_the_site(
+    site, members, change, needs_postgres
+):
+    owner = members["owner"]
+    invite = invites.create_invite(  # its record starts the site's chain
+        site=site, actor=owner, email="new@roasters.example", role=Role.STAFF,
+        second_factor=two_factor.OPERATOR,
+    )  # fmt: skip
+
+    def run() -> object:
+        if change == "resend":
+            return invites.resend_invite(
+                invite=invite, actor=owner, second_factor=two_factor.OPERATOR
+            )
+        return invites.revoke_invite(invite=invite, actor=owner)
+
+    done = run_while_an_append_commits(site_id=site.pk, run=run)
+
+    assert isinstance(done, MemberInvite), done
+    assert AuditRecord.objects.filter(site=site, kind="member_change").count() == 2

@@ -12,7 +12,7 @@ from refunds.models import ReconciliationItem
 from refunds.reconcile.differences import Difference
 from refunds.reconcile.inbox import AlreadyResolved, open_item, resolve_item
 from sill.orders.models import Charge
-from tests.threads import run_concurrently
+from tests.threads import run_concurrently, run_while_an_append_commits
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -49,3 +49,24 @@ def test_two_people_resolving_at_once_write_one_resolution(make_order, site, mem
     assert sum(isinstance(r, ReconciliationItem) for r in results) == 1, results
     assert sum(isinstance(r, AlreadyResolved) for r in results) == 1, results
     assert AuditRecord.objects.filter(site=site, kind="reconciliation_resolved").count() == 1
+
+
+# Before: the item was locked with its site joined (select_for_update() locks the site's row
+# FOR UPDATE too) before its record's append: an append of the site committing meanwhile (a
+# refund's decision: it holds the chain head, and its commit share-locks the site's row for
+# its foreign keys) deadlocked with it, and the owner's form answered a server error.
+def test_resolving_an_item_never_deadlocks_with_an_append_of_the_site(make_order, site, members):
+    charge = Charge.objects.get(order=make_order(total="20.00", rail="stripe"))
+    open_item(charge=charge, difference=DIFFERENCE)  # its record starts the site's chain
+    item = ReconciliationItem.objects.get()
+
+    resolved = run_while_an_append_commits(
+        site_id=site.pk,
+        run=lambda: resolve_item(
+            site=site, item_id=item.pk, actor=members["owner"].user,
+            resolution="acknowledged", note="checked",
+        ),
+    )  # fmt: skip
+
+    assert isinstance(resolved, ReconciliationItem), resolved
+    assert ReconciliationItem.objects.get(pk=item.pk).resolved_at is not None
