@@ -23,13 +23,20 @@ Staff refunds and held approvals always take both.
 A transaction-scoped advisory lock is none of that: it is released at commit or rollback,
 with the decision it protects, and it conflicts only with itself.
 
-Lock order, on every path that decides (agent intake, staff refunds, held approvals): the
-scope locks first, sorted by (namespace, key), then the refund row (approvals; a rejection and
-the expiry, which take no scope lock, start here), then the
+Lock order, on every path that decides (agent intake, staff refunds, held approvals): a
+person's decision first share-locks the deciding member's rows (``access.hold_member``:
+membership and token ``FOR SHARE``, account ``FOR KEY SHARE``); then the scope locks, sorted
+by (namespace, key), then the refund row (approvals; a rejection, which takes the member's
+rows and no scope lock, and the expiry, which takes neither, start here), then the
 order, then its charge, then (staff refunds, before reading their reason) the reason tree's
 lock, shared (``refunds.reasons.services.hold_reason_tree``), then the audit chain head.
-Nothing takes a scope lock while holding a row lock, so the scope locks can never be part of
-a deadlock cycle with the row locks.
+Nothing takes a scope lock while holding a row lock other than those share locks of its own
+member, which only a member change (or the account's switch-off) waits for, and which takes
+no scope lock: the scope locks can never be part of a deadlock cycle with the row locks.
+The site's row is never locked by a decision (its foreign keys share-lock it at commit, while
+the chain head is held): a path that locks the site's row ``FOR UPDATE`` and then appends
+deadlocks with any append of the site, so ``select_for_update`` joining the site takes
+``of=("self",)``.
 Settlement and execution take no scope lock: they do not change what the sums count.
 
 On SQLite this is a no-op: its IMMEDIATE transactions already serialise every writer.
