@@ -86,7 +86,26 @@ def open_note(note: str, *, name: str, public_key: bytes) -> str:
     Signatures by other keys are ignored, as the spec requires; a signature that names this key
     and does not verify refuses the note.
     """
-    if len(note.encode("utf-8")) > MAX_NOTE_BYTES:
+    text, signatures = split_note(note)
+    wanted_id = key_id(name, public_key)
+    verified = False
+    for signer, blob in signatures:
+        if signer != name or blob[:4] != wanted_id:
+            continue  # someone else's signature (a witness, an older key): not ours to judge
+        try:
+            nacl.signing.VerifyKey(public_key).verify(text.encode("utf-8"), blob[4:])
+        except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError, ValueError):
+            raise BadSignature(f"the signature by {name} does not verify") from None
+        verified = True
+    if not verified:
+        raise NoteError(f"the note is not signed by {name}")
+    return text
+
+
+def split_note(note: str) -> tuple[str, list[tuple[str, bytes]]]:
+    """``(text, [(key name, base64-decoded signature)])`` of a well-formed note, whoever signed
+    it; :class:`NoteError` naming what is malformed. Checks no signature."""
+    if len(note.encode("utf-8", errors="surrogatepass")) > MAX_NOTE_BYTES:
         raise NoteError("the note is too large")
     if not note.endswith("\n"):
         raise NoteError("a note ends with a newline")
@@ -101,8 +120,7 @@ def open_note(note: str, *, name: str, public_key: bytes) -> str:
     lines = block[:-1].split("\n")
     if not lines or len(lines) > MAX_SIGNATURES:
         raise NoteError("the note has no or too many signatures")
-    wanted_id = key_id(name, public_key)
-    verified = False
+    signatures = []
     for line in lines:
         prefix = f"{EM_DASH} "
         if not line.startswith(prefix):
@@ -116,16 +134,16 @@ def open_note(note: str, *, name: str, public_key: bytes) -> str:
             raise NoteError("a signature is not base64") from None
         if len(blob) < 5:
             raise NoteError("a signature is too short")
-        if signer != name or blob[:4] != wanted_id:
-            continue  # someone else's signature (a witness, an older key): not ours to judge
-        try:
-            nacl.signing.VerifyKey(public_key).verify(text.encode("utf-8"), blob[4:])
-        except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError, ValueError):
-            raise BadSignature(f"the signature by {name} does not verify") from None
-        verified = True
-    if not verified:
-        raise NoteError(f"the note is not signed by {name}")
-    return text
+        signatures.append((signer, blob))
+    return text, signatures
+
+
+def checkpoint_shape(note: str) -> Checkpoint:
+    """What a signed checkpoint says, read before any signature is checked: a file that is no
+    well-formed signed checkpoint at all (cut short, another kind of file) raises
+    :class:`NoteError` here, apart from one whose signatures do not verify."""
+    text, _ = split_note(note)
+    return parse_checkpoint(text)
 
 
 def parse_checkpoint(text: str) -> Checkpoint:

@@ -347,7 +347,9 @@ def test_a_checkpoint_of_another_sites_log_is_refused(
     (tmp_path / "cp").write_text(theirs.note)
 
     _, err, error = verify_command("--site", site.pk, "--checkpoint", str(tmp_path / "cp"))
-    assert error is not None and "the checkpoint does not verify" in err
+    # The auditor's file is wrong, not the log: told so apart (exit 2, tests/audit/test_wrong_input.py).
+    assert error is not None and error.returncode == 2 and err == ""
+    assert f"a checkpoint of log {checkpoints.origin_for(other_site.pk)}, not of site" in str(error)
     problems = standalone(export(site, tmp_path / "e.jsonl"), checkpoint=theirs.note)
     assert problems[0].startswith("FAILED at the trusted checkpoint: "), problems
 

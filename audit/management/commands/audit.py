@@ -14,14 +14,19 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from audit import bundles, keys
+from audit import bundles, keys, note
 from audit.chain import b64url_encode
-from audit.checkpoints import CheckpointInconsistent, write_checkpoint
+from audit.checkpoints import CheckpointInconsistent, origin_for, write_checkpoint
 from audit.models import AuditKind
 from audit.selectors import chain_verification, export_lines
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.errors import NotFound
+
+# The exit code of a command given input that is not what it asks for (a file that is no
+# checkpoint, an unknown site), as argparse exits on a usage error: nothing was verified.
+# A log that fails verification exits 1.
+WRONG_INPUT = 2
 
 
 class Command(BaseCommand):
@@ -80,17 +85,15 @@ class Command(BaseCommand):
 
     def verify(self, site_id: str | None, checkpoint_file: str | None) -> None:
         if checkpoint_file and not site_id:
-            raise CommandError("--checkpoint needs --site: a checkpoint is of one site's log")
-        note = None
-        if checkpoint_file:
-            try:
-                note = Path(checkpoint_file).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise CommandError(f"cannot read {checkpoint_file}: {exc}") from None
+            raise CommandError(
+                "--checkpoint needs --site: a checkpoint is of one site's log",
+                returncode=WRONG_INPUT,
+            )
         sites = [_site(site_id)] if site_id else list(Site.objects.order_by("pk"))
+        kept = None if checkpoint_file is None else _kept_checkpoint(checkpoint_file, sites[0])
         failed = 0
         for site in sites:
-            result = chain_verification(site, checkpoint_note=note)
+            result = chain_verification(site, checkpoint_note=kept)
             if result.ok:
                 self.stdout.write(f"site {site.pk}: {result.count} records OK")
             else:
@@ -199,4 +202,41 @@ def _site(site_id: str) -> Site:
     try:
         return Site.objects.get(pk=site_id)
     except Site.DoesNotExist:
-        raise CommandError(f"no site {site_id!r}") from None
+        raise CommandError(f"no site {site_id!r}", returncode=WRONG_INPUT) from None
+
+
+def _kept_checkpoint(path: str, site: Site) -> str:
+    """The text of the checkpoint an auditor kept, once it is one of ``site``'s log.
+
+    A file that is not a signed checkpoint at all, or is one of another log, is the auditor's
+    mistake, not the log's: it is refused here (:data:`WRONG_INPUT`) before anything is
+    verified, so "FAILED" keeps meaning the log did not hold. A checkpoint of this log whose
+    signature does not verify is left to verification: that is a forgery, or another key.
+    """
+    nothing = "nothing was verified"
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise CommandError(
+            f"{path}: cannot read it ({exc.strerror or exc}): {nothing}", returncode=WRONG_INPUT
+        ) from None
+    except UnicodeDecodeError:
+        raise CommandError(
+            f"{path}: not a signed checkpoint (not UTF-8 text): {nothing}", returncode=WRONG_INPUT
+        ) from None
+    try:
+        shape = note.checkpoint_shape(text)
+    except note.NoteError as exc:
+        raise CommandError(
+            f"{path}: not a signed checkpoint ({exc}; cut short, or another file?): pass one "
+            f"as GET /audit/{site.pk}/checkpoint serves it: {nothing}",
+            returncode=WRONG_INPUT,
+        ) from None
+    # Sill names a site's log <origin>/<site id> (an earlier origin too: open_checkpoint).
+    if not shape.origin.endswith(f"/{site.pk}"):
+        raise CommandError(
+            f"{path}: a checkpoint of log {shape.origin}, not of site {site.pk}'s log "
+            f"({origin_for(site.pk)}): {nothing}",
+            returncode=WRONG_INPUT,
+        )
+    return text

@@ -1,0 +1,114 @@
+"""An auditor handed the wrong file is told so, apart from a log that fails verification.
+
+`audit verify` and the standalone verifier exit 1 with ``FAILED …`` only when the evidence
+was checked and does not hold; a file that is not what its argument asks for (not a
+checkpoint, another log's checkpoint, cut short, binary, not an export) is refused before
+anything is verified, with exit 2 and a message naming the file and what it is not.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from audit import checkpoints
+from sill.accounts.models import Site
+from tests.audit.test_tamper import build_chain
+
+pytestmark = pytest.mark.django_db
+
+
+def wrong_checkpoints(site: Site, other_site: Site, tmp_path: Path) -> dict[str, Path]:
+    """Files an auditor may pass as ``--checkpoint`` by mistake, by what is wrong with them."""
+    build_chain(site, 3)
+    build_chain(other_site, 2)
+    mine = checkpoints.write_checkpoint(site=site)
+    theirs = checkpoints.write_checkpoint(site=other_site)
+    assert mine is not None and theirs is not None
+    files: dict[str, str | bytes] = {
+        "another site's checkpoint": theirs.note,
+        "cut short": mine.note[: len(mine.note) // 2],
+        "cut short before its signature": mine.note.split("\n\n")[0] + "\n",
+        "JSON": '{"keys": [{"key_id": "sill-0123"}]}\n',
+        "cut-short JSON": '{"keys": [{"key_id": ',
+        "binary": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe",
+        "empty": "",
+    }
+    paths = {}
+    for i, (name, content) in enumerate(files.items()):
+        path = tmp_path / f"wrong-{i}"
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        paths[name] = path
+    paths["a folder"] = tmp_path
+    paths["no such file"] = tmp_path / "kept.txt"
+    return paths
+
+
+WRONG = [
+    "another site's checkpoint",
+    "cut short",
+    "cut short before its signature",
+    "JSON",
+    "cut-short JSON",
+    "binary",
+    "empty",
+    "a folder",
+    "no such file",
+]
+
+
+def verify(*args: str) -> tuple[str, str, CommandError | None]:
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command("audit", "verify", *args, stdout=out, stderr=err)
+    except CommandError as exc:
+        return out.getvalue(), err.getvalue(), exc
+    return out.getvalue(), err.getvalue(), None
+
+
+@pytest.mark.parametrize("wrong", WRONG)
+def test_it_tells_the_auditor_their_checkpoint_file_is_wrong(
+    wrong: str, site: Site, other_site: Site, tmp_path: Path
+) -> None:
+    # Was "site S: FAILED: the checkpoint does not verify: …", exit 1: a tampered log.
+    path = wrong_checkpoints(site, other_site, tmp_path)[wrong]
+    out, err, error = verify("--site", site.pk, "--checkpoint", str(path))
+    assert error is not None and error.returncode == 2, (out, err, error)
+    assert "FAILED" not in err + str(error) and out == ""
+    assert str(error).startswith(f"{path}: ") and "nothing was verified" in str(error)
+    if wrong == "another site's checkpoint":
+        assert f"of log {checkpoints.origin_for(other_site.pk)}, not of site {site.pk}'s" in str(
+            error
+        )
+
+
+def test_a_genuine_checkpoint_that_the_log_does_not_reach_still_fails_verification(
+    site: Site, tmp_path: Path
+) -> None:
+    """What stays exit 1: the file is a checkpoint of this site's log, the log fails it."""
+    build_chain(site, 3)
+    kept = checkpoints.write_checkpoint(site=site)
+    assert kept is not None
+    path = tmp_path / "kept.txt"
+    path.write_text(kept.note.replace("\n3\n", "\n4\n", 1), encoding="utf-8")  # signature broken
+    _, err, error = verify("--site", site.pk, "--checkpoint", str(path))
+    assert error is not None and error.returncode == 1
+    assert f"site {site.pk}: FAILED: the checkpoint does not verify" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--site", "01NOSUCHSITE000000000000000"), ("--checkpoint", "kept.txt")],
+    ids=["unknown site", "checkpoint without a site"],
+)
+def test_a_wrong_site_or_missing_site_is_an_input_error(args: tuple[str, ...], site: Site) -> None:
+    build_chain(site, 1)
+    _, _, error = verify(*args)
+    assert error is not None and error.returncode == 2, error
