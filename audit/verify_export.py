@@ -67,7 +67,11 @@ endorsement, a key with no window only if pinned); without, the keys file's keys
 (its configured key, legacy keys) are the roots, on the word of the file as fetched.
 
 Every problem is listed (``FAILED at …: problem``, one per line; exit 1); otherwise ``OK: N
-records of log <origin> …`` and exit 0.
+records of log <origin> …`` and exit 0. A file that is not what its argument asks for (the file
+neither an export nor a bundle, a ``--checkpoint`` that is no signed checkpoint or one of
+another log, ``--keys`` that is no keys file, ``--export`` of another site, not UTF-8, missing)
+is refused before anything is verified: ``WRONG INPUT: <argument>: <why>: nothing was
+verified`` and exit 2. FAILED always means the evidence was checked and does not hold.
 """
 
 from __future__ import annotations
@@ -98,6 +102,49 @@ LONG_DIGITS = re.compile(r"\d{16}")
 class Failed(Exception):
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(f"FAILED at {where}: {problem}")
+
+
+# The exit code when a file is not what its argument asks for (no checkpoint, another log's,
+# not an export, not UTF-8, missing): the auditor's input is wrong and nothing was verified,
+# as argparse exits on a usage error. 1 (FAILED) means the evidence was checked and did not hold.
+WRONG_INPUT = 2
+
+
+class WrongInput(Exception):
+    """``argument`` (``--checkpoint kept.txt``, or the file's own path) is not what it asks
+    for: nothing is verified."""
+
+    def __init__(self, argument: str, problem: str) -> None:
+        super().__init__(f"WRONG INPUT: {argument}: {problem}: nothing was verified")
+
+
+def read_input(path: str, argument: str) -> str:
+    """The UTF-8 text of ``path``; :class:`WrongInput` if it cannot be read or is not text."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise WrongInput(argument, f"cannot read it ({exc.strerror or exc})") from None
+    try:
+        # Lines end at "\n" (a "\r\n" too: JSON and notes hold no bare "\r"), as open() read them.
+        return data.decode("utf-8").replace("\r\n", "\n")
+    except UnicodeDecodeError as exc:
+        raise WrongInput(argument, f"not UTF-8 text (byte {exc.start})") from None
+
+
+def kept_checkpoint(text: str, argument: str, origin: Any, path: str) -> None:
+    """Refuse (:class:`WrongInput`) a ``--checkpoint`` that is no well-formed signed checkpoint,
+    or one of another log than the file at ``path`` (whose log is ``origin``). A well-formed
+    checkpoint of that log whose signature fails is left to verification: a forgery, not a
+    wrong file."""
+    try:
+        named, _, _ = checkpoint_shape(text)
+    except ValueError as exc:
+        problem = f"not a signed checkpoint ({exc}; cut short, or another file?)"
+        raise WrongInput(argument, problem) from None
+    if named != origin:
+        problem = f"a checkpoint of log {named}, and {path} is of log {origin}: not the same log"
+        raise WrongInput(argument, problem)
 
 
 def jcs(value: Any) -> str:
@@ -304,8 +351,9 @@ def _note_key_id(name: str, public_key: bytes) -> bytes:
     return hashlib.sha256(name.encode("utf-8") + b"\n\x01" + public_key).digest()[:4]
 
 
-def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[int, bytes]:
-    """``(tree size, root)`` of a checkpoint of log ``origin`` signed by one of ``keys``."""
+def split_note(note: Any) -> tuple[str, list[tuple[str, bytes]]]:
+    """``(text, [(key name, signature bytes)])`` of a well-formed signed note, whoever signed
+    it; ``ValueError`` naming what is malformed. Checks no signature."""
     if not isinstance(note, str) or not note.endswith("\n") or "\n\n" not in note:
         raise ValueError("not a signed note")
     split = note.rfind("\n\n")
@@ -315,7 +363,7 @@ def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[in
     # (as in sumdb/note's Open), not someone else's signature to skip.
     if any(ord(c) < 0x20 and c != "\n" for c in note):
         raise ValueError("the note holds control characters")
-    verified = False
+    signatures = []
     for line in lines[:16]:
         if not line.startswith("\u2014 "):
             raise ValueError("a signature line starts with an em dash")
@@ -328,6 +376,39 @@ def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[in
             raise ValueError("a signature is not base64") from None
         if len(blob) < 5:
             raise ValueError("a signature line is malformed: the signature is too short")
+        signatures.append((name, blob))
+    return text, signatures
+
+
+def checkpoint_shape(note: Any) -> tuple[str, int, bytes]:
+    """``(origin, tree size, root)`` a signed checkpoint states, read before any signature is
+    checked; ``ValueError`` unless ``note`` is a well-formed one (of any log, signed by anyone).
+    """
+    text, _ = split_note(note)
+    parts = text.split("\n")
+    if len(parts) < 4 or not parts[0]:
+        raise ValueError("the checkpoint has no origin, tree size and root hash lines")
+    # c2sp.org/tlog-checkpoint: the size in ASCII decimal with no leading zeroes; any lines
+    # after the root hash (extension lines) non-empty.
+    size = parts[1]
+    if not (size.isascii() and size.isdigit()) or (size != "0" and size.startswith("0")):
+        raise ValueError("the checkpoint's tree size is not a decimal number")
+    if any(not line for line in parts[3:-1]):
+        raise ValueError("the checkpoint has an empty extension line")
+    try:
+        root = base64.b64decode(parts[2], validate=True)
+    except ValueError:
+        raise ValueError("the checkpoint's root is not base64") from None
+    if len(root) != 32:
+        raise ValueError("the checkpoint's root is not 32 bytes")
+    return parts[0], int(size), root
+
+
+def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[int, bytes]:
+    """``(tree size, root)`` of a checkpoint of log ``origin`` signed by one of ``keys``."""
+    text, signatures = split_note(note)
+    verified = False
+    for name, blob in signatures:
         if name != origin:
             continue
         for key in keys.values():
@@ -340,20 +421,10 @@ def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[in
             verified = True
     if not verified:
         raise ValueError(f"the checkpoint is not signed by a known key for {origin}")
-    parts = text.split("\n")
-    if len(parts) < 4 or parts[0] != origin:
+    named, size, root = checkpoint_shape(note)
+    if named != origin:
         raise ValueError(f"the checkpoint is not of log {origin}")
-    # c2sp.org/tlog-checkpoint: the size in ASCII decimal with no leading zeroes; any lines
-    # after the root hash (extension lines) non-empty.
-    size = parts[1]
-    if not (size.isascii() and size.isdigit()) or (size != "0" and size.startswith("0")):
-        raise ValueError("the checkpoint's tree size is not a decimal number")
-    if any(not line for line in parts[3:-1]):
-        raise ValueError("the checkpoint has an empty extension line")
-    root = base64.b64decode(parts[2], validate=True)
-    if len(root) != 32:
-        raise ValueError("the checkpoint's root is not 32 bytes")
-    return int(size), root
+    return size, root
 
 
 def merkle_root(leaves: list[bytes]) -> bytes:
@@ -1166,14 +1237,27 @@ def verify_path(
     """``(kind, records, problems)`` for the file at ``path`` (an export or a bundle), against
     the keys file ``published`` (parsed) when given; ``consistency`` and ``log`` (an export's
     lines) as for a bundle (an export holds its records, so the trusted checkpoint is checked
-    against them directly)."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+    against them directly).
+
+    Raises :class:`WrongInput` when ``path`` is neither an export nor a bundle, ``log`` is not
+    an export of the bundle's site, or ``trusted_checkpoint`` is not a checkpoint of the file's
+    log: the auditor passed the wrong file, and nothing is verified."""
+    text = read_input(path, path)
     try:
         whole = json.loads(text)
     except (ValueError, RecursionError):
         whole = None
     if isinstance(whole, dict) and whole.get("format") == BUNDLE_FORMAT:
+        if trusted_checkpoint is not None:
+            kept_checkpoint(trusted_checkpoint, "--checkpoint", whole.get("origin"), path)
+        if log is not None:
+            header = export_header(log, "--export")
+            if header.get("site_id") != whole.get("site_id"):
+                raise WrongInput(
+                    "--export",
+                    f"an export of site {header.get('site_id')}, and the bundle {path} is of "
+                    f"site {whole.get('site_id')}",
+                )
         count, problems = verify_bundle(
             whole,
             trusted,
@@ -1183,14 +1267,42 @@ def verify_path(
             log=log,
         )
         return "bundle", count, problems
+    # Lines end at "\n" only: str.splitlines() would also cut at U+2028, U+2029 and U+0085,
+    # which a record's JSON strings may hold unescaped.
+    lines = text.split("\n")
+    header = export_header(lines, path)
     if log is not None:
-        return "export", 0, [f"FAILED: {path} is an export: --export completes a bundle"]
-    # Lines end at "\n" only (open() already read "\r\n" as "\n"): str.splitlines() would
-    # also cut at U+2028, U+2029 and U+0085, which a record's JSON strings may hold unescaped.
-    count, problems = verify_export(
-        text.split("\n"), trusted, trusted_checkpoint, published=published
-    )
+        raise WrongInput(path, "an export: --export completes a bundle")
+    if trusted_checkpoint is not None:
+        kept_checkpoint(trusted_checkpoint, "--checkpoint", header.get("origin"), path)
+    count, problems = verify_export(lines, trusted, trusted_checkpoint, published=published)
     return "export", count, problems
+
+
+def export_header(lines: list[str], argument: str) -> dict[str, Any]:
+    """An export's header (its first line); :class:`WrongInput` when ``lines`` are not an
+    export this verifier reads."""
+    try:
+        header = json.loads(lines[0]) if lines else None
+    except (ValueError, RecursionError):
+        header = None
+    if isinstance(header, dict) and header.get("type") == "header":
+        if header.get("format") != FORMAT:
+            raise WrongInput(
+                argument, f"an export of format {header.get('format')!r}, not {FORMAT}"
+            )
+        return header
+    try:
+        checkpoint_shape("\n".join(lines))
+    except ValueError:
+        hint = ""
+    else:
+        hint = " (a signed checkpoint: pass it with --checkpoint)"
+    raise WrongInput(
+        argument,
+        "neither an export (`manage.py audit export`) nor an evidence bundle (`manage.py audit "
+        f"bundle`){hint}",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1241,27 +1353,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         checkpoint = published = consistency = export = None
         if args.export:
-            with open(args.export, encoding="utf-8") as fh:
-                export = fh.read().split("\n")  # at "\n" only, as verify_path reads an export
+            # At "\n" only, as verify_path reads an export.
+            export = read_input(args.export, f"--export {args.export}").split("\n")
         if args.checkpoint:
-            with open(args.checkpoint, encoding="utf-8") as fh:
-                checkpoint = fh.read()
+            checkpoint = read_input(args.checkpoint, f"--checkpoint {args.checkpoint}")
         if args.consistency:
-            with open(args.consistency, encoding="utf-8") as fh:
-                text = fh.read()
-            try:
-                consistency = json.loads(text)
-            except (ValueError, RecursionError):
-                print("FAILED at the consistency proof: not JSON", file=sys.stderr)
-                return 1
+            consistency = read_json(args.consistency, f"--consistency {args.consistency}")
         if args.keys:
-            with open(args.keys, encoding="utf-8") as fh:
-                text = fh.read()
-            try:
-                published = json.loads(text)
-            except (ValueError, RecursionError):
-                print("FAILED at the keys file: not JSON", file=sys.stderr)
-                return 1
+            published = read_json(args.keys, f"--keys {args.keys}")
+            entries = published.get("keys") if isinstance(published, dict) else None
+            if not isinstance(entries, list) or not entries:
+                raise WrongInput(
+                    f"--keys {args.keys}",
+                    "no list of keys: not Sill's keys file (/.well-known/sill-audit-keys.json)",
+                )
         kind, count, problems = verify_path(
             args.file,
             trusted,
@@ -1270,9 +1375,13 @@ def main(argv: list[str] | None = None) -> int:
             consistency=consistency,
             log=export,
         )
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"FAILED: cannot read a file: {exc}", file=sys.stderr)
-        return 1
+    except WrongInput as wrong:
+        # verify_path names its arguments by their role; main knows the paths.
+        message = str(wrong)
+        for flag, path in (("--checkpoint", args.checkpoint), ("--export", args.export)):
+            message = message.replace(f"WRONG INPUT: {flag}: ", f"WRONG INPUT: {flag} {path}: ")
+        print(message, file=sys.stderr)
+        return WRONG_INPUT
     if problems:
         print("\n".join(problems), file=sys.stderr)
         return 1
@@ -1292,6 +1401,13 @@ def main(argv: list[str] | None = None) -> int:
     if (note := unpinned_note(trusted, keys_file=args.keys is not None)) is not None:
         print(note, file=sys.stderr)
     return 0
+
+
+def read_json(path: str, argument: str) -> Any:
+    try:
+        return json.loads(read_input(path, argument))
+    except (ValueError, RecursionError):
+        raise WrongInput(argument, "not JSON") from None
 
 
 def unpinned_note(trusted: dict[str, Any] | None, *, keys_file: bool) -> str | None:

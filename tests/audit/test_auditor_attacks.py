@@ -295,8 +295,12 @@ def test_another_sites_whole_export_fails_against_this_sites_checkpoint(
     mine = checkpoints.write_checkpoint(site=site)
     assert mine is not None
     path = export(other_site, tmp_path / "other.jsonl")
-    problems = standalone(path, trusted=pinned_anchor(), checkpoint=mine.note)
-    assert problems and problems[0].startswith("FAILED at the trusted checkpoint: "), problems
+    with pytest.raises(verify_export.WrongInput) as wrong:  # never OK; and named for what it is
+        standalone(path, trusted=pinned_anchor(), checkpoint=mine.note)
+    assert str(wrong.value).startswith(
+        f"WRONG INPUT: --checkpoint: a checkpoint of log {checkpoints.origin_for(site.pk)}, and "
+        f"{path} is of log {checkpoints.origin_for(other_site.pk)}: not the same log"
+    )
 
 
 # -- checkpoints: older, forked ------------------------------------------------------------------
@@ -350,8 +354,8 @@ def test_a_checkpoint_of_another_sites_log_is_refused(
     # The auditor's file is wrong, not the log: told so apart (exit 2, tests/audit/test_wrong_input.py).
     assert error is not None and error.returncode == 2 and err == ""
     assert f"a checkpoint of log {checkpoints.origin_for(other_site.pk)}, not of site" in str(error)
-    problems = standalone(export(site, tmp_path / "e.jsonl"), checkpoint=theirs.note)
-    assert problems[0].startswith("FAILED at the trusted checkpoint: "), problems
+    with pytest.raises(verify_export.WrongInput, match="a checkpoint of log"):
+        standalone(export(site, tmp_path / "e.jsonl"), checkpoint=theirs.note)
 
 
 def test_verify_reads_the_checkpoint_sill_signed_not_the_columns_beside_it(site: Site) -> None:

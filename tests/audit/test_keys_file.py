@@ -302,18 +302,26 @@ def test_a_windowless_key_added_to_the_keys_file_is_used_only_if_pinned(
 
 
 @pytest.mark.parametrize(
-    "text",
-    ["not json", "[]", '{"keys": {}}', '{"keys": [{"key_id": "sill-x"}]}'],
+    ("text", "returncode"),
+    [
+        # No keys file at all: the auditor's mistake (exit 2, tests/audit/test_wrong_input.py).
+        ("not json", 2),
+        ("[]", 2),
+        ('{"keys": {}}', 2),
+        # A keys file listing a key that is not one: refused as evidence.
+        ('{"keys": [{"key_id": "sill-x"}]}', 1),
+    ],
 )
 def test_a_keys_file_that_is_not_sills_answer_is_refused(
-    site: Site, tmp_path: Path, text: str
+    site: Site, tmp_path: Path, text: str, returncode: int
 ) -> None:
     refund(site, "rf_1")
     path = export(site, tmp_path / "e.jsonl")
     (tmp_path / "keys.json").write_text(text)
     result = run_standalone(tmp_path, str(path), "--keys", str(tmp_path / "keys.json"))
-    assert result.returncode == 1
-    assert result.stderr.startswith("FAILED at the keys file: "), result.stderr
+    assert result.returncode == returncode
+    start = "FAILED at the keys file: " if returncode == 1 else "WRONG INPUT: --keys "
+    assert result.stderr.startswith(start), result.stderr
 
 
 def test_the_keys_file_names_the_configured_key_as_every_rotated_keys_endorser(

@@ -8,16 +8,19 @@ anything is verified, with exit 2 and a message naming the file and what it is n
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from audit import checkpoints
+from audit import bundles, checkpoints, verify_export
+from audit.selectors import key_listing
 from sill.accounts.models import Site
-from tests.audit.test_tamper import build_chain
+from tests.audit.test_tamper import build_chain, export, run_standalone
 
 pytestmark = pytest.mark.django_db
 
@@ -112,3 +115,104 @@ def test_a_wrong_site_or_missing_site_is_an_input_error(args: tuple[str, ...], s
     build_chain(site, 1)
     _, _, error = verify(*args)
     assert error is not None and error.returncode == 2, error
+
+
+def standalone(*args: object) -> tuple[int, str, str]:
+    """The standalone verifier's exit code, standard output and standard error, in-process
+    (run_standalone runs a copy isolated from Sill where that matters)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = verify_export.main([str(a) for a in args])
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_wrong_input(result: tuple[int, str, str], argument: str) -> None:
+    code, out, err = result
+    assert code == 2 and out == "", result
+    assert err.startswith(f"WRONG INPUT: {argument}: ") and "FAILED" not in err, err
+    assert err.strip().endswith("nothing was verified"), err
+
+
+@pytest.mark.parametrize("wrong", WRONG)
+def test_the_standalone_verifier_tells_the_auditor_their_checkpoint_file_is_wrong(
+    wrong: str, site: Site, other_site: Site, tmp_path: Path
+) -> None:
+    # Was "FAILED at the trusted checkpoint: not a signed note" (or "… is not signed by a known
+    # key", for another site's), or "FAILED: cannot read a file", exit 1.
+    path = wrong_checkpoints(site, other_site, tmp_path)[wrong]
+    exported = export(site, tmp_path / "e.jsonl")
+    assert_wrong_input(standalone(exported, "--checkpoint", path), f"--checkpoint {path}")
+    bundle = tmp_path / "bundle.json"
+    bundle.write_text(json.dumps(bundles.refund_bundle(site=site, refund_id="rf_1")))
+    assert_wrong_input(standalone(bundle, "--checkpoint", path), f"--checkpoint {path}")
+
+
+@pytest.mark.parametrize(
+    "wrong", ["a checkpoint", "keys file", "JSON", "binary", "empty", "a folder", "no such file"]
+)
+def test_the_standalone_verifier_tells_the_auditor_the_file_is_no_export_or_bundle(
+    wrong: str, site: Site, tmp_path: Path
+) -> None:
+    # Was "FAILED at line 1: no header" or "FAILED: cannot read a file", exit 1.
+    build_chain(site, 2)
+    signed = checkpoints.write_checkpoint(site=site)
+    assert signed is not None
+    contents: dict[str, str | bytes] = {
+        "a checkpoint": signed.note,
+        "keys file": json.dumps(key_listing()),
+        "JSON": '{"records": []}',
+        "binary": b"\x1f\x8b\x08\x00\xff\xfe",
+        "empty": "",
+    }
+    path = {"a folder": tmp_path, "no such file": tmp_path / "audit.jsonl"}.get(wrong)
+    if path is None:
+        path = tmp_path / "audit.jsonl"
+        content = contents[wrong]
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code, out, err = standalone(path)
+    assert_wrong_input((code, out, err), str(path))
+    if wrong == "a checkpoint":
+        assert "pass it with --checkpoint" in err
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"keys": {}}', '{"keys": []}', b"\xff"])
+def test_a_file_that_is_no_keys_file_is_wrong_input(
+    site: Site, tmp_path: Path, text: str | bytes
+) -> None:
+    build_chain(site, 1)
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_bytes(text if isinstance(text, bytes) else text.encode())
+    result = standalone(export(site, tmp_path / "e.jsonl"), "--keys", keys_file)
+    assert_wrong_input(result, f"--keys {keys_file}")
+
+
+def test_an_export_of_another_site_or_no_export_completing_a_bundle_is_wrong_input(
+    site: Site, other_site: Site, tmp_path: Path
+) -> None:
+    build_chain(site, 2)
+    build_chain(other_site, 2)
+    bundle = tmp_path / "bundle.json"
+    bundle.write_text(json.dumps(bundles.refund_bundle(site=site, refund_id="rf_1")))
+    theirs = export(other_site, tmp_path / "theirs.jsonl")
+    result = standalone(bundle, "--export", theirs)
+    assert_wrong_input(result, f"--export {theirs}")
+    assert f"an export of site {other_site.pk}" in result[2]
+    assert_wrong_input(standalone(bundle, "--export", bundle), f"--export {bundle}")
+    (tmp_path / "proof.json").write_text("{not json")
+    result = standalone(bundle, "--checkpoint", bundle, "--consistency", tmp_path / "proof.json")
+    assert_wrong_input(result, f"--consistency {tmp_path / 'proof.json'}")
+
+
+def test_the_standalone_verifier_exits_2_on_wrong_input_run_alone(
+    site: Site, other_site: Site, tmp_path: Path
+) -> None:
+    """As an auditor runs it, without Sill: the exit code itself."""
+    path = wrong_checkpoints(site, other_site, tmp_path)["another site's checkpoint"]
+    result = run_standalone(
+        tmp_path, str(export(site, tmp_path / "e.jsonl")), "--checkpoint", str(path)
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"WRONG INPUT: --checkpoint {path}: a checkpoint of log ")
