@@ -118,13 +118,23 @@ class WrongInput(Exception):
         super().__init__(f"WRONG INPUT: {argument}: {problem}: nothing was verified")
 
 
-def read_input(path: str, argument: str) -> str:
-    """The UTF-8 text of ``path``; :class:`WrongInput` if it cannot be read or is not text."""
+def read_input(path: str, argument: str, *, lines: bool = False) -> str:
+    """The UTF-8 text of ``path``; :class:`WrongInput` if it cannot be read or is not text.
+
+    ``lines``: an export, read line by line: a byte that is not UTF-8 is a problem of its line
+    (:func:`parse_line`), unless it is in the first, which makes it no export."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
         raise WrongInput(argument, f"cannot read it ({exc.strerror or exc})") from None
+    if lines:
+        first, _, _ = data.partition(b"\n")
+        try:
+            first.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WrongInput(argument, f"not UTF-8 text (byte {exc.start})") from None
+        return data.decode("utf-8", errors="surrogateescape").replace("\r\n", "\n")
     try:
         # Lines end at "\n" (a "\r\n" too: JSON and notes hold no bare "\r"), as open() read them.
         return data.decode("utf-8").replace("\r\n", "\n")
@@ -188,6 +198,24 @@ def parse_strict(text: str) -> Any:
         raise ValueError(f"number {token} is not an integer")
 
     return json.loads(text, object_pairs_hook=pairs, parse_float=refuse, parse_constant=refuse)
+
+
+def parse_line(line: str) -> Any:
+    """One line of an export, parsed as :func:`parse_strict` parses a payload; ``ValueError``
+    saying why it is none Sill writes.
+
+    Strict because the verdict must not depend on the reader: with a key twice (a second
+    ``payload`` or ``seq``) Python's last value verified while a first-wins reader shows the
+    other, and NaN or Infinity are no JSON at all. A byte that was not UTF-8 arrives as a lone
+    surrogate (:func:`read_input` reads an export with ``surrogateescape``)."""
+    if any("\udc80" <= c <= "\udcff" for c in line):
+        raise ValueError("not UTF-8 text")
+    try:
+        return parse_strict(line)
+    except RecursionError:
+        raise ValueError("nested too deeply to parse") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON as Sill writes it ({exc})") from None
 
 
 def b64url_decode(text: str) -> bytes:
@@ -462,6 +490,13 @@ def keys_for(
     Either way a rotated key (one with a ``valid_from``) is used only on a root's endorsement,
     as in a header, and each window ends where the next key in use begins.
     """
+    listed, stated = doc.get("public_keys"), doc.get("key_windows")
+    # Sill lists both, always: a header without them (or with a key that is not text) is not
+    # one of its exports, whichever keys the verifier then takes (a pinned key ignored them).
+    if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
+        raise Failed("the header", "public_keys is not an object of key ids and public keys")
+    if not isinstance(stated, dict) or not all(isinstance(v, dict) for v in stated.values()):
+        raise Failed("the header", "key_windows is not an object of key ids and windows")
     if published is None:
         keys, problems = header_keys(doc, trusted)
         windows = header_windows(doc)
@@ -776,9 +811,9 @@ def verify_export(
     """``(records, problems)`` for an export's lines; every problem found, in file order.
     ``published``: the keys file the auditor fetched (:func:`keys_for`)."""
     try:
-        header = json.loads(lines[0]) if lines else None
-    except (ValueError, RecursionError):
-        header = None
+        header = parse_line(lines[0]) if lines else None
+    except ValueError as exc:
+        return 0, [f"FAILED at line 1: {exc}"]
     if not isinstance(header, dict) or header.get("type") != "header":
         return 0, ["FAILED at line 1: no header"]
     if header.get("format") != FORMAT:
@@ -797,15 +832,16 @@ def verify_export(
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except ValueError:
-            problems.append(f"FAILED at line {lineno}: not JSON")
-            continue
-        except RecursionError:
-            problems.append(f"FAILED at line {lineno}: nested too deeply to parse")
+            rec = parse_line(line)
+        except ValueError as exc:
+            problems.append(f"FAILED at line {lineno}: {exc}")
             continue
         kind = rec.get("type") if isinstance(rec, dict) else None
         if kind == "checkpoint":
+            if after_checkpoint:
+                # Which one counts would be the reader's choice: Sill writes one, last.
+                problems.append(f"FAILED at line {lineno}: a second checkpoint line")
+                continue
             embedded = rec.get("note")
             after_checkpoint = True
             continue
@@ -1242,12 +1278,17 @@ def verify_path(
     Raises :class:`WrongInput` when ``path`` is neither an export nor a bundle, ``log`` is not
     an export of the bundle's site, or ``trusted_checkpoint`` is not a checkpoint of the file's
     log: the auditor passed the wrong file, and nothing is verified."""
-    text = read_input(path, path)
+    text = read_input(path, path, lines=True)
     try:
         whole = json.loads(text)
     except (ValueError, RecursionError):
         whole = None
     if isinstance(whole, dict) and whole.get("format") == BUNDLE_FORMAT:
+        text = read_input(path, path)  # one document: any byte not UTF-8 makes it no bundle
+        try:
+            whole = parse_line(text)  # strictly, as an export's lines
+        except ValueError as exc:
+            return "bundle", 0, [f"FAILED at the bundle: {exc}"]
         if trusted_checkpoint is not None:
             kept_checkpoint(trusted_checkpoint, "--checkpoint", whole.get("origin"), path)
         if log is not None:
@@ -1354,7 +1395,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = published = consistency = export = None
         if args.export:
             # At "\n" only, as verify_path reads an export.
-            export = read_input(args.export, f"--export {args.export}").split("\n")
+            export = read_input(args.export, f"--export {args.export}", lines=True).split("\n")
         if args.checkpoint:
             checkpoint = read_input(args.checkpoint, f"--checkpoint {args.checkpoint}")
         if args.consistency:
@@ -1405,9 +1446,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def read_json(path: str, argument: str) -> Any:
     try:
-        return json.loads(read_input(path, argument))
-    except (ValueError, RecursionError):
-        raise WrongInput(argument, "not JSON") from None
+        return parse_line(read_input(path, argument))
+    except ValueError as exc:
+        raise WrongInput(argument, str(exc)) from None
 
 
 def unpinned_note(trusted: dict[str, Any] | None, *, keys_file: bool) -> str | None:
