@@ -26,7 +26,7 @@ import errno
 import logging
 import os
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import requests
@@ -56,6 +56,9 @@ class SignedCheckpoint:
     signed_note: str
     checkpoint: note.Checkpoint
     key_id: str
+    # When its key signed it (its cosignature/v1 line); None for a checkpoint signed before
+    # Sill timed them, which still verifies.
+    signed_at: datetime | None = None
 
 
 def origin_for(site_id: str) -> str:
@@ -138,7 +141,14 @@ def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
             site=site,
             tree_size=size,
             root_hash=root.hex(),
-            note=note.sign(text, name=origin_for(site.pk), signing_key=signing_key),
+            # Timed (whole seconds, as the cosignature carries it), so whoever keeps it knows
+            # how fresh it is.
+            note=note.sign(
+                text,
+                name=origin_for(site.pk),
+                signing_key=signing_key,
+                timestamp=int(now.timestamp()),
+            ),
             key_id=key_id,
             created_at=now,
         )
@@ -248,7 +258,17 @@ def open_checkpoint(text: str, *, site_id: str, earlier_origin: bool = False) ->
     parsed = note.parse_checkpoint(body)
     if parsed.origin != origin:
         raise note.NoteError(f"the checkpoint is of log {parsed.origin!r}, not {origin!r}")
-    return SignedCheckpoint(signed_note=text, checkpoint=parsed, key_id=window.key_id)
+    # Every known key's timed line must verify (as its plain one must), the signer's gives the time.
+    for other in keys.key_windows().values():
+        if other.key_id != window.key_id:
+            note.signed_time(text, name=origin, public_key=other.public_key)
+    timestamp = note.signed_time(text, name=origin, public_key=window.public_key)
+    return SignedCheckpoint(
+        signed_note=text,
+        checkpoint=parsed,
+        key_id=window.key_id,
+        signed_at=None if timestamp is None else datetime.fromtimestamp(timestamp, UTC),
+    )
 
 
 # -- publishing ---------------------------------------------------------------------------

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -432,8 +433,38 @@ def checkpoint_shape(note: Any) -> tuple[str, int, bytes]:
     return parts[0], int(size), root
 
 
+def _cosignature_key_id(name: str, public_key: bytes) -> bytes:
+    return hashlib.sha256(name.encode("utf-8") + b"\n\x04" + public_key).digest()[:4]
+
+
+def checkpoint_time(note: str, *, origin: str, keys: dict[str, Any]) -> int | None:
+    """When one of ``keys`` signed the checkpoint ``note`` (POSIX seconds): its c2sp.org/
+    tlog-cosignature v1 line, ``cosignature/v1\\ntime <t>\\n`` + the text, signed with the
+    key's time (8 bytes, big-endian) after the 4-byte key id. None when it has none (Sill timed
+    no checkpoint before); ``ValueError`` when one by a known key does not verify."""
+    text, signatures = split_note(note)
+    found = None
+    for name, blob in signatures:
+        if name != origin:
+            continue
+        for key in keys.values():
+            if blob[:4] != _cosignature_key_id(origin, bytes(key)):
+                continue
+            timestamp = int.from_bytes(blob[4:12], "big")
+            message = f"cosignature/v1\ntime {timestamp}\n".encode() + text.encode("utf-8")
+            try:
+                if len(blob) != 76 or timestamp > 2**63 - 1:
+                    raise ValueError("not a cosignature/v1")
+                key.verify(message, blob[12:])
+            except (nacl.exceptions.BadSignatureError, ValueError):
+                raise ValueError("the checkpoint's timed signature does not verify") from None
+            found = timestamp if found is None else max(found, timestamp)
+    return found
+
+
 def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[int, bytes]:
-    """``(tree size, root)`` of a checkpoint of log ``origin`` signed by one of ``keys``."""
+    """``(tree size, root)`` of a checkpoint of log ``origin`` signed by one of ``keys`` (and
+    whose timed signatures by them, if any, verify)."""
     text, signatures = split_note(note)
     verified = False
     for name, blob in signatures:
@@ -449,6 +480,7 @@ def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[in
             verified = True
     if not verified:
         raise ValueError(f"the checkpoint is not signed by a known key for {origin}")
+    checkpoint_time(note, origin=origin, keys=keys)
     named, size, root = checkpoint_shape(note)
     if named != origin:
         raise ValueError(f"the checkpoint is not of log {origin}")
@@ -807,9 +839,12 @@ def verify_export(
     trusted_checkpoint: str | None,
     *,
     published: Any = None,
+    signed_at: dict[str, int | None] | None = None,
 ) -> tuple[int, list[str]]:
     """``(records, problems)`` for an export's lines; every problem found, in file order.
-    ``published``: the keys file the auditor fetched (:func:`keys_for`)."""
+    ``published``: the keys file the auditor fetched (:func:`keys_for`). ``signed_at``, when
+    given, is told when each checkpoint that verified was signed (:func:`checkpoint_time`), by
+    what it is: ``"the export's checkpoint"``, ``"the trusted checkpoint"``."""
     try:
         header = parse_line(lines[0]) if lines else None
     except ValueError as exc:
@@ -888,11 +923,21 @@ def verify_export(
         )
     else:
         problems += _against(embedded, "the export's checkpoint", origin, keys, leaves, exact=True)
+        _time_of(embedded, "the export's checkpoint", origin, keys, signed_at)
     if trusted_checkpoint is not None:
         problems += _against(
             trusted_checkpoint, "the trusted checkpoint", origin, keys, leaves, exact=False
         )
+        _time_of(trusted_checkpoint, "the trusted checkpoint", origin, keys, signed_at)
     return count, problems
+
+
+def _time_of(
+    note: Any, what: str, origin: str, keys: dict[str, Any], signed_at: dict[str, Any] | None
+) -> None:
+    if signed_at is not None:
+        with contextlib.suppress(ValueError):  # reported with the checkpoint
+            signed_at[what] = checkpoint_time(note, origin=origin, keys=keys)
 
 
 def _against(
@@ -965,9 +1010,10 @@ def verify_bundle(
     published: Any = None,
     consistency: Any = None,
     log: list[str] | None = None,
+    signed_at: dict[str, int | None] | None = None,
 ) -> tuple[int, list[str]]:
     """``(records, problems)`` for one refund's or agent purchase's evidence bundle
-    (``published`` as for an export).
+    (``published`` and ``signed_at`` as for an export: ``"the bundle's checkpoint"``).
 
     ``consistency``: the answer (parsed) of ``GET /audit/<site id>/proof/consistency?from=A&to=B``
     between the sizes of ``trusted_checkpoint`` and the bundle's checkpoint, which it needs
@@ -985,6 +1031,9 @@ def verify_bundle(
         size, root = open_checkpoint(bundle.get("checkpoint") or "", origin=origin, keys=keys)
     except ValueError as exc:
         return 0, [*problems, f"FAILED at the bundle's checkpoint: {exc}"]
+    _time_of(bundle.get("checkpoint"), "the bundle's checkpoint", origin, keys, signed_at)
+    if trusted_checkpoint is not None:
+        _time_of(trusted_checkpoint, "the trusted checkpoint", origin, keys, signed_at)
     if trusted_checkpoint is not None and log is None:
         try:
             trusted_size, trusted_root = open_checkpoint(
@@ -1269,11 +1318,12 @@ def verify_path(
     published: Any = None,
     consistency: Any = None,
     log: list[str] | None = None,
+    signed_at: dict[str, int | None] | None = None,
 ) -> tuple[str, int, list[str]]:
     """``(kind, records, problems)`` for the file at ``path`` (an export or a bundle), against
     the keys file ``published`` (parsed) when given; ``consistency`` and ``log`` (an export's
     lines) as for a bundle (an export holds its records, so the trusted checkpoint is checked
-    against them directly).
+    against them directly); ``signed_at`` as for :func:`verify_export`.
 
     Raises :class:`WrongInput` when ``path`` is neither an export nor a bundle, ``log`` is not
     an export of the bundle's site, or ``trusted_checkpoint`` is not a checkpoint of the file's
@@ -1306,6 +1356,7 @@ def verify_path(
             published=published,
             consistency=consistency,
             log=log,
+            signed_at=signed_at,
         )
         return "bundle", count, problems
     # Lines end at "\n" only: str.splitlines() would also cut at U+2028, U+2029 and U+0085,
@@ -1316,7 +1367,9 @@ def verify_path(
         raise WrongInput(path, "an export: --export completes a bundle")
     if trusted_checkpoint is not None:
         kept_checkpoint(trusted_checkpoint, "--checkpoint", header.get("origin"), path)
-    count, problems = verify_export(lines, trusted, trusted_checkpoint, published=published)
+    count, problems = verify_export(
+        lines, trusted, trusted_checkpoint, published=published, signed_at=signed_at
+    )
     return "export", count, problems
 
 
@@ -1408,6 +1461,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"--keys {args.keys}",
                     "no list of keys: not Sill's keys file (/.well-known/sill-audit-keys.json)",
                 )
+        signed_at: dict[str, int | None] = {}
         kind, count, problems = verify_path(
             args.file,
             trusted,
@@ -1415,6 +1469,7 @@ def main(argv: list[str] | None = None) -> int:
             published=published,
             consistency=consistency,
             log=export,
+            signed_at=signed_at,
         )
     except WrongInput as wrong:
         # verify_path names its arguments by their role; main knows the paths.
@@ -1439,9 +1494,27 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(f"OK: {count} records of log {log}, matching their signed checkpoint")
+    # How fresh the evidence is: the time each checkpoint's key signed with it (the OK line
+    # stays as it was, for scripts reading it).
+    for what, label in (
+        (f"the {kind}'s checkpoint", "Its checkpoint"),
+        ("the trusted checkpoint", "The checkpoint you kept (--checkpoint)"),
+    ):
+        if what in signed_at:
+            print(f"{label} {signed_time_text(signed_at[what])}.")
     if (note := unpinned_note(trusted, keys_file=args.keys is not None)) is not None:
         print(note, file=sys.stderr)
     return 0
+
+
+def signed_time_text(timestamp: int | None) -> str:
+    if timestamp is None:
+        return "carries no signed time (Sill signed it before it timed its checkpoints)"
+    try:
+        at = datetime.fromtimestamp(timestamp, UTC)
+    except (OverflowError, ValueError, OSError):
+        return f"was signed at {timestamp} seconds since 1970 (beyond the calendar)"
+    return f"was signed at {at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def read_json(path: str, argument: str) -> Any:

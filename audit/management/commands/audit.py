@@ -16,7 +16,12 @@ from django.db import transaction
 
 from audit import bundles, keys, note
 from audit.chain import b64url_encode
-from audit.checkpoints import CheckpointInconsistent, origin_for, write_checkpoint
+from audit.checkpoints import (
+    CheckpointInconsistent,
+    open_checkpoint,
+    origin_for,
+    write_checkpoint,
+)
 from audit.models import AuditKind
 from audit.selectors import chain_verification, export_lines
 from sill.accounts.admin_audit import record_admin_change
@@ -96,6 +101,8 @@ class Command(BaseCommand):
             result = chain_verification(site, checkpoint_note=kept)
             if result.ok:
                 self.stdout.write(f"site {site.pk}: {result.count} records OK")
+                if kept is not None:
+                    self.stdout.write(f"site {site.pk}: {_kept_time(kept, site)}")
             else:
                 failed += 1
                 at = "" if result.first_bad_seq is None else f" at seq {result.first_bad_seq}"
@@ -203,6 +210,20 @@ def _site(site_id: str) -> Site:
         return Site.objects.get(pk=site_id)
     except Site.DoesNotExist:
         raise CommandError(f"no site {site_id!r}", returncode=WRONG_INPUT) from None
+
+
+def _kept_time(kept: str, site: Site) -> str:
+    """How fresh the checkpoint the auditor kept (and the log just held) is: when it was
+    signed, from its timed signature (older checkpoints have none)."""
+    signed = open_checkpoint(kept, site_id=site.pk, earlier_origin=True)
+    size = signed.checkpoint.size
+    if signed.signed_at is None:
+        return (
+            f"the checkpoint you gave ({size} records) carries no signed time (Sill signed it "
+            "before it timed its checkpoints)"
+        )
+    at = f"{signed.signed_at:%Y-%m-%d %H:%M:%S} UTC"
+    return f"the checkpoint you gave ({size} records) was signed at {at}"
 
 
 def _kept_checkpoint(path: str, site: Site) -> str:
