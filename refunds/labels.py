@@ -57,6 +57,22 @@ def labelled_rule(rule: dict[str, Any]) -> dict[str, Any]:
 STATUS_LABELS: dict[str, str] = {status.value: str(status.label) for status in RefundStatus}
 
 
+# A refund made at the rail outside Sill (``ExternalRefund.status``): the rail's own state.
+RAIL_REFUND_STATE_LABELS: dict[str, str] = {
+    "pending": "Pending",
+    # Stripe: the buyer must give their bank details before the money can be sent.
+    "requires_action": "Waiting for the buyer",
+    "succeeded": "Succeeded",
+    "failed": "Failed",
+    "canceled": "Cancelled",
+}
+
+
+def rail_refund_state_label(state: str) -> str:
+    """A rail refund's state in words; a state Sill has no words for, humanized."""
+    return RAIL_REFUND_STATE_LABELS.get(state) or humanize(state)
+
+
 def refund_status_label(refund: Refund) -> str:
     """``refund``'s status in words, alike on its page, the refund list and its CSV: a refund
     the rail reported failed after it was settled is "Failed after settlement" (its money

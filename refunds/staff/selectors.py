@@ -7,7 +7,7 @@ from datetime import datetime
 
 from django.db.models import Count, Q, Sum
 
-from refunds.labels import outcome_label
+from refunds.labels import outcome_label, rail_refund_state_label, refund_status_label
 from refunds.models import Refund, RefundKind, RefundStatus
 from sill.accounts.models import Site
 from sill.money import Money
@@ -27,25 +27,13 @@ class Transaction:
     who: str
     detail: str
     obj: object
-    # As the Transactions tab shows it: COMPLETED / FAILED / pending / held / rejected / expired.
+    # In words, as the rest of Sill says it (the refund page, the refund list): "Succeeded",
+    # "Needs attention", "Failed after settlement", an outside refund's "Waiting for the buyer".
     status_label: str = ""
     reason: str = ""  # the merchant reason's path as it was (staff), or the agent's code
     note: str = ""
     decided_by: str = ""  # who approved or rejected a held refund
     requested_at: datetime | None = None
-
-
-# Transactions-tab wording (the seed's COMPLETED / FAILED, lower case while undecided).
-TX_STATUS_LABELS = {
-    "succeeded": "COMPLETED",
-    "failed": "FAILED",
-    "processing": "pending",
-    "pending": "pending",
-    "needs_attention": "needs attention",
-    "held": "held",
-    "rejected": "rejected",
-    "expired": "expired",
-}
 
 
 def transactions_for(order: Order) -> list[Transaction]:
@@ -64,7 +52,7 @@ def transactions_for(order: Order) -> list[Transaction]:
                 who=order.buyer_name or order.buyer_email,
                 detail=charge.failure_message,
                 obj=charge,
-                status_label=TX_STATUS_LABELS.get(charge.status, charge.status),
+                status_label=charge.get_status_display(),
             )
         )
     for charge in charges:
@@ -80,7 +68,7 @@ def transactions_for(order: Order) -> list[Transaction]:
                     who="outside Sill",
                     detail="refunded at the rail, outside Sill",
                     obj=outside,
-                    status_label=TX_STATUS_LABELS.get(outside.status, outside.status),
+                    status_label=rail_refund_state_label(outside.status),
                     reason=outside.reason,
                 )
             )
@@ -102,11 +90,7 @@ def transactions_for(order: Order) -> list[Transaction]:
                 who=who,
                 detail=refund.failure_message or outcome_label(refund.outcome_code),
                 obj=refund,
-                status_label=(
-                    "FAILED after settlement"
-                    if refund.reversed_at
-                    else TX_STATUS_LABELS.get(refund.status, refund.status)
-                ),
+                status_label=refund_status_label(refund),
                 reason=refund.reason_path or refund.reason_code,
                 note=refund.note,
                 decided_by=refund.decided_by.get_username() if refund.decided_by else "",

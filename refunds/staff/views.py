@@ -441,7 +441,7 @@ def _outcome_message(request: SiteRequest, refund: Refund, *, replayed: bool = F
         messages.success(
             request,
             f"{again}Refund of {amount} sent to {rail}; the Transactions tab shows "
-            "it as pending until the rail confirms.",
+            "it as processing until the rail confirms.",
         )
 
 

@@ -72,7 +72,7 @@ def test_staff_issue_a_25_percent_refund_with_a_leaf_reason(
     expect(page.get_by_role("status").first).to_contain_text("$22.25")
     row = page.locator("#transactions tr.tx-refund")
     expect(row).to_have_count(1)
-    expect(row).to_contain_text("COMPLETED")
+    expect(row).to_contain_text("Succeeded")
     expect(row).to_contain_text("\u2212$22.25")  # a minus sign
     expect(row).to_contain_text(f"Product problem{PATH_SEPARATOR}Arrived broken")
     expect(row).to_contain_text("staff@northwind-coffee.example")

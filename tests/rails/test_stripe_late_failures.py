@@ -81,7 +81,7 @@ def test_it_restores_what_is_refundable_and_shows_the_refund_failed(
 
     page = client_for("staff").get(f"/orders/{paid.order_id}/", {"tab": "transactions"})
     html = page.content.decode()
-    assert "FAILED after settlement" in html and "the money went back to you" in html
+    assert "Failed after settlement" in html and "the money went back to you" in html
 
 
 def test_it_writes_a_signed_record_and_tells_owners_and_admins(

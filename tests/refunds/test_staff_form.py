@@ -7,12 +7,13 @@ import re
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from refunds.models import Decision, Refund, RefundReason, RefundStatus
 from refunds.reasons.selectors import PATH_SEPARATOR
 from refunds.reasons.services import set_reason_active
 from refunds.staff.services import ROUNDING_RULE
-from sill.orders.models import Charge
+from sill.orders.models import Charge, ExternalRefund
 from tests.conftest import site_owner
 
 pytestmark = pytest.mark.django_db
@@ -379,7 +380,7 @@ def test_the_transactions_tab_shows_status_reason_who_when_and_provider_id(
     )  # fmt: skip
     body = client.get(f"/orders/{order.id}/?tab=transactions").content.decode()
     table = body[body.index('id="transactions"') :]
-    for label in ("COMPLETED", "FAILED", "pending", "held"):
+    for label in ("Succeeded", "Failed", "Processing", "Held"):
         assert f">{label}</span>" in table
     assert path in table
     assert "staff@roasters.example" in table and "admin@roasters.example" in table
@@ -388,6 +389,39 @@ def test_the_transactions_tab_shows_status_reason_who_when_and_provider_id(
     assert done.provider_refund_id in table and done.provider_refund_id.startswith("mock_re_")
     page = client.get(f"/orders/{order.id}/").content.decode()
     assert "Awaiting approval" in page and "refund is awaiting approval" in page
+
+
+BADGE = re.compile(r'<span class="badge badge-[a-z]+">([^<]*)</span>')
+
+
+def test_every_transactions_badge_is_words_in_one_style(client_for, site, order, members):
+    # Seen: "COMPLETED" and "FAILED" beside "pending" and "needs attention", and an outside
+    # refund's rail state as its code ("requires_action", "canceled"), under a page whose
+    # banners and refund page say "Succeeded", "Held", "Needs attention".
+    charge = Charge.objects.get(order=order)
+    common = {"site": site, "order": order, "charge": charge, "currency": "USD", "rail": "mock"}
+    who = {"origin": "staff", "requested_by": members["staff"].user, "amount_minor": 100}
+    for status in RefundStatus:
+        Refund.objects.create(**common, **who, status=status, decision=Decision.APPROVED)
+    Refund.objects.create(
+        **common, **who, status=RefundStatus.FAILED, decision=Decision.APPROVED,
+        reversed_at=timezone.now(),
+    )  # fmt: skip
+    now = timezone.now()
+    for state in ("pending", "requires_action", "succeeded", "failed", "canceled"):
+        ExternalRefund.objects.create(
+            charge=charge, provider_refund_id=f"re_{state}", amount_minor=100, currency="USD",
+            status=state, created_at_rail=now, rail_updated_at=now,
+        )  # fmt: skip
+    body = client_for("owner").get(f"/orders/{order.id}/?tab=transactions").content.decode()
+    badges = BADGE.findall(body[body.index('id="transactions"') :])
+    assert len(badges) == 1 + len(RefundStatus) + 1 + 5
+    for words in badges:
+        assert words == words[:1].upper() + words[1:].lower() and "_" not in words, words
+    assert set(badges) == {
+        "Succeeded", "Held", "Processing", "Needs attention", "Failed", "Rejected", "Expired",
+        "Failed after settlement", "Pending", "Waiting for the buyer", "Cancelled",
+    }  # fmt: skip
 
 
 def _detail_queries(client, order) -> int:
