@@ -2,6 +2,7 @@ from django.urls import path
 
 from refunds.agent import api
 from refunds.reasons import views as views_reasons
+from refunds.reconcile import attention_views as views_attention_resolve
 from refunds.reconcile import views as views_attention
 from refunds.review import evidence as views_evidence
 from refunds.review import refund_page as views_refund_page
@@ -36,6 +37,12 @@ urlpatterns = [
         "api/order/<str:order_id>/refund",
         api_staff.StaffRefundCreateApi.as_view(),
         name="staff-refund-api",
+    ),
+    # An owner records what the provider's dashboard shows for a refund needing attention.
+    path(
+        "refunds/<str:refund_id>/resolve/",
+        views_attention_resolve.resolve,
+        name="resolve-attention",
     ),
     *views_attention.urlpatterns,
     # Approve / Reject clicks from Slack (signed by Slack; refunds.review.slack).

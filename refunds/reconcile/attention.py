@@ -12,6 +12,7 @@ of Sill's) is refused: settled under it, one rail refund would count twice.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -169,6 +170,38 @@ def _email(refund: Refund) -> Delivery:
     return delivery
 
 
+@dataclass(frozen=True)
+class AttentionAnswer:
+    """What an owner says the provider's dashboard shows, checked: ``outcome`` is
+    ``refunded`` (with ``provider_refund_id``) or ``not_refunded``."""
+
+    outcome: str
+    provider_refund_id: str
+    note: str
+
+
+def parse_attention_answer(
+    *, outcome: str, provider_refund_id: str = "", note: str = ""
+) -> AttentionAnswer:
+    """The form's text as posted, checked (``invalid_field`` naming the field); reads nothing.
+    :func:`resolve_attention` checks it again, and the page before it asks to confirm."""
+    provider_refund_id = provider_refund_id.strip()
+    note = note.strip()[:1000]
+    if outcome not in ("refunded", "not_refunded"):
+        raise SillError("Choose what the provider's dashboard shows.", code="invalid_field")
+    if outcome == "refunded" and not provider_refund_id:
+        raise SillError(
+            "Enter the provider's refund id, as its dashboard shows it.",
+            code="invalid_field",
+            field="provider_refund_id",
+        )
+    if len(provider_refund_id) > PROVIDER_ID_MAX:
+        raise SillError(
+            "That refund id is too long.", code="invalid_field", field="provider_refund_id"
+        )
+    return AttentionAnswer(outcome=outcome, provider_refund_id=provider_refund_id, note=note)
+
+
 class RailRefunded(SillError):
     """The rail confirmed this refund by its id: recording that no refund was made would
     release money the rail has paid out (``rail_refunded``, 409). Nothing was written."""
@@ -195,20 +228,10 @@ def resolve_attention(
     execution holds the refund (``execution_in_progress``). A refusal changes nothing.
     """
     require_member(actor, refund.site_id, Cap.DECIDE_HELD, owner=True)
-    provider_refund_id = provider_refund_id.strip()
-    note = note.strip()[:1000]
-    if outcome not in ("refunded", "not_refunded"):
-        raise SillError("Choose what the provider's dashboard shows.", code="invalid_field")
-    if outcome == "refunded" and not provider_refund_id:
-        raise SillError(
-            "Enter the provider's refund id, as its dashboard shows it.",
-            code="invalid_field",
-            field="provider_refund_id",
-        )
-    if len(provider_refund_id) > PROVIDER_ID_MAX:
-        raise SillError(
-            "That refund id is too long.", code="invalid_field", field="provider_refund_id"
-        )
+    answer = parse_attention_answer(
+        outcome=outcome, provider_refund_id=provider_refund_id, note=note
+    )
+    outcome, provider_refund_id, note = answer.outcome, answer.provider_refund_id, answer.note
     token = claim(refund.id, status=RefundStatus.NEEDS_ATTENTION)
     if token is None:
         if Refund.objects.filter(pk=refund.pk, status=RefundStatus.NEEDS_ATTENTION).exists():

@@ -8,7 +8,7 @@ A refused resolution re-renders the page with the message beside that item's for
 
 Refunds that need attention: owners and admins see them (they hold money that may have
 moved); only an owner records what the provider's dashboard shows
-(``POST /refunds/<refund_id>/resolve/``).
+(``POST /refunds/<refund_id>/resolve/``, :mod:`refunds.reconcile.attention_views`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import path, reverse
+from django.shortcuts import redirect, render
+from django.urls import path
 from django.views.decorators.http import require_POST, require_safe
 
-from refunds.labels import STATUS_LABELS, humanize, money_words
+from refunds.labels import STATUS_LABELS, humanize
 from refunds.models import ReconciliationItem, Refund, RefundStatus
 from refunds.reconcile import runs, selectors
-from refunds.reconcile.attention import attention_refunds_for, resolve_attention
+from refunds.reconcile.attention import attention_refunds_for
+from refunds.reconcile.attention_form import AttentionForm, form_view
 from refunds.reconcile.inbox import (
     NOTE_MAX_LENGTH,
     PERSON_RESOLUTIONS,
@@ -40,8 +40,11 @@ from sill.http import SiteRequest
 from sill.paging import BoundedPaginator
 
 
-def attention_context(request: SiteRequest, *, refunds: list[Any]) -> dict[str, Any]:
-    """For the order page: this order's refunds that need attention, if the viewer may see."""
+def attention_context(
+    request: SiteRequest, *, refunds: list[Any], form: AttentionForm | None = None
+) -> dict[str, Any]:
+    """For the order page: this order's refunds that need attention, if the viewer may see,
+    each with its owner's form (``form``: the one posted, confirming or given back)."""
     ctx = request.site_ctx
     if not ctx.can(Cap.DECIDE_HELD):
         return {"visible": False}
@@ -49,6 +52,7 @@ def attention_context(request: SiteRequest, *, refunds: list[Any]) -> dict[str, 
     return {
         "visible": bool(flagged),
         "refunds": flagged,
+        "items": [(refund, form_view(refund, form)) for refund in flagged],
         "can_resolve": ctx.role == Role.OWNER,
         "credit": any(r.is_credit for r in flagged),
     }
@@ -59,43 +63,6 @@ def dashboard_attention(request: SiteRequest) -> list[Refund]:
     if not ctx.can(Cap.DECIDE_HELD):
         return []
     return list(attention_refunds_for(ctx.site)[:20])
-
-
-@require_POST
-@site_view(Cap.DECIDE_HELD)
-def resolve(request: SiteRequest, refund_id: str) -> HttpResponse:
-    ctx = request.site_ctx
-    refund = get_object_or_404(Refund.objects.select_related("site"), site=ctx.site, pk=refund_id)
-    back = (
-        reverse("refunds:detail", args=[refund.id])
-        if refund.is_credit
-        else reverse("orders:detail", args=[refund.order_id])
-    )
-    if ctx.role != Role.OWNER:
-        raise PermissionDenied("Only an owner can record what the provider's dashboard shows.")
-    try:
-        resolved = resolve_attention(
-            refund=refund,
-            actor=request.user,
-            outcome=request.POST.get("outcome", ""),
-            provider_refund_id=request.POST.get("provider_refund_id", ""),
-            note=request.POST.get("note", ""),
-        )
-    except SillError as exc:
-        messages.error(request, exc.message)
-        return redirect(back)
-    done = money_words(resolved)[1]
-    if resolved.status == RefundStatus.SUCCEEDED:
-        messages.success(
-            request, f"Recorded: {resolved.amount} was {done} ({resolved.provider_refund_id})."
-        )
-    elif resolved.is_credit:
-        messages.success(request, "Recorded: nothing was credited.")
-    else:
-        messages.success(
-            request, f"Recorded: nothing was refunded; {resolved.amount} is refundable again."
-        )
-    return redirect(back)
 
 
 # --- the Reconciliation inbox -------------------------------------------------------------------
@@ -214,7 +181,6 @@ def resolve_item_view(request: SiteRequest, item_id: int) -> HttpResponse:
 
 
 urlpatterns = [
-    path("refunds/<str:refund_id>/resolve/", resolve, name="resolve-attention"),
     path("reconcile/", inbox, name="reconcile"),
     path("reconcile/<int:item_id>/resolve/", resolve_item_view, name="reconcile-resolve"),
 ]

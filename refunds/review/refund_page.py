@@ -31,6 +31,7 @@ from refunds.labels import (
     requester_label,
 )
 from refunds.models import Refund, RefundOrigin, RefundStatus
+from refunds.reconcile.attention_form import AttentionForm
 from refunds.reconcile.views import attention_context
 from refunds.review.timeline import timeline_for
 from sill.accounts.access import Cap, SiteContext, site_view
@@ -84,18 +85,28 @@ def refund_detail(request: SiteRequest, refund_id: str) -> HttpResponse:
     if not may_view_refunds(request.site_ctx):
         raise PermissionDenied
     refund = refund_for(request.site_ctx.site, refund_id)
-    # The evidence bundle and Activity are for those who read the audit log.
-    reads_log = request.site_ctx.can(Cap.VIEW_ACTIVITY)
-    context = {
-        **_context(refund),
-        # A credit in doubt is resolved here: it has no order page to carry the form.
-        "attention": attention_context(request, refunds=[refund] if refund.is_credit else []),
-        "perms_activity": reads_log,
-        "evidence_url": evidence_url(refund) if reads_log else None,
-    }
+    context = refund_page_context(request, refund)
     if request.htmx and request.htmx.target == STATUS_TARGET:
         return render(request, "refunds/detail.html#status-swap", context)
     return render(request, "refunds/detail.html", context)
+
+
+def refund_page_context(
+    request: SiteRequest, refund: Refund, *, attention_form: AttentionForm | None = None
+) -> dict[str, Any]:
+    """What the refund page shows; the owner's attention form re-renders the page with it
+    (``attention_form``: its confirmation, or the form given back)."""
+    # The evidence bundle and Activity are for those who read the audit log.
+    reads_log = request.site_ctx.can(Cap.VIEW_ACTIVITY)
+    return {
+        **_context(refund),
+        # A credit in doubt is resolved here: it has no order page to carry the form.
+        "attention": attention_context(
+            request, refunds=[refund] if refund.is_credit else [], form=attention_form
+        ),
+        "perms_activity": reads_log,
+        "evidence_url": evidence_url(refund) if reads_log else None,
+    }
 
 
 def _context(refund: Refund) -> dict[str, Any]:

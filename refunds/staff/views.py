@@ -42,6 +42,7 @@ from refunds.labels import buyer_label, money_confirmation, percent_text, rule_t
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge
 from refunds.reasons.selectors import pickable_reason, reason_picker_for
+from refunds.reconcile.attention_form import AttentionForm
 from refunds.reconcile.views import attention_context, dashboard_attention
 from refunds.staff import idempotency
 from refunds.staff.charge_attention import (
@@ -119,9 +120,10 @@ def order_detail_context(
     tab: str = "overview",
     refund_form: StaffRefundForm | None = None,
     charge_form: ChargeAttentionForm | None = None,
+    attention_form: AttentionForm | None = None,
 ) -> dict[str, Any]:
-    """What the order page shows; the refund and charge-attention POST views re-render the
-    page with it (their form's confirmation, or its refusal)."""
+    """What the order page shows; the refund, charge-attention and refund-attention POST
+    views re-render the page with it (their form's confirmation, or its refusal)."""
     charges = list(order.charges.prefetch_related("disputes"))
     # The site's rail accounts, read once for all the charges (not at all without one).
     accounts = site_rail_accounts(order.site_id) if charges else {}
@@ -178,7 +180,9 @@ def order_detail_context(
         "transactions": transactions,
         "tab": tab,
         "attention": attention_context(
-            request, refunds=[t.obj for t in transactions if t.kind == "refund"]
+            request,
+            refunds=[t.obj for t in transactions if t.kind == "refund"],
+            form=attention_form,
         ),
         "refund_panel": refund_panel_context(
             request,

@@ -68,11 +68,12 @@ def test_an_owner_sees_a_refund_needing_attention_and_records_the_dashboard(
     page.set_viewport_size({"width": 1440, "height": 900})
 
     page.get_by_label("No refund was made (the reservation is released)").check()
-    page.get_by_role("button", name="Record it").click()
-    # It asks first: the reservation is released, the amount refundable again.
-    dialog = page.get_by_role("dialog", name="Please confirm")
-    expect(dialog).to_contain_text(f"makes {refund.amount} refundable again")
-    dialog.get_by_role("button", name="Record it").click()
+    page.locator(f"#attention-{refund.id}").get_by_role("button", name="Continue").click()
+    # It asks first, on the page: the reservation is released, the amount refundable again.
+    confirm = page.locator(f"#attention-confirm-{refund.id}")
+    expect(confirm).to_contain_text(f"{refund.amount} is refundable again")
+    assert Refund.objects.get(pk=refund.pk).status == "needs_attention"
+    confirm.get_by_role("button", name="Record: no refund").click()
     expect(page.get_by_text("nothing was refunded")).to_be_visible()
     refund.refresh_from_db()
     assert (refund.status, refund.outcome_code) == ("failed", "not_at_rail")

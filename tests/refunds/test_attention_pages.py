@@ -49,7 +49,7 @@ def _refused(owner, refund: Refund, provider_refund_id: str) -> str:
     assert due is not None
     response = owner.post(
         f"/refunds/{refund.id}/resolve/",
-        {"outcome": "refunded", "provider_refund_id": provider_refund_id},
+        {"outcome": "refunded", "provider_refund_id": provider_refund_id, "confirmed": "1"},
         follow=True,
     )
     assert response.status_code == 200
@@ -107,7 +107,12 @@ def test_only_an_owner_of_the_site_may_resolve(client_for, flagged, persona, sta
 def test_an_owner_records_the_refund_the_dashboard_shows(client_for, flagged, members):
     response = client_for("owner").post(
         f"/refunds/{flagged.id}/resolve/",
-        {"outcome": "refunded", "provider_refund_id": "mock_re_seen", "note": "in the ledger"},
+        {
+            "outcome": "refunded",
+            "provider_refund_id": "mock_re_seen",
+            "note": "in the ledger",
+            "confirmed": "1",
+        },
     )
     assert response.status_code == 302
     flagged.refresh_from_db()
@@ -120,7 +125,9 @@ def test_an_owner_records_the_refund_the_dashboard_shows(client_for, flagged, me
 
 
 def test_an_owner_records_that_no_refund_was_made(client_for, flagged):
-    client_for("owner").post(f"/refunds/{flagged.id}/resolve/", {"outcome": "not_refunded"})
+    client_for("owner").post(
+        f"/refunds/{flagged.id}/resolve/", {"outcome": "not_refunded", "confirmed": "1"}
+    )
     flagged.refresh_from_db()
     assert (flagged.status, flagged.outcome_code) == ("failed", "not_at_rail")
     assert Charge.objects.get(pk=flagged.charge_id).amount_reserved_minor == 0
@@ -189,7 +196,9 @@ def test_resolving_is_refused_while_an_execution_holds_the_refund(client_for, fl
 
     assert claim(flagged.id, status="needs_attention")
     response = client_for("owner").post(
-        f"/refunds/{flagged.id}/resolve/", {"outcome": "not_refunded"}, follow=True
+        f"/refunds/{flagged.id}/resolve/",
+        {"outcome": "not_refunded", "confirmed": "1"},
+        follow=True,
     )
     assert "asking the rail about this refund right now" in response.content.decode()
     flagged.refresh_from_db()
@@ -198,3 +207,74 @@ def test_resolving_is_refused_while_an_execution_holds_the_refund(client_for, fl
 
 def test_resolving_needs_a_post(client_for, flagged):
     assert client_for("owner").get(f"/refunds/{flagged.id}/resolve/").status_code == 405
+
+
+# --- what the owner is shown before anything is written ---------------------------------------
+
+
+def _unchanged(refund: Refund) -> None:
+    after = Refund.objects.get(pk=refund.pk)
+    assert (after.status, after.provider_refund_id, after.lease_until) == (
+        "needs_attention", refund.provider_refund_id, None,
+    )  # fmt: skip
+    assert not AuditRecord.objects.filter(kind="attention_resolved").exists()
+    charge = Charge.objects.get(pk=refund.charge_id)
+    assert charge.amount_reserved_minor == refund.amount_minor
+
+
+@pytest.mark.parametrize(
+    ("answer", "sentence", "button"),
+    [
+        (
+            {"outcome": "not_refunded"},
+            "Record that Mock made no refund of $25.00? The reservation is released: $25.00 "
+            "is refundable again.",
+            "Record: no refund",
+        ),
+        (
+            {"outcome": "refunded", "provider_refund_id": "mock_re_seen", "note": "ledger"},
+            "Record that Mock made the refund of $25.00 (mock_re_seen)? Sill records it as "
+            "refunded.",
+            "Record: refunded",
+        ),
+    ],
+)
+def test_a_post_without_the_confirmation_changes_nothing_and_asks_first(
+    client_for, flagged, answer, sentence, button
+):
+    # Seen: the form's only confirmation was sill.js's dialog; a POST without it (no
+    # JavaScript, a replayed request) recorded the answer at once.
+    response = client_for("owner").post(f"/refunds/{flagged.id}/resolve/", answer)
+    assert response.status_code == 200
+    _unchanged(flagged)
+    page = response.content.decode()
+    confirm = page[page.index(f'id="attention-confirm-{flagged.id}"') :]
+    assert sentence in confirm and "The signed record names you." in confirm
+    assert 'name="confirmed" value="1"' in confirm and f">{button}</button>" in confirm
+    for name, value in answer.items():
+        assert f'type="hidden" name="{name}" value="{value}"' in confirm
+
+
+def test_confirming_records_it_and_change_gives_the_form_back(client_for, flagged):
+    owner = client_for("owner")
+    typed = {"outcome": "refunded", "provider_refund_id": "mock_re_typed", "note": "seen it"}
+    again = owner.post(f"/refunds/{flagged.id}/resolve/", {**typed, "edit": "1"})
+    assert again.status_code == 200
+    _unchanged(flagged)
+    form = again.content.decode()
+    form = form[form.index(f'id="attention-{flagged.id}"') :]
+    assert 'value="mock_re_typed"' in form and 'value="seen it"' in form
+    assert 'value="refunded" required checked' in form and "<details open" in form
+    done = owner.post(f"/refunds/{flagged.id}/resolve/", {**typed, "confirmed": "1"})
+    assert done.status_code == 302
+    flagged.refresh_from_db()
+    assert (flagged.status, flagged.provider_refund_id) == ("succeeded", "mock_re_typed")
+
+
+def test_a_refusal_is_said_before_the_confirmation(client_for, flagged):
+    response = client_for("owner").post(
+        f"/refunds/{flagged.id}/resolve/", {"outcome": "refunded"}, follow=True
+    )
+    page = response.content.decode()
+    assert "Enter the provider" in page and "attention-confirm-" not in page
+    _unchanged(flagged)

@@ -362,7 +362,8 @@ def test_owners_are_told_of_a_credit_in_doubt_or_refused_in_a_credits_words(
         assert "/orders/None/" not in shown, listing
     made = stub.transactions[CUSTOMER][0]["id"]
     resolved = browser.post(
-        f"/refunds/{doubtful}/resolve/", {"outcome": "refunded", "provider_refund_id": made}
+        f"/refunds/{doubtful}/resolve/",
+        {"outcome": "refunded", "provider_refund_id": made, "confirmed": "1"},
     )
     assert (resolved.status_code, resolved["Location"]) == (302, f"/refunds/{doubtful}/")
     assert Refund.objects.get(pk=doubtful).status == RefundStatus.SUCCEEDED
@@ -397,14 +398,19 @@ def test_an_owner_cannot_record_another_credit_of_the_customer_for_one_in_doubt(
     browser = client_for("owner")
     refused = browser.post(
         f"/refunds/{doubtful}/resolve/",
-        {"outcome": "refunded", "provider_refund_id": earlier.provider_refund_id},
+        {
+            "outcome": "refunded",
+            "provider_refund_id": earlier.provider_refund_id,
+            "confirmed": "1",
+        },
         follow=True,
     )
     assert f"is Sill&#x27;s credit {earlier.id} of this customer" in refused.content.decode()
     assert Refund.objects.get(pk=doubtful).status == RefundStatus.NEEDS_ATTENTION
     [made] = [t["id"] for t in stub.transactions[CUSTOMER] if t["id"] != earlier.provider_refund_id]
     browser.post(
-        f"/refunds/{doubtful}/resolve/", {"outcome": "refunded", "provider_refund_id": made}
+        f"/refunds/{doubtful}/resolve/",
+        {"outcome": "refunded", "provider_refund_id": made, "confirmed": "1"},
     )
     assert Refund.objects.get(pk=doubtful).status == RefundStatus.SUCCEEDED
 
