@@ -4,7 +4,8 @@ It posts to ``refunds:resolve-attention`` (:mod:`refunds.reconcile.attention_vie
 staff refund form and a charge's attention form do, a valid submit without ``confirmed=1``
 answers the page with a confirmation in place of the form (nothing written), whose button
 posts the same fields with ``confirmed=1``; **Change** gives the form back with what was
-typed.
+typed. What Sill already knows is filled in: the rail's refund id, when the rail confirmed
+one (then "The refund was made" is the only answer offered, and it is chosen).
 """
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ def form_view(refund: Refund, form: AttentionForm | None) -> AttentionFormView:
             confirmation=form.confirmation,
             hidden={name: value for name, value in kept.items() if value},
         )
+    known = refund.provider_refund_id
     return AttentionFormView(
-        outcome="",
-        provider_refund_id="",
+        outcome="refunded" if known else "",
+        provider_refund_id=known,
         note="",
         open=False,
         confirmation=None,

@@ -12,6 +12,7 @@ from refunds.models import Refund
 from refunds.services import reverse_settled_refund
 from sill.orders.models import Charge
 from sill.orders.outside import OutsideRefund, record_outside_refund
+from tests.refunds.conftest import made_but_unrecordable
 
 pytestmark = pytest.mark.django_db
 
@@ -278,3 +279,27 @@ def test_a_refusal_is_said_before_the_confirmation(client_for, flagged):
     page = response.content.decode()
     assert "Enter the provider" in page and "attention-confirm-" not in page
     _unchanged(flagged)
+
+
+# --- what Sill already knows is filled in -----------------------------------------------------
+
+
+def test_the_form_is_prefilled_with_the_refund_id_the_rail_confirmed(
+    client_for, make_order, staff_refund, mock_rail
+):
+    # Seen: the rail's refund id, shown in the sentence above the form, had to be copied into
+    # an empty field, and "The refund was made" (the only answer offered) picked by hand.
+    order = make_order(total="25.00")
+    refund, made = made_but_unrecordable(mock_rail, lambda: staff_refund(order))
+    page = client_for("owner").get(f"/orders/{order.id}/").content.decode()
+    form = page[page.index(f'id="attention-{refund.id}"') :]
+    assert 'name="provider_refund_id" maxlength="255" autocomplete="off"' in form
+    assert f'value="{made.provider_id}"' in form
+    assert 'name="outcome" value="refunded" required checked' in form
+
+
+def test_the_form_of_a_refund_the_rail_never_confirmed_starts_empty(client_for, flagged):
+    page = client_for("owner").get(f"/orders/{flagged.order_id}/").content.decode()
+    form = page[page.index(f'id="attention-{flagged.id}"') :]
+    form = form[: form.index("</form>")]
+    assert " checked" not in form and 'placeholder="re_…" value="">' in form
