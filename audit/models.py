@@ -39,6 +39,8 @@ class AuditKind(models.TextChoices):
     CHARGE = "charge", "Charge"
     NEEDS_ATTENTION = "needs_attention", "Needs attention"
     ATTENTION_RESOLVED = "attention_resolved", "Attention resolved"
+    # A failed refund an owner or admin marked handled: off the to-do lists, nothing moved.
+    FAILURE_HANDLED = "failure_handled", "Failed refund marked handled"
     LEASE_LOST = "lease_lost", "Execution lease lost"
     # What the rail reported afterwards: a settled refund that failed there.
     REFUND_REVERSED = "refund_reversed", "Refund failed after settlement"

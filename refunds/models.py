@@ -257,6 +257,17 @@ class Refund(models.Model):
     failure_notified_at = models.DateTimeField(null=True, blank=True)
     reversal_notified_at = models.DateTimeField(null=True, blank=True)
     confirmation_sent_at = models.DateTimeField(null=True, blank=True)
+    # A failed refund an owner or admin marked handled (settled another way, or not to be
+    # refunded): no longer a to-do (refunds.staff.listing.open_failure). Its status stays
+    # failed; the signed ``failure_handled`` record names them (refunds.staff.handled).
+    failure_handled_at = models.DateTimeField(null=True, blank=True)
+    failure_handled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -44,6 +44,8 @@ urlpatterns = [
         views_attention_resolve.resolve,
         name="resolve-attention",
     ),
+    # A failed refund an owner or admin marks handled: off the to-do lists.
+    path("refunds/<str:refund_id>/handled/", views_staff.mark_handled, name="failure-handled"),
     *views_attention.urlpatterns,
     # Approve / Reject clicks from Slack (signed by Slack; refunds.review.slack).
     *views_slack.urlpatterns,

@@ -158,6 +158,7 @@ MATRIX: dict[str, Row] = {
     "refunds:held-approve": row({"refund_id": "held"}, POST=MANAGERS_OBJ),
     "refunds:held-reject": row({"refund_id": "held"}, POST=MANAGERS_OBJ),
     "refunds:resolve-attention": row({"refund_id": "attention"}, POST=OWNER_OBJ),
+    "refunds:failure-handled": row({"refund_id": "held"}, POST=MANAGERS_OBJ),
     "refunds:reconcile": row(GET=MANAGERS),
     "refunds:reconcile-resolve": row(
         {"item_id": "item"}, body={"resolution": "acknowledged", "note": "m"}, POST=MANAGERS_OBJ

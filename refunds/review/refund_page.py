@@ -55,6 +55,7 @@ def refund_for(site: Site, refund_id: str) -> Refund:
         Refund.objects.filter(site=site, pk=refund_id)
         .select_related("site", "order", "order__customer", "charge", "agent", "requested_by")
         .select_related("decided_by", "mandate", "order__placed_by_agent", "customer")
+        .select_related("failure_handled_by")
         .first()
     )
     if refund is None:
@@ -106,6 +107,14 @@ def refund_page_context(
         ),
         "perms_activity": reads_log,
         "evidence_url": evidence_url(refund) if reads_log else None,
+        # A failed refund nobody marked handled: owners and admins may (refunds.staff.handled).
+        "handled_url": (
+            reverse("refunds:failure-handled", args=[refund.pk])
+            if refund.status == RefundStatus.FAILED
+            and refund.failure_handled_at is None
+            and request.site_ctx.can(Cap.DECIDE_HELD)
+            else ""
+        ),
     }
 
 

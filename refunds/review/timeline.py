@@ -51,6 +51,7 @@ OUTSIDE = frozenset(
         "refund_reversed",
         "needs_attention",
         "attention_resolved",
+        "failure_handled",
         "lease_lost",
         "reconciliation_found",
         "reconciliation_resolved",
@@ -332,6 +333,12 @@ def _outside(refund: Refund, record: AuditRecord, body: dict[str, Any]) -> Entry
         tone = "ok"
         if body.get("provider_refund_id"):
             lines.append((_provider_id_label(refund), str(body["provider_refund_id"])))
+        if body.get("resolution_note"):
+            lines.append(("Note", str(body["resolution_note"])))
+    elif kind == "failure_handled":
+        title = f"Marked handled by {body.get('resolved_by') or 'an owner or admin'}"
+        tone = "ok"
+        lines.append(("What it means", "Off the to-do lists; nothing moved, and it stays failed"))
         if body.get("resolution_note"):
             lines.append(("Note", str(body["resolution_note"])))
     elif kind == "reconciliation_found":

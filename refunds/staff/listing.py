@@ -123,12 +123,17 @@ def superseded() -> Exists:
 
 
 def open_failure() -> Q:
-    """A failed refund still to act on: no later refund :func:`superseded` it, and its order
-    has something left to refund. An order refunded in full since, through Sill or outside it
-    (the rail refused Sill's refund ``already_refunded``: the buyer was refunded in its
-    dashboard), leaves nothing to refund, so no refund could ever supersede the failure.
-    A customer credit names no order: only a later credit replaces its failure."""
-    return Q(status=RefundStatus.FAILED) & ~superseded() & ~Q(order__status=OrderStatus.REFUNDED)
+    """A failed refund still to act on: no later refund :func:`superseded` it, its order
+    has something left to refund, and nobody marked it handled (refunds.staff.handled). An
+    order refunded in full since, through Sill or outside it (the rail refused Sill's refund
+    ``already_refunded``: the buyer was refunded in its dashboard), leaves nothing to refund,
+    so no refund could ever supersede the failure. A customer credit names no order: only a
+    later credit replaces its failure."""
+    return (
+        Q(status=RefundStatus.FAILED, failure_handled_at__isnull=True)
+        & ~superseded()
+        & ~Q(order__status=OrderStatus.REFUNDED)
+    )
 
 
 def _open_failure() -> Exists:

@@ -8,7 +8,7 @@ trigger) once nothing is in flight; a refund the rail settled meanwhile shows as
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.urls import reverse
@@ -33,6 +33,8 @@ class Failure:
     next_step: str
     link: str  # where the next step happens ("" for the form below)
     link_text: str
+    # Where an owner or admin marks it handled (refunds.staff.handled); "" for the others.
+    handled_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,13 @@ def _next_step(refund: Refund, ctx: SiteContext) -> tuple[str, str, str]:
 
 
 def _open_failures(refunds: list[Refund]) -> list[Refund]:
-    """Failed refunds no refund of the order asked for since replaced (moving or moved money):
-    the lists' ``superseded``, on the refunds the page loaded."""
+    """Failed refunds no refund of the order asked for since replaced (moving or moved money)
+    and nobody marked handled: the lists' ``superseded``, on the refunds the page loaded."""
     return [
         r
         for r in refunds
         if r.status == RefundStatus.FAILED
+        and r.failure_handled_at is None
         and not any(o.status in SUPERSEDING and o.created_at > failed_since(r) for o in refunds)
     ]
 
@@ -110,7 +113,14 @@ def refund_status_area(ctx: SiteContext, refunds: Iterable[object]) -> RefundSta
     mine = [r for r in refunds if isinstance(r, Refund)]
     can_view_held = ctx.can(Cap.VIEW_HELD)
     recent = timezone.now() - RECENT
-    failures = [_words(r, _next_step(r, ctx)) for r in _open_failures(mine)]
+    may_mark = ctx.can(Cap.DECIDE_HELD)
+    failures = [
+        replace(
+            _words(r, _next_step(r, ctx)),
+            handled_url=reverse("refunds:failure-handled", args=[r.pk]) if may_mark else "",
+        )
+        for r in _open_failures(mine)
+    ]
     return RefundStatusArea(
         held=[
             (r, reverse("refunds:held-detail", args=[r.pk]) if can_view_held else "")

@@ -32,13 +32,19 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
 from audit.activity import purchase_approval_of, purchase_refusal_of
-from refunds.labels import buyer_label, money_confirmation, percent_text, rule_title
+from refunds.labels import (
+    buyer_label,
+    money_confirmation,
+    money_words,
+    percent_text,
+    rule_title,
+)
 from refunds.models import Refund, RefundStatus
 from refunds.quote import charged_charge
 from refunds.reasons.selectors import pickable_reason, reason_picker_for
@@ -55,6 +61,7 @@ from refunds.staff.charge_attention import (
 )
 from refunds.staff.dashboard import dashboard_context
 from refunds.staff.forms import StaffConfirmation, StaffRefundForm, parse_refund_size
+from refunds.staff.handled import mark_failure_handled
 from refunds.staff.listing import ListFilters, orders_with_refund_state
 from refunds.staff.order_status import order_refunds, refund_status_area
 from refunds.staff.selectors import Transaction, dashboard_figures, transactions_for
@@ -272,6 +279,37 @@ def resolve_charge(request: SiteRequest, order_id: str) -> HttpResponse:
         return _render_charge_form(request, order, form, status=status)
     messages.success(request, outcome_message(order, settled))
     return HttpResponseRedirect(reverse("orders:detail", args=[order.pk]), status=303)
+
+
+# --- a failed refund an owner or admin marks handled ----------------------------------------
+
+
+@require_POST
+@site_view(Cap.DECIDE_HELD)
+def mark_handled(request: SiteRequest, refund_id: str) -> HttpResponse:
+    """Take a failed refund off the to-do lists (``refunds.staff.handled``); back to its
+    order page (a credit's: its own page) with what was done, or why not."""
+    refund = get_object_or_404(
+        Refund.objects.select_related("site"), site=request.site_ctx.site, pk=refund_id
+    )
+    back = (
+        reverse("refunds:detail", args=[refund.pk])
+        if refund.is_credit
+        else reverse("orders:detail", args=[refund.order_id])
+    )
+    try:
+        handled = mark_failure_handled(
+            refund=refund, actor=request.user, note=request.POST.get("note", "")
+        )
+    except SillError as error:
+        messages.error(request, error.message)
+        return HttpResponseRedirect(back)
+    messages.success(
+        request,
+        f"Marked handled: the failed {format_money(handled.amount)} "
+        f"{money_words(handled)[0]} is off the to-do lists.",
+    )
+    return HttpResponseRedirect(back)
 
 
 def _render_charge_form(
