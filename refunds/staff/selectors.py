@@ -36,6 +36,14 @@ class Transaction:
     requested_at: datetime | None = None
 
 
+def _outside_detail(state: str) -> str:
+    """Under an outside refund's badge: whether money moved (a failed or cancelled one at the
+    rail refunded nothing, and Sill does not count it)."""
+    if state in ("failed", "canceled"):
+        return f"Nothing was refunded: the rail reports it {rail_refund_state_label(state).lower()}"
+    return "Made at the rail, outside Sill"
+
+
 def transactions_for(order: Order) -> list[Transaction]:
     """The order's charges and refunds (Sill's and outside ones), newest first (three queries)."""
     rows: list[Transaction] = []
@@ -66,7 +74,7 @@ def transactions_for(order: Order) -> list[Transaction]:
                     rail=charge.rail,
                     provider_id=outside.provider_refund_id,
                     who="outside Sill",
-                    detail="refunded at the rail, outside Sill",
+                    detail=_outside_detail(outside.status),
                     obj=outside,
                     status_label=rail_refund_state_label(outside.status),
                     reason=outside.reason,

@@ -424,6 +424,30 @@ def test_every_transactions_badge_is_words_in_one_style(client_for, site, order,
     }  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ("succeeded", "Made at the rail, outside Sill"),
+        ("pending", "Made at the rail, outside Sill"),
+        ("failed", "Nothing was refunded: the rail reports it failed"),
+        ("canceled", "Nothing was refunded: the rail reports it cancelled"),
+    ],
+)
+def test_an_outside_refund_row_says_whether_money_moved(client_for, order, state, said):
+    # Seen: every outside refund read "refunded at the rail, outside Sill", a failed or
+    # cancelled one too, beside its "Failed" badge.
+    now = timezone.now()
+    ExternalRefund.objects.create(
+        charge=Charge.objects.get(order=order), provider_refund_id="re_outside",
+        amount_minor=100, currency="USD", status=state, created_at_rail=now, rail_updated_at=now,
+    )  # fmt: skip
+    body = client_for("owner").get(f"/orders/{order.id}/?tab=transactions").content.decode()
+    row = body[body.index('<tr class="tx-external_refund"') :]
+    row = row[: row.index("</tr>")]
+    assert f'<span class="muted small">{said}</span>' in row
+    assert ("refunded at the rail" in row) is False
+
+
 def _detail_queries(client, order) -> int:
     with CaptureQueriesContext(connection) as ctx:
         assert client.get(f"/orders/{order.id}/").status_code == 200
