@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
@@ -303,3 +305,13 @@ def test_the_form_of_a_refund_the_rail_never_confirmed_starts_empty(client_for, 
     form = page[page.index(f'id="attention-{flagged.id}"') :]
     form = form[: form.index("</form>")]
     assert " checked" not in form and 'placeholder="re_…" value="">' in form
+
+
+def test_the_next_check_reads_alike_in_the_banner_and_the_section_below(client_for, flagged):
+    # Seen: the banner said "(next in 5 min)" and the section just below it "(next Dec 7,
+    # 13:41 UTC)" for the same check.
+    page = client_for("owner").get(f"/orders/{flagged.order_id}/").content.decode()
+    section = page[page.index(f'id="attention-{flagged.id}"') :]
+    said = re.compile(r"\(next <time [^>]*>in \d+ min</time>\)")
+    assert said.search(page[: page.index(f'id="attention-{flagged.id}"')])
+    assert said.search(section[: section.index("</article>")])
