@@ -16,13 +16,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
 from audit.services import append_record
-from refunds.execution import attention_recheck, claim, find_at_rail, record_result, release
+from refunds.execution import (
+    RetryLater,
+    attention_recheck,
+    claim,
+    find_at_rail,
+    record_result,
+    release,
+)
 from refunds.labels import rail_label, refund_headline, refund_subject
 from refunds.models import Refund, RefundStatus
 from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
@@ -37,7 +44,7 @@ from sill.accounts.notices import (
 )
 from sill.errors import ExecutionInProgress, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund, Order
-from sill.rails.base import RailError
+from sill.rails.base import RailError, RefundResult
 from sill.rails.registry import RailDisabled
 
 logger = logging.getLogger(__name__)
@@ -356,6 +363,23 @@ def check_refund_at_rail(refund_id: str) -> str:
         except Exception as exc:
             logger.exception("refund %s of site %s: lookup failed", refund.id, refund.site_id)
             return _still_unknown(refund, token, f"{type(exc).__name__}: {exc}")
+        if result is not None and result.state == "pending":
+            return _still_unknown(refund, token, f"{result.provider_refund_id} is still pending")
+        return _record_answer(refund, token, result)
+    except LeaseLost:
+        return "lease-lost"
+
+
+def _record_answer(refund: Refund, token: str, result: RefundResult | None) -> str:
+    """Record the rail's answer: none under the key (failed), or its refund (settled).
+
+    Recording it may fail (a lock timeout on the charge, a lost connection): the execution
+    path hands such a failure to its task's retry (``RetryLater``), but this is the beat's
+    lookup, which has no retry of its own, and it asks again anyway. So the refund stays as
+    it is, the lease given back, and is asked again after the usual interval; one line names
+    it and its site for whoever reads the worker's log.
+    """
+    try:
         if result is None:
             fail_refund(
                 refund_id=refund.id,
@@ -367,11 +391,26 @@ def check_refund_at_rail(refund_id: str) -> str:
                 token=token,
             )
             return "failed"
-        if result.state == "pending":
-            return _still_unknown(refund, token, f"{result.provider_refund_id} is still pending")
         return record_result(refund, token, result)
     except LeaseLost:
-        return "lease-lost"
+        raise
+    except Exception as exc:
+        answer = "no refund" if result is None else result.provider_refund_id
+        error = exc.message if isinstance(exc, RetryLater) else f"{type(exc).__name__}: {exc}"
+        logger.warning(
+            "refund %s of site %s: the rail's answer (%s) could not be recorded (%s); it still "
+            "needs attention and is asked again in %d s",
+            refund.id, refund.site_id, answer, error, attention_recheck().total_seconds(),
+            # A lock timeout or a lost connection needs no traceback; a bug does (a failed
+            # settlement's was logged by record_result).
+            exc_info=not isinstance(exc, RetryLater | OperationalError),
+        )  # fmt: skip
+        Refund.objects.filter(pk=refund.id, lease_token=token).update(
+            lease_until=None,
+            next_check_at=timezone.now() + attention_recheck(),
+            updated_at=timezone.now(),
+        )
+        return "unknown"
 
 
 def _still_unknown(refund: Refund, token: str, message: str) -> str:
