@@ -8,6 +8,8 @@ webhook never came, or a refund Sill settled that PayPal does not have, was neve
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.db.models import F
 
@@ -16,6 +18,7 @@ from refunds.reconcile.runs import run_reconciliation
 from sill.errors import SillError
 from sill.money import Money
 from sill.orders.models import Charge, Dispute, ExternalRefund
+from tests.rails.paypal_stub import CLIENT_ID, CLIENT_SECRET
 from tests.rails.test_paypal_refunds import _execute, _refund
 
 pytestmark = pytest.mark.django_db
@@ -148,3 +151,22 @@ def test_disputes_past_one_page_are_all_read(site, paypal, paypal_account, paypa
         paypal.add_dispute(capture, status="OPEN")
     _run(paypal_account)
     assert Dispute.objects.filter(charge__order=order).count() == 51
+
+
+def test_a_dispute_whose_amount_cannot_be_read_is_logged_naming_the_site_and_dispute(
+    site, paypal, paypal_account, paypal_order, caplog
+):
+    # Seen before: such a dispute was skipped without a word, so on-call reading the worker's
+    # log could not tell why a dispute PayPal shows was never recorded.
+    order, capture = paypal_order(total="89.00")
+    unreadable = paypal.add_dispute(capture, status="OPEN", value="89.001")
+    readable = paypal.add_dispute(capture, status="OPEN")
+    with caplog.at_level(logging.WARNING, logger="sill.rails.paypal.rail"):
+        _run(paypal_account)
+    assert [d.provider_dispute_id for d in Dispute.objects.filter(charge__order=order)] == [
+        readable["dispute_id"]
+    ]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "sill.rails.paypal.rail"]
+    assert f"site {site.pk}" in line and unreadable["dispute_id"] in line
+    assert capture.id in line and "'89.001'" in line
+    assert CLIENT_SECRET not in line and CLIENT_ID not in line

@@ -46,6 +46,7 @@ def rail_from_account(account: RailAccount) -> Rail:
         client=client,
         mode=account.mode,
         fact_timeout=float(settings.SILL_RAIL_FACT_TIMEOUT_SECONDS),
+        site_id=account.site_id,
     )
 
 
@@ -61,7 +62,7 @@ def reader_for(account: RailAccount) -> PayPalRail:
         raise RailDisabled(
             "The PayPal rail has no client id and secret: connect PayPal on Settings → Rails."
         )
-    return PayPalRail(client=client, mode=account.mode)
+    return PayPalRail(client=client, mode=account.mode, site_id=account.site_id)
 
 
 def client_for(account: RailAccount) -> PayPalClient:

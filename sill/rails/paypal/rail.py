@@ -82,11 +82,18 @@ class PayPalRail:
     refund_window_days = REFUND_WINDOW_DAYS
 
     def __init__(
-        self, *, client: PayPalClient, mode: str = "test", fact_timeout: float = 3.0
+        self,
+        *,
+        client: PayPalClient,
+        mode: str = "test",
+        fact_timeout: float = 3.0,
+        site_id: str = "",
     ) -> None:
         self.client = client
         self.mode = mode
         self.fact_timeout = fact_timeout
+        # Whose account this is, for the log lines of what the rail leaves out (never sent).
+        self.site_id = site_id
 
     def __repr__(self) -> str:
         return f"PayPalRail(mode={self.mode!r}, client={self.client!r})"
@@ -188,6 +195,16 @@ class PayPalRail:
                 )
             money = amount(item.get("dispute_amount"))
             if money is None:
+                # Not recorded (a dispute's amount is signed in its record): said, so that
+                # whoever wonders why a dispute PayPal shows is not in Sill finds why.
+                logger.warning(
+                    "PayPal dispute %s of capture %s of site %s: not recorded, its amount "
+                    "%.80r cannot be read",
+                    item["dispute_id"],
+                    provider_charge_id,
+                    self.site_id or "?",
+                    item.get("dispute_amount"),
+                )
                 continue
             found.append(
                 RailDispute(
