@@ -11,8 +11,10 @@ calls, and each record takes its own row locks.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
+from django.db import DatabaseError
 from django.utils import timezone
 
 from sill.orders.models import Charge
@@ -24,6 +26,8 @@ from sill.orders.outside import (
 )
 from sill.rails.base import ChargeReader, RailError, RailRefund
 from sill.rails.dispute_states import dispute_status
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,8 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
     occasion in the audit records (e.g. ``"decision:rf_…"`` or ``"reconcile:…"``).
 
     Raises ``RailError`` when the refunds cannot be listed (nothing is recorded then); a
-    dispute list that fails leaves ``disputes_read`` False and records no dispute.
+    dispute list that fails leaves ``disputes_read`` False and records no dispute, and so
+    does one dispute that cannot be recorded (logged, the others recorded).
     """
     # What the rail lists is its state as of the read, at least: recorded as of the read's
     # start, a webhook for a change made while the list was read still applies after it. To
@@ -76,20 +81,35 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
         )
     except RailError:
         return ChargeSync(refunds=refunds, disputes_read=False, outcomes=outcomes)
+    all_recorded = True
     for dispute in disputes:
-        done = record_dispute(
-            charge=charge,
-            dispute=ReportedDispute(
-                provider_dispute_id=dispute.provider_dispute_id,
-                reason=dispute.reason,
-                amount_minor=dispute.amount_minor,
-                currency=dispute.currency,
-                status=dispute_status(dispute.status),
-                rail_status=dispute.status,
-                opened_at=dispute.created_at,
-            ),
-            event_id=event_id,
-            event_at=now,
-        )
+        try:
+            done = record_dispute(
+                charge=charge,
+                dispute=ReportedDispute(
+                    provider_dispute_id=dispute.provider_dispute_id,
+                    reason=dispute.reason,
+                    amount_minor=dispute.amount_minor,
+                    currency=dispute.currency,
+                    status=dispute_status(dispute.status),
+                    rail_status=dispute.status,
+                    opened_at=dispute.created_at,
+                ),
+                event_id=event_id,
+                event_at=now,
+            )
+        except Exception as exc:
+            # One dispute the books cannot hold (rolled back) must not keep the others from
+            # being recorded: each refuses refunds of the charge. It is said, and the disputes
+            # count as not read: Sill's list lacks one, so a decision keeps the rail's own
+            # "disputed" (policies.facts) rather than Sill's incomplete list.
+            all_recorded = False
+            done = f"not recorded: {type(exc).__name__}"
+            logger.warning(
+                "dispute %.80s of charge %s of site %s not recorded: %s: %.300s",
+                dispute.provider_dispute_id, charge.pk, charge.order.site_id,
+                type(exc).__name__, exc,
+                exc_info=not isinstance(exc, DatabaseError),  # a bug's traceback
+            )  # fmt: skip
         outcomes.append(f"{dispute.provider_dispute_id}: {done}")
-    return ChargeSync(refunds=refunds, disputes_read=True, outcomes=outcomes)
+    return ChargeSync(refunds=refunds, disputes_read=all_recorded, outcomes=outcomes)

@@ -14,10 +14,12 @@ import pytest
 from django.db.models import F
 
 from refunds.models import ReconciliationItem, ReconciliationRun, Refund
+from refunds.reconcile.inbox import catch_up_charge
 from refunds.reconcile.runs import run_reconciliation
 from sill.errors import SillError
 from sill.money import Money
 from sill.orders.models import Charge, Dispute, ExternalRefund
+from sill.rails.registry import rail_from_account
 from tests.rails.paypal_stub import CLIENT_ID, CLIENT_SECRET
 from tests.rails.test_paypal_refunds import _execute, _refund
 
@@ -170,3 +172,30 @@ def test_a_dispute_whose_amount_cannot_be_read_is_logged_naming_the_site_and_dis
     assert f"site {site.pk}" in line and unreadable["dispute_id"] in line
     assert capture.id in line and "'89.001'" in line
     assert CLIENT_SECRET not in line and CLIENT_ID not in line
+
+
+def test_a_dispute_sill_cannot_record_is_logged_and_the_others_are_recorded(
+    site, paypal, paypal_account, paypal_order, caplog
+):
+    # Seen before: one dispute the books cannot hold (here an id longer than Sill keeps) ended
+    # the capture's read: the disputes listed after it were never recorded, and refunds of the
+    # capture were not refused; the run logged only that the charge failed.
+    order, capture = paypal_order(total="89.00")
+    odd = paypal.add_dispute(capture, status="OPEN")
+    paypal.disputes.pop(odd["dispute_id"])
+    odd["dispute_id"] = "PP-D-" + "9" * 300
+    paypal.put_dispute(odd)
+    listed_after = paypal.add_dispute(capture, status="OPEN")
+    charge = Charge.objects.get(order=order)
+
+    with caplog.at_level(logging.WARNING, logger="sill.rails.charge_sync"):
+        _run(paypal_account)  # the capture is read: not counted unreadable
+    assert [d.provider_dispute_id for d in Dispute.objects.filter(charge=charge)] == [
+        listed_after["dispute_id"]
+    ]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "sill.rails.charge_sync"]
+    assert line.startswith("dispute PP-D-999") and f"charge {charge.pk} of site {site.pk}" in line
+    # A decision's catch-up is told the disputes were not all recorded, so the rail's own
+    # "disputed" is not overruled by Sill's incomplete list.
+    rail = rail_from_account(paypal_account)
+    assert catch_up_charge(charge=charge, rail=rail, event_id="decision:test") is False
