@@ -9,7 +9,7 @@ transaction. Nothing here starts a money movement.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -136,6 +136,10 @@ class OutsideRefund:
             reason=self.reason,
             failure_reason=self.failure_reason,
         )
+
+
+# How much of a rail's dispute status word Sill keeps (Dispute.rail_status).
+RAIL_STATUS_MAX = 40
 
 
 @dataclass(frozen=True)
@@ -324,6 +328,10 @@ def record_dispute(
     *, charge: Charge, dispute: ReportedDispute, event_id: str, event_at: datetime
 ) -> str:
     """Record or update a dispute the rail reported on ``charge``; returns what was done."""
+    # The rail's own word is kept for people to read, as much of it as the column holds:
+    # "RESOLVED:<outcome>" with an outcome code PayPal added later failed to write at all.
+    # Cut before it is compared, so that an unchanged dispute reads as unchanged.
+    dispute = replace(dispute, rail_status=dispute.rail_status[:RAIL_STATUS_MAX])
     with transaction.atomic():
         order, charge = _locked(charge)
         existing = (

@@ -752,3 +752,23 @@ def test_a_settled_refund_paypal_reports_failed_afterwards_is_reversed(
         ["owner@roasters.example"],
     ]
     assert not ExternalRefund.objects.exists()
+
+
+def test_a_dispute_resolved_with_an_outcome_sill_has_no_word_for_is_recorded_once(
+    site, paypal, paypal_account, paypal_order, run
+):
+    # Seen before: "RESOLVED:<outcome>" longer than the 40 characters Sill keeps of the rail's
+    # word (an outcome code PayPal adds later) failed to write on every attempt, until the
+    # retries gave up: the dispute was never recorded.
+    order, capture = paypal_order()
+    outcome = "RESOLVED_IN_A_WAY_PAYPAL_ADDED_AFTER_SILL_WAS_WRITTEN"
+    resolved = dispute_event(paypal, capture, kind="RESOLVED", status="RESOLVED", outcome=outcome)
+    assert run(site, paypal, resolved).status_code == 200
+    stored = WebhookEvent.objects.get(site=site, rail="paypal")
+    assert stored.last_error == "" and stored.outcome.endswith("dispute recorded")
+    dispute = Dispute.objects.get(charge__order=order)
+    # Resolved with an outcome Sill has no word for: over, and the buyer may have been paid.
+    assert (dispute.status, dispute.rail_status) == ("lost", f"RESOLVED:{outcome}"[:40])
+    again = dispute_event(paypal, capture, kind="RESOLVED", status="RESOLVED", outcome=outcome)
+    assert run(site, paypal, again).status_code == 200
+    assert AuditRecord.objects.filter(kind="dispute").count() == 1  # unchanged, not again

@@ -235,7 +235,7 @@ def _apply_dispute(
         amount_minor=money[0],
         currency=money[1],
         status=dispute_status(rail_status),
-        rail_status=rail_status[:100],
+        rail_status=rail_status,  # cut to what Sill keeps by record_dispute
         opened_at=time(dispute.get("create_time")) or event_at,
     )
     done = record_dispute(
