@@ -192,17 +192,21 @@ def changed_during_read(
 
 
 def missed_disputes(
-    *, rail: str, before: set[str], after: Iterable[DisputeRow]
+    *, rail: str, currency: str, before: set[str], after: Iterable[DisputeRow]
 ) -> list[Difference]:
     """The disputes the sync recorded that Sill had not (in ``after``, not in ``before``): each
     a difference Sill has already corrected, left for a person to acknowledge, since a missed
-    dispute webhook is worth a look (and refunds of the charge were allowed meanwhile)."""
+    dispute webhook is worth a look (and refunds of the charge were allowed meanwhile).
+
+    ``currency``: the charge's, the item's own as for every difference of the charge; the
+    dispute's amount is the rail's side, in its own currency (PayPal states it in the buyer's,
+    which may be another), never taken as the charge's."""
     rail_name = rail_label(rail)
     return [
         Difference(
             kind=MISSING_IN_SILL,
             subject=dispute.provider_dispute_id,
-            currency=dispute.currency,
+            currency=currency,
             rail_amount_minor=dispute.amount_minor,
             rail_currency=dispute.currency,
             rail_status=dispute.rail_status,
@@ -211,12 +215,21 @@ def missed_disputes(
                 f"A dispute at {rail_name} ({dispute.provider_dispute_id}, "
                 f"{dispute.status_label.lower()}) that Sill had not recorded: its webhook was "
                 "missed or had not arrived yet. It is recorded now, and while it is open every "
-                "refund of the charge is refused."
+                "refund of the charge is refused." + _other_currency(dispute, currency)
             ),
         )
         for dispute in after
         if dispute.provider_dispute_id and dispute.provider_dispute_id not in before
     ]
+
+
+def _other_currency(dispute: DisputeRow, currency: str) -> str:
+    if dispute.currency == currency:
+        return ""
+    return (
+        f" Its amount, {_money(dispute.amount_minor, dispute.currency)}, in another currency "
+        f"than the charge's ({currency}), is not compared with the charge."
+    )
 
 
 def credit_differences(

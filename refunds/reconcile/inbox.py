@@ -118,6 +118,7 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
         changing=changing,
     ) + missed_disputes(
         rail=charge.rail,
+        currency=charge.currency,
         before=disputes_before,
         after=[
             DisputeRow(

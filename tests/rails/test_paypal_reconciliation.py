@@ -199,3 +199,25 @@ def test_a_dispute_sill_cannot_record_is_logged_and_the_others_are_recorded(
     # "disputed" is not overruled by Sill's incomplete list.
     rail = rail_from_account(paypal_account)
     assert catch_up_charge(charge=charge, rail=rail, event_id="decision:test") is False
+
+
+def test_a_dispute_in_another_currency_is_recorded_in_its_own_and_refuses_refunds(
+    site, members, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks
+):
+    # PayPal states a dispute's amount in the buyer's currency, which may not be the
+    # capture's. Recorded all the same (it stops refunds), its amount in its own currency; the
+    # inbox item is of the charge's books (USD), the rail's side in euros, and says so.
+    order, capture = paypal_order(total="89.00")
+    listed = paypal.add_dispute(capture, status="OPEN")
+    listed["dispute_amount"] = {"currency_code": "EUR", "value": "80.00"}
+    paypal.put_dispute(listed)
+    _run(paypal_account)
+    dispute = Dispute.objects.get(charge__order=order)
+    assert (dispute.amount_minor, dispute.currency) == (8000, "EUR")
+    assert Charge.objects.get(order=order).amount_refunded_outside_minor == 0
+    [item] = ReconciliationItem.objects.filter(order=order)
+    assert (item.currency, item.rail_amount_minor, item.rail_currency) == ("USD", 8000, "EUR")
+    assert "€80.00, in another currency than the charge's" in item.detail
+    with pytest.raises(SillError, match="disputed"):
+        _refund(site, members, order, django_capture_on_commit_callbacks)
+    assert paypal.refund_calls == []

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from audit.models import AuditRecord
+from refunds.quote import RefundRefused, quote_refund
 from sill.orders.models import Charge, Dispute, ExternalRefund
 from sill.rails.models import RailAccount, WebhookEvent
 from tests.rails.stripe_events import (
@@ -377,3 +378,25 @@ def test_an_event_of_the_wrong_shapes_is_settled_not_retried_and_records_nothing
     stored = WebhookEvent.objects.get()
     assert stored.processed_at is not None and stored.last_error == ""
     assert not ExternalRefund.objects.exists() and not Dispute.objects.exists()
+
+
+def test_a_dispute_in_another_currency_is_recorded_in_its_own_and_refuses_refunds(
+    site, charge, deliver
+):
+    # An outside refund in another currency is ignored: its amount cannot be counted against
+    # the charge. A dispute is recorded all the same (it must stop refunds of the charge), its
+    # amount kept in its own currency, never taken as the charge's.
+    obj = {**dispute_obj(charge.provider_charge_id), "currency": "jpy", "amount": 13000}
+    deliver(site, event("charge.dispute.created", obj, event_id="d_jpy"))
+    dispute = Dispute.objects.get()
+    assert (dispute.amount_minor, dispute.currency, dispute.status) == (
+        13000, "JPY", "needs_response",
+    )  # fmt: skip
+    [record] = AuditRecord.objects.filter(kind="dispute")
+    body = json.loads(record.payload)["body"]
+    assert (body["amount_minor"], body["currency"]) == (13000, "JPY")
+    charge.refresh_from_db()
+    assert (charge.currency, charge.amount_refunded_outside_minor) == ("USD", 0)
+    with pytest.raises(RefundRefused) as refused:
+        quote_refund(order=charge.order, charge=charge)
+    assert refused.value.code == "disputed"
