@@ -39,6 +39,7 @@ from tests.broker_down import (
     cache_unreachable,
 )
 from tests.test_database_down import postgresql_refusing
+from tests.worker import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -324,15 +325,16 @@ def test_it_answers_within_its_deadline_when_every_host_hangs(settings, heartbea
 
 @pytest.mark.postgres
 def test_its_checks_close_their_database_connections(heartbeat):
-    def connections_open() -> int:
+    def connections_open() -> set[int]:
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            )
-            return int(cursor.fetchone()[0])
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+            return {int(pid) for (pid,) in cursor.fetchall()}
 
     before = connections_open()
     for _ in range(3):
         assert readiness()[0] == 200
     readyz_threads_end()
-    assert connections_open() == before
+    # A backend whose client closed it ends a moment later, and is listed until then (seen on
+    # a loaded machine: the last probe's, still there as the test counted). One left open
+    # stays listed.
+    wait_for(lambda: not connections_open() - before, timeout=10, what="the checks' backends")
