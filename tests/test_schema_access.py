@@ -27,7 +27,7 @@ def test_it_serves_the_schema_to_a_logged_in_member(client_for):
 
 
 def test_it_serves_the_schema_to_a_member_token(members):
-    token = issue_member_token(membership=members["staff"], actor=None)
+    token = issue_member_token(membership=members["staff"], actor=None, system=True)
     response = Client().get("/api/schema/", headers={**JSON, "Authorization": f"Bearer {token}"})
     assert response.status_code == 200
 

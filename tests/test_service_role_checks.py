@@ -270,12 +270,20 @@ def _issue_agent_token(w: World) -> Call:
     )
 
 
+def _issue_member_token(w: World) -> Call:
+    # A staff member's: owners and admins issue it; staff (their own included), reviewers,
+    # another site's owner and no user may not (an admin issuing an owner's is tested apart,
+    # in tests/accounts/test_member_tokens.py).
+    staff = Membership.objects.get(site=w.site, role="staff")
+    return lambda actor: issue_member_token(membership=staff, actor=actor)
+
+
 def _revoke_member_token(w: World) -> Call:
     # The admin's own: the admin may revoke it (their own), the owner too (an admin's); staff,
     # reviewers, another site's owner and no user may not (a member's own is tested apart, in
     # tests/accounts/test_member_tokens.py).
     admin = Membership.objects.get(site=w.site, role="admin")
-    text = issue_member_token(membership=admin, actor=None)
+    text = issue_member_token(membership=admin, actor=None, system=True)
     token = MemberToken.objects.get(prefix=text[:12])
     return lambda actor: revoke_member_token(token=token, actor=actor)
 
@@ -305,6 +313,7 @@ SERVICES: dict[str, Callable[[World], Call]] = {
     "set_agent_active": _set_agent_active,
     "set_agent_refunds": _set_agent_refunds,
     "issue_agent_token": _issue_agent_token,
+    "issue_member_token": _issue_member_token,
     "revoke_member_token": _revoke_member_token,
 }
 
@@ -386,6 +395,21 @@ def test_the_operator_issues_an_agent_token_without_a_member(agent: Agent) -> No
     assert AgentToken.objects.filter(agent=agent, prefix=token[:12]).exists()
     with pytest.raises(errors.PermissionDenied):
         issue_agent_token(agent=agent, actor=None, second_factor=two_factor.OPERATOR)
+
+
+def test_the_operator_issues_a_member_token_without_a_member(
+    site: Site, members: dict[str, Membership]
+) -> None:
+    """``manage.py members token`` likewise: ``system=True`` and no actor, named by no
+    record; ``actor=None`` alone is refused and writes nothing, and a user is no operator."""
+    before = _state()
+    with pytest.raises(errors.PermissionDenied):
+        issue_member_token(membership=members["staff"], actor=None)
+    with pytest.raises(ValueError):
+        issue_member_token(membership=members["staff"], actor=members["owner"].user, system=True)
+    assert _state() == before
+    token = issue_member_token(membership=members["staff"], actor=None, system=True)
+    assert MemberToken.objects.filter(membership=members["staff"], prefix=token[:12]).exists()
 
 
 def test_the_operator_adds_an_agent_key_without_a_member(site: Site, agent: Agent) -> None:

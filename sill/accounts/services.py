@@ -274,13 +274,21 @@ def issue_agent_token(
     return token
 
 
-def issue_member_token(*, membership: Membership, actor: Any) -> str:
+def issue_member_token(*, membership: Membership, actor: Any, system: bool = False) -> str:
     """Create a bearer token acting as ``membership``; only its hash is stored.
 
-    It acts as the member (a staff member's may refund): its signed ``member_change`` record
-    names who issued it and its prefix."""
+    It acts as the member (a staff member's may refund, an owner's changes rules): its signed
+    ``member_change`` record names who issued it and its prefix. ``actor`` must be an owner or
+    admin of the member's site who may manage that member (an admin issues no owner's token,
+    which would be an owner's powers), else 403 ``forbidden`` before anything is written;
+    ``system=True`` with ``actor=None`` is the operator (``manage.py members token``), and
+    ``actor=None`` alone is refused, so a caller cannot become the operator by forgetting
+    who acts."""
     token = "sill_mt_" + secrets.token_urlsafe(32)
     with transaction.atomic():
+        _check_member_token_actor(
+            membership=membership, actor=actor, system=system, verb="issue", own=False
+        )
         MemberToken.objects.create(
             membership=membership, token_sha256=token_sha256(token), prefix=token[:12]
         )
@@ -295,6 +303,35 @@ def issue_member_token(*, membership: Membership, actor: Any) -> str:
             },
         )
     return token
+
+
+def _check_member_token_actor(
+    *, membership: Membership, actor: Any, system: bool, verb: str, own: bool
+) -> None:
+    """Who may ``verb`` (issue, revoke) ``membership``'s API tokens, in the caller's
+    transaction: the operator (``system``, no actor), an owner or admin of its site who may
+    manage that member (:func:`may_grant`: no admin an owner's), and, where ``own``, the
+    member themself; anyone else is refused 403 ``forbidden``.
+
+    Under the member-change lock with both roles re-read, so a demotion committed meanwhile
+    is judged, not the roles as the caller read them."""
+    if system:
+        if actor is not None:
+            raise ValueError("system=True is the operator's call: pass actor=None")
+        lock_for_member_change(membership)
+        return
+    acting = require_member(
+        actor, membership.site_id, Cap.OWN_ACCOUNT if own else Cap.MANAGE_SETTINGS
+    )
+    lock_for_member_change(membership, acting)
+    if own and acting.pk == membership.pk:
+        return
+    if not may_grant(acting.role, membership.role):
+        raise PermissionDenied(
+            f"Only an owner can {verb} an owner's token."
+            if acting.role == Role.ADMIN
+            else f"Only owners and admins {verb} another member's tokens."
+        )
 
 
 def revoke_member_token(*, token: MemberToken, actor: Any, system: bool = False) -> MemberToken:
@@ -323,17 +360,9 @@ def revoke_member_token(*, token: MemberToken, actor: Any, system: bool = False)
             # Gone with its member (a removal deletes the member's tokens).
             raise SillError("That token no longer exists.", code="not_found") from None
         membership = token.membership
-        if system:
-            lock_for_member_change(membership)
-        else:
-            acting = require_member(actor, membership.site_id, Cap.OWN_ACCOUNT)
-            lock_for_member_change(membership, acting)
-            if acting.pk != membership.pk and not may_grant(acting.role, membership.role):
-                raise PermissionDenied(
-                    "Only an owner can revoke an owner's token."
-                    if acting.role == Role.ADMIN
-                    else "Only owners and admins revoke another member's tokens."
-                )
+        _check_member_token_actor(
+            membership=membership, actor=actor, system=system, verb="revoke", own=True
+        )
         token = MemberToken.objects.select_for_update().get(pk=token.pk)
         token.membership = membership
         if token.revoked_at is not None:

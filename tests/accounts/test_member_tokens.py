@@ -21,7 +21,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
 def _token(membership: Membership) -> tuple[str, MemberToken]:
-    text = issue_member_token(membership=membership, actor=None)
+    text = issue_member_token(membership=membership, actor=None, system=True)
     return text, MemberToken.objects.get(prefix=text[:12])
 
 
@@ -42,6 +42,38 @@ def _api_status(token: str) -> int:
 def _bodies(site, action: str) -> list[dict]:
     records = AuditRecord.objects.filter(site=site, kind="member_change").order_by("seq")
     return [b for b in (json.loads(r.payload)["body"] for r in records) if b["action"] == action]
+
+
+# --- issuing -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("persona", "target"), [("owner", "owner"), ("owner", "admin"), ("admin", "staff")]
+)
+def test_an_owner_or_admin_issues_a_token_that_acts_as_its_member(site, members, persona, target):
+    text = issue_member_token(membership=members[target], actor=members[persona].user)
+    assert text.startswith("sill_mt_") and _api_status(text) != 401
+    [body] = _bodies(site, "issue_token")
+    assert body["member"] == f"{target}@roasters.example"
+    assert body["actor"] == f"{persona}@roasters.example" and body["token_prefix"] == text[:12]
+
+
+@pytest.mark.parametrize(
+    ("persona", "target"),
+    [
+        # A token acts as its member: an admin's for an owner would be an owner's powers.
+        ("admin", "owner"),
+        ("staff", "staff"),  # their own: Settings is the owners' and admins'
+        ("reviewer", "reviewer"),
+        ("outsider", "staff"),
+    ],
+)
+def test_issuing_is_refused_to_who_may_not_and_writes_nothing(site, members, persona, target):
+    records = AuditRecord.objects.count()
+    with pytest.raises(errors.PermissionDenied):
+        issue_member_token(membership=members[target], actor=members[persona].user)
+    assert not MemberToken.objects.exists()
+    assert AuditRecord.objects.count() == records
 
 
 # --- the service -------------------------------------------------------------------------------

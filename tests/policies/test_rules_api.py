@@ -111,7 +111,7 @@ def test_roles_and_sites(client_for, site, other_site):
 
 
 def test_a_member_token_acts_on_its_own_site_only(members, site, other_site):
-    token = issue_member_token(membership=members["owner"], actor=None)
+    token = issue_member_token(membership=members["owner"], actor=None, system=True)
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     client = Client(enforce_csrf_checks=True)  # a token is not a cookie: no CSRF needed
     answer = client.post(

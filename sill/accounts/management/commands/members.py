@@ -58,7 +58,7 @@ class Command(BaseCommand):
                 self._revoke(membership, opts["prefix"])
                 return
             # Signed member_change record, actor: the operator.
-            self.stdout.write(issue_member_token(membership=membership, actor=None))
+            self.stdout.write(issue_member_token(membership=membership, actor=None, system=True))
             return
         password = opts["password"]
         if password is None and not sys.stdin.isatty():
