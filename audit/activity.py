@@ -358,6 +358,14 @@ _INVITE_WORDS = {
 }
 
 
+# A member's or an agent's API token (the record names its prefix, never the token).
+_TOKEN_WORDS = {"issue_token": "issued", "revoke_token": "revoked"}
+
+
+def _token_said(action: str, body: dict[str, Any]) -> str:
+    return f"API token {body.get('token_prefix', '')}… {_TOKEN_WORDS[action]}"
+
+
 def summary_of(kind: str, body: dict[str, Any]) -> str:
     """Words for policy, member, agent, key and rail changes, for what an owner recorded of a
     charge that needed attention, and for a purchase accepted or refused (never a secret:
@@ -386,10 +394,8 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
             return f"{who}: {before} → {body.get('role')}"
         if action == "add":
             return f"{who}: added as {body.get('role')}"
-        if action == "issue_token":
-            return f"{who}: API token {body.get('token_prefix', '')}… issued"
-        if action == "revoke_token":
-            return f"{who}: API token {body.get('token_prefix', '')}… revoked"
+        if action in _TOKEN_WORDS:
+            return f"{who}: {_token_said(action, body)}"
         if action in _INVITE_WORDS:
             said = f"{who}: {_INVITE_WORDS[action]}".replace("{role}", str(body.get("role")))
             if body.get("reason") == "inviter_lost_role":
@@ -398,8 +404,8 @@ def summary_of(kind: str, body: dict[str, Any]) -> str:
         return f"{who}: {verb}"
     if kind == AuditKind.AGENT_CHANGE:
         agent = body.get("agent_id", "")
-        if action == "issue_token":
-            return f"Agent {agent}: API token {body.get('token_prefix', '')}… issued"
+        if action in _TOKEN_WORDS:
+            return f"Agent {agent}: {_token_said(action, body)}"
         return f"Agent {agent} {verb}"
     if kind == AuditKind.KEY_CHANGE and body.get("change") == "audit_key_rotated":
         return (

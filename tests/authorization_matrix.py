@@ -115,6 +115,7 @@ ARGS = (
     "member_token",  # that staff membership's API token (its pk)
     "agent",  # an agent
     "key",  # that agent's public key
+    "agent_token",  # that agent's bearer token (its pk)
     "rail",  # the mock rail's name
     "item",  # an open reconciliation item
     "rule",  # a policy rule of the site
@@ -220,6 +221,7 @@ MATRIX: dict[str, Row] = {
     "settings:agent-deactivate": row({"agent_pk": "agent"}, POST=MANAGERS_OBJ),
     "settings:agent-reactivate": row({"agent_pk": "agent"}, POST=MANAGERS_OBJ),
     "settings:agent-token": row({"agent_pk": "agent"}, POST=MANAGERS_OBJ),
+    "settings:agent-token-revoke": row({"token_pk": "agent_token"}, POST=MANAGERS_OBJ),
     "settings:agent-refunds": row({"agent_pk": "agent"}, POST=MANAGERS_OBJ),
     "settings:rails": row(GET=MANAGERS),
     "settings:rails-paypal": row(POST=MANAGERS),

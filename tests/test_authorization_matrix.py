@@ -39,7 +39,7 @@ from refunds.reconcile.differences import Difference
 from refunds.reconcile.inbox import open_item
 from refunds.staff.services import create_staff_refund
 from sill.accounts import two_factor
-from sill.accounts.models import MemberInvite, Membership, MemberToken, Site
+from sill.accounts.models import AgentToken, MemberInvite, Membership, MemberToken, Site
 from sill.accounts.services import add_member, issue_agent_token, issue_member_token
 from sill.orders.models import Charge, Order
 from sill.rails.registry import ensure_mock_rail
@@ -230,6 +230,13 @@ def _member_token(objects: Objects, request: pytest.FixtureRequest) -> str:
     return str(MemberToken.objects.get(prefix=token[:12]).pk)
 
 
+def _agent_token(objects: Objects, request: pytest.FixtureRequest) -> str:
+    token = issue_agent_token(
+        agent=objects.agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
+    return str(AgentToken.objects.get(prefix=token[:12]).pk)
+
+
 def _item(objects: Objects, request: pytest.FixtureRequest) -> str:
     charge = Charge.objects.get(order=objects.make_order(total="20.00", rail="stripe"))
     difference = Difference(
@@ -322,6 +329,7 @@ BUILDERS: dict[str, Callable[[Objects, pytest.FixtureRequest], str]] = {
     "member_token": _member_token,
     "agent": lambda o, r: str(o.agent.pk),
     "key": lambda o, r: str(register_key(o.agent).pk),
+    "agent_token": _agent_token,
     "rail": lambda o, r: ensure_mock_rail(o.site).rail,
     "item": _item,
     "rule": _rule,

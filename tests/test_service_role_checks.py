@@ -51,6 +51,7 @@ from sill.accounts.services import (
     record_key_change,
     register_agent_key,
     revoke_agent_key,
+    revoke_agent_token,
     revoke_member_token,
     set_agent_active,
     set_agent_refunds,
@@ -270,6 +271,14 @@ def _issue_agent_token(w: World) -> Call:
     )
 
 
+def _revoke_agent_token(w: World) -> Call:
+    text = issue_agent_token(
+        agent=w.agent, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
+    token = AgentToken.objects.get(prefix=text[:12])
+    return lambda actor: revoke_agent_token(token=token, actor=actor)
+
+
 def _issue_member_token(w: World) -> Call:
     # A staff member's: owners and admins issue it; staff (their own included), reviewers,
     # another site's owner and no user may not (an admin issuing an owner's is tested apart,
@@ -313,6 +322,7 @@ SERVICES: dict[str, Callable[[World], Call]] = {
     "set_agent_active": _set_agent_active,
     "set_agent_refunds": _set_agent_refunds,
     "issue_agent_token": _issue_agent_token,
+    "revoke_agent_token": _revoke_agent_token,
     "issue_member_token": _issue_member_token,
     "revoke_member_token": _revoke_member_token,
 }
@@ -339,7 +349,7 @@ def _state() -> dict[str, Any]:
         "rails": list(RailAccount.objects.order_by("pk").values()),
         "agents": list(Agent.objects.order_by("pk").values()),
         "keys": list(AgentKey.objects.order_by("pk").values()),
-        "tokens": list(AgentToken.objects.order_by("pk").values_list("pk", flat=True)),
+        "tokens": list(AgentToken.objects.order_by("pk").values_list("pk", "revoked_at")),
         "member_tokens": list(MemberToken.objects.order_by("pk").values_list("pk", "revoked_at")),
     }
 

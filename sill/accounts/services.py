@@ -274,6 +274,57 @@ def issue_agent_token(
     return token
 
 
+def revoke_agent_token(*, token: AgentToken, actor: Any, system: bool = False) -> AgentToken:
+    """Revoke ``token`` now and write its signed ``agent_change`` record (``revoke_token``, its
+    prefix): the agent API refuses it from then on (401), whether the agent is on or off and
+    after it is switched back on. A token revoked already is answered as it is, nothing
+    written.
+
+    ``actor`` must be a member of the agent's site who manages settings (an owner or admin;
+    403 ``forbidden`` before anything is written), unless ``system``: the operator's
+    ``manage.py agents revoke-token`` says so with ``actor=None``. Not asked for a fresh
+    code: like switching the agent off, it is a brake, and must work in one click."""
+    _require_agent_manager(actor=actor, site_id=token.agent.site_id, system=system)
+    with transaction.atomic():
+        # The token's row alone (as revoke_agent_key locks its key's): the agent's and the
+        # site's rows stay free for the decisions and appends going on meanwhile.
+        token = (
+            AgentToken.objects.select_for_update(of=("self",))
+            .select_related("agent__site")
+            .get(pk=token.pk)
+        )
+        if not _mark_revoked(token):
+            return token
+        record_admin_change(
+            site=token.agent.site,
+            kind="agent_change",
+            actor=actor,
+            body={
+                "action": "revoke_token",
+                "agent_id": token.agent.agent_id,
+                "token_prefix": token.prefix,
+            },
+        )
+    logger.info(
+        "agent token %s… of %s revoked on site %s by %s",
+        token.prefix,
+        token.agent.agent_id,
+        token.agent.site_id,
+        _who(actor),
+    )
+    return token
+
+
+def _mark_revoked(token: AgentToken | MemberToken) -> bool:
+    """Stamp ``token`` (its row locked by the caller) revoked now; False, and nothing
+    written, when it was revoked already."""
+    if token.revoked_at is not None:
+        return False
+    token.revoked_at = timezone.now()
+    token.save(update_fields=["revoked_at"])
+    return True
+
+
 def issue_member_token(*, membership: Membership, actor: Any, system: bool = False) -> str:
     """Create a bearer token acting as ``membership``; only its hash is stored.
 
@@ -365,10 +416,8 @@ def revoke_member_token(*, token: MemberToken, actor: Any, system: bool = False)
         )
         token = MemberToken.objects.select_for_update().get(pk=token.pk)
         token.membership = membership
-        if token.revoked_at is not None:
+        if not _mark_revoked(token):
             return token
-        token.revoked_at = timezone.now()
-        token.save(update_fields=["revoked_at"])
         _record_member_change(
             membership=membership,
             actor=actor,

@@ -2,13 +2,16 @@
 
 Every key added or revoked writes a signed ``key_change`` audit record (in the services).
 A bearer token is shown once, on the response to the POST that issued it (``no-store``);
-only its SHA-256 is kept. Adding a key and issuing a token each need a code entered in the
-last few minutes where the site requires two factors: both make a credential that outlives
-the session, and a key signs mandates that move money. So does whatever widens what the
-agent's existing keys may do with money: reactivating it, switching its refunds on, raising or
-lifting a cap. Deactivating, switching off and lowering caps take a verified session alone:
-they are the brake, and must work in one click. The services judge it (each takes the view's
-``two_factor.freshness`` as a required ``second_factor``); ``site_view`` answers the 403.
+only its SHA-256 is kept. Each agent's tokens are listed by prefix, with Revoke
+(:func:`services.revoke_agent_token`): a leaked one is stopped without switching the agent
+off. Adding a key and issuing a token each need a code entered in the last few minutes where
+the site requires two factors: both make a credential that outlives the session, and a key
+signs mandates that move money. So does whatever widens what the agent's existing keys may do
+with money: reactivating it, switching its refunds on, raising or lifting a cap.
+Deactivating, switching off, lowering caps and revoking a key or token take a verified session
+alone: they are the brake, and must work in one click. The services judge it (each that
+widens takes the view's ``two_factor.freshness`` as a required ``second_factor``);
+``site_view`` answers the 403.
 
 The add-key form carries that code itself when the session's is stale: one submit verifies it
 (a wrong one counted as the verify page counts it) and adds the key, and a wrong or missing
@@ -33,7 +36,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from sill.accounts import services, two_factor
 from sill.accounts.access import Cap, site_view
 from sill.accounts.agent_forms import AddKeyForm
-from sill.accounts.models import Agent, AgentKey, Site
+from sill.accounts.models import Agent, AgentKey, AgentToken, Site
 from sill.accounts.views_two_factor import WRONG_CODE, attempt_code
 from sill.error_pages import wants_json
 from sill.errors import SillError
@@ -66,12 +69,17 @@ def _agents(site: Site) -> list[dict[str, Any]]:
     agents = (
         Agent.objects.filter(site=site)
         .annotate(active_tokens=Count("tokens", filter=Q(tokens__revoked_at__isnull=True)))
-        .prefetch_related(Prefetch("keys", queryset=AgentKey.objects.order_by("valid_from", "pk")))
+        .prefetch_related(
+            Prefetch("keys", queryset=AgentKey.objects.order_by("valid_from", "pk")),
+            Prefetch("tokens", queryset=AgentToken.objects.order_by("-created_at", "-pk")),
+        )
     )
     return [
         {
             "agent": a,
             "keys": [_key_row(k, now) for k in a.keys.all()],
+            # Newest first, revoked ones too: the prefix is all anyone can tell them by.
+            "tokens": list(a.tokens.all()),
             "cap": Money(a.refund_cap_minor or 0, site.default_currency),
             "daily_cap": Money(a.daily_refund_cap_minor or 0, site.default_currency),
         }
@@ -294,6 +302,21 @@ def agent_token_issue(request: SiteRequest, agent_pk: int) -> HttpResponse:
     return response
 
 
+@require_POST
+@site_view(Cap.MANAGE_SETTINGS)
+def agent_token_revoke(request: SiteRequest, token_pk: int) -> HttpResponse:
+    # Scoped to the current site: another site's token is a 404. No fresh code: a brake.
+    token = get_object_or_404(
+        AgentToken.objects.select_related("agent"), pk=token_pk, agent__site=request.site_ctx.site
+    )
+    already = token.revoked_at is not None
+    services.revoke_agent_token(token=token, actor=request.user)
+    whose = f"API token {token.prefix}… of {token.agent.agent_id}"
+    if already:
+        return _back(request, f"The {whose} was already revoked.")
+    return _back(request, f"The {whose} was revoked: whatever uses it is refused from now on.")
+
+
 urlpatterns = [
     path("settings/agents/", agents_page, name="agents"),
     path("settings/agents/keys/add/", agent_key_add, name="agent-key-add"),
@@ -301,5 +324,10 @@ urlpatterns = [
     path("settings/agents/<int:agent_pk>/deactivate/", agent_deactivate, name="agent-deactivate"),
     path("settings/agents/<int:agent_pk>/reactivate/", agent_reactivate, name="agent-reactivate"),
     path("settings/agents/<int:agent_pk>/token/", agent_token_issue, name="agent-token"),
+    path(
+        "settings/agents/tokens/<int:token_pk>/revoke/",
+        agent_token_revoke,
+        name="agent-token-revoke",
+    ),
     path("settings/agents/<int:agent_pk>/refunds/", agent_refunds, name="agent-refunds"),
 ]

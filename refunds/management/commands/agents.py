@@ -12,15 +12,24 @@ from nacl.signing import SigningKey
 
 from refunds.agent.mandates import MAX_REPLAY_WINDOW, canonical_json, sign_mandate
 from sill.accounts import two_factor
-from sill.accounts.models import Agent, AgentKey, Site
-from sill.accounts.services import add_agent_key, b64url_decode, issue_agent_token
+from sill.accounts.management.tokens import revoke_tokens
+from sill.accounts.models import Agent, AgentKey, AgentToken, Site
+from sill.accounts.services import (
+    add_agent_key,
+    b64url_decode,
+    issue_agent_token,
+    revoke_agent_token,
+)
 from sill.errors import SillError
 from sill.ids import new_ulid
 
 
 class Command(BaseCommand):
     # In refunds, not sill.accounts: `sign` uses the mandate signer of refunds.agent.
-    help = "Agents: `add-key`, `token` (prints a bearer token once), `sign` (builds a mandate)."
+    help = (
+        "Agents: `add-key`, `token` (prints a bearer token once), `revoke-token` (the one "
+        "whose prefix is --prefix, else all of the agent's), `sign` (builds a mandate)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -39,6 +48,15 @@ class Command(BaseCommand):
         token = sub.add_parser("token", help="issue a bearer token for GET /api/v1/refunds/…")
         token.add_argument("--site", required=True)
         token.add_argument("--agent", required=True)
+        revoke = sub.add_parser(
+            "revoke-token",
+            help="revoke an agent's bearer tokens: the one whose prefix is --prefix, else all",
+        )
+        revoke.add_argument("--site", required=True)
+        revoke.add_argument("--agent", required=True)
+        revoke.add_argument(
+            "--prefix", help="the token's first 12 characters (sill_at_…), as Settings shows it"
+        )
         sign = sub.add_parser("sign", help="build and sign a mandate; prints the JSON body")
         sign.add_argument(
             "--key-file", required=True, help="JSON with site_id, agent_id, key_id, private_key"
@@ -92,15 +110,30 @@ class Command(BaseCommand):
             + f"valid from {key.valid_from.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
         )
 
-    def _token(self, opts: dict[str, Any]) -> None:
+    def _agent(self, opts: dict[str, Any]) -> Agent:
         site = self._site(opts["site"])
         agent = Agent.objects.filter(site=site, agent_id=opts["agent"]).first()
         if agent is None:
             raise CommandError(f"no agent {opts['agent']} on {site.id}")
+        return agent
+
+    def _token(self, opts: dict[str, Any]) -> None:
+        agent = self._agent(opts)
         self.stdout.write(
             issue_agent_token(
                 agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
             )
+        )
+
+    def _revoke_token(self, opts: dict[str, Any]) -> None:
+        # Each with its signed agent_change record (actor: the operator).
+        agent = self._agent(opts)
+        revoke_tokens(
+            AgentToken.objects.filter(agent=agent),
+            prefix=opts["prefix"],
+            whose=f"{agent.agent_id} on {agent.site_id}",
+            revoke=lambda token: revoke_agent_token(token=token, actor=None, system=True),
+            write=self.stdout.write,
         )
 
     def _sign(self, opts: dict[str, Any]) -> None:

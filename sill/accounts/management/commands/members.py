@@ -7,6 +7,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from sill.accounts.management.tokens import revoke_tokens
 from sill.accounts.models import Membership, MemberToken, Role, Site
 from sill.accounts.services import (
     add_member_as_operator,
@@ -86,23 +87,10 @@ class Command(BaseCommand):
     def _revoke(self, membership: Membership, prefix: str | None) -> None:
         """Revoke the member's token whose prefix is ``prefix`` (every one of theirs when
         None), each with its signed member_change record (actor: the operator)."""
-        tokens = MemberToken.objects.filter(membership=membership).order_by("created_at", "pk")
-        if prefix is not None:
-            # As the page and the records show it: its first 12 characters and an ellipsis.
-            tokens = tokens.filter(prefix=prefix.strip().rstrip("…").rstrip("."))
-        found = list(tokens)
-        if not found:
-            who = f"{membership.user.get_username()} on {membership.site_id}"
-            raise CommandError(
-                f"{who} has no API token {prefix}" if prefix else f"{who} has no API token"
-            )
-        for token in found:
-            already = token.revoked_at is not None
-            try:
-                token = revoke_member_token(token=token, actor=None, system=True)
-            except SillError as exc:
-                raise CommandError(exc.message) from exc
-            assert token.revoked_at is not None
-            when = token.revoked_at.isoformat(timespec="seconds")
-            said = f"revoked already ({when})" if already else "revoked"
-            self.stdout.write(f"{token.prefix}… {said}")
+        revoke_tokens(
+            MemberToken.objects.filter(membership=membership),
+            prefix=prefix,
+            whose=f"{membership.user.get_username()} on {membership.site_id}",
+            revoke=lambda token: revoke_member_token(token=token, actor=None, system=True),
+            write=self.stdout.write,
+        )
