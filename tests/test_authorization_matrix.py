@@ -226,7 +226,9 @@ def _member(objects: Objects, request: pytest.FixtureRequest) -> str:
 
 def _member_token(objects: Objects, request: pytest.FixtureRequest) -> str:
     target = add_member(site=objects.site, email="target@roasters.example", role="staff")
-    token = issue_member_token(membership=target, actor=None, system=True)
+    token = issue_member_token(
+        membership=target, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     return str(MemberToken.objects.get(prefix=token[:12]).pk)
 
 

@@ -126,7 +126,9 @@ def test_the_member_api_is_refused_503_and_refunds_nothing(
     down,
     caplog,
 ):
-    token = issue_member_token(membership=members["staff"], actor=None, system=True)
+    token = issue_member_token(
+        membership=members["staff"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     ensure_default_reasons(order.site)
     reason = RefundReason.objects.get(site=order.site, code="defective")
     client = Client(headers={"Authorization": f"Bearer {token}"})

@@ -175,8 +175,12 @@ def _staff_api(headers: dict[str, str] | None = None, client: Client | None = No
 
 def test_it_limits_the_staff_api_per_member_token(members, rates):
     rates(member_token=2)
-    limited = issue_member_token(membership=members["staff"], actor=None, system=True)
-    fine = issue_member_token(membership=members["owner"], actor=None, system=True)
+    limited = issue_member_token(
+        membership=members["staff"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
+    fine = issue_member_token(
+        membership=members["owner"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     auth = {"Authorization": f"Bearer {limited}"}
     assert [_staff_api(auth).status_code for _ in range(2)] == [404, 404]
     _refused(_staff_api(auth))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from sill.accounts import two_factor
 from sill.accounts.services import issue_member_token
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +28,9 @@ def test_it_serves_the_schema_to_a_logged_in_member(client_for):
 
 
 def test_it_serves_the_schema_to_a_member_token(members):
-    token = issue_member_token(membership=members["staff"], actor=None, system=True)
+    token = issue_member_token(
+        membership=members["staff"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     response = Client().get("/api/schema/", headers={**JSON, "Authorization": f"Bearer {token}"})
     assert response.status_code == 200
 

@@ -284,7 +284,9 @@ def _issue_member_token(w: World) -> Call:
     # another site's owner and no user may not (an admin issuing an owner's is tested apart,
     # in tests/accounts/test_member_tokens.py).
     staff = Membership.objects.get(site=w.site, role="staff")
-    return lambda actor: issue_member_token(membership=staff, actor=actor)
+    return lambda actor: issue_member_token(
+        membership=staff, actor=actor, second_factor=two_factor.OPERATOR
+    )
 
 
 def _revoke_member_token(w: World) -> Call:
@@ -292,7 +294,9 @@ def _revoke_member_token(w: World) -> Call:
     # reviewers, another site's owner and no user may not (a member's own is tested apart, in
     # tests/accounts/test_member_tokens.py).
     admin = Membership.objects.get(site=w.site, role="admin")
-    text = issue_member_token(membership=admin, actor=None, system=True)
+    text = issue_member_token(
+        membership=admin, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     token = MemberToken.objects.get(prefix=text[:12])
     return lambda actor: revoke_member_token(token=token, actor=actor)
 
@@ -414,11 +418,20 @@ def test_the_operator_issues_a_member_token_without_a_member(
     record; ``actor=None`` alone is refused and writes nothing, and a user is no operator."""
     before = _state()
     with pytest.raises(errors.PermissionDenied):
-        issue_member_token(membership=members["staff"], actor=None)
+        issue_member_token(
+            membership=members["staff"], actor=None, second_factor=two_factor.OPERATOR
+        )
     with pytest.raises(ValueError):
-        issue_member_token(membership=members["staff"], actor=members["owner"].user, system=True)
+        issue_member_token(
+            membership=members["staff"],
+            actor=members["owner"].user,
+            system=True,
+            second_factor=two_factor.OPERATOR,
+        )
     assert _state() == before
-    token = issue_member_token(membership=members["staff"], actor=None, system=True)
+    token = issue_member_token(
+        membership=members["staff"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     assert MemberToken.objects.filter(membership=members["staff"], prefix=token[:12]).exists()
 
 

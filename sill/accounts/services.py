@@ -325,7 +325,13 @@ def _mark_revoked(token: AgentToken | MemberToken) -> bool:
     return True
 
 
-def issue_member_token(*, membership: Membership, actor: Any, system: bool = False) -> str:
+def issue_member_token(
+    *,
+    membership: Membership,
+    actor: Any,
+    second_factor: two_factor.Freshness,
+    system: bool = False,
+) -> str:
     """Create a bearer token acting as ``membership``; only its hash is stored.
 
     It acts as the member (a staff member's may refund, an owner's changes rules): its signed
@@ -334,12 +340,15 @@ def issue_member_token(*, membership: Membership, actor: Any, system: bool = Fal
     which would be an owner's powers), else 403 ``forbidden`` before anything is written;
     ``system=True`` with ``actor=None`` is the operator (``manage.py members token``), and
     ``actor=None`` alone is refused, so a caller cannot become the operator by forgetting
-    who acts."""
+    who acts. The token outlives the session that asked for it, as an agent's does:
+    ``second_factor`` (``two_factor.OPERATOR`` for the operator's tools) refuses without a
+    fresh code, nothing written."""
     token = "sill_mt_" + secrets.token_urlsafe(32)
     with transaction.atomic():
         _check_member_token_actor(
             membership=membership, actor=actor, system=system, verb="issue", own=False
         )
+        two_factor.check_widening(second_factor, widens=True)
         MemberToken.objects.create(
             membership=membership, token_sha256=token_sha256(token), prefix=token[:12]
         )

@@ -1,5 +1,6 @@
-"""The services that hand out an agent credential, undo an agent's brake or let a rail move
-real money judge the fresh code themselves, as the rules, members and agent caps services do.
+"""The services that hand out an agent's or a member's credential, undo an agent's brake or
+let a rail move real money judge the fresh code themselves, as the rules, members and agent
+caps services do.
 
 Their views asked ``two_factor.require_fresh`` before calling them, so any other caller (a
 task, a script, an API, a new page) issued a token, added a key, reactivated an agent, saved a
@@ -27,11 +28,12 @@ from nacl.signing import SigningKey
 
 from audit.models import AuditRecord
 from sill.accounts import two_factor
-from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, Site
+from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, MemberToken, Site
 from sill.accounts.services import (
     add_agent_key,
     b64url_encode,
     issue_agent_token,
+    issue_member_token,
     register_agent_key,
     set_agent_active,
 )
@@ -72,6 +74,11 @@ def _live_stripe(site: Site, *, enabled: bool) -> RailAccount:
 
 def _issue_agent_token(w: World) -> Call:
     return lambda **sf: issue_agent_token(agent=w.agent, actor=w.owner, **sf)
+
+
+def _issue_member_token(w: World) -> Call:
+    staff = Membership.objects.get(site=w.site, role="staff")
+    return lambda **sf: issue_member_token(membership=staff, actor=w.owner, **sf)
 
 
 def _register_agent_key(w: World) -> Call:
@@ -157,6 +164,7 @@ def _configure_woocommerce(w: World) -> Call:
 
 WIDENING: dict[str, Callable[[World], Call]] = {
     "issue_agent_token": _issue_agent_token,
+    "issue_member_token": _issue_member_token,
     "register_agent_key": _register_agent_key,
     "add_agent_key": _add_agent_key,
     "set_agent_active(True)": _reactivate_agent,
@@ -188,6 +196,7 @@ def _state() -> dict[str, Any]:
         "agents": list(Agent.objects.order_by("pk").values()),
         "keys": list(AgentKey.objects.order_by("pk").values()),
         "tokens": list(AgentToken.objects.order_by("pk").values_list("pk", flat=True)),
+        "member_tokens": list(MemberToken.objects.order_by("pk").values_list("pk", flat=True)),
     }
 
 

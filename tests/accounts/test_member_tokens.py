@@ -13,6 +13,7 @@ from django.test import Client
 from audit.activity import summary_of
 from audit.models import AuditRecord
 from sill import errors
+from sill.accounts import two_factor
 from sill.accounts.models import Membership, MemberToken
 from sill.accounts.services import issue_member_token, remove_member, revoke_member_token
 
@@ -21,7 +22,9 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
 def _token(membership: Membership) -> tuple[str, MemberToken]:
-    text = issue_member_token(membership=membership, actor=None, system=True)
+    text = issue_member_token(
+        membership=membership, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     return text, MemberToken.objects.get(prefix=text[:12])
 
 
@@ -51,7 +54,9 @@ def _bodies(site, action: str) -> list[dict]:
     ("persona", "target"), [("owner", "owner"), ("owner", "admin"), ("admin", "staff")]
 )
 def test_an_owner_or_admin_issues_a_token_that_acts_as_its_member(site, members, persona, target):
-    text = issue_member_token(membership=members[target], actor=members[persona].user)
+    text = issue_member_token(
+        membership=members[target], actor=members[persona].user, second_factor=two_factor.OPERATOR
+    )
     assert text.startswith("sill_mt_") and _api_status(text) != 401
     [body] = _bodies(site, "issue_token")
     assert body["member"] == f"{target}@roasters.example"
@@ -71,7 +76,11 @@ def test_an_owner_or_admin_issues_a_token_that_acts_as_its_member(site, members,
 def test_issuing_is_refused_to_who_may_not_and_writes_nothing(site, members, persona, target):
     records = AuditRecord.objects.count()
     with pytest.raises(errors.PermissionDenied):
-        issue_member_token(membership=members[target], actor=members[persona].user)
+        issue_member_token(
+            membership=members[target],
+            actor=members[persona].user,
+            second_factor=two_factor.OPERATOR,
+        )
     assert not MemberToken.objects.exists()
     assert AuditRecord.objects.count() == records
 

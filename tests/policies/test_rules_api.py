@@ -10,6 +10,7 @@ from django.test import Client
 
 from audit.models import AuditRecord
 from policies.models import PolicyVersion
+from sill.accounts import two_factor
 from sill.accounts.services import issue_member_token
 
 pytestmark = pytest.mark.django_db
@@ -111,7 +112,9 @@ def test_roles_and_sites(client_for, site, other_site):
 
 
 def test_a_member_token_acts_on_its_own_site_only(members, site, other_site):
-    token = issue_member_token(membership=members["owner"], actor=None, system=True)
+    token = issue_member_token(
+        membership=members["owner"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     client = Client(enforce_csrf_checks=True)  # a token is not a cookie: no CSRF needed
     answer = client.post(

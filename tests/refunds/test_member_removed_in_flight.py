@@ -160,7 +160,9 @@ def test_a_token_revoked_or_its_member_removed_while_the_facts_are_read_refunds_
 ):
     staff = members["staff"]
     order = make_order(rail="stripe")
-    token = issue_member_token(membership=staff, actor=None, system=True)
+    token = issue_member_token(
+        membership=staff, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
 
     def revoke() -> None:
         # The owner's Revoke on Settings → Members (the real service).
@@ -187,7 +189,9 @@ def test_a_token_whose_member_is_demoted_while_the_facts_are_read_refunds_nothin
 ):
     staff = members["staff"]
     order = make_order(rail="stripe")
-    token = issue_member_token(membership=staff, actor=None, system=True)
+    token = issue_member_token(
+        membership=staff, actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     stripe_facts.append(_demotes(staff, Role.STAFF))
 
     answer = _api(order, leaf, token)

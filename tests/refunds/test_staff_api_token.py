@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from refunds.models import Refund
+from sill.accounts import two_factor
 from sill.accounts.models import MemberToken
 from sill.accounts.services import issue_member_token
 
@@ -31,7 +32,9 @@ def test_a_staff_token_refunds_without_a_session_or_csrf(
     members, make_order, mock_rail, leaf, django_capture_on_commit_callbacks
 ):
     order = make_order(total="40.00")
-    token = issue_member_token(membership=members["staff"], actor=None, system=True)
+    token = issue_member_token(
+        membership=members["staff"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     response = _post(
         order, {"amount": 10, "reasonId": str(leaf.pk)}, token, django_capture_on_commit_callbacks
     )
@@ -44,7 +47,9 @@ def test_a_token_is_pinned_to_its_site(
     members, make_order, other_site, mock_rail, leaf, django_capture_on_commit_callbacks
 ):
     theirs = make_order(on_site=other_site)
-    token = issue_member_token(membership=members["staff"], actor=None, system=True)
+    token = issue_member_token(
+        membership=members["staff"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     response = _post(
         theirs, {"full": True, "reasonId": str(leaf.pk)}, token, django_capture_on_commit_callbacks
     )
@@ -56,7 +61,9 @@ def test_a_reviewers_token_may_not_refund(
     members, make_order, mock_rail, leaf, django_capture_on_commit_callbacks
 ):
     order = make_order()
-    token = issue_member_token(membership=members["reviewer"], actor=None, system=True)
+    token = issue_member_token(
+        membership=members["reviewer"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     response = _post(
         order, {"full": True, "reasonId": str(leaf.pk)}, token, django_capture_on_commit_callbacks
     )
@@ -69,7 +76,9 @@ def test_a_revoked_or_unknown_token_is_refused(
     from django.utils import timezone
 
     order = make_order()
-    token = issue_member_token(membership=members["staff"], actor=None, system=True)
+    token = issue_member_token(
+        membership=members["staff"], actor=None, system=True, second_factor=two_factor.OPERATOR
+    )
     MemberToken.objects.update(revoked_at=timezone.now())
     for candidate in (token, "sill_mt_nope"):
         response = _post(

@@ -197,7 +197,9 @@ def test_it_keeps_keys_per_site(api, site, other_site, members, make_order, orde
     their_order = make_order(total="89.00", on_site=other_site)
 
     def send(membership, target, reason):
-        token = issue_member_token(membership=membership, actor=None, system=True)
+        token = issue_member_token(
+            membership=membership, actor=None, system=True, second_factor=two_factor.OPERATOR
+        )
         return api(
             Client(),
             target,

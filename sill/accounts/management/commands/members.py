@@ -7,6 +7,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from sill.accounts import two_factor
 from sill.accounts.management.tokens import revoke_tokens
 from sill.accounts.models import Membership, MemberToken, Role, Site
 from sill.accounts.services import (
@@ -59,7 +60,14 @@ class Command(BaseCommand):
                 self._revoke(membership, opts["prefix"])
                 return
             # Signed member_change record, actor: the operator.
-            self.stdout.write(issue_member_token(membership=membership, actor=None, system=True))
+            self.stdout.write(
+                issue_member_token(
+                    membership=membership,
+                    actor=None,
+                    system=True,
+                    second_factor=two_factor.OPERATOR,
+                )
+            )
             return
         password = opts["password"]
         if password is None and not sys.stdin.isatty():
