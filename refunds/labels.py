@@ -101,6 +101,15 @@ def refund_outcome_label(refund: Refund) -> str:
     return outcome_label(refund.outcome_code)
 
 
+def outcome_words(refund: Refund) -> tuple[str, str]:
+    """Why ``refund`` failed (or needs attention), as the order page and the refund page both
+    say it: Sill's words for its outcome ("Declined by the rail"), and apart the rail's own
+    message when it says more ("mock rail: the refund was declined"), else ""."""
+    what = outcome_label(refund.outcome_code) or "The rail gave no reason"
+    detail = refund.failure_message if refund.failure_message != what else ""
+    return what, detail
+
+
 def rejection_words(refund: Refund) -> str:
     """Why ``refund`` ended as it did: its outcome's label, and for an agent's refund or credit
     rejected at decision the refusal in full that Sill kept as its note (an agent writes no

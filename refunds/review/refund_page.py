@@ -24,6 +24,7 @@ from django.views.decorators.http import require_safe
 
 from refunds.labels import (
     buyer_label,
+    outcome_words,
     rail_label,
     reason_label,
     refund_status_label,
@@ -118,13 +119,21 @@ def refund_page_context(
     }
 
 
+def _outcome(refund: Refund) -> dict[str, str]:
+    if refund.status == RefundStatus.FAILED:
+        outcome, detail = outcome_words(refund)
+        return {"outcome": outcome, "outcome_detail": detail}
+    return {"outcome": rejection_words(refund), "outcome_detail": ""}
+
+
 def _context(refund: Refund) -> dict[str, Any]:
     order = refund.order
     return {
         "refund": refund,
         "headline": headline(refund),
         "status_label": refund_status_label(refund),
-        "outcome": refund.failure_message or rejection_words(refund),
+        # A failure in Sill's words and the rail's, as the order page says it.
+        **_outcome(refund),
         "reason": reason_label(refund),
         "requester": requester_label(refund),
         "rail": rail_label(refund.rail),

@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds.labels import outcome_label
+from refunds.labels import outcome_words
 from refunds.models import Refund, RefundStatus
 from refunds.services import BOOKS_BEHIND_CODES
 from refunds.staff.listing import SUPERSEDING, failed_since
@@ -103,9 +103,7 @@ def _open_failures(refunds: list[Refund]) -> list[Refund]:
 
 
 def _words(refund: Refund, step: tuple[str, str, str]) -> Failure:
-    what = outcome_label(refund.outcome_code) or "The rail gave no reason"
-    detail = refund.failure_message if refund.failure_message != what else ""
-    return Failure(refund, what, detail, *step)
+    return Failure(refund, *outcome_words(refund), *step)
 
 
 def refund_status_area(ctx: SiteContext, refunds: Iterable[object]) -> RefundStatusArea:

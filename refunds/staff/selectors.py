@@ -7,7 +7,12 @@ from datetime import datetime
 
 from django.db.models import Count, Q, Sum
 
-from refunds.labels import outcome_label, rail_refund_state_label, refund_status_label
+from refunds.labels import (
+    outcome_label,
+    outcome_words,
+    rail_refund_state_label,
+    refund_status_label,
+)
 from refunds.models import Refund, RefundKind, RefundStatus
 from sill.accounts.models import Site
 from sill.money import Money
@@ -42,6 +47,15 @@ def _outside_detail(state: str) -> str:
     if state in ("failed", "canceled"):
         return f"Nothing was refunded: the rail reports it {rail_refund_state_label(state).lower()}"
     return "Made at the rail, outside Sill"
+
+
+def _refund_detail(refund: Refund) -> str:
+    """Under a refund's badge: why it failed in Sill's words then the rail's, as the banner
+    above and the refund page say it; a rejection's or expiry's reason in words."""
+    if refund.status == RefundStatus.FAILED:
+        what, said = outcome_words(refund)
+        return f"{what}. {said}" if said else what
+    return refund.failure_message or outcome_label(refund.outcome_code)
 
 
 def transactions_for(order: Order) -> list[Transaction]:
@@ -96,7 +110,7 @@ def transactions_for(order: Order) -> list[Transaction]:
                 rail=refund.rail,
                 provider_id=refund.provider_refund_id,
                 who=who,
-                detail=refund.failure_message or outcome_label(refund.outcome_code),
+                detail=_refund_detail(refund),
                 obj=refund,
                 status_label=refund_status_label(refund),
                 reason=refund.reason_path or refund.reason_code,

@@ -170,6 +170,29 @@ def test_it_shows_outside_events_about_the_refund(client_for, settled_staff_refu
     assert "failed after settlement" in body and "The bank returned it" in body
 
 
+def test_a_failed_refund_says_why_in_the_words_the_order_page_uses(
+    client_for, staff_refund, order, mock_rail, django_capture_on_commit_callbacks
+):
+    """Seen: the Outcome of a refund the rail declined read only the rail's own message
+    ("mock rail: the refund was declined (scripted)"), while the order page's banner and its
+    Transactions row said "Declined by the rail" first. All three now say Sill's words, then
+    the rail's."""
+    mock_rail.config = {"refund": "decline"}
+    mock_rail.save()
+    refund = staff_refund(order)
+    with django_capture_on_commit_callbacks(execute=False):  # no email: not what this reads
+        assert execute_refund(refund.pk) == "failed"
+    said = "mock rail: the refund was declined (scripted)"
+    body = page(client_for("owner"), refund)
+    outcome = body.split("<dt>Outcome</dt><dd>", 1)[1].split("</dd>", 1)[0]
+    assert outcome == f'Declined by the rail. <span class="muted">{said}</span>'
+    order_page = client_for("owner").get(f"/orders/{order.pk}/").content.decode()
+    assert f'failed: Declined by the rail.</strong> <span class="muted">{said}</span>' in order_page
+    tab = client_for("owner").get(f"/orders/{order.pk}/", {"tab": "transactions"})
+    row = tab.content.decode().split(f'data-refund-id="{refund.pk}">', 1)[1].split("</tr>")[0]
+    assert f'<span class="muted small">Declined by the rail. {said}</span>' in row
+
+
 def test_a_request_rejected_before_any_order_was_found_has_a_page(
     client_for, sign, agent, mock_rail
 ):
