@@ -22,7 +22,7 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_POST, require_safe
 
-from refunds.labels import STATUS_LABELS, humanize
+from refunds.labels import STATUS_LABELS, humanize, rail_refund_state_label
 from refunds.models import ReconciliationItem, Refund, RefundStatus
 from refunds.reconcile import runs, selectors
 from refunds.reconcile.attention import attention_refunds_for
@@ -86,7 +86,19 @@ class ItemRow:
 
 
 def _status_words(status: str) -> str:
+    """A Sill refund's status, as the refund pages name it."""
     return STATUS_LABELS.get(status) or humanize(status) if status else ""
+
+
+def _rail_words(item: ReconciliationItem) -> str:
+    """What the rail says of it, as the order page's Transactions tab names a rail's refund
+    (``requires_action`` is "Waiting for the buyer"); a balance transaction is made or not, so
+    "succeeded" at the rail is a credit made."""
+    if not item.rail_status:
+        return ""
+    if item.is_credit and item.rail_status == "succeeded":
+        return "Credited"
+    return rail_refund_state_label(item.rail_status)
 
 
 def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> dict[str, Any]:
@@ -103,11 +115,7 @@ def _inbox_context(request: SiteRequest, *, failed: ItemRow | None = None) -> di
             item=item,
             sill_status=_status_words(item.sill_status),
             # A balance transaction is made or not: "succeeded" at the rail is a credit made.
-            rail_status=(
-                "Credited"
-                if item.is_credit and item.rail_status == "succeeded"
-                else _status_words(item.rail_status)
-            ),
+            rail_status=_rail_words(item),
         )
         if failed is not None and failed.item.pk == item.pk:
             row = replace(

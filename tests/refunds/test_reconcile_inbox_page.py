@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from audit.models import AuditRecord
+from refunds.labels import rail_refund_state_label
 from refunds.models import ReconciliationItem, ReconciliationRun, Refund
 from refunds.reconcile.differences import Difference
 from refunds.reconcile.inbox import open_item
@@ -209,3 +210,38 @@ def test_refunds_needing_attention_are_listed_with_a_link_to_their_resolution(
     assert f'href="/orders/{order.pk}/#attention-{refund.id}">Resolve on the order page' in owner
     admin = client_for("admin").get("/reconcile/").content.decode()
     assert f'#attention-{refund.id}">Open the order' in admin
+
+
+@pytest.mark.parametrize(
+    ("state", "words"),
+    [
+        ("requires_action", "Waiting for the buyer"),
+        ("canceled", "Cancelled"),
+        ("succeeded", "Succeeded"),
+    ],
+)
+def test_a_rail_refunds_state_reads_as_on_the_order_page(client_for, make_order, state, words):
+    """Seen: the inbox worded the rail's state of a refund on its own: Stripe's
+    ``requires_action`` read "Requires action" and ``canceled`` "Canceled", where the order
+    page's Transactions tab says "Waiting for the buyer" and "Cancelled"
+    (labels.rail_refund_state_label). Both now say the same."""
+    order = make_order(total="40.00", rail="stripe")
+    open_item(
+        charge=Charge.objects.get(order=order),
+        difference=Difference(
+            kind="status_differs",
+            subject="re_state",
+            provider_refund_id="re_state",
+            currency="USD",
+            sill_amount_minor=1000,
+            rail_amount_minor=1000,
+            rail_currency="USD",
+            sill_status="succeeded",
+            rail_status=state,
+            detail="The rail reports another status.",
+        ),
+    )
+    html = client_for("owner").get("/reconcile/").content.decode()
+    figures = html.split('<dl class="kv recon-figures">', 1)[1].split("</dl>", 1)[0]
+    assert f"<dd>$10.00 · {words}</dd>" in figures.split("<dt>At Stripe</dt>", 1)[1]
+    assert rail_refund_state_label(state) == words
