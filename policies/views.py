@@ -400,6 +400,7 @@ def _replay_section(
         "rows": [
             {
                 "impact": impact,
+                "title": cat.rule_title(impact.id),
                 "new": impact.id in new,
                 "amounts": [Money(m, c) for c, m in sorted(impact.amounts.items())],
             }

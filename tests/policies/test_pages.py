@@ -373,3 +373,22 @@ def test_a_credit_templates_preview_replays_the_sites_credits(client_for, site):
     assert f"/refunds/{credit.pk}/" in credits and "$25.00" in credits
     assert "Auto-refunded" not in credits
     assert not PolicyVersion.objects.filter(site=site).exists()
+
+
+def test_a_preview_names_each_rule_as_the_rules_page_does(client_for, apply_template):
+    """Seen: a preview's per-rule table and its "Rules it writes" list named each rule by its
+    id only ("tpl-conservative", "r07"), where the Rules page shows the rule's title with its
+    id beneath. Both now show the title first, the id after it."""
+    apply_template("conservative")
+    body = client_for("owner").get("/rules/templates/r07/").content.decode()
+    table = body.split('id="preview-table"', 1)[1].split("</table>", 1)[0]
+    for title, rule_id in [
+        ("Conservative / manual review", "tpl-conservative"),
+        ("Human review on destructive actions (r07)", "r07"),
+    ]:
+        assert f'<strong>{title}</strong><br><code class="small">{rule_id}</code>' in table
+    written = body.split('id="preview-rules"', 1)[1].split("</ul>", 1)[0]
+    assert (
+        '<strong>Human review on destructive actions (r07)</strong> <code class="small">r07'
+        "</code>: Origin is “agent” → <strong>Hold for approval</strong>"
+    ) in written
