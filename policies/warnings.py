@@ -14,6 +14,7 @@ from typing import Any
 from policies.engine import AutoRefund
 from policies.rates import RATES
 from policies.rules import to_fraction
+from policies.vocabulary import FACTS
 from sill.money import Money, exponent, format_money
 
 # Facts a rail never sends a real value for: Shopify's refunds carry no reason Sill can read
@@ -48,9 +49,16 @@ def _never_sent(rules: Sequence[Mapping[str, Any]]) -> list[str]:
                 if only not in wanted and len(rails) == 1:
                     found.append(
                         f"Rule {rule['id']} can never apply: {rail.capitalize()} does not send "
-                        f"{fact} (Sill reads “{only}” for every {rail.capitalize()} refund)."
+                        f"the {_fact_words(fact)} (Sill reads “{only}” for every "
+                        f"{rail.capitalize()} refund)."
                     )
     return found
+
+
+def _fact_words(fact: str) -> str:
+    """A fact as the rule's conditions name it, inside a sentence: ``refundReason`` → "reason"."""
+    spec = FACTS.get(fact)
+    return spec.label.lower() if spec else fact
 
 
 def _amount_in_any_currency(rules: Sequence[Mapping[str, Any]]) -> list[str]:

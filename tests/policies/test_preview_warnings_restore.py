@@ -25,9 +25,14 @@ def rule(rule_id, when, action="require_approval", mode="enforced"):
 
 
 def test_a_reason_rule_for_shopify_can_never_apply():
+    """Seen: the warning named the fact by its code ("Shopify does not send refundReason"),
+    on the Rules page and a preview; it now says it as the rule's conditions do (Reason)."""
     rules = [rule("shopify-wrong-item", {"rail": "shopify", "refundReason": ["wrong_item"]})]
     [warning] = policy_warnings(rules, OFF)
-    assert "can never apply" in warning and "Shopify" in warning
+    assert warning == (
+        "Rule shopify-wrong-item can never apply: Shopify does not send the reason "
+        "(Sill reads “none” for every Shopify refund)."
+    )
     assert policy_warnings([rule("s", {"rail": "shopify", "refundReason": "none"})], OFF) == []
 
 
