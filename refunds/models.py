@@ -541,6 +541,13 @@ class ReconciliationItem(models.Model):
         """A customer credit's difference (no order or charge)."""
         return self.customer_id is not None
 
+    @property
+    def is_dispute(self) -> bool:
+        """A dispute of the charge Sill had missed (``differences.missed_disputes``): the one
+        difference of a charge that names no refund, Sill's or the rail's; its ``rail_status``
+        is the rail's word for the dispute, not for a refund."""
+        return not self.is_credit and self.refund_id is None and not self.provider_refund_id
+
 
 # AgentRefundTotal.period: quarter-hours since the Unix epoch. Every time zone in use today
 # is a whole number of quarter-hours off UTC, so each site-local midnight starts one.

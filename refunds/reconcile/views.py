@@ -38,6 +38,7 @@ from sill.accounts.models import Role
 from sill.errors import NotFound, SillError
 from sill.http import SiteRequest
 from sill.paging import BoundedPaginator
+from sill.rails.dispute_states import dispute_status
 
 
 def attention_context(
@@ -93,11 +94,14 @@ def _status_words(status: str) -> str:
 def _rail_words(item: ReconciliationItem) -> str:
     """What the rail says of it, as the order page's Transactions tab names a rail's refund
     (``requires_action`` is "Waiting for the buyer"); a balance transaction is made or not, so
-    "succeeded" at the rail is a credit made."""
+    "succeeded" at the rail is a credit made; a dispute's word (PayPal's
+    ``RESOLVED:RESOLVED_BUYER_FAVOUR``) as Sill's dispute state ("Lost")."""
     if not item.rail_status:
         return ""
     if item.is_credit and item.rail_status == "succeeded":
         return "Credited"
+    if item.is_dispute:
+        return str(dispute_status(item.rail_status).label)
     return rail_refund_state_label(item.rail_status)
 
 

@@ -9,7 +9,7 @@ import pytest
 from audit.models import AuditRecord
 from refunds.labels import rail_refund_state_label
 from refunds.models import ReconciliationItem, ReconciliationRun, Refund
-from refunds.reconcile.differences import Difference
+from refunds.reconcile.differences import Difference, DisputeRow, missed_disputes
 from refunds.reconcile.inbox import open_item
 from sill.orders.models import Charge, Order
 
@@ -245,3 +245,38 @@ def test_a_rail_refunds_state_reads_as_on_the_order_page(client_for, make_order,
     figures = html.split('<dl class="kv recon-figures">', 1)[1].split("</dl>", 1)[0]
     assert f"<dd>$10.00 · {words}</dd>" in figures.split("<dt>At Stripe</dt>", 1)[1]
     assert rail_refund_state_label(state) == words
+
+
+@pytest.mark.parametrize(
+    ("rail", "rail_name", "state", "words"),
+    [
+        ("paypal", "PayPal", "RESOLVED:RESOLVED_BUYER_FAVOUR", "Lost"),
+        ("paypal", "PayPal", "WAITING_FOR_BUYER_RESPONSE", "Under review"),
+        ("stripe", "Stripe", "warning_needs_response", "Needs response"),
+    ],
+)
+def test_a_missed_disputes_state_at_the_rail_is_said_in_words(
+    client_for, make_order, rail, rail_name, state, words
+):
+    """Seen: a dispute reconciliation found and Sill had missed showed the rail's own status
+    word humanized under "At PayPal": "$40.00 · Resolved:resolved buyer favour", "Waiting for
+    buyer response", Stripe's "Warning needs response". It now says the dispute's state as
+    Sill names it everywhere else (Lost, Under review, Needs response)."""
+    order = make_order(total="40.00", rail=rail)
+    [found] = missed_disputes(
+        rail=rail,
+        before=set(),
+        after=[
+            DisputeRow(
+                provider_dispute_id="PP-D-1",
+                amount_minor=4000,
+                currency="USD",
+                status_label=words,
+                rail_status=state,
+            )
+        ],
+    )
+    open_item(charge=Charge.objects.get(order=order), difference=found)
+    html = client_for("owner").get("/reconcile/").content.decode()
+    figures = html.split('<dl class="kv recon-figures">', 1)[1].split("</dl>", 1)[0]
+    assert f"<dt>At {rail_name}</dt>\n      <dd>$40.00 · {words}</dd>" in figures
