@@ -392,3 +392,17 @@ def test_a_preview_names_each_rule_as_the_rules_page_does(client_for, apply_temp
         '<strong>Human review on destructive actions (r07)</strong> <code class="small">r07'
         "</code>: Origin is “agent” → <strong>Hold for approval</strong>"
     ) in written
+
+
+def test_the_facts_table_names_each_fact_as_the_rules_do(client_for):
+    """Seen: "Facts a rule can read" listed each fact by its code alone
+    (refundCustomerRefunds30d), while the rules above it and the Protected refunds form name
+    it in words ("Customer's Sill refunds (30 days)"): nothing tied one to the other. Each
+    fact now shows its words first, then the code the rules API takes."""
+    body = client_for("reviewer").get("/rules/").content.decode()
+    facts = body.split('<details id="facts">', 1)[1].split("</table>", 1)[0]
+    assert (
+        "<td><strong>Customer&#x27;s Sill refunds (30 days)</strong><br>"
+        '<code class="small">refundCustomerRefunds30d</code></td>'
+    ) in facts
+    assert '<strong>Refund amount in USD</strong><br><code class="small">refundAmountUsd' in facts
