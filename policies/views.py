@@ -32,7 +32,7 @@ from policies.services import (
     set_rule_mode,
 )
 from policies.simulation import Preview
-from policies.vocabulary import FACTS, describe_condition
+from policies.vocabulary import FACTS, describe_condition, one_currency
 from policies.warnings import policy_warnings
 from sill.accounts import two_factor
 from sill.accounts.access import Cap, site_view
@@ -257,7 +257,10 @@ def _rule_rows(rules: Any) -> list[dict[str, Any]]:
         {
             "id": rule["id"],
             "title": cat.rule_title(rule["id"]),
-            "conditions": [describe_condition(f, c) for f, c in rule["when"].items()],
+            "conditions": [
+                describe_condition(f, c, one_currency(rule["when"]))
+                for f, c in rule["when"].items()
+            ],
             "action": rule["then"]["action"],
             "action_words": ACTION_WORDS.get(rule["then"]["action"], rule["then"]["action"]),
             "mode": rule.get("mode", "enforced"),

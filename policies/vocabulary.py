@@ -20,11 +20,12 @@ are counted apart by the preview, with a warning.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from sill.money import Money, format_money
+from sill.money import Money, MoneyError, format_money
 
 FACTS_VERSION = 1
 
@@ -174,26 +175,48 @@ def ratio(num: int, den: int) -> dict[str, int] | None:
 _BOUND_SIGNS = {"gte": "≥", "gt": ">", "lte": "≤", "lt": "<"}
 
 
-def describe_condition(fact: str, cond: Any) -> str:
-    """One condition of a rule as a sentence fragment: "Refund amount in USD > $50.00"."""
+def one_currency(when: Mapping[str, Any]) -> str | None:
+    """The one currency a rule's conditions name (``"currency": "EUR"``, or a list of one),
+    whose minor units its Refund amount bounds count; None when it names none or several."""
+    currency = when.get("currency")
+    if isinstance(currency, list) and len(currency) == 1:
+        currency = currency[0]
+    return currency if isinstance(currency, str) else None
+
+
+def describe_condition(fact: str, cond: Any, currency: str | None = None) -> str:
+    """One condition of a rule as a sentence fragment: "Refund amount in USD > $50.00";
+    ``currency``: the rule's one currency (``one_currency``), which a Refund amount bound is
+    money in ("Refund amount > €100.00")."""
     spec = FACTS.get(fact)
     label = spec.label if spec else fact
     if isinstance(cond, dict):
-        bounds = [f"{_BOUND_SIGNS.get(k, k)} {_show(spec, v)}" for k, v in cond.items()]
+        bounds = [f"{_BOUND_SIGNS.get(k, k)} {_show(spec, v, currency)}" for k, v in cond.items()]
         return f"{label} {' and '.join(bounds)}"
     if isinstance(cond, list):
-        return f"{label} is {' or '.join(_show(spec, v) for v in cond)}"
-    return f"{label} is {_show(spec, cond)}"
+        return f"{label} is {' or '.join(_show(spec, v, currency) for v in cond)}"
+    return f"{label} is {_show(spec, cond, currency)}"
 
 
-def _show(spec: FactSpec | None, value: Any) -> str:
+def amount_words(value: Any, currency: str | None) -> str:
+    """A Refund amount bound: money in the rule's one currency, else the count of minor units
+    it is (each refund's own currency's)."""
+    if currency and isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return format_money(Money(value, currency))
+        except MoneyError:
+            pass
+    return f"{value} (minor units)"
+
+
+def _show(spec: FactSpec | None, value: Any, currency: str | None = None) -> str:
     kind = spec.kind if spec else "text"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if kind == "usd" and isinstance(value, int):
         return format_money(Money(value, "USD"))
     if kind == "amount":
-        return f"{value} (minor units)"
+        return amount_words(value, currency)
     if kind == "ratio":
         return format((Decimal(str(value)) * 100).normalize(), "f") + "%"
     if kind == "days":

@@ -14,7 +14,7 @@ from typing import Any
 from policies.engine import AutoRefund
 from policies.rates import RATES
 from policies.rules import to_fraction
-from policies.vocabulary import FACTS
+from policies.vocabulary import FACTS, amount_words, one_currency
 from sill.money import Money, exponent, format_money
 
 # Facts a rail never sends a real value for: Shopify's refunds carry no reason Sill can read
@@ -67,9 +67,7 @@ def _amount_in_any_currency(rules: Sequence[Mapping[str, Any]]) -> list[str]:
     found = []
     for rule in rules:
         when = rule["when"]
-        currency = when.get("currency")
-        one = isinstance(currency, str) or (isinstance(currency, list) and len(currency) == 1)
-        if isinstance(when.get("refundAmount"), Mapping) and not one:
+        if isinstance(when.get("refundAmount"), Mapping) and one_currency(when) is None:
             found.append(
                 f"Rule {rule['id']} compares Refund amount in each refund's own currency: its "
                 "bound counts minor units of whatever currency a refund is in (10000 is "
@@ -124,11 +122,13 @@ def _auto_refund_above_holds(
                 else (cap.amount_minor > threshold)
             )
             if above:
-                shown = (
-                    format_money(Money(int(threshold), "USD"))
-                    if fact == "refundAmountUsd"
-                    else f"{int(threshold)} minor units"
-                )
+                currency = one_currency(rule["when"])
+                if fact == "refundAmountUsd":
+                    shown = format_money(Money(int(threshold), "USD"))
+                elif currency:  # the rule's own currency: its bound is money in it
+                    shown = amount_words(int(threshold), currency)
+                else:
+                    shown = f"{int(threshold)} minor units"
                 found.append(
                     f"Auto-refund approves held refunds up to {format_money(cap)}, above rule "
                     f"{rule['id']}'s hold threshold of {shown}: refunds between the two that "

@@ -23,7 +23,7 @@ from audit.models import AuditRecord
 from audit.selectors import records_about
 from policies.models import PolicyVersion
 from policies.types import BASELINE_VERSION
-from policies.vocabulary import FACTS, describe_condition
+from policies.vocabulary import FACTS, describe_condition, one_currency
 from refunds.labels import (
     REASON_LABELS,
     fact_label,
@@ -443,7 +443,8 @@ def _rule_line(
     if isinstance(when, dict):
         for fact, cond in when.items():
             read = _fact_text(fact, facts[fact], currency) if fact in facts else "not recorded"
-            conditions.append(Condition(text=describe_condition(fact, cond), read=read))
+            text = describe_condition(fact, cond, one_currency(when))
+            conditions.append(Condition(text=text, read=read))
     return RuleLine(
         title=labelled["title"],
         action_label=labelled["action_label"],

@@ -157,3 +157,22 @@ def test_a_bad_window_changes_nothing(client_for, site, members, days):
     assert answer.status_code == 422
     site.refresh_from_db()
     assert site.refund_window_days is None
+
+
+def test_an_amount_bound_in_one_named_currency_is_said_as_money(site, members, client_for):
+    """Seen: a rule bounding Refund amount for one currency ("currency": "EUR") read
+    "Refund amount > 10000 (minor units)" on the Rules page, and with auto-refund on its
+    warning said "hold threshold of 10000 minor units": money without its currency, though
+    the rule names it. Both now say €100.00."""
+    owner = members["owner"].user
+    when = {"refundAmount": {"gt": 10000}, "currency": "EUR"}
+    add_rule(site=site, actor=owner, rule=rule("big-eur", when))
+    set_auto_refund(
+        site=site, actor=owner, enabled=True, cap=Money(20000, "EUR"),
+        second_factor=two_factor.OPERATOR,
+    )  # fmt: skip
+    page = client_for("reviewer").get("/rules/").content.decode()
+    row = page.split('id="rule-big-eur"', 1)[1].split("</tr>", 1)[0]
+    assert "<li>Refund amount &gt; €100.00</li>" in row
+    assert "minor units" not in row
+    assert "above rule big-eur&#x27;s hold threshold of €100.00:" in page
