@@ -596,6 +596,10 @@ def _disputed_words(order: Order, refund: Refund | None, dispute: Dispute) -> st
         said = (
             f"The buyer's bank already returned {dispute.amount} of this charge to the buyer "
             f"(a dispute, {dispute.reason}, was lost): a refund would pay the buyer twice."
+            if dispute.amount is not None
+            else "The buyer's bank already returned money of this charge to the buyer (a "
+            f"dispute, {dispute.reason}, was lost; its amount is not known): a refund would "
+            "pay the buyer twice."
         )
         return (
             said
@@ -609,7 +613,8 @@ def _disputed_words(order: Order, refund: Refund | None, dispute: Dispute) -> st
         )
     if refund.status == RefundStatus.HELD:  # the reviewer approving it
         return (
-            f"The buyer opened a dispute on this charge ({dispute.reason}, {dispute.amount}). "
+            f"The buyer opened a dispute on this charge ({dispute.reason}, "
+            f"{'amount not known' if dispute.amount is None else dispute.amount}). "
             "Refunding now could pay the buyer twice; respond to the dispute instead. "
             "Nothing was refunded."
         )

@@ -69,7 +69,7 @@ class DisputeRow:
     """A dispute Sill holds for a charge (``status``: Sill's word; ``status_label`` in words)."""
 
     provider_dispute_id: str
-    amount_minor: int
+    amount_minor: int | None  # None (currency ""): the rail's amount could not be read
     currency: str
     status_label: str
     rail_status: str
@@ -215,7 +215,7 @@ def missed_disputes(
                 f"A dispute at {rail_name} ({dispute.provider_dispute_id}, "
                 f"{dispute.status_label.lower()}) that Sill had not recorded: its webhook was "
                 "missed or had not arrived yet. It is recorded now, and while it is open every "
-                "refund of the charge is refused." + _other_currency(dispute, currency)
+                "refund of the charge is refused." + _amount_words(dispute, currency, rail_name)
             ),
         )
         for dispute in after
@@ -223,7 +223,9 @@ def missed_disputes(
     ]
 
 
-def _other_currency(dispute: DisputeRow, currency: str) -> str:
+def _amount_words(dispute: DisputeRow, currency: str, rail_name: str) -> str:
+    if dispute.amount_minor is None:
+        return f" {rail_name} did not give its amount in a form Sill can read: it is not known."
     if dispute.currency == currency:
         return ""
     return (

@@ -331,8 +331,11 @@ class Dispute(models.Model):
     charge = models.ForeignKey(Charge, on_delete=models.CASCADE, related_name="disputes")
     provider_dispute_id = models.CharField(max_length=255, blank=True)
     reason = models.CharField(max_length=100)
-    amount_minor = models.BigIntegerField()
-    currency = models.CharField(max_length=3)
+    # Null, with no currency, when the rail gave the amount in a form Sill cannot read (not a
+    # number, negative, past what a signed record holds): the dispute is recorded all the
+    # same, since a recorded dispute is what refuses refunds of the charge.
+    amount_minor = models.BigIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=3, blank=True)
     status = models.CharField(max_length=20, choices=DisputeStatus.choices)
     opened_at = models.DateTimeField()
     # The rail's own status word (e.g. Stripe ``warning_needs_response``) and the time of the
@@ -352,13 +355,21 @@ class Dispute(models.Model):
                 condition=Q(status__in=[s.value for s in DisputeStatus]),
                 name="dispute_status_valid",
             ),
+            # An amount and its currency, or neither (the amount is not known).
             models.CheckConstraint(
-                condition=Q(currency__regex=CURRENCY_RE), name="dispute_currency_iso"
+                condition=(
+                    Q(amount_minor__isnull=False, currency__regex=CURRENCY_RE)
+                    | Q(amount_minor__isnull=True, currency="")
+                ),
+                name="dispute_currency_iso_or_amount_unknown",
             ),
         ]
 
     @property
-    def amount(self) -> Money:
+    def amount(self) -> Money | None:
+        """The dispute's amount, or None when the rail's could not be read."""
+        if self.amount_minor is None:
+            return None
         return Money(self.amount_minor, self.currency)
 
 

@@ -18,6 +18,7 @@ from django.db.models import F
 
 from audit.models import AuditKind
 from audit.services import append_record
+from sill.money import Money, MoneyError, recordable
 from sill.orders.models import (
     OPEN_DISPUTE_STATUSES,
     Charge,
@@ -144,9 +145,12 @@ RAIL_STATUS_MAX = 40
 
 @dataclass(frozen=True)
 class ReportedDispute:
+    """A dispute as the rail reports it. ``amount_minor`` None (``currency`` ""): the rail's
+    amount could not be read; the dispute is recorded all the same, as it refuses refunds."""
+
     provider_dispute_id: str
     reason: str
-    amount_minor: int
+    amount_minor: int | None
     currency: str
     status: DisputeStatus
     rail_status: str
@@ -327,11 +331,17 @@ def _record_external_refund(
 def record_dispute(
     *, charge: Charge, dispute: ReportedDispute, event_id: str, event_at: datetime
 ) -> str:
-    """Record or update a dispute the rail reported on ``charge``; returns what was done."""
+    """Record or update a dispute the rail reported on ``charge``; returns what was done.
+
+    An amount the books cannot hold (none, not whole minor units of a currency Sill knows,
+    negative, past what a signed record holds) is recorded as not known: the dispute itself
+    is recorded all the same, since it is what refuses refunds of the charge."""
     # The rail's own word is kept for people to read, as much of it as the column holds:
     # "RESOLVED:<outcome>" with an outcome code PayPal added later failed to write at all.
     # Cut before it is compared, so that an unchanged dispute reads as unchanged.
-    dispute = replace(dispute, rail_status=dispute.rail_status[:RAIL_STATUS_MAX])
+    dispute = replace(
+        dispute, rail_status=dispute.rail_status[:RAIL_STATUS_MAX], **_known_amount(dispute)
+    )
     with transaction.atomic():
         order, charge = _locked(charge)
         existing = (
@@ -349,6 +359,10 @@ def record_dispute(
             )
         ):
             return "unchanged: a newer event was already applied"
+        known = existing.amount_minor if existing is not None else None
+        if dispute.amount_minor is None and existing is not None and known is not None:
+            # A later report whose amount Sill cannot read keeps the amount Sill knew.
+            dispute = replace(dispute, amount_minor=known, currency=existing.currency)
         if existing is not None and (
             existing.status,
             existing.rail_status,
@@ -375,14 +389,28 @@ def record_dispute(
                 "rail": charge.rail,
                 "provider_dispute_id": dispute.provider_dispute_id,
                 "reason": row.reason,
+                # Both null when the amount is not known.
                 "amount_minor": dispute.amount_minor,
-                "currency": dispute.currency,
+                "currency": dispute.currency or None,
                 "status": str(dispute.status),
                 "rail_status": dispute.rail_status,
                 "event_id": event_id,
             },
         )
-    return "dispute recorded" if existing is None else "dispute updated"
+    done = "dispute recorded" if existing is None else "dispute updated"
+    return done if dispute.amount_minor is not None else f"{done}, its amount not known"
+
+
+def _known_amount(dispute: ReportedDispute) -> dict[str, Any]:
+    """The dispute's ``amount_minor`` and ``currency`` as the books hold them: both, or
+    neither (None and "") when the rail's amount is not one they can hold."""
+    try:
+        if dispute.amount_minor is not None and dispute.amount_minor >= 0:
+            money = recordable(Money(dispute.amount_minor, dispute.currency))
+            return {"amount_minor": money.amount_minor, "currency": money.currency}
+    except (MoneyError, TypeError):
+        pass
+    return {"amount_minor": None, "currency": ""}
 
 
 def _older(event_at: datetime, applied_at: datetime, *, behind: bool) -> bool:

@@ -287,10 +287,12 @@ class RailRefund:
 
 @dataclass(frozen=True)
 class RailDispute:
-    """One dispute of a charge as the rail reports it (``status``: the rail's own word)."""
+    """One dispute of a charge as the rail reports it (``status``: the rail's own word).
+    ``amount_minor`` None, ``currency`` "": the rail's amount could not be read (the dispute
+    is recorded all the same: it refuses refunds of the charge)."""
 
     provider_dispute_id: str
-    amount_minor: int
+    amount_minor: int | None
     currency: str
     reason: str
     status: str

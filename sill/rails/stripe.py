@@ -75,6 +75,17 @@ def from_stripe_amount(amount: Any, currency: Any) -> int:
     return int(amount) // _STRIPE_UNITS_PER_MINOR.get(str(currency).upper(), 1)
 
 
+def dispute_money(amount: Any, currency: Any) -> tuple[int | None, str]:
+    """A Stripe dispute's ``amount`` and ``currency`` in Sill's minor units; ``(None, "")``
+    unless Stripe's integer (a JSON ``true`` is an int to Python, and ``1.5`` would be cut to
+    1) with a currency. ``sill.orders.outside.record_dispute`` records the dispute all the
+    same, and records as not known too an amount the books cannot hold (negative, past what a
+    signed record holds, a currency Sill does not know)."""
+    if isinstance(amount, bool) or not isinstance(amount, int) or not isinstance(currency, str):
+        return None, ""
+    return from_stripe_amount(amount, currency), currency.upper()
+
+
 class _Target(TypedDict, total=False):
     """What a refund or refund lookup names: one of these two (see StripeRail._target)."""
 
@@ -452,19 +463,10 @@ class StripeRail:
             page = self._client.v1.disputes.list(
                 params={"charge": provider_charge_id, "limit": 100}
             )
-            return [
-                RailDispute(
-                    provider_dispute_id=d.id,
-                    amount_minor=from_stripe_amount(d.amount, d.currency),
-                    currency=str(d.currency).upper(),
-                    reason=str(getattr(d, "reason", "") or "general"),
-                    status=str(d.status),
-                    created_at=datetime.fromtimestamp(int(d.created), tz=UTC),
-                )
-                for d in page.auto_paging_iter()
-            ]
+            listed = list(page.auto_paging_iter())
         except stripe.StripeError as exc:
             self._raise(exc, doing="dispute list", read=True)
+        return [_rail_dispute(d) for d in listed]
 
     def events_since(self, since: datetime, *, types: list[str]) -> Iterator[dict[str, Any]]:
         """The account's events of ``types`` created at or after ``since``, oldest first,
@@ -738,6 +740,22 @@ def _rail_refund(refund: Any) -> RailRefund:
         sill_refund_id=str(_metadata(refund).get("sill_refund_id") or ""),
         reason=str(getattr(refund, "reason", "") or ""),
         failure_reason=str(getattr(refund, "failure_reason", "") or ""),
+    )
+
+
+def _rail_dispute(dispute: Any) -> RailDispute:
+    """One listed dispute as Sill reads a rail's; an amount Sill cannot read is not known
+    (None): the dispute is recorded all the same, as it refuses refunds of the charge."""
+    minor, currency = dispute_money(
+        getattr(dispute, "amount", None), getattr(dispute, "currency", None)
+    )
+    return RailDispute(
+        provider_dispute_id=dispute.id,
+        amount_minor=minor,
+        currency=currency,
+        reason=str(getattr(dispute, "reason", "") or "general"),
+        status=str(dispute.status),
+        created_at=datetime.fromtimestamp(int(dispute.created), tz=UTC),
     )
 
 

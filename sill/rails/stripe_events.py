@@ -27,7 +27,7 @@ from sill.queue import enqueue_on_commit
 from sill.rails.base import RailRefund
 from sill.rails.dispute_states import dispute_status
 from sill.rails.models import WebhookEvent
-from sill.rails.stripe import from_stripe_amount
+from sill.rails.stripe import dispute_money, from_stripe_amount
 
 # ``charge.refund.updated`` carries a Refund too: it is the only report of a charge's refund
 # changing (failed, canceled) that endpoints on API versions before 2024-10-28 get, since
@@ -191,20 +191,17 @@ def _apply_dispute(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime
     if charge is None or not dispute_id:
         return f"{dispute_id or 'dispute'}: not a charge Sill made"
     rail_status = str(obj.get("status") or "needs_response")
-    try:
-        dispute = ReportedDispute(
-            provider_dispute_id=dispute_id,
-            reason=str(obj.get("reason") or "general"),
-            amount_minor=_minor(obj),
-            currency=str(obj["currency"]).upper(),
-            status=dispute_status(rail_status),
-            rail_status=rail_status,
-            opened_at=_time(obj.get("created")),
-        )
-    except (KeyError, TypeError, ValueError):
-        return f"{dispute_id}: malformed dispute"
-    if dispute.amount_minor < 0:
-        return f"{dispute_id}: malformed dispute"
+    # An amount Sill cannot read is recorded as not known: the dispute still refuses refunds.
+    minor, currency = dispute_money(obj.get("amount"), obj.get("currency"))
+    dispute = ReportedDispute(
+        provider_dispute_id=dispute_id,
+        reason=str(obj.get("reason") or "general"),
+        amount_minor=minor,
+        currency=currency,
+        status=dispute_status(rail_status),
+        rail_status=rail_status,
+        opened_at=_time(obj.get("created")),
+    )
     done = record_dispute(
         charge=charge, dispute=dispute, event_id=stored.event_id, event_at=event_at
     )

@@ -11,6 +11,10 @@ point a rail account's ``api_base`` at ``serving_events_stub()`` and drive it th
   400); ``limit`` 1..100 (default 10, else 400); ``starting_after`` = the id of the last
   event of the previous page; ``has_more``.
 - every request is recorded (path, query, headers), e.g. to check ``Stripe-Account``.
+
+It also lists a charge's refunds and disputes (``GET /v1/refunds?charge=``,
+``GET /v1/disputes?charge=``: ``refunds.list``, ``disputes.list``) from ``refunds`` and
+``disputes``, held as given (a dispute Stripe's API might send oddly shaped, say), one page.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class EventsStub:
     events: list[dict[str, Any]] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
     key: str = KEY
+    refunds: list[dict[str, Any]] = field(default_factory=list)
+    disputes: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, *events: dict[str, Any]) -> None:
         self.events.extend(events)
@@ -53,9 +59,18 @@ class EventsStub:
         if auth != f"Bearer {self.key}":
             given = auth.removeprefix("Bearer ")
             return 401, _error(f"Invalid API Key provided: {given}")
+        params = dict(query)
+        listed_by_charge = {"/v1/refunds": self.refunds, "/v1/disputes": self.disputes}
+        if (held := listed_by_charge.get(urlsplit(path).path)) is not None:
+            data = [o for o in held if o.get("charge") == params.get("charge")]
+            return 200, {
+                "object": "list",
+                "url": urlsplit(path).path,
+                "has_more": False,
+                "data": data,
+            }
         if urlsplit(path).path != "/v1/events":
             return 404, _error(f"Unrecognized request URL (GET: {urlsplit(path).path}).")
-        params = dict(query)
         types = [v for k, v in query if k == "types[]" or k.startswith("types[")]
         if len(types) > 20:
             return 400, _error("types: at most 20 values", param="types")

@@ -155,22 +155,25 @@ def test_disputes_past_one_page_are_all_read(site, paypal, paypal_account, paypa
     assert Dispute.objects.filter(charge__order=order).count() == 51
 
 
-def test_a_dispute_whose_amount_cannot_be_read_is_logged_naming_the_site_and_dispute(
+def test_a_dispute_of_an_unreadable_amount_is_recorded_and_logged_naming_the_site(
     site, paypal, paypal_account, paypal_order, caplog
 ):
     # Seen before: such a dispute was skipped without a word, so on-call reading the worker's
-    # log could not tell why a dispute PayPal shows was never recorded.
+    # log could not tell why a dispute PayPal shows was never recorded. It is now recorded,
+    # its amount not known (tests/rails/test_dispute_amount_unknown.py), and still said.
     order, capture = paypal_order(total="89.00")
     unreadable = paypal.add_dispute(capture, status="OPEN", value="89.001")
     readable = paypal.add_dispute(capture, status="OPEN")
     with caplog.at_level(logging.WARNING, logger="sill.rails.paypal.rail"):
         _run(paypal_account)
-    assert [d.provider_dispute_id for d in Dispute.objects.filter(charge__order=order)] == [
-        readable["dispute_id"]
-    ]
+    recorded = Dispute.objects.filter(charge__order=order).order_by("provider_dispute_id")
+    assert [(d.provider_dispute_id, d.amount_minor) for d in recorded] == [
+        (unreadable["dispute_id"], None), (readable["dispute_id"], 8900),
+    ]  # fmt: skip
     [line] = [r.getMessage() for r in caplog.records if r.name == "sill.rails.paypal.rail"]
     assert f"site {site.pk}" in line and unreadable["dispute_id"] in line
     assert capture.id in line and "'89.001'" in line
+    assert "recorded with its amount not known" in line
     assert CLIENT_SECRET not in line and CLIENT_ID not in line
 
 

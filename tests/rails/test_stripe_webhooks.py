@@ -344,8 +344,6 @@ def test_a_signed_event_without_a_string_id_and_type_is_refused(site, charge, de
         ("refund.created", {"object": {"id": "re_1", "charge": "CH", "amount": True}}),
         ("refund.created", {"object": {"id": "re_1", "charge": "CH", "amount": 1.5}}),
         ("refund.created", {"object": {"id": "re_1", "charge": "CH", "amount": 2**53}}),
-        ("charge.dispute.created", {"object": {"id": "dp_1", "charge": "CH", "amount": 2**53}}),
-        ("charge.dispute.created", {"object": {"id": "dp_1", "charge": "CH", "amount": -100}}),
     ],
     ids=[
         "data-list",
@@ -355,11 +353,9 @@ def test_a_signed_event_without_a_string_id_and_type_is_refused(site, charge, de
         "refund-map",
         "true",
         "1.5",
-        # More than a signed record holds: the dispute's record failed on every attempt.
+        # More than a signed record holds: the refund's record failed on every attempt. (A
+        # dispute's amount Sill cannot read: tests/rails/test_dispute_amount_unknown.py.)
         "refund-past-signed-records",
-        "dispute-past-signed-records",
-        # Was recorded as a dispute of -$1.00, shown and signed as such.
-        "dispute-negative",
     ],
 )
 def test_an_event_of_the_wrong_shapes_is_settled_not_retried_and_records_nothing(
@@ -372,7 +368,6 @@ def test_an_event_of_the_wrong_shapes_is_settled_not_retried_and_records_nothing
     body = body.replace('"amount": true', '"amount": true, "currency": "usd"')
     body = body.replace('"amount": 1.5', '"amount": 1.5, "currency": "usd"')
     body = body.replace(f'"amount": {2**53}', f'"amount": {2**53}, "currency": "usd"')
-    body = body.replace('"amount": -100', '"amount": -100, "currency": "usd"')
     response = deliver(site, body.encode())
     assert response.status_code == 200
     stored = WebhookEvent.objects.get()

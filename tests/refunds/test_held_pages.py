@@ -415,12 +415,23 @@ def test_json_clients_get_a_refusal_as_json(client_for, held, persona, status, c
     assert status_of(held) == "held"
 
 
-def test_the_panel_explains_a_refused_approval(client_for, held, original):
+@pytest.mark.parametrize(
+    ("amount_minor", "currency", "said"),
+    [
+        (8900, "USD", "$89.00"),
+        # A dispute whose amount the rail gave in a form Sill cannot read.
+        (None, "", "amount not known"),
+    ],
+    ids=["amount", "amount-not-known"],
+)
+def test_the_panel_explains_a_refused_approval(
+    client_for, held, original, amount_minor, currency, said
+):
     Dispute.objects.create(
         charge=Charge.objects.get(order=original),
         reason="product_not_received",
-        amount_minor=8900,
-        currency="USD",
+        amount_minor=amount_minor,
+        currency=currency,
         status="needs_response",
         opened_at=timezone.now(),
     )
@@ -431,10 +442,12 @@ def test_the_panel_explains_a_refused_approval(client_for, held, original):
     )
     assert response.status_code == 409
     body = response.content.decode()
-    assert "The buyer opened a dispute on this charge" in body
+    assert f"The buyer opened a dispute on this charge (product_not_received, {said})" in body
     assert "Refused on approval: the charge is disputed" in body
     assert 'id="held-count" hx-swap-oob="true" hidden>0<' in body
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0
+    page = client_for("admin").get(f"/held/{held.id}/").content.decode()
+    assert f"Dispute · Product not received · {said} · Needs response" in page
 
 
 def test_an_expired_approval_is_explained_without_javascript(client_for, held, time_machine):

@@ -46,8 +46,8 @@ from sill.rails.models import RailAccount, WebhookEvent
 from sill.rails.paypal import reader_for
 from sill.rails.paypal.rail import PayPalRail
 from sill.rails.paypal.resources import (
-    amount,
     capture_of,
+    dispute_money,
     dispute_word,
     rail_refund,
     time,
@@ -225,15 +225,14 @@ def _apply_dispute(
     stored: WebhookEvent, charge: Charge, dispute: dict[str, Any], event_at: datetime
 ) -> str:
     dispute_id = str(dispute["dispute_id"])
-    money = amount(dispute.get("dispute_amount"))
-    if money is None or money[0] < 0:
-        return f"{dispute_id}: malformed dispute"
+    # An amount Sill cannot read is recorded as not known: the dispute still refuses refunds.
+    minor, currency = dispute_money(dispute)
     rail_status = dispute_word(dispute)
     reported = ReportedDispute(
         provider_dispute_id=dispute_id,
         reason=str(dispute.get("reason") or "general"),
-        amount_minor=money[0],
-        currency=money[1],
+        amount_minor=minor,
+        currency=currency,
         status=dispute_status(rail_status),
         rail_status=rail_status,  # cut to what Sill keeps by record_dispute
         opened_at=time(dispute.get("create_time")) or event_at,

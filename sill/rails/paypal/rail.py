@@ -51,7 +51,7 @@ from sill.rails.base import (
 )
 from sill.rails.fact_reads import read_at_once
 from sill.rails.paypal.client import PayPalClient, PayPalNotFound
-from sill.rails.paypal.resources import amount, dispute_word, money_value, rail_refund
+from sill.rails.paypal.resources import dispute_money, dispute_word, money_value, rail_refund
 from sill.rails.paypal.resources import time as paypal_time
 
 logger = logging.getLogger(__name__)
@@ -186,31 +186,31 @@ class PayPalRail:
         for item in items:
             if not isinstance(item, dict) or not item.get("dispute_id"):
                 continue
+            dispute_id = str(item["dispute_id"])
             if str(item.get("status") or "").upper() == "RESOLVED" and not item.get(
                 "dispute_outcome"
             ):
                 item = self.client.get(
-                    f"/v1/customer/disputes/{quote(str(item['dispute_id']), safe='')}",
+                    f"/v1/customer/disputes/{quote(dispute_id, safe='')}",
                     doing="dispute lookup",
                 )
-            money = amount(item.get("dispute_amount"))
-            if money is None:
-                # Not recorded (a dispute's amount is signed in its record): said, so that
-                # whoever wonders why a dispute PayPal shows is not in Sill finds why.
+            minor, currency = dispute_money(item)
+            if minor is None:
+                # Recorded all the same (it refuses refunds of the capture), its amount not
+                # known: said, so that whoever wonders why Sill does not show it finds why.
                 logger.warning(
-                    "PayPal dispute %s of capture %s of site %s: not recorded, its amount "
-                    "%.80r cannot be read",
-                    item["dispute_id"],
+                    "PayPal dispute %s of capture %s of site %s: its amount %.80r cannot be "
+                    "read; recorded with its amount not known",
+                    dispute_id,
                     provider_charge_id,
                     self.site_id or "?",
                     item.get("dispute_amount"),
                 )
-                continue
             found.append(
                 RailDispute(
-                    provider_dispute_id=str(item["dispute_id"]),
-                    amount_minor=money[0],
-                    currency=money[1],
+                    provider_dispute_id=dispute_id,
+                    amount_minor=minor,
+                    currency=currency,
                     reason=str(item.get("reason") or "general"),
                     status=dispute_word(item),
                     created_at=paypal_time(item.get("create_time")) or now,

@@ -88,6 +88,16 @@ def rail_refund(refund: dict[str, Any], *, default_time: datetime) -> RailRefund
     )
 
 
+def dispute_money(dispute: dict[str, Any]) -> tuple[int | None, str]:
+    """The dispute's ``dispute_amount`` as ``(minor units, currency)``; ``(None, "")`` when
+    Sill cannot read it (missing, not an amount of a currency Sill knows, negative, past what
+    a signed record holds): the dispute is recorded all the same, its amount not known."""
+    money = amount(dispute.get("dispute_amount"))
+    if money is None or money[0] < 0:
+        return None, ""
+    return money
+
+
 def dispute_word(dispute: dict[str, Any]) -> str:
     """The dispute's status as sill.rails.dispute_states reads PayPal's: a resolved one carries
     its outcome after a colon (``RESOLVED:RESOLVED_SELLER_FAVOUR``), since RESOLVED alone
