@@ -45,7 +45,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
 
     Raises ``RailError`` when the refunds cannot be listed (nothing is recorded then); a
     dispute list that fails leaves ``disputes_read`` False and records no dispute, and so
-    does one dispute that cannot be recorded (logged, the others recorded).
+    does one dispute that cannot be recorded or has no id (logged, the others recorded).
     """
     # What the rail lists is its state as of the read, at least: recorded as of the read's
     # start, a webhook for a change made while the list was read still applies after it. To
@@ -83,6 +83,16 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
         return ChargeSync(refunds=refunds, disputes_read=False, outcomes=outcomes)
     all_recorded = True
     for dispute in disputes:
+        if not dispute.provider_dispute_id:
+            # The rail listed a dispute without an id: nothing to record it under, and Sill's
+            # list lacks it, so the disputes count as not read (as one not recorded below).
+            all_recorded = False
+            logger.warning(
+                "a dispute of charge %s of site %s has no id at the rail: not recorded",
+                charge.pk, charge.order.site_id,
+            )  # fmt: skip
+            outcomes.append("a dispute without an id: not recorded")
+            continue
         try:
             done = record_dispute(
                 charge=charge,

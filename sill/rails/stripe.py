@@ -744,19 +744,32 @@ def _rail_refund(refund: Any) -> RailRefund:
 
 
 def _rail_dispute(dispute: Any) -> RailDispute:
-    """One listed dispute as Sill reads a rail's; an amount Sill cannot read is not known
-    (None): the dispute is recorded all the same, as it refuses refunds of the charge."""
-    minor, currency = dispute_money(
-        getattr(dispute, "amount", None), getattr(dispute, "currency", None)
-    )
+    """One listed dispute as Sill reads a rail's, whatever the shape of its fields: without an
+    id, its ``provider_dispute_id`` is "" (sill.rails.charge_sync records none such); an
+    amount Sill cannot read is not known."""
+    # Never raises: one dispute that did ended the read of the list, and the charge's other
+    # disputes were not recorded.
+    fields = dispute.to_dict() if isinstance(dispute, stripe.StripeObject) else {}
+    dispute_id = fields.get("id")
+    minor, currency = dispute_money(fields.get("amount"), fields.get("currency"))
     return RailDispute(
-        provider_dispute_id=dispute.id,
+        provider_dispute_id=dispute_id if isinstance(dispute_id, str) else "",
         amount_minor=minor,
         currency=currency,
-        reason=str(getattr(dispute, "reason", "") or "general"),
-        status=str(dispute.status),
-        created_at=datetime.fromtimestamp(int(dispute.created), tz=UTC),
+        reason=str(fields.get("reason") or "general"),
+        status=str(fields.get("status") or "needs_response"),
+        created_at=_created(fields.get("created")),
     )
+
+
+def _created(value: Any) -> datetime:
+    """A Stripe ``created`` (Unix seconds); now when it is not one."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            pass
+    return datetime.now(tz=UTC)
 
 
 def _rail_credit(txn: Any) -> RailRefund:

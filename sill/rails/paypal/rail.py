@@ -185,6 +185,18 @@ class PayPalRail:
         found = []
         for item in items:
             if not isinstance(item, dict) or not item.get("dispute_id"):
+                # Listed, so the capture has it; with nothing to record it under, it goes
+                # to the sync without an id (sill.rails.charge_sync records none such).
+                found.append(
+                    RailDispute(
+                        provider_dispute_id="",
+                        amount_minor=None,
+                        currency="",
+                        reason="general",
+                        status="OPEN",
+                        created_at=now,
+                    )
+                )
                 continue
             dispute_id = str(item["dispute_id"])
             if str(item.get("status") or "").upper() == "RESOLVED" and not item.get(

@@ -103,5 +103,7 @@ def dispute_word(dispute: dict[str, Any]) -> str:
     its outcome after a colon (``RESOLVED:RESOLVED_SELLER_FAVOUR``), since RESOLVED alone
     does not say who won."""
     status = str(dispute.get("status") or "OPEN").upper()
-    outcome = str((dispute.get("dispute_outcome") or {}).get("outcome_code") or "").upper()
+    found = dispute.get("dispute_outcome")
+    # An outcome of another shape says nothing: RESOLVED alone, read as lost.
+    outcome = str((found if isinstance(found, dict) else {}).get("outcome_code") or "").upper()
     return f"RESOLVED:{outcome}" if status == "RESOLVED" and outcome else status
