@@ -40,6 +40,7 @@ from sill.orders.models import (
     OrderStatus,
 )
 from sill.orders.outside import unrecorded_refunded_minor
+from sill.outcomes import humanize
 from sill.rails.base import RAIL_REFUND_WINDOW_DAYS, RailName, RefundFacts, rail_label
 from sill.rails.models import RailAccount
 from sill.rails.registry import (
@@ -592,13 +593,15 @@ def original_refusal(order: Order | None, charge: Charge | None) -> RefundRefuse
 
 
 def _disputed_words(order: Order, refund: Refund | None, dispute: Dispute) -> str:
+    # The rail's reason code in words, as the order page shows it ("product not received").
+    reason = humanize(dispute.reason).lower()
     if dispute.status == DisputeStatus.LOST:
         said = (
             f"The buyer's bank already returned {dispute.amount} of this charge to the buyer "
-            f"(a dispute, {dispute.reason}, was lost): a refund would pay the buyer twice."
+            f"(a dispute, {reason}, was lost): a refund would pay the buyer twice."
             if dispute.amount is not None
             else "The buyer's bank already returned money of this charge to the buyer (a "
-            f"dispute, {dispute.reason}, was lost; its amount is not known): a refund would "
+            f"dispute, {reason}, was lost; its amount is not known): a refund would "
             "pay the buyer twice."
         )
         return (
@@ -613,7 +616,7 @@ def _disputed_words(order: Order, refund: Refund | None, dispute: Dispute) -> st
         )
     if refund.status == RefundStatus.HELD:  # the reviewer approving it
         return (
-            f"The buyer opened a dispute on this charge ({dispute.reason}, "
+            f"The buyer opened a dispute on this charge ({reason}, "
             f"{'amount not known' if dispute.amount is None else dispute.amount}). "
             "Refunding now could pay the buyer twice; respond to the dispute instead. "
             "Nothing was refunded."

@@ -246,7 +246,7 @@ def test_a_lost_dispute_of_an_unknown_amount_refuses_in_words_that_say_so(
         _refund(site, members, order, django_capture_on_commit_callbacks)
     assert refused.value.message == (
         "The buyer's bank already returned money of this charge to the buyer (a dispute, "
-        "MERCHANDISE_OR_SERVICE_NOT_RECEIVED, was lost; its amount is not known): a refund "
+        "merchandise or service not received, was lost; its amount is not known): a refund "
         "would pay the buyer twice."
     )
 

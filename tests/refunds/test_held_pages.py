@@ -442,7 +442,8 @@ def test_the_panel_explains_a_refused_approval(
     )
     assert response.status_code == 409
     body = response.content.decode()
-    assert f"The buyer opened a dispute on this charge (product_not_received, {said})" in body
+    # The rail's reason code in words, as the page shows it.
+    assert f"The buyer opened a dispute on this charge (product not received, {said})" in body
     assert "Refused on approval: the charge is disputed" in body
     assert 'id="held-count" hx-swap-oob="true" hidden>0<' in body
     assert MockLedgerEntry.objects.filter(kind="refund").count() == 0

@@ -42,7 +42,7 @@ def refund_disputed(site, members, make_order, mock_rail):
     [
         ("under_review", "disputed: the bank is already reversing it"),
         # The buyer won the chargeback: the bank already gave them the money back.
-        ("lost", "already returned $20.00 of this charge to the buyer"),
+        ("lost", "already returned $20.00 of this charge to the buyer (a dispute, fraudulent,"),
     ],
 )
 def test_an_open_or_lost_dispute_refuses_a_staff_refund(refund_disputed, status, words):
