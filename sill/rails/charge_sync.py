@@ -32,11 +32,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ChargeSync:
-    """What the rail listed for the charge, and what was done with it."""
+    """What the rail listed for the charge, and what was done with it.
+
+    ``refunds_read``: every refund listed was recorded (one the books cannot hold, beyond the
+    charge aside, is logged and passed over). ``disputes_read``: the disputes were listed and
+    each was recorded."""
 
     refunds: list[RailRefund]
     disputes_read: bool
     outcomes: list[str] = field(default_factory=list)
+    refunds_read: bool = True
 
 
 def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeSync:
@@ -44,8 +49,10 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
     occasion in the audit records (e.g. ``"decision:rf_…"`` or ``"reconcile:…"``).
 
     Raises ``RailError`` when the refunds cannot be listed (nothing is recorded then); a
-    dispute list that fails leaves ``disputes_read`` False and records no dispute, and so
-    does one dispute that cannot be recorded or has no id (logged, the others recorded).
+    dispute list that fails leaves ``disputes_read`` False and records no dispute. One refund
+    or dispute that cannot be recorded, or a dispute listed without an id, is logged (naming
+    it, the charge and the site) and passed over, the others recorded; the sync then says so
+    (``refunds_read``, ``disputes_read``).
     """
     # What the rail lists is its state as of the read, at least: recorded as of the read's
     # start, a webhook for a change made while the list was read still applies after it. To
@@ -57,6 +64,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
         charge.provider_charge_id, provider_payment_id=charge.provider_payment_id
     )
     outcomes: list[str] = []
+    all_recorded = True
     for listed in refunds:
         if not listed.sill_refund_id and (
             listed.currency != charge.currency or listed.amount_minor <= 0
@@ -74,14 +82,26 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
             except ExceedsCharge as exc:
                 # Sill's books are what is wrong; the comparison after the sync shows it.
                 done = f"not recorded: {exc}"
+            except Exception as exc:
+                # One refund the books cannot hold (rolled back: a value too long, a database
+                # error on its row) must not keep the others from being recorded: each lowers
+                # what is refundable. It is said, and the refunds count as not all read.
+                all_recorded = False
+                done = f"not recorded: {type(exc).__name__}"
+                _log_unrecorded("refund", listed.provider_refund_id, charge, exc)
         outcomes.append(f"{listed.provider_refund_id}: {done}")
     try:
         disputes = rail.list_disputes(
             charge.provider_charge_id, provider_payment_id=charge.provider_payment_id
         )
     except RailError:
-        return ChargeSync(refunds=refunds, disputes_read=False, outcomes=outcomes)
-    all_recorded = True
+        return ChargeSync(
+            refunds=refunds,
+            disputes_read=False,
+            outcomes=outcomes,
+            refunds_read=all_recorded,
+        )
+    disputes_recorded = True
     for dispute in disputes:
         if not dispute.provider_dispute_id:
             # The rail listed a dispute without an id: nothing to record it under, and Sill's
@@ -113,13 +133,21 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
             # being recorded: each refuses refunds of the charge. It is said, and the disputes
             # count as not read: Sill's list lacks one, so a decision keeps the rail's own
             # "disputed" (policies.facts) rather than Sill's incomplete list.
-            all_recorded = False
+            disputes_recorded = False
             done = f"not recorded: {type(exc).__name__}"
-            logger.warning(
-                "dispute %.80s of charge %s of site %s not recorded: %s: %.300s",
-                dispute.provider_dispute_id, charge.pk, charge.order.site_id,
-                type(exc).__name__, exc,
-                exc_info=not isinstance(exc, DatabaseError),  # a bug's traceback
-            )  # fmt: skip
+            _log_unrecorded("dispute", dispute.provider_dispute_id, charge, exc)
         outcomes.append(f"{dispute.provider_dispute_id}: {done}")
-    return ChargeSync(refunds=refunds, disputes_read=all_recorded, outcomes=outcomes)
+    return ChargeSync(
+        refunds=refunds,
+        disputes_read=disputes_recorded,
+        outcomes=outcomes,
+        refunds_read=all_recorded,
+    )
+
+
+def _log_unrecorded(what: str, provider_id: str, charge: Charge, exc: Exception) -> None:
+    logger.warning(
+        "%s %.80s of charge %s of site %s not recorded: %s: %.300s",
+        what, provider_id, charge.pk, charge.order.site_id, type(exc).__name__, exc,
+        exc_info=not isinstance(exc, DatabaseError),  # a bug's traceback
+    )  # fmt: skip

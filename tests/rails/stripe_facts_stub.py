@@ -3,7 +3,10 @@
 - ``GET /v1/charges/{id}`` → a charge (``created``, ``currency``, ``amount_refunded``,
   ``customer``, ``disputed``);
 - ``GET /v1/customers/{id}`` → a customer (``created``);
-- ``GET /v1/charges?customer=…`` → a list of that customer's charges (``has_more``).
+- ``GET /v1/charges?customer=…`` → a list of that customer's charges (``has_more``);
+- ``GET /v1/refunds?charge=…`` and ``GET /v1/disputes?charge=…`` → the refunds and disputes
+  held in ``refunds`` and ``disputes`` for that charge, as they are (one page): a test can
+  hold an object Stripe would never send (no amount, say).
 
 ``slow`` delays one read's answer (``{"charge": 2.0}``) to outlast a timeout. Anything else is
 404 in Stripe's error shape. localstripe (used elsewhere) cannot be slowed or observed.
@@ -29,6 +32,8 @@ class StripeFactsStub:
     customer_created: int = field(default_factory=lambda: int(time.time()) - 400 * 86400)
     slow: dict[str, float] = field(default_factory=dict)
     seen: list[str] = field(default_factory=list)
+    refunds: list[dict[str, Any]] = field(default_factory=list)
+    disputes: list[dict[str, Any]] = field(default_factory=list)
 
     def answer(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], str]:
         parts = path.strip("/").split("/")
@@ -37,6 +42,15 @@ class StripeFactsStub:
                 200,
                 {"object": "list", "url": "/v1/charges", "has_more": False, "data": []},
                 ("customer history"),
+            )
+        if parts in (["v1", "refunds"], ["v1", "disputes"]):
+            held = self.refunds if parts[1] == "refunds" else self.disputes
+            charge = (query.get("charge") or [""])[0]
+            data = [obj for obj in held if obj.get("charge") == charge]
+            return (
+                200,
+                {"object": "list", "url": f"/v1/{parts[1]}", "has_more": False, "data": data},
+                parts[1],
             )
         if len(parts) == 3 and parts[:2] == ["v1", "charges"]:
             return 200, {
