@@ -60,7 +60,14 @@ from sill.accounts.access import Cap, require_member
 from sill.accounts.models import Site
 from sill.errors import NotFound, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund
-from sill.rails.base import ChargeReader, CreditReader, RailError, RetryableRailError
+from sill.rails.base import (
+    ChargeReader,
+    CreditReader,
+    PermanentRailError,
+    RailError,
+    RetryableRailError,
+    rail_label,
+)
 from sill.rails.charge_sync import sync_charge
 from sill.rails.registry import RailDisabled, rail_for
 
@@ -75,6 +82,11 @@ PERSON_RESOLUTIONS = (
 )
 # Who may see and resolve the inbox: owners and admins.
 RECONCILE_CAP = Cap.DECIDE_HELD
+
+
+class PartlyUnreadable(PermanentRailError):
+    """The rail listed a refund of the charge that could not be read: what it could read is
+    recorded, and the charge is not compared (it counts as not read)."""
 
 
 class AlreadyResolved(SillError):
@@ -97,7 +109,9 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
     """Sync and compare one charge with the rail; open and clear its items.
 
     Call outside any transaction (the rail reads are network calls). Raises ``RailError``
-    when the rail's refunds cannot be listed: then nothing is recorded or cleared.
+    when the rail's refunds cannot be listed: then nothing is recorded or cleared; and
+    :class:`PartlyUnreadable` when the rail lists a refund it cannot read: the others and the
+    disputes are recorded, and nothing is compared or cleared.
     """
     # Sill's books before the rail is read, and again after: what changed in between (a refund
     # settled, an outside refund a webhook recorded) is newer than the rail's list.
@@ -106,6 +120,13 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
     before = _outside_rows(charge)
     disputes_before = set(charge.disputes.values_list("provider_dispute_id", flat=True))
     synced = sync_charge(charge=charge, rail=rail, event_id=event_id)
+    if synced.refunds_left_out:
+        # The refunds the rail could read are recorded; compared without the one it could
+        # not, a Sill refund would look missing at the rail and open items would clear.
+        raise PartlyUnreadable(
+            f"{rail_label(charge.rail)} lists refunds of the charge Sill cannot read: "
+            + ", ".join(synced.refunds_left_out[:5])
+        )
     sill_after = _sill_rows(refunds)
     changing = changed_during_read(sill_before, sill_after)
     found = differences(

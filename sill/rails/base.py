@@ -9,9 +9,10 @@ or may not have acted: recover by looking the refund up and retrying with the sa
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from django.db.models import TextChoices
 
@@ -299,10 +300,32 @@ class RailDispute:
     created_at: datetime
 
 
+Item = TypeVar("Item")
+
+
+class RailList(list[Item]):
+    """What a rail listed for a charge, less the items it could not read.
+
+    ``left_out``: each item the rail listed that it could not read (a refund without an amount,
+    say), as its id and why, e.g. ``"re_123 (TypeError)"``. One such item must not hide the
+    others, so they are listed; but the list is then not the rail's whole list, and must never
+    be read as "these are all" (:func:`left_out`)."""
+
+    def __init__(self, items: Iterable[Item] = (), *, left_out: Iterable[str] = ()) -> None:
+        super().__init__(items)
+        self.left_out = list(left_out)
+
+
+def left_out(listed: list[Any]) -> list[str]:
+    """The items a rail's list left out (:class:`RailList`); none for a plain list."""
+    return list(getattr(listed, "left_out", []))
+
+
 @runtime_checkable
 class ChargeReader(Protocol):
     """A rail that can list what it holds for one of its charges. Reads never move money;
-    a ``RailError`` means nothing could be read (never "there is nothing")."""
+    a ``RailError`` means nothing could be read (never "there is nothing"). A listed item the
+    rail cannot read is left out and named in the list's ``left_out`` (:class:`RailList`)."""
 
     def list_refunds(
         self, provider_charge_id: str, *, provider_payment_id: str = ""

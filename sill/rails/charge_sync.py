@@ -24,7 +24,7 @@ from sill.orders.outside import (
     record_dispute,
     record_rail_refund,
 )
-from sill.rails.base import ChargeReader, RailError, RailRefund
+from sill.rails.base import ChargeReader, RailError, RailRefund, left_out
 from sill.rails.dispute_states import dispute_status
 
 logger = logging.getLogger(__name__)
@@ -34,14 +34,18 @@ logger = logging.getLogger(__name__)
 class ChargeSync:
     """What the rail listed for the charge, and what was done with it.
 
-    ``refunds_read``: every refund listed was recorded (one the books cannot hold, beyond the
-    charge aside, is logged and passed over). ``disputes_read``: the disputes were listed and
-    each was recorded."""
+    ``refunds_left_out``: the refunds the rail listed that it could not read
+    (:class:`sill.rails.base.RailList`); while there are any, ``refunds`` is not all the rail
+    has, and must not be compared as if it were. ``refunds_read``: the list was read whole and
+    every refund in it recorded (one the books cannot hold, beyond the charge aside, is
+    logged and passed over). ``disputes_read``: the disputes were listed whole and each was
+    recorded."""
 
     refunds: list[RailRefund]
     disputes_read: bool
     outcomes: list[str] = field(default_factory=list)
     refunds_read: bool = True
+    refunds_left_out: list[str] = field(default_factory=list)
 
 
 def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeSync:
@@ -50,9 +54,10 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
 
     Raises ``RailError`` when the refunds cannot be listed (nothing is recorded then); a
     dispute list that fails leaves ``disputes_read`` False and records no dispute. One refund
-    or dispute that cannot be recorded, or a dispute listed without an id, is logged (naming
-    it, the charge and the site) and passed over, the others recorded; the sync then says so
-    (``refunds_read``, ``disputes_read``).
+    or dispute the rail lists unreadable, or that cannot be recorded, or a dispute listed
+    without an id, is logged (naming it, the charge and the site) and passed over, the others
+    recorded; the sync then says so (``refunds_read``, ``refunds_left_out``,
+    ``disputes_read``).
     """
     # What the rail lists is its state as of the read, at least: recorded as of the read's
     # start, a webhook for a change made while the list was read still applies after it. To
@@ -64,7 +69,11 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
         charge.provider_charge_id, provider_payment_id=charge.provider_payment_id
     )
     outcomes: list[str] = []
-    all_recorded = True
+    unreadable = left_out(refunds)
+    for item in unreadable:
+        _log_unreadable("refund", item, charge)
+        outcomes.append(f"{item}: unreadable, not recorded")
+    all_recorded = not unreadable
     for listed in refunds:
         if not listed.sill_refund_id and (
             listed.currency != charge.currency or listed.amount_minor <= 0
@@ -100,13 +109,19 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
             disputes_read=False,
             outcomes=outcomes,
             refunds_read=all_recorded,
+            refunds_left_out=unreadable,
         )
     disputes_recorded = True
+    for item in left_out(disputes):
+        # Sill's list of disputes lacks it: a decision keeps the rail's own "disputed".
+        disputes_recorded = False
+        _log_unreadable("dispute", item, charge)
+        outcomes.append(f"{item}: unreadable, not recorded")
     for dispute in disputes:
         if not dispute.provider_dispute_id:
             # The rail listed a dispute without an id: nothing to record it under, and Sill's
             # list lacks it, so the disputes count as not read (as one not recorded below).
-            all_recorded = False
+            disputes_recorded = False
             logger.warning(
                 "a dispute of charge %s of site %s has no id at the rail: not recorded",
                 charge.pk, charge.order.site_id,
@@ -142,6 +157,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
         disputes_read=disputes_recorded,
         outcomes=outcomes,
         refunds_read=all_recorded,
+        refunds_left_out=unreadable,
     )
 
 
@@ -150,4 +166,11 @@ def _log_unrecorded(what: str, provider_id: str, charge: Charge, exc: Exception)
         "%s %.80s of charge %s of site %s not recorded: %s: %.300s",
         what, provider_id, charge.pk, charge.order.site_id, type(exc).__name__, exc,
         exc_info=not isinstance(exc, DatabaseError),  # a bug's traceback
+    )  # fmt: skip
+
+
+def _log_unreadable(what: str, item: str, charge: Charge) -> None:
+    logger.warning(
+        "%s %s of charge %s of site %s not recorded: the rail lists it unreadable",
+        what, item, charge.pk, charge.order.site_id,
     )  # fmt: skip

@@ -16,10 +16,10 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypedDict, cast
+from typing import Any, NoReturn, TypedDict, TypeVar, cast
 
 import stripe
 
@@ -37,6 +37,7 @@ from sill.rails.base import (
     PermanentRailError,
     RailDispute,
     RailError,
+    RailList,
     RailRefund,
     RateLimited,
     RefundFacts,
@@ -448,25 +449,26 @@ class StripeRail:
     def list_refunds(
         self, provider_charge_id: str, *, provider_payment_id: str = ""
     ) -> list[RailRefund]:
-        """Every refund of the charge (``refunds.list`` by charge, all pages)."""
+        """Every refund of the charge (``refunds.list`` by charge, all pages); one Sill cannot
+        read (no amount, say) is left out and named (:class:`RailList`), the others listed."""
         try:
             page = self._client.v1.refunds.list(params={"charge": provider_charge_id, "limit": 100})
-            return [_rail_refund(r) for r in page.auto_paging_iter()]
+            return _read_each(page.auto_paging_iter(), _rail_refund)
         except stripe.StripeError as exc:
             self._raise(exc, doing="refund list", read=True)
 
     def list_disputes(
         self, provider_charge_id: str, *, provider_payment_id: str = ""
     ) -> list[RailDispute]:
-        """Every dispute of the charge (``disputes.list`` by charge, all pages)."""
+        """Every dispute of the charge (``disputes.list`` by charge, all pages); one Sill
+        cannot read is left out and named (:class:`RailList`), the others listed."""
         try:
             page = self._client.v1.disputes.list(
                 params={"charge": provider_charge_id, "limit": 100}
             )
-            listed = list(page.auto_paging_iter())
+            return _read_each(page.auto_paging_iter(), _rail_dispute)
         except stripe.StripeError as exc:
             self._raise(exc, doing="dispute list", read=True)
-        return [_rail_dispute(d) for d in listed]
 
     def events_since(self, since: datetime, *, types: list[str]) -> Iterator[dict[str, Any]]:
         """The account's events of ``types`` created at or after ``since``, oldest first,
@@ -727,13 +729,36 @@ def _metadata(obj: Any) -> dict[str, Any]:
     return metadata.to_dict() if metadata is not None else {}
 
 
+Read = TypeVar("Read")
+
+
+def _read_each(objects: Iterable[Any], read: Callable[[Any], Read]) -> RailList[Read]:
+    """Each object Stripe listed, read; one that cannot be (a field missing or of another
+    type) is left out and named, so that it hides neither the others nor itself."""
+    listed: RailList[Read] = RailList()
+    for obj in objects:
+        try:
+            listed.append(read(obj))
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
+            name = getattr(obj, "id", None)
+            listed.left_out.append(f"{str(name or '(no id)')[:80]} ({type(exc).__name__})")
+    return listed
+
+
+def _integer(value: Any) -> int:
+    """A Stripe amount: an integer (not a JSON ``true``, not ``1.5`` cut to 1, not missing)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"not an integer amount: {type(value).__name__}")
+    return value
+
+
 def _rail_refund(refund: Any) -> RailRefund:
     created = getattr(refund, "created", None)
     return RailRefund(
         provider_refund_id=refund.id,
-        amount_minor=from_stripe_amount(refund.amount, refund.currency),
+        amount_minor=from_stripe_amount(_integer(refund.amount), refund.currency),
         currency=str(refund.currency).upper(),
-        status=str(refund.status or "pending"),
+        status=str(getattr(refund, "status", None) or "pending"),
         created_at=(
             datetime.fromtimestamp(int(created), tz=UTC) if created else datetime.now(tz=UTC)
         ),

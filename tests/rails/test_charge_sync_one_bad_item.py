@@ -14,7 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db.models import F
 
+from refunds.models import ReconciliationItem, ReconciliationRun, Refund
+from refunds.reconcile.inbox import catch_up_charge
+from refunds.reconcile.runs import run_reconciliation
 from sill.orders.models import Charge, Dispute, ExternalRefund
 from sill.rails.charge_sync import sync_charge
 from sill.rails.models import RailAccount
@@ -84,3 +88,64 @@ def test_a_refund_sill_cannot_record_is_logged_and_the_others_are_recorded(
     [line] = _log_lines(caplog)
     assert line.startswith("refund re_odd of charge") and "DataError" in line
     assert f"charge {charge.pk} of site {site.pk}" in line
+
+
+def test_a_refund_stripe_lists_unreadable_hides_neither_the_others_nor_itself(
+    site, make_order, stripe, caplog
+):
+    # Seen before: a refund without an amount in Stripe's list made the whole charge
+    # unreadable (AttributeError): the refund listed beside it was not recorded either.
+    stub, account = stripe
+    order = make_order(rail="stripe")
+    charge = order.charges.get()
+    # Sill settled a refund that Stripe lists in a shape Sill cannot read.
+    own = Refund.objects.create(
+        site=site, order=order, charge=charge, origin="staff", amount_minor=500,
+        currency="USD", rail="stripe", decision="approved", status="succeeded",
+        provider_refund_id="re_unreadable",
+    )  # fmt: skip
+    Charge.objects.filter(pk=charge.pk).update(
+        amount_refunded_minor=F("amount_refunded_minor") + 500
+    )
+    unreadable = _refund(charge, "re_unreadable", metadata={"sill_refund_id": own.pk})
+    del unreadable["amount"]
+    stub.refunds += [unreadable, _refund(charge, "re_outside", amount=2000)]
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        run = run_reconciliation(account_id=account.pk, force=True)
+    assert isinstance(run, ReconciliationRun) and run.charges_checked == 1
+    # The refund Stripe lists readably is recorded...
+    outside = ExternalRefund.objects.get(charge=charge)
+    assert (outside.provider_refund_id, outside.counted_minor) == ("re_outside", 2000)
+    # ...and the charge counts as not read: its part of a list is never compared as the whole,
+    # so Sill's own refund is not called missing at Stripe.
+    assert run.charges_unreadable == 1
+    assert not ReconciliationItem.objects.filter(refund=own).exists()
+    [line] = _log_lines(caplog)
+    assert line.startswith("refund re_unreadable (AttributeError) of charge")
+    assert f"charge {charge.pk} of site {site.pk}" in line
+
+
+def test_a_dispute_stripe_lists_without_an_amount_is_recorded_beside_the_others(
+    site, make_order, stripe, caplog
+):
+    # Seen before: a dispute without an amount made the whole charge unreadable, so the open
+    # dispute listed beside it was not recorded and did not refuse refunds of the charge. Both
+    # are recorded now, the first with its amount not known (it refuses refunds all the same),
+    # so Sill's list is the rail's whole list.
+    stub, account = stripe
+    charge = make_order(rail="stripe").charges.get()
+    unreadable = _dispute(charge, "dp_unreadable")
+    del unreadable["amount"]
+    stub.disputes += [unreadable, _dispute(charge, "dp_open")]
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        disputes_read = catch_up_charge(
+            charge=charge, rail=rail_from_account(account), event_id="decision:test"
+        )
+    recorded = dict(
+        Dispute.objects.filter(charge=charge).values_list("provider_dispute_id", "amount_minor")
+    )
+    assert recorded.keys() == {"dp_unreadable", "dp_open"}
+    assert recorded["dp_unreadable"] is None and recorded["dp_open"] is not None
+    assert disputes_read is True

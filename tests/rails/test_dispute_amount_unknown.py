@@ -227,7 +227,7 @@ def test_a_refund_of_a_charge_disputed_for_an_unknown_amount_is_refused(
     if reported_by == "sync":
         # So does its Reconciliation item, on PayPal's side (not "nothing").
         inbox = client_for("owner").get("/reconcile/").content.decode()
-        assert '<dd><span class="muted">amount not known</span> · Open</dd>' in inbox
+        assert '<dd><span class="muted">amount not known</span> · Needs response</dd>' in inbox
 
 
 def test_a_lost_dispute_of_an_unknown_amount_refuses_in_words_that_say_so(

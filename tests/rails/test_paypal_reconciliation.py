@@ -175,6 +175,11 @@ def test_a_dispute_of_an_unreadable_amount_is_recorded_and_logged_naming_the_sit
     assert capture.id in line and "'89.001'" in line
     assert "recorded with its amount not known" in line
     assert CLIENT_SECRET not in line and CLIENT_ID not in line
+    # Recorded, its amount not known, so Sill's list is PayPal's whole list: a decision's
+    # catch-up reads the disputes as read, and the recorded one refuses refunds.
+    charge = Charge.objects.get(order=order)
+    rail = rail_from_account(paypal_account)
+    assert catch_up_charge(charge=charge, rail=rail, event_id="decision:test") is True
 
 
 def test_a_dispute_sill_cannot_record_is_logged_and_the_others_are_recorded(

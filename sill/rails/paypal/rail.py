@@ -40,6 +40,7 @@ from sill.rails.base import (
     PermanentRailError,
     RailDispute,
     RailError,
+    RailList,
     RailRefund,
     RefundFacts,
     RefundFactsRequest,
@@ -51,7 +52,13 @@ from sill.rails.base import (
 )
 from sill.rails.fact_reads import read_at_once
 from sill.rails.paypal.client import PayPalClient, PayPalNotFound
-from sill.rails.paypal.resources import dispute_money, dispute_word, money_value, rail_refund
+from sill.rails.paypal.resources import (
+    amount,
+    dispute_money,
+    dispute_word,
+    money_value,
+    rail_refund,
+)
 from sill.rails.paypal.resources import time as paypal_time
 
 logger = logging.getLogger(__name__)
@@ -155,8 +162,19 @@ class PayPalRail:
                 code="rail_unsupported",
             )
         now = datetime.now(UTC)
-        listed = [r for raw in refunds if (r := rail_refund(raw, default_time=now)) is not None]
-        return sorted(listed, key=lambda r: r.created_at, reverse=True)
+        listed: RailList[RailRefund] = RailList()
+        for raw in refunds:
+            raw = raw if isinstance(raw, dict) else {}
+            refund = rail_refund(raw, default_time=now)
+            if refund is not None:
+                listed.append(refund)
+            elif not raw.get("id") or amount(raw.get("amount")) is None:
+                # Not one that returns nothing (passed over): one Sill cannot read, named, so
+                # the list is never taken for all of PayPal's.
+                name = str(raw.get("id") or "(no id)")[:80]
+                listed.left_out.append(f"{name} (no id or amount Sill can read)")
+        listed.sort(key=lambda r: r.created_at, reverse=True)
+        return listed
 
     def list_disputes(
         self, provider_charge_id: str, *, provider_payment_id: str = ""
@@ -182,7 +200,7 @@ class PayPalRail:
                 f"{DISPUTE_PAGES} pages: which it has is unknown"
             )
         now = datetime.now(UTC)
-        found = []
+        found: RailList[RailDispute] = RailList()
         for item in items:
             if not isinstance(item, dict) or not item.get("dispute_id"):
                 # Listed, so the capture has it; with nothing to record it under, it goes
