@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 from treebeard.mp_tree import MP_Node
 
 from sill.accounts.models import Agent, Site
@@ -601,12 +603,24 @@ class AgentRefundTotal(models.Model):
         return f"agent {self.agent_id}, period {self.period}: {self.amount_minor} {self.currency}"
 
 
+# A reconciliation run that wrote no progress for this long has stopped without finishing. It
+# writes progress after each charge; one charge's reads take seconds, a minute or two at worst
+# (a few rail calls, each bounded by its timeout), and the task is killed past
+# SILL_TASK_MAX_RUNTIME_SECONDS (300 s) anyway.
+RUN_STOPPED_AFTER = timedelta(minutes=10)
+
+
 class ReconciliationRun(models.Model):
     """One pass of reconciliation over one rail account of a site (the beat task's claim).
 
     A run is claimed by creating this row under the rail account's row lock, so two workers
     never start the same site's run twice within the interval; ``cursor`` is the last charge
     it checked, where the next run goes on when a site has more charges than one run takes.
+
+    A run writes its counters, cursors and ``progress_at`` after each charge and customer. One
+    with no ``finished_at`` whose last sign of life (``progress_at``, else ``started_at``) is
+    older than :data:`RUN_STOPPED_AFTER` has stopped without finishing (its worker died or was
+    killed): the page says so, and the next run goes on from where it got to.
     """
 
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="reconciliation_runs")
@@ -625,6 +639,8 @@ class ReconciliationRun(models.Model):
     cursor = models.CharField(max_length=40, blank=True)
     # Why the run could not read the rail at all (switched off, key unreadable), or "".
     error = models.CharField(max_length=500, blank=True)
+    # When it last wrote its progress (after each charge or customer); null before the first.
+    progress_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -632,3 +648,12 @@ class ReconciliationRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.site_id}/{self.rail} run at {self.started_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def stopped(self) -> bool:
+        """Unfinished, and silent for longer than any one charge's read takes: its worker is
+        gone (killed, restarted, past the task's time limit)."""
+        if self.finished_at is not None:
+            return False
+        alive_at = self.progress_at or self.started_at
+        return alive_at <= timezone.now() - RUN_STOPPED_AFTER

@@ -21,6 +21,13 @@ transactions Stripe lists for that customer (as many customers as charges, in tu
 
 Each charge is read outside any transaction (a network call), and a ``RailError`` on one
 charge is logged and counted while the run goes on. Nothing here starts a money movement.
+
+A run writes its progress (counters, cursors, ``progress_at``) after each charge and customer.
+A worker that dies mid-run (killed, restarted, past the task's time limit) leaves its run
+unfinished: once it is silent for ``RUN_STOPPED_AFTER`` the page shows it stopped, and the next
+run (due, as always, an interval after the stopped one started) goes on from where it got to,
+not from the last finished run's place: a run that is killed each time at the same point would
+otherwise check the same first charges again and again, and never the others.
 """
 
 from __future__ import annotations
@@ -103,7 +110,13 @@ def run_reconciliation(
     run = _claim(account, now=now, force=force)
     if run is None:
         return None
-    previous = _last_run(account).exclude(pk=run.pk).filter(finished_at__isnull=False).first()
+    # Where the last run that got anywhere stopped: finished, or stopped with progress written.
+    previous = (
+        _last_run(account)
+        .exclude(pk=run.pk)
+        .filter(Q(finished_at__isnull=False) | Q(progress_at__isnull=False))
+        .first()
+    )
     since = now - timedelta(days=reconcile_days())
     charges = charges_to_check(
         account,
@@ -126,6 +139,7 @@ def run_reconciliation(
         else:
             run.items_opened += outcome.opened
             run.items_cleared += outcome.cleared
+        _progress(run)
     if isinstance(rail, CreditReader) and account.rail == CREDIT_RAIL:
         _check_credits(run, account, rail, since=since, previous=previous)
     _finish(run)
@@ -163,6 +177,7 @@ def _check_credits(
         else:
             run.items_opened += outcome.opened
             run.items_cleared += outcome.cleared
+        _progress(run)
 
 
 def customers_to_check(
@@ -244,6 +259,27 @@ def _claim(account: RailAccount, *, now: datetime, force: bool) -> Reconciliatio
         return ReconciliationRun.objects.create(
             site_id=account.site_id, rail=account.rail, started_at=now
         )
+
+
+_PROGRESS_FIELDS = (
+    "charges_checked",
+    "charges_unreadable",
+    "customers_checked",
+    "customers_unreadable",
+    "items_opened",
+    "items_cleared",
+    "cursor",
+    "customer_cursor",
+)
+
+
+def _progress(run: ReconciliationRun) -> None:
+    """Write how far the run got: the page's sign of life, and where the next run goes on if
+    this one's worker dies before it finishes."""
+    run.progress_at = timezone.now()
+    ReconciliationRun.objects.filter(pk=run.pk).update(
+        progress_at=run.progress_at, **{name: getattr(run, name) for name in _PROGRESS_FIELDS}
+    )
 
 
 def _finish(run: ReconciliationRun, *, error: str = "") -> None:
