@@ -18,6 +18,7 @@ from django.utils import timezone
 from sill.money import MAX_RECORDABLE_MINOR
 from sill.orders.models import Charge, Rail
 from sill.orders.outside import (
+    ExceedsCharge,
     ReportedDispute,
     record_dispute,
     record_rail_refund,
@@ -47,20 +48,30 @@ DISPUTE_EVENTS = frozenset(
 
 
 def process_event(event_pk: int) -> str:
-    """Apply one stored event once; returns (and stores) what was done."""
+    """Apply one stored event once; returns (and stores) what was done.
+
+    A refund the books cannot hold beside the refunds Sill counts (``ExceedsCharge``) fails
+    the event: kept, retried, given up loudly (sill.rails.event_attempts). In a
+    ``charge.refunded`` listing several, the others are facts the rail reports and are
+    recorded all the same (committed), and the event then fails for that one, as its own
+    ``refund.created`` would: the event's retries apply it once Sill's books hold it."""
+    refused: list[ExceedsCharge] = []
     with transaction.atomic():
         stored = WebhookEvent.objects.select_for_update().get(pk=event_pk)
         if stored.processed_at is not None:
             return stored.outcome
         event = json.loads(stored.payload)
-        outcome = _apply(stored, event)
-        stored.processed_at = timezone.now()
-        stored.outcome = outcome[:300]
-        stored.save(update_fields=["processed_at", "outcome"])
+        outcome = _apply(stored, event, refused)
+        if not refused:
+            stored.processed_at = timezone.now()
+            stored.outcome = outcome[:300]
+            stored.save(update_fields=["processed_at", "outcome"])
+    if refused:
+        raise refused[0]
     return outcome
 
 
-def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
+def _apply(stored: WebhookEvent, event: dict[str, Any], refused: list[ExceedsCharge]) -> str:
     if stored.type not in REFUND_EVENTS | DISPUTE_EVENTS | {"charge.refunded"}:
         return "ignored: not an event Sill records"
     # A signed body is Stripe's, but its shapes are still checked: a ``data``, ``object`` or
@@ -78,7 +89,7 @@ def _apply(stored: WebhookEvent, event: dict[str, Any]) -> str:
         if not isinstance(listed, list):
             return "malformed refund list on the charge"
         outcomes = [
-            _apply_refund(stored, {"charge": obj.get("id"), **refund}, event_at)
+            _apply_listed_refund(stored, {"charge": obj.get("id"), **refund}, event_at, refused)
             if isinstance(refund, dict)
             else "malformed refund"
             for refund in listed
@@ -183,6 +194,19 @@ def _apply_refund(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime)
         charge=charge, refund=report, event_id=stored.event_id, event_at=event_at
     )
     return f"{refund_id}: {done}"
+
+
+def _apply_listed_refund(
+    stored: WebhookEvent, obj: dict[str, Any], event_at: datetime, refused: list[ExceedsCharge]
+) -> str:
+    """One refund of a ``charge.refunded``'s list: one that does not fit the charge beside
+    Sill's books is rolled back alone (its savepoint) and kept in ``refused``."""
+    try:
+        with transaction.atomic():
+            return _apply_refund(stored, obj, event_at)
+    except ExceedsCharge as exc:
+        refused.append(exc)
+        return f"{obj.get('id') or 'refund'}: not recorded, it would exceed the charge"
 
 
 def _apply_dispute(stored: WebhookEvent, obj: dict[str, Any], event_at: datetime) -> str:

@@ -340,3 +340,31 @@ def test_a_refund_that_only_restocks_items_is_no_refund_to_record_or_report(
     run = _run(shopify_account)
     assert (run.charges_checked, run.charges_unreadable, run.items_opened) == (1, 0, 0)
     assert not ReconciliationItem.objects.filter(order=order).exists()
+
+
+def test_an_orders_refund_that_does_not_fit_fails_its_event_after_the_rest_is_recorded(
+    site, shopify, synced, webhook
+):
+    # Seen before: the refund that did not fit beside Sill's books ended the order's read, so
+    # the refunds Shopify listed after it and the order's disputes were not recorded from the
+    # webhook, attempt after attempt; a Stripe charge.refunded rolled all of them back.
+    placed, order = synced("60.00")
+    charge = order.charges.get()
+    Charge.objects.filter(pk=charge.pk).update(amount_refunded_minor=5000)  # Sill's books
+    too_large = shopify._make_refund(placed, Decimal("20.00"), note="from the admin")
+    fits = shopify._make_refund(placed, Decimal("10.00"), note="from the admin")
+    placed.disputes.append(
+        {"id": "gid://shopify/ShopifyPaymentsDispute/7", "status": "NEEDS_RESPONSE",
+         "initiatedAs": "CHARGEBACK"}
+    )  # fmt: skip
+
+    webhook(placed, "orders/updated", "wh-two-refunds")
+    assert [r.provider_refund_id for r in ExternalRefund.objects.filter(charge=charge)] == [
+        fits["id"]
+    ]
+    assert Dispute.objects.filter(charge=charge).count() == 1
+    # The one that does not fit fails the event as a one-refund Stripe or PayPal event does.
+    event = WebhookEvent.objects.get(event_id="wh-two-refunds")
+    assert (event.processed_at, event.attempts) == (None, 1)
+    assert event.last_error.startswith("ExceedsCharge: outside refund")
+    assert too_large["id"] in event.last_error

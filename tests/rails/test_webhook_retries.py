@@ -23,7 +23,7 @@ from sill.rails.stripe_webhooks import store_event
 from sill.rails.tasks import retry_webhook_events_task
 from tests.broker_down import broker_unreachable
 from tests.rails.failing_stripe_event import books_agree, books_disagree, too_large_refund
-from tests.rails.stripe_events import deliverer, post_event, stripe_account
+from tests.rails.stripe_events import deliverer, event, post_event, refund_obj, stripe_account
 from tests.threads import row_locked_elsewhere
 from tests.worker import running_worker, wait_for
 
@@ -98,6 +98,36 @@ def test_it_retries_a_few_minutes_later_and_applies_once_the_cause_is_fixed(
     assert retry_webhook_events_task() == 0
     assert stored().attempts == 3
     assert AuditRecord.objects.filter(kind="external_refund").count() == 1
+
+
+def test_a_charge_refunded_records_the_refunds_that_fit_and_retries_the_one_that_does_not(
+    site, charge, deliver, clock
+):
+    # Seen before: one refund of a charge.refunded's list that does not fit beside Sill's
+    # books rolled the whole event back, so the refunds Stripe listed beside it (facts that
+    # lower what is refundable) were not recorded from it either, attempt after attempt.
+    listed = [
+        refund_obj(charge.provider_charge_id, refund_id="re_too_large", amount=5000),
+        refund_obj(charge.provider_charge_id, refund_id="re_fits", amount=2000),
+    ]
+    obj = {"id": charge.provider_charge_id, "object": "charge", "refunds": {"data": listed}}
+    deliver(site, event("charge.refunded", obj, event_id="evt_two"))
+
+    assert list(ExternalRefund.objects.values_list("provider_refund_id", flat=True)) == ["re_fits"]
+    assert Charge.objects.get(pk=charge.pk).amount_refunded_outside_minor == 2000
+    # The one that does not fit fails the event as its own refund.created would: kept, retried.
+    failed = stored()
+    assert (failed.processed_at, failed.attempts) == (None, 1)
+    assert failed.last_error.startswith("ExceedsCharge: outside refund re_too_large")
+
+    books_agree(charge)
+    clock.shift(LATER)
+    assert retry_webhook_events_task() == 1
+    done = stored()
+    assert done.processed_at is not None
+    assert "re_fits: unchanged" in done.outcome and "re_too_large: external refund" in done.outcome
+    assert Charge.objects.get(pk=charge.pk).amount_refunded_outside_minor == 7000
+    assert AuditRecord.objects.filter(kind="external_refund").count() == 2
 
 
 def test_it_gives_up_after_the_bound_and_says_so_loudly_once(

@@ -376,11 +376,20 @@ def _record_rail_reports(
     # As of the read, not the refund's ``createdAt``: the read is the refund's state now.
     # Recorded as of its creation, a webhook's later state looked older than what a
     # reconciliation (recorded as of its own read) had applied, and was dropped.
+    refused: list[ExceedsCharge] = []
     for refund in order.refunds:
         # One Sill made (its note names the refund) is never an outside refund: its state goes
         # to the refund core, which reverses a settled refund Shopify now reports failed (as a
         # Stripe or PayPal webhook's, and reconciliation's, do).
-        done = record_rail_refund(charge=charge, refund=refund, event_id=event_id, event_at=read_at)
+        try:
+            done = record_rail_refund(
+                charge=charge, refund=refund, event_id=event_id, event_at=read_at
+            )
+        except ExceedsCharge as exc:
+            # Not beside Sill's books: the order's other refunds and its disputes are facts
+            # Shopify reports, recorded all the same; then this one fails the order (below).
+            refused.append(exc)
+            continue
         if refund.sill_refund_id and done.endswith("failed after settlement, reversed"):
             report.reversed_refunds += 1
         elif done.startswith("external refund"):
@@ -402,3 +411,7 @@ def _record_rail_reports(
         )
         if done.startswith("dispute recorded") or done.startswith("dispute updated"):
             report.disputes += 1
+    if refused:
+        # As a Stripe or PayPal event with that one refund fails: the webhook's event is kept
+        # and retried, the sync command names the order failed.
+        raise refused[0]
