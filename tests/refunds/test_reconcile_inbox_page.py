@@ -265,6 +265,7 @@ def test_a_missed_disputes_state_at_the_rail_is_said_in_words(
     order = make_order(total="40.00", rail=rail)
     [found] = missed_disputes(
         rail=rail,
+        currency="USD",
         before=set(),
         after=[
             DisputeRow(
