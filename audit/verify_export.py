@@ -83,6 +83,7 @@ import hashlib
 import json
 import re
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,15 +121,25 @@ class WrongInput(Exception):
 
 
 def read_input(path: str, argument: str, *, lines: bool = False) -> str:
-    """The UTF-8 text of ``path``; :class:`WrongInput` if it cannot be read or is not text.
+    """The UTF-8 text of ``path``; :class:`WrongInput` if it cannot be read or is not text
+    (``lines`` as for :func:`decode_input`)."""
+    return decode_input(read_bytes(path, argument), argument, lines=lines)
+
+
+def read_bytes(path: str, argument: str) -> bytes:
+    """The bytes of ``path``, read once; :class:`WrongInput` if it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise WrongInput(argument, f"cannot read it ({exc.strerror or exc})") from None
+
+
+def decode_input(data: bytes, argument: str, *, lines: bool = False) -> str:
+    """``data`` as UTF-8 text; :class:`WrongInput` if it is not text.
 
     ``lines``: an export, read line by line: a byte that is not UTF-8 is a problem of its line
     (:func:`parse_line`), unless it is in the first, which makes it no export."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise WrongInput(argument, f"cannot read it ({exc.strerror or exc})") from None
     if lines:
         first, _, _ = data.partition(b"\n")
         try:
@@ -1310,6 +1321,21 @@ def bundle_against_trusted(
 # -- the command --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`verify_file` found, and what the bytes it verified say they are."""
+
+    kind: str  # "export" or "bundle"
+    count: int
+    problems: list[str]
+    # The log the file names (``<origin>``, ending with the site's id; its signed checkpoint
+    # must name it too, or the file fails), "?" when it names none.
+    log: str
+    # A bundle's subject (``refund R``, ``the purchase of order O``), which each of its
+    # verified records names too; "" for an export.
+    about: str
+
+
 def verify_path(
     path: str,
     trusted: dict[str, Any] | None,
@@ -1320,25 +1346,52 @@ def verify_path(
     log: list[str] | None = None,
     signed_at: dict[str, int | None] | None = None,
 ) -> tuple[str, int, list[str]]:
-    """``(kind, records, problems)`` for the file at ``path`` (an export or a bundle), against
-    the keys file ``published`` (parsed) when given; ``consistency`` and ``log`` (an export's
-    lines) as for a bundle (an export holds its records, so the trusted checkpoint is checked
-    against them directly); ``signed_at`` as for :func:`verify_export`.
+    """``(kind, records, problems)`` of :func:`verify_file`."""
+    verdict = verify_file(
+        path,
+        trusted,
+        trusted_checkpoint,
+        published=published,
+        consistency=consistency,
+        log=log,
+        signed_at=signed_at,
+    )
+    return verdict.kind, verdict.count, verdict.problems
+
+
+def verify_file(
+    path: str,
+    trusted: dict[str, Any] | None,
+    trusted_checkpoint: str | None,
+    *,
+    published: Any = None,
+    consistency: Any = None,
+    log: list[str] | None = None,
+    signed_at: dict[str, int | None] | None = None,
+) -> Verdict:
+    """The :class:`Verdict` on the file at ``path`` (an export or a bundle), against the keys
+    file ``published`` (parsed) when given; ``consistency`` and ``log`` (an export's lines) as
+    for a bundle (an export holds its records, so the trusted checkpoint is checked against
+    them directly); ``signed_at`` as for :func:`verify_export`.
+
+    The file is read once: what is verified and what the verdict names (its log, a bundle's
+    refund or order) are the same bytes, whatever replaces the file meanwhile.
 
     Raises :class:`WrongInput` when ``path`` is neither an export nor a bundle, ``log`` is not
     an export of the bundle's site, or ``trusted_checkpoint`` is not a checkpoint of the file's
     log: the auditor passed the wrong file, and nothing is verified."""
-    text = read_input(path, path, lines=True)
+    data = read_bytes(path, path)
+    text = decode_input(data, path, lines=True)
     try:
         whole = json.loads(text)
     except (ValueError, RecursionError):
         whole = None
     if isinstance(whole, dict) and whole.get("format") == BUNDLE_FORMAT:
-        text = read_input(path, path)  # one document: any byte not UTF-8 makes it no bundle
+        text = decode_input(data, path)  # one document: any byte not UTF-8 makes it no bundle
         try:
             whole = parse_line(text)  # strictly, as an export's lines
         except ValueError as exc:
-            return "bundle", 0, [f"FAILED at the bundle: {exc}"]
+            return Verdict("bundle", 0, [f"FAILED at the bundle: {exc}"], "?", "?")
         if trusted_checkpoint is not None:
             kept_checkpoint(trusted_checkpoint, "--checkpoint", whole.get("origin"), path)
         if log is not None:
@@ -1358,7 +1411,8 @@ def verify_path(
             log=log,
             signed_at=signed_at,
         )
-        return "bundle", count, problems
+        about = subject_label(*bundle_subject(whole))
+        return Verdict("bundle", count, problems, log_of(whole), about)
     # Lines end at "\n" only: str.splitlines() would also cut at U+2028, U+2029 and U+0085,
     # which a record's JSON strings may hold unescaped.
     lines = text.split("\n")
@@ -1370,7 +1424,13 @@ def verify_path(
     count, problems = verify_export(
         lines, trusted, trusted_checkpoint, published=published, signed_at=signed_at
     )
-    return "export", count, problems
+    return Verdict("export", count, problems, log_of(header), "")
+
+
+def log_of(document: dict[str, Any]) -> str:
+    """The log (``<origin>``) an export's header or a bundle names: verification checked it
+    against the signed checkpoint's."""
+    return str(document["origin"]) if document.get("origin") else "?"
 
 
 def export_header(lines: list[str], argument: str) -> dict[str, Any]:
@@ -1462,7 +1522,7 @@ def main(argv: list[str] | None = None) -> int:
                     "no list of keys: not Sill's keys file (/.well-known/sill-audit-keys.json)",
                 )
         signed_at: dict[str, int | None] = {}
-        kind, count, problems = verify_path(
+        verdict = verify_file(
             args.file,
             trusted,
             checkpoint,
@@ -1478,22 +1538,23 @@ def main(argv: list[str] | None = None) -> int:
             message = message.replace(f"WRONG INPUT: {flag}: ", f"WRONG INPUT: {flag} {path}: ")
         print(message, file=sys.stderr)
         return WRONG_INPUT
-    if problems:
-        print("\n".join(problems), file=sys.stderr)
+    if verdict.problems:
+        print("\n".join(verdict.problems), file=sys.stderr)
         return 1
     # Which log: the checkpoint that verified names it (its origin ends with the site's id),
     # so an auditor handed another site's genuine export sees it is not the one they asked for.
-    log = log_name(args.file)
+    # From the bytes verified (the file is read once): one swapped in since names nothing here.
+    kind, count = verdict.kind, verdict.count
     if kind == "bundle":
         # And which refund or purchase: every record verified is about the one the bundle
         # names, so an auditor handed another's genuine bundle sees it is not the one asked for.
         print(
-            f"OK: bundle of {count} records about {bundle_about(args.file)} of log "
-            f"{log}, each in the signed checkpoint"
+            f"OK: bundle of {count} records about {verdict.about} of log "
+            f"{verdict.log}, each in the signed checkpoint"
             + ("; the export holds no other record about it" if args.export else "")
         )
     else:
-        print(f"OK: {count} records of log {log}, matching their signed checkpoint")
+        print(f"OK: {count} records of log {verdict.log}, matching their signed checkpoint")
     # How fresh the evidence is: the time each checkpoint's key signed with it (the OK line
     # stays as it was, for scripts reading it).
     for what, label in (
@@ -1536,31 +1597,6 @@ def unpinned_note(trusted: dict[str, Any] | None, *, keys_file: bool) -> str | N
         "so this shows the file is consistent, not that Sill signed it. Pin Sill's configured "
         "key, obtained apart from this file, with --public-key KEY_ID=BASE64URL."
     )
-
-
-def log_name(path: str) -> str:
-    """The log (``<origin>``, ending with the site's id) a verified export or bundle is of:
-    what its signed checkpoint names, which verification checked against its header."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    # An export's header is its first line; a bundle is one JSON document.
-    for candidate in (text.split("\n", 1)[0], text):
-        try:
-            parsed = json.loads(candidate)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(parsed, dict) and parsed.get("origin"):
-            return str(parsed["origin"])
-    return "?"
-
-
-def bundle_about(path: str) -> str:
-    """What a verified bundle is the evidence of (``refund R``, ``the purchase of order O``):
-    the ``refund_id`` or ``order_id`` it names, which each of its records' signed bodies names
-    too (verification checked it)."""
-    with open(path, encoding="utf-8") as fh:
-        parsed = json.loads(fh.read())
-    return subject_label(*bundle_subject(parsed)) if isinstance(parsed, dict) else "?"
 
 
 if __name__ == "__main__":
