@@ -1412,7 +1412,7 @@ def verify_file(
             signed_at=signed_at,
         )
         about = subject_label(*bundle_subject(whole))
-        return Verdict("bundle", count, problems, log_of(whole), about)
+        return Verdict("bundle", count, cut_numbers(problems), log_of(whole), about)
     # Lines end at "\n" only: str.splitlines() would also cut at U+2028, U+2029 and U+0085,
     # which a record's JSON strings may hold unescaped.
     lines = text.split("\n")
@@ -1424,7 +1424,24 @@ def verify_file(
     count, problems = verify_export(
         lines, trusted, trusted_checkpoint, published=published, signed_at=signed_at
     )
-    return Verdict("export", count, problems, log_of(header), "")
+    return Verdict("export", count, cut_numbers(problems), log_of(header), "")
+
+
+# A number the file claims (a seq, and what follows from it) of more digits than any Sill
+# writes (a seq is a 64-bit integer: 19): printed whole, one of thousands of digits buried the
+# line it was in, and every other line naming it.
+LONG_NUMBER = re.compile(r"\b\d{21,}\b")
+
+
+def cut_numbers(problems: list[str]) -> list[str]:
+    """``problems`` with each number longer than 20 digits cut to its first 8 and last 5
+    digits and its length: ``10000000…00007 (401 digits)``."""
+
+    def cut(match: re.Match[str]) -> str:
+        digits = match.group()
+        return f"{digits[:8]}\u2026{digits[-5:]} ({len(digits)} digits)"
+
+    return [LONG_NUMBER.sub(cut, problem) for problem in problems]
 
 
 def log_of(document: dict[str, Any]) -> str:

@@ -71,3 +71,27 @@ def test_the_ok_line_names_the_refund_it_verified_when_the_bundle_is_swapped_aft
     assert out.splitlines()[0].startswith(
         f"OK: bundle of 1 records about refund rf_1 of log {checkpoints.origin_for(site.pk)}"
     ), out
+
+
+HUGE = 10**400 + 7
+
+
+def test_a_huge_claimed_seq_is_cut_in_failed_lines(site: Site, tmp_path: Path) -> None:
+    # Was each FAILED line naming it in full: "FAILED at seq 1000…0007: expected seq 2, found
+    # 1000…0007: seqs 2..1000…0006 missing", 1,200 digits in one line.
+    build_chain(site, 3)
+    lines = export(site, tmp_path / "e.jsonl").read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[2])
+    lines[2] = json.dumps({**record, "seq": HUGE})
+    path = tmp_path / "huge.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bundle = bundles.refund_bundle(site=site, refund_id="rf_2")
+    bundle["records"][0]["seq"] = HUGE
+    bundle_path = tmp_path / "huge.json"
+    bundle_path.write_text(json.dumps(bundle), encoding="utf-8")
+
+    for file in (path, bundle_path):
+        code, out, err = standalone(file)
+        assert code == 1 and out == "", err
+        assert "FAILED at seq 10000000…00007 (401 digits)" in err, err
+        assert all(len(line) < 300 for line in err.splitlines()), err
