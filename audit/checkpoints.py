@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -135,7 +136,11 @@ def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
                     f"{earlier_size}: {exc}"
                 ) from exc
         now = timezone.now()
-        key_id, signing_key = keys.signing_key(now)
+        # Never timed before the last record it counts (as a record is never timed before the
+        # one it follows), whichever host's clock timed that record: verifiers refuse a
+        # checkpoint signed before a record it counts. Signed by the key of that time.
+        at = max(now, head.last_recorded_at or now)
+        key_id, signing_key = keys.signing_key(at)
         text = note.Checkpoint(origin=origin_for(site.pk), size=size, root=root).text()
         signed = AuditCheckpoint.objects.create(
             site=site,
@@ -147,7 +152,7 @@ def write_checkpoint(*, site: Site) -> AuditCheckpoint | None:
                 text,
                 name=origin_for(site.pk),
                 signing_key=signing_key,
-                timestamp=int(now.timestamp()),
+                timestamp=int(at.timestamp()),
             ),
             key_id=key_id,
             created_at=now,
@@ -258,16 +263,42 @@ def open_checkpoint(text: str, *, site_id: str, earlier_origin: bool = False) ->
     parsed = note.parse_checkpoint(body)
     if parsed.origin != origin:
         raise note.NoteError(f"the checkpoint is of log {parsed.origin!r}, not {origin!r}")
-    # Every known key's timed line must verify (as its plain one must), the signer's gives the time.
+    # Every known key's timed line must verify (as its plain one must), the signer's gives the
+    # time; and each time must lie in its key's window: otherwise a retired key (the configured
+    # one stays configured, to endorse) signs checkpoints timed whenever it likes.
+    signed_at = None
     for other in keys.key_windows().values():
-        if other.key_id != window.key_id:
-            note.signed_time(text, name=origin, public_key=other.public_key)
-    timestamp = note.signed_time(text, name=origin, public_key=window.public_key)
+        timestamp = note.signed_time(text, name=origin, public_key=other.public_key)
+        if timestamp is None:
+            continue
+        at = signed_time_of(timestamp)
+        if not signed_in_window(timestamp, other):
+            raise note.NoteError(
+                f"signed by key {other.key_id} at {at:%Y-%m-%d %H:%M:%S} UTC, outside its "
+                "validity window"
+            )
+        if other.key_id == window.key_id:
+            signed_at = at
     return SignedCheckpoint(
-        signed_note=text,
-        checkpoint=parsed,
-        key_id=window.key_id,
-        signed_at=None if timestamp is None else datetime.fromtimestamp(timestamp, UTC),
+        signed_note=text, checkpoint=parsed, key_id=window.key_id, signed_at=signed_at
+    )
+
+
+def signed_time_of(timestamp: int) -> datetime:
+    """A checkpoint's signed time (POSIX seconds) as a datetime; :class:`note.NoteError` when
+    it is beyond the calendar (no key of Sill's signs one)."""
+    try:
+        return datetime.fromtimestamp(timestamp, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise note.NoteError(f"its signed time, {timestamp}, is beyond the calendar") from None
+
+
+def signed_in_window(timestamp: int, window: keys.KeyWindow) -> bool:
+    """Whether a checkpoint timed ``timestamp`` (whole seconds, rounded down from when it was
+    signed) lies in ``window``: from the second its key began signing, before its end."""
+    start, end = window.valid_from, window.valid_until
+    return (start is None or timestamp >= math.floor(start.timestamp())) and (
+        end is None or timestamp < end.timestamp()
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -71,10 +72,12 @@ def chain_verification(
     when there are any, the latest pointer and the largest ``checkpoints/<size>`` (copies
     outside the database: what catches someone who removed records from the end, rewound the
     head and deleted Sill's checkpoint rows, or grew the log anew past a pointer put back). A
-    log with fewer records than one counts, or whose first records hash to another root, fails; so
-    does a chain head, or a stored tree node (those that serve inclusion and consistency
-    proofs), that disagrees with the records. Each record's unsigned columns (``created_at``,
-    the subjects) must say what its payload says.
+    log with fewer records than one counts, or whose first records hash to another root, fails;
+    so does a checkpoint signed (by its timed line) before the last record it counts, or outside
+    its key's window (:func:`audit.checkpoints.open_checkpoint`); so does a chain head, or a
+    stored tree node (those that serve inclusion and consistency proofs), that disagrees with
+    the records. Each record's unsigned columns (``created_at``, the subjects) must say what its
+    payload says.
     ``progress(n)`` is told every :data:`PROGRESS_EVERY` records how many passed so far.
     """
     head_row = AuditChainHead.objects.filter(site=site).first()
@@ -83,7 +86,7 @@ def chain_verification(
     anchors = _checkpoint_anchors(site, checkpoint_note)
     if isinstance(anchors, chain.VerifyResult):
         return anchors
-    grown = _TreeOfRecords(site.pk, {size for _, size, _ in anchors}, progress)
+    grown = _TreeOfRecords(site.pk, {size for _, size, _, _ in anchors}, progress)
     rows = (
         AuditRecord.objects.filter(site=site)
         .order_by("seq")
@@ -98,7 +101,7 @@ def chain_verification(
     )
     if not result.ok:
         return result
-    for what, size, root in anchors:
+    for what, size, root, signed_at in anchors:
         if result.count < size:
             return chain.VerifyResult(
                 False,
@@ -112,6 +115,20 @@ def chain_verification(
             return chain.VerifyResult(
                 False, result.count, None, f"the first {size} records do not hash to {whose}"
             )
+        # Its time is its key's word (a retired key could time one whenever it likes): a
+        # checkpoint cannot count a record made after it was signed. Whole seconds, rounded
+        # down, against the time of the last record it counts (the log's time never goes back).
+        newest = grown.time_at_anchor.get(size)
+        if signed_at is not None and newest is not None:
+            counted = chain.parse_recorded_at(newest)
+            if signed_at < counted.replace(microsecond=0):
+                return chain.VerifyResult(
+                    False,
+                    result.count,
+                    None,
+                    f"{what} was signed at {signed_at:%Y-%m-%d %H:%M:%S} UTC, before seq "
+                    f"{size}'s recorded_at {newest}, which it counts",
+                )
     if head_row is not None:
         try:
             edge = tree.parse_frontier(head_row.tree_frontier)
@@ -130,10 +147,11 @@ def chain_verification(
 
 def _checkpoint_anchors(
     site: Site, checkpoint_note: str | None
-) -> list[tuple[str, int, bytes]] | chain.VerifyResult:
-    """``(what, size, root)`` of each signed checkpoint the log must extend, or the failed
+) -> list[tuple[str, int, bytes, datetime | None]] | chain.VerifyResult:
+    """``(what, size, root, signed at)`` of each signed checkpoint the log must extend (signed
+    at: its timed signature's time, None for one signed before Sill timed them), or the failed
     result that one of them does not verify."""
-    anchors: list[tuple[str, int, bytes]] = []
+    anchors: list[tuple[str, int, bytes, datetime | None]] = []
     if checkpoint_note is not None:
         try:
             signed = checkpoints.open_checkpoint(
@@ -141,7 +159,8 @@ def _checkpoint_anchors(
             )
         except note.NoteError as exc:
             return chain.VerifyResult(False, 0, None, f"the checkpoint does not verify: {exc}")
-        anchors.append(("the signed checkpoint", signed.checkpoint.size, signed.checkpoint.root))
+        kept = signed.checkpoint
+        anchors.append(("the signed checkpoint", kept.size, kept.root, signed.signed_at))
     latest = checkpoints.latest_checkpoint(site_id=site.pk)
     if latest is not None:
         try:
@@ -164,10 +183,8 @@ def _checkpoint_anchors(
                 f"Sill's latest checkpoint (at {latest.tree_size} records) does not say what "
                 "its signed note says",
             )
-        if checkpoint_note is None:
-            anchors.append(("a signed checkpoint", latest.tree_size, root))
-        else:
-            anchors.append(("Sill's latest checkpoint", latest.tree_size, root))
+        what = "a signed checkpoint" if checkpoint_note is None else "Sill's latest checkpoint"
+        anchors.append((what, latest.tree_size, root, signed.signed_at))
     published = checkpoints.published_checkpoint(site_id=site.pk)
     if published is not None:
         try:
@@ -176,7 +193,14 @@ def _checkpoint_anchors(
             return chain.VerifyResult(
                 False, 0, None, f"the published checkpoint does not verify: {exc}"
             )
-        anchors.append(("the published checkpoint", signed.checkpoint.size, signed.checkpoint.root))
+        anchors.append(
+            (
+                "the published checkpoint",
+                signed.checkpoint.size,
+                signed.checkpoint.root,
+                signed.signed_at,
+            )
+        )
     # The largest checkpoint published for a size (written once, unlike the latest pointer): a
     # log that forks from it, under a pointer put back to an older checkpoint, is seen here. The
     # smaller ones need no reading: Sill signs no tree that does not extend the largest
@@ -195,7 +219,7 @@ def _checkpoint_anchors(
             return chain.VerifyResult(
                 False, 0, None, f"{what} counts {signed.checkpoint.size} records"
             )
-        anchors.append((what, signed.checkpoint.size, signed.checkpoint.root))
+        anchors.append((what, signed.checkpoint.size, signed.checkpoint.root, signed.signed_at))
     return anchors
 
 
@@ -221,6 +245,8 @@ class _TreeOfRecords:
         self.edge: list[bytes] = []
         self.size = 0
         self.at_anchor: dict[int, bytes] = {}
+        # The recorded_at (as written) of the record at each anchor size: the newest it counts.
+        self.time_at_anchor: dict[int, str] = {}
         self.last_hash: str | None = None
         self.stored_mismatch: str | None = None
         # The nodes the records since ``_batch_start`` completed: (level, index) → hex.
@@ -239,6 +265,7 @@ class _TreeOfRecords:
             self.last_hash = row["hash"]
             if self.size in self.anchor_sizes:
                 self.at_anchor[self.size] = tree.root_from_frontier(self.edge)
+                self.time_at_anchor[self.size] = json.loads(row["payload"])["recorded_at"]
             if self.size % RECORDS_PER_BATCH == 0:
                 self._compare_stored()
             if self.progress is not None and self.size % PROGRESS_EVERY == 0:

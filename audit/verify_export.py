@@ -17,8 +17,10 @@ zeros first); ``hash == sha256(prev_hash + payload)``; ``signature`` is ed25519 
 32 bytes by a known key, within that key's validity window; ``recorded_at`` is not before the
 previous record's (Sill never times a record before the one it follows). Then the checkpoint:
 signed by one of the keys for the log's origin, counting exactly the records in the file, its
-root the RFC 6962 Merkle root of their leaves (``SHA-256(0x00 || payload)``). A file without
-that last line, or with fewer records than it counts, was cut short.
+root the RFC 6962 Merkle root of their leaves (``SHA-256(0x00 || payload)``); a time it carries
+(a c2sp.org/tlog-cosignature line) inside its key's window and not before the last record's
+``recorded_at``. A file without that last line, or with fewer records than it counts, was cut
+short.
 
 A bundle (``manage.py audit bundle --refund R``) is one refund's evidence: the mandate's bytes,
 its records (decision, review, settlement, …) each with an inclusion proof, and a checkpoint;
@@ -81,6 +83,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -448,17 +451,17 @@ def _cosignature_key_id(name: str, public_key: bytes) -> bytes:
     return hashlib.sha256(name.encode("utf-8") + b"\n\x04" + public_key).digest()[:4]
 
 
-def checkpoint_time(note: str, *, origin: str, keys: dict[str, Any]) -> int | None:
-    """When one of ``keys`` signed the checkpoint ``note`` (POSIX seconds): its c2sp.org/
-    tlog-cosignature v1 line, ``cosignature/v1\\ntime <t>\\n`` + the text, signed with the
-    key's time (8 bytes, big-endian) after the 4-byte key id. None when it has none (Sill timed
-    no checkpoint before); ``ValueError`` when one by a known key does not verify."""
+def checkpoint_times(note: str, *, origin: str, keys: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(key id, time)`` for each c2sp.org/tlog-cosignature v1 line of one of ``keys`` on the
+    checkpoint ``note``: ``cosignature/v1\\ntime <t>\\n`` + the text, signed with the key's
+    time (POSIX seconds, 8 bytes, big-endian) after the 4-byte key id. Empty when it has none
+    (Sill timed no checkpoint before); ``ValueError`` when one by a known key does not verify."""
     text, signatures = split_note(note)
-    found = None
+    found = []
     for name, blob in signatures:
         if name != origin:
             continue
-        for key in keys.values():
+        for key_id, key in keys.items():
             if blob[:4] != _cosignature_key_id(origin, bytes(key)):
                 continue
             timestamp = int.from_bytes(blob[4:12], "big")
@@ -469,8 +472,52 @@ def checkpoint_time(note: str, *, origin: str, keys: dict[str, Any]) -> int | No
                 key.verify(message, blob[12:])
             except (nacl.exceptions.BadSignatureError, ValueError):
                 raise ValueError("the checkpoint's timed signature does not verify") from None
-            found = timestamp if found is None else max(found, timestamp)
+            found.append((key_id, timestamp))
     return found
+
+
+def checkpoint_time(note: str, *, origin: str, keys: dict[str, Any]) -> int | None:
+    """When one of ``keys`` signed the checkpoint ``note`` (POSIX seconds; the latest, if
+    several did): :func:`checkpoint_times`. None when it carries no signed time."""
+    times = checkpoint_times(note, origin=origin, keys=keys)
+    return max(timestamp for _, timestamp in times) if times else None
+
+
+def time_problems(
+    note: Any,
+    what: str,
+    origin: str,
+    keys: dict[str, Any],
+    windows: dict[str, tuple[Any, Any]],
+    counted: list[tuple[datetime, str, int]],
+) -> list[str]:
+    """Problems with the times ``keys`` signed the checkpoint ``note`` at (none for one that
+    carries no time; one whose timed line does not verify is reported with the checkpoint).
+
+    A time is its key's word, so it is held to what the file shows: it lies in the key's window
+    (else a retired key signs checkpoints timed whenever it likes), and it is not before any
+    record the checkpoint counts (``counted``: ``(recorded_at, as written, seq)`` of those the
+    file shows are in it). Whole seconds, rounded down from when it was signed: a checkpoint
+    signed in the second its key's window began, or a record was made, reads as that second."""
+    try:
+        times = checkpoint_times(note, origin=origin, keys=keys)
+    except ValueError:
+        return []
+    newest = max(counted, default=None)
+    problems = []
+    for key_id, timestamp in times:
+        when = utc_seconds(timestamp)
+        start, end = windows.get(key_id, (None, None))
+        if (start is not None and timestamp < math.floor(start.timestamp())) or (
+            end is not None and timestamp >= end.timestamp()
+        ):
+            problems.append(f"FAILED at {what}: signed by {key_id} at {when}, outside its window")
+        elif newest is not None and timestamp < math.floor(newest[0].timestamp()):
+            problems.append(
+                f"FAILED at {what}: signed at {when}, before seq {newest[2]}'s recorded_at "
+                f"{newest[1]}, which it counts"
+            )
+    return problems
 
 
 def open_checkpoint(note: str, *, origin: str, keys: dict[str, Any]) -> tuple[int, bytes]:
@@ -872,6 +919,8 @@ def verify_export(
     site_id = header.get("site_id")
     origin = header.get("origin") or ""
     prev_seq, prev_hash, leaves = 0, GENESIS_HASH, []
+    # The times of the records that verified, in file order: what a checkpoint's time must follow.
+    counted: list[tuple[datetime, str, int]] = []
     embedded: str | None = None
     after_checkpoint = False
     for lineno, line in enumerate(lines[1:], start=2):
@@ -921,6 +970,9 @@ def verify_export(
             times.check(rec, seq)
         except Failed as failed:
             problems.append(str(failed))
+        else:
+            assert times.last is not None
+            counted.append(times.last)
         # Go on from what this record claims, so one bad record is one problem, not a cascade.
         prev_seq = seq
         prev_hash = rec.get("hash") if isinstance(rec.get("hash"), str) else prev_hash
@@ -933,13 +985,20 @@ def verify_export(
             "cut short (or comes from a Sill without checkpoints)"
         )
     else:
-        problems += _against(embedded, "the export's checkpoint", origin, keys, leaves, exact=True)
-        _time_of(embedded, "the export's checkpoint", origin, keys, signed_at)
+        what = "the export's checkpoint"
+        problems += _against(embedded, what, origin, keys, leaves, exact=True)
+        problems += time_problems(embedded, what, origin, keys, windows, counted)
+        _time_of(embedded, what, origin, keys, signed_at)
     if trusted_checkpoint is not None:
-        problems += _against(
-            trusted_checkpoint, "the trusted checkpoint", origin, keys, leaves, exact=False
-        )
-        _time_of(trusted_checkpoint, "the trusted checkpoint", origin, keys, signed_at)
+        what = "the trusted checkpoint"
+        problems += _against(trusted_checkpoint, what, origin, keys, leaves, exact=False)
+        try:
+            size = checkpoint_shape(trusted_checkpoint)[1]
+        except ValueError:
+            size = 0  # reported above: no checkpoint
+        in_it = [time for time in counted if time[2] <= size]
+        problems += time_problems(trusted_checkpoint, what, origin, keys, windows, in_it)
+        _time_of(trusted_checkpoint, what, origin, keys, signed_at)
     return count, problems
 
 
@@ -1045,6 +1104,7 @@ def verify_bundle(
     _time_of(bundle.get("checkpoint"), "the bundle's checkpoint", origin, keys, signed_at)
     if trusted_checkpoint is not None:
         _time_of(trusted_checkpoint, "the trusted checkpoint", origin, keys, signed_at)
+    trusted_size: int | None = None
     if trusted_checkpoint is not None and log is None:
         try:
             trusted_size, trusted_root = open_checkpoint(
@@ -1129,12 +1189,25 @@ def verify_bundle(
     # In seq order whatever order the file lists them in: reordering must not hide a record
     # a retired key signed after its successor, nor one timed before an earlier record.
     order, times = KeyOrder(windows), TimeOrder()
+    counted: list[tuple[datetime, str, int]] = []
     for seq, rec in sorted(verified, key=lambda item: item[0]):
         try:
             order.check(rec, seq)
             times.check(rec, seq)
         except Failed as failed:
             problems.append(str(failed))
+        else:
+            assert times.last is not None
+            counted.append(times.last)
+    # Each checkpoint's time follows the bundle's records it counts (the bundle's all: each
+    # is in it, by its proof). The log's other records only an export shows (--export).
+    what = "the bundle's checkpoint"
+    problems += time_problems(bundle.get("checkpoint"), what, origin, keys, windows, counted)
+    if trusted_checkpoint is not None and log is None and trusted_size is not None:
+        in_it = [time for time in counted if time[2] <= trusted_size]
+        problems += time_problems(
+            trusted_checkpoint, "the trusted checkpoint", origin, keys, windows, in_it
+        )
     if log is not None:
         problems += bundle_against_log(
             bundle,
@@ -1588,11 +1661,16 @@ def main(argv: list[str] | None = None) -> int:
 def signed_time_text(timestamp: int | None) -> str:
     if timestamp is None:
         return "carries no signed time (Sill signed it before it timed its checkpoints)"
+    return f"was signed at {utc_seconds(timestamp)}"
+
+
+def utc_seconds(timestamp: int) -> str:
+    """A checkpoint's time (POSIX seconds) as a reader reads it."""
     try:
         at = datetime.fromtimestamp(timestamp, UTC)
     except (OverflowError, ValueError, OSError):
-        return f"was signed at {timestamp} seconds since 1970 (beyond the calendar)"
-    return f"was signed at {at:%Y-%m-%d %H:%M:%S} UTC"
+        return f"{timestamp} seconds since 1970 (beyond the calendar)"
+    return f"{at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def read_json(path: str, argument: str) -> Any:
