@@ -137,6 +137,12 @@ class ActivityRow:
         return f"{self.by} {self.where}" if self.by and self.where else self.by
 
     @property
+    def by_named(self) -> str:
+        """Who acted, named as the page names them: :attr:`by_words`, or an agent by its name
+        with its id beside it ("Test shopper (agent_test_shopper)"), the CSV's actor."""
+        return f"{self.agent_name} ({self.by})" if self.agent_name else self.by_words
+
+    @property
     def refund_id(self) -> str:
         value = self.body.get("refund_id")
         return value if isinstance(value, str) else ""
@@ -522,7 +528,7 @@ def csv_response(
                     # `is not None`: a zero Money is falsy, and 0.00 is an amount too.
                     row.amount.major_str() if row.amount is not None else "",
                     row.amount.currency if row.amount is not None else "",
-                    row.by_words,
+                    row.by_named,
                     row.detail,
                 ]
                 yield writer.writerow([safe_cell(cell) for cell in cells])

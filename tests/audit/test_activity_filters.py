@@ -174,6 +174,24 @@ def test_a_refund_the_rail_made_beyond_sills_books_reads_in_words(client_for, si
     assert "Exceeds charge at rail" not in body
 
 
+def test_the_csv_names_an_agent_by_its_name_with_its_id_as_the_page_does(client_for, site, agent):
+    # Seen: the actor cell was "agent_test_shopper" where the page says "Test shopper" above
+    # the id: the CSV an owner hands a buyer named the agent by a code.
+    _append(site, "approved", refund_id="rf_a", agent_id=agent.agent_id, amount_minor=500,
+            currency="USD")  # fmt: skip
+    _append(site, "rejected", refund_id="rf_b", agent_id="agent_since_removed")
+    rows = _csv(client_for("owner").get("/activity/", {"format": "csv"}))
+    assert [row[7] for row in rows[1:]] == [
+        "Test shopper (agent_test_shopper)",
+        "agent_since_removed",  # no longer on the site: the id its record names
+    ]
+    # A name an admin typed is a cell like any other.
+    agent.name = '=HYPERLINK("http://x")'
+    agent.save(update_fields=["name"])
+    rows = _csv(client_for("owner").get("/activity/", {"format": "csv"}))
+    assert rows[1][7] == '\'=HYPERLINK("http://x") (agent_test_shopper)'
+
+
 def test_the_csv_export_is_safe_from_formula_injection(client_for, site):
     for evil in ('=HYPERLINK("http://x")', "+1", "-2", "@SUM(A1)", "\tx", "\rx"):
         _append(site, "approved", refund_id="rf_x", agent_id=evil)

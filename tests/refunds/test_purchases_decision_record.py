@@ -140,6 +140,6 @@ def test_the_merchant_reads_it_in_words_on_activity_and_in_the_csv(
         str(order.number),
         "89.00",
         "USD",
-        "agent_test_shopper",
+        "Test shopper (agent_test_shopper)",  # named, as the page names it
         words,
     ]

@@ -166,7 +166,7 @@ def test_the_merchant_reads_its_refusal_in_words_on_activity_the_csv_and_the_ord
         str(order.number),
         "89.00",
         "EUR",
-        "agent_test_shopper",
+        "Test shopper (agent_test_shopper)",  # named, as the page names it
         words,
     ]
 
