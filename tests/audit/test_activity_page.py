@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from audit import chain, keys
 from audit.models import AuditVerification
 from audit.services import append_record
+from sill.accounts.access import SESSION_SITE_KEY
 from tests.audit.test_tamper import NESTED_PAST_THE_RECURSION_LIMIT, set_column
 
 pytestmark = pytest.mark.django_db
@@ -133,6 +134,34 @@ def test_a_check_that_raises_ends_broken_instead_of_running(
 
 def test_staff_cannot_start_a_check(client_for):
     assert client_for("staff").post("/activity/verify/").status_code == 403
+
+
+def test_a_member_of_another_site_neither_reads_nor_starts_this_sites_check(
+    client_for, site, other_site
+):
+    """The check is the current site's, and only a member's site can be current: no id in a
+    URL, and a session naming another site falls back to the member's own."""
+    _record(site, 2)
+    client_for("owner").post("/activity/verify/")  # not sent to a worker here: still running
+    ours = AuditVerification.objects.get(site=site)
+    outsider = client_for("outsider")  # an owner of the other site
+    session = outsider.session
+    session[SESSION_SITE_KEY] = site.pk  # as if they had picked this site
+    session.save()
+    for answer in (
+        outsider.get("/activity/", {"part": "verification"}),
+        outsider.get("/activity/"),
+        outsider.post("/activity/verify/", HTTP_HX_REQUEST="true"),
+    ):
+        assert answer.status_code == 200
+        assert "of 2 records checked" not in answer.content.decode()
+    # Their POST started their own site's check, and left this one as it was.
+    assert AuditVerification.objects.filter(site=other_site).count() == 1
+    assert list(AuditVerification.objects.filter(site=site)) == [ours]
+    assert AuditVerification.objects.get(pk=ours.pk).started_at == ours.started_at
+    # A reviewer of this site reads it.
+    part = client_for("reviewer").get("/activity/", {"part": "verification"}).content.decode()
+    assert "0 of 2 records checked" in part and "by owner@roasters.example" in part
 
 
 def test_it_shows_an_empty_state(client_for):
