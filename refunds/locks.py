@@ -38,6 +38,9 @@ the chain head is held): a path that locks the site's row ``FOR UPDATE`` and the
 deadlocks with any append of the site, so ``select_for_update`` joining the site takes
 ``of=("self",)``.
 Settlement and execution take no scope lock: they do not change what the sums count.
+A person's other changes of money-relevant state share-lock their member's rows first too,
+then their own rows, then the chain head: an owner's resolution of a refund that needs
+attention (then the refund, order, charge).
 
 On SQLite this is a no-op: its IMMEDIATE transactions already serialise every writer.
 """

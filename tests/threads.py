@@ -188,3 +188,66 @@ def run_while_an_append_commits(*, site_id: str, run: Callable[[], object]) -> o
         raw.close()
     (result,) = outcome
     return result
+
+
+def run_behind_a_member_change(
+    *, site_id: str, change: Callable[[], object], run: Callable[[], object]
+) -> tuple[object, object]:
+    """``run()`` in a thread while an owner's ``change()`` of the acting member (a removal, a
+    role change, a Slack unlink) is in flight in another: it has written the member's rows
+    and waits for the site's audit chain head, which a third connection holds (an append of
+    the site, e.g. a refund's decision). ``run`` starts then, so the check it makes before its
+    transaction still sees the member as they were; once it waits for a lock too, the append
+    commits, and the change goes first. Returns what ``change`` and ``run`` returned (or
+    raised): a ``run`` that does not hold the member's rows in its transaction
+    (``access.hold_member``) acts after the owner's change was confirmed, as the member the
+    change took away (PostgreSQL only)."""
+    import time
+
+    raw = connection.get_new_connection(connection.get_connection_params())
+    raw.autocommit = True
+    outcomes: dict[str, list[object]] = {"change": [], "run": []}
+
+    def thread(name: str, work: Callable[[], object]) -> threading.Thread:
+        def target() -> None:
+            try:
+                outcomes[name].append(work())
+            except Exception as exc:  # returned to the caller
+                outcomes[name].append(exc)
+            finally:
+                connection.close()
+
+        started = threading.Thread(target=target)
+        started.start()
+        return started
+
+    def waiting() -> int:
+        row = raw.execute(
+            "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def until_waiting(count: int) -> None:
+        deadline = time.monotonic() + 20
+        while waiting() < count:
+            assert time.monotonic() < deadline, "timed out waiting for a lock wait"
+            assert not any(outcomes.values()), f"ended without waiting: {outcomes}"
+            time.sleep(0.005)
+
+    try:
+        raw.execute("BEGIN")
+        head = raw.execute(
+            "SELECT 1 FROM audit_auditchainhead WHERE site_id = %s FOR UPDATE", [site_id]
+        ).fetchone()
+        assert head is not None, "the site has no audit chain yet: append to it first"
+        changing = thread("change", change)
+        until_waiting(1)
+        running = thread("run", run)
+        until_waiting(2)
+        raw.execute("COMMIT")
+        changing.join(timeout=30)
+        running.join(timeout=30)
+    finally:
+        raw.close()
+    (changed,), (ran,) = outcomes["change"], outcomes["run"]
+    return changed, ran

@@ -33,7 +33,7 @@ from refunds.execution import (
 from refunds.labels import rail_label, refund_headline, refund_subject
 from refunds.models import Refund, RefundStatus
 from refunds.services import LeaseLost, fail_refund, refund_body, settle_refund
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.models import Role, Site
 from sill.accounts.notices import (
     Delivery,
@@ -227,7 +227,8 @@ def resolve_attention(
 ) -> Refund:
     """An owner records what the provider's dashboard shows for this refund.
 
-    ``actor`` must be an owner of the refund's site (else ``forbidden``, 403). ``outcome`` is
+    ``actor`` must be an owner of the refund's site (else ``forbidden``, 403), checked again in
+    the resolution's transaction (``access.hold_member``). ``outcome`` is
     the form's text as posted: ``refunded`` needs the provider's refund id and settles;
     ``not_refunded`` releases the reservation, refused (``rail_refunded``) for a refund the
     rail confirmed by its id; anything else is ``invalid_field``, and so is a refund id Sill
@@ -248,9 +249,13 @@ def resolve_attention(
         raise SillError("This refund no longer needs attention.", code="already_resolved")
     try:
         with transaction.atomic():
-            # The refund, then its order and charge, before the append: the append holds the
-            # site's chain head until commit, and a decision or settlement on this charge
-            # holds the charge while it waits for the head (the lock order of refunds.locks).
+            # Still an owner now, and until this commits: an owner's removal or demotion of
+            # them that came first (it may have waited for the chain behind another append)
+            # refuses this; one that comes later waits for it. The member's rows, then the
+            # refund, its order and charge, before the append: the append holds the site's
+            # chain head until commit, and a decision or settlement on this charge holds the
+            # charge while it waits for the head (the lock order of refunds.locks).
+            hold_member(actor, refund.site_id, Cap.DECIDE_HELD, owner=True)
             locked = Refund.objects.select_for_update(of=("self",)).get(pk=refund.pk)
             if outcome == "not_refunded" and locked.provider_refund_id:
                 raise RailRefunded(

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from audit.models import AuditRecord
 from refunds.models import IdempotencyRecord, Refund, RefundStatus
+from refunds.reconcile.attention import resolve_attention
 from refunds.review.decisions import reject_refund
 from refunds.review.slack import APPROVE, TOKEN_REFUSED, Click, decide_click
 from refunds.review.slack_link_checks import _record_token
@@ -31,17 +32,21 @@ from refunds.review.slack_setup import save_slack_settings
 from sill.accounts import two_factor
 from sill.accounts.models import Membership, MemberToken, Role, Site
 from sill.accounts.services import (
+    add_member,
     change_member_role,
     issue_member_token,
     remove_member,
     revoke_member_token,
 )
+from sill.errors import PermissionDenied
 from sill.orders.models import Charge
 from tests.conftest import site_owner
 from tests.refunds.conftest import hold_refund
 from tests.refunds.slack_stub import TEAM
+from tests.refunds.test_attention_resolution_locks import in_doubt  # noqa: F401  (fixture)
 from tests.refunds.test_slack_approvals import Slack, slack  # noqa: F401  (fixture)
 from tests.refunds.test_switched_off_in_flight import stripe_facts  # noqa: F401  (fixture)
+from tests.threads import run_behind_a_member_change
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -396,3 +401,59 @@ def test_a_rejecter_removed_or_demoted_while_the_rejection_waits_is_confirmed_af
     held.refresh_from_db()
     assert (held.status, held.decided_by_id) == (RefundStatus.REJECTED, admin.user_id), rejected
     assert kinds == ["escalated_rejected", "member_change"]
+
+
+# --- an owner's change in flight (waiting for the site's audit chain) as the member acts -------
+
+
+def _second_owner(site: Site) -> Membership:
+    """Another owner of ``site``, who changes the ``members`` fixture's owner."""
+    return add_member(site=site, email="owner2@roasters.example", role=Role.OWNER)
+
+
+def _demoted_by(changer: Membership, member: Membership, role: str) -> Callable[[], None]:
+    def demote() -> None:
+        change_member_role(
+            membership=_fresh(member), actor=_fresh(changer), role=role, can_refund=False,
+            second_factor=two_factor.OPERATOR,
+        )  # fmt: skip
+
+    return demote
+
+
+def _audit_kinds(*kinds: str) -> list[str]:
+    return list(
+        AuditRecord.objects.filter(kind__in=kinds).order_by("seq").values_list("kind", flat=True)
+    )
+
+
+# Before: an owner's resolution of a refund that needs attention checked the owner only before
+# its transaction. Taken up while another owner's demotion (or removal) of them was on its way
+# to the audit chain, it settled the refund (or released its money) after that change: the
+# chain read member_change, then attention_resolved by someone no longer an owner.
+@pytest.mark.parametrize("change", ["removed", "demoted"])
+def test_an_owner_removed_or_demoted_as_they_resolve_attention_resolves_nothing(
+    in_doubt,  # noqa: F811 (a fixture)
+    members,
+    site,
+    change,
+):
+    owner, other = members["owner"], _second_owner(site)
+    owner_does = (
+        (lambda: remove_member(membership=_fresh(owner), actor=_fresh(other)))
+        if change == "removed"
+        else _demoted_by(other, owner, Role.ADMIN)
+    )
+
+    changed, resolved = run_behind_a_member_change(
+        site_id=site.pk,
+        change=owner_does,
+        run=lambda: resolve_attention(refund=in_doubt, actor=owner.user, outcome="not_refunded"),
+    )
+
+    assert changed is None, changed
+    assert isinstance(resolved, PermissionDenied), resolved
+    in_doubt.refresh_from_db()
+    assert in_doubt.status == RefundStatus.NEEDS_ATTENTION and in_doubt.lease_until is None
+    assert Charge.objects.get(pk=in_doubt.charge_id).amount_reserved_minor == in_doubt.amount_minor
+    assert _audit_kinds("attention_resolved", "member_change") == ["member_change"]
