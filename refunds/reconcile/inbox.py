@@ -56,7 +56,7 @@ from refunds.reconcile.differences import (
     differences,
     missed_disputes,
 )
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.models import Site
 from sill.errors import NotFound, SillError
 from sill.orders.models import Charge, Customer, ExternalRefund
@@ -381,7 +381,9 @@ def resolve_item(
 
     ``resolution`` is the form's text as posted (one of :data:`PERSON_RESOLUTIONS`, else
     ``invalid_field``); the note is required. Another site's item is ``not_found``; an item
-    resolved meanwhile is :class:`AlreadyResolved`.
+    resolved meanwhile is :class:`AlreadyResolved`. ``actor`` is checked before anything is
+    read (403 ``forbidden``) and again in the resolution's transaction
+    (``access.hold_member``).
     """
     require_member(actor, site.pk, RECONCILE_CAP)
     if resolution not in PERSON_RESOLUTIONS:
@@ -398,6 +400,10 @@ def resolve_item(
             f"Keep the note under {NOTE_MAX_LENGTH} characters.", code="invalid_field", field="note"
         )
     with transaction.atomic():
+        # Still allowed now, and until this commits: an owner's removal or demotion of the
+        # member that came first (it may have waited for the chain behind another append)
+        # refuses this; one that comes later waits for it. The member's rows, then the item's.
+        hold_member(actor, site.pk, RECONCILE_CAP)
         # The item's row alone (``of``): joined, the site's row would be locked FOR UPDATE
         # until the append, and an append of the site committing meanwhile (its foreign keys'
         # check share-locks that row while it holds the chain head) would deadlock with it.

@@ -23,8 +23,9 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditRecord
-from refunds.models import IdempotencyRecord, Refund, RefundStatus
+from refunds.models import IdempotencyRecord, ReconciliationItem, Refund, RefundStatus
 from refunds.reconcile.attention import resolve_attention
+from refunds.reconcile.inbox import open_item, resolve_item
 from refunds.review.decisions import reject_refund
 from refunds.review.slack import APPROVE, TOKEN_REFUSED, Click, decide_click
 from refunds.review.slack_link_checks import _record_token
@@ -44,6 +45,7 @@ from tests.conftest import site_owner
 from tests.refunds.conftest import hold_refund
 from tests.refunds.slack_stub import TEAM
 from tests.refunds.test_attention_resolution_locks import in_doubt  # noqa: F401  (fixture)
+from tests.refunds.test_reconcile_concurrency import DIFFERENCE
 from tests.refunds.test_slack_approvals import Slack, slack  # noqa: F401  (fixture)
 from tests.refunds.test_switched_off_in_flight import stripe_facts  # noqa: F401  (fixture)
 from tests.threads import run_behind_a_member_change
@@ -457,3 +459,35 @@ def test_an_owner_removed_or_demoted_as_they_resolve_attention_resolves_nothing(
     assert in_doubt.status == RefundStatus.NEEDS_ATTENTION and in_doubt.lease_until is None
     assert Charge.objects.get(pk=in_doubt.charge_id).amount_reserved_minor == in_doubt.amount_minor
     assert _audit_kinds("attention_resolved", "member_change") == ["member_change"]
+
+
+def _removed_or_demoted(change: str, member: Membership, role: str) -> Callable[[], None]:
+    """The owner's Remove, or change of ``member`` to ``role``, on Settings → Members."""
+    return _removes(member) if change == "removed" else _demotes(member, role)
+
+
+# Before: a reconciliation item's resolution checked its member only before its transaction:
+# taken up while an owner's removal or demotion of them was on its way to the audit chain, it
+# was written after that change, by someone who could no longer resolve it.
+@pytest.mark.parametrize("change", ["removed", "demoted"])
+def test_a_member_removed_or_demoted_as_they_resolve_a_reconciliation_item_resolves_nothing(
+    make_order, members, site, change
+):
+    charge = Charge.objects.get(order=make_order(total="20.00", rail="stripe"))
+    open_item(charge=charge, difference=DIFFERENCE)  # its record starts the site's chain
+    item = ReconciliationItem.objects.get()
+    admin = members["admin"]
+
+    changed, resolved = run_behind_a_member_change(
+        site_id=site.pk,
+        change=_removed_or_demoted(change, admin, Role.REVIEWER),
+        run=lambda: resolve_item(
+            site=site, item_id=item.pk, actor=admin.user, resolution="acknowledged",
+            note="checked",
+        ),
+    )  # fmt: skip
+
+    assert changed is None, changed
+    assert isinstance(resolved, PermissionDenied), resolved
+    assert ReconciliationItem.objects.get(pk=item.pk).resolved_at is None
+    assert _audit_kinds("reconciliation_resolved", "member_change") == ["member_change"]
