@@ -207,13 +207,15 @@ def reject_refund(
     note: str = "",
     via: str = DecidedVia.SILL,
     now: datetime | None = None,
+    check_member: Callable[[Membership | None], None] | None = None,
 ) -> Refund:
     """Reject a held refund: nothing is sent to the rail.
 
     The requester may reject (withdraw) their own request, if their role decides held refunds.
     Raises ``forbidden`` (403) unless ``actor`` is a member of the refund's site whose role
     decides held refunds, checked again in the decision's transaction as an approval's is
-    (``access.hold_member``), :class:`AlreadyDecided` when it is no longer held, and
+    (``access.hold_member``, with ``check_member``: a Slack click's link),
+    :class:`AlreadyDecided` when it is no longer held, and
     :class:`DecisionRefused` (code ``expired``) — after recording the expiry — when its 24
     hours had already run out.
     """
@@ -224,7 +226,7 @@ def reject_refund(
         # lock behind another decision, and an owner who removed or demoted the member
         # meanwhile was told so (a later change waits for this one). The member's rows
         # first, then the refund's: the lock order of an approval.
-        hold_member(actor, refund.site_id, Cap.DECIDE_HELD)
+        hold_member(actor, refund.site_id, Cap.DECIDE_HELD, check=check_member)
         locked = _lock_held(refund, actor=actor)
         # Judged once the refund is locked, as an approval is: a rejection that waited for
         # the lock past the 24 hours finds the refund expired.

@@ -413,20 +413,25 @@ def _decide(*, site: Site, click: Click, retried: bool = False) -> Refund:
     )
     if refund is None:
         raise SlackRefused("That refund is not on this site.")
+
+    # The link and the site's Slack settings are checked again as the decision is made:
+    # unlinked (or the member removed or demoted), a second factor required or the bot token
+    # refused since the checks above (while an approval read the charge at the rail, or while
+    # an owner's unlink waited for the audit chain), it decides nothing.
+    def recheck(held: Membership | None) -> None:
+        _check_click(_site_now(site), held, click)
+
     try:
         if click.action == APPROVE:
-            # The link and the site's Slack settings are checked again as the approval is
-            # decided: unlinked (or the member removed or demoted), a second factor required
-            # or the bot token refused while the charge was read at the rail, it approves
-            # nothing.
             decided = approve_refund(
                 refund=refund, actor=membership.user, note=SLACK_NOTE, via=DecidedVia.SLACK,
-                check_member=lambda held: _check_click(_site_now(site), held, click),
+                check_member=recheck,
             )  # fmt: skip
         else:
             decided = reject_refund(
-                refund=refund, actor=membership.user, note=SLACK_NOTE, via=DecidedVia.SLACK
-            )
+                refund=refund, actor=membership.user, note=SLACK_NOTE, via=DecidedVia.SLACK,
+                check_member=recheck,
+            )  # fmt: skip
     except SillError as exc:
         # The clicker is told why. When the hold is over (it expired, or someone decided it
         # first, in Sill or in another click) the message shows where the refund stands now,
@@ -475,7 +480,7 @@ def _check_click(site: Site, membership: Membership | None, click: Click) -> Non
 
 
 def _site_now(site: Site) -> Site:
-    """``site``'s Slack settings as committed now, in an approval's transaction. A plain read:
+    """``site``'s Slack settings as committed now, in a decision's transaction. A plain read:
     locking the site row after the member's (``hold_member``) would invert the order member
     changes take (site, then member), so an owner's switch that commits before this read is
     refused here, and one after it is after the decision."""
@@ -485,10 +490,11 @@ def _site_now(site: Site) -> Site:
 def _check_link(membership: Membership | None, click: Click) -> None:
     """SlackRefused unless ``click``'s Slack user is linked to ``membership`` (None: to no
     member of the site), a link that speaks for an active member whose role decides held
-    refunds. Checked when the click is taken up, and again in an approval's transaction as it
-    reads the membership then (``approve_refund``'s ``check_member``): an owner who unlinked
-    the Slack user (or removed or demoted the member) while the charge was read at the rail
-    was told so, and the click approves nothing."""
+    refunds. Checked when the click is taken up, and again in the decision's transaction as it
+    reads the membership then (``approve_refund``'s and ``reject_refund``'s ``check_member``):
+    an owner who unlinked the Slack user (or removed or demoted the member) while an approval
+    read the charge at the rail, or whose unlink was on its way as the click was taken up, was
+    told so, and the click decides nothing."""
     if (
         membership is None
         or not membership.user.is_active

@@ -27,7 +27,7 @@ from refunds.models import IdempotencyRecord, ReconciliationItem, Refund, Refund
 from refunds.reconcile.attention import resolve_attention
 from refunds.reconcile.inbox import open_item, resolve_item
 from refunds.review.decisions import reject_refund
-from refunds.review.slack import APPROVE, TOKEN_REFUSED, Click, decide_click
+from refunds.review.slack import APPROVE, REJECT, TOKEN_REFUSED, Click, decide_click
 from refunds.review.slack_link_checks import _record_token
 from refunds.review.slack_setup import save_slack_settings
 from sill.accounts import two_factor
@@ -491,3 +491,38 @@ def test_a_member_removed_or_demoted_as_they_resolve_a_reconciliation_item_resol
     assert isinstance(resolved, PermissionDenied), resolved
     assert ReconciliationItem.objects.get(pk=item.pk).resolved_at is None
     assert _audit_kinds("reconciliation_resolved", "member_change") == ["member_change"]
+
+
+# Before: a Slack Reject checked the clicker's link only when the click was taken up; its
+# transaction checked the member's role again, not the link. Taken up while an owner's unlink
+# of that Slack user was on its way to the audit chain, it rejected the refund after the
+# unlink was confirmed, as the member the Slack user no longer spoke for.
+def test_a_slack_user_unlinked_as_their_reject_is_taken_up_rejects_nothing(
+    slack,  # noqa: F811 (a fixture)
+    make_order,
+    agent,
+    members,
+    site,
+):
+    held = hold_refund(order=make_order(), agent=agent)  # its record starts the site's chain
+    admin = members["admin"]
+    Membership.objects.filter(pk=admin.pk).update(
+        slack_user_id="U0ADMIN", slack_checked_at=timezone.now(), slack_team_id=TEAM
+    )
+    click = Click(
+        action=REJECT, refund_id=held.id, slack_user_id="U0ADMIN", response_url=slack,
+        teams=(TEAM,),
+    )  # fmt: skip
+
+    changed, decided = run_behind_a_member_change(
+        site_id=site.pk,
+        change=lambda: save_slack_settings(site=site, actor=site_owner(site), links={admin.pk: ""}),
+        run=lambda: decide_click(site_id=site.pk, click=click),
+    )
+
+    assert changed == ["Slack user of admin@roasters.example cleared"], changed
+    assert decided is None, decided
+    assert _told_privately() == "Your Slack user is not linked to a member of this site in Sill."
+    held.refresh_from_db()
+    assert (held.status, held.decided_by_id) == (RefundStatus.HELD, None)
+    assert not AuditRecord.objects.filter(kind="escalated_rejected").exists()
