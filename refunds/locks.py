@@ -41,7 +41,7 @@ Settlement and execution take no scope lock: they do not change what the sums co
 A person's other changes of money-relevant state share-lock their member's rows first too,
 then their own rows, then the chain head: an owner's resolution of a refund that needs
 attention (then the refund, order, charge), a person's resolution of a reconciliation item
-(then the item).
+(then the item), a change on Settings → Agents (then the agent's or the key's row).
 
 On SQLite this is a no-op: its IMMEDIATE transactions already serialise every writer.
 """

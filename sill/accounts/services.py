@@ -24,7 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sill.accounts import sessions, two_factor
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.admin_audit import record_admin_change, record_own_account_change
 from sill.accounts.models import (
     Agent,
@@ -171,8 +171,9 @@ def add_agent_key(
     Whoever holds the key's private half signs mandates that move money: ``second_factor``
     (the view's ``two_factor.freshness``; ``two_factor.OPERATOR`` for the operator's tools)
     refuses without a code entered in the last few minutes, before anything is written.
+    ``actor`` is checked in this transaction, held until it commits (``access.hold_member``).
     """
-    _require_agent_manager(actor=actor, site_id=site.pk, system=system)
+    _require_agent_manager(actor=actor, site_id=site.pk, system=system, hold=True)
     two_factor.check_widening(second_factor, widens=True)
     if len(public_key) != 32:
         raise SillError("an ed25519 public key is 32 bytes", code="invalid_field")
@@ -232,15 +233,20 @@ def record_key_change(*, key: AgentKey, action: str, actor: Any, system: bool = 
     )
 
 
-def _require_agent_manager(*, actor: Any, site_id: str, system: bool) -> None:
+def _require_agent_manager(*, actor: Any, site_id: str, system: bool, hold: bool = False) -> None:
     """The role check of the agent key and token services: ``system`` is the operator (no user, and
     ``actor`` None); anyone else must manage the site's settings. ``actor=None`` alone is
-    refused, so a caller cannot become the operator by forgetting who acts."""
+    refused, so a caller cannot become the operator by forgetting who acts. ``hold``: checked
+    in the caller's transaction and held until it commits (``access.hold_member``), before its
+    other locks."""
     if system:
         if actor is not None:
             raise ValueError("system=True is the operator's call: pass actor=None")
         return
-    require_member(actor, site_id, Cap.MANAGE_SETTINGS)
+    if hold:
+        hold_member(actor, site_id, Cap.MANAGE_SETTINGS)
+    else:
+        require_member(actor, site_id, Cap.MANAGE_SETTINGS)
 
 
 def token_sha256(token: str) -> str:
@@ -663,7 +669,10 @@ def remove_member(*, membership: Membership, actor: Membership) -> None:
 # Each first checks that ``actor`` is a member of the agent's site whose role manages settings
 # (``require_member``, 403 ``forbidden``), as the Settings → Agents views do: an agent's keys,
 # switch and caps say who may spend the site's money, so no other caller may change them for a
-# member who may not.
+# member who may not. Each checks again first in its transaction (``hold_member``), held until
+# it commits: an owner's removal or demotion of ``actor`` that came first (it may have waited
+# for the audit chain behind another append) refuses the change, one that comes later waits
+# for it. The member's rows, then the agent's or the key's, then the chain head.
 
 _AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 _PUBLIC_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{43}=?$")
@@ -744,6 +753,7 @@ def revoke_agent_key(*, key: AgentKey, actor: Any) -> AgentKey:
     (``refunds.execution.key_revoked_refusal``); its held ones wait for a person."""
     require_member(actor, key.agent.site_id, Cap.MANAGE_SETTINGS)
     with transaction.atomic():
+        hold_member(actor, key.agent.site_id, Cap.MANAGE_SETTINGS)
         # The key's row alone: a lock joined to the site's row FOR UPDATE, held until this
         # appends, deadlocks with any append of the site committing meanwhile (its foreign
         # keys' check share-locks that row while it holds the chain head).
@@ -782,6 +792,7 @@ def set_agent_active(
     """
     require_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
     with transaction.atomic():
+        hold_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
         locked = (
             Agent.objects.select_for_update(of=("self",)).select_related("site").get(pk=agent.pk)
         )
@@ -835,6 +846,7 @@ def set_agent_refunds(
         if value is not None and not 0 <= value <= 10**12:
             raise SillError("A cap is between 0 and 10,000,000,000.", code="invalid_field")
     with transaction.atomic():
+        hold_member(actor, agent.site_id, Cap.MANAGE_SETTINGS)
         locked = (
             Agent.objects.select_for_update(of=("self",)).select_related("site").get(pk=agent.pk)
         )
