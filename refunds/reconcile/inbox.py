@@ -355,8 +355,11 @@ def clear_vanished(
     cleared = 0
     for item_id in stale.values_list("id", flat=True):
         with transaction.atomic():
+            # The item's row alone, as resolve_item locks it: joined, the site's row would be
+            # locked FOR UPDATE until the append, and deadlock with an append of the site
+            # committing meanwhile.
             item = (
-                ReconciliationItem.objects.select_for_update()
+                ReconciliationItem.objects.select_for_update(of=("self",))
                 .select_related("site")
                 .filter(pk=item_id, resolved_at__isnull=True)
                 .first()

@@ -10,7 +10,7 @@ import pytest
 from audit.models import AuditRecord
 from refunds.models import ReconciliationItem
 from refunds.reconcile.differences import Difference
-from refunds.reconcile.inbox import AlreadyResolved, open_item, resolve_item
+from refunds.reconcile.inbox import AlreadyResolved, clear_vanished, open_item, resolve_item
 from sill.orders.models import Charge
 from tests.threads import run_concurrently, run_while_an_append_commits
 
@@ -70,3 +70,20 @@ def test_resolving_an_item_never_deadlocks_with_an_append_of_the_site(make_order
 
     assert isinstance(resolved, ReconciliationItem), resolved
     assert ReconciliationItem.objects.get(pk=item.pk).resolved_at is not None
+
+
+# Before: Sill's own closing of an item a later run no longer found locked it with its site
+# joined (select_for_update() locks the site's row FOR UPDATE too) before its record's append:
+# an append of the site committing meanwhile deadlocked with it, and the reconciliation run
+# ended on a database error with the item left open.
+def test_clearing_a_vanished_item_never_deadlocks_with_an_append_of_the_site(make_order, site):
+    charge = Charge.objects.get(order=make_order(total="20.00", rail="stripe"))
+    open_item(charge=charge, difference=DIFFERENCE)  # its record starts the site's chain
+    item = ReconciliationItem.objects.get()
+
+    cleared = run_while_an_append_commits(
+        site_id=site.pk, run=lambda: clear_vanished(keys=set(), charge=charge)
+    )
+
+    assert cleared == 1, cleared
+    assert ReconciliationItem.objects.get(pk=item.pk).resolution == "cleared"
