@@ -40,7 +40,8 @@ deadlocks with any append of the site, so ``select_for_update`` joining the site
 Settlement and execution take no scope lock: they do not change what the sums count.
 A person's other changes of money-relevant state share-lock their member's rows first too,
 then their own rows, then the chain head: an owner's resolution of a refund that needs
-attention (then the refund, order, charge), a person's resolution of a reconciliation item
+attention (then the refund, order, charge) or of a purchase's charge that does (then the
+order, the charge), a person's resolution of a reconciliation item
 (then the item), a change on Settings → Agents (then the agent's or the key's row).
 
 On SQLite this is a no-op: its IMMEDIATE transactions already serialise every writer.

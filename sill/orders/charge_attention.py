@@ -40,7 +40,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.services import append_record
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.models import Role
 from sill.accounts.notices import (
     Delivery,
@@ -147,7 +147,8 @@ def resolve_charge_attention(
 ) -> Charge:
     """An owner records what the rail's dashboard shows for ``charge``; returns it settled.
 
-    ``actor`` must be an owner of the charge's site (else ``forbidden``, 403). The form's text
+    ``actor`` must be an owner of the charge's site (else ``forbidden``, 403), checked again in
+    the resolution's transaction (``access.hold_member``). The form's text
     goes through :func:`parse_resolution`. Refused: ``execution_in_progress`` (409) while a
     worker or the sweep holds the charge, ``already_resolved`` (409) when it does not need
     attention (any more), ``invalid_field`` for bad input or an id another charge holds.
@@ -169,6 +170,11 @@ def resolve_charge_attention(
         raise _already_resolved()
     try:
         with transaction.atomic():
+            # Still an owner now, and until this commits: an owner's removal or demotion of
+            # them that came first (it may have waited for the chain behind another append)
+            # refuses this; one that comes later waits for it. The member's rows first, then
+            # the order and the charge (the lock order of refunds.locks).
+            hold_member(actor, site_id or "", Cap.DECIDE_HELD, owner=True)
             order, locked, holds = locked_for_update(charge.pk, token)
             if not holds:  # the lease lapsed and a worker took it over
                 raise ExecutionInProgress(

@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import pytest
 
+from audit.models import AuditRecord
+from sill.accounts import two_factor
+from sill.accounts.models import Role
+from sill.accounts.services import add_member, change_member_role, remove_member
+from sill.errors import PermissionDenied
 from sill.orders.charge_attention import resolve_charge_attention
 from sill.orders.models import Charge, Order
 from tests.orders.in_doubt import charge_in_doubt
-from tests.threads import run_while_a_writer_holds_then_appends, run_while_an_append_commits
+from tests.threads import (
+    run_behind_a_member_change,
+    run_while_a_writer_holds_then_appends,
+    run_while_an_append_commits,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -82,3 +91,42 @@ def test_a_charge_outcome_never_deadlocks_with_an_append_of_the_site(
 
     assert not isinstance(done, Exception), done
     assert Charge.objects.get(order__site=site, order__placed_by_agent=agent).status == "succeeded"
+
+
+# Before: the owner was checked only before the resolution's transaction. Taken up while
+# another owner's removal or demotion of them was on its way to the audit chain, the record
+# of the charge went through after that change was confirmed: the chain read member_change,
+# then attention_resolved by someone no longer an owner.
+@pytest.mark.parametrize("change", ["removed", "demoted"])
+def test_an_owner_removed_or_demoted_as_they_record_a_charge_records_nothing(
+    make_order, agent, members, site, change
+):
+    in_doubt = charge_in_doubt(make_order(status="PENDING", charged=False, placed_by_agent=agent))
+    owner = members["owner"]
+    other = add_member(site=site, email="owner2@roasters.example", role=Role.OWNER)
+    records = AuditRecord.objects.count()
+    assert records, "the site's chain exists (the charge's needs_attention record)"
+
+    def owner_does() -> None:
+        owner.refresh_from_db()
+        if change == "removed":
+            remove_member(membership=owner, actor=other)
+        else:
+            change_member_role(
+                membership=owner, actor=other, role=Role.ADMIN, second_factor=two_factor.OPERATOR
+            )
+
+    changed, resolved = run_behind_a_member_change(
+        site_id=site.pk,
+        change=owner_does,
+        run=lambda: resolve_charge_attention(
+            charge=in_doubt, actor=owner.user, outcome="not_charged"
+        ),
+    )
+
+    assert changed is None, changed
+    assert isinstance(resolved, PermissionDenied), resolved
+    charge = Charge.objects.get(pk=in_doubt.pk)
+    assert (charge.status, charge.lease_until) == ("pending", None) and charge.attention_since
+    added = AuditRecord.objects.order_by("seq")[records:]
+    assert [r.kind for r in added] == ["member_change"]
