@@ -9,7 +9,9 @@ transaction: the version and its record commit together or not at all.
 Each service first checks that ``actor`` is a member of the site whose role may edit rules
 (``require_member``, 403 ``forbidden``), whoever calls it: the pages and the API check too, but
 a task, a script or a new caller that forgot would otherwise change the rules for anyone.
-There is no system caller: a script or a test sets rules up as a member too.
+There is no system caller: a script or a test sets rules up as a member too. The member is
+checked again under the site's row lock, held until the new version commits
+(``access.hold_member``): removed or demoted meanwhile, the change is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from policies.selectors import (
 )
 from policies.simulation import Preview
 from sill.accounts import two_factor
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.models import Site
 from sill.errors import NotFound, SillError
 from sill.money import Money
@@ -333,6 +335,12 @@ def _change(
             # version: a version switched off while we waited would drop out of a locked read
             # of "the active one". NO KEY UPDATE leaves inserts that reference the site alone.
             Site.objects.select_for_update(no_key=True).filter(pk=site.pk).first()
+            # Still allowed now, and until this commits: member changes lock the site's row
+            # first too (accounts.services.lock_for_member_change), so one that came first
+            # (it may have waited for the audit chain behind another append) is read here and
+            # refuses this change, and one that comes later waits for it. After the site's
+            # row, as member changes take them: site, then member.
+            hold_member(actor, site.pk, Cap.EDIT_RULES)
             current = PolicyVersion.objects.filter(site=site, active=True).first()
             active = active_policy_for(site) if current is not None else baseline_for(site)
             change = edit(active)

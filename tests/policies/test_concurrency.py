@@ -15,9 +15,13 @@ from audit.selectors import chain_verification
 from policies.catalog import TEMPLATES
 from policies.models import PolicyVersion
 from policies.selectors import active_policy_for
-from policies.services import apply_catalog_item, set_rule_mode
+from policies.services import apply_catalog_item, set_auto_refund, set_rule_mode
 from sill.accounts import two_factor
-from tests.threads import run_concurrently
+from sill.accounts.models import Membership, Role
+from sill.accounts.services import change_member_role, remove_member
+from sill.errors import PermissionDenied
+from sill.money import Money
+from tests.threads import run_behind_a_member_change, run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,3 +66,46 @@ def test_concurrent_applies_of_one_template_write_it_once(site, owner):
         for r in AuditRecord.objects.filter(site=site, kind="policy_change")
     ]
     assert len(bodies) == 1
+
+
+# Before: a change of the rules checked its member only before its transaction. Taken up while
+# an owner's removal or demotion of them was in flight (it holds the site's row, which every
+# change of the rules locks too, and waits for the audit chain), it waited for that change and
+# then went on: the chain read member_change, then the policy_change of someone who could no
+# longer edit rules, and a raised auto-refund cap took effect.
+@pytest.mark.postgres
+@pytest.mark.parametrize("change", ["removed", "demoted"])
+def test_an_admin_removed_or_demoted_as_they_change_the_rules_changes_nothing(
+    site, members, change
+):
+    owner, admin = members["owner"], members["admin"]
+    set_auto_refund(  # its record starts the site's chain
+        site=site, actor=owner.user, enabled=True, cap=Money(1000, "USD"),
+        second_factor=two_factor.OPERATOR,
+    )  # fmt: skip
+    version = active_policy_for(site).label
+
+    def owner_does() -> None:
+        membership = Membership.objects.select_related("site", "user").get(pk=admin.pk)
+        if change == "removed":
+            remove_member(membership=membership, actor=owner)
+        else:
+            change_member_role(
+                membership=membership, actor=owner, role=Role.REVIEWER,
+                second_factor=two_factor.OPERATOR,
+            )  # fmt: skip
+
+    changed, raised = run_behind_a_member_change(
+        site_id=site.pk,
+        change=owner_does,
+        run=lambda: set_auto_refund(
+            site=site, actor=admin.user, enabled=True, cap=Money(500_000, "USD"),
+            second_factor=two_factor.OPERATOR,
+        ),
+    )  # fmt: skip
+
+    assert changed is None, changed
+    assert isinstance(raised, PermissionDenied), raised
+    assert active_policy_for(site).label == version
+    kinds = list(AuditRecord.objects.order_by("seq").values_list("kind", flat=True))
+    assert kinds[-1] == "member_change" and kinds.count("policy_change") == 1, kinds
