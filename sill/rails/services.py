@@ -9,6 +9,11 @@ returned; pages show :func:`key_hint` at most.
 Each service first checks that ``actor`` is a member of the site whose role manages settings
 (``require_member``, 403 ``forbidden``), as the Settings → Rails views do: a rail's keys say
 where the site's refunds go, so no other caller may change them for a member who may not.
+Each checks again first in its transaction (``hold_member``), held until it commits (here and
+in each rail's ``connect``, which asks the provider about the credentials in between): an
+owner's removal or demotion of ``actor`` that came first (it may have waited for the audit
+chain behind another append) refuses the change, one that comes later waits for it. The
+member's rows, then the rail account's, then the chain head.
 
 Each also takes ``second_factor``, required (the view's ``two_factor.freshness``;
 ``two_factor.OPERATOR`` for an operator's tool), and refuses a change that lets real money
@@ -29,7 +34,7 @@ from django.conf import settings
 from django.db import transaction
 
 from sill.accounts import two_factor
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.errors import SillError
@@ -78,6 +83,7 @@ def set_rail_enabled(
             f"The {_label(rail)} rail is not available yet.", code="rail_unavailable", field="rail"
         )
     with transaction.atomic():
+        hold_member(actor, site.pk, Cap.MANAGE_SETTINGS)  # see the module's docstring
         account = RailAccount.objects.select_for_update().filter(site=site, rail=rail).first()
         if account is None:
             account = RailAccount(site=site, rail=rail, enabled=False)
@@ -197,6 +203,7 @@ def configure_stripe(
         )
 
     with transaction.atomic():
+        hold_member(actor, site.pk, Cap.MANAGE_SETTINGS)  # see the module's docstring
         account = (
             RailAccount.objects.select_for_update().filter(site=site, rail=Rail.STRIPE).first()
         )

@@ -21,7 +21,7 @@ from django.utils import timezone
 from audit.models import AuditKind
 from audit.services import append_record
 from sill.accounts import two_factor
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.models import Site
 from sill.orders.models import Rail
 from sill.rails.base import ConnectionInfo, PermanentRailError, RailError, RetryableRailError
@@ -114,6 +114,7 @@ def configure_shopify(
     missing = missing_scopes(scopes)
 
     with transaction.atomic():
+        hold_member(actor, site.pk, Cap.MANAGE_SETTINGS)  # as sill.rails.services says
         account = RailAccount.objects.select_for_update().filter(site=site, rail=Rail.SHOPIFY)
         row = account.first() or RailAccount(site=site, rail=Rail.SHOPIFY, enabled=False)
         if token:

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import transaction
 
 from sill.accounts import two_factor
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.accounts.admin_audit import record_admin_change
 from sill.accounts.models import Site
 from sill.rails.base import (
@@ -141,6 +141,7 @@ def configure_woocommerce(
         key, secret = woo_credentials(stored)
     _check_keys(url, key, secret)
     with transaction.atomic():
+        hold_member(actor, site.pk, Cap.MANAGE_SETTINGS)  # as sill.rails.services says
         account = (
             RailAccount.objects.select_for_update()
             .filter(site=site, rail=RailName.WOOCOMMERCE)
