@@ -207,10 +207,15 @@ def run_behind_a_member_change(
     raw = connection.get_new_connection(connection.get_connection_params())
     raw.autocommit = True
     outcomes: dict[str, list[object]] = {"change": [], "run": []}
+    # The two threads' sessions: other test processes share the server and its pg_locks.
+    pids: list[int] = []
 
     def thread(name: str, work: Callable[[], object]) -> threading.Thread:
         def target() -> None:
             try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    pids.append(cursor.fetchone()[0])
                 outcomes[name].append(work())
             except Exception as exc:  # returned to the caller
                 outcomes[name].append(exc)
@@ -223,7 +228,8 @@ def run_behind_a_member_change(
 
     def waiting() -> int:
         row = raw.execute(
-            "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+            "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid = ANY(%s)",
+            [list(pids)],
         ).fetchone()
         return int(row[0]) if row else 0
 
