@@ -7,8 +7,12 @@ the merchant is told to deactivate it instead. Past refunds keep the reason's pa
 as they were anyway (``Refund.reason_path`` / ``reason_label``).
 
 Each change by a person first checks that ``actor`` is a member of the reason's site whose
-role manages settings (``require_member``, 403 ``forbidden``), as the Settings → Reasons pages
-do, so no other caller can edit a site's reasons for a member who may not. Only
+role manages settings (403 ``forbidden``), as the Settings → Reasons pages do, so no other
+caller can edit a site's reasons for a member who may not. The check is the transaction's
+first statement and holds the member's rows until it commits (``access.hold_member``, before
+the tree's lock, as a staff refund takes them): an owner's removal or demotion of ``actor``
+that came first (it may have waited for the audit chain behind another append) refuses the
+change, one that comes later waits for it. Only
 :func:`ensure_default_reasons` (site creation, the demo, a migration) writes with no person.
 
 Treebeard keeps one materialised-path forest for the whole table (every site's roots are
@@ -30,7 +34,7 @@ from treebeard.exceptions import InvalidMoveToDescendant
 from audit.services import append_record
 from refunds.models import REASON_NAME_MAX, RefundReason
 from refunds.reasons.selectors import DEFAULT_CODES, DEFAULT_REASONS, PATH_SEPARATOR
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member
 from sill.accounts.models import Site
 from sill.errors import SillError
 
@@ -212,7 +216,7 @@ def add_reason(
     *, site: Site, actor: Any, name: str, parent: RefundReason | None = None, code: str = ""
 ) -> RefundReason:
     """Add a reason at the top level or under ``parent`` (a reason of the same ``site``)."""
-    require_member(actor, site.pk, Cap.MANAGE_SETTINGS)
+    hold_member(actor, site.pk, Cap.MANAGE_SETTINGS)
     name = _clean_name(name)
     code = (code or "").strip().lower()
     if code and not _CODE_RE.match(code):
@@ -253,7 +257,7 @@ def _resort(reason: RefundReason) -> None:
 
 @transaction.atomic
 def rename_reason(*, reason: RefundReason, actor: Any, name: str) -> RefundReason:
-    require_member(actor, reason.site_id, Cap.MANAGE_SETTINGS)
+    hold_member(actor, reason.site_id, Cap.MANAGE_SETTINGS)
     name = _clean_name(name)
     _lock_tree()
     reason.refresh_from_db()
@@ -281,7 +285,7 @@ def rename_reason(*, reason: RefundReason, actor: Any, name: str) -> RefundReaso
 @transaction.atomic
 def move_reason(*, reason: RefundReason, actor: Any, parent: RefundReason | None) -> RefundReason:
     """Move ``reason`` (with everything under it) under ``parent``, or to the top level."""
-    require_member(actor, reason.site_id, Cap.MANAGE_SETTINGS)
+    hold_member(actor, reason.site_id, Cap.MANAGE_SETTINGS)
     site = reason.site
     _lock_tree()
     reason.refresh_from_db()
@@ -323,7 +327,7 @@ def move_reason(*, reason: RefundReason, actor: Any, parent: RefundReason | None
 @transaction.atomic
 def set_reason_active(*, reason: RefundReason, actor: Any, active: bool) -> RefundReason:
     """Deactivate (hide from pickers, keep on past refunds) or reactivate a reason."""
-    require_member(actor, reason.site_id, Cap.MANAGE_SETTINGS)
+    hold_member(actor, reason.site_id, Cap.MANAGE_SETTINGS)
     reason = RefundReason.objects.select_for_update().get(pk=reason.pk)
     if reason.active == active:
         return reason
@@ -346,7 +350,7 @@ def delete_reason(*, reason: RefundReason, actor: Any) -> None:
     and for the coded reasons agents use, which :func:`ensure_default_reasons` would only
     bring back.
     """
-    require_member(actor, reason.site_id, Cap.MANAGE_SETTINGS)
+    hold_member(actor, reason.site_id, Cap.MANAGE_SETTINGS)
     _lock_tree()
     reason.refresh_from_db()
     subtree = RefundReason.objects.filter(path__startswith=reason.path, depth__gte=reason.depth)
