@@ -149,7 +149,13 @@ class RulesApi(ApiView):
         if not isinstance(request.data, dict):
             raise SillError("The body must be one rule, a JSON object.", code="malformed")
         _require_two_factor(request, site)
-        label, rule = add_rule(site=site, actor=request.user, rule=request.data, field="rule")
+        label, rule = add_rule(
+            site=site,
+            actor=request.user,
+            rule=request.data,
+            field="rule",
+            token_id=_token_id(request),
+        )
         return Response({"version": label, "rule": json_safe_rules([rule])[0]}, status=201)
 
 
@@ -174,6 +180,7 @@ class RuleDeleteApi(ApiView):
                 actor=request.user,
                 rule_id=rule_id,
                 second_factor=two_factor.freshness(request._request, membership),
+                token_id=_token_id(request),
             )
         except two_factor.TwoFactorRequired as refused:
             raise SillError(refused.message, code="two_factor_required", status=403) from None
@@ -190,6 +197,12 @@ def _policy(active: ActivePolicy) -> dict[str, Any]:
             "currency": active.auto_refund.currency,
         },
     }
+
+
+def _token_id(request: Request) -> int | None:
+    """The member token the request came with (None: a browser session), checked again as
+    the change is written (``policies.services``)."""
+    return request.auth.pk if isinstance(request.auth, MemberToken) else None
 
 
 def _user(request: Request) -> User:

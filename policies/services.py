@@ -11,7 +11,8 @@ Each service first checks that ``actor`` is a member of the site whose role may 
 a task, a script or a new caller that forgot would otherwise change the rules for anyone.
 There is no system caller: a script or a test sets rules up as a member too. The member is
 checked again under the site's row lock, held until the new version commits
-(``access.hold_member``): removed or demoted meanwhile, the change is refused.
+(``access.hold_member``): removed or demoted meanwhile, the change is refused; so is one asked
+through the API with a member token (``token_id``) revoked meanwhile.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def set_rule_mode(
 
 
 def add_rule(
-    *, site: Site, actor: Any, rule: Any, field: str = "rule"
+    *, site: Site, actor: Any, rule: Any, field: str = "rule", token_id: int | None = None
 ) -> tuple[str, dict[str, Any]]:
     """Add the merchant's own ``rule`` (validated here) to the active policy, as one new version.
 
@@ -186,7 +187,7 @@ def add_rule(
             detail={"change": "add_rule", "rule_id": valid["id"]},
         )
 
-    label = _change(site=site, actor=actor, edit=edit)
+    label = _change(site=site, actor=actor, edit=edit, token_id=token_id)
     return label, stored
 
 
@@ -261,7 +262,12 @@ def restore_version(
 
 
 def delete_rule(
-    *, site: Site, actor: Any, rule_id: str, second_factor: two_factor.Freshness
+    *,
+    site: Site,
+    actor: Any,
+    rule_id: str,
+    second_factor: two_factor.Freshness,
+    token_id: int | None = None,
 ) -> str:
     require_member(actor, site.pk, Cap.EDIT_RULES)
 
@@ -274,7 +280,9 @@ def delete_rule(
             detail={"change": "delete_rule", "rule_id": rule_id},
         )
 
-    return _change(site=site, actor=actor, edit=edit, second_factor=second_factor)
+    return _change(
+        site=site, actor=actor, edit=edit, second_factor=second_factor, token_id=token_id
+    )
 
 
 def set_auto_refund(
@@ -321,8 +329,13 @@ def _change(
     actor: Any,
     edit: Callable[[ActivePolicy], Edit | None],
     second_factor: two_factor.Freshness | None = None,
+    token_id: int | None = None,
 ) -> str:
     """Apply ``edit`` to the locked active version and write the result as the next one.
+
+    ``actor`` is checked again under the site's row lock, and with ``token_id`` the member
+    token the API request came with: revoked (or its member removed) meanwhile, 401
+    ``not_authenticated`` (``access.TokenRefused``), nothing written.
 
     Returns the label of the version active afterwards (unchanged when ``edit`` has nothing
     to do). A change that :func:`_widens` what may be refunded is refused by
@@ -340,7 +353,7 @@ def _change(
             # (it may have waited for the audit chain behind another append) is read here and
             # refuses this change, and one that comes later waits for it. After the site's
             # row, as member changes take them: site, then member.
-            hold_member(actor, site.pk, Cap.EDIT_RULES)
+            hold_member(actor, site.pk, Cap.EDIT_RULES, token_id=token_id)
             current = PolicyVersion.objects.filter(site=site, active=True).first()
             active = active_policy_for(site) if current is not None else baseline_for(site)
             change = edit(active)

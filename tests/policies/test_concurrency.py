@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 
 from audit.models import AuditRecord
 from audit.selectors import chain_verification
@@ -17,8 +18,13 @@ from policies.models import PolicyVersion
 from policies.selectors import active_policy_for
 from policies.services import apply_catalog_item, set_auto_refund, set_rule_mode
 from sill.accounts import two_factor
-from sill.accounts.models import Membership, Role
-from sill.accounts.services import change_member_role, remove_member
+from sill.accounts.models import Membership, MemberToken, Role
+from sill.accounts.services import (
+    change_member_role,
+    issue_member_token,
+    remove_member,
+    revoke_member_token,
+)
 from sill.errors import PermissionDenied
 from sill.money import Money
 from tests.threads import run_behind_a_member_change, run_concurrently
@@ -109,3 +115,35 @@ def test_an_admin_removed_or_demoted_as_they_change_the_rules_changes_nothing(
     assert active_policy_for(site).label == version
     kinds = list(AuditRecord.objects.order_by("seq").values_list("kind", flat=True))
     assert kinds[-1] == "member_change" and kinds.count("policy_change") == 1, kinds
+
+
+# Before: a rule added through the API with a member token was checked against the token only
+# as the request was authenticated. Taken up while an owner's revocation of that token was in
+# flight (it holds the site's row and waits for the audit chain), the rule was added after the
+# revocation was confirmed: what the token asked for after its revocation went through.
+@pytest.mark.postgres
+def test_a_rule_asked_with_a_token_revoked_meanwhile_changes_nothing(site, members):
+    owner, admin = members["owner"], members["admin"]
+    token = issue_member_token(  # its record starts the chain
+        membership=admin, actor=None, second_factor=two_factor.OPERATOR, system=True
+    )
+    version = active_policy_for(site).label
+
+    changed, answer = run_behind_a_member_change(
+        site_id=site.pk,
+        change=lambda: revoke_member_token(
+            token=MemberToken.objects.get(membership=admin), actor=owner.user
+        ),
+        run=lambda: Client().post(
+            f"/api/v1/sites/{site.pk}/rules",
+            data=json.dumps({"id": "big", "when": {"refundAmountUsd": {"gt": 5000}},
+                             "then": {"action": "deny"}}),
+            content_type="application/json", headers={"Authorization": f"Bearer {token}"},
+        ),
+    )  # fmt: skip
+
+    assert isinstance(changed, MemberToken) and changed.revoked_at, changed
+    assert answer.status_code == 401, answer.content
+    assert answer.json()["error"]["code"] == "not_authenticated"
+    assert active_policy_for(site).label == version
+    assert not AuditRecord.objects.filter(kind="policy_change").exists()
