@@ -19,7 +19,7 @@ from audit.models import AuditKind
 from audit.services import append_record
 from refunds.models import Refund, RefundStatus
 from refunds.services import refund_body
-from sill.accounts.access import Cap, require_member
+from sill.accounts.access import Cap, hold_member, require_member
 from sill.errors import SillError
 
 NOTE_MAX_LENGTH = 1000
@@ -27,11 +27,16 @@ NOTE_MAX_LENGTH = 1000
 
 def mark_failure_handled(*, refund: Refund, actor: Any, note: str = "") -> Refund:
     """Mark the failed ``refund`` handled by ``actor`` (an owner or admin of its site, else
-    ``forbidden``), with their ``note``. Refused, changing nothing, for a refund that did not
+    ``forbidden``; checked again in the transaction, ``access.hold_member``), with their
+    ``note``. Refused, changing nothing, for a refund that did not
     fail (``invalid_state``, 409) or was marked before (``already_resolved``, 409)."""
     require_member(actor, refund.site_id, Cap.DECIDE_HELD)
     note = note.strip()[:NOTE_MAX_LENGTH]
     with transaction.atomic():
+        # Still allowed now, and until this commits: an owner's removal or demotion of the
+        # member that came first (it may have waited for the chain behind another append)
+        # refuses this; one that comes later waits for it. The member's rows, then the refund's.
+        hold_member(actor, refund.site_id, Cap.DECIDE_HELD)
         locked = (
             Refund.objects.select_for_update(of=("self",))
             .select_related("site", "agent", "requested_by", "mandate", "customer")

@@ -30,6 +30,7 @@ from refunds.review.decisions import reject_refund
 from refunds.review.slack import APPROVE, REJECT, TOKEN_REFUSED, Click, decide_click
 from refunds.review.slack_link_checks import _record_token
 from refunds.review.slack_setup import save_slack_settings
+from refunds.staff.handled import mark_failure_handled
 from sill.accounts import two_factor
 from sill.accounts.models import Membership, MemberToken, Role, Site
 from sill.accounts.services import (
@@ -526,3 +527,28 @@ def test_a_slack_user_unlinked_as_their_reject_is_taken_up_rejects_nothing(
     held.refresh_from_db()
     assert (held.status, held.decided_by_id) == (RefundStatus.HELD, None)
     assert not AuditRecord.objects.filter(kind="escalated_rejected").exists()
+
+
+# Before: marking a failed refund handled checked the member only before its transaction: taken
+# up while an owner's removal or demotion of them was on its way to the audit chain, it was
+# recorded after that change, by someone who could no longer mark it.
+def test_a_member_demoted_as_they_mark_a_failure_handled_marks_nothing(
+    order, mock_rail, staff_refund, members, site
+):
+    mock_rail.config = {"refund": "decline"}
+    mock_rail.save()
+    failed = staff_refund(order)  # executed on commit (a transactional test): declined
+    failed.refresh_from_db()
+    assert failed.status == RefundStatus.FAILED
+    admin = members["admin"]
+
+    changed, marked = run_behind_a_member_change(
+        site_id=site.pk,
+        change=_removed_or_demoted("demoted", admin, Role.REVIEWER),
+        run=lambda: mark_failure_handled(refund=failed, actor=admin.user, note="store credit"),
+    )
+
+    assert changed is None, changed
+    assert isinstance(marked, PermissionDenied), marked
+    assert Refund.objects.get(pk=failed.pk).failure_handled_at is None
+    assert _audit_kinds("failure_handled", "member_change") == ["member_change"]
