@@ -270,6 +270,7 @@ def issue_agent_token(
     two_factor.check_widening(second_factor, widens=True)
     token = "sill_at_" + secrets.token_urlsafe(32)
     with transaction.atomic():
+        _require_agent_manager(actor=actor, site_id=agent.site_id, system=system, hold=True)
         AgentToken.objects.create(agent=agent, token_sha256=token_sha256(token), prefix=token[:12])
         record_admin_change(
             site=agent.site,
@@ -292,6 +293,7 @@ def revoke_agent_token(*, token: AgentToken, actor: Any, system: bool = False) -
     code: like switching the agent off, it is a brake, and must work in one click."""
     _require_agent_manager(actor=actor, site_id=token.agent.site_id, system=system)
     with transaction.atomic():
+        _require_agent_manager(actor=actor, site_id=token.agent.site_id, system=system, hold=True)
         # The token's row alone (as revoke_agent_key locks its key's): the agent's and the
         # site's rows stay free for the decisions and appends going on meanwhile.
         token = (

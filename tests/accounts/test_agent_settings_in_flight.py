@@ -18,14 +18,16 @@ from nacl.signing import SigningKey
 
 from audit.models import AuditRecord
 from sill.accounts import two_factor
-from sill.accounts.models import Agent, AgentKey, Membership, Role
+from sill.accounts.models import Agent, AgentKey, AgentToken, Membership, Role
 from sill.accounts.services import (
     add_agent_key,
     b64url_encode,
     change_member_role,
+    issue_agent_token,
     register_agent_key,
     remove_member,
     revoke_agent_key,
+    revoke_agent_token,
     set_agent_active,
     set_agent_refunds,
 )
@@ -71,6 +73,20 @@ def _revokes_the_key(agent: Agent, actor: Any) -> Callable[[], object]:
     )
 
 
+def _issues_a_token(agent: Agent, actor: Any) -> Callable[[], object]:
+    return lambda: issue_agent_token(
+        agent=Agent.objects.select_related("site").get(pk=agent.pk), actor=actor,
+        second_factor=two_factor.OPERATOR,
+    )  # fmt: skip
+
+
+def _revokes_a_token(agent: Agent, actor: Any) -> Callable[[], object]:
+    issue_agent_token(agent=agent, actor=None, second_factor=two_factor.OPERATOR, system=True)
+    return lambda: revoke_agent_token(
+        token=AgentToken.objects.select_related("agent__site").get(agent=agent), actor=actor
+    )
+
+
 def _agent_state(agent: Agent) -> tuple[object, ...]:
     agent = Agent.objects.get(pk=agent.pk)
     keys = AgentKey.objects.filter(agent=agent).order_by("key_id")
@@ -80,6 +96,7 @@ def _agent_state(agent: Agent) -> tuple[object, ...]:
         agent.refund_cap_minor,
         agent.daily_refund_cap_minor,
         [(k.key_id, k.revoked_at) for k in keys],
+        list(AgentToken.objects.filter(agent=agent).values_list("prefix", "revoked_at")),
     )
 
 
@@ -93,8 +110,10 @@ def _agent_state(agent: Agent) -> tuple[object, ...]:
         (_raises_caps, "removed"),
         (_adds_a_key, "demoted"),
         (_revokes_the_key, "demoted"),
+        (_issues_a_token, "removed"),
+        (_revokes_a_token, "demoted"),
     ],
-    ids=["reactivate", "raise_caps", "add_key", "revoke_key"],
+    ids=["reactivate", "raise_caps", "add_key", "revoke_key", "issue_token", "revoke_token"],
 )
 def test_an_admin_removed_or_demoted_as_they_change_an_agent_changes_nothing(
     site, members, agent, action, change
