@@ -35,7 +35,9 @@ class StripeFactsStub:
     refunds: list[dict[str, Any]] = field(default_factory=list)
     disputes: list[dict[str, Any]] = field(default_factory=list)
 
-    def answer(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], str]:
+    def answer(
+        self, path: str, query: dict[str, list[str]], method: str = "GET"
+    ) -> tuple[int, dict[str, Any], str]:
         parts = path.strip("/").split("/")
         if parts == ["v1", "charges"] and query.get("customer"):
             return (
@@ -43,7 +45,8 @@ class StripeFactsStub:
                 {"object": "list", "url": "/v1/charges", "has_more": False, "data": []},
                 ("customer history"),
             )
-        if parts in (["v1", "refunds"], ["v1", "disputes"]):
+        if method == "GET" and parts in (["v1", "refunds"], ["v1", "disputes"]):
+            # Listed, not made: a POST /v1/refunds (a refund asked for) is 404 as ever.
             held = self.refunds if parts[1] == "refunds" else self.disputes
             charge = (query.get("charge") or [""])[0]
             data = [obj for obj in held if obj.get("charge") == charge]
@@ -76,7 +79,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
-        status, body, read = self.stub.answer(parts.path, parse_qs(parts.query))
+        status, body, read = self.stub.answer(parts.path, parse_qs(parts.query), self.command)
         self.stub.seen.append(read or parts.path)
         if read in self.stub.slow:
             time.sleep(self.stub.slow[read])
