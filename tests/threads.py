@@ -99,6 +99,7 @@ def run_while_a_writer_holds_then_appends(
         while time.monotonic() < deadline:
             if raw.execute(
                 "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
+                "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
                 "AND locktype IN ('transactionid', 'tuple')"
             ).fetchone():
                 return True
@@ -158,7 +159,8 @@ def run_while_an_append_commits(*, site_id: str, run: Callable[[], object]) -> o
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if raw.execute(
-                "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+                "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
+                "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
             ).fetchone():
                 return True
             time.sleep(0.01)

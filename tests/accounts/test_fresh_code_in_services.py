@@ -303,6 +303,7 @@ def test_a_live_mode_saved_while_the_switch_waits_for_the_row_needs_the_fresh_co
         for _ in range(2000):
             if raw.execute(
                 "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
+                "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
                 "AND locktype IN ('transactionid', 'tuple')"
             ).fetchone():
                 return True

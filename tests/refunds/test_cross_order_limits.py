@@ -105,7 +105,8 @@ def test_it_approves_one_of_six_simultaneous_staff_refunds_for_one_customer(
 def _held_by(pid: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT 1 FROM pg_locks WHERE pid <> %s AND NOT granted AND locktype = 'advisory'",
+            "SELECT 1 FROM pg_locks WHERE pid <> %s AND NOT granted AND locktype = 'advisory' "
+            "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
             [pid],
         )
         return cursor.fetchone() is not None

@@ -35,6 +35,7 @@ def _someone_waits_for_a_row_lock() -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
+                "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
                 "AND locktype IN ('transactionid', 'tuple')"
             )
             if cursor.fetchone() is not None:

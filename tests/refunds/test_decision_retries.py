@@ -40,6 +40,7 @@ WAITING = """
     WHERE held.locktype = 'advisory' AND held.granted AND held.objsubid = 2
       AND held.classid::bigint = %s AND held.objid::bigint = %s
       AND NOT waiting.granted AND held.pid <> pg_backend_pid()
+      AND held.pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))
 """
 
 

@@ -337,7 +337,8 @@ def test_a_site_setting_changed_while_the_facts_are_read_approves_nothing(
 def _waiting(raw: Any) -> int:
     """How many other connections wait for a lock."""
     return raw.execute(
-        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
+        "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
     ).fetchone()[0]
 
 

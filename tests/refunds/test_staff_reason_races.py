@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def _waiting(raw: Any) -> int:
     """How many other connections wait for a lock (a row's or an advisory one)."""
     return raw.execute(
-        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
+        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
+        "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
     ).fetchone()[0]
 
 
