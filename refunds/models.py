@@ -641,6 +641,9 @@ class ReconciliationRun(models.Model):
     error = models.CharField(max_length=500, blank=True)
     # When it last wrote its progress (after each charge or customer); null before the first.
     progress_at = models.DateTimeField(null=True, blank=True)
+    # It finished early, its time used up (SILL_RECONCILE_MAX_SECONDS, or the task's soft
+    # limit): the charges after ``cursor`` are the next run's.
+    out_of_time = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["-started_at", "-id"]

@@ -373,6 +373,12 @@ SILL_ATTENTION_RECHECK_SECONDS = env_int("SILL_ATTENTION_RECHECK_SECONDS", 300)
 SILL_RECONCILE_DAYS = env_int("SILL_RECONCILE_DAYS", 7)
 SILL_RECONCILE_EVERY_MINUTES = env_int("SILL_RECONCILE_EVERY_MINUTES", 60)
 SILL_RECONCILE_MAX_CHARGES = env_int("SILL_RECONCILE_MAX_CHARGES", 500)
+# A run stops between charges once it has run this long (the next run goes on from there),
+# well inside the task's soft time limit: the charge being read when the budget runs out may
+# take a rail timeout or two more, and past the soft limit the run's last charge is lost.
+SILL_RECONCILE_MAX_SECONDS = env_int(
+    "SILL_RECONCILE_MAX_SECONDS", max(1, SILL_TASK_MAX_RUNTIME_SECONDS // 2)
+)
 # A purchase mandate's charge (sill/orders/charging.py): the same bounds as a refund's
 # execution, its lease the execution's unless set.
 SILL_CHARGE_LEASE_SECONDS = env_int("SILL_CHARGE_LEASE_SECONDS", SILL_EXECUTION_LEASE_SECONDS)

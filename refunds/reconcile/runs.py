@@ -22,6 +22,13 @@ transactions Stripe lists for that customer (as many customers as charges, in tu
 Each charge is read outside any transaction (a network call), and a ``RailError`` on one
 charge is logged and counted while the run goes on. Nothing here starts a money movement.
 
+A run stops between charges (and customers) once it has run ``SILL_RECONCILE_MAX_SECONDS``,
+well inside the task's soft time limit, and finishes marked ``out_of_time``: the next run goes
+on from its cursor. Should one charge's read outlast even the soft limit, the
+``SoftTimeLimitExceeded`` it raises (the Stripe SDK wraps it in a connection error) ends the
+run the same way, that charge left for the next run, never counted as one that failed: caught
+as a failed charge, the run would go on reading until the hard limit killed it.
+
 A run writes its progress (counters, cursors, ``progress_at``) after each charge and customer.
 A worker that dies mid-run (killed, restarted, past the task's time limit) leaves its run
 unfinished: once it is silent for ``RUN_STOPPED_AFTER`` the page shows it stopped, and the next
@@ -33,8 +40,10 @@ otherwise check the same first charges again and again, and never the others.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
@@ -70,6 +79,23 @@ def run_interval() -> timedelta:
 
 def max_charges() -> int:
     return max(1, int(getattr(settings, "SILL_RECONCILE_MAX_CHARGES", 500)))
+
+
+def max_seconds() -> float:
+    return max(0, int(getattr(settings, "SILL_RECONCILE_MAX_SECONDS", 150)))
+
+
+def _past_soft_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is the task's soft time limit, raised in the middle of a rail read
+    (where an SDK may have wrapped it: Stripe's turns it into a connection error)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, SoftTimeLimitExceeded):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def accounts_due(*, now: datetime | None = None) -> list[int]:
@@ -118,30 +144,39 @@ def run_reconciliation(
         .first()
     )
     since = now - timedelta(days=reconcile_days())
+    deadline = time.monotonic() + max_seconds()
     charges = charges_to_check(
         account,
         since=since,
         after=previous.cursor if previous is not None else "",
         limit=max_charges(),
     )
-    for charge in charges:
-        run.charges_checked += 1
-        run.cursor = charge.pk
+    for index, charge in enumerate(charges):
+        if index and time.monotonic() >= deadline:
+            run.out_of_time = True
+            break
         try:
             outcome = reconcile_charge(charge=charge, rail=rail, event_id=f"reconcile:{run.pk}")
-        except RailError as exc:
+        except Exception as exc:
+            if _past_soft_limit(exc):
+                # This charge was not checked: the next run starts with it.
+                logger.warning("reconciliation: stopped at the soft time limit, at %s", charge.pk)
+                run.out_of_time = True
+                break
             run.charges_unreadable += 1
-            logger.warning("reconciliation: charge %s could not be read: %s", charge.pk, exc)
-        except Exception:
-            # A bug on one charge must not hide the others' differences.
-            run.charges_unreadable += 1
-            logger.exception("reconciliation: charge %s failed", charge.pk)
+            if isinstance(exc, RailError):
+                logger.warning("reconciliation: charge %s could not be read: %s", charge.pk, exc)
+            else:
+                # A bug on one charge must not hide the others' differences.
+                logger.exception("reconciliation: charge %s failed", charge.pk)
         else:
             run.items_opened += outcome.opened
             run.items_cleared += outcome.cleared
+        run.charges_checked += 1
+        run.cursor = charge.pk
         _progress(run)
-    if isinstance(rail, CreditReader) and account.rail == CREDIT_RAIL:
-        _check_credits(run, account, rail, since=since, previous=previous)
+    if not run.out_of_time and isinstance(rail, CreditReader) and account.rail == CREDIT_RAIL:
+        _check_credits(run, account, rail, since=since, previous=previous, deadline=deadline)
     _finish(run)
     return run
 
@@ -153,30 +188,41 @@ def _check_credits(
     *,
     since: datetime,
     previous: ReconciliationRun | None,
+    deadline: float,
 ) -> None:
-    """Compare the credits of the customers due with the rail's balance transactions."""
+    """Compare the credits of the customers due with the rail's balance transactions, until
+    ``deadline`` (``time.monotonic()``) or the soft time limit, as the charges."""
     customers = customers_to_check(
         account,
         since=since,
         after=previous.customer_cursor if previous is not None else None,
         limit=max_charges(),
     )
-    for customer in customers:
-        run.customers_checked += 1
-        run.customer_cursor = customer.pk
+    for index, customer in enumerate(customers):
+        if index and time.monotonic() >= deadline:
+            run.out_of_time = True
+            return
         try:
             outcome = reconcile_customer_credits(customer=customer, rail=rail, since=since)
-        except RailError as exc:
+        except Exception as exc:
+            if _past_soft_limit(exc):
+                logger.warning(
+                    "reconciliation: stopped at the soft time limit, at customer %s", customer.pk
+                )
+                run.out_of_time = True
+                return
             run.customers_unreadable += 1
-            logger.warning(
-                "reconciliation: credits of customer %s unreadable: %s", customer.pk, exc
-            )
-        except Exception:
-            run.customers_unreadable += 1
-            logger.exception("reconciliation: credits of customer %s failed", customer.pk)
+            if isinstance(exc, RailError):
+                logger.warning(
+                    "reconciliation: credits of customer %s unreadable: %s", customer.pk, exc
+                )
+            else:
+                logger.exception("reconciliation: credits of customer %s failed", customer.pk)
         else:
             run.items_opened += outcome.opened
             run.items_cleared += outcome.cleared
+        run.customers_checked += 1
+        run.customer_cursor = customer.pk
         _progress(run)
 
 
