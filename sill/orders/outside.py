@@ -45,7 +45,12 @@ class ExceedsCharge(Exception):
     The rail never refunds more than it charged, so Sill's own books count a refund the rail
     does not have. Nothing is written: a webhook's attempt fails with this (kept on the
     event, retried, given up loudly), and reconciliation, which catches it, shows the
-    outside refund and Sill's refund the rail lacks as two differences."""
+    outside refund and Sill's refund the rail lacks as two differences. ``charge_id``: the
+    charge, for the webhook's attempt to have it reconciled (sill.rails.event_attempts)."""
+
+    def __init__(self, message: str, *, charge_id: str) -> None:
+        super().__init__(message)
+        self.charge_id = charge_id
 
 
 # The id of Sill's own refund of a charge that a rail refund id is, or "" when it is none of
@@ -230,7 +235,8 @@ def record_outside_refund(
                 f"outside refund {refund.provider_refund_id} ({refund.amount_minor} minor "
                 f"units) would exceed charge {charge.pk} ({charge.amount_minor}) beside the "
                 f"{charge.amount_refunded_minor} Sill counts refunded and the "
-                f"{charge.amount_refunded_outside_minor} counted outside it"
+                f"{charge.amount_refunded_outside_minor} counted outside it",
+                charge_id=charge.pk,
             )
         row = existing or ExternalRefund(
             charge=charge, provider_refund_id=refund.provider_refund_id

@@ -36,6 +36,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from sill.orders.models import Rail
+from sill.orders.outside import ExceedsCharge
+from sill.queue import enqueue_on_commit
 from sill.rails.base import RetryableRailError, rail_label
 from sill.rails.models import WebhookEvent
 
@@ -106,6 +108,19 @@ def attempt_event(event_pk: int, *, bounded: bool = True) -> Attempt:
         # back keeps a database blip from using up the event's attempts.
         _record_failure(event_pk, exc, give_back=True)
         raise
+    except ExceedsCharge as exc:
+        # The rail holds a refund Sill's books cannot hold beside their own: the charge is
+        # reconciled now, so the inbox shows both sides (a run reads only the charges active
+        # in the last SILL_RECONCILE_DAYS and might never read this one). Every attempt asks
+        # again; reading the charge twice opens nothing twice.
+        event_id = WebhookEvent.objects.filter(pk=event_pk).values_list("event_id", flat=True)
+        enqueue_on_commit(
+            "refunds.catch_up_charge",
+            exc.charge_id,
+            event_id.first() or str(event_pk),
+            recovered_by="rails.retry_webhook_events",
+        )
+        return _failed(event_pk, rail, exc)
     except Exception as exc:
         return _failed(event_pk, rail, exc)
 

@@ -22,7 +22,9 @@ from sill.rails.models import WebhookEvent
 from sill.rails.stripe_webhooks import store_event
 from sill.rails.tasks import retry_webhook_events_task
 from tests.broker_down import broker_unreachable
+from tests.rails import stripe_facts_stub
 from tests.rails.failing_stripe_event import books_agree, books_disagree, too_large_refund
+from tests.rails.loopback import keepalive_server
 from tests.rails.stripe_events import deliverer, event, post_event, refund_obj, stripe_account
 from tests.threads import row_locked_elsewhere
 from tests.worker import running_worker, wait_for
@@ -33,11 +35,15 @@ LATER = timedelta(minutes=6)  # past the default 5 minutes between attempts
 
 
 @pytest.fixture
-def charge(site, make_order) -> Charge:
-    stripe_account(site)
-    charge = Charge.objects.get(order=make_order(total="89.00", rail="stripe"))
-    books_disagree(charge)
-    return charge
+def charge(site, make_order) -> Iterator[Charge]:
+    # A refusal has the charge read from Stripe (refunds.catch_up_charge): a loopback one.
+    with keepalive_server(
+        stripe_facts_stub.Handler, stub=stripe_facts_stub.StripeFactsStub()
+    ) as at:
+        stripe_account(site, api_base=at.url)
+        charge = Charge.objects.get(order=make_order(total="89.00", rail="stripe"))
+        books_disagree(charge)
+        yield charge
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
+from refunds.models import ReconciliationItem
 from sill.accounts import two_factor
 from sill.orders.models import Charge, ExternalRefund, Order
 from sill.rails.models import WebhookEvent
@@ -82,6 +83,9 @@ def test_a_failing_paypal_event_is_kept_retried_and_given_up_loudly(
     assert (event.processed_at, event.attempts) == (None, 1)
     assert event.last_error.startswith("ExceedsCharge: outside refund")
     assert any("PayPal event" in r.getMessage() for r in caplog.records)
+    # And the charge was reconciled at once (old, it is read by no run): the inbox shows it.
+    opened = ReconciliationItem.objects.filter(order=order, resolved_at__isnull=True)
+    assert "it would exceed the charge" in " ".join(opened.values_list("detail", flat=True))
 
     clock.shift(LATER)
     assert retry_webhook_events_task() == 1
