@@ -104,11 +104,14 @@ def differences(
     outside_before: Mapping[str, OutsideRow],
     outside_after: Mapping[str, OutsideRow],
     changing: Collection[str] = frozenset(),
+    not_recorded: Collection[str] = frozenset(),
 ) -> list[Difference]:
     """Every difference between the books of one charge (in ``currency``) and ``listed``.
 
     ``changing``: Sill's refunds whose state changed while the rail was read
-    (:func:`changed_during_read`), left out like those in flight."""
+    (:func:`changed_during_read`), left out like those in flight. ``not_recorded``: rail ids
+    the sync could not record for another reason than the charge's room
+    (``ChargeSync.refunds_not_recorded``)."""
     rail_name = rail_label(rail)
     by_provider = {r.provider_refund_id: r for r in listed}
     by_sill_id = {r.sill_refund_id: r for r in listed if r.sill_refund_id}
@@ -152,6 +155,7 @@ def differences(
                 outside_after.get(listed_refund.provider_refund_id),
                 currency,
                 rail_name,
+                failed_to_record=listed_refund.provider_refund_id in not_recorded,
             )
         )
 
@@ -485,8 +489,11 @@ def _outside(
     after: OutsideRow | None,
     currency: str,
     rail: str,
+    *,
+    failed_to_record: bool = False,
 ) -> list[Difference]:
-    """Differences of one refund made at the rail outside Sill."""
+    """Differences of one refund made at the rail outside Sill; ``failed_to_record``: the sync
+    could not record it for another reason than the charge's room."""
     follows = after is not None and (after.amount_minor, after.currency, after.status) == (
         listed.amount_minor,
         listed.currency,
@@ -512,6 +519,13 @@ def _outside(
             )
         elif listed.currency != currency:
             done = "Sill could not record it (another currency than the charge's)."
+        elif failed_to_record:
+            # Not the charge's room: the books would have held it. Said as it is, and the
+            # worker's log names the error (sill.rails.charge_sync).
+            done = (
+                "Sill could not record it (saving it failed; the worker's log names the error), "
+                "so it still counts as refundable in Sill until a later check records it."
+            )
         else:
             done = (
                 "Sill could not record it: with the refunds Sill counts it would exceed the "

@@ -137,6 +137,7 @@ def reconcile_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> Ch
         outside_before=before,
         outside_after=_outside_rows(charge),
         changing=changing,
+        not_recorded=synced.refunds_not_recorded,
     ) + missed_disputes(
         rail=charge.rail,
         currency=charge.currency,

@@ -38,14 +38,17 @@ class ChargeSync:
     (:class:`sill.rails.base.RailList`); while there are any, ``refunds`` is not all the rail
     has, and must not be compared as if it were. ``refunds_read``: the list was read whole and
     every refund in it recorded (one the books cannot hold, beyond the charge aside, is
-    logged and passed over). ``disputes_read``: the disputes were listed whole and each was
-    recorded."""
+    logged and passed over). ``refunds_not_recorded``: the rail ids of those passed over for
+    another reason than the charge's room (a database error on its row), so that nothing says
+    they would exceed the charge. ``disputes_read``: the disputes were listed whole and each
+    was recorded."""
 
     refunds: list[RailRefund]
     disputes_read: bool
     outcomes: list[str] = field(default_factory=list)
     refunds_read: bool = True
     refunds_left_out: list[str] = field(default_factory=list)
+    refunds_not_recorded: list[str] = field(default_factory=list)
 
 
 def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeSync:
@@ -74,6 +77,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
         _log_unreadable("refund", item, charge)
         outcomes.append(f"{item}: unreadable, not recorded")
     all_recorded = not unreadable
+    not_recorded: list[str] = []
     for listed in refunds:
         if not listed.sill_refund_id and (
             listed.currency != charge.currency or listed.amount_minor <= 0
@@ -96,6 +100,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
                 # error on its row) must not keep the others from being recorded: each lowers
                 # what is refundable. It is said, and the refunds count as not all read.
                 all_recorded = False
+                not_recorded.append(listed.provider_refund_id)
                 done = f"not recorded: {type(exc).__name__}"
                 _log_unrecorded("refund", listed.provider_refund_id, charge, exc)
         outcomes.append(f"{listed.provider_refund_id}: {done}")
@@ -110,6 +115,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
             outcomes=outcomes,
             refunds_read=all_recorded,
             refunds_left_out=unreadable,
+            refunds_not_recorded=not_recorded,
         )
     disputes_recorded = True
     for item in left_out(disputes):
@@ -158,6 +164,7 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
         outcomes=outcomes,
         refunds_read=all_recorded,
         refunds_left_out=unreadable,
+        refunds_not_recorded=not_recorded,
     )
 
 

@@ -85,6 +85,7 @@ def test_a_refund_sill_cannot_record_is_logged_and_the_others_are_recorded(
     # The sync says the charge's refunds were not all recorded; its disputes were.
     assert (synced.refunds_read, synced.disputes_read) == (False, True)
     assert "re_odd: not recorded: DataError" in synced.outcomes
+    assert synced.refunds_not_recorded == ["re_odd"]
     [line] = _log_lines(caplog)
     assert line.startswith("refund re_odd of charge") and "DataError" in line
     assert f"charge {charge.pk} of site {site.pk}" in line

@@ -141,3 +141,22 @@ def test_it_reports_a_second_rail_refund_naming_a_sill_refund_counted_under_anot
 def test_it_leaves_a_failed_second_rail_refund_naming_a_sill_refund_alone():
     listed = [rail_refund("re_1", sill="rf_1"), rail_refund("re_2", status="failed", sill="rf_1")]
     assert compare(listed, [own("rf_1", "re_1")]) == []
+
+
+def test_an_outside_refund_the_sync_failed_to_save_is_not_said_to_exceed_the_charge():
+    # Seen before: every outside refund the sync did not record read "with the refunds Sill
+    # counts it would exceed the charge", also one whose save failed on a database error
+    # (sill.rails.charge_sync's refunds_not_recorded): a reason Sill did not have.
+    listed = [rail_refund("re_failed"), rail_refund("re_no_room")]
+    failed, no_room = differences(
+        rail="stripe",
+        currency="USD",
+        listed=listed,
+        sill=[],
+        outside_before={},
+        outside_after={},
+        not_recorded={"re_failed"},
+    )
+    assert "saving it failed; the worker's log names the error" in failed.detail
+    assert "exceed" not in failed.detail
+    assert "it would exceed the charge" in no_room.detail
