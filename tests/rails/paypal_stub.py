@@ -37,6 +37,12 @@ under one id.
 ``fail_next_lookup``: scripted statuses (``"429"``, ``"503"``) for the next reads of one
 refund or dispute by id (``lookups`` lists the paths read).
 An expired or unknown bearer token is 401 ``invalid_token``.
+
+``reshape(path, edit, status=..., times=...)``: PayPal answering oddly (a partial outage, an
+API change). An answer to a request whose path (without the query) starts with ``path`` is sent
+as ``edit`` returns it, given the answer the stub would send (a copy): an edited JSON value, or
+None for an empty body; ``status`` replaces the answer's status; ``times``: only the next so
+many answers (every one when 0).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import secrets
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -126,8 +133,28 @@ class PayPalStub:
         # Scripted answers to the next reads of one refund or dispute ("429", "503").
         self.fail_next_lookup: list[str] = []
         self.lookups: list[str] = []
+        # [path prefix, edit, status or 0, answers left or 0]: odd answers (reshape).
+        self.reshaped: list[list[Any]] = []
 
     # --- state for tests --------------------------------------------------------------------
+
+    def reshape(
+        self, path: str, edit: Callable[[Any], Any], *, status: int = 0, times: int = 0
+    ) -> None:
+        """Answer requests under ``path`` with ``edit(answer)`` (see the module docstring)."""
+        with self.lock:
+            self.reshaped.append([path, edit, status, times])
+
+    def reshaped_answer(self, path: str, status: int, body: Any) -> tuple[int, Any]:
+        for shape in list(self.reshaped):
+            prefix, edit, new_status, left = shape
+            if path.partition("?")[0].startswith(prefix):
+                body = edit(json.loads(json.dumps(body)))
+                status = new_status or status
+                if left == 1:
+                    self.reshaped.remove(shape)
+                shape[3] = left - 1 if left else 0
+        return status, body
 
     def add_app(self, *, client_id: str, secret: str, merchant: str) -> None:
         """Another REST app, of ``merchant`` (another merchant account, or the same one's)."""
@@ -434,9 +461,8 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def _send(
-        self, status: int, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
-    ) -> None:
+    def _send(self, status: int, body: Any = None, headers: dict[str, str] | None = None) -> None:
+        status, body = self.stub.reshaped_answer(self.path, status, body)
         raw = json.dumps(body).encode() if body is not None else b""
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

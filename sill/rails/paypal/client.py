@@ -79,6 +79,16 @@ class PayPalNotFound(PayPalRefused):
     """PayPal answered 404 to a read: it holds no such resource (for these credentials)."""
 
 
+class PayPalUnreadable(RetryableRailError):
+    """PayPal answered what Sill cannot read: no JSON object, or a field of another shape
+    than PayPal's (a list that is a number, an id that is an object). A partial outage or a
+    change in PayPal's API, so retryable; nothing is recorded from the answer, and a read it
+    ends counts as not done (never as "nothing there")."""
+
+    # Said once in the log by the rail, which knows whose account it is.
+    logged = False
+
+
 class _TokenCache:
     """Tokens by (API address, client id, secret digest): a new secret gets a new token."""
 

@@ -25,10 +25,12 @@ outcome from its own details.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote, urlsplit
 
 from sill.money import Money, MoneyError, parse_major, recordable
@@ -51,12 +53,15 @@ from sill.rails.base import (
     RetryableRailError,
 )
 from sill.rails.fact_reads import read_at_once
-from sill.rails.paypal.client import PayPalClient, PayPalNotFound
+from sill.rails.paypal.client import PayPalClient, PayPalNotFound, PayPalUnreadable
 from sill.rails.paypal.resources import (
     amount,
     dispute_money,
     dispute_word,
+    listed,
     money_value,
+    objects,
+    part,
     rail_refund,
 )
 from sill.rails.paypal.resources import time as paypal_time
@@ -77,6 +82,27 @@ _STATES: dict[str, RefundState] = {
     "CANCELLED": "failed",
     "FAILED": "failed",
 }
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _says_unreadable(
+    read: Callable[Concatenate[PayPalRail, P], R],
+) -> Callable[Concatenate[PayPalRail, P], R]:
+    """``read`` logs an answer it cannot read (``PayPalUnreadable``, raised on) once, naming
+    the site: on-call finds why a capture counts as not read, and whose it is."""
+
+    @functools.wraps(read)
+    def reading(rail: PayPalRail, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return read(rail, *args, **kwargs)
+        except PayPalUnreadable as exc:
+            rail.note_unreadable(exc)
+            raise
+
+    return reading
+
 
 WINDOW_WORDS = (
     "PayPal refunds a capture for 180 days only, and this one was captured on {date}: "
@@ -105,6 +131,16 @@ class PayPalRail:
     def __repr__(self) -> str:
         return f"PayPalRail(mode={self.mode!r}, client={self.client!r})"
 
+    def note_unreadable(self, exc: PayPalUnreadable) -> None:
+        """Log ``exc`` once (a read within a read raises it through both)."""
+        if not exc.logged:
+            exc.logged = True
+            logger.warning(
+                "Sill cannot read what PayPal answered for site %s, so it counts as not read: %s",
+                self.site_id or "?",
+                exc.message,
+            )
+
     # --- the protocol -----------------------------------------------------------------------
 
     def charge(self, request: ChargeRequest) -> ChargeResult:
@@ -113,6 +149,7 @@ class PayPalRail:
             code="rail_unsupported",
         )
 
+    @_says_unreadable
     def refund(self, request: RefundRequest) -> RefundResult:
         capture_id = _capture_id(request)
         # Part of a forint (OffStep) is refused before anything is sent.
@@ -136,6 +173,7 @@ class PayPalRail:
         )
         return _result(answer, fallback=request.amount)
 
+    @_says_unreadable
     def find_refund(self, request: RefundRequest) -> RefundResult | None:
         capture_id = _capture_id(request)
         refunds = self._order_refunds(capture_id)
@@ -151,6 +189,7 @@ class PayPalRail:
 
     # --- what PayPal holds for a capture (reconciliation: sill.rails.base.ChargeReader) -------
 
+    @_says_unreadable
     def list_refunds(
         self, provider_charge_id: str, *, provider_payment_id: str = ""
     ) -> list[RailRefund]:
@@ -176,6 +215,7 @@ class PayPalRail:
         listed.sort(key=lambda r: r.created_at, reverse=True)
         return listed
 
+    @_says_unreadable
     def list_disputes(
         self, provider_charge_id: str, *, provider_payment_id: str = ""
     ) -> list[RailDispute]:
@@ -190,7 +230,7 @@ class PayPalRail:
         items: list[Any] = []
         for _ in range(DISPUTE_PAGES):
             page = self.client.get(path, doing="dispute list")
-            items += page.get("items") or []
+            items += listed(page, "items", what="dispute list")
             path = _next_page(page)
             if not path:
                 break
@@ -330,7 +370,9 @@ class PayPalRail:
             refunds = self._order_refunds(
                 request.provider_charge_id, capture=capture, timeout=timeout
             )
-        except (RetryableRailError, PermanentRailError):
+        except (RetryableRailError, PermanentRailError) as exc:
+            if isinstance(exc, PayPalUnreadable):
+                self.note_unreadable(exc)
             refunds = None
         if refunds is not None:
             refunded = 0
@@ -358,15 +400,15 @@ class PayPalRail:
         """The refunds of ``capture_id`` listed on its checkout order; ``None`` when the
         capture names no order to read."""
         capture = capture if capture is not None else self.capture(capture_id, timeout=timeout)
-        order_path = _link(capture, "up")
+        order_path = _link(capture, "up", what="capture")
         if not order_path or "/v2/checkout/orders/" not in order_path:
             return None
         order = self.client.get(order_path, doing="refund lookup", timeout=timeout)
         found: list[dict[str, Any]] = []
-        for unit in order.get("purchase_units") or []:
-            payments = unit.get("payments") if isinstance(unit, dict) else None
-            for refund in (payments or {}).get("refunds") or []:
-                if isinstance(refund, dict) and _refunds_capture(refund, capture_id):
+        for unit in objects(order, "purchase_units", what="checkout order"):
+            payments = part(unit, "payments", what="checkout order")
+            for refund in objects(payments, "refunds", what="checkout order"):
+                if _refunds_capture(refund, capture_id):
                     found.append(refund)
         return found
 
@@ -384,25 +426,27 @@ def _capture_id(request: RefundRequest) -> str:
     return capture_id
 
 
-def _link(resource: dict[str, Any], rel: str) -> str:
-    """The path of ``resource``'s link ``rel`` (PayPal links are absolute URLs)."""
-    for link in resource.get("links") or []:
-        if isinstance(link, dict) and link.get("rel") == rel and link.get("href"):
-            return urlsplit(str(link["href"])).path
+def _href(resource: dict[str, Any], rel: str, *, what: str) -> str:
+    """The address of ``resource``'s link ``rel``; "" when it has none."""
+    for link in objects(resource, "links", what=what):
+        if link.get("rel") == rel and link.get("href"):
+            return str(link["href"])
     return ""
+
+
+def _link(resource: dict[str, Any], rel: str, *, what: str) -> str:
+    """The path of ``resource``'s link ``rel`` (PayPal links are absolute URLs)."""
+    return urlsplit(_href(resource, rel, what=what)).path
 
 
 def _next_page(page: dict[str, Any]) -> str:
     """The path and query of a list page's ``next`` link; "" on its last page."""
-    for link in page.get("links") or []:
-        if isinstance(link, dict) and link.get("rel") == "next" and link.get("href"):
-            parts = urlsplit(str(link["href"]))
-            return parts.path + (f"?{parts.query}" if parts.query else "")
-    return ""
+    parts = urlsplit(_href(page, "next", what="dispute list"))
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 def _refunds_capture(refund: dict[str, Any], capture_id: str) -> bool:
-    up = _link(refund, "up")
+    up = _link(refund, "up", what="refund")
     # Without an ``up`` link the order's only capture is meant; with one, it must match.
     return not up or up.rstrip("/").endswith("/" + capture_id)
 

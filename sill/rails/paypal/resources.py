@@ -1,6 +1,13 @@
 """PayPal's refund and dispute resources in Sill's words, as its webhooks deliver them
 (sill.rails.paypal.events) and as the rail lists them for reconciliation
-(sill.rails.paypal.rail): one reading of each shape for both."""
+(sill.rails.paypal.rail): one reading of each shape for both.
+
+The fields of PayPal's answers are read here, through :func:`listed`, :func:`objects` and
+:func:`part`: a field of another shape than PayPal's (a list that is a number, an object or
+null) is ``PayPalUnreadable``, the rail's error for an answer it cannot read, never a
+``TypeError`` and never an empty list (which would say "no refunds", "no disputes"). A list or
+object PayPal leaves out is empty: PayPal omits empty ones.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from urllib.parse import urlsplit
 
 from sill.money import Money, MoneyError, parse_major, recordable
 from sill.rails.base import SILL_REFUND_ID, RailName, RailRefund, amount_step, check_step
+from sill.rails.paypal.client import PayPalUnreadable
 
 # PayPal's refund statuses in the words Sill's refund core reads (Stripe's words).
 REFUND_STATES = {
@@ -19,6 +27,57 @@ REFUND_STATES = {
     "CANCELLED": "canceled",
     "FAILED": "failed",
 }
+
+
+def listed(resource: dict[str, Any], key: str, *, what: str) -> list[Any]:
+    """``resource[key]``, one of PayPal's lists (``what``: whose, for the error): ``[]`` when
+    PayPal leaves it out; ``PayPalUnreadable`` when it is anything but a list."""
+    if key not in resource:
+        return []
+    found = resource[key]
+    if not isinstance(found, list):
+        raise unreadable(what, key, found, "a list")
+    return found
+
+
+def objects(resource: dict[str, Any], key: str, *, what: str) -> list[dict[str, Any]]:
+    """:func:`listed`, each of its entries an object (links, purchase units, refunds)."""
+    found = listed(resource, key, what=what)
+    for entry in found:
+        if not isinstance(entry, dict):
+            raise unreadable(what, f"an entry of {key}", entry, "an object")
+    return found
+
+
+def part(resource: dict[str, Any], key: str, *, what: str) -> dict[str, Any]:
+    """``resource[key]``, one of PayPal's objects: ``{}`` when PayPal leaves it out;
+    ``PayPalUnreadable`` when it is anything but an object."""
+    if key not in resource:
+        return {}
+    found = resource[key]
+    if not isinstance(found, dict):
+        raise unreadable(what, key, found, "an object")
+    return found
+
+
+def unreadable(what: str, key: str, value: Any, wanted: str) -> PayPalUnreadable:
+    """The error for ``what``'s field ``key``, which is ``value`` where PayPal sends ``wanted``;
+    it names the value's shape, never the value (it may be long, or a buyer's words)."""
+    return PayPalUnreadable(
+        f"PayPal's {what} is unreadable: its {key} is {_shape(value)}, not {wanted}"
+    )
+
+
+def _shape(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 def amount(value: Any) -> tuple[int, str] | None:
