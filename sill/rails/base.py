@@ -290,7 +290,9 @@ class RailRefund:
 class RailDispute:
     """One dispute of a charge as the rail reports it (``status``: the rail's own word).
     ``amount_minor`` None, ``currency`` "": the rail's amount could not be read (the dispute
-    is recorded all the same: it refuses refunds of the charge)."""
+    is recorded all the same: it refuses refunds of the charge). ``details_read`` False: what
+    the rail's list says of it, its details not read (PayPal: a resolved dispute's outcome);
+    recorded all the same, and the charge's disputes count as not all read."""
 
     provider_dispute_id: str
     amount_minor: int | None
@@ -298,6 +300,7 @@ class RailDispute:
     reason: str
     status: str
     created_at: datetime
+    details_read: bool = True
 
 
 Item = TypeVar("Item")

@@ -59,7 +59,8 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
     dispute list that fails leaves ``disputes_read`` False and records no dispute. One refund
     or dispute the rail lists unreadable, or that cannot be recorded, or a dispute listed
     without an id, is logged (naming it, the charge and the site) and passed over, the others
-    recorded; the sync then says so (``refunds_read``, ``refunds_left_out``,
+    recorded; a dispute recorded as the list says, its details not read, leaves
+    ``disputes_read`` False too. The sync says so (``refunds_read``, ``refunds_left_out``,
     ``disputes_read``).
     """
     # What the rail lists is its state as of the read, at least: recorded as of the read's
@@ -157,6 +158,11 @@ def sync_charge(*, charge: Charge, rail: ChargeReader, event_id: str) -> ChargeS
             disputes_recorded = False
             done = f"not recorded: {type(exc).__name__}"
             _log_unrecorded("dispute", dispute.provider_dispute_id, charge, exc)
+        if not dispute.details_read:
+            # Recorded as the list says (it refuses refunds), but Sill's record may lack what
+            # its details say: a decision keeps the rail's own "disputed".
+            disputes_recorded = False
+            done += " (as the rail's list says: its details could not be read)"
         outcomes.append(f"{dispute.provider_dispute_id}: {done}")
     return ChargeSync(
         refunds=refunds,

@@ -229,3 +229,37 @@ def test_a_dispute_in_another_currency_is_recorded_in_its_own_and_refuses_refund
     with pytest.raises(SillError, match="disputed"):
         _refund(site, members, order, django_capture_on_commit_callbacks)
     assert paypal.refund_calls == []
+
+
+@pytest.mark.parametrize("status", ["404", "500", "503"])
+def test_a_resolved_dispute_whose_details_cannot_be_read_is_recorded_as_listed(
+    site, paypal, paypal_account, paypal_order, caplog, status
+):
+    # Seen before: the details read failing ended the whole list, and none of the capture's
+    # disputes was recorded (the open one beside it neither), refunds of it not refused.
+    order, capture = paypal_order(total="89.00")
+    resolved = paypal.add_dispute(capture, status="RESOLVED", outcome="RESOLVED_SELLER_FAVOUR")
+    still_open = paypal.add_dispute(capture, status="OPEN")
+    paypal.fail_next_lookup = [status]
+    charge = order.charges.get()
+    with caplog.at_level(logging.WARNING, logger="sill.rails.paypal.rail"):
+        read = catch_up_charge(charge=charge, rail=rail_from_account(paypal_account), event_id="t")
+    # Its outcome unknown, the resolved one is recorded as the list says: RESOLVED alone, lost,
+    # refusing refunds. The disputes count as not all read.
+    assert read is False
+    recorded = {
+        d.provider_dispute_id: (d.status, d.rail_status, d.amount_minor)
+        for d in Dispute.objects.filter(charge=charge)
+    }
+    assert recorded == {
+        resolved["dispute_id"]: ("lost", "RESOLVED", 8900),
+        still_open["dispute_id"]: ("needs_response", "OPEN", 8900),
+    }
+    [line] = [r.getMessage() for r in caplog.records if r.name == "sill.rails.paypal.rail"]
+    assert f"site {site.pk}" in line and resolved["dispute_id"] in line and capture.id in line
+    assert CLIENT_SECRET not in line
+
+    # Read again once PayPal answers: its outcome, and the disputes all read.
+    assert catch_up_charge(charge=charge, rail=rail_from_account(paypal_account), event_id="u")
+    won = Dispute.objects.get(provider_dispute_id=resolved["dispute_id"])
+    assert (won.status, won.rail_status) == ("won", "RESOLVED:RESOLVED_SELLER_FAVOUR")

@@ -257,13 +257,13 @@ class PayPalRail:
                 )
                 continue
             dispute_id = str(item["dispute_id"])
+            details_read = True
             if str(item.get("status") or "").upper() == "RESOLVED" and not item.get(
                 "dispute_outcome"
             ):
-                item = self.client.get(
-                    f"/v1/customer/disputes/{quote(dispute_id, safe='')}",
-                    doing="dispute lookup",
-                )
+                details = self._dispute_details(dispute_id, provider_charge_id)
+                details_read = details is not None
+                item = details or item
             minor, currency = dispute_money(item)
             if minor is None:
                 # Recorded all the same (it refuses refunds of the capture), its amount not
@@ -284,9 +284,33 @@ class PayPalRail:
                     reason=str(item.get("reason") or "general"),
                     status=dispute_word(item),
                     created_at=paypal_time(item.get("create_time")) or now,
+                    details_read=details_read,
                 )
             )
         return found
+
+    def _dispute_details(self, dispute_id: str, capture_id: str) -> dict[str, Any] | None:
+        """A listed dispute's details (a resolved one's outcome); None when PayPal does not
+        give them (404, 5xx, an answer for another dispute): the dispute is then recorded as
+        the list says, RESOLVED alone (lost: it refuses refunds), and the list counts as not
+        all read. One failed read no longer kept the capture's other disputes unrecorded."""
+        try:
+            details = self.client.get(
+                f"/v1/customer/disputes/{quote(dispute_id, safe='')}", doing="dispute lookup"
+            )
+            if str(details.get("dispute_id") or "") != dispute_id:
+                raise PayPalUnreadable("PayPal's dispute details are of another dispute")
+        except RailError as exc:
+            logger.warning(
+                "PayPal dispute %s of capture %s of site %s: its details could not be read "
+                "(%s); recorded as the list says, its outcome not known",
+                dispute_id,
+                capture_id,
+                self.site_id or "?",
+                exc.message,
+            )
+            return None
+        return details
 
     # --- one refund or dispute as PayPal holds it (sill.rails.paypal.events) ------------------
 
