@@ -59,7 +59,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl
@@ -102,10 +102,13 @@ class StubCapture:
     merchant: str = MERCHANT_ID
 
     def refunded(self) -> Decimal:
-        return sum(
-            (Decimal(r["amount"]["value"]) for r in self.refunds if r["status"] != "CANCELLED"),
-            Decimal(0),
-        )
+        total = Decimal(0)
+        for refund in self.refunds:
+            # A refund a test gave another shape than PayPal's counts nothing here.
+            with contextlib.suppress(KeyError, TypeError, InvalidOperation):
+                if refund.get("status") != "CANCELLED":
+                    total += Decimal(refund["amount"]["value"])
+        return total
 
 
 class PayPalStub:

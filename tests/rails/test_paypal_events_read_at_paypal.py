@@ -193,7 +193,15 @@ def _answers_429(paypal, account: RailAccount) -> None:
     paypal.fail_next_lookup = ["429"]
 
 
-@pytest.mark.parametrize("failure", [_unreachable, _answers_503, _answers_429])
+def _answers_a_refund_of_another_shape(paypal, account: RailAccount) -> None:
+    # Processed before as "malformed refund", recording nothing for good.
+    unreadable = {"value": "thirty", "currency_code": "USD"}
+    paypal.reshape("/v2/payments/refunds/", lambda held: {**held, "amount": unreadable}, times=1)
+
+
+@pytest.mark.parametrize(
+    "failure", [_unreachable, _answers_503, _answers_429, _answers_a_refund_of_another_shape]
+)
 def test_paypal_not_answering_the_read_retries_the_event_and_records_nothing(
     site, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks, failure
 ):
@@ -208,8 +216,11 @@ def test_paypal_not_answering_the_read_retries_the_event_and_records_nothing(
             attempt_event(event.pk)
         event.refresh_from_db()
         assert event.processed_at is None and event.attempts == 0  # given back: transient
-        # A 429 is the RateLimited kind of RetryableRailError (nothing was done at PayPal).
-        assert event.last_error.startswith(("RetryableRailError", "RateLimited"))
+        # A 429 is the RateLimited kind of RetryableRailError (nothing was done at PayPal), an
+        # answer Sill cannot read the PayPalUnreadable kind.
+        assert event.last_error.startswith(
+            ("RetryableRailError", "RateLimited", "PayPalUnreadable")
+        )
         assert not ExternalRefund.objects.exists()
 
         RailAccount.objects.filter(pk=paypal_account.pk).update(api_base=api_base)

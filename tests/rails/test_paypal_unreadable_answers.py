@@ -7,7 +7,11 @@ answer otherwise than PayPal's usual. Seen before: a list in an answer (a page's
 was a number raised TypeError out of the rail, and one that was an object or null was read as
 an empty list: the sync crashed, or recorded nothing while saying it had read everything; the
 facts counted nothing refunded; a refund lookup answered "no such refund", which the attention
-recheck takes as leave to fail the refund and release its amount while PayPal holds it.
+recheck takes as leave to fail the refund and release its amount while PayPal holds it. So
+did an empty answer, or an order with no purchase unit; and a refund of another shape on the
+order (no id, an id Sill's columns cannot hold, no positive amount of a currency Sill knows, a
+text field of another type) was left out of the list without a word, or raised
+(AttributeError on ``status_details``, DataError on the id).
 
 Now the rail reads PayPal's lists through one helper (sill.rails.paypal.resources), which
 raises ``PayPalUnreadable``, the rail's retryable error for an answer it cannot read: the read
@@ -62,13 +66,23 @@ def _set(path: str, *keys: str, value: Any) -> Edit:
     return edit
 
 
+LEFT_OUT = object()
+
+
 def _refund_field(key: str, value: Any) -> Edit:
-    """The capture's refund, as PayPal holds it, with ``key`` set to ``value``."""
+    """The capture's refund, as PayPal holds it, with ``key`` set to ``value`` (or left out)."""
 
     def edit(paypal: PayPalStub, capture: StubCapture, refund: dict[str, Any]) -> None:
-        refund[key] = value
+        if value is LEFT_OUT:
+            refund.pop(key)
+        else:
+            refund[key] = value
 
     return edit
+
+
+def _empty_order(paypal: PayPalStub, capture: StubCapture, refund: dict[str, Any]) -> None:
+    paypal.reshape(ORDER, lambda answer: None)
 
 
 ORDER = "/v2/checkout/orders/"
@@ -92,6 +106,23 @@ REFUNDS_UNREADABLE: dict[str, Edit] = {
         for n, v in zip(ODD, NOT_LISTS, strict=True)
     },
     **{f"refund-links-{n}": _refund_field("links", v) for n, v in zip(ODD, NOT_LISTS, strict=True)},
+    # Of another shape than PayPal's: left out of the list before, or a DataError (the id).
+    "order-units-none": _set(ORDER, "purchase_units", value=[]),
+    "order-empty-answer": _empty_order,
+    "refund-no-id": _refund_field("id", LEFT_OUT),
+    "refund-id-a-number": _refund_field("id", 12345),
+    "refund-id-an-object": _refund_field("id", {"id": "RF1"}),
+    "refund-id-absurdly-long": _refund_field("id", "RF" + "9" * 300),
+    "refund-no-amount": _refund_field("amount", LEFT_OUT),
+    "refund-amount-a-word": _refund_field("amount", {"value": "ten", "currency_code": "USD"}),
+    "refund-amount-negative": _refund_field("amount", {"value": "-10.00", "currency_code": "USD"}),
+    "refund-amount-zero": _refund_field("amount", {"value": "0.00", "currency_code": "USD"}),
+    "refund-amount-no-currency": _refund_field("amount", {"value": "10.00"}),
+    "refund-amount-a-string": _refund_field("amount", "10.00 USD"),
+    "refund-custom-id-an-object": _refund_field("custom_id", {"id": "rf_1"}),
+    "refund-status-a-number": _refund_field("status", 3),
+    # AttributeError before.
+    "refund-status-details-a-word": _refund_field("status_details", "ECHECK"),
 }
 
 
@@ -160,6 +191,16 @@ def test_refunds_paypal_answers_unreadable_are_not_read(
     # A lookup after a timeout: no answer, never "no such refund".
     with pytest.raises(RetryableRailError):
         rail.find_refund(_lookup(capture))
+
+
+def test_a_refund_paypal_lists_without_a_status_counts_as_refunded(paypal, paypal_account, listed):
+    # Seen before: the facts counted it as nothing refunded, the refund list as completed.
+    _, capture, refund = listed
+    refund.pop("status")
+    rail = _rail(paypal_account)
+    assert _facts(rail, capture).charge_refunded_minor == 1000
+    [read] = rail.list_refunds(capture.id)
+    assert (read.amount_minor, read.status) == (1000, "succeeded")
 
 
 DISPUTES = "/v1/customer/disputes"

@@ -319,12 +319,14 @@ class PayPalClient:
 
 
 def _json(response: requests.Response, doing: str) -> dict[str, Any]:
+    # Every call Sill makes is answered with a JSON object: an empty answer read as {} was a
+    # checkout order without refunds.
     if not response.content:
-        return {}
+        raise PayPalUnreadable(f"PayPal {doing}: the answer is empty")
     try:
         data = response.json()
     except ValueError:
-        raise RetryableRailError(f"PayPal {doing}: the answer is not JSON") from None
+        raise PayPalUnreadable(f"PayPal {doing}: the answer is not JSON") from None
     if not isinstance(data, dict):
-        raise RetryableRailError(f"PayPal {doing}: the answer is not a JSON object")
+        raise PayPalUnreadable(f"PayPal {doing}: the answer is not a JSON object")
     return data

@@ -7,8 +7,9 @@ the site's credentials (``PayPalRail.held_refund`` / ``held_dispute``, before th
 row is locked: no transaction waits on PayPal) and records what PayPal holds as of that read,
 as reconciliation does. PayPal holding no such resource (404), or holding it for another
 capture than the body names, records nothing: the event is processed with an outcome
-saying so. PayPal not answering (a timeout, 429, 5xx) is a ``RetryableRailError``: the
-attempt is retried like any transient failure (sill.rails.event_attempts).
+saying so. PayPal not answering (a timeout, 429, 5xx), or answering what Sill cannot read
+(``PayPalUnreadable``), is a ``RetryableRailError``: the attempt is retried like any transient
+failure (sill.rails.event_attempts).
 
 Each event is applied once, under its row lock, as Stripe's are (sill.rails.stripe_events):
 
@@ -155,6 +156,8 @@ def _read_refund(stored: WebhookEvent, said: dict[str, Any], read_at: datetime) 
             f"{refund_id}: PayPal's refund is not of capture {capture_id}, as the event says; "
             "nothing recorded"
         )
+    # Read before the lock: one Sill cannot read is PayPalUnreadable, and the event is retried.
+    rail_refund(refund, default_time=read_at)
     return Held("refund", charge, refund, read_at)
 
 
@@ -213,8 +216,6 @@ def _apply_refund(
 ) -> str:
     refund_id = str(refund["id"])
     report = rail_refund(refund, default_time=event_at)
-    if report is None:
-        return f"{refund_id}: malformed refund"
     done = record_rail_refund(
         charge=charge, refund=report, event_id=stored.event_id, event_at=event_at
     )

@@ -55,7 +55,6 @@ from sill.rails.base import (
 from sill.rails.fact_reads import read_at_once
 from sill.rails.paypal.client import PayPalClient, PayPalNotFound, PayPalUnreadable
 from sill.rails.paypal.resources import (
-    amount,
     dispute_money,
     dispute_word,
     listed,
@@ -201,19 +200,8 @@ class PayPalRail:
                 code="rail_unsupported",
             )
         now = datetime.now(UTC)
-        listed: RailList[RailRefund] = RailList()
-        for raw in refunds:
-            raw = raw if isinstance(raw, dict) else {}
-            refund = rail_refund(raw, default_time=now)
-            if refund is not None:
-                listed.append(refund)
-            elif not raw.get("id") or amount(raw.get("amount")) is None:
-                # Not one that returns nothing (passed over): one Sill cannot read, named, so
-                # the list is never taken for all of PayPal's.
-                name = str(raw.get("id") or "(no id)")[:80]
-                listed.left_out.append(f"{name} (no id or amount Sill can read)")
-        listed.sort(key=lambda r: r.created_at, reverse=True)
-        return listed
+        listed = [rail_refund(raw, default_time=now) for raw in refunds]
+        return sorted(listed, key=lambda r: r.created_at, reverse=True)
 
     @_says_unreadable
     def list_disputes(
@@ -387,7 +375,9 @@ class PayPalRail:
         timeout = self.fact_timeout
         try:
             capture = self.capture(request.provider_charge_id, timeout=timeout)
-        except (RetryableRailError, PermanentRailError):
+        except (RetryableRailError, PermanentRailError) as exc:
+            if isinstance(exc, PayPalUnreadable):
+                self.note_unreadable(exc)
             return RefundFacts(live_money=self.mode == "live")
         refunded: int | None = None
         try:
@@ -399,15 +389,14 @@ class PayPalRail:
                 self.note_unreadable(exc)
             refunds = None
         if refunds is not None:
-            refunded = 0
-            for refund in refunds:
-                amount = _money(refund.get("amount"))
-                if (
-                    amount is not None
-                    and amount.currency == request.currency
-                    and refund.get("status") in ("COMPLETED", "PENDING")
-                ):
-                    refunded += amount.amount_minor
+            # Read as the refund list reads them (_order_refunds checked each): a refund
+            # PayPal lists without a status is completed there, and counted here too.
+            now = datetime.now(UTC)
+            refunded = sum(
+                read.amount_minor
+                for read in (rail_refund(refund, default_time=now) for refund in refunds)
+                if read.currency == request.currency and read.status in ("succeeded", "pending")
+            )
         return RefundFacts(
             charge_created_at=paypal_time(capture.get("create_time")),
             charge_refunded_minor=refunded,
@@ -422,17 +411,25 @@ class PayPalRail:
         timeout: float | None = None,
     ) -> list[dict[str, Any]] | None:
         """The refunds of ``capture_id`` listed on its checkout order; ``None`` when the
-        capture names no order to read."""
+        capture names no order to read. ``PayPalUnreadable`` when the order, or any refund of
+        the capture on it, is of another shape than PayPal's: every reader of the list (the
+        sync, the facts, a lookup) then has no answer, rather than one without that refund."""
         capture = capture if capture is not None else self.capture(capture_id, timeout=timeout)
         order_path = _link(capture, "up", what="capture")
         if not order_path or "/v2/checkout/orders/" not in order_path:
             return None
         order = self.client.get(order_path, doing="refund lookup", timeout=timeout)
+        units = objects(order, "purchase_units", what="checkout order")
+        if not units:
+            # Every order PayPal holds has one: this is no order's answer (an empty one, say).
+            raise PayPalUnreadable("PayPal's checkout order is unreadable: it has no purchase unit")
         found: list[dict[str, Any]] = []
-        for unit in objects(order, "purchase_units", what="checkout order"):
+        now = datetime.now(UTC)
+        for unit in units:
             payments = part(unit, "payments", what="checkout order")
             for refund in objects(payments, "refunds", what="checkout order"):
                 if _refunds_capture(refund, capture_id):
+                    rail_refund(refund, default_time=now)  # PayPalUnreadable if unreadable
                     found.append(refund)
         return found
 

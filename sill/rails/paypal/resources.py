@@ -20,6 +20,9 @@ from sill.money import Money, MoneyError, parse_major, recordable
 from sill.rails.base import SILL_REFUND_ID, RailName, RailRefund, amount_step, check_step
 from sill.rails.paypal.client import PayPalUnreadable
 
+# The longest provider id Sill's columns hold (a refund's, a dispute's).
+MAX_ID_CHARS = 255
+
 # PayPal's refund statuses in the words Sill's refund core reads (Stripe's words).
 REFUND_STATES = {
     "COMPLETED": "succeeded",
@@ -57,6 +60,26 @@ def part(resource: dict[str, Any], key: str, *, what: str) -> dict[str, Any]:
     found = resource[key]
     if not isinstance(found, dict):
         raise unreadable(what, key, found, "an object")
+    return found
+
+
+def text(resource: dict[str, Any], key: str, *, what: str) -> str:
+    """``resource[key]``, one of PayPal's strings: ``""`` when PayPal leaves it out or sends
+    null (no text); ``PayPalUnreadable`` when it is anything else but a string."""
+    found = resource.get(key)
+    if found is None:
+        return ""
+    if not isinstance(found, str):
+        raise unreadable(what, key, found, "a string")
+    return found
+
+
+def identifier(resource: dict[str, Any], key: str, *, what: str) -> str:
+    """``resource[key]``, the id of one of PayPal's resources: a string of 1 to
+    ``MAX_ID_CHARS`` characters (what Sill's columns hold), else ``PayPalUnreadable``."""
+    found = resource.get(key)
+    if not isinstance(found, str) or not 0 < len(found) <= MAX_ID_CHARS:
+        raise unreadable(what, key, found, "an id")
     return found
 
 
@@ -127,23 +150,29 @@ def capture_of(refund: dict[str, Any]) -> str:
     return ""
 
 
-def rail_refund(refund: dict[str, Any], *, default_time: datetime) -> RailRefund | None:
-    """One PayPal refund as Sill reads a rail's; None when it has no id or a readable, positive
-    amount. ``sill_refund_id``: its ``custom_id`` when that is one of Sill's refund ids."""
-    refund_id = str(refund.get("id") or "")
+def rail_refund(refund: dict[str, Any], *, default_time: datetime) -> RailRefund:
+    """One PayPal refund as Sill reads a rail's. ``PayPalUnreadable`` when Sill cannot read
+    it (no id, no positive amount of a currency Sill knows, a field of another shape): left
+    out, it was a refund PayPal made that Sill counted as none. ``sill_refund_id``: its
+    ``custom_id`` when that is one of Sill's refund ids."""
+    refund_id = identifier(refund, "id", what="refund")
     money = amount(refund.get("amount"))
-    if not refund_id or money is None or money[0] <= 0:
-        return None
-    custom_id = str(refund.get("custom_id") or "")
+    if money is None or money[0] <= 0:
+        raise PayPalUnreadable(
+            f"PayPal's refund {refund_id} is unreadable: its amount is not a positive amount "
+            "of a currency Sill knows"
+        )
+    custom_id = text(refund, "custom_id", what="refund")
+    details = part(refund, "status_details", what="refund")
     return RailRefund(
         provider_refund_id=refund_id,
         amount_minor=money[0],
         currency=money[1],
-        status=REFUND_STATES.get(str(refund.get("status") or "COMPLETED"), "pending"),
+        status=REFUND_STATES.get(text(refund, "status", what="refund") or "COMPLETED", "pending"),
         created_at=time(refund.get("create_time")) or default_time,
         sill_refund_id=custom_id if SILL_REFUND_ID.fullmatch(custom_id) else "",
-        reason=str(refund.get("note_to_payer") or ""),
-        failure_reason=str((refund.get("status_details") or {}).get("reason") or ""),
+        reason=text(refund, "note_to_payer", what="refund"),
+        failure_reason=text(details, "reason", what="refund's status details"),
     )
 
 
