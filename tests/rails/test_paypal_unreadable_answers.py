@@ -35,7 +35,7 @@ from sill.rails.base import (
     RefundRequest,
     RetryableRailError,
 )
-from sill.rails.paypal.client import PayPalUnreadable
+from sill.rails.paypal.client import PayPalRefused, PayPalUnreadable
 from sill.rails.paypal.rail import PayPalRail
 from sill.rails.registry import rail_from_account
 from tests.rails.paypal_stub import CLIENT_ID, CLIENT_SECRET, PayPalStub, StubCapture
@@ -230,3 +230,46 @@ def test_a_dispute_list_paypal_answers_unreadable_is_not_read(
         assert catch_up_charge(charge=order.charges.get(), rail=rail, event_id="t") is False
     assert not Dispute.objects.exists()
     assert [r.provider_refund_id for r in ExternalRefund.objects.all()] == [refund["id"]]
+
+
+def _answer(**fields: Any) -> Callable[[Any], Any]:
+    return lambda answer: {**answer, **fields}
+
+
+@pytest.mark.parametrize(
+    ("edit", "status", "raised"),
+    [
+        # Made, and answered with an id Sill cannot keep: settled under "{'id': 'RF1'}" or
+        # "12345" before, or a DataError when settled.
+        (_answer(id={"id": "RF1"}), 0, PayPalUnreadable),
+        (_answer(id=12345), 0, PayPalUnreadable),
+        (_answer(id="RF" + "9" * 300), 0, PayPalUnreadable),
+        (_answer(status="FAILED", status_details="ECHECK"), 0, PayPalUnreadable),  # AttributeError
+        (_answer(status=["FAILED"]), 0, PayPalUnreadable),  # TypeError
+        # An error whose details are a number: TypeError before, whatever the status.
+        (lambda answer: {"name": "INTERNAL_SERVER_ERROR", "details": 5}, 500, RetryableRailError),
+        (lambda answer: {"name": "UNPROCESSABLE_ENTITY", "details": 5}, 422, PayPalRefused),
+        (lambda answer: {"name": "UNPROCESSABLE_ENTITY", "details": [{"issue": 5}]}, 422, PayPalRefused),
+        (lambda answer: {"name": "INTERNAL_SERVER_ERROR", "details": [5]}, 503, RetryableRailError),
+        (lambda answer: [5], 500, RetryableRailError),
+    ],
+    ids=[
+        "id-an-object", "id-a-number", "id-absurdly-long", "status-details-a-word",
+        "status-a-list", "error-details-a-number-500", "error-details-a-number-422",
+        "error-issue-a-number", "error-details-a-list-of-numbers", "error-a-list",
+    ],
+)  # fmt: skip
+def test_a_refund_answer_paypal_sends_unreadable_is_an_error_of_the_rail(
+    paypal, paypal_account, edit, status: int, raised: type[Exception]
+):
+    capture = paypal.add_capture(amount="89.00")
+    paypal.reshape(f"/v2/payments/captures/{capture.id}/refund", edit, status=status)
+    with pytest.raises(raised):
+        _rail(paypal_account).refund(_lookup(capture))
+
+
+def test_a_token_whose_lifetime_is_absurd_is_used_all_the_same(paypal, paypal_account):
+    # OverflowError before: an integer past what a float holds.
+    capture = paypal.add_capture(amount="89.00")
+    paypal.reshape("/v1/oauth2/token", _answer(expires_in=10**400))
+    assert _rail(paypal_account).capture(capture.id)["id"] == capture.id

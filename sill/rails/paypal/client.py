@@ -48,6 +48,8 @@ LIVE_API = "https://api-m.paypal.com"
 # Refreshed this long before PayPal's ``expires_in`` runs out, so a call never carries a
 # token that expires on the way.
 TOKEN_MARGIN_SECONDS = 60
+# The longest token lifetime Sill believes (PayPal's are hours): a day.
+MAX_TOKEN_SECONDS = 86400
 
 # PayPal issue codes with a stable Sill code of their own; any other issue is rail_declined.
 ISSUE_CODES: dict[str, str] = {
@@ -271,7 +273,11 @@ class PayPalClient:
         if not isinstance(token, str) or not token:
             raise RetryableRailError("PayPal sign-in answered no access token")
         expires_in = data.get("expires_in")
-        return token, float(expires_in) if isinstance(expires_in, int | float) else 300.0
+        # PayPal says 9 hours or so; a lifetime past a float (OverflowError), not a number, or
+        # not positive is read as five minutes.
+        if isinstance(expires_in, int | float) and 0 < expires_in < MAX_TOKEN_SECONDS:
+            return token, float(expires_in)
+        return token, 300.0
 
     def _error(self, response: requests.Response, doing: str, *, write: bool) -> RailError:
         status = response.status_code
@@ -281,7 +287,9 @@ class PayPalClient:
             data = {}
         data = data if isinstance(data, dict) else {}
         name = str(data.get("name") or data.get("error") or f"HTTP {status}")
-        details = [d for d in data.get("details") or [] if isinstance(d, dict)]
+        # Only PayPal's words for the message: a body of another shape says none.
+        listed = data.get("details")
+        details = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
         issue = str(details[0].get("issue") or "") if details else ""
         said = str(
             (details[0].get("description") if details else "")

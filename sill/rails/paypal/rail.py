@@ -57,11 +57,13 @@ from sill.rails.paypal.client import PayPalClient, PayPalNotFound, PayPalUnreada
 from sill.rails.paypal.resources import (
     dispute_money,
     dispute_word,
+    identifier,
     listed,
     money_value,
     objects,
     part,
     rail_refund,
+    text,
 )
 from sill.rails.paypal.resources import time as paypal_time
 
@@ -482,11 +484,12 @@ def _money(value: Any) -> Money | None:
 
 
 def _result(answer: dict[str, Any], *, fallback: Money) -> RefundResult:
-    refund_id = str(answer.get("id") or "")
-    if not refund_id:
-        raise RetryableRailError("PayPal answered a refund without an id")
-    status = str(answer.get("status") or "PENDING")
-    reason = (answer.get("status_details") or {}).get("reason") or ""
+    """PayPal's refund as the refund core reads it; ``PayPalUnreadable`` (retryable: PayPal
+    answers the same ``PayPal-Request-Id`` with the same refund) when Sill cannot read it."""
+    refund_id = identifier(answer, "id", what="refund")
+    status = text(answer, "status", what="refund") or "PENDING"
+    details = part(answer, "status_details", what="refund")
+    reason = text(details, "reason", what="refund's status details")
     return RefundResult(
         provider_refund_id=refund_id,
         state=_STATES.get(status, "pending"),
