@@ -199,8 +199,20 @@ def _answers_a_refund_of_another_shape(paypal, account: RailAccount) -> None:
     paypal.reshape("/v2/payments/refunds/", lambda held: {**held, "amount": unreadable}, times=1)
 
 
+def _answers_a_refund_whose_links_are_a_number(paypal, account: RailAccount) -> None:
+    # Processed before as "PayPal's refund is not of capture …; nothing recorded", for good.
+    paypal.reshape("/v2/payments/refunds/", lambda held: {**held, "links": 5}, times=1)
+
+
 @pytest.mark.parametrize(
-    "failure", [_unreachable, _answers_503, _answers_429, _answers_a_refund_of_another_shape]
+    "failure",
+    [
+        _unreachable,
+        _answers_503,
+        _answers_429,
+        _answers_a_refund_of_another_shape,
+        _answers_a_refund_whose_links_are_a_number,
+    ],
 )
 def test_paypal_not_answering_the_read_retries_the_event_and_records_nothing(
     site, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks, failure
@@ -229,3 +241,29 @@ def test_paypal_not_answering_the_read_retries_the_event_and_records_nothing(
     event.refresh_from_db()
     assert event.processed_at is not None and "external refund recorded" in event.outcome
     assert Charge.objects.get(order=order).amount_refunded_outside_minor == 3000
+
+
+@pytest.mark.parametrize(
+    "odd", [5, {"seller_transaction_id": "X"}, None], ids=["a-number", "an-object", "null"]
+)
+def test_a_dispute_paypal_holds_of_another_shape_retries_the_event(
+    site, paypal, paypal_account, paypal_order, django_capture_on_commit_callbacks, odd
+):
+    # Seen before: PayPal's dispute whose disputed_transactions Sill could not read was taken
+    # for another capture's ("nothing recorded"), and the event processed for good: the
+    # dispute was never recorded, and refunds of the capture not refused.
+    order, capture = paypal_order()
+    with django_capture_on_commit_callbacks(execute=False):
+        deliver(site, paypal, dispute_event(paypal, capture))
+    event = WebhookEvent.objects.get(rail="paypal")
+    paypal.reshape(
+        "/v1/customer/disputes/", lambda held: {**held, "disputed_transactions": odd}, times=1
+    )
+    with pytest.raises(RetryableRailError):
+        attempt_event(event.pk)
+    event.refresh_from_db()
+    assert event.processed_at is None and event.last_error.startswith("PayPalUnreadable")
+    assert not Dispute.objects.exists()
+    # PayPal answering as it does again: recorded.
+    assert attempt_event(event.pk).ok
+    assert Dispute.objects.get(charge__order=order).status == "needs_response"

@@ -50,6 +50,7 @@ from sill.rails.paypal.resources import (
     capture_of,
     dispute_money,
     dispute_word,
+    disputed_captures,
     rail_refund,
     time,
 )
@@ -142,7 +143,7 @@ def _reader(stored: WebhookEvent) -> PayPalRail:
 
 def _read_refund(stored: WebhookEvent, said: dict[str, Any], read_at: datetime) -> Held | str:
     refund_id = str(said.get("id") or "")
-    capture_id = capture_of(said)
+    capture_id = capture_of(said, held=False)
     charge = _charge(stored, capture_id)
     if charge is None or not refund_id:
         if SILL_REFUND_ID.fullmatch(str(said.get("custom_id") or "")):
@@ -166,7 +167,7 @@ def _read_dispute(stored: WebhookEvent, said: dict[str, Any], read_at: datetime)
     charge = next(
         (
             found
-            for capture_id in _disputed_captures(said)
+            for capture_id in disputed_captures(said, held=False)
             if (found := _charge(stored, capture_id)) is not None
         ),
         None,
@@ -177,7 +178,7 @@ def _read_dispute(stored: WebhookEvent, said: dict[str, Any], read_at: datetime)
     if dispute is None:
         return f"{dispute_id}: PayPal holds no such dispute; nothing recorded"
     if (
-        charge.provider_charge_id not in _disputed_captures(dispute)
+        charge.provider_charge_id not in disputed_captures(dispute)
         or str(dispute.get("dispute_id") or "") != dispute_id
     ):
         return (
@@ -199,16 +200,6 @@ def _charge(stored: WebhookEvent, capture_id: str) -> Charge | None:
     return Charge.objects.filter(
         rail=Rail.PAYPAL, order__site_id=stored.site_id, provider_charge_id=capture_id
     ).first()
-
-
-def _disputed_captures(dispute: dict[str, Any]) -> list[str]:
-    listed = dispute.get("disputed_transactions")
-    return [
-        capture_id
-        # A number here (the event's body is not PayPal's word) raised on every attempt.
-        for t in (listed if isinstance(listed, list) else [])
-        if isinstance(t, dict) and (capture_id := str(t.get("seller_transaction_id") or ""))
-    ]
 
 
 def _apply_refund(

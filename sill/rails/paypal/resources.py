@@ -138,16 +138,36 @@ def time(value: Any) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def capture_of(refund: dict[str, Any]) -> str:
-    """The capture id named by the refund's ``up`` link (``…/v2/payments/captures/{id}``)."""
+def capture_of(refund: dict[str, Any], *, held: bool = True) -> str:
+    """The capture id named by the refund's ``up`` link (``…/v2/payments/captures/{id}``).
+
+    ``held``: the refund as PayPal's API answers it, whose links of another shape are
+    ``PayPalUnreadable`` (read as "no capture", the event was processed as naming another
+    capture, recording nothing for good). Not held: a webhook's body, which only names what to
+    read (PayPal signs a CRC32 of it): its links of another shape name no capture."""
     links = refund.get("links")
-    # Only the body names the links (PayPal signs a CRC32 of it): a number here raised.
+    if held:
+        links = objects(refund, "links", what="refund")
     for link in links if isinstance(links, list) else []:
         if isinstance(link, dict) and link.get("rel") == "up":
             parts = urlsplit(str(link.get("href") or "")).path.rstrip("/").split("/")
             if len(parts) >= 2 and parts[-2] == "captures":
                 return parts[-1]
     return ""
+
+
+def disputed_captures(dispute: dict[str, Any], *, held: bool = True) -> list[str]:
+    """The capture ids of the dispute's ``disputed_transactions`` (``held`` as for
+    :func:`capture_of`: PayPal's answer, whose list of another shape is unreadable)."""
+    listed = dispute.get("disputed_transactions")
+    if held:
+        listed = objects(dispute, "disputed_transactions", what="dispute")
+    return [
+        capture_id
+        # A number here (the event's body is not PayPal's word) raised on every attempt.
+        for t in (listed if isinstance(listed, list) else [])
+        if isinstance(t, dict) and (capture_id := str(t.get("seller_transaction_id") or ""))
+    ]
 
 
 def rail_refund(refund: dict[str, Any], *, default_time: datetime) -> RailRefund:
