@@ -125,3 +125,29 @@ def test_a_stripe_dispute_of_another_shape_hides_no_other(
     assert read is ("id" not in odd)
     assert set(recorded) == ({"dp_readable"} if "id" in odd else {"dp_odd", "dp_readable"})
     assert all(d.status == "needs_response" for d in recorded.values())
+
+
+@pytest.mark.parametrize(
+    ("field", "odd"),
+    [("reason", {"code": "FRAUD"}), ("reason", 5), ("status", ["OPEN"]), ("status", 7),
+     ("create_time", 5)],
+    ids=["reason-an-object", "reason-a-number", "status-a-list", "status-a-number",
+         "created-a-number"],
+)  # fmt: skip
+def test_a_paypal_dispute_field_of_another_shape_is_read_as_not_said(
+    site, paypal, paypal_account, paypal_order, field: str, odd: Any
+):
+    # Seen before: the field's Python text was recorded as PayPal's word ("{'code': 'FRAUD'}"
+    # as the reason the refusal names, "['OPEN']" as its status at PayPal). Now it reads as
+    # PayPal not saying: reason "general", status OPEN (needs a response, refusing refunds).
+    order, capture = paypal_order()
+    listed = paypal.add_dispute(capture, status="OPEN")
+    listed[field] = odd
+    paypal.put_dispute(listed)
+    charge = order.charges.get()
+    assert catch_up_charge(charge=charge, rail=rail_from_account(paypal_account), event_id="t")
+    dispute = Dispute.objects.get(charge=charge)
+    reason = "general" if field == "reason" else "MERCHANDISE_OR_SERVICE_NOT_RECEIVED"
+    assert (dispute.status, dispute.rail_status, dispute.reason) == (
+        "needs_response", "OPEN", reason,
+    )  # fmt: skip

@@ -49,6 +49,7 @@ from sill.rails.paypal.rail import PayPalRail
 from sill.rails.paypal.resources import (
     capture_of,
     dispute_money,
+    dispute_reason,
     dispute_word,
     disputed_captures,
     rail_refund,
@@ -222,7 +223,7 @@ def _apply_dispute(
     rail_status = dispute_word(dispute)
     reported = ReportedDispute(
         provider_dispute_id=dispute_id,
-        reason=str(dispute.get("reason") or "general"),
+        reason=dispute_reason(dispute),
         amount_minor=minor,
         currency=currency,
         status=dispute_status(rail_status),

@@ -56,6 +56,7 @@ from sill.rails.fact_reads import read_at_once
 from sill.rails.paypal.client import PayPalClient, PayPalNotFound, PayPalUnreadable
 from sill.rails.paypal.resources import (
     dispute_money,
+    dispute_reason,
     dispute_word,
     identifier,
     listed,
@@ -271,7 +272,7 @@ class PayPalRail:
                     provider_dispute_id=dispute_id,
                     amount_minor=minor,
                     currency=currency,
-                    reason=str(item.get("reason") or "general"),
+                    reason=dispute_reason(item),
                     status=dispute_word(item),
                     created_at=paypal_time(item.get("create_time")) or now,
                     details_read=details_read,

@@ -206,11 +206,20 @@ def dispute_money(dispute: dict[str, Any]) -> tuple[int | None, str]:
     return money
 
 
+def dispute_reason(dispute: dict[str, Any]) -> str:
+    """The dispute's ``reason``; ``"general"`` when PayPal does not say it (left out, or of
+    another shape, whose Python text the refusal named in words)."""
+    said = dispute.get("reason")
+    return said if isinstance(said, str) and said else "general"
+
+
 def dispute_word(dispute: dict[str, Any]) -> str:
     """The dispute's status as sill.rails.dispute_states reads PayPal's: a resolved one carries
     its outcome after a colon (``RESOLVED:RESOLVED_SELLER_FAVOUR``), since RESOLVED alone
     does not say who won."""
-    status = str(dispute.get("status") or "OPEN").upper()
+    said = dispute.get("status")
+    # A status of another shape says nothing: OPEN, as one left out (it refuses refunds).
+    status = (said if isinstance(said, str) and said else "OPEN").upper()
     found = dispute.get("dispute_outcome")
     # An outcome of another shape says nothing: RESOLVED alone, read as lost.
     outcome = str((found if isinstance(found, dict) else {}).get("outcome_code") or "").upper()
