@@ -130,6 +130,19 @@ def test_paypal_asks_for_a_fresh_token(client_for, paypal, paypal_account):
     assert CLIENT_SECRET not in body
 
 
+@pytest.mark.parametrize(
+    "app_id", [{"id": "APP-1"}, 5, "APP-" + "9" * 5000], ids=["an-object", "a-number", "absurd"]
+)
+def test_paypal_naming_its_app_oddly_is_named_by_the_client_id(
+    client_for, paypal, paypal_account, app_id
+):
+    # Seen before: the card said "Connected to {'id': 'APP-1'}", "5", or 5,000 characters.
+    paypal.reshape("/v1/oauth2/token", lambda answer: {**answer, "app_id": app_id})
+    _, body = check(client_for("owner"), "paypal")
+    assert f"Connected to REST app {CLIENT_ID[:8]}… · test mode" in body
+    assert "APP-1" not in body and "9" * 100 not in body
+
+
 def test_paypal_with_a_wrong_secret(client_for, paypal, paypal_account):
     paypal_account.set_secret("wrong-secret")
     paypal_account.save()

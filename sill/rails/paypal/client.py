@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from typing import Any
@@ -50,6 +51,9 @@ LIVE_API = "https://api-m.paypal.com"
 TOKEN_MARGIN_SECONDS = 60
 # The longest token lifetime Sill believes (PayPal's are hours): a day.
 MAX_TOKEN_SECONDS = 86400
+
+# A REST app's id as PayPal names it in a token's answer ("APP-80W284485P519543T").
+APP_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 # PayPal issue codes with a stable Sill code of their own; any other issue is rail_declined.
 ISSUE_CODES: dict[str, str] = {
@@ -268,7 +272,9 @@ class PayPalClient:
                 retry_after=wait_asked(response.status_code, response.headers),
             )
         data = _json(response, "sign-in")
-        self._last_app_id = str(data.get("app_id") or "")
+        app_id = data.get("app_id")
+        # Shown on Settings → Rails: only an id as PayPal writes them ("APP-80W2…"), else none.
+        self._last_app_id = app_id if isinstance(app_id, str) and APP_ID.fullmatch(app_id) else ""
         token = data.get("access_token")
         if not isinstance(token, str) or not token:
             raise RetryableRailError("PayPal sign-in answered no access token")
