@@ -99,10 +99,12 @@ class _SoftLimitStub(stripe_facts_stub.StripeFactsStub):
 
     at = ""
 
-    def answer(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any], str]:
+    def answer(
+        self, path: str, query: dict[str, list[str]], method: str = "GET"
+    ) -> tuple[int, dict[str, Any], str]:
         if path.endswith("/refunds") and query.get("charge") == [self.at]:
             os.kill(os.getpid(), signal.SIGUSR1)
-        return super().answer(path, query)
+        return super().answer(path, query, method)
 
 
 def test_the_soft_time_limit_in_a_charge_read_ends_the_run_and_leaves_that_charge_next(
