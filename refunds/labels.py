@@ -102,12 +102,23 @@ def refund_outcome_label(refund: Refund) -> str:
 
 
 def outcome_words(refund: Refund) -> tuple[str, str]:
-    """Why ``refund`` failed (or needs attention), as the order page and the refund page both
-    say it: Sill's words for its outcome ("Declined by the rail"), and apart the rail's own
-    message when it says more ("mock rail: the refund was declined"), else ""."""
-    what = outcome_label(refund.outcome_code) or "The rail gave no reason"
-    detail = refund.failure_message if refund.failure_message != what else ""
-    return what, detail
+    """Why ``refund`` failed (or needs attention), as the order page, the refund page and the
+    held page say it: Sill's words for its outcome ("Declined by the rail"), and apart the
+    rail's own message when it says more ("mock rail: the refund was declined"), else ""."""
+    return failure_words(refund.outcome_code, refund.failure_message)
+
+
+def failure_words(code: str, message: str) -> tuple[str, str]:
+    """:func:`outcome_words` from an outcome ``code`` and the rail's ``message`` (as a refund
+    keeps them, or as its settlement record does)."""
+    what = outcome_label(code) or "The rail gave no reason"
+    return what, message if message != what else ""
+
+
+def failure_line(what: str, detail: str) -> str:
+    """:func:`outcome_words` on one line: ``Declined by the rail. mock rail: the refund was
+    declined``; Sill's words alone when the rail said nothing more."""
+    return f"{what}. {detail}" if detail else what
 
 
 def rejection_words(refund: Refund) -> str:

@@ -19,6 +19,8 @@ from refunds.labels import (
     REASON_LABELS,
     buyer_label,
     credit_confirmation,
+    failure_line,
+    failure_words,
     humanize,
     labelled_rule,
     money_confirmation,
@@ -369,7 +371,7 @@ class DecisionEntry:
     hash: str
     body: dict[str, Any]
     rules: list[dict[str, Any]] = field(default_factory=list)  # labelled (refunds.labels)
-    reason: str = ""  # the record's outcome code in words
+    reason: str = ""  # the record's outcome code in words (and a failure's rail message)
 
     @property
     def tone(self) -> str:
@@ -384,7 +386,6 @@ def decision_records_for(refund: Refund) -> list[DecisionEntry]:
     for record in records_about(site=refund.site, refund_id=refund.pk):
         body = json.loads(record.payload).get("body", {})
         rules = body.get("rules") if isinstance(body.get("rules"), list) else []
-        reason = body.get("reason")
         entries.append(
             DecisionEntry(
                 seq=record.seq,
@@ -394,10 +395,21 @@ def decision_records_for(refund: Refund) -> list[DecisionEntry]:
                 hash=record.hash,
                 body=body,
                 rules=[labelled_rule(r) for r in rules if isinstance(r, dict)],
-                reason=outcome_label(reason) if isinstance(reason, str) else "",
+                reason=_record_reason(record.kind, body),
             )
         )
     return entries
+
+
+def _record_reason(kind: str, body: dict[str, Any]) -> str:
+    """A record's outcome in words; a failed settlement's in Sill's words, then the rail's
+    message it kept, as the refund page says it (``Declined by the rail. mock rail: …``)."""
+    reason = body.get("reason")
+    if not isinstance(reason, str):
+        return ""
+    if kind == "settlement" and body.get("outcome") == "failed":
+        return failure_line(*failure_words(reason, str(body.get("message") or "")))
+    return outcome_label(reason)
 
 
 @dataclass(frozen=True)

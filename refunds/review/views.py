@@ -30,8 +30,10 @@ from django.views.decorators.http import require_POST, require_safe
 
 from refunds.labels import (
     attention_words,
+    failure_line,
     money_words,
     outcome_label,
+    outcome_words,
     rail_label,
     refund_outcome_label,
     refused_approval,
@@ -194,7 +196,8 @@ def _done_message(refund: Refund, decided: str) -> str:
     if refund.status == RefundStatus.PROCESSING:
         return f"{decided}: {refund.amount} is being {done} {where}."
     if refund.status == RefundStatus.FAILED:
-        why = refund.failure_message or outcome_label(refund.outcome_code)
+        # Sill's words, then the rail's, as the refund page and the order page say it.
+        why = failure_line(*outcome_words(refund)).rstrip(".")
         return f"{decided}, but the rail refused the {noun}: {why}."
     return f"{decided}: nothing was {done}."
 
@@ -243,6 +246,8 @@ def _detail_context(request: SiteRequest, refund: Refund) -> dict[str, Any]:
         "facts": selectors.fact_rows(refund),
         "fact_phrases": selectors.fact_words(refund),
         "outcome": outcome_label(refund.outcome_code),
+        # A failure in Sill's words and the rail's, as the refund page says it.
+        "failure": outcome_words(refund) if refund.status == RefundStatus.FAILED else None,
         "attention": attention_words(refund),
         # An approval Sill refused (a dispute, less left, the rail off): said as one, not as
         # the outcome of the approver's own rejection.

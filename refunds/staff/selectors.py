@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db.models import Count, Q, Sum
 
 from refunds.labels import (
+    failure_line,
     outcome_label,
     outcome_words,
     rail_refund_state_label,
@@ -53,8 +54,7 @@ def _refund_detail(refund: Refund) -> str:
     """Under a refund's badge: why it failed in Sill's words then the rail's, as the banner
     above and the refund page say it; a rejection's or expiry's reason in words."""
     if refund.status == RefundStatus.FAILED:
-        what, said = outcome_words(refund)
-        return f"{what}. {said}" if said else what
+        return failure_line(*outcome_words(refund))
     return refund.failure_message or outcome_label(refund.outcome_code)
 
 

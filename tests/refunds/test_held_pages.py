@@ -614,3 +614,34 @@ def test_an_approval_refused_because_the_rail_is_off_says_so(client_for, held, m
     assert "<dt>Outcome</dt><dd>Refused on approval: the rail is off or not connected</dd>" in body
     assert "<dt>Approved by</dt><dd>admin@roasters.example <span" in body
     assert status_of(held) == "rejected"
+
+
+def test_a_declined_approval_says_why_in_sills_words_then_the_rails(
+    client_for, held, members, mock_rail, django_capture_on_commit_callbacks
+):
+    """Seen: after the rail declined an approved refund, the held page's panel said only the
+    rail's message ("Failed: mock rail: the refund was declined (scripted)"), its decision
+    record only Sill's label ("Declined by the rail"), and the row's decision message only the
+    rail's message again; the refund page and the order page say Sill's words first, then the
+    rail's (refunds.labels.outcome_words). The held page now says both, in that order."""
+    mock_rail.config = {"refund": "decline"}
+    mock_rail.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        approve_refund(refund=held, actor=members["admin"].user)
+    assert status_of(held) == "failed"
+    said = "mock rail: the refund was declined (scripted)"
+    client = client_for("owner")
+    body = " ".join(client.get(f"/held/{held.id}/").content.decode().split())
+    assert f'<dt>Failed</dt><dd>Declined by the rail. <span class="muted">{said}</span></dd>' in (
+        body
+    )
+    record = body.split('<section id="decision-record"', 1)[1].split("</section>", 1)[0]
+    settlement = record.split("Settlement", 1)[1].split("</li>", 1)[0]
+    assert f"· Declined by the rail. {said}" in settlement
+    row = client.get(
+        f"/held/{held.id}/", headers={"HX-Request": "true", "HX-Target": f"held-row-{held.id}"}
+    ).content.decode()
+    assert (
+        f'role="status">Approved, but the rail refused the refund: Declined by the rail. {said}.'
+        in html.unescape(row)
+    )
