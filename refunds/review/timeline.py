@@ -28,6 +28,8 @@ from refunds.labels import (
     REASON_LABELS,
     fact_label,
     fact_value,
+    failure_line,
+    failure_words,
     humanize,
     labelled_rule,
     money_words,
@@ -277,7 +279,9 @@ def _settlement(refund: Refund, record: AuditRecord, body: dict[str, Any]) -> En
     if body.get("provider_refund_id"):
         lines.append((_provider_id_label(refund), str(body["provider_refund_id"])))
     if failed:
-        lines.append(("Why", str(body.get("message") or outcome_label(str(body.get("reason"))))))
+        # Sill's words, then the rail's, as the page's Outcome above says it.
+        why = failure_words(str(body.get("reason") or ""), str(body.get("message") or ""))
+        lines.append(("Why", failure_line(*why)))
     if body.get("resolved_by"):
         lines.append(("Recorded by", str(body["resolved_by"])))
     return Entry(

@@ -186,6 +186,8 @@ def test_a_failed_refund_says_why_in_the_words_the_order_page_uses(
     body = page(client_for("owner"), refund)
     outcome = body.split("<dt>Outcome</dt><dd>", 1)[1].split("</dd>", 1)[0]
     assert outcome == f'Declined by the rail. <span class="muted">{said}</span>'
+    # The timeline's settlement says it alike (it read the rail's message alone).
+    assert f"<dt>Why</dt><dd>Declined by the rail. {said}</dd>" in body
     order_page = client_for("owner").get(f"/orders/{order.pk}/").content.decode()
     assert f'failed: Declined by the rail.</strong> <span class="muted">{said}</span>' in order_page
     tab = client_for("owner").get(f"/orders/{order.pk}/", {"tab": "transactions"})
