@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 
+from policies.rules import ACTION_LABELS
 from policies.vocabulary import FACTS, NUMERIC_KINDS, FactSpec
 from sill.money import KNOWN_CURRENCIES, Money, MoneyError, parse_major
 
@@ -54,9 +55,8 @@ COMPARISONS: tuple[tuple[str, str], ...] = (
     ("eq", "is"),
     ("in", "is one of"),
 )
-PROTECT_ACTIONS: tuple[tuple[str, str], ...] = (
-    ("require_approval", "Hold for approval"),
-    ("deny", "Deny"),
+PROTECT_ACTIONS: tuple[tuple[str, str], ...] = tuple(
+    (action, ACTION_LABELS[action]) for action in ("require_approval", "deny")
 )
 
 

@@ -27,6 +27,15 @@ from policies.vocabulary import FACTS, INTEGER_KINDS, NUMERIC_KINDS, FactSpec
 from sill.errors import SillError
 
 ACTIONS: tuple[str, ...] = ("allow", "require_approval", "deny")
+# Each action's one name on every page, message and export (Rules page, previews, a refund's
+# rules that fired, its timeline, the held list, emails, Slack, Activity): "Allow", not
+# "Refund automatically", since rules only restrict and an allow rule never makes a refund
+# pass (policies.engine), and a credit is allowed as a refund is.
+ACTION_LABELS: dict[str, str] = {
+    "allow": "Allow",
+    "require_approval": "Hold for approval",
+    "deny": "Deny",
+}
 MODES: tuple[str, ...] = ("enforced", "observe")
 BOUNDS: tuple[str, ...] = ("gte", "gt", "lte", "lt")
 MAX_RULES = 50

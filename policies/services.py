@@ -28,7 +28,14 @@ from audit.services import append_record
 from policies.catalog import CatalogItem, build_rules
 from policies.engine import AutoRefund
 from policies.models import BASELINE_NUMBER, PolicyVersion
-from policies.rules import MAX_RULES, MODES, RuleError, json_safe_rules, validate_rule
+from policies.rules import (
+    ACTION_LABELS,
+    MAX_RULES,
+    MODES,
+    RuleError,
+    json_safe_rules,
+    validate_rule,
+)
 from policies.selectors import (
     ActivePolicy,
     active_policy_for,
@@ -44,7 +51,6 @@ from sill.errors import NotFound, SillError
 from sill.money import Money
 
 MAX_CAP_MINOR = 10**12
-_ACTION_WORDS = {"allow": "allow", "require_approval": "hold for approval", "deny": "deny"}
 
 
 class PolicyConflict(SillError):
@@ -182,7 +188,7 @@ def add_rule(
         return Edit(
             rules=[*active.rules, valid],
             auto_refund=active.auto_refund,
-            summary=f"Rule {valid['id']} added: {_ACTION_WORDS[valid['then']['action']]}"
+            summary=f"Rule {valid['id']} added: {ACTION_LABELS[valid['then']['action']].lower()}"
             + (" (observe only)" if valid["mode"] == "observe" else ""),
             detail={"change": "add_rule", "rule_id": valid["id"]},
         )

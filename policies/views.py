@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from policies import catalog as cat
 from policies.forms import AutoRefundForm, ProtectedRefundForm
+from policies.rules import ACTION_LABELS
 from policies.selectors import active_policy_for, versions_for
 from policies.services import (
     MAX_WINDOW_DAYS,
@@ -42,7 +43,6 @@ from sill.money import Money
 
 # --- the rules page ---------------------------------------------------------------------------
 
-ACTION_WORDS = {"allow": "Allow", "require_approval": "Hold for approval", "deny": "Deny"}
 # A preview's outcomes, in words.
 OUTCOME_WORDS = {
     "allow": "Refunded",
@@ -262,7 +262,7 @@ def _rule_rows(rules: Any) -> list[dict[str, Any]]:
                 for f, c in rule["when"].items()
             ],
             "action": rule["then"]["action"],
-            "action_words": ACTION_WORDS.get(rule["then"]["action"], rule["then"]["action"]),
+            "action_words": ACTION_LABELS.get(rule["then"]["action"], rule["then"]["action"]),
             "mode": rule.get("mode", "enforced"),
             "from_catalog": rule["id"].startswith("tpl-") or rule["id"] == "r07",
             "json": json.dumps(rule, indent=2),
@@ -404,6 +404,7 @@ def _replay_section(
             {
                 "impact": impact,
                 "title": cat.rule_title(impact.id),
+                "action_words": ACTION_LABELS.get(impact.action, impact.action),
                 "new": impact.id in new,
                 "amounts": [Money(m, c) for c, m in sorted(impact.amounts.items())],
             }

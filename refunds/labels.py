@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from policies.catalog import TEMPLATES, rule_title  # noqa: F401  (re-exported)
+from policies.rules import ACTION_LABELS
 from refunds.models import Refund, RefundOrigin, RefundStatus
 from sill.money import Money, MoneyError, format_money
 from sill.outcomes import OUTCOME_LABELS, humanize, outcome_label  # noqa: F401  (re-exported)
@@ -27,18 +28,12 @@ REASON_LABELS: dict[str, str] = {
     "other": "Other",
 }
 
-# A rule's action (policies.engine), as the decider reads it.
-ACTION_LABELS: dict[str, str] = {
-    "allow": "Refund automatically",
-    "require_approval": "Hold for approval",
-    "deny": "Deny",
-}
-
 # A rule's mode: an observed rule only records what it would have done.
 MODE_LABELS: dict[str, str] = {"enforced": "enforced", "observe": "observed only"}
 
 
 def action_label(action: str) -> str:
+    """A rule's action (policies.engine) as the decider reads it, as the Rules page names it."""
     return ACTION_LABELS.get(action, humanize(action)) if action else ""
 
 

@@ -406,3 +406,34 @@ def test_the_facts_table_names_each_fact_as_the_rules_do(client_for):
         '<code class="small">refundCustomerRefunds30d</code></td>'
     ) in facts
     assert '<strong>Refund amount in USD</strong><br><code class="small">refundAmountUsd' in facts
+
+
+@pytest.mark.parametrize("action", ["allow", "require_approval", "deny"])
+def test_an_action_has_one_name_everywhere(client_for, site, owner, apply_template, action):
+    """Seen: the Rules page and a preview called an allow rule "Allow" where a refund's page,
+    its timeline, the held list, the emails and Slack (refunds.labels.action_label) said
+    "Refund automatically" for the same rule. One action now has one name: the Rules page's
+    Then column, a preview's per-rule table, and the change's summary in the History, the
+    Activity page and its CSV all use the words the refund pages use."""
+    import html
+
+    from policies.services import add_rule
+    from refunds.labels import action_label
+
+    words = action_label(action)
+    rule = {"id": "my-rule", "when": {"refundReason": "other"}, "then": {"action": action}}
+    add_rule(site=site, actor=owner, rule=rule)
+    owner_client = client_for("owner")
+    page = html.unescape(owner_client.get("/rules/").content.decode())
+    row = page.split('<tr id="rule-my-rule">', 1)[1].split("</tr>", 1)[0]
+    then = row.split("</ul></td>", 1)[1].split("</td>", 1)[0]
+    assert f">{words}</span>" in then
+    summary = f"added: {words.lower()}"
+    assert summary in page.split('id="versions"', 1)[1]
+    preview = owner_client.get("/rules/templates/r07/").content.decode()
+    cell = preview.split('id="preview-table"', 1)[1].split('<code class="small">my-rule', 1)[1]
+    assert f">{words}</span>" in cell.split("</td>", 2)[1]
+    activity = html.unescape(owner_client.get("/activity/").content.decode())
+    assert summary in activity
+    csv = owner_client.get("/activity/", {"format": "csv"})
+    assert summary in b"".join(csv.streaming_content).decode()

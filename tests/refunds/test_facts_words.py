@@ -103,7 +103,7 @@ def test_rules_and_actions_have_human_labels():
     assert rule_title("r07") == "Human review on destructive actions (r07)"
     assert rule_title("my-own-rule") == "My own rule"
     assert action_label("require_approval") == "Hold for approval"
-    assert action_label("allow") == "Refund automatically"
+    assert action_label("allow") == "Allow"
     assert action_label("deny") == "Deny"
     rule = labelled_rule({"id": "r07", "action": "require_approval", "mode": "enforced"})
     assert rule["title"].startswith("Human review") and rule["action_label"] == "Hold for approval"
