@@ -241,12 +241,11 @@ def _require_two_factor(request: Request, site: Site) -> None:
 def _result(result: ApplyResult) -> dict[str, Any]:
     key = "packId" if result.item.kind == "pack" else "templateId"
     if result.status == "already_applied":
-        ids = ", ".join(r["id"] for r in result.already)
-        message = f"Already applied: {ids}."
+        message = f"Already applied: {cat.rule_names(result.already)}."
     elif result.status == "preview":
         message = "Preview only: nothing was written."
     else:
-        message = f"Applied: {', '.join(r['id'] for r in result.rules)}."
+        message = f"Applied: {cat.rule_names(result.rules)}."
     return {
         "status": result.status,
         key: result.item.id,

@@ -8,7 +8,7 @@ cents, shares as whole percent and stored as a fraction (50 → 0.5).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
@@ -348,3 +348,16 @@ def rule_title(rule_id: str) -> str:
             return template.title
     words = rule_id.removeprefix("tpl-").replace("-", " ").replace("_", " ").strip()
     return words.capitalize() or "A rule"
+
+
+def rule_name(rule_id: str) -> str:
+    """A rule as a sentence names it: its title, as the Rules page shows it, then its id, what
+    the rules' JSON and the API use (“Conservative / manual review” (tpl-conservative)); the
+    id once when the title already says it (“Human review on destructive actions (r07)”)."""
+    title = rule_title(rule_id)
+    return f"“{title}”" if f"({rule_id})" in title else f"“{title}” ({rule_id})"
+
+
+def rule_names(rules: Iterable[Mapping[str, Any]]) -> str:
+    """:func:`rule_name` of each of ``rules``, joined with commas."""
+    return ", ".join(rule_name(str(rule["id"])) for rule in rules)

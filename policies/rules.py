@@ -37,6 +37,9 @@ ACTION_LABELS: dict[str, str] = {
     "deny": "Deny",
 }
 MODES: tuple[str, ...] = ("enforced", "observe")
+# A rule's mode in a sentence ("is now observed only"): an observed rule only records what it
+# would have done.
+MODE_LABELS: dict[str, str] = {"enforced": "enforced", "observe": "observed only"}
 BOUNDS: tuple[str, ...] = ("gte", "gt", "lte", "lt")
 MAX_RULES = 50
 RULE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

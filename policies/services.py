@@ -25,12 +25,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from audit.services import append_record
-from policies.catalog import CatalogItem, build_rules
+from policies.catalog import CatalogItem, build_rules, rule_name
 from policies.engine import AutoRefund
 from policies.models import BASELINE_NUMBER, PolicyVersion
 from policies.rules import (
     ACTION_LABELS,
     MAX_RULES,
+    MODE_LABELS,
     MODES,
     RuleError,
     json_safe_rules,
@@ -118,7 +119,7 @@ def apply_catalog_item(
         return Edit(
             rules=[*active.rules, *new],
             auto_refund=active.auto_refund,
-            summary=f"Applied {item.kind} {item.id} ({mode})",
+            summary=f"Applied {item.kind} “{item.title}” ({MODE_LABELS[mode]})",
             detail={
                 "change": "apply_template",
                 "catalog_kind": item.kind,
@@ -149,7 +150,7 @@ def set_rule_mode(
         return Edit(
             rules=[{**r, "mode": mode} if r["id"] == rule_id else r for r in active.rules],
             auto_refund=active.auto_refund,
-            summary=f"Rule {rule_id} set to {mode}",
+            summary=f"Rule {rule_name(rule_id)} now {MODE_LABELS[mode]}",
             detail={"change": "set_rule_mode", "rule_id": rule_id, "mode": mode},
         )
 
@@ -188,7 +189,8 @@ def add_rule(
         return Edit(
             rules=[*active.rules, valid],
             auto_refund=active.auto_refund,
-            summary=f"Rule {valid['id']} added: {ACTION_LABELS[valid['then']['action']].lower()}"
+            summary=f"Rule {rule_name(valid['id'])} added: "
+            + ACTION_LABELS[valid["then"]["action"]].lower()
             + (" (observe only)" if valid["mode"] == "observe" else ""),
             detail={"change": "add_rule", "rule_id": valid["id"]},
         )
@@ -282,7 +284,7 @@ def delete_rule(
         return Edit(
             rules=[r for r in active.rules if r["id"] != rule_id],
             auto_refund=active.auto_refund,
-            summary=f"Rule {rule_id} deleted",
+            summary=f"Rule {rule_name(rule_id)} deleted",
             detail={"change": "delete_rule", "rule_id": rule_id},
         )
 

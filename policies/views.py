@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from policies import catalog as cat
 from policies.forms import AutoRefundForm, ProtectedRefundForm
-from policies.rules import ACTION_LABELS
+from policies.rules import ACTION_LABELS, MODE_LABELS
 from policies.selectors import active_policy_for, versions_for
 from policies.services import (
     MAX_WINDOW_DAYS,
@@ -67,7 +67,7 @@ def rule_mode(request: SiteRequest, rule_id: str) -> HttpResponse:
         lambda site, actor: set_rule_mode(
             site=site, actor=actor, rule_id=rule_id, mode=mode, second_factor=_fresh(request)
         ),
-        done=f"Rule {rule_id} is now {mode}.",
+        done=f"Rule {cat.rule_name(rule_id)} is now {MODE_LABELS.get(mode, mode)}.",
     )
 
 
@@ -79,7 +79,7 @@ def rule_delete(request: SiteRequest, rule_id: str) -> HttpResponse:
         lambda site, actor: delete_rule(
             site=site, actor=actor, rule_id=rule_id, second_factor=_fresh(request)
         ),
-        done=f"Rule {rule_id} deleted.",
+        done=f"Rule {cat.rule_name(rule_id)} deleted.",
     )
 
 
@@ -174,7 +174,8 @@ def protect_add(request: SiteRequest) -> HttpResponse:
         except SillError as exc:
             error = exc
         else:
-            messages.success(request, f"Rule {rule['id']} added. Active policy: {label}.")
+            added = f"Rule {cat.rule_name(rule['id'])} added. Active policy: {label}."
+            messages.success(request, added)
             return redirect(f"{reverse('policies:rules')}#rules-section")
     context = _rules_context(request, protect_form=form, protect_error=error)
     return render(request, "policies/rules.html", context, status=422)
@@ -264,6 +265,7 @@ def _rule_rows(rules: Any) -> list[dict[str, Any]]:
             "action": rule["then"]["action"],
             "action_words": ACTION_LABELS.get(rule["then"]["action"], rule["then"]["action"]),
             "mode": rule.get("mode", "enforced"),
+            "mode_words": MODE_LABELS.get(rule.get("mode", "enforced"), ""),
             "from_catalog": rule["id"].startswith("tpl-") or rule["id"] == "r07",
             "json": json.dumps(rule, indent=2),
         }
@@ -317,12 +319,14 @@ def template_apply(request: SiteRequest, item_id: str) -> HttpResponse:
     except SillError as exc:
         return _preview_page(request, item, request.POST, error=exc, status=422)
     if result.status == "already_applied":
-        ids = ", ".join(r["id"] for r in result.already)
-        messages.info(request, f"Already applied: {ids} {_are(result.already)} there.")
+        names = cat.rule_names(result.already)
+        messages.info(request, f"Already applied: {names} {_are(result.already)} there.")
     else:
-        written = ", ".join(r["id"] for r in result.rules)
-        text = f"Applied {item.title}: {written} ({result.mode}), policy {result.version_label}."
-        messages.success(request, text)
+        # A template's one rule bears its title; a pack names its own, then its rules'.
+        written = cat.rule_names(result.rules)
+        what = f"{item.title}: {written}" if item.kind == "pack" else written
+        mode = MODE_LABELS.get(result.mode, result.mode)
+        messages.success(request, f"Applied {what}, {mode}. Active policy: {result.version_label}.")
     url = reverse("policies:rules")
     if request.htmx:
         response = HttpResponse(status=204)
@@ -369,6 +373,7 @@ def _preview_page(
         "refund_section": _replay_section(result, preview, **_REFUNDS),
         "credit_section": _replay_section(result, preview.credits if preview else None, **_CREDITS),
         "written": _rule_rows(result.rules) if result else [],
+        "already": _rule_rows(result.already) if result else [],
         "written_json": json.dumps(result.rules, indent=2) if result else "",
         "error": error,
     }

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from policies.catalog import rule_name
 from policies.engine import AutoRefund
 from policies.rates import RATES
 from policies.rules import to_fraction
@@ -48,7 +49,8 @@ def _never_sent(rules: Sequence[Mapping[str, Any]]) -> list[str]:
                 wanted = when[fact] if isinstance(when[fact], list) else [when[fact]]
                 if only not in wanted and len(rails) == 1:
                     found.append(
-                        f"Rule {rule['id']} can never apply: {rail.capitalize()} does not send "
+                        f"Rule {rule_name(rule['id'])} can never apply: {rail.capitalize()} "
+                        "does not send "
                         f"the {_fact_words(fact)} (Sill reads “{only}” for every "
                         f"{rail.capitalize()} refund)."
                     )
@@ -69,10 +71,10 @@ def _amount_in_any_currency(rules: Sequence[Mapping[str, Any]]) -> list[str]:
         when = rule["when"]
         if isinstance(when.get("refundAmount"), Mapping) and one_currency(when) is None:
             found.append(
-                f"Rule {rule['id']} compares Refund amount in each refund's own currency: its "
-                "bound counts minor units of whatever currency a refund is in (10000 is "
-                "$100.00, ¥10,000 or 10.000 KWD). Name one currency in the rule, or use "
-                "Refund amount in USD to compare refunds in every currency."
+                f"Rule {rule_name(rule['id'])} compares Refund amount in each refund's own "
+                "currency: its bound counts minor units of whatever currency a refund is in "
+                "(10000 is $100.00, ¥10,000 or 10.000 KWD). Name one currency in the rule, or "
+                "use Refund amount in USD to compare refunds in every currency."
             )
     return found
 
@@ -86,8 +88,8 @@ def _moot(rules: Sequence[Mapping[str, Any]]) -> list[str]:
             earlier = list(rules).index(other) < i
             if same and (stricter or (other["then"] == rule["then"] and earlier)):
                 found.append(
-                    f"Rule {rule['id']} never changes a decision: rule {other['id']} has the "
-                    f"same conditions and {_does(other)}."
+                    f"Rule {rule_name(rule['id'])} never changes a decision: rule "
+                    f"{rule_name(other['id'])} has the same conditions and {_does(other)}."
                 )
                 break
     return found
@@ -130,8 +132,9 @@ def _auto_refund_above_holds(
                 else:
                     shown = f"{int(threshold)} minor units"
                 found.append(
-                    f"Auto-refund approves held refunds up to {format_money(cap)}, above rule "
-                    f"{rule['id']}'s hold threshold of {shown}: refunds between the two that "
+                    f"Auto-refund approves held refunds up to {format_money(cap)}, above the "
+                    f"hold threshold of {shown} of rule {rule_name(rule['id'])}: refunds "
+                    "between the two that "
                     "the order's own agent asks for are approved without review."
                 )
     return found

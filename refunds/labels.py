@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from policies.catalog import TEMPLATES, rule_title  # noqa: F401  (re-exported)
-from policies.rules import ACTION_LABELS
+from policies.rules import ACTION_LABELS, MODE_LABELS
 from refunds.models import Refund, RefundOrigin, RefundStatus
 from sill.money import Money, MoneyError, format_money
 from sill.outcomes import OUTCOME_LABELS, humanize, outcome_label  # noqa: F401  (re-exported)
@@ -28,8 +28,6 @@ REASON_LABELS: dict[str, str] = {
     "other": "Other",
 }
 
-# A rule's mode: an observed rule only records what it would have done.
-MODE_LABELS: dict[str, str] = {"enforced": "enforced", "observe": "observed only"}
 
 
 def action_label(action: str) -> str:

@@ -128,7 +128,7 @@ def test_applying_twice_answers_already_applied_with_the_rules_there(members, si
             "mode": "enforced",
         }
     ]
-    assert data["message"] == "Already applied: tpl-conservative."
+    assert data["message"] == "Already applied: “Conservative / manual review” (tpl-conservative)."
     assert PolicyVersion.objects.filter(site=site).count() == 1
 
 

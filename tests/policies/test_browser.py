@@ -34,7 +34,7 @@ def test_an_owner_applies_a_template_and_toggles_it(page: Page, live_server, sit
     page.get_by_role("button", name="Apply 1 rule (enforced)").click()
 
     expect(page).to_have_url(f"{live_server.url}/rules/")
-    expect(page.locator(".flash-success")).to_contain_text("tpl-conservative (enforced)")
+    expect(page.locator(".flash-success")).to_contain_text("(tpl-conservative), enforced")
     expect(page.locator("#policy-version")).to_have_text("v2")
 
     # htmx swaps the rules section in place: no navigation, new version, new mode.
@@ -43,7 +43,9 @@ def test_an_owner_applies_a_template_and_toggles_it(page: Page, live_server, sit
     expect(page.locator("#policy-version")).to_have_text("v3")
     expect(page.locator("#rule-tpl-conservative")).to_contain_text("Observe")
     assert page.evaluate("window.__marker") == "same page"
-    expect(page.locator("#versions")).to_contain_text("Rule tpl-conservative set to observe")
+    expect(page.locator("#versions")).to_contain_text(
+        "Rule “Conservative / manual review” (tpl-conservative) now observed only"
+    )
 
     page.get_by_label("Auto-approve refunds under cap").check()
     page.get_by_label("Maximum auto-approve amount").fill("25.00")
@@ -100,4 +102,4 @@ def test_an_owner_protects_refunds_previews_and_restores(
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.set_viewport_size({"width": 1440, "height": 900})
 
-    expect(page.locator("#versions")).to_contain_text("Rule half-or-more added")
+    expect(page.locator("#versions")).to_contain_text("Rule “Half or more” (half-or-more) added")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import pytest
 from django.test import Client
 
@@ -164,7 +166,12 @@ def test_a_toggle_without_javascript_redirects_with_a_message(client_for, with_r
         "/rules/tpl-conservative/mode/", {"mode": "observe"}, follow=True
     )
     assert response.redirect_chain == [("/rules/", 302)]
-    assert "Rule tpl-conservative is now observe" in response.content.decode()
+    # Named by its title, then its id, as the Rules page lists it (it said "Rule
+    # tpl-conservative is now observe": the id and the mode's code).
+    assert (
+        "Rule “Conservative / manual review” (tpl-conservative) is now observed only."
+        in html.unescape(response.content.decode())
+    )
     assert active_policy_for(site).rule("tpl-conservative")["mode"] == "observe"
 
 
@@ -172,18 +179,21 @@ def test_a_toggle_with_htmx_swaps_the_rules_section(client_for, with_rules, site
     response = client_for("owner").post(
         "/rules/tpl-needs-reason/mode/", {"mode": "enforced"}, headers=HTMX
     )
-    body = response.content.decode()
+    body = html.unescape(response.content.decode())
     assert response.status_code == 200
     assert body.lstrip().startswith('<section id="rules-section"') and "<html" not in body
-    assert "Rule tpl-needs-reason is now enforced" in body and "v4" in body
+    assert "Rule “Refunds need a reason” (tpl-needs-reason) is now enforced." in body
+    assert "v4" in body
     # The history is refreshed out of band: the new version is listed.
     assert '<section id="versions" hx-swap-oob="true">' in body
-    assert "Rule tpl-needs-reason set to enforced" in body
+    assert "Rule “Refunds need a reason” (tpl-needs-reason) now enforced" in body
 
 
 def test_a_delete_with_htmx(client_for, with_rules, site):
     response = client_for("owner").post("/rules/tpl-conservative/delete/", headers=HTMX)
-    assert response.status_code == 200 and "tpl-conservative deleted" in response.content.decode()
+    assert response.status_code == 200
+    deleted = "Rule “Conservative / manual review” (tpl-conservative) deleted."
+    assert deleted in html.unescape(response.content.decode())
     assert [r["id"] for r in active_policy_for(site).rules] == ["tpl-needs-reason"]
 
 
@@ -285,9 +295,10 @@ def test_a_preview_shows_the_rules_and_the_last_30_days_and_writes_nothing(clien
     )
     body = response.content.decode()
     assert response.status_code == 200
-    assert "tpl-large-refund" in body and "$100.00" in body and "(observe)" in body
+    assert "tpl-large-refund" in body and "$100.00" in body and "(observed only)" in body
     assert "stored without a fact snapshot" in body
-    assert 'name="largeRefundUsd" value="100.00"' in body and "Apply 4 rules (observe)" in body
+    assert 'name="largeRefundUsd" value="100.00"' in body
+    assert "Apply 4 rules (observed only)" in body
     assert not PolicyVersion.objects.filter(site=site).exists()
 
 
@@ -314,14 +325,17 @@ def test_apply_writes_the_rules_and_applying_again_says_already_applied(client_f
     data = {"holdOverUsd": "60.00", "mode": "enforced"}
     response = owner.post("/rules/templates/conservative/apply/", data, follow=True)
     assert response.redirect_chain == [("/rules/", 302)]
-    assert "Applied Conservative / manual review: tpl-conservative (enforced), policy v2" in (
-        response.content.decode()
+    assert (
+        "Applied “Conservative / manual review” (tpl-conservative), enforced. Active policy: v2."
+        in html.unescape(response.content.decode())
     )
     assert active_policy_for(site).rule("tpl-conservative")["when"] == {
         "refundAmountUsd": {"gt": 6000}
     }
     again = owner.post("/rules/templates/conservative/apply/", data, follow=True)
-    assert "Already applied: tpl-conservative is there." in again.content.decode()
+    assert "Already applied: “Conservative / manual review” (tpl-conservative) is there." in (
+        html.unescape(again.content.decode())
+    )
     assert PolicyVersion.objects.filter(site=site).count() == 1
 
 
@@ -392,6 +406,14 @@ def test_a_preview_names_each_rule_as_the_rules_page_does(client_for, apply_temp
         '<strong>Human review on destructive actions (r07)</strong> <code class="small">r07'
         "</code>: Origin is “agent” → <strong>Hold for approval</strong>"
     ) in written
+    # A rule already there is named so too (it was "<code>tpl-conservative</code> (enforced)").
+    again = html.unescape(
+        client_for("owner").get("/rules/templates/conservative/").content.decode()
+    )
+    assert (
+        "Already applied: “Conservative / manual review” (<code>tpl-conservative</code>, "
+        "enforced) is there"
+    ) in again
 
 
 def test_the_facts_table_names_each_fact_as_the_rules_do(client_for):
@@ -415,8 +437,6 @@ def test_an_action_has_one_name_everywhere(client_for, site, owner, apply_templa
     "Refund automatically" for the same rule. One action now has one name: the Rules page's
     Then column, a preview's per-rule table, and the change's summary in the History, the
     Activity page and its CSV all use the words the refund pages use."""
-    import html
-
     from policies.services import add_rule
     from refunds.labels import action_label
 

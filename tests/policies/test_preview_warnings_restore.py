@@ -4,6 +4,8 @@ policy version."""
 
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from policies.engine import AutoRefund
@@ -30,7 +32,8 @@ def test_a_reason_rule_for_shopify_can_never_apply():
     rules = [rule("shopify-wrong-item", {"rail": "shopify", "refundReason": ["wrong_item"]})]
     [warning] = policy_warnings(rules, OFF)
     assert warning == (
-        "Rule shopify-wrong-item can never apply: Shopify does not send the reason "
+        "Rule “Shopify wrong item” (shopify-wrong-item) can never apply: Shopify does not send "
+        "the reason "
         "(Sill reads “none” for every Shopify refund)."
     )
     assert policy_warnings([rule("s", {"rail": "shopify", "refundReason": "none"})], OFF) == []
@@ -39,7 +42,9 @@ def test_a_reason_rule_for_shopify_can_never_apply():
 def test_a_hold_under_a_deny_with_the_same_conditions_changes_nothing():
     when = {"refundFraction": {"gte": 0.5}}
     [warning] = policy_warnings([rule("deny-half", when, "deny"), rule("hold-half", when)], OFF)
-    assert warning.startswith("Rule hold-half never changes a decision: rule deny-half")
+    assert warning.startswith(
+        "Rule “Hold half” (hold-half) never changes a decision: rule “Deny half” (deny-half)"
+    )
     # An observed rule is only recorded: it makes nothing moot.
     assert policy_warnings([rule("deny-half", when, "deny", "observe"), rule("h", when)], OFF) == []
 
@@ -49,7 +54,9 @@ def test_an_amount_bound_with_no_currency_named_is_said():
     $100.00 for a USD refund, ¥10,000 (about $67) for a yen one and £100.00 (about $127) for a
     pound one. A rule that names no single currency compares them all as if they were one."""
     [warning] = policy_warnings([rule("big", {"refundAmount": {"gt": 10000}})], OFF)
-    assert warning.startswith("Rule big compares Refund amount in each refund's own currency")
+    assert warning.startswith(
+        "Rule “Big” (big) compares Refund amount in each refund's own currency"
+    )
     assert "Refund amount in USD" in warning
     two = {"refundAmount": {"gt": 10000}, "currency": ["USD", "EUR"]}
     assert len(policy_warnings([rule("two", two)], OFF)) == 1
@@ -79,7 +86,7 @@ def test_the_rules_page_shows_the_warnings(client_for, site, members):
         site=site, actor=members["owner"].user, rule=rule("big", {"refundAmountUsd": {"gt": 5000}})
     )
     page = client_for("reviewer").get("/rules/").content.decode()
-    assert "above rule big" in page
+    assert "of rule “Big” (big):" in html.unescape(page)
 
 
 def test_the_preview_lists_the_refunds_it_would_decide_differently(
@@ -175,4 +182,4 @@ def test_an_amount_bound_in_one_named_currency_is_said_as_money(site, members, c
     row = page.split('id="rule-big-eur"', 1)[1].split("</tr>", 1)[0]
     assert "<li>Refund amount &gt; €100.00</li>" in row
     assert "minor units" not in row
-    assert "above rule big-eur&#x27;s hold threshold of €100.00:" in page
+    assert "above the hold threshold of €100.00 of rule “Big eur” (big-eur):" in html.unescape(page)
