@@ -265,12 +265,25 @@ def issue_agent_token(
     no actor. ``actor=None`` alone is refused, so a caller cannot become the operator by
     forgetting who acts. A token reads the agent's refunds for as long as it lives, whoever
     holds it: ``second_factor`` (``two_factor.freshness`` of the page's request;
-    ``two_factor.OPERATOR`` for the operator's tools) refuses without a fresh code."""
+    ``two_factor.OPERATOR`` for the operator's tools) refuses without a fresh code.
+
+    A deactivated agent gets none (409 ``agent_deactivated``), on the page and from the
+    command alike: its tokens are refused while it is off, and one issued then would work the
+    moment it is reactivated, unasked for. Judged on the agent's row locked here, as
+    ``set_agent_active`` locks it, so a deactivation a moment before is seen."""
     _require_agent_manager(actor=actor, site_id=agent.site_id, system=system)
-    two_factor.check_widening(second_factor, widens=True)
     token = "sill_at_" + secrets.token_urlsafe(32)
     with transaction.atomic():
         _require_agent_manager(actor=actor, site_id=agent.site_id, system=system, hold=True)
+        locked = Agent.objects.select_for_update(of=("self",)).get(pk=agent.pk)
+        if not locked.active:
+            raise SillError(
+                f"{agent.agent_id} is deactivated: reactivate it first (Settings → Agents), "
+                "then issue its token.",
+                code="agent_deactivated",
+                status=409,
+            )
+        two_factor.check_widening(second_factor, widens=True)
         AgentToken.objects.create(agent=agent, token_sha256=token_sha256(token), prefix=token[:12])
         record_admin_change(
             site=agent.site,

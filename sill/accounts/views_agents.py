@@ -286,16 +286,20 @@ def _cap(text: str, currency: str) -> int | None:
 @site_view(Cap.MANAGE_SETTINGS)
 def agent_token_issue(request: SiteRequest, agent_pk: int) -> HttpResponse:
     agent = _agent_for(request, agent_pk)
-    if not agent.active:
-        messages.error(request, f"{agent.agent_id} is deactivated: reactivate it first.")
-        return HttpResponseRedirect(reverse("settings:agents"), status=303)
     # A bearer token reads the agent's refunds for as long as it lives, whoever holds it: the
-    # service asks for a fresh code (site_view answers its 403 page).
-    token = services.issue_agent_token(
-        agent=agent,
-        actor=request.user,
-        second_factor=two_factor.freshness(request, request.site_ctx.membership),
-    )
+    # service asks for a fresh code (site_view answers its 403 page), and refuses a
+    # deactivated agent, as `manage.py agents token` does.
+    try:
+        token = services.issue_agent_token(
+            agent=agent,
+            actor=request.user,
+            second_factor=two_factor.freshness(request, request.site_ctx.membership),
+        )
+    except SillError as exc:
+        if exc.code != "agent_deactivated":
+            raise
+        messages.error(request, exc.message)
+        return HttpResponseRedirect(reverse("settings:agents"), status=303)
     response = render(request, "accounts/agents_token.html", {"agent": agent, "token": token})
     # The token exists nowhere else: keep it out of every cache (back button, proxies).
     response["Cache-Control"] = "no-store"

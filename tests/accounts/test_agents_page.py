@@ -232,8 +232,10 @@ def test_it_deactivates_and_reactivates_an_agent(client_for, key):
     assert not agent.active
     page = client.get(URL).content.decode()
     assert "Deactivated" in page and f"{URL}{agent.pk}/reactivate/" in page
-    # A deactivated agent gets no new token.
-    assert client.post(f"{URL}{agent.pk}/token/").status_code == 303
+    # A deactivated agent gets no new token (as from `manage.py agents token`).
+    refused = client.post(f"{URL}{agent.pk}/token/", follow=True)
+    assert refused.redirect_chain == [(URL, 303)]
+    assert "is deactivated: reactivate it first" in refused.content.decode()
     assert not AgentToken.objects.exists()
     client.post(f"{URL}{agent.pk}/reactivate/")
     agent.refresh_from_db()

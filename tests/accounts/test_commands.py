@@ -95,6 +95,21 @@ def test_it_issues_a_token_shown_once_and_stored_hashed(site, agent):
     assert response.json() == {"agent_id": agent.agent_id, "site_id": site.id, "name": agent.name}
 
 
+def test_it_refuses_a_token_for_a_deactivated_agent_as_the_page_does(site, agent):
+    """Seen: Settings → Agents refused to issue a token for a deactivated agent ("reactivate
+    it first"), while ``manage.py agents token`` printed one (and wrote its record): a token
+    the API refuses while the agent is off, and that works the moment it is reactivated.
+    The command now refuses alike, and nothing is stored or recorded."""
+    from audit.models import AuditRecord
+
+    type(agent).objects.filter(pk=agent.pk).update(active=False)
+    records = AuditRecord.objects.filter(site=site).count()
+    with pytest.raises(CommandError, match="is deactivated: reactivate it first"):
+        _run("agents", "token", "--site", site.id, "--agent", agent.agent_id)
+    assert not AgentToken.objects.filter(agent=agent).exists()
+    assert AuditRecord.objects.filter(site=site).count() == records
+
+
 def test_the_demo_key_signs_a_mandate_that_the_api_accepts(
     settings, django_capture_on_commit_callbacks
 ):

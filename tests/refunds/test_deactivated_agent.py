@@ -52,9 +52,12 @@ def test_a_body_whose_signature_does_not_hold_learns_nothing_of_the_agent(bought
 
 
 def test_its_token_is_refused_saying_the_agent_is_deactivated(bought, agent):
+    # A token it was given while active: a deactivated agent is issued none.
+    switch_agent(agent, active=True)
     token = issue_agent_token(
         agent=agent, actor=None, system=True, second_factor=two_factor.OPERATOR
     )
+    switch_agent(agent, active=False)
     read = Client().get(
         f"/api/v1/refunds/{bought['mandate_id']}", headers={"Authorization": f"Bearer {token}"}
     )
