@@ -68,7 +68,8 @@ def _agents(site: Site) -> list[dict[str, Any]]:
     now = timezone.now()
     agents = (
         Agent.objects.filter(site=site)
-        .annotate(active_tokens=Count("tokens", filter=Q(tokens__revoked_at__isnull=True)))
+        # Not revoked; a deactivated agent's are refused until it is reactivated (sill.bearer).
+        .annotate(unrevoked_tokens=Count("tokens", filter=Q(tokens__revoked_at__isnull=True)))
         .prefetch_related(
             Prefetch("keys", queryset=AgentKey.objects.order_by("valid_from", "pk")),
             Prefetch("tokens", queryset=AgentToken.objects.order_by("-created_at", "-pk")),

@@ -238,3 +238,26 @@ def test_the_issue_page_names_the_prefix_the_token_is_listed_by(client_for, agen
     body = client_for("owner").post(f"{URL}{agent.pk}/token/").content.decode()
     token = AgentToken.objects.get(agent=agent)
     assert f"<code>{token.prefix}…</code>" in body and "revoke it there" in body
+
+
+def test_a_deactivated_agents_header_counts_its_tokens_as_its_list_shows_them(
+    client_for, members, agent
+):
+    """Seen: a deactivated agent's header said "2 active tokens" while the list under it
+    showed both "Refused while deactivated" (the API refuses them, sill.bearer). The header
+    now agrees with the list: no active token, and how many wait refused."""
+    _token(agent)
+    _token(agent)
+    owner = members["owner"].user
+    client = client_for("owner")
+
+    def header() -> str:
+        page = client.get(URL).content.decode()
+        card = page.split(f'id="agent-{agent.pk}"', 1)[1].split("</header>", 1)[0]
+        return " ".join(card.split("agent-actions", 1)[1].split("<form", 1)[0].split())
+
+    assert ">2 active tokens</span>" in header()
+    set_agent_active(agent=agent, actor=owner, active=False, second_factor=two_factor.OPERATOR)
+    said = header()
+    assert "active tokens" not in said.replace("No active tokens", "")
+    assert ">No active tokens · 2 refused while deactivated</span>" in said
