@@ -2,12 +2,12 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView
 from rest_framework.authentication import SessionAuthentication
 
 from sill.accounts.api_auth import MemberTokenAuthentication
 from sill.api import SchemaAccess
 from sill.api_view import TAKEN_METHODS
+from sill.schema_view import SchemaView
 
 urlpatterns = [
     path("", include("sill.accounts.urls")),
@@ -25,7 +25,7 @@ urlpatterns = [
     path("", include("sill.rails.shopify.webhooks")),
     path(
         "api/schema/",
-        SpectacularAPIView.as_view(
+        SchemaView.as_view(
             # A member's login (session or API token) unless DEBUG or SILL_PUBLIC_SCHEMA=1.
             authentication_classes=[MemberTokenAuthentication, SessionAuthentication],
             permission_classes=[SchemaAccess],

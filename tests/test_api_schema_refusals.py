@@ -60,3 +60,35 @@ def test_a_failure_in_sill_is_answered_as_every_operations_schema_says(operation
         request = RequestFactory().generic(method, url, HTTP_ACCEPT="application/json")
         failed = get_resolver().resolve_error_handler(500)(request)
         check_answer(schema, template, method, failed)
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "*/*;q=0.5",
+        "application/*",
+        "*/*",
+        None,  # no Accept header
+        "application/vnd.oai.openapi",
+        "application/yaml",
+        "text/html",  # refused: 406
+    ],
+)
+def test_the_schemas_refusals_are_json_whatever_format_it_would_be_served_in(
+    settings, client_for, accept
+):
+    """Seen: ``/api/schema/`` answered its 401 (no login) as YAML for ``Accept: */*;q=0.5``,
+    ``application/*``, ``*/*`` or no Accept at all, and its 406 too: the schema's own
+    renderers (YAML first) wrote the error, which every other API answer and the schema
+    itself give as JSON (``{"error": {...}}``). The schema is still served in the format
+    negotiated; a refusal of it is JSON."""
+    settings.SILL_PUBLIC_SCHEMA = False
+    headers = {"Accept": accept} if accept else {}
+    refused = Client().get("/api/schema/", headers=headers)
+    assert refused.status_code == (406 if accept == "text/html" else 401)
+    assert refused["Content-Type"] == "application/json"
+    code = "not_acceptable" if accept == "text/html" else "not_authenticated"
+    assert refused.json()["error"]["code"] == code
+    if accept != "text/html":
+        served = client_for("owner").get("/api/schema/", headers=headers)
+        assert served.status_code == 200 and served.content.startswith(b"openapi: ")  # YAML
