@@ -471,7 +471,8 @@ def _retry_or_attention(refund: Refund, token: str, exc: RailError, *, may_have_
     failure says nothing moved."""
     refund.refresh_from_db(fields=["attempts", "first_attempt_at"])
     if out_of_retries(refund):
-        message = f"gave up after {refund.attempts} attempts: {exc.message}"
+        tries = f"{refund.attempts} attempt{'' if refund.attempts == 1 else 's'}"
+        message = f"gave up after {tries}: {exc.message}"
         if not (may_have_acted or exc.ambiguous):
             fail_refund(refund_id=refund.id, code=exc.code, message=message, token=token)
             return "failed"

@@ -188,6 +188,11 @@ def test_an_email_the_on_commit_task_missed_is_sent_by_the_beat_sweep(
     refund = staff_refund(yen_order)
     with django_capture_on_commit_callbacks(execute=False):  # the enqueue is lost
         assert execute_refund(refund.id) == "needs_attention"
+    # One attempt, said so (it read "gave up after 1 attempts").
+    refund.refresh_from_db()
+    assert refund.failure_message == (
+        "gave up after 1 attempt: mock rail: the refund timed out (scripted)"
+    )
     mail.outbox.clear()
     check_attention_refunds_task()
     assert len(mail.outbox) == 2  # the owner's and the admin's
