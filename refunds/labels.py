@@ -29,7 +29,6 @@ REASON_LABELS: dict[str, str] = {
 }
 
 
-
 def action_label(action: str) -> str:
     """A rule's action (policies.engine) as the decider reads it, as the Rules page names it."""
     return ACTION_LABELS.get(action, humanize(action)) if action else ""
@@ -98,13 +97,16 @@ def outcome_words(refund: Refund) -> tuple[str, str]:
     """Why ``refund`` failed (or needs attention), as the order page, the refund page and the
     held page say it: Sill's words for its outcome ("Declined by the rail"), and apart the
     rail's own message when it says more ("mock rail: the refund was declined"), else ""."""
-    return failure_words(refund.outcome_code, refund.failure_message)
+    attention = refund.status == RefundStatus.NEEDS_ATTENTION
+    return failure_words(refund.outcome_code, refund.failure_message, attention=attention)
 
 
-def failure_words(code: str, message: str) -> tuple[str, str]:
+def failure_words(code: str, message: str, *, attention: bool = False) -> tuple[str, str]:
     """:func:`outcome_words` from an outcome ``code`` and the rail's ``message`` (as a refund
-    keeps them, or as its settlement record does)."""
-    what = outcome_label(code) or "The rail gave no reason"
+    keeps them, or as its settlement or needs-attention record does); ``attention``: the
+    refund needs attention, and without a code it is the rail's answer that was lost."""
+    unknown = "The rail's answer was lost" if attention else "The rail gave no reason"
+    what = outcome_label(code) or unknown
     return what, message if message != what else ""
 
 

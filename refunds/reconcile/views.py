@@ -22,7 +22,13 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_POST, require_safe
 
-from refunds.labels import STATUS_LABELS, humanize, rail_refund_state_label
+from refunds.labels import (
+    STATUS_LABELS,
+    failure_line,
+    humanize,
+    outcome_words,
+    rail_refund_state_label,
+)
 from refunds.models import ReconciliationItem, Refund, RefundStatus
 from refunds.reconcile import runs, selectors
 from refunds.reconcile.attention import attention_refunds_for
@@ -53,17 +59,23 @@ def attention_context(
     return {
         "visible": bool(flagged),
         "refunds": flagged,
-        "items": [(refund, form_view(refund, form)) for refund in flagged],
+        # Each with what happened, in Sill's words then the rail's (labels.outcome_words).
+        "items": [(refund, form_view(refund, form), outcome_words(refund)) for refund in flagged],
         "can_resolve": ctx.role == Role.OWNER,
         "credit": any(r.is_credit for r in flagged),
     }
 
 
-def dashboard_attention(request: SiteRequest) -> list[Refund]:
+def dashboard_attention(request: SiteRequest) -> list[tuple[Refund, str]]:
+    """The site's refunds that need attention (at most 20), each with what happened in Sill's
+    words then the rail's, as the order page says it."""
     ctx = request.site_ctx
     if not ctx.can(Cap.DECIDE_HELD):
         return []
-    return list(attention_refunds_for(ctx.site)[:20])
+    return [
+        (refund, failure_line(*outcome_words(refund)))
+        for refund in attention_refunds_for(ctx.site)[:20]
+    ]
 
 
 # --- the Reconciliation inbox -------------------------------------------------------------------

@@ -325,10 +325,10 @@ def _outside(refund: Refund, record: AuditRecord, body: dict[str, Any]) -> Entry
         else:
             title = f"Needs attention: the rail has not confirmed the {noun}"
         tone = "bad"
-        lines += [
-            ("Why", str(body.get("message") or outcome_label(str(body.get("reason") or "")))),
-            ("Attempts", str(body.get("attempts", "—"))),
-        ]
+        why = failure_words(
+            str(body.get("reason") or ""), str(body.get("message") or ""), attention=True
+        )
+        lines += [("Why", failure_line(*why)), ("Attempts", str(body.get("attempts", "—")))]
         if made:
             lines.append((_provider_id_label(refund), made))
     elif kind == "attention_resolved":

@@ -51,9 +51,10 @@ def _outside_detail(state: str) -> str:
 
 
 def _refund_detail(refund: Refund) -> str:
-    """Under a refund's badge: why it failed in Sill's words then the rail's, as the banner
-    above and the refund page say it; a rejection's or expiry's reason in words."""
-    if refund.status == RefundStatus.FAILED:
+    """Under a refund's badge: why it failed or needs attention in Sill's words then the
+    rail's, as the banner above and the refund page say it; a rejection's or expiry's reason
+    in words."""
+    if refund.status in (RefundStatus.FAILED, RefundStatus.NEEDS_ATTENTION):
         return failure_line(*outcome_words(refund))
     return refund.failure_message or outcome_label(refund.outcome_code)
 

@@ -315,3 +315,36 @@ def test_the_next_check_reads_alike_in_the_banner_and_the_section_below(client_f
     said = re.compile(r"\(next <time [^>]*>in \d+ min</time>\)")
     assert said.search(page[: page.index(f'id="attention-{flagged.id}"')])
     assert said.search(section[: section.index("</article>")])
+
+
+def test_what_happened_says_sills_words_then_the_rails(
+    client_for, make_order, staff_refund, mock_rail, settings, django_capture_on_commit_callbacks
+):
+    """Seen: a refund needing attention said what happened in the message Sill kept alone
+    ("gave up after 1 attempt: mock rail: the refund timed out (scripted)") on the dashboard,
+    the order page's attention card and Transactions row, and its timeline's "Why", while the
+    order page's banner and the Refunds list said Sill's words ("The rail did not answer in
+    time"). Each now says Sill's words first, then the message, as a failed refund's do."""
+    settings.SILL_EXECUTION_MAX_ATTEMPTS = 1
+    mock_rail.config = {"refund": "timeout"}
+    mock_rail.save()
+    order = make_order()
+    refund = staff_refund(order)
+    with django_capture_on_commit_callbacks(execute=False):
+        assert execute_refund(refund.id) == "needs_attention"
+    said = "gave up after 1 attempt: mock rail: the refund timed out (scripted)"
+    words = f"The rail did not answer in time. {said}"
+    owner = client_for("owner")
+    dashboard = owner.get("/").content.decode()
+    assert f'<td data-label="What happened">{words}</td>' in dashboard
+    page = owner.get(f"/orders/{order.id}/").content.decode()
+    card = page.split(f'id="attention-{refund.id}"', 1)[1].split("</dl>", 1)[0]
+    assert (
+        f'<dt>What happened</dt><dd>The rail did not answer in time. <span class="muted">{said}'
+        "</span></dd>"
+    ) in card
+    tab = owner.get(f"/orders/{order.id}/", {"tab": "transactions"}).content.decode()
+    row = tab.split(f'<tr class="tx-refund" data-refund-id="{refund.id}">', 1)[1]
+    assert f'<span class="muted small">{words}</span>' in row.split("</tr>", 1)[0]
+    timeline = owner.get(f"/refunds/{refund.id}/").content.decode()
+    assert f"<dt>Why</dt><dd>{words}</dd>" in timeline
