@@ -189,17 +189,18 @@ def held_filter_options(site: Site) -> FilterOptions:
     rows = (
         Refund.objects.filter(pk__in=oldest.values("pk")[:OPTIONS_SCANNED])
         .order_by()
-        .values_list("reason_code", "reason_label", "agent__agent_id", "origin")
+        .values_list("reason_code", "reason_label", "agent__agent_id", "agent__name", "origin")
         .distinct()
     )
     reasons: dict[str, str] = {}
     agents: dict[str, str] = {}
-    for code, label, agent_id, origin in rows:
+    for code, label, agent_id, agent_name, origin in rows:
         value = code or label
         if value:
             reasons[value] = label or REASON_LABELS.get(code, humanize(code))
         if agent_id:
-            agents[agent_id] = agent_id
+            # By the name the merchant gave it, as the rows (labels.requester_words).
+            agents[agent_id] = f"{agent_name or agent_id} (agent)"
         elif origin == RefundOrigin.STAFF:
             agents[STAFF_FILTER] = "Staff members"
     return FilterOptions(

@@ -228,6 +228,10 @@ def test_the_filters(client_for, make_order, agent, members, site):
     assert ids(amount_min="nonsense") == {wrong.id, defective.id, staff.id}
     body = client.get("/held/").content.decode()
     assert '<option value="defective"' in body and '<option value="staff"' in body
+    # Each agent by the name the merchant gave it, as the rows say it (the options read
+    # "agent_test_shopper", "agent_other": the ids).
+    assert '<option value="agent_test_shopper" >Test shopper (agent)</option>' in body
+    assert '<option value="agent_other" >Other (agent)</option>' in body
     empty = client.get("/held/", {"amount_min": "1000"}).content.decode()
     assert "No held refunds match these filters." in empty
 
