@@ -2,6 +2,11 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
+
+# DRF's views before sill.api: loading them reads DEFAULT_PARSER_CLASSES, which names
+# sill.api's parser, and sill.api imported first found itself half-loaded (ImportError at
+# start-up in every manage.py command; the tests load DRF first and did not see it).
+from rest_framework import views as _drf_views  # noqa: F401
 from rest_framework.authentication import SessionAuthentication
 
 from sill.accounts.api_auth import MemberTokenAuthentication
