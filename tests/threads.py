@@ -9,6 +9,37 @@ from typing import Any
 
 from django.db import connection, models, transaction
 
+# Other sessions of this test database only (the pid filter): pg_locks lists the whole
+# server's locks, and another test process (`make test` runs two) may be waiting meanwhile.
+# pg_stat_activity would not do: it is a snapshot taken once per transaction, and misses a
+# session opened after it.
+PIDS_HERE = (
+    "(SELECT pid FROM pg_locks WHERE database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database()))"
+)
+OTHER_SESSIONS_HERE = f"pid <> pg_backend_pid() AND pid IN {PIDS_HERE}"
+ROW_LOCKS = " AND locktype IN ('transactionid', 'tuple')"
+
+
+def lock_waiters(raw: Any, *, row_locks_only: bool = False) -> int:
+    """How many other sessions of this test database wait for a lock (``row_locks_only``: for
+    a row's); ``raw`` is a psycopg connection of its own."""
+    kinds = ROW_LOCKS if row_locks_only else ""
+    sql = f"SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND {OTHER_SESSIONS_HERE}"
+    return int(raw.execute(sql + kinds).fetchone()[0])
+
+
+def someone_waits(raw: Any, *, row_locks_only: bool = False, timeout: float = 20) -> bool:
+    """Whether another session of this test database comes to wait for a lock in ``timeout``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if lock_waiters(raw, row_locks_only=row_locks_only):
+            return True
+        time.sleep(0.01)
+    return False
+
 
 def run_concurrently(n: int, work: Callable[[int], object]) -> list[object]:
     """Start ``n`` threads together (a barrier), run ``work(i)`` in each, return the results.
@@ -78,7 +109,6 @@ def run_while_a_writer_holds_then_appends(
     ``run`` returned, or the exception it raised: a ``run`` that appended before asking for
     the row deadlocks with the writer (PostgreSQL only)."""
     import contextlib
-    import time
 
     import psycopg
 
@@ -94,18 +124,6 @@ def run_while_a_writer_holds_then_appends(
         finally:
             connection.close()
 
-    def someone_waits_for_a_row_lock() -> bool:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if raw.execute(
-                "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
-                "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
-                "AND locktype IN ('transactionid', 'tuple')"
-            ).fetchone():
-                return True
-            time.sleep(0.01)
-        return False
-
     try:
         with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
             raw.execute("SET deadlock_timeout = '30s'")  # the run is the one that detects it
@@ -113,7 +131,7 @@ def run_while_a_writer_holds_then_appends(
         raw.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", [row_id])
         running = threading.Thread(target=target)
         running.start()
-        assert someone_waits_for_a_row_lock()
+        assert someone_waits(raw, row_locks_only=True)
         raw.execute("SELECT 1 FROM audit_auditchainhead WHERE site_id = %s FOR UPDATE", [site_id])
         raw.execute("COMMIT")
         running.join(timeout=60)
@@ -134,7 +152,6 @@ def run_while_an_append_commits(*, site_id: str, run: Callable[[], object]) -> o
     server's second). Returns what ``run`` returned, or the exception it raised (PostgreSQL
     only)."""
     import contextlib
-    import time
 
     import psycopg
 
@@ -155,17 +172,6 @@ def run_while_an_append_commits(*, site_id: str, run: Callable[[], object]) -> o
         finally:
             connection.close()
 
-    def someone_waits() -> bool:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if raw.execute(
-                "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
-                "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
-            ).fetchone():
-                return True
-            time.sleep(0.01)
-        return False
-
     try:
         with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
             raw.execute("SET deadlock_timeout = '30s'")  # the run is the one that detects it
@@ -183,7 +189,7 @@ def run_while_an_append_commits(*, site_id: str, run: Callable[[], object]) -> o
         )
         running = threading.Thread(target=target)
         running.start()
-        assert someone_waits()
+        assert someone_waits(raw)
         raw.execute("COMMIT")
         running.join(timeout=60)
     finally:

@@ -44,6 +44,7 @@ from sill.rails.shopify.connect import configure_shopify
 from sill.rails.woocommerce.connect import configure_woocommerce
 from tests.accounts.two_factor_helpers import confirmed_device, require_two_factor, verified_client
 from tests.rails import paypal_stub, shopify_stub, woo_stub
+from tests.threads import someone_waits
 
 STALE = two_factor.Freshness(
     refused=two_factor.TwoFactorRequired(two_factor.TwoFactorRequired.NOT_FRESH)
@@ -299,23 +300,12 @@ def test_a_live_mode_saved_while_the_switch_waits_for_the_row_needs_the_fresh_co
         finally:
             connection.close()
 
-    def someone_waits_for_a_row_lock() -> bool:
-        for _ in range(2000):
-            if raw.execute(
-                "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
-                "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
-                "AND locktype IN ('transactionid', 'tuple')"
-            ).fetchone():
-                return True
-            time.sleep(0.01)
-        return False
-
     saver, switcher = threading.Thread(target=save_live), threading.Thread(target=switch_on)
     try:
         saver.start()
         assert live_saved.wait(timeout=30)
         switcher.start()
-        assert someone_waits_for_a_row_lock()
+        assert someone_waits(raw, row_locks_only=True)
         switch_waits.set()
         saver.join(timeout=60)
         switcher.join(timeout=60)

@@ -27,7 +27,7 @@ from sill.money import parse_major
 from sill.orders.models import Customer, Order
 from sill.rails.models import MockLedgerEntry
 from tests.refunds.conftest import hold_refund, post, refund_intent
-from tests.threads import run_concurrently
+from tests.threads import PIDS_HERE, run_concurrently
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -106,7 +106,7 @@ def _held_by(pid: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT 1 FROM pg_locks WHERE pid <> %s AND NOT granted AND locktype = 'advisory' "
-            "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+            f"AND pid IN {PIDS_HERE}",
             [pid],
         )
         return cursor.fetchone() is not None

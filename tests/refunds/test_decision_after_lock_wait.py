@@ -25,6 +25,7 @@ from refunds.quote import charged_charge
 from sill.orders.models import Dispute, DisputeStatus, Order
 from sill.rails.models import MockLedgerEntry
 from tests.refunds.conftest import ORIGINAL, post, refund_intent
+from tests.threads import OTHER_SESSIONS_HERE, ROW_LOCKS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -34,9 +35,7 @@ def _someone_waits_for_a_row_lock() -> bool:
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT 1 FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
-                "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
-                "AND locktype IN ('transactionid', 'tuple')"
+                f"SELECT 1 FROM pg_locks WHERE NOT granted AND {OTHER_SESSIONS_HERE}{ROW_LOCKS}"
             )
             if cursor.fetchone() is not None:
                 return True

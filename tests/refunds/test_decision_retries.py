@@ -31,16 +31,17 @@ from sill.orders.models import Customer, Order
 from sill.rails.models import MockLedgerEntry
 from tests.openapi import check_answer, served_schema
 from tests.refunds.conftest import hold_refund, post, refund_intent
+from tests.threads import PIDS_HERE
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ORIGINAL = "mnd_01K6HXAVBQ8G8PYZKN9JXJEPTN"
-WAITING = """
+WAITING = f"""
     SELECT 1 FROM pg_locks held JOIN pg_locks waiting ON waiting.pid = held.pid
     WHERE held.locktype = 'advisory' AND held.granted AND held.objsubid = 2
       AND held.classid::bigint = %s AND held.objid::bigint = %s
       AND NOT waiting.granted AND held.pid <> pg_backend_pid()
-      AND held.pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+      AND held.pid IN {PIDS_HERE}
 """
 
 

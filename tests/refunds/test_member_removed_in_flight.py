@@ -49,7 +49,7 @@ from tests.refunds.test_attention_resolution_locks import in_doubt  # noqa: F401
 from tests.refunds.test_reconcile_concurrency import DIFFERENCE
 from tests.refunds.test_slack_approvals import Slack, slack  # noqa: F401  (fixture)
 from tests.refunds.test_switched_off_in_flight import stripe_facts  # noqa: F401  (fixture)
-from tests.threads import run_behind_a_member_change
+from tests.threads import lock_waiters, run_behind_a_member_change
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -335,11 +335,8 @@ def test_a_site_setting_changed_while_the_facts_are_read_approves_nothing(
 
 
 def _waiting(raw: Any) -> int:
-    """How many other connections wait for a lock."""
-    return raw.execute(
-        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
-        "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
-    ).fetchone()[0]
+    """How many other connections of this test database wait for a lock."""
+    return lock_waiters(raw)
 
 
 def _until(condition: Callable[[], bool]) -> None:

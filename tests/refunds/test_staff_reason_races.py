@@ -21,16 +21,14 @@ from refunds.reasons.services import delete_reason
 from sill.rails.models import MockLedgerEntry
 from tests.conftest import site_owner
 from tests.refunds.test_staff_form_as_typed import _confirmation, _page_form
+from tests.threads import lock_waiters
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def _waiting(raw: Any) -> int:
-    """How many other connections wait for a lock (a row's or an advisory one)."""
-    return raw.execute(
-        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid() "
-        "AND pid IN (SELECT pid FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
-    ).fetchone()[0]
+    """How many other connections of this test database wait for a lock."""
+    return lock_waiters(raw)
 
 
 def _until(condition: Any) -> None:
