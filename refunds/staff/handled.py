@@ -29,9 +29,17 @@ def mark_failure_handled(*, refund: Refund, actor: Any, note: str = "") -> Refun
     """Mark the failed ``refund`` handled by ``actor`` (an owner or admin of its site, else
     ``forbidden``; checked again in the transaction, ``access.hold_member``), with their
     ``note``. Refused, changing nothing, for a refund that did not
-    fail (``invalid_state``, 409) or was marked before (``already_resolved``, 409)."""
+    fail (``invalid_state``, 409), was marked before (``already_resolved``, 409), or with a
+    note over ``NOTE_MAX_LENGTH`` characters (``invalid_field``, 422)."""
     require_member(actor, refund.site_id, Cap.DECIDE_HELD)
-    note = note.strip()[:NOTE_MAX_LENGTH]
+    note = note.strip()
+    if len(note) > NOTE_MAX_LENGTH:
+        # Refused, not cut: the signed record would keep less than the person wrote.
+        raise SillError(
+            f"The note is {len(note):,} characters long: keep it to {NOTE_MAX_LENGTH:,}.",
+            code="invalid_field",
+            status=422,
+        )
     with transaction.atomic():
         # Still allowed now, and until this commits: an owner's removal or demotion of the
         # member that came first (it may have waited for the chain behind another append)

@@ -123,3 +123,23 @@ def test_the_service_checks_the_role_itself(failed, members):
         mark_failure_handled(refund=failed, actor=members["reviewer"].user, note="")
     failed.refresh_from_db()
     assert failed.failure_handled_at is None
+
+
+def test_a_note_longer_than_kept_is_refused_in_words_and_changes_nothing(client_for, failed):
+    # Seen before: a note of 5,000 characters was cut to 1,000 without a word, and the signed
+    # record kept less than the owner wrote.
+    client = client_for("owner")
+    response = _post(client, failed, note="x" * 5000)
+    assert response.status_code == 302
+    failed.refresh_from_db()
+    assert failed.failure_handled_at is None
+    assert not AuditRecord.objects.filter(kind="failure_handled").exists()
+    page = client.get(response["Location"]).content.decode()
+    assert "The note is 5,000 characters long: keep it to 1,000." in page
+
+
+def test_a_note_with_a_nul_is_refused_and_changes_nothing(client_for, failed):
+    response = _post(client_for("owner"), failed, note="cash\x00back")
+    assert response.status_code == 400
+    failed.refresh_from_db()
+    assert failed.failure_handled_at is None
